@@ -1,0 +1,243 @@
+package policy
+
+import (
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// budgetSlices is the number of slices the budget window is divided into.
+const budgetSlices = 10
+
+// budgetScale is the fixed-point unit of one deposit.
+const budgetScale = 1000
+
+// BudgetSettings configure a Budget. A zero field takes its default.
+type BudgetSettings struct {
+	// TTL is how long a deposit stays in the window: 1s to 60s; default 10s.
+	// The window moves in steps of TTL/10.
+	TTL time.Duration
+	// Percent is the number of retries each deposit pays for: 0.1 (the
+	// default) lets retries add 10% to the traffic that funds them. 0 to 10.
+	// Set NoPercent to fund retries by the floor alone.
+	Percent float64
+	// NoPercent makes Percent zero instead of its default.
+	NoPercent bool
+	// MinRetriesPerSecond is a floor of retries allowed regardless of
+	// deposits, so that a client with little traffic can still retry: 0 to
+	// 1e6; default 5. Set NoMinRetries for no floor.
+	MinRetriesPerSecond float64
+	// NoMinRetries makes MinRetriesPerSecond zero instead of its default.
+	NoMinRetries bool
+	// Now is the clock; default time.Now. Tests inject a fake clock.
+	Now func() time.Time
+}
+
+// Budget bounds retries to a fraction of traffic over a sliding window, with
+// a small floor (the algorithm of Finagle's RetryBudget and tower's
+// TpsBudget). Call Deposit for every original request and TryWithdraw before
+// every retry. Under total failure the retries fall to Percent of the
+// traffic plus the floor, so a failing dependency gets a chance to recover.
+//
+// Funded by requests, a budget with Percent 0.1 allows about 1.1 attempts per
+// call when everything fails. Calling Deposit on each success instead (a
+// success-funded budget, as Linkerd does) shrinks the retries to the floor
+// under total failure while leaving room for every retry when failures are
+// rare; use a larger Percent, such as 0.5, in that mode.
+//
+// A Budget is safe for concurrent use; Deposit and TryWithdraw do not
+// allocate. Scope one budget to one target (server name).
+type Budget struct {
+	mu       sync.Mutex
+	now      func() time.Time
+	base     time.Time
+	slice    int64 // slice length, ns
+	deposit  int64
+	withdraw int64
+	reserve  int64
+	buckets  [budgetSlices]int64
+	cur      int
+	curStart int64 // start of the current slice, ns since base
+	sum      int64
+}
+
+// NewBudget returns a budget with the given settings. Out-of-range settings
+// are an error wrapping ErrInvalidSettings.
+func NewBudget(s BudgetSettings) (*Budget, error) {
+	if s.TTL == 0 {
+		s.TTL = 10 * time.Second
+	}
+	if s.Percent == 0 && !s.NoPercent {
+		s.Percent = 0.1
+	}
+	if s.MinRetriesPerSecond == 0 && !s.NoMinRetries {
+		s.MinRetriesPerSecond = 5
+	}
+	if s.Now == nil {
+		s.Now = time.Now
+	}
+	switch {
+	case s.TTL < time.Second || s.TTL > time.Minute:
+		return nil, fmt.Errorf("%w: budget TTL %s outside [1s, 60s]", ErrInvalidSettings, s.TTL)
+	case !(s.Percent >= 0 && s.Percent <= 10):
+		return nil, fmt.Errorf("%w: budget Percent %v outside [0, 10]", ErrInvalidSettings, s.Percent)
+	case !(s.MinRetriesPerSecond >= 0 && s.MinRetriesPerSecond <= 1e6):
+		return nil, fmt.Errorf("%w: budget MinRetriesPerSecond %v outside [0, 1e6]", ErrInvalidSettings, s.MinRetriesPerSecond)
+	}
+	b := &Budget{now: s.Now, base: s.Now(), slice: int64(s.TTL) / budgetSlices}
+	if s.Percent == 0 {
+		b.deposit, b.withdraw = 0, budgetScale
+	} else {
+		b.deposit = budgetScale
+		b.withdraw = int64(math.Round(budgetScale / s.Percent))
+		if b.withdraw < 1 {
+			b.withdraw = 1
+		}
+	}
+	b.reserve = int64(math.Round(s.MinRetriesPerSecond * s.TTL.Seconds() * float64(b.withdraw)))
+	return b, nil
+}
+
+// advance moves the window to time t (ns since base), expiring the slices
+// that fell out of it. Time that goes backwards is ignored.
+func (b *Budget) advance(t int64) {
+	if t < b.curStart+b.slice {
+		return
+	}
+	n := (t - b.curStart) / b.slice
+	if n >= budgetSlices {
+		b.buckets = [budgetSlices]int64{}
+		b.sum = 0
+	} else {
+		for i := int64(0); i < n; i++ {
+			b.cur++
+			if b.cur == budgetSlices {
+				b.cur = 0
+			}
+			b.sum -= b.buckets[b.cur]
+			b.buckets[b.cur] = 0
+		}
+	}
+	b.curStart += n * b.slice
+}
+
+func (b *Budget) clock() int64 { return int64(b.now().Sub(b.base)) }
+
+// Deposit records one original request, funding Percent of a retry.
+func (b *Budget) Deposit() {
+	t := b.clock()
+	b.mu.Lock()
+	b.advance(t)
+	b.buckets[b.cur] += b.deposit
+	b.sum += b.deposit
+	b.mu.Unlock()
+}
+
+// TryWithdraw spends one retry from the budget and reports whether it could.
+// A false result means: do not retry.
+func (b *Budget) TryWithdraw() bool {
+	t := b.clock()
+	b.mu.Lock()
+	b.advance(t)
+	ok := b.sum+b.reserve >= b.withdraw
+	if ok {
+		b.buckets[b.cur] -= b.withdraw
+		b.sum -= b.withdraw
+	}
+	b.mu.Unlock()
+	return ok
+}
+
+// Available returns the number of retries the budget would allow now.
+func (b *Budget) Available() int {
+	t := b.clock()
+	b.mu.Lock()
+	b.advance(t)
+	n := (b.sum + b.reserve) / b.withdraw
+	b.mu.Unlock()
+	if n < 0 {
+		return 0
+	}
+	return int(n)
+}
+
+// throttleScale is the fixed-point unit of a token: A6 ignores decimals past
+// the third.
+const throttleScale = 1000
+
+// Throttle is the gRPC retry-throttling token bucket of gRFC A6, with exact
+// fixed-point arithmetic. It starts full at maxTokens; each failed attempt
+// takes one token (never below zero), each successful call adds tokenRatio
+// (never above maxTokens), and retries are allowed only while the tokens are
+// above half of maxTokens. It is safe for concurrent use and does not
+// allocate.
+type Throttle struct {
+	tokens atomic.Int64 // thousandths of a token
+	max    int64
+	ratio  int64
+}
+
+// NewThrottle returns a full token bucket. maxTokens must be in (0, 1000]
+// and tokenRatio positive, as in the service config's retryThrottling;
+// decimals past the third are ignored. Anything else is an error wrapping
+// ErrInvalidSettings.
+func NewThrottle(maxTokens, tokenRatio float64) (*Throttle, error) {
+	m, r := fixed3(maxTokens), fixed3(tokenRatio)
+	if !(maxTokens > 0 && maxTokens <= 1000) || m <= 0 {
+		return nil, fmt.Errorf("%w: throttle maxTokens %v outside (0, 1000]", ErrInvalidSettings, maxTokens)
+	}
+	if !(tokenRatio > 0 && tokenRatio <= 1000) || r <= 0 {
+		return nil, fmt.Errorf("%w: throttle tokenRatio %v must be in [0.001, 1000]", ErrInvalidSettings, tokenRatio)
+	}
+	t := &Throttle{max: m, ratio: r}
+	t.tokens.Store(m)
+	return t, nil
+}
+
+// fixed3 converts x to thousandths, dropping further decimals.
+func fixed3(x float64) int64 {
+	if !(x > 0) || x > 1e6 {
+		return 0
+	}
+	return int64(math.Floor(x*throttleScale + 1e-6))
+}
+
+// RecordFailure records a failed attempt (a retryable code, or pushback that
+// says not to retry) and reports whether a retry may follow, as grpc-go's
+// throttle does: it takes a token and allows a retry only if more than half
+// of maxTokens remain.
+func (t *Throttle) RecordFailure() (retryAllowed bool) {
+	for {
+		cur := t.tokens.Load()
+		next := cur - throttleScale
+		if next < 0 {
+			next = 0
+		}
+		if t.tokens.CompareAndSwap(cur, next) {
+			return 2*next > t.max
+		}
+	}
+}
+
+// RecordSuccess records a successful call, adding tokenRatio tokens.
+func (t *Throttle) RecordSuccess() {
+	for {
+		cur := t.tokens.Load()
+		next := cur + t.ratio
+		if next > t.max {
+			next = t.max
+		}
+		if next == cur || t.tokens.CompareAndSwap(cur, next) {
+			return
+		}
+	}
+}
+
+// Allowed reports whether retries are currently allowed: more than half of
+// maxTokens remain.
+func (t *Throttle) Allowed() bool { return 2*t.tokens.Load() > t.max }
+
+// Tokens returns the current number of tokens.
+func (t *Throttle) Tokens() float64 { return float64(t.tokens.Load()) / throttleScale }

@@ -1,0 +1,585 @@
+package policy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+)
+
+// grpcMaxAttempts is grpc-go's default cap on attempts per call; larger
+// maxAttempts values are clamped to it without error.
+const grpcMaxAttempts = 5
+
+// ServiceConfig is the typed form of a gRPC service config, limited to the
+// parts that concern retries plus the other keys grpc-go reads (so that a
+// parsed config marshals back without loss). Marshal it with encoding/json
+// or JSON to get the string for grpc.WithDefaultServiceConfig.
+type ServiceConfig struct {
+	// LoadBalancingPolicy is the deprecated load-balancing policy name.
+	LoadBalancingPolicy string `json:"loadBalancingPolicy,omitempty"`
+	// LoadBalancingConfig is kept verbatim; this package does not read it.
+	LoadBalancingConfig json.RawMessage `json:"loadBalancingConfig,omitempty"`
+	// MethodConfig lists per-method settings.
+	MethodConfig []MethodConfig `json:"methodConfig,omitempty"`
+	// RetryThrottling is the channel's retry-throttling token bucket.
+	RetryThrottling *RetryThrottling `json:"retryThrottling,omitempty"`
+	// HealthCheckConfig enables client-side health checking.
+	HealthCheckConfig *HealthCheckConfig `json:"healthCheckConfig,omitempty"`
+}
+
+// HealthCheckConfig is the service config's healthCheckConfig object.
+type HealthCheckConfig struct {
+	// ServiceName is the service name sent in health checks.
+	ServiceName string `json:"serviceName"`
+}
+
+// MethodConfig is one entry of the service config's methodConfig list.
+type MethodConfig struct {
+	// Name lists the methods this entry applies to. grpc-go skips an entry
+	// without names.
+	Name []Name `json:"name,omitempty"`
+	// WaitForReady makes calls wait for a ready connection.
+	WaitForReady *bool `json:"waitForReady,omitempty"`
+	// Timeout is the default call timeout.
+	Timeout *Duration `json:"timeout,omitempty"`
+	// MaxRequestMessageBytes limits request message size.
+	MaxRequestMessageBytes *int64 `json:"maxRequestMessageBytes,omitempty"`
+	// MaxResponseMessageBytes limits response message size.
+	MaxResponseMessageBytes *int64 `json:"maxResponseMessageBytes,omitempty"`
+	// RetryPolicy makes grpc-go retry these methods.
+	RetryPolicy *RetryPolicy `json:"retryPolicy,omitempty"`
+	// HedgingPolicy is part of gRFC A6 but grpc-go does not implement it and
+	// ignores it silently. It is kept so that it can be reported.
+	HedgingPolicy *HedgingPolicy `json:"hedgingPolicy,omitempty"`
+}
+
+// Name selects methods: Service and Method name one method; Service alone
+// names every method of a service; both empty name every method of the
+// channel. A Method without a Service is invalid.
+type Name struct {
+	// Service is the full service name, "pkg.Service".
+	Service string `json:"service,omitempty"`
+	// Method is the method name, "Method".
+	Method string `json:"method,omitempty"`
+}
+
+// Path returns the key grpc-go uses for lookups: "/pkg.Service/Method",
+// "/pkg.Service/" for a whole service, or "" for the channel default. A
+// method without a service is an error wrapping ErrInvalidServiceConfig.
+func (n Name) Path() (string, error) {
+	if n.Service == "" {
+		if n.Method != "" {
+			return "", fmt.Errorf("%w: cannot combine empty 'service' and non-empty 'method' (%q)", ErrInvalidServiceConfig, n.Method)
+		}
+		return "", nil
+	}
+	return "/" + n.Service + "/" + n.Method, nil
+}
+
+// RetryPolicy is a method config's retryPolicy (gRFC A6). All fields are
+// required by grpc-go.
+type RetryPolicy struct {
+	// MaxAttempts counts the original call; it must be at least 2. grpc-go
+	// clamps values above 5 (its default cap) without error.
+	MaxAttempts int `json:"maxAttempts"`
+	// InitialBackoff is the base delay before the first retry; > 0.
+	InitialBackoff Duration `json:"initialBackoff"`
+	// MaxBackoff caps the delay before jitter; > 0.
+	MaxBackoff Duration `json:"maxBackoff"`
+	// BackoffMultiplier grows the delay per retry; > 0.
+	BackoffMultiplier float64 `json:"backoffMultiplier"`
+	// RetryableStatusCodes lists the codes that are retried; not empty.
+	RetryableStatusCodes []StatusCode `json:"retryableStatusCodes"`
+}
+
+// Validate reports the problems grpc-go rejects a retry policy for: fewer
+// than 2 attempts, a backoff or multiplier that is not positive, or no
+// codes. The error wraps ErrInvalidServiceConfig.
+func (p *RetryPolicy) Validate() error {
+	var probs []string
+	if p.MaxAttempts < 2 {
+		probs = append(probs, fmt.Sprintf("maxAttempts %d < 2", p.MaxAttempts))
+	}
+	if p.InitialBackoff <= 0 {
+		probs = append(probs, fmt.Sprintf("initialBackoff %s <= 0", p.InitialBackoff))
+	}
+	if p.MaxBackoff <= 0 {
+		probs = append(probs, fmt.Sprintf("maxBackoff %s <= 0", p.MaxBackoff))
+	}
+	if !(p.BackoffMultiplier > 0) || math.IsInf(p.BackoffMultiplier, 0) {
+		probs = append(probs, fmt.Sprintf("backoffMultiplier %v <= 0", p.BackoffMultiplier))
+	}
+	if len(p.RetryableStatusCodes) == 0 {
+		probs = append(probs, "retryableStatusCodes is empty")
+	}
+	if len(probs) > 0 {
+		return fmt.Errorf("%w: invalid retry policy: %s", ErrInvalidServiceConfig, strings.Join(probs, ", "))
+	}
+	return nil
+}
+
+// HedgingPolicy is a method config's hedgingPolicy (gRFC A6). grpc-go does
+// not implement hedging and ignores this object.
+type HedgingPolicy struct {
+	// MaxAttempts counts the original call.
+	MaxAttempts int `json:"maxAttempts"`
+	// HedgingDelay is the delay between hedged attempts.
+	HedgingDelay *Duration `json:"hedgingDelay,omitempty"`
+	// NonFatalStatusCodes lists the codes that do not stop hedging.
+	NonFatalStatusCodes []StatusCode `json:"nonFatalStatusCodes,omitempty"`
+}
+
+// RetryThrottling is the service config's retryThrottling object: a token
+// bucket per server name (see Throttle).
+type RetryThrottling struct {
+	// MaxTokens is the bucket size, in (0, 1000].
+	MaxTokens float64 `json:"maxTokens"`
+	// TokenRatio is the tokens a successful call adds; > 0. Decimals past
+	// the third are ignored.
+	TokenRatio float64 `json:"tokenRatio"`
+}
+
+// Validate reports the problems grpc-go rejects throttling for. The error
+// wraps ErrInvalidServiceConfig.
+func (t *RetryThrottling) Validate() error {
+	if !(t.MaxTokens > 0 && t.MaxTokens <= 1000) {
+		return fmt.Errorf("%w: retryThrottling maxTokens %v out of range (0, 1000]", ErrInvalidServiceConfig, t.MaxTokens)
+	}
+	if !(t.TokenRatio > 0) || math.IsInf(t.TokenRatio, 0) {
+		return fmt.Errorf("%w: retryThrottling tokenRatio %v must be positive", ErrInvalidServiceConfig, t.TokenRatio)
+	}
+	return nil
+}
+
+// Duration is a time.Duration that marshals as a protobuf JSON duration
+// string, such as "0.1s" or "2s", which is what grpc-go's service config
+// parser requires.
+type Duration time.Duration
+
+// String formats the duration as in JSON, without quotes: "0.1s".
+func (d Duration) String() string {
+	ns := int64(d)
+	sign := ""
+	var sec, frac uint64
+	if ns < 0 {
+		sign = "-"
+		u := uint64(-(ns + 1)) + 1 // avoids overflow at math.MinInt64
+		sec, frac = u/1e9, u%1e9
+	} else {
+		sec, frac = uint64(ns)/1e9, uint64(ns)%1e9
+	}
+	s := sign + strconv.FormatUint(sec, 10)
+	if frac != 0 {
+		f := fmt.Sprintf("%09d", frac)
+		s += "." + strings.TrimRight(f, "0")
+	}
+	return s + "s"
+}
+
+// MarshalJSON implements json.Marshaler.
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return []byte(`"` + d.String() + `"`), nil
+}
+
+// UnmarshalJSON implements json.Unmarshaler. It accepts a string of seconds
+// with up to nine decimals and an "s" suffix ("1s", "0.25s", "-1.5s"), and
+// rejects anything else, including "100ms".
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("%w: duration must be a string like \"0.1s\": %s", ErrInvalidServiceConfig, truncate(string(b)))
+	}
+	v, err := ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// maxProtoSeconds is the largest number of seconds a protobuf Duration holds.
+const maxProtoSeconds = 315_576_000_000
+
+// ParseDuration parses a protobuf JSON duration ("0.1s"): an optional minus
+// sign, decimal seconds with at most nine decimals, and the suffix "s".
+// Values outside time.Duration's range are errors. Errors wrap
+// ErrInvalidServiceConfig.
+func ParseDuration(s string) (time.Duration, error) {
+	bad := func(why string) (time.Duration, error) {
+		return 0, fmt.Errorf("%w: malformed duration %q: %s", ErrInvalidServiceConfig, truncate(s), why)
+	}
+	body, ok := strings.CutSuffix(s, "s")
+	if !ok {
+		return bad(`missing "s" unit (write "0.1s", not "100ms")`)
+	}
+	neg := false
+	if strings.HasPrefix(body, "-") {
+		neg, body = true, body[1:]
+	}
+	whole, frac, hasFrac := strings.Cut(body, ".")
+	if whole == "" && frac == "" {
+		return bad("no digits")
+	}
+	if !allDigits(whole) || !allDigits(frac) {
+		return bad("want digits with an optional decimal point")
+	}
+	if hasFrac && len(frac) > 9 {
+		return bad("more than nine decimals")
+	}
+	var sec, ns int64
+	if whole != "" {
+		if len(whole) > 12 {
+			return bad("out of range")
+		}
+		sec, _ = strconv.ParseInt(whole, 10, 64)
+		if sec > maxProtoSeconds {
+			return bad("out of range")
+		}
+	}
+	if frac != "" {
+		ns, _ = strconv.ParseInt(frac, 10, 64)
+		for i := len(frac); i < 9; i++ {
+			ns *= 10
+		}
+	}
+	const maxSec = math.MaxInt64 / int64(time.Second)
+	if sec > maxSec || (sec == maxSec && ns > math.MaxInt64%int64(time.Second)) {
+		return bad("out of range for a Go time.Duration")
+	}
+	v := sec*int64(time.Second) + ns
+	if neg {
+		v = -v
+	}
+	return time.Duration(v), nil
+}
+
+func allDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// StatusCode is a gRPC status code that marshals as its upper-case name
+// ("UNAVAILABLE"), the only spelling grpc-go accepts besides integers.
+type StatusCode codes.Code
+
+var codeNames = [...]string{
+	"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
+	"NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
+	"FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED",
+	"INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED",
+}
+
+// numCodes is the number of gRPC status codes, 0 through 16.
+const numCodes = len(codeNames)
+
+// CodeName returns the canonical upper-case name of a gRPC code
+// ("DEADLINE_EXCEEDED"), or "CODE(n)" for a value outside 0–16.
+func CodeName(c codes.Code) string {
+	if uint32(c) < uint32(numCodes) {
+		return codeNames[c]
+	}
+	return "CODE(" + strconv.FormatUint(uint64(c), 10) + ")"
+}
+
+// ParseCode parses a gRPC code name in any letter case (gRFC A6 allows it;
+// grpc-go does not) or its integer value. Errors wrap
+// ErrInvalidServiceConfig.
+func ParseCode(s string) (codes.Code, error) {
+	if n, err := strconv.ParseUint(s, 10, 32); err == nil {
+		if n < uint64(numCodes) {
+			return codes.Code(n), nil
+		}
+		return 0, fmt.Errorf("%w: invalid code: %d", ErrInvalidServiceConfig, n)
+	}
+	for i, name := range codeNames {
+		if strings.EqualFold(s, name) {
+			return codes.Code(i), nil
+		}
+	}
+	return 0, fmt.Errorf("%w: invalid code: %q", ErrInvalidServiceConfig, truncate(s))
+}
+
+// String returns the code's upper-case name.
+func (c StatusCode) String() string { return CodeName(codes.Code(c)) }
+
+// MarshalJSON implements json.Marshaler. A code outside 0–16 is an error.
+func (c StatusCode) MarshalJSON() ([]byte, error) {
+	if uint32(c) >= uint32(numCodes) {
+		return nil, fmt.Errorf("%w: invalid code: %d", ErrInvalidServiceConfig, uint32(c))
+	}
+	return []byte(`"` + codeNames[c] + `"`), nil
+}
+
+// UnmarshalJSON implements json.Unmarshaler. It accepts an integer 0–16 or a
+// name in any letter case (see ParseCode).
+func (c *StatusCode) UnmarshalJSON(b []byte) error {
+	var s string
+	if len(b) > 0 && b[0] == '"' {
+		if err := json.Unmarshal(b, &s); err != nil {
+			return fmt.Errorf("%w: invalid code: %s", ErrInvalidServiceConfig, truncate(string(b)))
+		}
+		if _, err := strconv.ParseUint(s, 10, 32); err == nil {
+			return fmt.Errorf("%w: invalid code: %q (a number must not be quoted)", ErrInvalidServiceConfig, s)
+		}
+	} else {
+		s = string(b)
+	}
+	v, err := ParseCode(s)
+	if err != nil {
+		return err
+	}
+	*c = StatusCode(v)
+	return nil
+}
+
+func truncate(s string) string {
+	const max = 64
+	if len(s) > max {
+		return s[:max] + "…"
+	}
+	return s
+}
+
+// maxServiceConfigBytes bounds the input of ParseServiceConfig and Validate.
+const maxServiceConfigBytes = 4 << 20
+
+// ParseServiceConfig decodes a service config and checks it the way grpc-go
+// does, and a little more strictly: unknown fields are errors (grpc-go drops
+// them silently), retryThrottling is checked even without methodConfig, and
+// durations must be well formed. Status code names are accepted in any
+// letter case, as gRFC A6 allows; Validate reports the lower-case ones that
+// grpc-go rejects. Errors wrap ErrInvalidServiceConfig.
+func ParseServiceConfig(data []byte) (*ServiceConfig, error) {
+	if len(data) > maxServiceConfigBytes {
+		return nil, fmt.Errorf("%w: larger than %d bytes", ErrInvalidServiceConfig, maxServiceConfigBytes)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var sc ServiceConfig
+	if err := dec.Decode(&sc); err != nil {
+		if errors.Is(err, ErrInvalidServiceConfig) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: %w", ErrInvalidServiceConfig, err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("%w: trailing data after the JSON object", ErrInvalidServiceConfig)
+	}
+	if err := sc.Validate(); err != nil {
+		return nil, err
+	}
+	return &sc, nil
+}
+
+// Validate reports the problems grpc-go would reject the config for: a
+// method without a service, a name listed twice, an invalid retry policy or
+// invalid throttling. It does not judge ownership or idempotency; see
+// CheckOwnership and the package-level Validate. The error wraps
+// ErrInvalidServiceConfig.
+func (sc *ServiceConfig) Validate() error {
+	seen := make(map[string]bool)
+	for i, mc := range sc.MethodConfig {
+		if mc.Name == nil {
+			continue // grpc-go skips the entry
+		}
+		if mc.RetryPolicy != nil {
+			if err := mc.RetryPolicy.Validate(); err != nil {
+				return fmt.Errorf("methodConfig[%d]: %w", i, err)
+			}
+		}
+		for j, n := range mc.Name {
+			path, err := n.Path()
+			if err != nil {
+				return fmt.Errorf("methodConfig[%d].name[%d]: %w", i, j, err)
+			}
+			if seen[path] {
+				return fmt.Errorf("methodConfig[%d].name[%d]: %w: duplicated name %q", i, j, ErrInvalidServiceConfig, path)
+			}
+			seen[path] = true
+		}
+	}
+	if sc.RetryThrottling != nil {
+		if err := sc.RetryThrottling.Validate(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// JSON validates the config and returns its JSON encoding, ready for
+// grpc.WithDefaultServiceConfig.
+func (sc *ServiceConfig) JSON() (string, error) {
+	if err := sc.Validate(); err != nil {
+		return "", err
+	}
+	b, err := json.Marshal(sc)
+	if err != nil {
+		if errors.Is(err, ErrInvalidServiceConfig) {
+			return "", err
+		}
+		return "", fmt.Errorf("%w: %w", ErrInvalidServiceConfig, err)
+	}
+	return string(b), nil
+}
+
+// RetrySettings shape the retry policy GenerateServiceConfig writes. A zero
+// field takes its default.
+type RetrySettings struct {
+	// MaxAttempts counts the original call: 2 to 5; default 3.
+	MaxAttempts int
+	// InitialBackoff defaults to 100ms.
+	InitialBackoff time.Duration
+	// MaxBackoff defaults to 1s.
+	MaxBackoff time.Duration
+	// BackoffMultiplier defaults to 2.
+	BackoffMultiplier float64
+	// RetryableStatusCodes defaults to UNAVAILABLE. Every code must be one
+	// that Eligible retries for an idempotent method after the request was
+	// sent (UNAVAILABLE, DEADLINE_EXCEEDED, UNKNOWN, INTERNAL, ABORTED,
+	// RESOURCE_EXHAUSTED).
+	RetryableStatusCodes []codes.Code
+	// Throttling defaults to maxTokens 10, tokenRatio 0.1.
+	Throttling *RetryThrottling
+}
+
+func (s RetrySettings) withDefaults() (RetrySettings, error) {
+	if s.MaxAttempts == 0 {
+		s.MaxAttempts = 3
+	}
+	if s.InitialBackoff == 0 {
+		s.InitialBackoff = 100 * time.Millisecond
+	}
+	if s.MaxBackoff == 0 {
+		s.MaxBackoff = time.Second
+	}
+	if s.BackoffMultiplier == 0 {
+		s.BackoffMultiplier = 2
+	}
+	if len(s.RetryableStatusCodes) == 0 {
+		s.RetryableStatusCodes = []codes.Code{codes.Unavailable}
+	}
+	if s.Throttling == nil {
+		s.Throttling = &RetryThrottling{MaxTokens: 10, TokenRatio: 0.1}
+	}
+	switch {
+	case s.MaxAttempts < 2 || s.MaxAttempts > grpcMaxAttempts:
+		return s, fmt.Errorf("%w: MaxAttempts %d outside [2, %d]", ErrInvalidSettings, s.MaxAttempts, grpcMaxAttempts)
+	case s.InitialBackoff <= 0 || s.MaxBackoff <= 0 || s.MaxBackoff < s.InitialBackoff:
+		return s, fmt.Errorf("%w: backoff %s..%s must be positive and ordered", ErrInvalidSettings, s.InitialBackoff, s.MaxBackoff)
+	case !(s.BackoffMultiplier >= 1) || math.IsInf(s.BackoffMultiplier, 0):
+		return s, fmt.Errorf("%w: BackoffMultiplier %v must be >= 1", ErrInvalidSettings, s.BackoffMultiplier)
+	}
+	sent := Evidence{Sent: true}
+	idem := MethodPolicy{Kind: KindIdempotent}
+	for _, c := range s.RetryableStatusCodes {
+		if d := Eligible(idem, sent, c); d.Action != Retry {
+			return s, fmt.Errorf("%w: %s is not retryable (%s)", ErrInvalidSettings, CodeName(c), d.Reason)
+		}
+	}
+	if err := s.Throttling.Validate(); err != nil {
+		return s, fmt.Errorf("%w: %w", ErrInvalidSettings, err)
+	}
+	return s, nil
+}
+
+// GenerateServiceConfig derives a channel's service config from a catalog.
+//
+// For OwnerServiceConfig it writes one method config naming every
+// no-side-effects and idempotent method of the catalog individually (never a
+// whole service, so that a method added later is not covered by accident),
+// with a retry policy from settings, plus retryThrottling. Keyed and
+// non-idempotent methods get no retry entry: a keyed mutation needs the
+// application's resolve step, which grpc-go cannot do.
+//
+// For OwnerApplication, OwnerMesh and OwnerNone it returns a config with no
+// retry or hedging entry at all: the service config must not retry on a
+// channel it does not own. An invalid owner is ErrInvalidOwner; invalid
+// settings are ErrInvalidSettings.
+func GenerateServiceConfig(c *Catalog, owner RetryOwner, settings RetrySettings) (*ServiceConfig, error) {
+	if !owner.Valid() {
+		return nil, fmt.Errorf("%w: %d", ErrInvalidOwner, uint8(owner))
+	}
+	if owner != OwnerServiceConfig {
+		return &ServiceConfig{}, nil
+	}
+	s, err := settings.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	var names []Name
+	for _, p := range c.Methods() {
+		if p.Kind != KindNoSideEffects && p.Kind != KindIdempotent {
+			continue
+		}
+		svc, m, _ := SplitFullMethod(p.FullMethod)
+		names = append(names, Name{Service: svc, Method: m})
+	}
+	sc := &ServiceConfig{RetryThrottling: &RetryThrottling{MaxTokens: s.Throttling.MaxTokens, TokenRatio: s.Throttling.TokenRatio}}
+	if len(names) == 0 {
+		return sc, nil
+	}
+	codeSet := make(map[codes.Code]bool)
+	var list []StatusCode
+	for _, c := range s.RetryableStatusCodes {
+		if !codeSet[c] {
+			codeSet[c] = true
+			list = append(list, StatusCode(c))
+		}
+	}
+	sort.Slice(list, func(i, j int) bool { return list[i] < list[j] })
+	sc.MethodConfig = []MethodConfig{{
+		Name: names,
+		RetryPolicy: &RetryPolicy{
+			MaxAttempts:          s.MaxAttempts,
+			InitialBackoff:       Duration(s.InitialBackoff),
+			MaxBackoff:           Duration(s.MaxBackoff),
+			BackoffMultiplier:    s.BackoffMultiplier,
+			RetryableStatusCodes: list,
+		},
+	}}
+	return sc, nil
+}
+
+// CheckOwnership refuses a service config that retries or hedges on a
+// channel it does not own: any retryPolicy or hedgingPolicy entry when owner
+// is not OwnerServiceConfig is an *OwnershipError (wrapping
+// ErrRetryNotOwned) naming the first offending entry. With the application
+// as owner the channel's retries are disabled, so an entry would either be
+// ignored or, on a channel built without the kit, stack a second layer.
+func CheckOwnership(owner RetryOwner, sc *ServiceConfig) error {
+	if !owner.Valid() {
+		return fmt.Errorf("%w: %d", ErrInvalidOwner, uint8(owner))
+	}
+	if owner == OwnerServiceConfig || sc == nil {
+		return nil
+	}
+	for _, mc := range sc.MethodConfig {
+		var pol string
+		switch {
+		case mc.RetryPolicy != nil:
+			pol = "retryPolicy"
+		case mc.HedgingPolicy != nil:
+			pol = "hedgingPolicy"
+		default:
+			continue
+		}
+		name := ""
+		if len(mc.Name) > 0 {
+			name, _ = mc.Name[0].Path()
+		}
+		return &OwnershipError{Owner: owner, Name: name, Policy: pol}
+	}
+	return nil
+}

@@ -1,0 +1,639 @@
+package policy
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+)
+
+// FindingKind is a stable, machine-readable name for a kind of problem the
+// validator reports. The string values do not change between releases.
+type FindingKind string
+
+// Finding kinds.
+const (
+	// FindingSyntax: the file is not a single JSON object.
+	FindingSyntax FindingKind = "syntax"
+	// FindingUnknownField: a key that grpc-go does not know, such as the
+	// misspelled "retryPolicyy". grpc-go ignores it silently.
+	FindingUnknownField FindingKind = "unknown-field"
+	// FindingKeyCase: a known key in the wrong letter case ("MaxAttempts").
+	// grpc-go accepts it only because encoding/json folds case.
+	FindingKeyCase FindingKind = "key-case"
+	// FindingDuplicateKey: the same key twice in one JSON object; only the
+	// last one counts.
+	FindingDuplicateKey FindingKind = "duplicate-key"
+	// FindingWrongType: a value of the wrong JSON type; grpc-go rejects it.
+	FindingWrongType FindingKind = "wrong-type"
+	// FindingMissingName: a methodConfig entry without "name"; grpc-go skips it.
+	FindingMissingName FindingKind = "missing-name"
+	// FindingMethodWithoutService: a name with a method but no service;
+	// grpc-go rejects the config.
+	FindingMethodWithoutService FindingKind = "method-without-service"
+	// FindingDuplicateName: the same name twice; grpc-go rejects the config.
+	FindingDuplicateName FindingKind = "duplicate-name"
+	// FindingUnknownService: a service name that matches no service in the
+	// catalog (renamed, misspelled or in the wrong letter case). Its settings
+	// apply to nothing, silently.
+	FindingUnknownService FindingKind = "unknown-service"
+	// FindingUnknownMethod: a method name that matches no method in the
+	// catalog (renamed, misspelled or in the wrong letter case). The method
+	// then runs with the channel defaults, silently.
+	FindingUnknownMethod FindingKind = "unknown-method"
+	// FindingInvalidRetryPolicy: a retry policy grpc-go rejects: maxAttempts
+	// below 2 or not an integer, a missing field, a backoff or multiplier that
+	// is not positive, no retryable codes.
+	FindingInvalidRetryPolicy FindingKind = "invalid-retry-policy"
+	// FindingInvalidDuration: a duration that is not a string like "0.1s".
+	FindingInvalidDuration FindingKind = "invalid-duration"
+	// FindingInvalidCode: a status code that is neither a known name nor an
+	// integer 0–16.
+	FindingInvalidCode FindingKind = "invalid-code"
+	// FindingCodeCase: a status code name not in upper case ("unavailable");
+	// grpc-go rejects it.
+	FindingCodeCase FindingKind = "code-case"
+	// FindingCodeNotRetryable: a retryable code that will not change on a
+	// retry (INVALID_ARGUMENT, PERMISSION_DENIED…) or OK; see Eligible.
+	FindingCodeNotRetryable FindingKind = "code-not-retryable"
+	// FindingMaxAttemptsClamped: maxAttempts above 5; grpc-go clamps it to 5
+	// silently.
+	FindingMaxAttemptsClamped FindingKind = "max-attempts-clamped"
+	// FindingHedgingPolicy: a hedgingPolicy; grpc-go ignores it silently.
+	FindingHedgingPolicy FindingKind = "hedging-policy"
+	// FindingRetryNonIdempotent: a retry policy covers a non-idempotent
+	// method.
+	FindingRetryNonIdempotent FindingKind = "retry-non-idempotent"
+	// FindingRetryKeyedWithoutLedger: a retry policy covers a keyed method
+	// that has no durable ledger behind it.
+	FindingRetryKeyedWithoutLedger FindingKind = "retry-keyed-without-ledger"
+	// FindingRetryNotOwned: a retry or hedging policy on a channel whose
+	// retry owner is not the service config.
+	FindingRetryNotOwned FindingKind = "retry-not-owned"
+	// FindingInvalidThrottling: retryThrottling that grpc-go rejects (or, when
+	// methodConfig is absent, accepts by mistake).
+	FindingInvalidThrottling FindingKind = "invalid-throttling"
+)
+
+// Finding is one problem found by Validate.
+type Finding struct {
+	// Kind is the stable kind of problem.
+	Kind FindingKind
+	// Path locates the problem in the JSON document, such as
+	// "methodConfig[0].retryPolicy.maxAttempts"; "" for the whole document.
+	Path string
+	// Name is the method config name involved, exactly as grpc-go keys it:
+	// "/pkg.Service/Method", "/pkg.Service/" for a whole service, "" for the
+	// channel default (then HasName is true) — or "" with HasName false when
+	// no name is involved.
+	Name string
+	// HasName distinguishes the channel-default name "" from no name.
+	HasName bool
+	// Method is the catalog method the finding is about, when a service or
+	// default name covers it; "" otherwise.
+	Method string
+	// Message explains the problem and, where possible, the fix.
+	Message string
+}
+
+// String formats the finding on one line:
+// `kind: path name "…" [method …]: message`.
+func (f Finding) String() string {
+	var b strings.Builder
+	b.WriteString(string(f.Kind))
+	b.WriteString(": ")
+	if f.Path != "" {
+		b.WriteString(f.Path)
+	} else {
+		b.WriteString("(document)")
+	}
+	if f.HasName {
+		b.WriteString(" name ")
+		b.WriteString(strconv.Quote(f.Name))
+	}
+	if f.Method != "" && f.Method != f.Name {
+		b.WriteString(" method ")
+		b.WriteString(strconv.Quote(f.Method))
+	}
+	b.WriteString(": ")
+	b.WriteString(f.Message)
+	return b.String()
+}
+
+// Validate checks a service config (JSON, as given to
+// grpc.WithDefaultServiceConfig or served by a resolver) against a catalog
+// and the channel's retry owner, and returns every finding in document
+// order. It is stricter than grpc-go: besides what grpc-go rejects, it
+// reports what grpc-go accepts silently but is almost certainly a mistake
+// (see the Finding kinds). A nil catalog is an empty catalog. An invalid
+// owner is an error wrapping ErrInvalidOwner; everything wrong with the
+// document itself is a finding, never an error, and Validate never panics.
+func Validate(data []byte, c *Catalog, owner RetryOwner) ([]Finding, error) {
+	if !owner.Valid() {
+		return nil, fmt.Errorf("%w: %d", ErrInvalidOwner, uint8(owner))
+	}
+	v := &validator{cat: c, owner: owner, names: make(map[string]*nameEntry)}
+	if len(data) > maxServiceConfigBytes {
+		v.add(Finding{Kind: FindingSyntax, Message: fmt.Sprintf("larger than %d bytes", maxServiceConfigBytes)})
+		return v.findings, nil
+	}
+	root, err := parseJSONTree(data)
+	if err != nil {
+		v.add(Finding{Kind: FindingSyntax, Message: "not valid JSON: " + err.Error()})
+		return v.findings, nil
+	}
+	if root.kind != jsonObject {
+		v.add(Finding{Kind: FindingSyntax, Message: "the service config must be a JSON object, not " + root.kind.String()})
+		return v.findings, nil
+	}
+	v.document(root)
+	v.coverage()
+	return v.findings, nil
+}
+
+type nameEntry struct {
+	path  string // JSON path of the name
+	entry int    // index into validator.entries
+}
+
+type entryInfo struct {
+	retry   bool // has a retryPolicy (valid or not)
+	hedging bool
+}
+
+type validator struct {
+	cat      *Catalog
+	owner    RetryOwner
+	findings []Finding
+	names    map[string]*nameEntry
+	entries  []entryInfo
+}
+
+func (v *validator) add(f Finding) { v.findings = append(v.findings, f) }
+
+func (v *validator) at(kind FindingKind, path, format string, args ...any) {
+	v.add(Finding{Kind: kind, Path: path, Message: fmt.Sprintf(format, args...)})
+}
+
+// fields checks an object's keys against the known ones and returns the
+// value for each known key, reporting unknown, wrong-case and duplicate keys.
+func (v *validator) fields(obj *jsonValue, path string, known ...string) map[string]*jsonValue {
+	out := make(map[string]*jsonValue, len(known))
+	seen := make(map[string]bool, len(obj.fields))
+	for _, f := range obj.fields {
+		fp := joinPath(path, f.key)
+		match := ""
+		for _, k := range known {
+			if f.key == k {
+				match = k
+				break
+			}
+		}
+		if match == "" {
+			for _, k := range known {
+				if strings.EqualFold(f.key, k) {
+					match = k
+					v.at(FindingKeyCase, fp, "key %q should be spelled %q; grpc-go accepts it only because Go's JSON decoder ignores case", f.key, k)
+					break
+				}
+			}
+		}
+		if match == "" {
+			msg := fmt.Sprintf("unknown field %q; grpc-go ignores it silently", truncate(f.key))
+			if s := closest(f.key, known); s != "" {
+				msg += fmt.Sprintf(" (did you mean %q?)", s)
+			}
+			v.at(FindingUnknownField, fp, "%s", msg)
+			continue
+		}
+		if seen[match] {
+			v.at(FindingDuplicateKey, fp, "key %q appears more than once in this object; only the last one counts", match)
+		}
+		seen[match] = true
+		out[match] = f.val
+	}
+	return out
+}
+
+func (v *validator) expect(val *jsonValue, path string, kind jsonKind) bool {
+	if val.kind == kind {
+		return true
+	}
+	v.at(FindingWrongType, path, "want %s, got %s; grpc-go rejects the config", kind, val.kind)
+	return false
+}
+
+func (v *validator) document(root *jsonValue) {
+	f := v.fields(root, "", "loadBalancingPolicy", "loadBalancingConfig", "methodConfig", "retryThrottling", "healthCheckConfig")
+	if lb := f["loadBalancingPolicy"]; lb != nil && lb.kind != jsonNull {
+		v.expect(lb, "loadBalancingPolicy", jsonString)
+	}
+	if hc := f["healthCheckConfig"]; hc != nil && hc.kind != jsonNull && v.expect(hc, "healthCheckConfig", jsonObject) {
+		h := v.fields(hc, "healthCheckConfig", "serviceName")
+		if sn := h["serviceName"]; sn != nil && sn.kind != jsonNull {
+			v.expect(sn, "healthCheckConfig.serviceName", jsonString)
+		}
+	}
+	if mcs := f["methodConfig"]; mcs != nil && mcs.kind != jsonNull && v.expect(mcs, "methodConfig", jsonArray) {
+		for i, mc := range mcs.elems {
+			v.methodConfig(mc, fmt.Sprintf("methodConfig[%d]", i))
+		}
+	}
+	if rt := f["retryThrottling"]; rt != nil && rt.kind != jsonNull {
+		v.throttling(rt, "retryThrottling")
+	}
+}
+
+func (v *validator) methodConfig(mc *jsonValue, path string) {
+	if mc.kind == jsonNull {
+		return
+	}
+	if !v.expect(mc, path, jsonObject) {
+		return
+	}
+	idx := len(v.entries)
+	v.entries = append(v.entries, entryInfo{})
+	f := v.fields(mc, path, "name", "waitForReady", "timeout", "maxRequestMessageBytes", "maxResponseMessageBytes", "retryPolicy", "hedgingPolicy")
+	if w := f["waitForReady"]; w != nil && w.kind != jsonNull {
+		v.expect(w, joinPath(path, "waitForReady"), jsonBool)
+	}
+	if t := f["timeout"]; t != nil && t.kind != jsonNull {
+		v.duration(t, joinPath(path, "timeout"))
+	}
+	for _, k := range []string{"maxRequestMessageBytes", "maxResponseMessageBytes"} {
+		if n := f[k]; n != nil && n.kind != jsonNull {
+			p := joinPath(path, k)
+			if v.expect(n, p, jsonNumber) {
+				if _, err := strconv.ParseInt(n.num.String(), 10, 64); err != nil {
+					v.at(FindingWrongType, p, "%s is not a 64-bit integer; grpc-go rejects the config", truncate(n.num.String()))
+				}
+			}
+		}
+	}
+	rp, hp := f["retryPolicy"], f["hedgingPolicy"]
+	hasRetry := rp != nil && rp.kind != jsonNull
+	hasHedge := hp != nil && hp.kind != jsonNull
+	v.entries[idx] = entryInfo{retry: hasRetry, hedging: hasHedge}
+
+	var names []string // grpc-go keys of valid names
+	nm := f["name"]
+	if nm == nil || nm.kind == jsonNull {
+		msg := "methodConfig entry without \"name\"; grpc-go skips it, so its settings apply to nothing"
+		v.at(FindingMissingName, path, "%s", msg)
+	} else if v.expect(nm, joinPath(path, "name"), jsonArray) {
+		if len(nm.elems) == 0 {
+			v.at(FindingMissingName, joinPath(path, "name"), "empty name list; this entry applies to nothing")
+		}
+		for j, n := range nm.elems {
+			np := fmt.Sprintf("%s.name[%d]", path, j)
+			if key, ok := v.name(n, np, idx); ok {
+				names = append(names, key)
+			}
+		}
+	}
+	if hasRetry {
+		v.retryPolicy(rp, joinPath(path, "retryPolicy"))
+	}
+	if hasHedge {
+		v.hedgingPolicy(hp, joinPath(path, "hedgingPolicy"))
+	}
+	if v.owner != OwnerServiceConfig && (hasRetry || hasHedge) {
+		pol := "retryPolicy"
+		if !hasRetry {
+			pol = "hedgingPolicy"
+		}
+		msg := fmt.Sprintf("%s on a channel whose retry owner is %s; only the %s owner may retry in the service config, otherwise retries multiply across layers", pol, v.owner, OwnerServiceConfig)
+		if len(names) == 0 {
+			v.at(FindingRetryNotOwned, joinPath(path, pol), "%s", msg)
+		}
+		for _, key := range names {
+			v.add(Finding{Kind: FindingRetryNotOwned, Path: joinPath(path, pol), Name: key, HasName: true, Message: msg})
+		}
+	}
+}
+
+// name checks one name object and records it; it returns grpc-go's key.
+func (v *validator) name(n *jsonValue, path string, entry int) (string, bool) {
+	if !v.expect(n, path, jsonObject) {
+		return "", false
+	}
+	f := v.fields(n, path, "service", "method")
+	var svc, m string
+	ok := true
+	if s := f["service"]; s != nil && s.kind != jsonNull {
+		if v.expect(s, joinPath(path, "service"), jsonString) {
+			svc = s.str
+		} else {
+			ok = false
+		}
+	}
+	if s := f["method"]; s != nil && s.kind != jsonNull {
+		if v.expect(s, joinPath(path, "method"), jsonString) {
+			m = s.str
+		} else {
+			ok = false
+		}
+	}
+	if !ok {
+		return "", false
+	}
+	key, err := Name{Service: svc, Method: m}.Path()
+	if err != nil {
+		v.add(Finding{Kind: FindingMethodWithoutService, Path: path, Name: truncate(m), HasName: true,
+			Message: fmt.Sprintf("method %q has no service; grpc-go rejects the config (\"cannot combine empty 'service' and non-empty 'method'\")", truncate(m))})
+		return "", false
+	}
+	if prev, dup := v.names[key]; dup {
+		v.add(Finding{Kind: FindingDuplicateName, Path: path, Name: key, HasName: true,
+			Message: fmt.Sprintf("name already listed at %s; grpc-go rejects the config (\"duplicated name\")", prev.path)})
+		return "", false
+	}
+	v.names[key] = &nameEntry{path: path, entry: entry}
+	v.resolveName(key, svc, m, path)
+	return key, true
+}
+
+// resolveName reports a name that matches nothing in the catalog.
+func (v *validator) resolveName(key, svc, m, path string) {
+	if svc == "" {
+		return // the channel default matches every method
+	}
+	methods := v.cat.ServiceMethods(svc)
+	if len(methods) == 0 {
+		hint := ""
+		for _, s := range v.cat.Services() {
+			if strings.EqualFold(s, svc) {
+				hint = fmt.Sprintf(" (the catalog has %q: letter case differs)", s)
+				break
+			}
+		}
+		if hint == "" {
+			if s := closest(svc, v.cat.Services()); s != "" {
+				hint = fmt.Sprintf(" (did you mean %q?)", s)
+			}
+		}
+		kind := FindingUnknownService
+		what := "service"
+		if m != "" {
+			kind, what = FindingUnknownMethod, "method"
+		}
+		v.add(Finding{Kind: kind, Path: path, Name: key, HasName: true,
+			Message: fmt.Sprintf("%s matches nothing: service %q is not in the catalog%s; grpc-go applies the entry to nothing, silently", what, truncate(svc), hint)})
+		return
+	}
+	if m == "" {
+		return
+	}
+	if _, ok := v.cat.Lookup(key); ok {
+		return
+	}
+	var names []string
+	hint := ""
+	for _, p := range methods {
+		mn := p.Method()
+		names = append(names, mn)
+		if strings.EqualFold(mn, m) {
+			hint = fmt.Sprintf(" (the catalog has %q: letter case differs)", mn)
+		}
+	}
+	if hint == "" {
+		if s := closest(m, names); s != "" {
+			hint = fmt.Sprintf(" (did you mean %q?)", s)
+		}
+	}
+	v.add(Finding{Kind: FindingUnknownMethod, Path: path, Name: key, HasName: true,
+		Message: fmt.Sprintf("method matches nothing: service %q has no method %q%s; the method it was meant for runs with the channel defaults, silently", svc, truncate(m), hint)})
+}
+
+func (v *validator) retryPolicy(rp *jsonValue, path string) {
+	if !v.expect(rp, path, jsonObject) {
+		return
+	}
+	f := v.fields(rp, path, "maxAttempts", "initialBackoff", "maxBackoff", "backoffMultiplier", "retryableStatusCodes")
+	var missing []string
+	for _, k := range []string{"maxAttempts", "initialBackoff", "maxBackoff", "backoffMultiplier", "retryableStatusCodes"} {
+		if f[k] == nil || f[k].kind == jsonNull {
+			missing = append(missing, k)
+		}
+	}
+	if len(missing) > 0 {
+		v.at(FindingInvalidRetryPolicy, path, "missing %s; grpc-go rejects the config", strings.Join(missing, ", "))
+	}
+	if ma := f["maxAttempts"]; ma != nil && ma.kind != jsonNull {
+		p := joinPath(path, "maxAttempts")
+		if v.expect(ma, p, jsonNumber) {
+			n, err := strconv.ParseInt(ma.num.String(), 10, 64)
+			switch {
+			case err != nil:
+				v.at(FindingInvalidRetryPolicy, p, "maxAttempts %s is not an integer; grpc-go rejects the config", truncate(ma.num.String()))
+			case n < 2:
+				v.at(FindingInvalidRetryPolicy, p, "maxAttempts %d counts the original call and must be at least 2; grpc-go rejects the config", n)
+			case n > grpcMaxAttempts:
+				v.at(FindingMaxAttemptsClamped, p, "maxAttempts %d is above %d; grpc-go clamps it to %d silently", n, grpcMaxAttempts, grpcMaxAttempts)
+			}
+		}
+	}
+	for _, k := range []string{"initialBackoff", "maxBackoff"} {
+		if d := f[k]; d != nil && d.kind != jsonNull {
+			p := joinPath(path, k)
+			if dur, ok := v.duration(d, p); ok && dur <= 0 {
+				v.at(FindingInvalidRetryPolicy, p, "%s %s must be positive; grpc-go rejects the config", k, Duration(dur))
+			}
+		}
+	}
+	if bm := f["backoffMultiplier"]; bm != nil && bm.kind != jsonNull {
+		p := joinPath(path, "backoffMultiplier")
+		if v.expect(bm, p, jsonNumber) {
+			x, err := strconv.ParseFloat(bm.num.String(), 64)
+			if err != nil || !(x > 0) || math.IsInf(x, 0) {
+				v.at(FindingInvalidRetryPolicy, p, "backoffMultiplier %s must be a positive number; grpc-go rejects the config", truncate(bm.num.String()))
+			}
+		}
+	}
+	if cs := f["retryableStatusCodes"]; cs != nil && cs.kind != jsonNull {
+		p := joinPath(path, "retryableStatusCodes")
+		if v.expect(cs, p, jsonArray) {
+			if len(cs.elems) == 0 {
+				v.at(FindingInvalidRetryPolicy, p, "retryableStatusCodes is empty; grpc-go rejects the config")
+			}
+			v.codes(cs, p, true)
+		}
+	}
+}
+
+func (v *validator) hedgingPolicy(hp *jsonValue, path string) {
+	v.at(FindingHedgingPolicy, path, "grpc-go does not implement hedging and ignores hedgingPolicy silently; remove it (use a retryPolicy on an idempotent method instead)")
+	if !v.expect(hp, path, jsonObject) {
+		return
+	}
+	f := v.fields(hp, path, "maxAttempts", "hedgingDelay", "nonFatalStatusCodes")
+	if d := f["hedgingDelay"]; d != nil && d.kind != jsonNull {
+		v.duration(d, joinPath(path, "hedgingDelay"))
+	}
+	if cs := f["nonFatalStatusCodes"]; cs != nil && cs.kind != jsonNull {
+		p := joinPath(path, "nonFatalStatusCodes")
+		if v.expect(cs, p, jsonArray) {
+			v.codes(cs, p, false)
+		}
+	}
+}
+
+func (v *validator) codes(cs *jsonValue, path string, retryable bool) {
+	seen := make(map[codes.Code]bool)
+	for i, c := range cs.elems {
+		p := fmt.Sprintf("%s[%d]", path, i)
+		var code codes.Code
+		switch c.kind {
+		case jsonString:
+			parsed, err := ParseCode(c.str)
+			if err != nil || isDigits(c.str) {
+				v.at(FindingInvalidCode, p, "%q is not a gRPC status code name; grpc-go rejects the config", truncate(c.str))
+				continue
+			}
+			if c.str != codeNames[parsed] {
+				v.at(FindingCodeCase, p, "code %q must be written %q; grpc-go accepts upper case only and rejects the config", c.str, codeNames[parsed])
+			}
+			code = parsed
+		case jsonNumber:
+			n, err := strconv.ParseUint(c.num.String(), 10, 32)
+			if err != nil || n >= uint64(numCodes) {
+				v.at(FindingInvalidCode, p, "%s is not a gRPC status code (0–16); grpc-go rejects the config", truncate(c.num.String()))
+				continue
+			}
+			code = codes.Code(n)
+		default:
+			v.at(FindingInvalidCode, p, "a status code must be a name like \"UNAVAILABLE\", not %s; grpc-go rejects the config", c.kind)
+			continue
+		}
+		if seen[code] {
+			continue
+		}
+		seen[code] = true
+		if retryable {
+			d := Eligible(MethodPolicy{Kind: KindIdempotent}, Evidence{Sent: true}, code)
+			if d.Action != Retry {
+				v.at(FindingCodeNotRetryable, p, "%s is not worth retrying even for an idempotent method (%s)", CodeName(code), d.Reason)
+			}
+		}
+	}
+}
+
+func isDigits(s string) bool { return s != "" && allDigits(s) }
+
+func (v *validator) duration(d *jsonValue, path string) (dur int64, ok bool) {
+	if d.kind != jsonString {
+		v.at(FindingInvalidDuration, path, "want a duration string like \"0.1s\", got %s; grpc-go rejects the config", d.kind)
+		return 0, false
+	}
+	t, err := ParseDuration(d.str)
+	if err != nil {
+		v.at(FindingInvalidDuration, path, "%q is not a duration like \"0.1s\" (seconds with an \"s\" suffix); grpc-go rejects the config", truncate(d.str))
+		return 0, false
+	}
+	return int64(t), true
+}
+
+func (v *validator) throttling(rt *jsonValue, path string) {
+	if !v.expect(rt, path, jsonObject) {
+		return
+	}
+	f := v.fields(rt, path, "maxTokens", "tokenRatio")
+	check := func(k string, ok func(float64) bool, want string) {
+		p := joinPath(path, k)
+		x := f[k]
+		if x == nil || x.kind == jsonNull {
+			v.at(FindingInvalidThrottling, p, "%s is missing; it must be %s", k, want)
+			return
+		}
+		if !v.expect(x, p, jsonNumber) {
+			return
+		}
+		n, err := strconv.ParseFloat(x.num.String(), 64)
+		if err != nil || !ok(n) {
+			v.at(FindingInvalidThrottling, p, "%s %s must be %s", k, truncate(x.num.String()), want)
+		}
+	}
+	check("maxTokens", func(x float64) bool { return x > 0 && x <= 1000 }, "in (0, 1000]")
+	check("tokenRatio", func(x float64) bool { return x > 0 && !math.IsInf(x, 0) }, "positive")
+}
+
+// coverage applies grpc-go's lookup (exact name, then service, then channel
+// default) to every catalog method and reports retry policies that cover
+// methods they must not.
+func (v *validator) coverage() {
+	for _, p := range v.cat.Methods() {
+		svc, _, _ := SplitFullMethod(p.FullMethod)
+		var key string
+		var ne *nameEntry
+		for _, k := range []string{p.FullMethod, "/" + svc + "/", ""} {
+			if e, ok := v.names[k]; ok {
+				key, ne = k, e
+				break
+			}
+		}
+		if ne == nil || !v.entries[ne.entry].retry {
+			continue
+		}
+		scope := "its own entry"
+		if key != p.FullMethod {
+			scope = fmt.Sprintf("the entry for %q", key)
+			if key == "" {
+				scope = "the channel default entry"
+			}
+		}
+		switch {
+		case p.Kind == KindKeyed && !p.DurableLedger:
+			v.add(Finding{Kind: FindingRetryKeyedWithoutLedger, Path: ne.path, Name: key, HasName: true, Method: p.FullMethod,
+				Message: fmt.Sprintf("keyed method %s is retried by %s but has no durable ledger behind it, so a retry after a lost response runs the mutation twice", p.FullMethod, scope)})
+		case p.Kind != KindKeyed && p.Kind != KindIdempotent && p.Kind != KindNoSideEffects:
+			v.add(Finding{Kind: FindingRetryNonIdempotent, Path: ne.path, Name: key, HasName: true, Method: p.FullMethod,
+				Message: fmt.Sprintf("non-idempotent method %s is retried by %s; a retry after a lost response runs it twice (mark it idempotency_level = IDEMPOTENT only if that is true)", p.FullMethod, scope)})
+		}
+	}
+}
+
+func joinPath(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+// closest returns the candidate within a small edit distance of s, or "".
+func closest(s string, candidates []string) string {
+	best, bestD := "", 3
+	if len(s) > 128 {
+		return ""
+	}
+	for _, c := range candidates {
+		if len(c) > 128 {
+			continue
+		}
+		if d := editDistance(strings.ToLower(s), strings.ToLower(c)); d < bestD {
+			best, bestD = c, d
+		}
+	}
+	return best
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
