@@ -1,0 +1,155 @@
+// Package dialects is the seam between the ledger and a database family.
+//
+// A [Dialect] owns every SQL statement the ledger runs (see [Queries]) and
+// classifies driver errors into the few [Class] values the ledger and
+// txmiddleware act on. Implementations live in the sub-packages postgres,
+// sqlite and mysql. None of them imports a cgo driver, so a PostgreSQL or
+// MySQL user never needs cgo.
+package dialects
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"regexp"
+	"syscall"
+)
+
+// Dialect is implemented by each database family the ledger supports.
+// Implementations are stateless values and safe for concurrent use.
+type Dialect interface {
+	// Name is the dialect's short name: "postgres", "sqlite" or "mysql".
+	Name() string
+	// QuoteIdent quotes a validated identifier (see [CheckTableName]).
+	QuoteIdent(name string) string
+	// Queries returns the ledger's SQL for the given (already validated,
+	// unquoted) table name.
+	Queries(table string) Queries
+	// Classify reports what kind of failure err is. It looks through
+	// wrapped errors and returns [ClassOther] for anything it does not know,
+	// including nil.
+	Classify(err error) Class
+}
+
+// Queries holds the SQL text of every statement the ledger runs. The
+// ledger passes arguments in the order documented on each field; the
+// dialect chooses placeholder syntax and any locking clauses.
+type Queries struct {
+	// Insert claims an identity. Args: id, caller, method, request_fp,
+	// created_at, expires_at. A conflict on id must either affect zero rows
+	// (ON CONFLICT DO NOTHING) or fail with an error classified as
+	// [ClassUniqueViolation] that leaves the transaction usable.
+	Insert string
+	// Select reads one entry back after a conflict, inside the claiming
+	// transaction. Arg: id. Columns: request_fp, code, response,
+	// response_type, created_at, completed_at, expires_at. It must see the
+	// row that the conflicting transaction committed (a locking read where
+	// the database's snapshot would otherwise hide it).
+	Select string
+	// Reacquire takes over an expired entry atomically. Args: request_fp,
+	// created_at, expires_at, id, now. It must only match when the stored
+	// expires_at <= now, and must clear any stored result.
+	Reacquire string
+	// Complete stores the result of an acquired entry. Args: code,
+	// response, response_type, completed_at, id. It must only match a row
+	// whose completed_at IS NULL.
+	Complete string
+	// Lookup reads committed state without locking. Arg: id. Columns as
+	// for Select.
+	Lookup string
+	// Sweep deletes at most a batch of expired entries. Args: now, batch.
+	Sweep string
+}
+
+// Class is the kind of a database failure, as far as the ledger cares.
+type Class int
+
+// The classes of failure a dialect distinguishes.
+const (
+	// ClassOther is any error the dialect does not recognise.
+	ClassOther Class = iota
+	// ClassUniqueViolation is a duplicate key on a unique constraint or
+	// primary key (PostgreSQL 23505, MySQL 1062, SQLite 2067 and 1555).
+	ClassUniqueViolation
+	// ClassSerialization means the transaction's snapshot cannot see a
+	// conflicting commit (PostgreSQL 40001, SQLite BUSY_SNAPSHOT 517).
+	// Retry the whole transaction.
+	ClassSerialization
+	// ClassDeadlock is a detected deadlock (PostgreSQL 40P01, MySQL 1213).
+	// Retry the whole transaction.
+	ClassDeadlock
+	// ClassLockTimeout means a wait bound passed while another transaction
+	// held a lock (PostgreSQL 55P03 and 57014, MySQL 1205, SQLite BUSY 5).
+	ClassLockTimeout
+	// ClassConnection means the connection broke or the server went away
+	// (PostgreSQL class 08 and 57P01–57P03, driver.ErrBadConn, network
+	// errors). Whether a COMMIT took effect is then unknown.
+	ClassConnection
+)
+
+var classNames = [...]string{"other", "unique violation", "serialization failure", "deadlock", "lock timeout", "connection failure"}
+
+// String returns a short lower-case description of c.
+func (c Class) String() string {
+	if c < 0 || int(c) >= len(classNames) {
+		return fmt.Sprintf("class(%d)", int(c))
+	}
+	return classNames[c]
+}
+
+// Retryable reports whether a transaction that failed with this class
+// should be retried as a whole: serialization failures and deadlocks.
+func (c Class) Retryable() bool {
+	return c == ClassSerialization || c == ClassDeadlock
+}
+
+// ClassifyConnection recognises connection failures common to every
+// driver: driver.ErrBadConn, io.ErrUnexpectedEOF, io.EOF, net.Error and
+// connection resets. Dialects call it after their own codes.
+func ClassifyConnection(err error) Class {
+	if err == nil {
+		return ClassOther
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return ClassOther
+	}
+	var ne net.Error
+	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE) || errors.As(err, &ne) {
+		return ClassConnection
+	}
+	return ClassOther
+}
+
+// MaxTableNameLen is the longest table name accepted, leaving room for the
+// suffixes of index and version-table names within every database's limit.
+const MaxTableNameLen = 48
+
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// ErrBadTableName is returned (wrapped) for a table name that is not a
+// plain identifier.
+var ErrBadTableName = errors.New("invalid table name")
+
+// CheckTableName reports whether name is a plain SQL identifier: a letter
+// or underscore, then letters, digits or underscores, at most
+// [MaxTableNameLen] bytes. Schema-qualified names are not accepted; set the
+// schema through the connection (PostgreSQL search_path) instead.
+func CheckTableName(name string) error {
+	if len(name) == 0 || len(name) > MaxTableNameLen || !identRE.MatchString(name) {
+		return fmt.Errorf("%w %q: want a letter or underscore followed by letters, digits or underscores, at most %d bytes",
+			ErrBadTableName, truncate(name, 64), MaxTableNameLen)
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

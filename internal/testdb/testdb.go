@@ -1,0 +1,136 @@
+// Package testdb opens the real databases the kit's tests run against.
+//
+// SQLite always runs, in a temporary file. PostgreSQL runs when
+// OPLEDGER_TEST_POSTGRES_DSN is set, once through lib/pq and once through
+// pgx's stdlib driver. Without the variable those targets skip with a
+// message naming it, unless OPLEDGER_TEST_REQUIRE_DBS=1, when the skip
+// becomes a failure (CI sets it). Every target gets its own freshly
+// migrated table, dropped again when the test ends, and a check that no
+// connection is left in use.
+package testdb
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // driver "pgx"
+	_ "github.com/lib/pq"              // driver "postgres"
+	_ "github.com/mattn/go-sqlite3"    // driver "sqlite3"
+
+	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/dialects/postgres"
+	"github.com/opledger/opledger/dialects/sqlite"
+	"github.com/opledger/opledger/migrations"
+)
+
+// Environment variables the tests read.
+const (
+	EnvPostgres = "OPLEDGER_TEST_POSTGRES_DSN"
+	EnvMySQL    = "OPLEDGER_TEST_MYSQL_DSN"
+	EnvRequire  = "OPLEDGER_TEST_REQUIRE_DBS"
+)
+
+// Target is one database the tests run against.
+type Target struct {
+	// Name is "sqlite", "postgres/pq" or "postgres/pgx".
+	Name    string
+	Dialect dialects.Dialect
+	// Open returns a new pool with at most maxConns connections, closed
+	// when the test ends.
+	Open func(t testing.TB, maxConns int) *sql.DB
+}
+
+// Targets returns every target: SQLite always, PostgreSQL (both drivers)
+// when its DSN is set. A missing DSN skips (or, with EnvRequire, fails)
+// only the subtests that use it: call Require in the subtest.
+func Targets() []Target {
+	return []Target{
+		{Name: "sqlite", Dialect: sqlite.New(), Open: openSQLite},
+		{Name: "postgres/pq", Dialect: postgres.New(), Open: openPostgres("postgres")},
+		{Name: "postgres/pgx", Dialect: postgres.New(), Open: openPostgres("pgx")},
+	}
+}
+
+// Skip skips the test for a database that is not configured, naming the
+// variable, or fails it when EnvRequire is set.
+func Skip(t testing.TB, env string) {
+	t.Helper()
+	if os.Getenv(EnvRequire) == "1" {
+		t.Fatalf("%s is not set, and %s=1 requires every database", env, EnvRequire)
+	}
+	t.Skipf("set %s to run this test against a real database", env)
+}
+
+func openSQLite(t testing.TB, maxConns int) *sql.DB {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	return open(t, "sqlite3", sqlite.DSN(path, 10*time.Second), maxConns)
+}
+
+func openPostgres(driver string) func(testing.TB, int) *sql.DB {
+	return func(t testing.TB, maxConns int) *sql.DB {
+		t.Helper()
+		dsn := os.Getenv(EnvPostgres)
+		if dsn == "" {
+			Skip(t, EnvPostgres)
+		}
+		return open(t, driver, dsn, maxConns)
+	}
+}
+
+func open(t testing.TB, driver, dsn string, maxConns int) *sql.DB {
+	t.Helper()
+	db, err := sql.Open(driver, dsn)
+	if err != nil {
+		t.Fatalf("open %s: %v", driver, err)
+	}
+	db.SetMaxOpenConns(maxConns)
+	db.SetMaxIdleConns(maxConns)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		t.Fatalf("ping %s: %v", driver, err)
+	}
+	t.Cleanup(func() {
+		if n := db.Stats().InUse; n != 0 {
+			t.Errorf("%d connections still in use when the test ended (a transaction or rows leaked)", n)
+		}
+		db.Close()
+	})
+	return db
+}
+
+// NewTable migrates a fresh, uniquely named ledger table into db and
+// drops it (with its version table) when the test ends.
+func NewTable(t testing.TB, db *sql.DB, d dialects.Dialect) string {
+	t.Helper()
+	var b [5]byte
+	_, _ = rand.Read(b[:])
+	table := "opl_test_" + hex.EncodeToString(b[:])
+	m, err := migrations.New(db, d, migrations.WithTable(table))
+	if err != nil {
+		t.Fatalf("migrations: %v", err)
+	}
+	ctx := context.Background()
+	if _, err := m.Up(ctx); err != nil {
+		t.Fatalf("migrate up: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := m.Down(ctx); err != nil {
+			t.Errorf("migrate down: %v", err)
+		}
+		if _, err := db.ExecContext(ctx, "DROP TABLE "+d.QuoteIdent(migrations.VersionTable(table))); err != nil {
+			t.Errorf("drop version table: %v", err)
+		}
+	})
+	return table
+}

@@ -1,0 +1,32 @@
+// Package ledger is the durable operation ledger: it makes a keyed
+// mutation take effect once, however often it is retried.
+//
+// A service claims the operation's [Identity] inside the same *sql.Tx that
+// holds its business write, so the claim and the write commit or roll back
+// together:
+//
+//	tx, err := db.BeginTx(ctx, nil)
+//	...
+//	c, err := l.Claim(ctx, tx, ledger.ClaimRequest{Identity: id, Fingerprint: fp})
+//	switch {
+//	case errors.Is(err, ledger.ErrKeyReused): // the key was used for another request
+//	case err != nil: // ErrInProgress, ErrRetryable, …
+//	case c.Acquired():
+//		// do the mutation with tx, then record its result
+//		err = l.Complete(ctx, tx, c, ledger.Result{Response: resp, TypeName: "pkg.Resp"})
+//	default:
+//		// a replay: return c.Result, do nothing
+//	}
+//	err = tx.Commit()
+//
+// The claim inserts first and reads only on conflict, against a unique
+// constraint on the identity; it never reads-then-inserts, and it never
+// opens a transaction or connection of its own. Identity is the caller's
+// fingerprint, the full gRPC method and the SHA-256 of the caller's key;
+// the raw key is never stored. A key reused with a different request
+// fingerprint is [ErrKeyReused], never a replay.
+//
+// The ledger knows nothing of gRPC: result codes are plain integers. SQL
+// text and error classification come from a dialect (see package
+// dialects); the table comes from package migrations.
+package ledger

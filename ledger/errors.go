@@ -1,0 +1,98 @@
+package ledger
+
+import (
+	"errors"
+
+	"github.com/opledger/opledger/dialects"
+)
+
+// Sentinel errors. Every error the ledger returns can be matched with
+// errors.Is against one of these (or against context errors and
+// sql.ErrTxDone, which it wraps unchanged).
+var (
+	// ErrInvalid marks bad input: an identity part, a result over the size
+	// limit, a nil transaction, a bad table name. Nothing was written.
+	ErrInvalid = errors.New("ledger: invalid input")
+
+	// ErrKeyReused means the identity exists with a different request
+	// fingerprint: the caller reused a key for another request. It is a
+	// caller error (gRPC FAILED_PRECONDITION), never a replay.
+	ErrKeyReused = errors.New("ledger: idempotency key reused with a different request")
+
+	// ErrInProgress means another open transaction holds the identity and
+	// the wait bound (the transaction's lock timeout, the SQLite busy
+	// timeout) passed. Try again later (gRPC ABORTED).
+	ErrInProgress = errors.New("ledger: operation in progress in another transaction")
+
+	// ErrIncomplete means an entry was committed without Complete: the
+	// operation's outcome is unknown. It stays so until it expires.
+	ErrIncomplete = errors.New("ledger: operation was committed without a result")
+
+	// ErrRetryable means the database aborted the transaction for a reason
+	// that a retry of the whole transaction may resolve: a serialization
+	// failure, a deadlock, or an entry that changed under the claim
+	// repeatedly. Roll back and run the unit again.
+	ErrRetryable = errors.New("ledger: transaction must be retried")
+
+	// ErrNotAcquired means Complete was called with a claim that is not an
+	// acquisition by this transaction, or that was already completed.
+	ErrNotAcquired = errors.New("ledger: claim was not acquired by this transaction")
+
+	// ErrNotFound means Lookup found no live entry for the identity:
+	// nothing was committed, or the entry expired.
+	ErrNotFound = errors.New("ledger: no entry for this identity")
+)
+
+// InputError describes bad input. It matches [ErrInvalid].
+type InputError struct {
+	// Field names the offending input: "caller", "method", "key",
+	// "fingerprint", "result", "tx", "table", "option".
+	Field string
+	// Reason says what is wrong, never echoing a key.
+	Reason string
+	// Err is the underlying error, if any (dialects.ErrBadTableName).
+	Err error
+}
+
+func (e *InputError) Error() string { return "ledger: invalid " + e.Field + ": " + e.Reason }
+
+// Unwrap returns [ErrInvalid] and the underlying error, if any.
+func (e *InputError) Unwrap() []error {
+	if e.Err != nil {
+		return []error{ErrInvalid, e.Err}
+	}
+	return []error{ErrInvalid}
+}
+
+func invalid(field, reason string) error { return &InputError{Field: field, Reason: reason} }
+
+// DBError is a database failure during a ledger operation. It keeps the
+// driver's error (reachable with errors.As) and its classification, and
+// matches [ErrRetryable] for serialization failures and deadlocks and
+// [ErrInProgress] for lock and busy timeouts.
+type DBError struct {
+	// Op is the ledger operation: "claim", "complete", "lookup", "sweep".
+	Op string
+	// Class is the dialect's classification of Err.
+	Class dialects.Class
+	// Err is the driver's error.
+	Err error
+}
+
+func (e *DBError) Error() string {
+	return "ledger: " + e.Op + ": " + e.Class.String() + ": " + e.Err.Error()
+}
+
+// Unwrap returns the driver's error.
+func (e *DBError) Unwrap() error { return e.Err }
+
+// Is reports whether the failure matches ErrRetryable or ErrInProgress.
+func (e *DBError) Is(target error) bool {
+	switch target {
+	case ErrRetryable:
+		return e.Class.Retryable()
+	case ErrInProgress:
+		return e.Class == dialects.ClassLockTimeout
+	}
+	return false
+}

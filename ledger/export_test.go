@@ -1,0 +1,5 @@
+package ledger
+
+// SetAfterConflict installs a hook that runs between a conflicting insert
+// and the read-back, so tests can delete the row in that window.
+func SetAfterConflict(s *Store, f func()) { s.afterConflict = f }

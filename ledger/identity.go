@@ -1,0 +1,184 @@
+package ledger
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Limits on the parts of an identity.
+const (
+	// MaxCallerLen is the longest caller fingerprint accepted, in bytes.
+	MaxCallerLen = 512
+	// MaxMethodLen is the longest full method name accepted, in bytes.
+	MaxMethodLen = 512
+	// MaxKeyLen is the longest idempotency key accepted, in bytes.
+	MaxKeyLen = 255
+)
+
+// Identity names one logical operation: who asked (the caller
+// fingerprint), what was asked (the full gRPC method) and which attempt
+// family (the SHA-256 of the caller's idempotency key). All three parts
+// are load-bearing: without the caller one tenant's key suppresses
+// another's write; without the method a key reused across operations
+// replays the wrong answer.
+//
+// The zero Identity is invalid; build one with [NewIdentity]. An Identity
+// holds no trace of the raw key besides its hash.
+type Identity struct {
+	caller  string
+	method  string
+	keyHash [32]byte
+	id      [32]byte
+}
+
+// NewIdentity validates the three parts and returns the identity.
+//
+// caller must be non-empty, at most [MaxCallerLen] bytes of valid UTF-8
+// without control characters. method must be a full gRPC method name,
+// "/package.Service/Method". key must be 1 to [MaxKeyLen] bytes of
+// printable ASCII. Errors wrap [ErrInvalid]; they never contain the key.
+func NewIdentity(caller, method, key string) (Identity, error) {
+	if err := checkCaller(caller); err != nil {
+		return Identity{}, err
+	}
+	if err := CheckMethod(method); err != nil {
+		return Identity{}, err
+	}
+	if err := checkKey(key); err != nil {
+		return Identity{}, err
+	}
+	return newIdentity(caller, method, sha256.Sum256([]byte(key))), nil
+}
+
+func newIdentity(caller, method string, keyHash [32]byte) Identity {
+	return Identity{caller: caller, method: method, keyHash: keyHash, id: digest(caller, method, keyHash)}
+}
+
+// digest is the compact primary key: SHA-256 over the length-prefixed
+// triple, so two different triples never produce the same input.
+func digest(caller, method string, keyHash [32]byte) [32]byte {
+	h := sha256.New()
+	var n [8]byte
+	h.Write([]byte("opledger/v1\x00"))
+	binary.BigEndian.PutUint64(n[:], uint64(len(caller)))
+	h.Write(n[:])
+	h.Write([]byte(caller))
+	binary.BigEndian.PutUint64(n[:], uint64(len(method)))
+	h.Write(n[:])
+	h.Write([]byte(method))
+	binary.BigEndian.PutUint64(n[:], uint64(len(keyHash)))
+	h.Write(n[:])
+	h.Write(keyHash[:])
+	var out [32]byte
+	h.Sum(out[:0])
+	return out
+}
+
+// Caller returns the caller fingerprint.
+func (i Identity) Caller() string { return i.caller }
+
+// Method returns the full gRPC method name.
+func (i Identity) Method() string { return i.method }
+
+// KeyHash returns the SHA-256 of the idempotency key.
+func (i Identity) KeyHash() [32]byte { return i.keyHash }
+
+// ID returns the entry's primary key: the SHA-256 of the length-prefixed
+// (caller, method, key hash) triple.
+func (i Identity) ID() [32]byte { return i.id }
+
+// IsZero reports whether i is the zero (invalid) Identity.
+func (i Identity) IsZero() bool { return i.caller == "" }
+
+// String returns a form safe to log: caller, method and a short prefix of
+// the entry id. It never contains the key.
+func (i Identity) String() string {
+	if i.IsZero() {
+		return "ledger.Identity(zero)"
+	}
+	return i.caller + " " + i.method + " " + hex.EncodeToString(i.id[:6])
+}
+
+func checkCaller(caller string) error {
+	switch {
+	case caller == "":
+		return invalid("caller", "must not be empty")
+	case len(caller) > MaxCallerLen:
+		return invalid("caller", "longer than 512 bytes")
+	case !utf8.ValidString(caller):
+		return invalid("caller", "not valid UTF-8")
+	case strings.IndexFunc(caller, unicode.IsControl) >= 0:
+		return invalid("caller", "contains a control character")
+	}
+	return nil
+}
+
+// CheckMethod reports whether method is a full gRPC method name,
+// "/package.Service/Method": a leading slash, a service name of dotted
+// identifiers, a slash and a method identifier. Errors wrap [ErrInvalid].
+func CheckMethod(method string) error {
+	if len(method) > MaxMethodLen {
+		return invalid("method", "longer than 512 bytes")
+	}
+	if len(method) < 4 || method[0] != '/' {
+		return invalid("method", "want the full form /package.Service/Method")
+	}
+	rest := method[1:]
+	slash := strings.IndexByte(rest, '/')
+	if slash <= 0 || slash == len(rest)-1 {
+		return invalid("method", "want the full form /package.Service/Method")
+	}
+	service, name := rest[:slash], rest[slash+1:]
+	for _, part := range strings.Split(service, ".") {
+		if !isIdent(part) {
+			return invalid("method", "service name is not a dotted identifier")
+		}
+	}
+	if !isIdent(name) {
+		return invalid("method", "method name is not an identifier")
+	}
+	return nil
+}
+
+func isIdent(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '_', 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z':
+		case '0' <= c && c <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func checkKey(key string) error {
+	if len(key) == 0 || len(key) > MaxKeyLen {
+		return invalid("key", "must be 1 to 255 bytes")
+	}
+	for i := 0; i < len(key); i++ {
+		if key[i] < 0x20 || key[i] > 0x7e {
+			return invalid("key", "must be printable ASCII")
+		}
+	}
+	return nil
+}
+
+// Fingerprint is the digest of a canonical encoding of the request (in
+// grpcint, SHA-256 of the deterministic protobuf marshalling). The ledger
+// stores it with the claim to tell a retry from a reused key.
+type Fingerprint [32]byte
+
+// FingerprintOf returns the SHA-256 of b.
+func FingerprintOf(b []byte) Fingerprint { return sha256.Sum256(b) }
+
+// IsZero reports whether f is all zero bytes, which no real digest is.
+func (f Fingerprint) IsZero() bool { return f == Fingerprint{} }

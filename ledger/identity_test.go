@@ -1,0 +1,102 @@
+package ledger_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/opledger/opledger/ledger"
+)
+
+func TestNewIdentityValidation(t *testing.T) {
+	long := strings.Repeat("k", 256)
+	bad := []struct{ name, caller, method, key, field string }{
+		{"empty caller", "", method, "k", "caller"},
+		{"long caller", strings.Repeat("c", 513), method, "k", "caller"},
+		{"invalid utf8 caller", "a\xffb", method, "k", "caller"},
+		{"control in caller", "a\x00b", method, "k", "caller"},
+		{"newline in caller", "a\nb", method, "k", "caller"},
+		{"no slash", "c", "pay.v1.Payments/Transfer", "k", "method"},
+		{"no method", "c", "/pay.v1.Payments/", "k", "method"},
+		{"no service", "c", "//Transfer", "k", "method"},
+		{"bad service", "c", "/pay..Payments/Transfer", "k", "method"},
+		{"extra slash", "c", "/pay.Payments/Trans/fer", "k", "method"},
+		{"space", "c", "/pay.Payments/Trans fer", "k", "method"},
+		{"empty key", "c", method, "", "key"},
+		{"long key", "c", method, long, "key"},
+		{"control in key", "c", method, "secret\x01key", "key"},
+		{"non-ascii key", "c", method, "sécret", "key"},
+	}
+	for _, tc := range bad {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ledger.NewIdentity(tc.caller, tc.method, tc.key)
+			var ie *ledger.InputError
+			if !errors.Is(err, ledger.ErrInvalid) || !errors.As(err, &ie) || ie.Field != tc.field {
+				t.Fatalf("got %v, want an InputError on %s", err, tc.field)
+			}
+			if tc.key != "" && len(tc.key) > 3 && strings.Contains(err.Error(), tc.key) {
+				t.Fatalf("error %q contains the key", err)
+			}
+		})
+	}
+	good := []struct{ caller, method, key string }{
+		{"spiffe://prod/ns/pay/sa/api", method, "0a6f2c8e-3b1d-4e55-9c0f-7f1d2a3b4c5d"},
+		{"租户", "/Svc/M", "k"},
+		{strings.Repeat("c", 512), "/a.b.c.D_e/F1", strings.Repeat("~", 255)},
+	}
+	for _, g := range good {
+		if _, err := ledger.NewIdentity(g.caller, g.method, g.key); err != nil {
+			t.Errorf("NewIdentity(%q, %q, …): %v", g.caller, g.method, err)
+		}
+	}
+}
+
+func TestIdentityPartsAreSeparated(t *testing.T) {
+	// Moving bytes between parts must change the identity.
+	a := mustID(t, "ab", "/c.D/E", "k")
+	b := mustID(t, "a", "/c.D/E", "k")
+	c := mustID(t, "ab", "/c.D/E", "k2")
+	d := mustID(t, "ab", "/c.D/F", "k")
+	ids := map[[32]byte]bool{a.ID(): true, b.ID(): true, c.ID(): true, d.ID(): true}
+	if len(ids) != 4 {
+		t.Fatal("distinct triples share an id")
+	}
+	if a.ID() != mustID(t, "ab", "/c.D/E", "k").ID() {
+		t.Fatal("identity is not deterministic")
+	}
+	if strings.Contains(a.String(), "k ") || a.Caller() != "ab" || a.Method() != "/c.D/E" {
+		t.Fatalf("accessors: %q", a.String())
+	}
+	var zero ledger.Identity
+	if !zero.IsZero() || zero.String() == "" {
+		t.Fatal("zero identity")
+	}
+}
+
+func FuzzNewIdentity(f *testing.F) {
+	f.Add("tenant", "/pkg.Svc/Method", "key-1")
+	f.Add("", "/", "")
+	f.Add("a\x00", "//x", "\x7f")
+	f.Add("spiffe://x", "/a.b/c/d", strings.Repeat("z", 300))
+	f.Fuzz(func(t *testing.T, caller, method, key string) {
+		id, err := ledger.NewIdentity(caller, method, key)
+		if err != nil {
+			if !errors.Is(err, ledger.ErrInvalid) {
+				t.Fatalf("error does not wrap ErrInvalid: %v", err)
+			}
+			if len(key) >= 8 && strings.Contains(err.Error(), key) {
+				t.Fatalf("error contains the key: %v", err)
+			}
+			return
+		}
+		if id.IsZero() || id.Caller() != caller || id.Method() != method {
+			t.Fatalf("accepted identity lost a part: %v", id)
+		}
+		if err := ledger.CheckMethod(method); err != nil {
+			t.Fatalf("accepted method fails CheckMethod: %v", err)
+		}
+		if len(key) >= 8 && strings.Contains(id.String(), key) {
+			t.Fatal("String contains the key")
+		}
+	})
+}

@@ -1,0 +1,473 @@
+package ledger
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/opledger/opledger/dialects"
+)
+
+// Ledger is the port the rest of the kit depends on. The SQL
+// implementation is [Store]; the conformance suite proves any other.
+type Ledger interface {
+	// Claim claims req's identity inside tx. See [Store.Claim].
+	Claim(ctx context.Context, tx *sql.Tx, req ClaimRequest) (*Claim, error)
+	// Complete records the result of an acquired claim in the same tx.
+	Complete(ctx context.Context, tx *sql.Tx, c *Claim, r Result) error
+	// Lookup reads committed state for an identity without claiming it.
+	Lookup(ctx context.Context, q Querier, id Identity) (*Entry, error)
+}
+
+// Querier is what Lookup reads through: *sql.DB, *sql.Conn and *sql.Tx all
+// satisfy it.
+type Querier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+var (
+	_ Querier = (*sql.DB)(nil)
+	_ Querier = (*sql.Conn)(nil)
+	_ Querier = (*sql.Tx)(nil)
+	_ Ledger  = (*Store)(nil)
+)
+
+// ClaimRequest is what Claim needs.
+type ClaimRequest struct {
+	// Identity names the operation; build it with NewIdentity.
+	Identity Identity
+	// Fingerprint is the digest of the request; a retry must present the
+	// same one.
+	Fingerprint Fingerprint
+}
+
+// Result is what an operation produced, stored on completion and returned
+// on replay byte for byte.
+type Result struct {
+	// Code is the status code (0 for success; gRPC codes in grpcint).
+	Code uint32
+	// Response is the encoded response, or an encoded status for a
+	// recorded error. Nil and empty are stored alike and replay as empty.
+	Response []byte
+	// TypeName names the type encoded in Response (a protobuf full name),
+	// at most MaxTypeNameLen bytes of UTF-8 without control characters.
+	TypeName string
+}
+
+// MaxTypeNameLen is the longest Result.TypeName accepted, in bytes.
+const MaxTypeNameLen = 512
+
+// Outcome says what Claim found.
+type Outcome int
+
+const (
+	// Acquired means this transaction owns the identity: run the mutation
+	// in the same transaction, then Complete.
+	Acquired Outcome = iota + 1
+	// Replay means an earlier transaction completed the operation: return
+	// Claim.Result and do nothing.
+	Replay
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Acquired:
+		return "acquired"
+	case Replay:
+		return "replay"
+	}
+	return fmt.Sprintf("Outcome(%d)", int(o))
+}
+
+// Claim is the outcome of a successful Store.Claim.
+type Claim struct {
+	// Outcome is Acquired or Replay.
+	Outcome Outcome
+	// Identity is the identity claimed.
+	Identity Identity
+	// Result is the stored result (Replay only).
+	Result Result
+	// CompletedAt is when the stored result was recorded (Replay only).
+	CompletedAt time.Time
+
+	tx        *sql.Tx
+	owner     *Store
+	completed bool
+}
+
+// Acquired reports whether this transaction owns the identity.
+func (c *Claim) Acquired() bool { return c != nil && c.Outcome == Acquired }
+
+// State says whether a committed entry has a result.
+type State int
+
+const (
+	// Pending: the entry was committed without a result (see ErrIncomplete).
+	Pending State = iota + 1
+	// Completed: the entry holds a result.
+	Completed
+)
+
+// Entry is committed ledger state, as Lookup returns it.
+type Entry struct {
+	Identity    Identity
+	State       State
+	Fingerprint Fingerprint
+	Result      Result // when Completed
+	CreatedAt   time.Time
+	CompletedAt time.Time // zero when Pending
+	ExpiresAt   time.Time
+}
+
+// Defaults for Store options.
+const (
+	DefaultTable         = "opledger_operations"
+	DefaultRetention     = 24 * time.Hour
+	DefaultMaxResultSize = 1 << 20
+)
+
+// Option configures a Store.
+type Option func(*Store) error
+
+// WithTable sets the ledger's table (default "opledger_operations"): a
+// plain identifier, always quoted in SQL. It must match the table the
+// migrations created.
+func WithTable(name string) Option {
+	return func(s *Store) error {
+		if err := dialects.CheckTableName(name); err != nil {
+			return &InputError{Field: "table", Reason: err.Error(), Err: err}
+		}
+		s.table = name
+		return nil
+	}
+}
+
+// WithRetention sets how long an entry lives after it is claimed (default
+// 24h). Past it, a claim re-acquires the entry and Sweep deletes it.
+func WithRetention(d time.Duration) Option {
+	return func(s *Store) error {
+		if d <= 0 {
+			return invalid("option", "retention must be positive")
+		}
+		s.retention = d
+		return nil
+	}
+}
+
+// WithMaxResultSize bounds Result.Response in bytes (default 1 MiB).
+func WithMaxResultSize(n int) Option {
+	return func(s *Store) error {
+		if n < 0 {
+			return invalid("option", "maximum result size must not be negative")
+		}
+		s.maxResult = n
+		return nil
+	}
+}
+
+// WithClock replaces time.Now, for tests.
+func WithClock(now func() time.Time) Option {
+	return func(s *Store) error {
+		if now == nil {
+			return invalid("option", "clock must not be nil")
+		}
+		s.now = now
+		return nil
+	}
+}
+
+// Store is the database/sql implementation of Ledger. It holds no
+// connection: every call runs on the transaction or handle it is given.
+// A Store is safe for concurrent use.
+type Store struct {
+	d         dialects.Dialect
+	table     string
+	retention time.Duration
+	maxResult int
+	now       func() time.Time
+	q         dialects.Queries
+
+	// afterConflict, when set (by tests only), runs between a conflicting
+	// insert and the read that follows it.
+	afterConflict func()
+}
+
+// New returns a Store for dialect d.
+func New(d dialects.Dialect, opts ...Option) (*Store, error) {
+	if d == nil {
+		return nil, invalid("option", "dialect must not be nil")
+	}
+	s := &Store{d: d, table: DefaultTable, retention: DefaultRetention, maxResult: DefaultMaxResultSize, now: time.Now}
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(s); err != nil {
+			return nil, err
+		}
+	}
+	s.q = d.Queries(s.table)
+	return s, nil
+}
+
+// Dialect returns the store's dialect.
+func (s *Store) Dialect() dialects.Dialect { return s.d }
+
+// Table returns the store's table name.
+func (s *Store) Table() string { return s.table }
+
+// maxClaimLoops bounds the insert/read loop: a row can be deleted (swept)
+// between the conflict and the read, or re-acquired by another claimant.
+const maxClaimLoops = 4
+
+// Claim claims req.Identity inside tx.
+//
+// It inserts first; only on conflict does it read the existing entry
+// (never read-then-insert). It never opens a transaction or connection of
+// its own, so the claim commits or rolls back with the caller's mutation.
+// The result is:
+//   - a Claim with Outcome Acquired: this transaction owns the identity;
+//   - a Claim with Outcome Replay and the stored Result;
+//   - ErrKeyReused: the identity exists with another fingerprint;
+//   - ErrInProgress: another open transaction held the identity past the
+//     transaction's lock timeout (or SQLite's busy timeout);
+//   - ErrIncomplete: the entry was committed without a result;
+//   - an error matching ErrRetryable (serialization failure, deadlock):
+//     roll back and retry the whole transaction;
+//   - ErrInvalid, a context error, sql.ErrTxDone, or another *DBError.
+//
+// An entry past its retention is re-acquired atomically: of many
+// concurrent claimants exactly one acquires it.
+func (s *Store) Claim(ctx context.Context, tx *sql.Tx, req ClaimRequest) (*Claim, error) {
+	if tx == nil {
+		return nil, invalid("tx", "transaction must not be nil")
+	}
+	if req.Identity.IsZero() {
+		return nil, invalid("caller", "identity is zero; build it with NewIdentity")
+	}
+	if req.Fingerprint.IsZero() {
+		return nil, invalid("fingerprint", "must not be all zero")
+	}
+	id := req.Identity.id[:]
+	fp := req.Fingerprint[:]
+	for range maxClaimLoops {
+		now := s.now()
+		created, expires := micros(now), micros(now.Add(s.retention))
+		res, err := tx.ExecContext(ctx, s.q.Insert, id, req.Identity.caller, req.Identity.method, fp, created, expires)
+		if err != nil {
+			if s.d.Classify(err) != dialects.ClassUniqueViolation {
+				return nil, s.fail(ctx, "claim", err)
+			}
+		} else if n, err := res.RowsAffected(); err != nil {
+			return nil, s.fail(ctx, "claim", err)
+		} else if n == 1 {
+			return &Claim{Outcome: Acquired, Identity: req.Identity, tx: tx, owner: s}, nil
+		}
+
+		// Conflict: read the entry that is there.
+		if s.afterConflict != nil {
+			s.afterConflict()
+		}
+		e, err := s.scan(tx.QueryRowContext(ctx, s.q.Select, id))
+		if errors.Is(err, sql.ErrNoRows) {
+			continue // deleted between the conflict and the read: insert again
+		}
+		if err != nil {
+			return nil, s.fail(ctx, "claim", err)
+		}
+		if e.expiresAt <= created {
+			res, err := tx.ExecContext(ctx, s.q.Reacquire, fp, created, expires, id, created)
+			if err != nil {
+				return nil, s.fail(ctx, "claim", err)
+			}
+			n, err := res.RowsAffected()
+			if err != nil {
+				return nil, s.fail(ctx, "claim", err)
+			}
+			if n == 1 {
+				return &Claim{Outcome: Acquired, Identity: req.Identity, tx: tx, owner: s}, nil
+			}
+			continue // another claimant re-acquired it first: read again
+		}
+		if !bytes.Equal(e.fp, fp) {
+			return nil, ErrKeyReused
+		}
+		if e.completedAt == nil {
+			return nil, ErrIncomplete
+		}
+		return &Claim{Outcome: Replay, Identity: req.Identity, Result: e.result, CompletedAt: fromMicros(*e.completedAt)}, nil
+	}
+	return nil, fmt.Errorf("ledger: claim: entry changed under the claim %d times: %w", maxClaimLoops, ErrRetryable)
+}
+
+// Complete records r as the result of c in tx, which must be the
+// transaction that acquired c. It returns ErrNotAcquired for a replay, a
+// claim from another transaction or store, or a claim already completed,
+// and ErrInvalid for a result over the size limit.
+func (s *Store) Complete(ctx context.Context, tx *sql.Tx, c *Claim, r Result) error {
+	if tx == nil {
+		return invalid("tx", "transaction must not be nil")
+	}
+	if c == nil || c.Outcome != Acquired || c.tx != tx || c.owner != s || c.completed {
+		return ErrNotAcquired
+	}
+	if len(r.Response) > s.maxResult {
+		return invalid("result", fmt.Sprintf("response of %d bytes exceeds the limit of %d", len(r.Response), s.maxResult))
+	}
+	if err := checkTypeName(r.TypeName); err != nil {
+		return err
+	}
+	resp := r.Response
+	if resp == nil {
+		resp = []byte{}
+	}
+	res, err := tx.ExecContext(ctx, s.q.Complete, int64(r.Code), resp, r.TypeName, micros(s.now()), c.Identity.id[:])
+	if err != nil {
+		return s.fail(ctx, "complete", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return s.fail(ctx, "complete", err)
+	}
+	if n != 1 {
+		return fmt.Errorf("ledger: complete: entry not pending (%d rows): %w", n, ErrNotAcquired)
+	}
+	c.completed = true
+	return nil
+}
+
+func checkTypeName(name string) error {
+	switch {
+	case len(name) > MaxTypeNameLen:
+		return invalid("result", "type name longer than 512 bytes")
+	case !utf8.ValidString(name):
+		return invalid("result", "type name is not valid UTF-8")
+	case strings.IndexFunc(name, unicode.IsControl) >= 0:
+		return invalid("result", "type name contains a control character")
+	}
+	return nil
+}
+
+// Lookup reads the committed entry for id without claiming or locking it.
+// It returns ErrNotFound when there is none or it has expired; an entry
+// committed without a result comes back with State Pending. An attempt
+// still in flight in another transaction is invisible to it.
+func (s *Store) Lookup(ctx context.Context, q Querier, id Identity) (*Entry, error) {
+	if q == nil {
+		return nil, invalid("tx", "querier must not be nil")
+	}
+	if id.IsZero() {
+		return nil, invalid("caller", "identity is zero; build it with NewIdentity")
+	}
+	e, err := s.scan(q.QueryRowContext(ctx, s.q.Lookup, id.id[:]))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, s.fail(ctx, "lookup", err)
+	}
+	if e.expiresAt <= micros(s.now()) {
+		return nil, ErrNotFound
+	}
+	out := &Entry{
+		Identity:  id,
+		State:     Pending,
+		CreatedAt: fromMicros(e.createdAt),
+		ExpiresAt: fromMicros(e.expiresAt),
+	}
+	copy(out.Fingerprint[:], e.fp)
+	if e.completedAt != nil {
+		out.State = Completed
+		out.Result = e.result
+		out.CompletedAt = fromMicros(*e.completedAt)
+	}
+	return out, nil
+}
+
+// Execer is what Sweep deletes through: *sql.DB and *sql.Conn satisfy it.
+type Execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// Sweep deletes expired entries, at most batch per statement, each
+// statement committing on its own, until a batch comes back short. It
+// returns how many it deleted. On PostgreSQL it skips rows another
+// transaction has locked. Pass a *sql.DB, not a transaction, so that no
+// lock is held for longer than one batch.
+func (s *Store) Sweep(ctx context.Context, db Execer, batch int) (int64, error) {
+	if db == nil {
+		return 0, invalid("tx", "database must not be nil")
+	}
+	if batch <= 0 {
+		return 0, invalid("option", "batch must be positive")
+	}
+	var total int64
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+		res, err := db.ExecContext(ctx, s.q.Sweep, micros(s.now()), batch)
+		if err != nil {
+			return total, s.fail(ctx, "sweep", err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return total, s.fail(ctx, "sweep", err)
+		}
+		total += n
+		if n < int64(batch) {
+			return total, nil
+		}
+	}
+}
+
+// fail wraps a database error. A cancelled or expired context wins over
+// whatever the driver made of it.
+func (s *Store) fail(ctx context.Context, op string, err error) error {
+	if errors.Is(err, sql.ErrTxDone) {
+		return fmt.Errorf("ledger: %s: %w", op, err)
+	}
+	if cerr := ctx.Err(); cerr != nil {
+		return fmt.Errorf("ledger: %s: %w (%w)", op, cerr, err)
+	}
+	return &DBError{Op: op, Class: s.d.Classify(err), Err: err}
+}
+
+type row struct {
+	fp          []byte
+	result      Result
+	createdAt   int64
+	completedAt *int64
+	expiresAt   int64
+}
+
+func (s *Store) scan(r *sql.Row) (row, error) {
+	var (
+		e        row
+		code     sql.NullInt64
+		typeName sql.NullString
+		done     sql.NullInt64
+	)
+	if err := r.Scan(&e.fp, &code, &e.result.Response, &typeName, &e.createdAt, &done, &e.expiresAt); err != nil {
+		return row{}, err
+	}
+	if done.Valid {
+		e.completedAt = &done.Int64
+		e.result.Code = uint32(code.Int64)
+		e.result.TypeName = typeName.String
+		if e.result.Response == nil {
+			e.result.Response = []byte{}
+		}
+	}
+	return e, nil
+}
+
+func micros(t time.Time) int64 { return t.UnixMicro() }
+
+func fromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
