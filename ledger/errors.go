@@ -80,6 +80,9 @@ type DBError struct {
 }
 
 func (e *DBError) Error() string {
+	if e.Class == dialects.ClassOther {
+		return "ledger: " + e.Op + ": " + e.Err.Error()
+	}
 	return "ledger: " + e.Op + ": " + e.Class.String() + ": " + e.Err.Error()
 }
 

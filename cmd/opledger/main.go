@@ -1,0 +1,88 @@
+// Command opledger operates the opledger operation ledger: it migrates the
+// ledger's table, sweeps expired entries, inspects entries, runs the
+// concurrency conformance suite against a database, checks retry
+// ownership in a service config, and runs a demo.
+//
+// Usage:
+//
+//	opledger <command> [flags]
+//
+// The database is chosen with --dsn or OPLEDGER_DSN: postgres:// (or
+// postgresql://) URLs, mysql:// URLs, sqlite: or file: names, or a plain
+// file path for SQLite. Without either, the embedded default is the SQLite
+// file opledger.db in the working directory.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+)
+
+// command is one subcommand: it gets its own arguments and returns the
+// process exit code (0 success, 1 a failed check, 2 usage or set-up error).
+type command struct {
+	summary string
+	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) int
+}
+
+func commands() map[string]command {
+	cmds := map[string]command{
+		"migrate": {"create, remove or show the ledger's table (up, down, status, export)", runMigrate},
+		"sweep":   {"delete expired ledger entries in bounded batches", runSweep},
+		"inspect": {"show the ledger entry for a caller, method and key", runInspect},
+	}
+	for name, c := range extraCommands {
+		cmds[name] = c
+	}
+	return cmds
+}
+
+// extraCommands is filled by the files that add commands (policy,
+// conformance, demo), each in an init function, so that main.go does not
+// change when one is added.
+var extraCommands = map[string]command{}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cmds := commands()
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stdout, cmds)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	c, ok := cmds[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "opledger: unknown command %q (run opledger help)\n", args[0])
+		return 2
+	}
+	return c.run(ctx, args[1:], stdout, stderr)
+}
+
+func usage(w io.Writer, cmds map[string]command) {
+	names := make([]string, 0, len(cmds))
+	for n := range cmds {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	b.WriteString("usage: opledger <command> [flags]\n\ncommands:\n")
+	for _, n := range names {
+		fmt.Fprintf(&b, "  %-12s %s\n", n, cmds[n].summary)
+	}
+	b.WriteString("\nThe database: --dsn or OPLEDGER_DSN (postgres://…, mysql://…, sqlite:PATH or a file path);\n" +
+		"default: the SQLite file opledger.db in the working directory.\n")
+	io.WriteString(w, b.String())
+}
