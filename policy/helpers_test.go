@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -103,3 +104,5 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.t = c.t.Add(d)
 	c.mu.Unlock()
 }
+
+func sprintf(format string, args ...any) string { return fmt.Sprintf(format, args...) }

@@ -124,8 +124,9 @@ func (f Finding) String() string {
 
 // Validate checks a service config (JSON, as given to
 // grpc.WithDefaultServiceConfig or served by a resolver) against a catalog
-// and the channel's retry owner, and returns every finding in document
-// order. It is stricter than grpc-go: besides what grpc-go rejects, it
+// and the channel's retry owner, and returns every finding: problems in the
+// document in document order, then retry policies that cover methods they
+// must not, in catalog order. It is stricter than grpc-go: besides what grpc-go rejects, it
 // reports what grpc-go accepts silently but is almost certainly a mistake
 // (see the Finding kinds). A nil catalog is an empty catalog. An invalid
 // owner is an error wrapping ErrInvalidOwner; everything wrong with the
@@ -227,22 +228,32 @@ func (v *validator) expect(val *jsonValue, path string, kind jsonKind) bool {
 
 func (v *validator) document(root *jsonValue) {
 	f := v.fields(root, "", "loadBalancingPolicy", "loadBalancingConfig", "methodConfig", "retryThrottling", "healthCheckConfig")
-	if lb := f["loadBalancingPolicy"]; lb != nil && lb.kind != jsonNull {
-		v.expect(lb, "loadBalancingPolicy", jsonString)
-	}
-	if hc := f["healthCheckConfig"]; hc != nil && hc.kind != jsonNull && v.expect(hc, "healthCheckConfig", jsonObject) {
-		h := v.fields(hc, "healthCheckConfig", "serviceName")
-		if sn := h["serviceName"]; sn != nil && sn.kind != jsonNull {
-			v.expect(sn, "healthCheckConfig.serviceName", jsonString)
+	// Visit the known keys in the order they appear in the document.
+	for _, fld := range root.fields {
+		for key, val := range f {
+			if val != fld.val || val.kind == jsonNull {
+				continue
+			}
+			switch key {
+			case "loadBalancingPolicy":
+				v.expect(val, key, jsonString)
+			case "healthCheckConfig":
+				if v.expect(val, key, jsonObject) {
+					h := v.fields(val, key, "serviceName")
+					if sn := h["serviceName"]; sn != nil && sn.kind != jsonNull {
+						v.expect(sn, "healthCheckConfig.serviceName", jsonString)
+					}
+				}
+			case "methodConfig":
+				if v.expect(val, key, jsonArray) {
+					for i, mc := range val.elems {
+						v.methodConfig(mc, fmt.Sprintf("methodConfig[%d]", i))
+					}
+				}
+			case "retryThrottling":
+				v.throttling(val, key)
+			}
 		}
-	}
-	if mcs := f["methodConfig"]; mcs != nil && mcs.kind != jsonNull && v.expect(mcs, "methodConfig", jsonArray) {
-		for i, mc := range mcs.elems {
-			v.methodConfig(mc, fmt.Sprintf("methodConfig[%d]", i))
-		}
-	}
-	if rt := f["retryThrottling"]; rt != nil && rt.kind != jsonNull {
-		v.throttling(rt, "retryThrottling")
 	}
 }
 
