@@ -1,0 +1,184 @@
+package dialects_test
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/dialects/postgres"
+	"github.com/opledger/opledger/dialects/sqlite"
+	"github.com/opledger/opledger/internal/testdb"
+)
+
+func TestClassString(t *testing.T) {
+	for c := dialects.ClassOther; c <= dialects.ClassConnection; c++ {
+		if c.String() == "" {
+			t.Fatal(c)
+		}
+	}
+	if dialects.Class(99).String() != "class(99)" || dialects.Class(-1).String() != "class(-1)" {
+		t.Fatal("out of range")
+	}
+	if !dialects.ClassDeadlock.Retryable() || !dialects.ClassSerialization.Retryable() || dialects.ClassLockTimeout.Retryable() {
+		t.Fatal("Retryable")
+	}
+}
+
+func TestCheckTableName(t *testing.T) {
+	for _, ok := range []string{"a", "_x", "opledger_operations", "T1"} {
+		if err := dialects.CheckTableName(ok); err != nil {
+			t.Errorf("%q: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "1a", "a-b", "a.b", "a b", "x;DROP TABLE y", "é", `a"`, "a`b"} {
+		if err := dialects.CheckTableName(bad); !errors.Is(err, dialects.ErrBadTableName) {
+			t.Errorf("%q: %v", bad, err)
+		}
+	}
+}
+
+func TestClassifyConnection(t *testing.T) {
+	for _, err := range []error{driver.ErrBadConn, io.ErrUnexpectedEOF, fmt.Errorf("x: %w", driver.ErrBadConn)} {
+		if got := dialects.ClassifyConnection(err); got != dialects.ClassConnection {
+			t.Errorf("%v: %v", err, got)
+		}
+	}
+	for _, err := range []error{nil, errors.New("x"), context.Canceled, context.DeadlineExceeded, sql.ErrNoRows} {
+		if got := dialects.ClassifyConnection(err); got != dialects.ClassOther {
+			t.Errorf("%v: %v", err, got)
+		}
+	}
+}
+
+// TestPostgresClassifiesRealErrors provokes each error on a real server,
+// through both drivers.
+func TestPostgresClassifiesRealErrors(t *testing.T) {
+	d := postgres.New()
+	for _, tg := range testdb.Targets() {
+		if tg.Dialect.Name() != "postgres" {
+			continue
+		}
+		t.Run(tg.Name, func(t *testing.T) {
+			db := tg.Open(t, 4)
+			ctx := context.Background()
+			cases := []struct {
+				name string
+				sql  string
+				want dialects.Class
+			}{
+				{"unique", "CREATE TEMP TABLE u (k int primary key); INSERT INTO u VALUES (1); INSERT INTO u VALUES (1)", dialects.ClassUniqueViolation},
+				{"serialization", "DO $$ BEGIN RAISE EXCEPTION 'x' USING ERRCODE = '40001'; END $$", dialects.ClassSerialization},
+				{"deadlock", "DO $$ BEGIN RAISE EXCEPTION 'x' USING ERRCODE = '40P01'; END $$", dialects.ClassDeadlock},
+				{"lock timeout", "DO $$ BEGIN RAISE EXCEPTION 'x' USING ERRCODE = '55P03'; END $$", dialects.ClassLockTimeout},
+				{"statement timeout", "SET statement_timeout = '10ms'; SELECT pg_sleep(1)", dialects.ClassLockTimeout},
+				{"admin shutdown", "DO $$ BEGIN RAISE EXCEPTION 'x' USING ERRCODE = '57P01'; END $$", dialects.ClassConnection},
+				{"syntax", "SELEC 1", dialects.ClassOther},
+			}
+			for _, c := range cases {
+				conn, err := db.Conn(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, err = conn.ExecContext(ctx, c.sql)
+				conn.Raw(func(any) error { return driver.ErrBadConn }) // discard the session
+				conn.Close()
+				if err == nil {
+					t.Fatalf("%s: no error", c.name)
+				}
+				if got := d.Classify(fmt.Errorf("wrapped: %w", err)); got != c.want {
+					t.Errorf("%s: %v classified %v, want %v", c.name, err, got, c.want)
+				}
+			}
+			if d.Classify(nil) != dialects.ClassOther {
+				t.Fatal("nil")
+			}
+		})
+	}
+}
+
+// TestSQLiteClassifiesRealErrors provokes the codes with mattn/go-sqlite3.
+func TestSQLiteClassifiesRealErrors(t *testing.T) {
+	d := sqlite.New()
+	path := filepath.Join(t.TempDir(), "c.db")
+	db, err := sql.Open("sqlite3", sqlite.DSN(path, 100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	mustExec := func(q string) {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustExec("CREATE TABLE pk (a INTEGER, b INTEGER, PRIMARY KEY (a, b)) WITHOUT ROWID")
+	mustExec("CREATE TABLE uq (a INTEGER UNIQUE)")
+	mustExec("INSERT INTO pk VALUES (1, 1)")
+	mustExec("INSERT INTO uq VALUES (1)")
+	_, errPK := db.ExecContext(ctx, "INSERT INTO pk VALUES (1, 1)")
+	_, errUQ := db.ExecContext(ctx, "INSERT INTO uq VALUES (1)")
+	_, errNN := db.ExecContext(ctx, "INSERT INTO pk VALUES (NULL, 1)")
+	if got := d.Classify(errPK); got != dialects.ClassUniqueViolation {
+		t.Errorf("composite primary key (1555): %v → %v", errPK, got)
+	}
+	if got := d.Classify(errUQ); got != dialects.ClassUniqueViolation {
+		t.Errorf("unique (2067): %v → %v", errUQ, got)
+	}
+	if got := d.Classify(errNN); got != dialects.ClassOther {
+		t.Errorf("not null: %v → %v", errNN, got)
+	}
+
+	// BUSY: a second immediate transaction waits the busy timeout, then fails.
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	_, errBusy := db.BeginTx(ctx, nil)
+	if got := d.Classify(errBusy); got != dialects.ClassLockTimeout {
+		t.Errorf("busy: %v → %v", errBusy, got)
+	}
+	tx.Rollback()
+
+	// BUSY_SNAPSHOT: a deferred transaction reads, another commits, it writes.
+	deferred, err := sql.Open("sqlite3", "file:"+path+"?_txlock=deferred&_busy_timeout=100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer deferred.Close()
+	dtx, err := deferred.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dtx.Rollback()
+	var n int
+	if err := dtx.QueryRow("SELECT COUNT(*) FROM uq").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	mustExec("INSERT INTO uq VALUES (2)")
+	_, errSnap := dtx.Exec("INSERT INTO uq VALUES (3)")
+	if got := d.Classify(errSnap); got != dialects.ClassSerialization {
+		t.Errorf("busy snapshot: %v → %v", errSnap, got)
+	}
+	if d.Classify(errors.New("plain")) != dialects.ClassOther || d.Classify(nil) != dialects.ClassOther {
+		t.Fatal("foreign errors")
+	}
+}
+
+func TestSQLiteDSN(t *testing.T) {
+	got := sqlite.DSN("/tmp/a?b#c.db", 0)
+	want := "file:/tmp/a%3fb%23c.db?_busy_timeout=5000&_journal_mode=WAL&_txlock=immediate"
+	if got != want {
+		t.Fatalf("got %s, want %s", got, want)
+	}
+	if got := sqlite.DSN("x.db", 250*time.Millisecond); got != "file:x.db?_busy_timeout=250&_journal_mode=WAL&_txlock=immediate" {
+		t.Fatal(got)
+	}
+}
