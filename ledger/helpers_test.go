@@ -34,7 +34,7 @@ func forEachTarget(t *testing.T, maxConns int, f func(t *testing.T, e *env)) {
 	}
 }
 
-func newEnv(t *testing.T, name string, d dialects.Dialect, db *sql.DB, opts ...ledger.Option) *env {
+func newEnv(t testing.TB, name string, d dialects.Dialect, db *sql.DB, opts ...ledger.Option) *env {
 	t.Helper()
 	table := testdb.NewTable(t, db, d)
 	biz := d.QuoteIdent(table + "_biz")
