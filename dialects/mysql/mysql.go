@@ -1,0 +1,322 @@
+// Package mysql is the ledger dialect for MySQL and MariaDB (InnoDB), and
+// the starting point for TiDB and Vitess.
+//
+// It reads errors through go-sql-driver/mysql's *MySQLError, which is pure
+// Go: importing this package never needs cgo.
+//
+// InnoDB behaves differently from PostgreSQL under concurrent duplicate
+// inserts, and the SQL here is chosen for the measured facts:
+//
+//   - The claim is a plain INSERT. On a duplicate it waits for the holder;
+//     if the holder commits, it fails with 1062, which rolls back only the
+//     statement, not the transaction (no savepoint is needed). INSERT
+//     IGNORE is not used because it also turns NOT NULL, truncation and
+//     foreign-key errors into warnings. ON DUPLICATE KEY UPDATE is not used
+//     because its affected-rows count cannot tell "inserted" from "existed"
+//     when the DSN has clientFoundRows=true.
+//   - The read after a conflict is a locking read (LOCK IN SHARE MODE,
+//     which MariaDB and MySQL 8 both accept). Under REPEATABLE READ a
+//     transaction that has read anything before the claim reads from its
+//     first snapshot, and a plain SELECT would find the committed winner's
+//     row absent. A locking read reads the latest committed version. The
+//     1062 has already left a shared lock on that row, so the read adds no
+//     new lock conflict.
+//   - When the holder rolls back while two or more others wait on the same
+//     key, InnoDB answers one of them with deadlock 1213 and rolls back
+//     that whole transaction: it is classified [dialects.ClassDeadlock],
+//     which the ledger reports as retryable. Lock wait timeout 1205 rolls
+//     back only the statement (innodb_rollback_on_timeout=OFF, the default)
+//     and is classified [dialects.ClassLockTimeout] (ledger.ErrInProgress).
+//   - Reacquire and Complete are UPDATEs that always change the row
+//     (Reacquire moves expires_at forward, Complete sets completed_at from
+//     NULL), so one matched row is one affected row with and without
+//     clientFoundRows: the ledger may decide by RowsAffected.
+//
+// Times are stored as BIGINT Unix microseconds; open the database with a
+// DSN from [DSN] (or set parseTime=true yourself), which goose's version
+// table needs for its TIMESTAMP column.
+package mysql
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"sort"
+	"strings"
+
+	gomysql "github.com/go-sql-driver/mysql"
+
+	"github.com/opledger/opledger/dialects"
+)
+
+// Dialect is the MySQL/MariaDB dialect. The zero value is ready to use.
+type Dialect struct{}
+
+var _ dialects.Dialect = Dialect{}
+
+// New returns the MySQL/MariaDB dialect.
+func New() Dialect { return Dialect{} }
+
+// Name returns "mysql".
+func (Dialect) Name() string { return "mysql" }
+
+// QuoteIdent quotes name with backticks.
+func (Dialect) QuoteIdent(name string) string {
+	return "`" + strings.ReplaceAll(name, "`", "``") + "`"
+}
+
+const columns = `request_fp, code, response, response_type, created_at, completed_at, expires_at`
+
+// Queries returns the ledger's SQL for table.
+func (d Dialect) Queries(table string) dialects.Queries {
+	t := d.QuoteIdent(table)
+	return dialects.Queries{
+		Insert: `INSERT INTO ` + t + ` (id, caller, method, request_fp, created_at, expires_at) ` +
+			`VALUES (?, ?, ?, ?, ?, ?)`,
+		Select: `SELECT ` + columns + ` FROM ` + t + ` WHERE id = ? LOCK IN SHARE MODE`,
+		Reacquire: `UPDATE ` + t + ` SET request_fp = ?, created_at = ?, expires_at = ?, ` +
+			`code = NULL, response = NULL, response_type = NULL, completed_at = NULL ` +
+			`WHERE id = ? AND expires_at <= ?`,
+		Complete: `UPDATE ` + t + ` SET code = ?, response = ?, response_type = ?, completed_at = ? ` +
+			`WHERE id = ? AND completed_at IS NULL`,
+		Lookup: `SELECT ` + columns + ` FROM ` + t + ` WHERE id = ?`,
+		// Oldest first through the expires_at index; each batch is its own
+		// statement, so no lock is held longer than one batch.
+		Sweep: `DELETE FROM ` + t + ` WHERE expires_at <= ? ORDER BY expires_at LIMIT ?`,
+	}
+}
+
+// MySQL, MariaDB and TiDB error numbers the dialect distinguishes.
+const (
+	erDupEntry            = 1062 // ER_DUP_ENTRY
+	erDupEntryWithKeyName = 1586 // ER_DUP_ENTRY_WITH_KEY_NAME
+	erLockWaitTimeout     = 1205 // ER_LOCK_WAIT_TIMEOUT
+	erLockDeadlock        = 1213 // ER_LOCK_DEADLOCK
+	erLockNowait          = 3572 // ER_LOCK_NOWAIT (MySQL 8 NOWAIT)
+	erQueryTimeout        = 3024 // ER_QUERY_TIMEOUT (MySQL max_execution_time)
+	erStatementTimeout    = 1969 // ER_STATEMENT_TIMEOUT (MariaDB max_statement_time)
+	erServerShutdown      = 1053 // ER_SERVER_SHUTDOWN
+	erAbortingConnection  = 1152 // ER_ABORTING_CONNECTION
+	erNetReadError        = 1158 // ER_NET_READ_ERROR
+	erNetReadInterrupted  = 1159 // ER_NET_READ_INTERRUPTED
+	erNetErrorOnWrite     = 1160 // ER_NET_ERROR_ON_WRITE
+	erNetWriteInterrupted = 1161 // ER_NET_WRITE_INTERRUPTED
+	erConnectionKilled    = 1927 // ER_CONNECTION_KILLED (MariaDB)
+	erClientTimeout       = 4031 // ER_CLIENT_INTERACTION_TIMEOUT (MySQL 8.0.24+)
+	crServerGone          = 2006 // CR_SERVER_GONE_ERROR
+	crServerLost          = 2013 // CR_SERVER_LOST
+	tidbWriteConflict     = 9007 // TiDB optimistic write conflict
+	tidbTxnRetryable      = 8022 // TiDB "transaction aborted, retry"
+)
+
+// Classify maps MySQL error numbers: 1062 and 1586 unique violation; 1213
+// deadlock; 1205 lock wait timeout, 3572 NOWAIT, and the statement
+// timeouts 3024 (MySQL) and 1969 (MariaDB) lock timeout; TiDB's write
+// conflicts (9007, 8022) and any other SQLSTATE 40001 serialization
+// failure; 1053, 1152, 1158–1161, 1927, 2006, 2013, 4031 and SQLSTATE
+// class 08 connection failures; and the driver's broken-connection errors
+// (driver.ErrBadConn, mysql.ErrInvalidConn, network errors) as connection
+// failures.
+func (Dialect) Classify(err error) dialects.Class {
+	if err == nil {
+		return dialects.ClassOther
+	}
+	var me *gomysql.MySQLError
+	if errors.As(err, &me) && me != nil {
+		return classifyNumber(me.Number, string(me.SQLState[:]))
+	}
+	if errors.Is(err, gomysql.ErrInvalidConn) || errors.Is(err, gomysql.ErrPktSync) || errors.Is(err, gomysql.ErrPktSyncMul) {
+		return dialects.ClassConnection
+	}
+	return dialects.ClassifyConnection(err)
+}
+
+func classifyNumber(n uint16, state string) dialects.Class {
+	switch n {
+	case erDupEntry, erDupEntryWithKeyName:
+		return dialects.ClassUniqueViolation
+	case erLockDeadlock:
+		return dialects.ClassDeadlock
+	case erLockWaitTimeout, erLockNowait, erQueryTimeout, erStatementTimeout:
+		return dialects.ClassLockTimeout
+	case tidbWriteConflict, tidbTxnRetryable:
+		return dialects.ClassSerialization
+	case erServerShutdown, erAbortingConnection, erNetReadError, erNetReadInterrupted,
+		erNetErrorOnWrite, erNetWriteInterrupted, erConnectionKilled, erClientTimeout,
+		crServerGone, crServerLost:
+		return dialects.ClassConnection
+	}
+	switch {
+	case state == "40001":
+		return dialects.ClassSerialization
+	case strings.HasPrefix(state, "08"):
+		return dialects.ClassConnection
+	}
+	return dialects.ClassOther
+}
+
+// ErrBadDSN is returned (wrapped) by [DSN] and [Config] for a data source
+// name they cannot read. Its message never contains the password.
+var ErrBadDSN = errors.New("mysql: invalid DSN")
+
+// Config parses dsn into a go-sql-driver configuration with the options
+// the kit needs set: parseTime=true (goose's version table has a TIMESTAMP
+// column). dsn is either a URL,
+//
+//	mysql://user:password@host:port/dbname?param=value
+//
+// (scheme mysql or mariadb; port 3306 when omitted; user and password
+// percent-encoded; a socket=/path parameter selects a Unix socket instead
+// of host:port; other parameters are the driver's, such as
+// clientFoundRows=true or tls=true), or the driver's own format,
+//
+//	user:password@tcp(host:port)/dbname?param=value
+//
+// Every other option is left as given; the dialect is correct with
+// clientFoundRows on or off and at READ COMMITTED or REPEATABLE READ.
+func Config(dsn string) (*gomysql.Config, error) {
+	dsn = strings.TrimSpace(dsn)
+	if dsn == "" {
+		return nil, fmt.Errorf("%w: empty", ErrBadDSN)
+	}
+	var (
+		cfg *gomysql.Config
+		err error
+	)
+	if scheme, _, ok := strings.Cut(dsn, "://"); ok && (strings.EqualFold(scheme, "mysql") || strings.EqualFold(scheme, "mariadb")) {
+		cfg, err = fromURL(dsn)
+	} else {
+		cfg, err = gomysql.ParseDSN(dsn)
+		if err != nil {
+			err = fmt.Errorf("%w: %s", ErrBadDSN, redactString(err.Error(), dsn))
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	cfg.ParseTime = true
+	return cfg, nil
+}
+
+// DSN returns dsn (a mysql:// URL or a driver DSN, see [Config]) in
+// go-sql-driver's format with parseTime=true, for sql.Open("mysql", …).
+func DSN(dsn string) (string, error) {
+	cfg, err := Config(dsn)
+	if err != nil {
+		return "", err
+	}
+	return cfg.FormatDSN(), nil
+}
+
+// Display returns dsn in a form safe to print: a URL without its password
+// (user@host:port/db). It returns "mysql://(invalid DSN)" for a DSN it
+// cannot read.
+func Display(dsn string) string {
+	cfg, err := Config(dsn)
+	if err != nil {
+		return "mysql://(invalid DSN)"
+	}
+	var b strings.Builder
+	b.WriteString("mysql://")
+	if cfg.User != "" {
+		b.WriteString(url.User(cfg.User).String())
+		if cfg.Passwd != "" {
+			b.WriteString(":xxxxx")
+		}
+		b.WriteByte('@')
+	}
+	if cfg.Net == "unix" {
+		b.WriteString("/" + url.PathEscape(cfg.DBName) + "?socket=" + url.QueryEscape(cfg.Addr))
+		return b.String()
+	}
+	b.WriteString(cfg.Addr + "/" + url.PathEscape(cfg.DBName))
+	return b.String()
+}
+
+func fromURL(dsn string) (*gomysql.Config, error) {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		// url.Error quotes the whole URL, password included: say less.
+		return nil, fmt.Errorf("%w: not a valid mysql:// URL", ErrBadDSN)
+	}
+	if u.Opaque != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("%w: want mysql://user:password@host:port/dbname?params", ErrBadDSN)
+	}
+	base := gomysql.NewConfig()
+	if u.User != nil {
+		base.User = u.User.Username()
+		base.Passwd, _ = u.User.Password()
+	}
+	if strings.Contains(base.User, ":") {
+		return nil, fmt.Errorf("%w: a user name containing ':' is not supported", ErrBadDSN)
+	}
+	db := strings.TrimPrefix(u.Path, "/")
+	if strings.Contains(db, "/") {
+		return nil, fmt.Errorf("%w: database name %q contains '/'", ErrBadDSN, db)
+	}
+	base.DBName = db
+	q := u.Query()
+	if sock := q.Get("socket"); sock != "" {
+		if u.Host != "" {
+			return nil, fmt.Errorf("%w: give either a host or a socket, not both", ErrBadDSN)
+		}
+		base.Net, base.Addr = "unix", sock
+		q.Del("socket")
+	} else {
+		host, port := u.Hostname(), u.Port()
+		if host == "" {
+			host = "127.0.0.1"
+		}
+		if port == "" {
+			port = "3306"
+		}
+		base.Net, base.Addr = "tcp", net.JoinHostPort(host, port)
+	}
+	// Let the driver parse the parameters (with their validation) by
+	// formatting base and appending them, each value query-escaped as the
+	// driver's format requires.
+	keys := make([]string, 0, len(q))
+	for k := range q {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var params []string
+	for _, k := range keys {
+		for _, v := range q[k] {
+			params = append(params, url.QueryEscape(k)+"="+url.QueryEscape(v))
+		}
+	}
+	s := base.FormatDSN()
+	if len(params) > 0 {
+		if strings.Contains(s, "?") {
+			s += "&" + strings.Join(params, "&")
+		} else {
+			s += "?" + strings.Join(params, "&")
+		}
+	}
+	cfg, err := gomysql.ParseDSN(s)
+	if err != nil {
+		msg := err.Error()
+		if base.Passwd != "" {
+			msg = strings.ReplaceAll(msg, base.Passwd, "xxxxx")
+		}
+		return nil, fmt.Errorf("%w: %s", ErrBadDSN, msg)
+	}
+	return cfg, nil
+}
+
+// redactString removes the password of a driver DSN that did not parse
+// from msg: the password is taken to be what lies between the first ':'
+// and the last '@'.
+func redactString(msg, secret string) string {
+	if i := strings.LastIndex(secret, "@"); i > 0 {
+		if j := strings.Index(secret[:i], ":"); j >= 0 {
+			secret = secret[j+1 : i]
+		}
+	}
+	if secret == "" {
+		return msg
+	}
+	return strings.ReplaceAll(msg, secret, "xxxxx")
+}
