@@ -30,11 +30,12 @@ import (
 	"github.com/pressly/goose/v3/lock"
 
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/dialects/mysql"
 	"github.com/opledger/opledger/dialects/postgres"
 	"github.com/opledger/opledger/dialects/sqlite"
 )
 
-//go:embed postgres/*.sql sqlite/*.sql
+//go:embed postgres/*.sql sqlite/*.sql mysql/*.sql
 var embedded embed.FS
 
 // LockID is the PostgreSQL advisory lock id the kit's migrations take
@@ -54,6 +55,7 @@ var known = map[string]struct {
 }{
 	"postgres": {postgres.New(), goose.DialectPostgres},
 	"sqlite":   {sqlite.New(), goose.DialectSQLite3},
+	"mysql":    {mysql.New(), goose.DialectMySQL},
 }
 
 // Dialects lists the dialect names that have migrations.
@@ -186,6 +188,10 @@ func New(db *sql.DB, d dialects.Dialect, opts ...Option) (*Migrator, error) {
 			return nil, fmt.Errorf("migrations: %w", err)
 		}
 		popts = append(popts, goose.WithSessionLocker(locker))
+	}
+	if dialect == "mysql" {
+		// A named lock, not goose's goose_lock table: see mysqlLocker.
+		popts = append(popts, goose.WithSessionLocker(newMySQLLocker(cfg.table)))
 	}
 	p, err := goose.NewProvider(known[dialect].g, db, fsys, popts...)
 	if err != nil {
