@@ -90,8 +90,11 @@ func (e *env) bizRows(t *testing.T, key string) int {
 
 // isolationLevels lists the levels a target is tested under.
 func (e *env) isolationLevels() []sql.IsolationLevel {
-	if e.d.Name() == "postgres" {
+	switch e.d.Name() {
+	case "postgres":
 		return []sql.IsolationLevel{sql.LevelReadCommitted, sql.LevelRepeatableRead, sql.LevelSerializable}
+	case "mysql":
+		return []sql.IsolationLevel{sql.LevelReadCommitted, sql.LevelRepeatableRead}
 	}
 	return []sql.IsolationLevel{sql.LevelDefault}
 }

@@ -251,8 +251,11 @@ func TestIdentityParts(t *testing.T) {
 // and the read-back is claimed again, never replayed as nothing.
 func TestDeleteBetweenConflictAndRead(t *testing.T) {
 	forEachTarget(t, 4, func(t *testing.T, e *env) {
-		if e.d.Name() == "sqlite" {
+		switch e.d.Name() {
+		case "sqlite":
 			t.Skip("SQLite serialises writers: no other connection can delete inside the claim's window")
+		case "mysql":
+			t.Skip("InnoDB's 1062 leaves a shared lock on the duplicate row: no other transaction can delete it inside the claim's window (TestMySQLDeleteBlockedAfterConflict)")
 		}
 		id := mustID(t, "tenant-a", method, "delete-race")
 		if _, err := claimOnce(t, e, e.l, id, fp("d"), "old"); err != nil {

@@ -2,8 +2,10 @@
 //
 // SQLite always runs, in a temporary file. PostgreSQL runs when
 // OPLEDGER_TEST_POSTGRES_DSN is set, once through lib/pq and once through
-// pgx's stdlib driver. Without the variable those targets skip with a
-// message naming it, unless OPLEDGER_TEST_REQUIRE_DBS=1, when the skip
+// pgx's stdlib driver. MySQL/MariaDB runs when OPLEDGER_TEST_MYSQL_DSN is
+// set, in the driver's format (root@tcp(127.0.0.1:3306)/test) or as a URL
+// (mysql://root@127.0.0.1:3306/test). Without its variable a target skips
+// with a message naming it, unless OPLEDGER_TEST_REQUIRE_DBS=1, when the skip
 // becomes a failure (CI sets it). Every target gets its own freshly
 // migrated table, dropped again when the test ends, and a check that no
 // connection is left in use.
@@ -19,11 +21,13 @@ import (
 	"testing"
 	"time"
 
-	_ "github.com/jackc/pgx/v5/stdlib" // driver "pgx"
-	_ "github.com/lib/pq"              // driver "postgres"
-	_ "github.com/mattn/go-sqlite3"    // driver "sqlite3"
+	gomysql "github.com/go-sql-driver/mysql" // driver "mysql"
+	_ "github.com/jackc/pgx/v5/stdlib"       // driver "pgx"
+	_ "github.com/lib/pq"                    // driver "postgres"
+	_ "github.com/mattn/go-sqlite3"          // driver "sqlite3"
 
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/dialects/mysql"
 	"github.com/opledger/opledger/dialects/postgres"
 	"github.com/opledger/opledger/dialects/sqlite"
 	"github.com/opledger/opledger/migrations"
@@ -38,7 +42,7 @@ const (
 
 // Target is one database the tests run against.
 type Target struct {
-	// Name is "sqlite", "postgres/pq" or "postgres/pgx".
+	// Name is "sqlite", "postgres/pq", "postgres/pgx" or "mysql".
 	Name    string
 	Dialect dialects.Dialect
 	// Open returns a new pool with at most maxConns connections, closed
@@ -47,13 +51,14 @@ type Target struct {
 }
 
 // Targets returns every target: SQLite always, PostgreSQL (both drivers)
-// when its DSN is set. A missing DSN skips (or, with EnvRequire, fails)
+// and MySQL when their DSNs are set. A missing DSN skips (or, with EnvRequire, fails)
 // only the subtests that use it: call Require in the subtest.
 func Targets() []Target {
 	return []Target{
 		{Name: "sqlite", Dialect: sqlite.New(), Open: openSQLite},
 		{Name: "postgres/pq", Dialect: postgres.New(), Open: openPostgres("postgres")},
 		{Name: "postgres/pgx", Dialect: postgres.New(), Open: openPostgres("pgx")},
+		{Name: "mysql", Dialect: mysql.New(), Open: OpenMySQL(nil)},
 	}
 }
 
@@ -81,6 +86,29 @@ func openPostgres(driver string) func(testing.TB, int) *sql.DB {
 			Skip(t, EnvPostgres)
 		}
 		return open(t, driver, dsn, maxConns)
+	}
+}
+
+// OpenMySQL returns an Open function for the MySQL target whose pool uses
+// OPLEDGER_TEST_MYSQL_DSN (either form) with configure applied to the
+// driver's configuration, if configure is not nil: for example to set
+// ClientFoundRows. It skips like the other targets when the variable is
+// not set.
+func OpenMySQL(configure func(*gomysql.Config)) func(testing.TB, int) *sql.DB {
+	return func(t testing.TB, maxConns int) *sql.DB {
+		t.Helper()
+		raw := os.Getenv(EnvMySQL)
+		if raw == "" {
+			Skip(t, EnvMySQL)
+		}
+		cfg, err := mysql.Config(raw)
+		if err != nil {
+			t.Fatalf("%s: %v", EnvMySQL, err)
+		}
+		if configure != nil {
+			configure(cfg)
+		}
+		return open(t, "mysql", cfg.FormatDSN(), maxConns)
 	}
 }
 
