@@ -1,0 +1,88 @@
+package policy
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+)
+
+func BenchmarkBudget(b *testing.B) {
+	bud, err := NewBudget(BudgetSettings{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("Deposit", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			bud.Deposit()
+		}
+	})
+	b.Run("TryWithdraw", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			bud.TryWithdraw()
+		}
+	})
+	b.Run("Deposit+TryWithdraw/parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				bud.Deposit()
+				bud.TryWithdraw()
+			}
+		})
+	})
+}
+
+func BenchmarkThrottle(b *testing.B) {
+	th, err := NewThrottle(10, 0.1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("RecordFailure+RecordSuccess", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			th.RecordFailure()
+			th.RecordSuccess()
+		}
+	})
+	b.Run("RecordFailure+RecordSuccess/parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				th.RecordFailure()
+				th.RecordSuccess()
+			}
+		})
+	})
+}
+
+func BenchmarkEligible(b *testing.B) {
+	p := MethodPolicy{FullMethod: "/shop.v1.Orders/Create", Kind: KindKeyed, DurableLedger: true}
+	ev := Evidence{Sent: true, HasKey: true}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		Eligible(p, ev, codes.Code(i%17))
+	}
+}
+
+func BenchmarkBackoffDelay(b *testing.B) {
+	r := rand.New(rand.NewPCG(1, 2))
+	bo := Backoff{Random: r.Float64}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		bo.Delay(i%8 + 1)
+	}
+}
+
+func BenchmarkValidate(b *testing.B) {
+	c := testCatalog(b)
+	js := []byte(`{"methodConfig":[{"name":[{"service":"shop.v1.Orders","method":"Get"},{"service":"shop.v1.Orders","method":"Put"}],` + goodRetry + `}],"retryThrottling":{"maxTokens":10,"tokenRatio":0.1}}`)
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if _, err := Validate(js, c, OwnerServiceConfig); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
