@@ -1,0 +1,482 @@
+package ledger_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
+
+	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/ledger"
+)
+
+// forEachMySQL runs f on the MySQL target, with a pool of conns.
+func forEachMySQL(t *testing.T, conns int, f func(t *testing.T, e *env)) {
+	for _, tg := range testdb.Targets() {
+		if tg.Dialect.Name() != "mysql" {
+			continue
+		}
+		t.Run(tg.Name, func(t *testing.T) {
+			db := tg.Open(t, conns)
+			f(t, newEnv(t, tg.Name, tg.Dialect, db))
+		})
+	}
+}
+
+var mysqlLevels = []sql.IsolationLevel{sql.LevelReadCommitted, sql.LevelRepeatableRead}
+
+// sessionLockWait gives a dedicated connection a short
+// innodb_lock_wait_timeout and restores the previous value (and closes
+// the connection) when the test ends.
+func sessionLockWait(t *testing.T, db *sql.DB, seconds int) *sql.Conn {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var prev int64
+	if err := conn.QueryRowContext(ctx, "SELECT @@SESSION.innodb_lock_wait_timeout").Scan(&prev); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.ExecContext(ctx, fmt.Sprintf("SET SESSION innodb_lock_wait_timeout = %d", seconds)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, err := conn.ExecContext(context.Background(), fmt.Sprintf("SET SESSION innodb_lock_wait_timeout = %d", prev)); err != nil {
+			t.Errorf("restore innodb_lock_wait_timeout: %v", err)
+		}
+		conn.Close()
+	})
+	return conn
+}
+
+// InnoDB's plain INSERT waits on an uncommitted duplicate; when the holder
+// commits, the waiter's 1062 rolls back only the statement and the
+// locking read-back sees the winner, at both levels.
+func TestMySQLWaitThenCommit(t *testing.T) {
+	forEachMySQL(t, 8, func(t *testing.T, e *env) {
+		for _, level := range mysqlLevels {
+			r, waited := holdAndRace(t, e, "wait-commit-"+level.String(), level, (*sql.Tx).Commit)
+			if r.err != nil || r.c.Outcome != ledger.Replay || string(r.c.Result.Response) != "A's result" {
+				r.tx.Rollback()
+				t.Fatalf("%s: B: %+v %v, want replay of A's result", level, r.c, r.err)
+			}
+			if waited < 300*time.Millisecond {
+				t.Fatalf("%s: B returned after %v, before A committed", level, waited)
+			}
+			if err := e.writeBiz(context.Background(), r.tx, "after-wait-"+level.String(), 1); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.tx.Commit(); err != nil {
+				t.Fatalf("%s: B's transaction cannot commit: %v", level, err)
+			}
+			if n := e.bizRows(t, "after-wait-"+level.String()); n != 1 {
+				t.Fatalf("%s: %d rows written after the replay, want 1", level, n)
+			}
+		}
+	})
+}
+
+func TestMySQLWaitThenRollback(t *testing.T) {
+	forEachMySQL(t, 8, func(t *testing.T, e *env) {
+		for _, level := range mysqlLevels {
+			r, _ := holdAndRace(t, e, "wait-rollback-"+level.String(), level, (*sql.Tx).Rollback)
+			if r.err != nil || !r.c.Acquired() {
+				r.tx.Rollback()
+				t.Fatalf("%s: B: %+v %v, want acquired after A rolled back", level, r.c, r.err)
+			}
+			if err := e.l.Complete(context.Background(), r.tx, r.c, ledger.Result{Response: []byte("B")}); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.tx.Commit(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+// When the holder rolls back while two others wait on the same key,
+// InnoDB answers one of them with deadlock 1213 and rolls back its whole
+// transaction. Exactly one waiter acquires; the other resolves either as
+// a retryable error (the deadlock; its retry replays) or, if InnoDB let it
+// wait, as a replay once the winner commits. Never as a second owner or an
+// empty replay.
+func TestMySQLThreeWaiterRollback(t *testing.T) {
+	forEachMySQL(t, 8, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		deadlocks := 0
+		const rounds = 5
+		for _, level := range mysqlLevels {
+			for round := 0; round < rounds; round++ {
+				key := fmt.Sprintf("three-%s-%d", level, round)
+				id := mustID(t, "tenant-a", method, key)
+				req := ledger.ClaimRequest{Identity: id, Fingerprint: fp(key)}
+				a, err := e.db.BeginTx(ctx, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if c, err := e.l.Claim(ctx, a, req); err != nil || !c.Acquired() {
+					t.Fatalf("A: %+v %v", c, err)
+				}
+				done := make(chan claimResult, 2)
+				for w := 0; w < 2; w++ {
+					tx, err := e.db.BeginTx(ctx, &sql.TxOptions{Isolation: level})
+					if err != nil {
+						t.Fatal(err)
+					}
+					go func() {
+						c, err := e.l.Claim(ctx, tx, req)
+						done <- claimResult{c: c, err: err, tx: tx, at: time.Now()}
+					}()
+				}
+				select {
+				case r := <-done:
+					t.Fatalf("a waiter did not wait for A: %+v", r)
+				case <-time.After(300 * time.Millisecond):
+				}
+				if err := a.Rollback(); err != nil {
+					t.Fatal(err)
+				}
+
+				// The first to return is the winner or the deadlock victim.
+				var winner *claimResult
+				var pending []claimResult
+				first := <-done
+				pending = append(pending, first)
+				// The second may be waiting on the winner's row: resolve
+				// the first before reading it.
+				resolve := func(r claimResult) {
+					switch {
+					case r.err == nil && r.c.Acquired():
+						if winner != nil {
+							t.Fatalf("%s: two waiters acquired %s", level, key)
+						}
+						w := r
+						winner = &w
+						if err := e.writeBiz(ctx, r.tx, key, 1); err != nil {
+							t.Fatal(err)
+						}
+						if err := e.l.Complete(ctx, r.tx, r.c, ledger.Result{Response: []byte("winner")}); err != nil {
+							t.Fatal(err)
+						}
+						if err := r.tx.Commit(); err != nil {
+							t.Fatal(err)
+						}
+					case r.err != nil:
+						r.tx.Rollback()
+						var dbe *ledger.DBError
+						if !errors.Is(r.err, ledger.ErrRetryable) || !errors.As(r.err, &dbe) || dbe.Class != dialects.ClassDeadlock {
+							t.Fatalf("%s: waiter failed with %v, want a retryable deadlock", level, r.err)
+						}
+						var me *gomysql.MySQLError
+						if !errors.As(r.err, &me) || me.Number != 1213 {
+							t.Fatalf("%s: %v, want MySQL error 1213", level, r.err)
+						}
+						deadlocks++
+					default:
+						r.tx.Rollback()
+						if string(r.c.Result.Response) != "winner" {
+							t.Fatalf("%s: waiter replayed %q, want the winner's result", level, r.c.Result.Response)
+						}
+					}
+				}
+				resolve(first)
+				second := <-done
+				resolve(second)
+				if winner == nil {
+					t.Fatalf("%s round %d: nobody acquired after the holder rolled back", level, round)
+				}
+				// Every attempt resolves: a retry of the victim replays.
+				c, err := claimOnce(t, e, e.l, id, fp(key), "never")
+				if err != nil || c.Outcome != ledger.Replay || string(c.Result.Response) != "winner" {
+					t.Fatalf("%s: retry: %+v %v, want replay of the winner", level, c, err)
+				}
+				if n := e.bizRows(t, key); n != 1 {
+					t.Fatalf("%s: %d business rows, want 1", level, n)
+				}
+			}
+		}
+		t.Logf("%d of %d rounds answered one waiter with deadlock 1213", deadlocks, rounds*len(mysqlLevels))
+		if deadlocks == 0 {
+			t.Fatalf("no round saw InnoDB's documented 1213: the test no longer exercises the deadlock path")
+		}
+	})
+}
+
+// Under REPEATABLE READ a transaction that read anything before claiming
+// reads from that first snapshot: a plain SELECT misses a row committed
+// since. The claim's locking read-back must still return the committed
+// row (replay), never "absent".
+func TestMySQLPriorReadRepeatableRead(t *testing.T) {
+	forEachMySQL(t, 8, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		tbl := e.d.QuoteIdent(e.table)
+
+		// Committed before the claim.
+		id := mustID(t, "tenant-a", method, "prior-read")
+		b, err := e.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Rollback()
+		var n int
+		if err := b.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+tbl).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := claimOnce(t, e, e.l, id, fp("p"), "A's result"); err != nil {
+			t.Fatal(err)
+		}
+		idb := id.ID()
+		if err := b.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+tbl+" WHERE id = ?", idb[:]).Scan(&n); err != nil || n != 0 {
+			t.Fatalf("plain SELECT in the old snapshot saw %d rows (%v): the trap this test pins is gone", n, err)
+		}
+		if _, err := e.l.Lookup(ctx, b, id); !errors.Is(err, ledger.ErrNotFound) {
+			t.Fatalf("Lookup (a plain read) in the old snapshot: %v, want ErrNotFound", err)
+		}
+		c, err := e.l.Claim(ctx, b, ledger.ClaimRequest{Identity: id, Fingerprint: fp("p")})
+		if err != nil || c.Outcome != ledger.Replay || string(c.Result.Response) != "A's result" {
+			t.Fatalf("claim after a prior read: %+v %v, want replay of A's result", c, err)
+		}
+		if err := b.Commit(); err != nil {
+			t.Fatal(err)
+		}
+
+		// Read first, then wait on a holder that commits.
+		id2 := mustID(t, "tenant-a", method, "prior-read-wait")
+		b2, err := e.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b2.Rollback()
+		if err := b2.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+tbl).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		a, err := e.db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.Rollback()
+		ca, err := e.l.Claim(ctx, a, ledger.ClaimRequest{Identity: id2, Fingerprint: fp("w")})
+		if err != nil || !ca.Acquired() {
+			t.Fatalf("A: %+v %v", ca, err)
+		}
+		if err := e.l.Complete(ctx, a, ca, ledger.Result{Response: []byte("A2")}); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan claimResult, 1)
+		go func() {
+			c, err := e.l.Claim(ctx, b2, ledger.ClaimRequest{Identity: id2, Fingerprint: fp("w")})
+			done <- claimResult{c: c, err: err}
+		}()
+		select {
+		case r := <-done:
+			t.Fatalf("B did not wait: %+v", r)
+		case <-time.After(300 * time.Millisecond):
+		}
+		if err := a.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		r := <-done
+		if r.err != nil || r.c.Outcome != ledger.Replay || string(r.c.Result.Response) != "A2" {
+			t.Fatalf("claim after a prior read and a wait: %+v %v, want replay of A2", r.c, r.err)
+		}
+	})
+}
+
+// With clientFoundRows=true, MySQL reports matched rather than changed
+// rows. The ledger decides by rows affected only for Reacquire and
+// Complete, whose UPDATEs always change the row they match, so the answer
+// is the same; ownership of a new claim is told by the INSERT's 1062,
+// never by a count.
+func TestMySQLClientFoundRows(t *testing.T) {
+	for _, tg := range testdb.Targets() {
+		if tg.Dialect.Name() != "mysql" {
+			continue
+		}
+		t.Run(tg.Name, func(t *testing.T) {
+			db := testdb.OpenMySQL(func(c *gomysql.Config) { c.ClientFoundRows = true })(t, 4)
+			e := newEnv(t, tg.Name, tg.Dialect, db)
+			ctx := context.Background()
+
+			// The option is really on: a no-op UPDATE reports its matched row.
+			if _, err := db.ExecContext(ctx, "INSERT INTO "+e.biz+" (k, worker) VALUES ('found', 1)"); err != nil {
+				t.Fatal(err)
+			}
+			res, err := db.ExecContext(ctx, "UPDATE "+e.biz+" SET worker = 1 WHERE k = 'found'")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n, _ := res.RowsAffected(); n != 1 {
+				t.Fatalf("no-op UPDATE affected %d rows with clientFoundRows=true, want 1 (matched)", n)
+			}
+
+			id := mustID(t, "tenant-a", method, "found-rows")
+			c, err := claimOnce(t, e, e.l, id, fp("f"), "first")
+			if err != nil || !c.Acquired() {
+				t.Fatalf("first claim: %+v %v, want acquired", c, err)
+			}
+			c, err = claimOnce(t, e, e.l, id, fp("f"), "never")
+			if err != nil || c.Outcome != ledger.Replay || string(c.Result.Response) != "first" {
+				t.Fatalf("second claim: %+v %v, want replay", c, err)
+			}
+
+			// Completing twice: the second UPDATE matches nothing.
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback()
+			c2, err := e.l.Claim(ctx, tx, ledger.ClaimRequest{Identity: mustID(t, "tenant-a", method, "found-rows-2"), Fingerprint: fp("g")})
+			if err != nil || !c2.Acquired() {
+				t.Fatal(c2, err)
+			}
+			if err := e.l.Complete(ctx, tx, c2, ledger.Result{Response: []byte("x")}); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.l.Complete(ctx, tx, c2, ledger.Result{Response: []byte("x")}); !errors.Is(err, ledger.ErrNotAcquired) {
+				t.Fatalf("second complete: %v, want ErrNotAcquired", err)
+			}
+			if err := tx.Commit(); err != nil {
+				t.Fatal(err)
+			}
+
+			// Re-acquiring an expired entry, and not re-acquiring a live one.
+			t0 := time.Now().Add(-3 * time.Hour)
+			old := e.store(t, ledger.WithRetention(time.Hour), ledger.WithClock(func() time.Time { return t0 }))
+			exp := mustID(t, "tenant-a", method, "found-rows-expired")
+			if _, err := claimOnce(t, e, old, exp, fp("old"), "old"); err != nil {
+				t.Fatal(err)
+			}
+			c3, err := claimOnce(t, e, e.l, exp, fp("new"), "new")
+			if err != nil || !c3.Acquired() {
+				t.Fatalf("claim of expired entry: %+v %v, want acquired", c3, err)
+			}
+			c4, err := claimOnce(t, e, e.l, exp, fp("new"), "never")
+			if err != nil || c4.Outcome != ledger.Replay || string(c4.Result.Response) != "new" {
+				t.Fatalf("claim after re-acquire: %+v %v, want replay of new", c4, err)
+			}
+		})
+	}
+}
+
+// Identity columns compare bytes: callers that differ only by letter case
+// or trailing spaces get independent entries, and the stored caller
+// matches only itself.
+func TestMySQLCallerBytes(t *testing.T) {
+	forEachMySQL(t, 4, func(t *testing.T, e *env) {
+		callers := []string{"tenant-a", "Tenant-A", "TENANT-A", "tenant-a ", "tenant-a  "}
+		for i, caller := range callers {
+			c, err := claimOnce(t, e, e.l, mustID(t, caller, method, "same-key"), fp("req"), fmt.Sprintf("result-%d", i))
+			if err != nil || !c.Acquired() {
+				t.Fatalf("caller %q: %+v %v, want acquired (independent entry)", caller, c, err)
+			}
+		}
+		for i, caller := range callers {
+			c, err := claimOnce(t, e, e.l, mustID(t, caller, method, "same-key"), fp("req"), "never")
+			if err != nil || c.Outcome != ledger.Replay || string(c.Result.Response) != fmt.Sprintf("result-%d", i) {
+				t.Fatalf("caller %q: %+v %v, want its own result", caller, c, err)
+			}
+			if n := e.count(t, "SELECT COUNT(*) FROM "+e.d.QuoteIdent(e.table)+" WHERE caller = ?", caller); n != 1 {
+				t.Fatalf("caller %q matches %d stored callers, want 1 (byte comparison)", caller, n)
+			}
+		}
+		if n := e.ledgerRows(t); n != len(callers) {
+			t.Fatalf("%d rows, want %d", n, len(callers))
+		}
+		// Methods differing by case are distinct too.
+		c, err := claimOnce(t, e, e.l, mustID(t, "tenant-a", "/pay.v1.Payments/transfer", "same-key"), fp("req"), "lower")
+		if err != nil || !c.Acquired() {
+			t.Fatalf("method differing by case: %+v %v, want acquired", c, err)
+		}
+	})
+}
+
+// Lock wait timeout 1205 maps to ErrInProgress and rolls back only the
+// statement: the transaction's earlier write is still there and commits.
+func TestMySQLLockWaitTimeout(t *testing.T) {
+	forEachMySQL(t, 4, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		id := mustID(t, "tenant-a", method, "lock-wait")
+		a, err := e.db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.Rollback()
+		if c, err := e.l.Claim(ctx, a, ledger.ClaimRequest{Identity: id, Fingerprint: fp("l")}); err != nil || !c.Acquired() {
+			t.Fatalf("A: %+v %v", c, err)
+		}
+		conn := sessionLockWait(t, e.db, 1)
+		b, err := conn.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Rollback()
+		if err := e.writeBiz(ctx, b, "before-timeout", 1); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		_, err = e.l.Claim(ctx, b, ledger.ClaimRequest{Identity: id, Fingerprint: fp("l")})
+		took := time.Since(start)
+		if !errors.Is(err, ledger.ErrInProgress) || errors.Is(err, ledger.ErrRetryable) {
+			t.Fatalf("claim: %v, want ErrInProgress (and not retryable)", err)
+		}
+		var me *gomysql.MySQLError
+		if !errors.As(err, &me) || me.Number != 1205 {
+			t.Fatalf("claim: %v, want MySQL error 1205", err)
+		}
+		if took < 900*time.Millisecond || took > 2500*time.Millisecond {
+			t.Fatalf("timed out after %v with innodb_lock_wait_timeout=1", took)
+		}
+		var n int
+		if err := b.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+e.biz+" WHERE k = 'before-timeout'").Scan(&n); err != nil || n != 1 {
+			t.Fatalf("the earlier write is gone after 1205: %d %v", n, err)
+		}
+		if err := b.Commit(); err != nil {
+			t.Fatalf("commit after 1205: %v", err)
+		}
+		if n := e.bizRows(t, "before-timeout"); n != 1 {
+			t.Fatalf("%d rows committed, want 1", n)
+		}
+	})
+}
+
+// After a 1062, InnoDB holds a shared lock on the duplicate row until the
+// claiming transaction ends, so the delete race that PostgreSQL must loop
+// over cannot happen here: a DELETE from another session waits (and with a
+// 1 s bound times out), and the claim replays.
+func TestMySQLDeleteBlockedAfterConflict(t *testing.T) {
+	forEachMySQL(t, 4, func(t *testing.T, e *env) {
+		conn := sessionLockWait(t, e.db, 1)
+		for _, level := range mysqlLevels {
+			id := mustID(t, "tenant-a", method, "delete-blocked-"+level.String())
+			if _, err := claimOnce(t, e, e.l, id, fp("d"), "old"); err != nil {
+				t.Fatal(err)
+			}
+			l := e.store(t)
+			var delErr error
+			ledger.SetAfterConflict(l, func() {
+				idb := id.ID()
+				_, delErr = conn.ExecContext(context.Background(), "DELETE FROM "+e.d.QuoteIdent(e.table)+" WHERE id = ?", idb[:])
+			})
+			ctx := context.Background()
+			tx, err := e.db.BeginTx(ctx, &sql.TxOptions{Isolation: level})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := l.Claim(ctx, tx, ledger.ClaimRequest{Identity: id, Fingerprint: fp("d")})
+			tx.Rollback()
+			if err != nil || c.Outcome != ledger.Replay || string(c.Result.Response) != "old" {
+				t.Fatalf("%s: claim: %+v %v, want replay", level, c, err)
+			}
+			if e.d.Classify(delErr) != dialects.ClassLockTimeout {
+				t.Fatalf("%s: DELETE inside the claim's window: %v, want a lock wait timeout", level, delErr)
+			}
+		}
+	})
+}
