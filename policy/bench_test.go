@@ -3,6 +3,7 @@ package policy
 import (
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 )
@@ -21,6 +22,25 @@ func BenchmarkBudget(b *testing.B) {
 	b.Run("TryWithdraw", func(b *testing.B) {
 		b.ReportAllocs()
 		for i := 0; i < b.N; i++ {
+			bud.TryWithdraw()
+		}
+	})
+	fixed := time.Now()
+	fb, err := NewBudget(BudgetSettings{Now: func() time.Time { return fixed }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("Deposit+TryWithdraw/fixed-clock", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			fb.Deposit()
+			fb.TryWithdraw()
+		}
+	})
+	b.Run("Deposit+TryWithdraw", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			bud.Deposit()
 			bud.TryWithdraw()
 		}
 	})

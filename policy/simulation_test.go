@@ -74,27 +74,39 @@ const (
 	simSeed        = 20261130
 )
 
-// simulate runs simRate calls per second for simSeconds against a dependency
-// whose attempts fail independently with probability p, with a seeded
-// generator, so that every run gives the same figures.
-func simulate(p float64, mk func(now func() time.Time) simScheme) simResult {
+// simulate runs simRate calls per second for simSeconds through the given
+// number of layers, each retrying with its own instance of the scheme,
+// against a dependency whose attempts fail independently with probability
+// p. The generator is seeded, so every run gives the same figures.
+// Amplification counts the attempts that reach the dependency per call.
+func simulate(p float64, layers int, mk func(now func() time.Time) simScheme) simResult {
 	clk := newFakeClock()
-	s := mk(clk.Now)
+	schemes := make([]simScheme, layers)
+	for i := range schemes {
+		schemes[i] = mk(clk.Now)
+	}
 	r := rand.New(rand.NewPCG(simSeed, uint64(p*1000)))
 	calls, attempts, succeeded := 0, 0, 0
+	var call func(layer int) bool
+	call = func(layer int) bool {
+		if layer < 0 {
+			attempts++
+			return r.Float64() >= p
+		}
+		s := schemes[layer]
+		s.start()
+		for attempt := 1; ; attempt++ {
+			ok := call(layer - 1)
+			if !s.outcome(ok, attempt) {
+				return ok
+			}
+		}
+	}
 	step := time.Second / simRate
 	for i := 0; i < simRate*simSeconds; i++ {
 		calls++
-		s.start()
-		for attempt := 1; ; attempt++ {
-			attempts++
-			ok := r.Float64() >= p
-			if ok {
-				succeeded++
-			}
-			if !s.outcome(ok, attempt) {
-				break
-			}
+		if call(layers - 1) {
+			succeeded++
 		}
 		clk.Advance(step)
 	}
@@ -144,30 +156,46 @@ var simFailureRates = []float64{0.1, 0.2, 0.5, 1.0}
 func TestSimulation(t *testing.T) {
 	rows := simSchemes(t)
 	res := make(map[string]map[float64]simResult)
+	res3 := make(map[string]map[float64]simResult)
 	for _, row := range rows {
 		res[row.name] = make(map[float64]simResult)
+		res3[row.name] = make(map[float64]simResult)
 		for _, p := range simFailureRates {
-			res[row.name][p] = simulate(p, row.mk)
+			res[row.name][p] = simulate(p, 1, row.mk)
+			res3[row.name][p] = simulate(p, 3, row.mk)
 		}
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "\n%d calls/s for %ds, at most %d attempts, seed %d; cells: amplification / success\n\n", simRate, simSeconds, simMaxAttempts, simSeed)
-	b.WriteString("| scheme |")
-	for _, p := range simFailureRates {
-		fmt.Fprintf(&b, " p=%.1f |", p)
-	}
-	b.WriteString("\n|---|")
-	for range simFailureRates {
-		b.WriteString("---|")
-	}
-	for _, row := range rows {
-		fmt.Fprintf(&b, "\n| %s |", row.name)
-		for _, p := range simFailureRates {
-			r := res[row.name][p]
-			fmt.Fprintf(&b, " %.3f / %.3f |", r.amplification, r.success)
+	for _, layers := range []int{1, 3} {
+		tab := res
+		if layers == 3 {
+			tab = res3
 		}
+		var b strings.Builder
+		fmt.Fprintf(&b, "\n%d layer(s), %d calls/s for %ds, at most %d attempts per layer, seed %d; cells: amplification / success\n\n",
+			layers, simRate, simSeconds, simMaxAttempts, simSeed)
+		b.WriteString("| scheme |")
+		for _, p := range simFailureRates {
+			fmt.Fprintf(&b, " p=%.1f |", p)
+		}
+		b.WriteString("\n|---|")
+		for range simFailureRates {
+			b.WriteString("---|")
+		}
+		for _, row := range rows {
+			fmt.Fprintf(&b, "\n| %s |", row.name)
+			for _, p := range simFailureRates {
+				r := tab[row.name][p]
+				fmt.Fprintf(&b, " %.3f / %.3f |", r.amplification, r.success)
+			}
+		}
+		t.Log(b.String())
 	}
-	t.Log(b.String())
+	if a := res3["kit budget (10%, 5/s, 10s)"][1.0].amplification; a > 1.35 {
+		t.Errorf("kit budget over 3 layers at total failure: %.3f× > 1.35×", a)
+	}
+	if a := res3["naive, 3 attempts"][1.0].amplification; a != 27 {
+		t.Errorf("naive over 3 layers at total failure: %.3f×, want 27×", a)
+	}
 
 	kit := res["kit budget (10%, 5/s, 10s)"]
 	if a := kit[1.0].amplification; a > 1.11 {
@@ -198,7 +226,7 @@ func BenchmarkSimulation(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/p=%.1f", strings.NewReplacer(" ", "_", ",", "").Replace(row.name), p), func(b *testing.B) {
 				var r simResult
 				for i := 0; i < b.N; i++ {
-					r = simulate(p, row.mk)
+					r = simulate(p, 1, row.mk)
 				}
 				b.ReportMetric(r.amplification, "amplification")
 				b.ReportMetric(r.success, "success")
