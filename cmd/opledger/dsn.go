@@ -54,7 +54,7 @@ func parseDSN(dsn string) (target, error) {
 		case "postgres", "postgresql":
 			u, err := url.Parse(dsn)
 			if err != nil {
-				return target{}, fmt.Errorf("bad postgres URL: %v", redactErr(err, dsn))
+				return target{}, fmt.Errorf("bad postgres URL: %v", urlErr(err))
 			}
 			return target{driver: "pgx", dsn: dsn, dialect: postgres.New(), display: redact(u)}, nil
 		case "sqlite", "sqlite3":
@@ -114,14 +114,13 @@ func redact(u *url.URL) string {
 	return c.Redacted()
 }
 
-func redactErr(err error, dsn string) string {
-	s := err.Error()
-	if u, perr := url.Parse(dsn); perr == nil && u.User != nil {
-		if p, ok := u.User.Password(); ok && p != "" {
-			s = strings.ReplaceAll(s, p, "xxxxx")
-		}
+// urlErr drops the URL (which may hold a password) from a parse error.
+func urlErr(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return oneLine(ue.Err)
 	}
-	return oneLine(errors.New(s))
+	return "malformed URL"
 }
 
 // oneLine flattens an error to a single line.
