@@ -1,0 +1,409 @@
+package txmiddleware
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/ledger"
+)
+
+// ErrCommitUnknown means the connection broke while COMMIT was in flight:
+// the unit may or may not have committed. It is neither success nor a
+// plain failure. Resolve it before retrying: read the identity with
+// ledger's Lookup (a completed entry means it committed; ErrNotFound
+// means it did not, and running it again is safe), or retry with the same
+// key, which replays if it had committed.
+var ErrCommitUnknown = errors.New("txmiddleware: commit outcome unknown; resolve before retrying")
+
+// Work is the caller's mutation. It runs in tx, the transaction that holds
+// the claim, and returns the result to record (Code 0 and the encoded
+// response, as a rule) or an error.
+//
+// Work can run more than once before one run commits: a transient
+// database failure rolls the attempt back and runs the whole unit again.
+// Keep every side effect inside tx; anything else (a message sent, a file
+// written, a call to another service) can happen once per attempt. Work
+// must not commit or roll back tx, and must not use it after returning.
+// ctx carries tx for deeper code (see [TxFromContext]).
+type Work func(ctx context.Context, tx *sql.Tx) (ledger.Result, error)
+
+// Outcome is what Run did.
+type Outcome struct {
+	// Result is the recorded result: the work's, or for a final error the
+	// encoded status (see [StatusTypeName]), or the stored one on replay.
+	// Zero when nothing was recorded.
+	Result ledger.Result
+	// Executed is true when this call ran the work and committed its
+	// result (a success or a final error).
+	Executed bool
+	// Replayed is true when an earlier call had completed the operation:
+	// the work did not run and Result is the stored result.
+	Replayed bool
+	// CompletedAt is when the replayed result was recorded (Replayed only).
+	CompletedAt time.Time
+	// Attempts is how many times the unit was started: 1 unless transient
+	// failures were retried, 0 when it never started (bad input).
+	Attempts int
+}
+
+// Runner runs claim, work and completion as one transaction on a pool. It
+// holds no connection between calls and is safe for concurrent use.
+type Runner struct {
+	db  *sql.DB
+	l   ledger.Ledger
+	d   dialects.Dialect
+	lw  dialects.LockWaiter // set when a lock wait bound is configured
+	cfg config
+}
+
+// New returns a Runner for db, with ledger l (built for dialect d).
+func New(db *sql.DB, l ledger.Ledger, d dialects.Dialect, opts ...Option) (*Runner, error) {
+	if db == nil || l == nil || d == nil {
+		return nil, errors.New("txmiddleware: database, ledger and dialect must not be nil")
+	}
+	r := &Runner{db: db, l: l, d: d, cfg: defaults()}
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(&r.cfg); err != nil {
+			return nil, err
+		}
+	}
+	if r.cfg.lockWait > 0 {
+		lw, ok := d.(dialects.LockWaiter)
+		if !ok {
+			return nil, fmt.Errorf("txmiddleware: dialect %s cannot bound lock waits (no dialects.LockWaiter)", d.Name())
+		}
+		r.lw = lw
+	}
+	return r, nil
+}
+
+// Run builds a Runner with opts and runs one unit with it. A service that
+// runs many units builds its Runner once with [New].
+func Run(ctx context.Context, db *sql.DB, l ledger.Ledger, d dialects.Dialect, req ledger.ClaimRequest, work Work, opts ...Option) (Outcome, error) {
+	r, err := New(db, l, d, opts...)
+	if err != nil {
+		return Outcome{}, err
+	}
+	return r.Run(ctx, req, work)
+}
+
+type txKey struct{}
+
+// TxFromContext returns the transaction that Run passes to the work, from
+// the work's context or one derived from it.
+func TxFromContext(ctx context.Context) (*sql.Tx, bool) {
+	tx, ok := ctx.Value(txKey{}).(*sql.Tx)
+	return tx, ok && tx != nil
+}
+
+// Run claims req's identity and, when this call acquires it, runs work and
+// records its result, all in one transaction:
+//
+//	BEGIN → Claim → [SAVEPOINT] → work → Complete → COMMIT
+//
+// It returns:
+//   - the work's result with Executed set, once it committed;
+//   - the stored result with Replayed set, when an earlier call completed
+//     the operation (the work does not run). A stored final error comes
+//     back as the error too, rebuilt by [ReplayError];
+//   - for a final error of the work (see [FinalRule]): its partial writes
+//     are undone (ROLLBACK TO SAVEPOINT), the status is recorded and
+//     committed, and the work's error is returned with Executed set;
+//   - for any other error of the work: everything is rolled back, nothing
+//     is recorded, and that error is returned (a later call runs the work
+//     again);
+//   - ledger.ErrKeyReused, ledger.ErrIncomplete, and an error matching
+//     ledger.ErrInProgress when another transaction held the identity past
+//     the wait bound (on SQLite, when BEGIN could not get the write lock
+//     within the busy timeout);
+//   - an error matching [ErrCommitUnknown] when the connection broke during
+//     COMMIT;
+//   - the context's error (matching errors.Is) when it ended first;
+//     nothing is then committed unless COMMIT had already been sent.
+//
+// Transient failures, a serialization failure or deadlock on any
+// statement including BEGIN and COMMIT, or a connection lost before COMMIT
+// was sent, roll back and run the whole unit again, up to the attempt
+// bound, with jittered backoff that never sleeps past the context's
+// deadline. When attempts run out the last error is returned, matching
+// ledger.ErrRetryable. A panic in work rolls back and propagates.
+func (r *Runner) Run(ctx context.Context, req ledger.ClaimRequest, work Work) (Outcome, error) {
+	if work == nil {
+		return Outcome{}, errors.New("txmiddleware: work must not be nil")
+	}
+	savepoint := r.cfg.final != nil && r.cfg.savepoint == SavepointAlways
+	var out Outcome
+	for {
+		out.Attempts++
+		o, err := r.once(ctx, req, work, savepoint)
+		o.Attempts = out.Attempts
+		out = o
+		if err == nil {
+			return out, nil
+		}
+		var nsp needSavepoint
+		if errors.As(err, &nsp) {
+			// A final error without a savepoint: run again with one. Not a
+			// failure, so it does not wait.
+			// It happens at most once: the next attempt has a savepoint.
+			savepoint = true
+			continue
+		}
+		if out.Executed || out.Replayed || !r.transient(ctx, err) {
+			return out, err
+		}
+		if out.Attempts >= r.cfg.maxAttempts {
+			return out, giveUp(fmt.Sprintf("%d attempts failed", out.Attempts), err)
+		}
+		delay := r.cfg.delay(out.Attempts)
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= delay {
+			return out, giveUp(fmt.Sprintf("no time left for attempt %d", out.Attempts+1), err)
+		}
+		if r.cfg.onRetry != nil {
+			r.cfg.onRetry(ctx, out.Attempts, err, delay)
+		}
+		if serr := sleep(ctx, delay); serr != nil {
+			return out, fmt.Errorf("txmiddleware: waiting to retry: %w (after %w)", serr, err)
+		}
+	}
+}
+
+// giveUp wraps the last transient error so that it matches
+// ledger.ErrRetryable.
+func giveUp(why string, err error) error {
+	if errors.Is(err, ledger.ErrRetryable) {
+		return fmt.Errorf("txmiddleware: %s: %w", why, err)
+	}
+	return fmt.Errorf("txmiddleware: %s: %w: %w", why, ledger.ErrRetryable, err)
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// needSavepoint is once's answer when the work returned a final error but
+// ran without a savepoint (SavepointOnFinalError).
+type needSavepoint struct{ err error }
+
+func (e needSavepoint) Error() string {
+	return "txmiddleware: final error without savepoint: " + e.err.Error()
+}
+func (e needSavepoint) Unwrap() error { return e.err }
+
+// transient reports whether the unit should run again after err.
+func (r *Runner) transient(ctx context.Context, err error) bool {
+	if ctx.Err() != nil || errors.Is(err, ErrCommitUnknown) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	if errors.Is(err, ledger.ErrRetryable) || errors.Is(err, driver.ErrBadConn) {
+		return true
+	}
+	switch r.d.Classify(err) {
+	case dialects.ClassSerialization, dialects.ClassDeadlock, dialects.ClassConnection:
+		return true
+	}
+	return false
+}
+
+// ctxErr returns an error matching both the context's error and err, or
+// nil when ctx is still live.
+func ctxErr(ctx context.Context, op string, err error) error {
+	cerr := ctx.Err()
+	if cerr == nil {
+		return nil
+	}
+	if err == nil || errors.Is(err, cerr) {
+		return fmt.Errorf("txmiddleware: %s: %w", op, cerr)
+	}
+	return fmt.Errorf("txmiddleware: %s: %w (%w)", op, cerr, err)
+}
+
+const (
+	savepointSQL   = "SAVEPOINT opledger_work"
+	rollbackToSQL  = "ROLLBACK TO SAVEPOINT opledger_work"
+	cleanupTimeout = 5 * time.Second
+)
+
+type beginner interface {
+	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
+}
+
+// once runs the unit one time.
+func (r *Runner) once(ctx context.Context, req ledger.ClaimRequest, work Work, savepoint bool) (out Outcome, err error) {
+	var b beginner = r.db
+	if r.lw != nil && r.lw.LockWaitScope() == dialects.LockWaitSession {
+		conn, err := r.db.Conn(ctx)
+		if err != nil {
+			if cerr := ctxErr(ctx, "connect", err); cerr != nil {
+				return out, cerr
+			}
+			return out, fmt.Errorf("txmiddleware: connect: %w", err)
+		}
+		var restore func(context.Context) error
+		// Registered before the transaction's own deferred rollback, so it
+		// runs after it: the setting is restored once the transaction has
+		// ended, then the connection goes back to the pool.
+		defer func() { release(ctx, conn, restore) }()
+		restore, err = r.lw.BoundLockWait(ctx, conn, r.cfg.lockWait)
+		if err != nil {
+			restore = discard
+			if cerr := ctxErr(ctx, "bound lock wait", err); cerr != nil {
+				return out, cerr
+			}
+			return out, fmt.Errorf("txmiddleware: bound lock wait: %w", err)
+		}
+		b = conn
+	}
+
+	tx, err := b.BeginTx(ctx, &sql.TxOptions{Isolation: r.cfg.iso})
+	if err != nil {
+		if cerr := ctxErr(ctx, "begin", err); cerr != nil {
+			return out, cerr
+		}
+		if r.d.Classify(err) == dialects.ClassLockTimeout {
+			// SQLite with immediate transactions waits for the write lock
+			// at BEGIN: the busy timeout passed while another transaction
+			// (perhaps holding this identity) wrote.
+			return out, fmt.Errorf("txmiddleware: begin: %w: %w", ledger.ErrInProgress, err)
+		}
+		return out, fmt.Errorf("txmiddleware: begin: %w", err)
+	}
+	ended := false
+	defer func() {
+		if !ended {
+			_ = tx.Rollback() // also when work panics; the panic goes on
+		}
+	}()
+
+	if r.lw != nil && r.lw.LockWaitScope() == dialects.LockWaitTransaction {
+		if _, err := r.lw.BoundLockWait(ctx, tx, r.cfg.lockWait); err != nil {
+			return out, r.stmtErr(ctx, "bound lock wait", err)
+		}
+	}
+
+	c, err := r.l.Claim(ctx, tx, req)
+	if err != nil {
+		if cerr := ctxErr(ctx, "claim", err); cerr != nil {
+			return out, cerr
+		}
+		return out, err // the ledger's errors, unchanged
+	}
+	if !c.Acquired() {
+		// Nothing was written: end the transaction without a commit.
+		ended = true
+		_ = tx.Rollback()
+		out.Result, out.Replayed, out.CompletedAt = c.Result, true, c.CompletedAt
+		return out, ReplayError(c.Result)
+	}
+
+	if savepoint {
+		if _, err := tx.ExecContext(ctx, savepointSQL); err != nil {
+			return out, r.stmtErr(ctx, "savepoint", err)
+		}
+	}
+	res, werr := work(context.WithValue(ctx, txKey{}, tx), tx)
+	if werr != nil {
+		if cerr := ctxErr(ctx, "work", werr); cerr != nil {
+			return out, cerr
+		}
+		if r.transient(ctx, werr) {
+			return out, werr
+		}
+		final := false
+		if r.cfg.final != nil {
+			if st, ok := r.cfg.final(werr); ok && st != nil {
+				final = true
+				if res, err = encodeStatus(st); err != nil {
+					return out, err
+				}
+			}
+		}
+		if !final {
+			return out, werr
+		}
+		if !savepoint {
+			return out, needSavepoint{werr}
+		}
+		if _, err := tx.ExecContext(ctx, rollbackToSQL); err != nil {
+			return out, r.stmtErr(ctx, "rollback to savepoint", err)
+		}
+	}
+	if err := r.l.Complete(ctx, tx, c, res); err != nil {
+		if cerr := ctxErr(ctx, "complete", err); cerr != nil {
+			return out, cerr
+		}
+		return out, err
+	}
+	if r.cfg.beforeCommit != nil {
+		r.cfg.beforeCommit(ctx)
+	}
+	if cerr := ctxErr(ctx, "commit", nil); cerr != nil {
+		return out, cerr // COMMIT not sent; the deferred rollback ends it
+	}
+	ended = true
+	if err := tx.Commit(); err != nil {
+		return out, r.commitErr(ctx, err)
+	}
+	out.Result, out.Executed = res, true
+	return out, werr
+}
+
+// stmtErr wraps a failure of one of the runner's own statements.
+func (r *Runner) stmtErr(ctx context.Context, op string, err error) error {
+	if cerr := ctxErr(ctx, op, err); cerr != nil {
+		return cerr
+	}
+	return &ledger.DBError{Op: op, Class: r.d.Classify(err), Err: err}
+}
+
+// commitErr sorts a failed COMMIT: not sent (context), refused by the
+// database (a definite rollback, retried when transient), or unknown.
+func (r *Runner) commitErr(ctx context.Context, err error) error {
+	switch {
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, sql.ErrTxDone):
+		// database/sql checks the context before sending COMMIT, and a
+		// transaction whose context ended was rolled back: not committed.
+		if cerr := ctxErr(ctx, "commit", err); cerr != nil {
+			return cerr
+		}
+		return fmt.Errorf("txmiddleware: commit: %w", err)
+	case errors.Is(err, driver.ErrBadConn) || r.d.Classify(err) == dialects.ClassConnection:
+		return fmt.Errorf("%w: %w", ErrCommitUnknown, err)
+	}
+	return &ledger.DBError{Op: "commit", Class: r.d.Classify(err), Err: err}
+}
+
+// discard is a restore func that cannot restore: the connection is dropped.
+func discard(context.Context) error { return errors.New("txmiddleware: connection state unknown") }
+
+// release restores a session setting and returns conn to the pool, or
+// drops the connection when the setting could not be restored.
+func release(ctx context.Context, conn *sql.Conn, restore func(context.Context) error) {
+	if restore != nil {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		err := restore(rctx)
+		cancel()
+		if err != nil {
+			// Returning driver.ErrBadConn from Raw makes database/sql close
+			// the connection instead of pooling it with the bound still set.
+			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		}
+	}
+	_ = conn.Close()
+}
