@@ -27,17 +27,29 @@ type mysqlLocker struct{ name string }
 
 func newMySQLLocker(table string) mysqlLocker { return mysqlLocker{name: "opledger:" + table} }
 
-// SessionLock waits for the named lock on conn, at most mysqlLockTimeout.
+// SessionLock waits for the named lock on conn, at most mysqlLockTimeout
+// or until ctx ends. It asks in one-second waits, so that a cancelled
+// caller leaves no server-side wait behind for longer than that.
 func (l mysqlLocker) SessionLock(ctx context.Context, conn *sql.Conn) error {
-	var got sql.NullInt64
-	err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, ?)", l.name, int64(mysqlLockTimeout/time.Second)).Scan(&got)
-	switch {
-	case err != nil:
-		return fmt.Errorf("migration lock %q: %w", l.name, err)
-	case !got.Valid || got.Int64 != 1:
-		return fmt.Errorf("migration lock %q: not granted within %v (another process is migrating this ledger table)", l.name, mysqlLockTimeout)
+	deadline := time.Now().Add(mysqlLockTimeout)
+	for {
+		var got sql.NullInt64
+		if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, 1)", l.name).Scan(&got); err != nil {
+			return fmt.Errorf("migration lock %q: %w", l.name, err)
+		}
+		if got.Valid && got.Int64 == 1 {
+			return nil
+		}
+		if !got.Valid {
+			return fmt.Errorf("migration lock %q: GET_LOCK returned NULL", l.name)
+		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("migration lock %q: %w", l.name, err)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("migration lock %q: not granted within %v (another process is migrating this ledger table)", l.name, mysqlLockTimeout)
+		}
 	}
-	return nil
 }
 
 // SessionUnlock releases the named lock on conn.
