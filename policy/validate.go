@@ -205,6 +205,8 @@ func (v *validator) fields(obj *jsonValue, path string, known ...string) map[str
 			msg := fmt.Sprintf("unknown field %q; grpc-go ignores it silently", truncate(f.key))
 			if s := closest(f.key, known); s != "" {
 				msg += fmt.Sprintf(" (did you mean %q?)", s)
+			} else if path == "" && isMethodConfigKey(f.key) {
+				msg += fmt.Sprintf(" (%q belongs inside a methodConfig entry)", f.key)
 			}
 			v.at(FindingUnknownField, fp, "%s", msg)
 			continue
@@ -647,4 +649,15 @@ func editDistance(a, b string) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(b)]
+}
+
+// isMethodConfigKey reports whether key belongs in a methodConfig entry: a
+// retryPolicy at the top level is a known way to get no retries at all.
+func isMethodConfigKey(key string) bool {
+	for _, k := range []string{"name", "retryPolicy", "hedgingPolicy", "timeout", "waitForReady"} {
+		if strings.EqualFold(key, k) {
+			return true
+		}
+	}
+	return false
 }

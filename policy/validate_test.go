@@ -89,6 +89,8 @@ func TestValidate(t *testing.T) {
 			[]wantFinding{{FindingUnknownField, "methodConfig[0].retryPolicyy", "-", ""}}},
 		{"unknown top-level field", OwnerServiceConfig, `{"methodConfigs":[]}`,
 			[]wantFinding{{FindingUnknownField, "methodConfigs", "-", ""}}},
+		{"retryPolicy without the methodConfig wrapper", OwnerServiceConfig, `{` + goodRetry + `}`,
+			[]wantFinding{{FindingUnknownField, "retryPolicy", "-", ""}}},
 		{"wrong-case key", OwnerServiceConfig, doc(mc(n("shop.v1.Orders", "Get"), strings.Replace(goodRetry, "maxAttempts", "MaxAttempts", 1))),
 			[]wantFinding{{FindingKeyCase, "methodConfig[0].retryPolicy.MaxAttempts", "-", ""}}},
 		{"duplicate key", OwnerServiceConfig, doc(mc(n("shop.v1.Orders", "Get"), goodRetry+`,"timeout":"1s","timeout":"2s"`)),
