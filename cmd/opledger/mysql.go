@@ -1,0 +1,26 @@
+package main
+
+import (
+	"fmt"
+
+	_ "github.com/go-sql-driver/mysql" // driver "mysql"
+
+	"github.com/opledger/opledger/dialects/mysql"
+)
+
+// init adds mysql:// (and mariadb://) DSNs:
+// mysql://user:password@host:port/dbname?param=value, translated to
+// go-sql-driver's format with the options the dialect needs (parseTime).
+func init() {
+	extraSchemes["mysql"] = mysqlTarget
+	extraSchemes["mariadb"] = mysqlTarget
+}
+
+func mysqlTarget(dsn string) (target, error) {
+	d, err := mysql.DSN(dsn)
+	if err != nil {
+		// mysql.DSN's errors never contain the password.
+		return target{}, fmt.Errorf("bad mysql URL: %v", err)
+	}
+	return target{driver: "mysql", dsn: d, dialect: mysql.New(), display: mysql.Display(dsn)}, nil
+}
