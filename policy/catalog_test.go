@@ -7,8 +7,10 @@ import (
 	"path/filepath"
 	"testing"
 
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protodesc"
+	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/descriptorpb"
 )
 
@@ -146,6 +148,23 @@ func TestCatalogFromDescriptors(t *testing.T) {
 	if c2, err := CatalogFromDescriptorSet(set); err != nil || c2.Len() != len(want) {
 		t.Errorf("set without imports: %v", err)
 	}
+}
+
+func TestCatalogFromGlobalFiles(t *testing.T) {
+	// The test binary links grpc's health service (grpc_health_v1), which
+	// registers itself in protoregistry.GlobalFiles.
+	c, err := CatalogFromFiles(protoregistry.GlobalFiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check, ok := c.Lookup("/grpc.health.v1.Health/Check")
+	if !ok || check.Kind != KindNonIdempotent || check.Shape != ShapeUnary {
+		t.Errorf("Check = %+v, %v", check, ok)
+	}
+	if watch, ok := c.Lookup("/grpc.health.v1.Health/Watch"); !ok || watch.Shape != ShapeServerStream {
+		t.Errorf("Watch = %+v, %v", watch, ok)
+	}
+	_ = healthpb.HealthCheckRequest{}
 }
 
 func TestLoadDescriptorSetFile(t *testing.T) {

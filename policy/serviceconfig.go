@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"sort"
 	"strconv"
@@ -374,7 +375,7 @@ func ParseServiceConfig(data []byte) (*ServiceConfig, error) {
 		}
 		return nil, fmt.Errorf("%w: %w", ErrInvalidServiceConfig, err)
 	}
-	if dec.More() {
+	if _, err := dec.Token(); err != io.EOF {
 		return nil, fmt.Errorf("%w: trailing data after the JSON object", ErrInvalidServiceConfig)
 	}
 	if err := sc.Validate(); err != nil {

@@ -87,7 +87,8 @@ type Finding struct {
 	// Name is the method config name involved, exactly as grpc-go keys it:
 	// "/pkg.Service/Method", "/pkg.Service/" for a whole service, "" for the
 	// channel default (then HasName is true) — or "" with HasName false when
-	// no name is involved.
+	// no name is involved. For method-without-service it is the method as
+	// written, since grpc-go has no key for it.
 	Name string
 	// HasName distinguishes the channel-default name "" from no name.
 	HasName bool

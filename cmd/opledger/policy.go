@@ -40,7 +40,7 @@ const maxPolicyConfigBytes = 4 << 20
 // or I/O errors (one line on stderr).
 func runPolicy(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		io.WriteString(stderr, policyUsage)
+		fmt.Fprintln(stderr, "opledger policy: missing subcommand (usage: opledger policy check --service-config FILE --descriptors FILE [--owner OWNER])")
 		return 2
 	}
 	switch args[0] {
