@@ -161,8 +161,7 @@ type nameEntry struct {
 }
 
 type entryInfo struct {
-	retry   bool // has a retryPolicy (valid or not)
-	hedging bool
+	retry bool // has a retryPolicy (valid or not)
 }
 
 type validator struct {
@@ -289,7 +288,7 @@ func (v *validator) methodConfig(mc *jsonValue, path string) {
 	rp, hp := f["retryPolicy"], f["hedgingPolicy"]
 	hasRetry := rp != nil && rp.kind != jsonNull
 	hasHedge := hp != nil && hp.kind != jsonNull
-	v.entries[idx] = entryInfo{retry: hasRetry, hedging: hasHedge}
+	v.entries[idx] = entryInfo{retry: hasRetry}
 
 	var names []string // grpc-go keys of valid names
 	nm := f["name"]
@@ -608,7 +607,12 @@ func (v *validator) coverage() {
 	}
 }
 
+// joinPath appends an object key to a JSON path; a key that is not a plain
+// identifier is quoted, so that a path never spans lines.
 func joinPath(path, key string) string {
+	if !validIdent(key) {
+		return path + "[" + strconv.Quote(truncate(key)) + "]"
+	}
 	if path == "" {
 		return key
 	}

@@ -87,6 +87,8 @@ func TestValidate(t *testing.T) {
 			[]wantFinding{{FindingDuplicateName, "methodConfig[1].name[0]", "/shop.v1.Orders/Get", ""}}},
 		{"unknown field", OwnerServiceConfig, doc(mc(n("shop.v1.Orders", "Get"), strings.Replace(goodRetry, "retryPolicy", "retryPolicyy", 1))),
 			[]wantFinding{{FindingUnknownField, "methodConfig[0].retryPolicyy", "-", ""}}},
+		{"key with a newline", OwnerServiceConfig, `{"method\nConfig":[]}`,
+			[]wantFinding{{FindingUnknownField, `["method\nConfig"]`, "-", ""}}},
 		{"unknown top-level field", OwnerServiceConfig, `{"methodConfigs":[]}`,
 			[]wantFinding{{FindingUnknownField, "methodConfigs", "-", ""}}},
 		{"retryPolicy without the methodConfig wrapper", OwnerServiceConfig, `{` + goodRetry + `}`,
