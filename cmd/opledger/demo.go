@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/opledger/opledger/examples/payments"
+	"github.com/opledger/opledger/grpcint"
+	"github.com/opledger/opledger/ledger"
+	"github.com/opledger/opledger/migrations"
+	"github.com/opledger/opledger/policy"
+)
+
+func init() {
+	extraCommands["demo"] = command{"run the example payments service through injected faults and an outage; count duplicate and lost effects", runDemo}
+}
+
+func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("demo", stderr)
+	dsn := fs.String("dsn", "", "database for the ledger and the example's table (default: a SQLite file in a temporary directory)")
+	calls := fs.Int("calls", 1000, "logical transfers in the faulty phase")
+	loss := fs.Float64("loss", 0.3, "probability that a response is dropped after the server committed")
+	outage := fs.Int("outage-calls", 200, "logical transfers during the total outage (0 skips it)")
+	concurrency := fs.Int("concurrency", 32, "transfers in flight at once")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	switch {
+	case fs.NArg() > 0:
+		return fail(stderr, "demo", fmt.Errorf("unexpected argument %q", fs.Arg(0)))
+	case *calls < 1 || *calls > 1_000_000:
+		return fail(stderr, "demo", errors.New("--calls must be 1 to 1000000"))
+	case !(*loss >= 0 && *loss < 1):
+		return fail(stderr, "demo", errors.New("--loss must be in [0, 1)"))
+	case *outage < 0 || *outage > 1_000_000:
+		return fail(stderr, "demo", errors.New("--outage-calls must be 0 to 1000000"))
+	case *concurrency < 1 || *concurrency > 1024:
+		return fail(stderr, "demo", errors.New("--concurrency must be 1 to 1024"))
+	}
+	d := *dsn
+	if d == "" {
+		dir, err := os.MkdirTemp("", "opledger-demo-")
+		if err != nil {
+			return fail(stderr, "demo", err)
+		}
+		defer os.RemoveAll(dir)
+		d = "sqlite:" + filepath.Join(dir, "demo.db")
+	}
+	db, t, err := openDB(ctx, d)
+	if err != nil {
+		return fail(stderr, "demo", err)
+	}
+	defer db.Close()
+	m, err := migrations.New(db, t.dialect, migrations.WithTable(ledger.DefaultTable))
+	if err != nil {
+		return fail(stderr, "demo", err)
+	}
+	if _, err := m.Up(ctx); err != nil {
+		return fail(stderr, "demo", err)
+	}
+	// The business table is the demo's own, fresh for every run.
+	table := fmt.Sprintf("opledger_demo_transfers_%d", time.Now().UnixNano()%1_000_000_000)
+	defer payments.DropTable(context.WithoutCancel(ctx), db, t.dialect, table)
+
+	// A budget funded by successes with a short window: generous while
+	// most calls succeed, down to its floor once everything fails.
+	budget, err := policy.NewBudget(policy.BudgetSettings{TTL: 2 * time.Second, Percent: 1, MinRetriesPerSecond: 5})
+	if err != nil {
+		return fail(stderr, "demo", err)
+	}
+	sc := payments.Scenario{
+		DB: db, Dialect: t.dialect, LedgerTable: ledger.DefaultTable, BusinessTable: table,
+		Owner: policy.OwnerApplication, Calls: *calls, Concurrency: *concurrency, OutageCalls: *outage,
+		Faults: payments.FaultSettings{FailBeforeSend: 0.05, DropAfterCommit: *loss, Delay: 0.05},
+		ClientOptions: []grpcint.ClientOption{
+			grpcint.WithBudget(budget), grpcint.WithBudgetFundedBySuccess(), grpcint.WithMaxAttempts(8),
+			grpcint.WithBackoff(policy.Backoff{Initial: 10 * time.Millisecond, Max: 200 * time.Millisecond}),
+		},
+		OutagePause: 2 * time.Second,
+	}
+	fmt.Fprintf(stdout, "opledger demo: %d transfers on %s, loopback gRPC, %.0f%% of responses dropped after commit, 5%% failed before send, 5%% delayed; then %d transfers in a total outage\n\n",
+		*calls, t.display, *loss*100, *outage)
+	rep, err := sc.Run(ctx)
+	if err != nil {
+		return fail(stderr, "demo", err)
+	}
+	rep.Print(stdout)
+	if !rep.OK() {
+		fmt.Fprintln(stdout, "\nFAIL: a duplicate or lost effect, or a wrong response")
+		return 1
+	}
+	fmt.Fprintln(stdout, "\nOK: every logical call took effect at most once, and every answered call exactly once")
+	return 0
+}

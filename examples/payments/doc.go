@@ -1,0 +1,16 @@
+// Package payments is the example service of opledger: a payments
+// service whose Transfer method is a keyed mutation, served with the
+// grpcint server interceptor and called through a channel whose retries
+// have one owner.
+//
+// The Transfer handler writes through the transaction it finds in its
+// context (grpcint.TxFromContext), so the transfer row and the ledger
+// claim commit together: a retried Transfer, however often and by
+// whomever, records one transfer.
+//
+// The package also holds the fault injector and the scenario that
+// `opledger demo` runs: transfers whose requests fail before they are
+// sent, whose responses are dropped after the server committed or are
+// delayed, then a phase of total outage; it counts duplicate and lost
+// effects in the business table.
+package payments

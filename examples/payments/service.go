@@ -1,0 +1,155 @@
+package payments
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/reflect/protoregistry"
+
+	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/examples/payments/paymentspb"
+	"github.com/opledger/opledger/grpcint"
+	"github.com/opledger/opledger/policy"
+)
+
+// DefaultTable is the business table of the example.
+const DefaultTable = "payments_transfers"
+
+// Catalog returns the method catalog of the Payments service, read from
+// its descriptors (GetTransfer is NO_SIDE_EFFECTS there), with Transfer
+// marked as a keyed mutation backed by a durable ledger.
+func Catalog() (*policy.Catalog, error) {
+	files := new(protoregistry.Files)
+	if err := files.RegisterFile(paymentspb.File_payments_proto); err != nil {
+		return nil, err
+	}
+	c, err := policy.CatalogFromFiles(files)
+	if err != nil {
+		return nil, err
+	}
+	return c.WithKeyed(paymentspb.TransferMethod, true)
+}
+
+// Service implements paymentspb.PaymentsServer over a SQL table.
+type Service struct {
+	db      *sql.DB
+	d       dialects.Dialect
+	table   string
+	insert  string
+	selectQ string
+}
+
+// NewService returns the service for a table in db (created by
+// CreateTable). d names the database family; table must be a plain
+// identifier.
+func NewService(db *sql.DB, d dialects.Dialect, table string) (*Service, error) {
+	if db == nil || d == nil {
+		return nil, errors.New("payments: database and dialect must not be nil")
+	}
+	if err := dialects.CheckTableName(table); err != nil {
+		return nil, err
+	}
+	q := d.QuoteIdent(table)
+	s := &Service{db: db, d: d, table: table}
+	switch d.Name() {
+	case "postgres":
+		s.insert = "INSERT INTO " + q + " (from_account, to_account, amount_cents, reference) VALUES ($1, $2, $3, $4) RETURNING id"
+		s.selectQ = "SELECT id, from_account, to_account, amount_cents, reference FROM " + q + " WHERE id = $1"
+	case "sqlite":
+		s.insert = "INSERT INTO " + q + " (from_account, to_account, amount_cents, reference) VALUES (?, ?, ?, ?) RETURNING id"
+		s.selectQ = "SELECT id, from_account, to_account, amount_cents, reference FROM " + q + " WHERE id = ?"
+	case "mysql":
+		s.insert = "INSERT INTO " + q + " (from_account, to_account, amount_cents, reference) VALUES (?, ?, ?, ?)"
+		s.selectQ = "SELECT id, from_account, to_account, amount_cents, reference FROM " + q + " WHERE id = ?"
+	default:
+		return nil, fmt.Errorf("payments: no SQL for dialect %q", d.Name())
+	}
+	return s, nil
+}
+
+// Table returns the business table's name.
+func (s *Service) Table() string { return s.table }
+
+// CreateTable creates the business table if it does not exist. The
+// reference column is deliberately not unique: the ledger, not the
+// business schema, is what keeps a retried transfer from being recorded
+// twice, and the demo counts rows per reference to prove it.
+func CreateTable(ctx context.Context, db *sql.DB, d dialects.Dialect, table string) error {
+	if err := dialects.CheckTableName(table); err != nil {
+		return err
+	}
+	q := d.QuoteIdent(table)
+	var ddl string
+	switch d.Name() {
+	case "postgres":
+		ddl = "CREATE TABLE IF NOT EXISTS " + q + " (id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, from_account TEXT NOT NULL, to_account TEXT NOT NULL, amount_cents BIGINT NOT NULL, reference TEXT NOT NULL)"
+	case "sqlite":
+		ddl = "CREATE TABLE IF NOT EXISTS " + q + " (id INTEGER PRIMARY KEY AUTOINCREMENT, from_account TEXT NOT NULL, to_account TEXT NOT NULL, amount_cents INTEGER NOT NULL, reference TEXT NOT NULL)"
+	case "mysql":
+		ddl = "CREATE TABLE IF NOT EXISTS " + q + " (id BIGINT AUTO_INCREMENT PRIMARY KEY, from_account VARCHAR(64) NOT NULL, to_account VARCHAR(64) NOT NULL, amount_cents BIGINT NOT NULL, reference VARCHAR(128) NOT NULL) ENGINE=InnoDB"
+	default:
+		return fmt.Errorf("payments: no SQL for dialect %q", d.Name())
+	}
+	_, err := db.ExecContext(ctx, ddl)
+	return err
+}
+
+// DropTable drops the business table.
+func DropTable(ctx context.Context, db *sql.DB, d dialects.Dialect, table string) error {
+	if err := dialects.CheckTableName(table); err != nil {
+		return err
+	}
+	_, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+d.QuoteIdent(table))
+	return err
+}
+
+// Transfer records one transfer in the transaction of the ledger claim.
+// A non-positive amount or equal accounts is INVALID_ARGUMENT, which the
+// kit records as the call's final outcome: a retry gets the same error.
+func (s *Service) Transfer(ctx context.Context, req *paymentspb.TransferRequest) (*paymentspb.TransferReply, error) {
+	switch {
+	case req.GetAmountCents() <= 0:
+		return nil, status.Error(codes.InvalidArgument, "amount_cents must be positive")
+	case req.GetFromAccount() == "" || req.GetToAccount() == "":
+		return nil, status.Error(codes.InvalidArgument, "both accounts are required")
+	case req.GetFromAccount() == req.GetToAccount():
+		return nil, status.Error(codes.InvalidArgument, "from_account and to_account must differ")
+	}
+	tx, ok := grpcint.TxFromContext(ctx)
+	if !ok {
+		return nil, status.Error(codes.Internal, "payments: Transfer must run behind the grpcint server interceptor")
+	}
+	var id int64
+	if s.d.Name() == "mysql" {
+		res, err := tx.ExecContext(ctx, s.insert, req.GetFromAccount(), req.GetToAccount(), req.GetAmountCents(), req.GetReference())
+		if err != nil {
+			return nil, err
+		}
+		if id, err = res.LastInsertId(); err != nil {
+			return nil, err
+		}
+	} else if err := tx.QueryRowContext(ctx, s.insert, req.GetFromAccount(), req.GetToAccount(), req.GetAmountCents(), req.GetReference()).Scan(&id); err != nil {
+		return nil, err
+	}
+	return &paymentspb.TransferReply{
+		TransferId: id, FromAccount: req.GetFromAccount(), ToAccount: req.GetToAccount(),
+		AmountCents: req.GetAmountCents(), Reference: req.GetReference(),
+	}, nil
+}
+
+// GetTransfer reads one transfer; NOT_FOUND if there is none.
+func (s *Service) GetTransfer(ctx context.Context, req *paymentspb.GetTransferRequest) (*paymentspb.TransferReply, error) {
+	r := &paymentspb.TransferReply{}
+	err := s.db.QueryRowContext(ctx, s.selectQ, req.GetTransferId()).Scan(&r.TransferId, &r.FromAccount, &r.ToAccount, &r.AmountCents, &r.Reference)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, status.Error(codes.NotFound, "no such transfer")
+	}
+	if err != nil {
+		return nil, status.Error(codes.Unavailable, "payments: database unavailable")
+	}
+	return r, nil
+}

@@ -1,0 +1,30 @@
+// Package grpcint joins the operation ledger and the retry policy to
+// gRPC: a mutation retried by anyone, any number of times, takes effect
+// once.
+//
+// Server side, a Server (NewServer, or UnaryServerInterceptor) runs each
+// keyed unary method's handler inside one transaction with its ledger
+// claim (package txmiddleware); the handler writes through the
+// transaction it finds with TxFromContext. The key comes from the
+// idempotency-key header, the caller from a CallerFunc (an mTLS
+// certificate, an authenticated principal, or a header set by a trusted
+// gateway), the request fingerprint from the deterministic protobuf
+// encoding. A retry replays the stored response or final error, marked
+// with the trailer idempotency-replayed: true; a resolve request
+// (idempotency-resolve: 1) returns the stored outcome, NOT_FOUND or
+// ABORTED without running the handler. Every refusal has a distinct code
+// and an ErrorInfo detail with a stable Reason.
+//
+// Client side, a Client gives a channel exactly one retry owner
+// (DialOptions): for policy.OwnerApplication the kit's retrying
+// interceptor with policy eligibility, a retry budget, backoff with server
+// pushback, resolve-before-retry for keyed calls whose outcome is unknown,
+// and a stats.Handler that tells each attempt whether its request went
+// out and whether response headers came back; for
+// policy.OwnerServiceConfig the generated service config; for the mesh
+// and nobody, retries off. Each logical call of a keyed method carries one
+// key on every attempt.
+//
+// The package keeps no global state and logs nothing. The raw key never
+// appears in an error, a status message or the ledger. See docs/grpc.md.
+package grpcint
