@@ -50,7 +50,7 @@ func forEachPostgres(t *testing.T, maxConns int, f func(t *testing.T, e *env)) {
 	}
 }
 
-func newEnv(t *testing.T, name string, d dialects.Dialect, db *sql.DB) *env {
+func newEnv(t testing.TB, name string, d dialects.Dialect, db *sql.DB) *env {
 	t.Helper()
 	table := testdb.NewTable(t, db, d)
 	biz := d.QuoteIdent(table + "_biz")
@@ -102,6 +102,14 @@ func (e *env) ledgerRows(t testing.TB) int {
 
 func (e *env) bizRows(t testing.TB, key string) int {
 	return e.count(t, "SELECT COUNT(*) FROM "+e.biz+" WHERE k = "+e.ph(1), key)
+}
+
+// requireLockWaiter skips when the dialect cannot bound lock waits.
+func (e *env) requireLockWaiter(t testing.TB) {
+	t.Helper()
+	if _, ok := e.d.(dialects.LockWaiter); !ok {
+		t.Skipf("dialect %s does not implement dialects.LockWaiter", e.d.Name())
+	}
 }
 
 // isolationLevels lists the levels each dialect offers for the test.

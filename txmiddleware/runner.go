@@ -151,9 +151,8 @@ func (r *Runner) Run(ctx context.Context, req ledger.ClaimRequest, work Work) (O
 		}
 		var nsp needSavepoint
 		if errors.As(err, &nsp) {
-			// A final error without a savepoint: run again with one. Not a
-			// failure, so it does not wait.
-			// It happens at most once: the next attempt has a savepoint.
+			// A final error without a savepoint: run again with one, at
+			// once (not a failure). It happens at most once per call.
 			savepoint = true
 			continue
 		}
@@ -171,7 +170,7 @@ func (r *Runner) Run(ctx context.Context, req ledger.ClaimRequest, work Work) (O
 			r.cfg.onRetry(ctx, out.Attempts, err, delay)
 		}
 		if serr := sleep(ctx, delay); serr != nil {
-			return out, fmt.Errorf("txmiddleware: waiting to retry: %w (after %w)", serr, err)
+			return out, fmt.Errorf("txmiddleware: waiting to retry: %w (after: %v)", serr, err)
 		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/txmiddleware"
 )
@@ -326,6 +327,9 @@ func TestContextCancelled(t *testing.T) {
 func TestPanicRollsBack(t *testing.T) {
 	forEachTarget(t, 2, func(t *testing.T, e *env) {
 		for _, lockWait := range []time.Duration{0, time.Second} {
+			if _, ok := e.d.(dialects.LockWaiter); !ok && lockWait > 0 {
+				continue
+			}
 			key := fmt.Sprintf("panic-%v", lockWait)
 			r := e.runner(t, txmiddleware.WithLockWait(lockWait))
 			func() {
@@ -397,6 +401,7 @@ func TestTxFromContext(t *testing.T) {
 // connection's settings are as before afterwards.
 func TestLockWaitInProgress(t *testing.T) {
 	forEachTarget(t, 3, func(t *testing.T, e *env) {
+		e.requireLockWaiter(t)
 		ctx := context.Background()
 		before := e.sessionTimeouts(t)
 		holder, err := e.db.BeginTx(ctx, nil)

@@ -1,0 +1,199 @@
+package txmiddleware_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/ledger"
+	"github.com/opledger/opledger/txmiddleware"
+)
+
+const benchWorkers = 16
+
+// BenchmarkRunner compares the runner with a hand-written transaction
+// doing the same claim, business insert and completion, with 16 parallel
+// workers on a pool of 16 connections. "acquire" uses a new key per
+// operation; "replay" claims one completed key over and over.
+//
+//	OPLEDGER_TEST_POSTGRES_DSN=… go test -run '^$' -bench BenchmarkRunner -benchtime 3s ./txmiddleware/
+func BenchmarkRunner(b *testing.B) {
+	for _, tg := range testdb.Targets() {
+		b.Run(tg.Name, func(b *testing.B) {
+			db := tg.Open(b, benchWorkers)
+			e := newEnv(b, tg.Name, tg.Dialect, db)
+			variants := []variant{
+				{"hand", e.handWritten},
+				{"runner", e.viaRunner(b)},
+				{"runner-savepoint-on-final-error", e.viaRunner(b, txmiddleware.WithSavepoint(txmiddleware.SavepointOnFinalError))},
+				{"runner-no-final-errors", e.viaRunner(b, txmiddleware.WithFinalErrors(nil))},
+			}
+			if _, ok := e.d.(dialects.LockWaiter); ok {
+				variants = append(variants, variant{"runner-lockwait", e.viaRunner(b, txmiddleware.WithLockWait(5*time.Second))})
+			}
+			var seq atomic.Int64
+			for _, v := range variants {
+				b.Run("acquire/"+v.name, func(b *testing.B) {
+					parallel(b, func(ctx context.Context) error {
+						key := fmt.Sprintf("bench-%d", seq.Add(1))
+						return v.run(ctx, req(b, key), key)
+					})
+				})
+			}
+			replayKey := "bench-replay"
+			if err := e.handWritten(context.Background(), req(b, replayKey), replayKey); err != nil {
+				b.Fatal(err)
+			}
+			for _, v := range variants {
+				b.Run("replay/"+v.name, func(b *testing.B) {
+					r := req(b, replayKey)
+					parallel(b, func(ctx context.Context) error { return v.run(ctx, r, replayKey) })
+				})
+			}
+		})
+	}
+}
+
+type variant struct {
+	name string
+	run  func(ctx context.Context, req ledger.ClaimRequest, key string) error
+}
+
+// parallel runs op on benchWorkers goroutines (GOMAXPROCS permitting an
+// exact multiple) and reports operations per second.
+func parallel(b *testing.B, op func(ctx context.Context) error) {
+	procs := runtime.GOMAXPROCS(0)
+	b.SetParallelism((benchWorkers + procs - 1) / procs)
+	ctx := context.Background()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if err := op(ctx); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+}
+
+// handWritten is what a careful user writes without the runner.
+func (e *env) handWritten(ctx context.Context, req ledger.ClaimRequest, key string) error {
+	for attempt := 0; attempt < 10; attempt++ {
+		err := func() error {
+			tx, err := e.db.BeginTx(ctx, nil)
+			if err != nil {
+				return err
+			}
+			defer tx.Rollback()
+			c, err := e.l.Claim(ctx, tx, req)
+			if err != nil {
+				return err
+			}
+			if !c.Acquired() {
+				return nil // replay: the stored result is c.Result
+			}
+			if err := e.writeBiz(ctx, tx, key, 1); err != nil {
+				return err
+			}
+			if err := e.l.Complete(ctx, tx, c, ledger.Result{Response: []byte("done " + key), TypeName: "pay.v1.TransferResponse"}); err != nil {
+				return err
+			}
+			return tx.Commit()
+		}()
+		if err == nil || !e.d.Classify(err).Retryable() {
+			return err
+		}
+	}
+	return fmt.Errorf("too many retries")
+}
+
+func (e *env) viaRunner(b *testing.B, opts ...txmiddleware.Option) func(context.Context, ledger.ClaimRequest, string) error {
+	r := e.runner(b, opts...)
+	return func(ctx context.Context, req ledger.ClaimRequest, key string) error {
+		_, err := r.Run(ctx, req, func(ctx context.Context, tx *sql.Tx) (ledger.Result, error) {
+			if err := e.writeBiz(ctx, tx, key, 1); err != nil {
+				return ledger.Result{}, err
+			}
+			return ledger.Result{Response: []byte("done " + key), TypeName: "pay.v1.TransferResponse"}, nil
+		})
+		return err
+	}
+}
+
+// BenchmarkExtraStatements measures, on one connection with no
+// concurrency, what the runner's optional statements cost: the savepoint
+// (every acquired call unless disabled), PostgreSQL's set_config for the
+// wait bound, and SQLite's three busy_timeout pragmas with db.Conn.
+func BenchmarkExtraStatements(b *testing.B) {
+	for _, tg := range testdb.Targets() {
+		b.Run(tg.Name, func(b *testing.B) {
+			db := tg.Open(b, 1)
+			ctx := context.Background()
+			inTx := func(b *testing.B, stmt string, args ...any) {
+				tx, err := db.BeginTx(ctx, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer func() { tx.Rollback() }()
+				b.ResetTimer()
+				for i := range b.N {
+					if i%1000 == 999 { // bound the savepoint stack
+						b.StopTimer()
+						tx.Rollback()
+						if tx, err = db.BeginTx(ctx, nil); err != nil {
+							b.Fatal(err)
+						}
+						b.StartTimer()
+					}
+					if _, err := tx.ExecContext(ctx, stmt, args...); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			b.Run("select-1", func(b *testing.B) { inTx(b, "SELECT 1") })
+			b.Run("savepoint", func(b *testing.B) { inTx(b, "SAVEPOINT opledger_work") })
+			lw, ok := tg.Dialect.(dialects.LockWaiter)
+			if !ok {
+				return
+			}
+			b.Run("lockwait", func(b *testing.B) {
+				for range b.N {
+					if lw.LockWaitScope() == dialects.LockWaitTransaction {
+						b.StopTimer()
+						tx, err := db.BeginTx(ctx, nil)
+						if err != nil {
+							b.Fatal(err)
+						}
+						b.StartTimer()
+						if _, err := lw.BoundLockWait(ctx, tx, time.Second); err != nil {
+							b.Fatal(err)
+						}
+						b.StopTimer()
+						tx.Rollback()
+						b.StartTimer()
+						continue
+					}
+					conn, err := db.Conn(ctx)
+					if err != nil {
+						b.Fatal(err)
+					}
+					restore, err := lw.BoundLockWait(ctx, conn, time.Second)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if err := restore(ctx); err != nil {
+						b.Fatal(err)
+					}
+					conn.Close()
+				}
+			})
+		})
+	}
+}
