@@ -1,0 +1,206 @@
+package conformance
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+
+	"github.com/opledger/opledger/ledger"
+)
+
+// claimWith runs one unit of work for an arbitrary identity: claim, and on
+// acquisition complete with r; retryable failures retry.
+func (e *env) claimWith(id ledger.Identity, f ledger.Fingerprint, r ledger.Result) (*ledger.Claim, error) {
+	var last error
+	for attempt := 0; attempt < maxAttempts; attempt++ {
+		c, err := func() (*ledger.Claim, error) {
+			tx, err := e.begin(e.ctx)
+			if err != nil {
+				return nil, err
+			}
+			defer tx.Rollback()
+			c, err := e.l.Claim(e.ctx, tx, ledger.ClaimRequest{Identity: id, Fingerprint: f})
+			if err != nil {
+				return nil, err
+			}
+			if c.Acquired() {
+				if err := e.l.Complete(e.ctx, tx, c, r); err != nil {
+					return nil, err
+				}
+			}
+			return c, tx.Commit()
+		}()
+		if err == nil || !e.retryable(err) {
+			return c, err
+		}
+		last = err
+	}
+	return nil, last
+}
+
+func caseIdentity(e *env) {
+	const rounds = 3
+	for r := range rounds {
+		key := fmt.Sprintf("shared-key-%d", r)
+		mk := func(caller, method string) ledger.Identity {
+			id, err := ledger.NewIdentity(caller, method, key)
+			if err != nil {
+				e.t.Fatalf("identity: %v", err)
+			}
+			return id
+		}
+		f1, f2 := ledger.FingerprintOf([]byte("request one")), ledger.FingerprintOf([]byte("request two"))
+		base := mk("tenant-a", suiteMethod)
+		resBase := ledger.Result{Code: 1, Response: []byte("tenant-a " + key), TypeName: suiteType}
+		if _, err := e.claimWith(base, f1, resBase); err != nil {
+			e.t.Fatalf("set-up: %v", err)
+		}
+		type variant struct {
+			name string
+			id   ledger.Identity
+			fp   ledger.Fingerprint
+			res  ledger.Result
+			want string // "acquire", "replay", "reused"
+		}
+		vs := []variant{
+			{"another caller", mk("tenant-b", suiteMethod), f1, ledger.Result{Code: 2, Response: []byte("tenant-b " + key), TypeName: suiteType}, "acquire"},
+			{"another method", mk("tenant-a", "/opledger.conformance.v1.Suite/Other"), f1, ledger.Result{Code: 3, Response: []byte("other method " + key), TypeName: suiteType}, "acquire"},
+			{"another request", base, f2, ledger.Result{Response: []byte("must not be stored")}, "reused"},
+			{"the same request", base, f1, ledger.Result{Response: []byte("must not be stored")}, "replay"},
+		}
+		var (
+			wg    sync.WaitGroup
+			start = make(chan struct{})
+			got   = make([]*ledger.Claim, len(vs))
+			errs  = make([]error, len(vs))
+		)
+		for i, v := range vs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				got[i], errs[i] = e.claimWith(v.id, v.fp, v.res)
+			}()
+		}
+		close(start)
+		wg.Wait()
+		for i, v := range vs {
+			c, err := got[i], errs[i]
+			switch v.want {
+			case "acquire":
+				if err != nil || !c.Acquired() {
+					e.t.Errorf("same key, %s: %v %v; want an independent acquisition", v.name, c, err)
+				}
+			case "reused":
+				if !errors.Is(err, ledger.ErrKeyReused) {
+					e.t.Errorf("same key, %s: %v %v; want ErrKeyReused", v.name, c, err)
+				}
+			case "replay":
+				if err != nil || c.Acquired() || !sameResult(c.Result, resBase) {
+					e.t.Errorf("same key, %s: %v %v; want a replay of %q", v.name, c, err, resBase.Response)
+				}
+			}
+		}
+		for _, v := range append([]variant{{"the original", base, f1, resBase, "acquire"}}, vs[:2]...) {
+			en, err := e.l.Lookup(e.ctx, e.db, v.id)
+			if err != nil || !sameResult(en.Result, v.res) || en.Fingerprint != v.fp {
+				e.t.Errorf("Lookup of %s: %+v, %v; want its own result %q", v.name, en, err, v.res.Response)
+			}
+		}
+		if e.t.Failed() {
+			return
+		}
+	}
+	e.figure("%d rounds × 4 concurrent claims of one key: another caller and another method acquired independently, another request ErrKeyReused, the same request replayed", rounds)
+}
+
+func caseFidelity(e *env) {
+	max := e.maxResult()
+	all := make([]byte, 1024)
+	for i := range all {
+		all[i] = byte(i)
+	}
+	big := bytes.Repeat([]byte{0, 0xff, 'x', 0x80, '\n'}, max/5+1)[:max]
+	cases := []struct {
+		name string
+		r    ledger.Result
+	}{
+		{"nil response", ledger.Result{}},
+		{"empty response", ledger.Result{Code: 5, Response: []byte{}, TypeName: "google.rpc.Status"}},
+		{"every byte value", ledger.Result{Code: 13, Response: all, TypeName: "pkg.Tÿpe_ü.Reply"}},
+		{"largest code", ledger.Result{Code: math.MaxInt32, Response: []byte("x"), TypeName: suiteType}},
+		{"maximum size", ledger.Result{Code: 16, Response: big, TypeName: strings.Repeat("T", ledger.MaxTypeNameLen)}},
+	}
+	replayers := minInt(4, e.conc)
+	for i, c := range cases {
+		key := fmt.Sprintf("fidelity-%d", i)
+		if err := e.claimOnce(e.l, key, c.r); err != nil {
+			e.t.Errorf("%s: store: %v", c.name, err)
+			continue
+		}
+		var wg sync.WaitGroup
+		errs := make([]error, replayers)
+		for w := range replayers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[w] = e.replayEquals(key, c.r)
+			}()
+		}
+		wg.Wait()
+		for w, err := range errs {
+			if err != nil {
+				e.t.Errorf("%s, replayer %d: %v", c.name, w, err)
+			}
+		}
+		if en, err := e.lookup(key); err != nil || !equalResult(en.Result, c.r) {
+			e.t.Errorf("%s: Lookup: %v; result differs from what was stored", c.name, err)
+		}
+	}
+	// One byte over the limit is refused and nothing is stored.
+	key := "fidelity-over"
+	tx, err := e.begin(e.ctx)
+	if err != nil {
+		e.t.Fatalf("begin: %v", err)
+	}
+	defer tx.Rollback()
+	cl, err := e.l.Claim(e.ctx, tx, e.req(key))
+	if err != nil || !cl.Acquired() {
+		e.t.Fatalf("claim: %v %v", cl, err)
+	}
+	over := append(append([]byte(nil), big...), 'y')
+	if err := e.l.Complete(e.ctx, tx, cl, ledger.Result{Response: over}); !errors.Is(err, ledger.ErrInvalid) {
+		e.t.Errorf("Complete with %d bytes (limit %d): %v, want ErrInvalid", len(over), max, err)
+	}
+	tx.Rollback()
+	e.expectNothing(key, "result over the limit refused")
+	e.figure("%d results (empty, nil, binary, code %d, %d bytes) replayed exactly to %d concurrent replayers; %d bytes refused", len(cases), math.MaxInt32, max, replayers, max+1)
+}
+
+func (e *env) replayEquals(key string, want ledger.Result) error {
+	tx, err := e.begin(e.ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	c, err := e.l.Claim(e.ctx, tx, e.req(key))
+	if err != nil {
+		return err
+	}
+	if c.Acquired() {
+		return errors.New("acquired a completed key")
+	}
+	if !equalResult(c.Result, want) {
+		return fmt.Errorf("replayed code %d, type %q, %d bytes; want code %d, type %q, %d bytes (or different bytes)",
+			c.Result.Code, c.Result.TypeName, len(c.Result.Response), want.Code, want.TypeName, len(want.Response))
+	}
+	return nil
+}
+
+// equalResult compares results, nil and empty responses being equal.
+func equalResult(a, b ledger.Result) bool {
+	return a.Code == b.Code && a.TypeName == b.TypeName && bytes.Equal(a.Response, b.Response)
+}

@@ -1,0 +1,291 @@
+package conformance
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/opledger/opledger/ledger"
+)
+
+func caseNoPoisoning(e *env) {
+	key := "no-poisoning"
+	resA := resultFor(key, 0)
+	if err := e.claimOnce(e.l, key, resA); err != nil {
+		e.t.Fatalf("set-up: commit an entry: %v", err)
+	}
+	n := minInt(8, e.conc)
+	var (
+		wg      sync.WaitGroup
+		start   = make(chan struct{})
+		errs    = make([]error, n)
+		retries = make([]int, n)
+	)
+	for w := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for attempt := 0; attempt < maxAttempts; attempt++ {
+				errs[w] = e.poisonProbe(key, w, resA)
+				if errs[w] == nil || !e.retryable(errs[w]) {
+					return
+				}
+				retries[w]++
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	total := 0
+	for w, err := range errs {
+		total += retries[w]
+		if err != nil {
+			e.t.Errorf("transaction %d: %v", w, err)
+		}
+	}
+	before, after := e.bizRows("probe-before"), e.bizRows("probe-after")
+	if before != n || after != n {
+		e.t.Errorf("%d rows written before the claim and %d after it survived, want %d each: the replaying claim poisoned its transaction", before, after, n)
+	}
+	e.figure("%d transactions wrote, replayed an existing key, wrote again and committed: %d+%d rows survived, %d retried", n, before, after, total)
+}
+
+func (e *env) poisonProbe(key string, w int, want ledger.Result) error {
+	tx, err := e.begin(e.ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if err := e.writeBiz(e.ctx, tx, "probe-before", w); err != nil {
+		return fmt.Errorf("write before the claim: %w", err)
+	}
+	c, err := e.l.Claim(e.ctx, tx, e.req(key))
+	if err != nil {
+		return fmt.Errorf("claim of an existing key: %w", err)
+	}
+	if c.Acquired() || !sameResult(c.Result, want) {
+		return fmt.Errorf("claim of an existing key: outcome %v %q, want a replay of %q", c.Outcome, c.Result.Response, want.Response)
+	}
+	if err := e.writeBiz(e.ctx, tx, "probe-after", w); err != nil {
+		return fmt.Errorf("write after the replay (the transaction is poisoned): %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit after the replay: %w", err)
+	}
+	return nil
+}
+
+// expectNothing fails unless key left no entry and no business row.
+func (e *env) expectNothing(key, after string) {
+	e.t.Helper()
+	if en, err := e.lookup(key); !errors.Is(err, ledger.ErrNotFound) {
+		state := "an entry"
+		if en != nil && en.State == ledger.Pending {
+			state = "a pending entry (committed without a result)"
+		}
+		e.t.Errorf("%s: Lookup found %s (err %v); want nothing: the claim outlived its transaction", after, state, err)
+	}
+	if n := e.bizRows(key); n != 0 {
+		e.t.Errorf("%s: %d business rows survived", after, n)
+	}
+}
+
+func caseAtomicity(e *env) {
+	steps := []string{"the claim", "the business write", "Complete"}
+	n := minInt(8, e.conc)
+	var tl tally
+	for i, step := range steps {
+		key := fmt.Sprintf("atomic-%d", i)
+		func() {
+			tx, err := e.begin(e.ctx)
+			if err != nil {
+				e.t.Fatalf("begin: %v", err)
+			}
+			defer tx.Rollback()
+			c, err := e.l.Claim(e.ctx, tx, e.req(key))
+			if err != nil || !c.Acquired() {
+				e.t.Fatalf("claim of a fresh key: %v %v", c, err)
+			}
+			if i >= 1 {
+				if err := e.writeBiz(e.ctx, tx, key, 0); err != nil {
+					e.t.Fatalf("business write: %v", err)
+				}
+			}
+			if i >= 2 {
+				if err := e.l.Complete(e.ctx, tx, c, resultFor(key, 0)); err != nil {
+					e.t.Fatalf("complete: %v", err)
+				}
+			}
+			if err := tx.Rollback(); err != nil {
+				e.t.Fatalf("rollback: %v", err)
+			}
+		}()
+		e.expectNothing(key, "rolled back after "+step)
+		// The key is free again: a herd acquires it exactly once, and the
+		// committed claim and business row both survive.
+		h := e.herd(key, herdOpts{l: e.l, claimants: n})
+		tl.acquired += h.acquired
+		tl.replayed += h.replayed
+		tl.retried += h.retried
+		tl.duplicates += h.duplicates
+		if en, err := e.lookup(key); err != nil || en.State != ledger.Completed {
+			e.t.Errorf("after the committed re-claim of %s: Lookup %+v, %v; want a completed entry", key, en, err)
+		}
+	}
+	e.figure("rolled back after claim, business write and Complete: nothing survived; then %d claimants per key: %s", n, tl)
+}
+
+func caseFaults(e *env) {
+	e.faultCancelAfterClaim()
+	if e.d.Name() == "sqlite" {
+		// The waiter blocks in SQLite's busy handler (BEGIN IMMEDIATE),
+		// which does not look at the context: it returns only when the
+		// busy timeout passes.
+		e.figure("cancel while waiting skipped: SQLite's busy handler ignores cancellation")
+	} else {
+		e.faultCancelWhileWaiting()
+	}
+	if !e.tg.Capabilities.KillConnections {
+		e.figure("connection kill skipped: the target cannot kill connections")
+		return
+	}
+	e.faultKill()
+}
+
+// faultCancelAfterClaim cancels the context between the claim (and the
+// business write) and Complete.
+func (e *env) faultCancelAfterClaim() {
+	key := "fault-cancel"
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	tx, err := e.db.BeginTx(ctx, &sql.TxOptions{Isolation: e.level})
+	if err != nil {
+		e.t.Fatalf("begin: %v", err)
+	}
+	defer tx.Rollback()
+	c, err := e.l.Claim(ctx, tx, e.req(key))
+	if err != nil || !c.Acquired() {
+		e.t.Fatalf("claim of a fresh key: %v %v", c, err)
+	}
+	if err := e.writeBiz(ctx, tx, key, 0); err != nil {
+		e.t.Fatalf("business write: %v", err)
+	}
+	cancel()
+	cerr := e.l.Complete(ctx, tx, c, resultFor(key, 0))
+	merr := tx.Commit()
+	if cerr == nil && merr == nil {
+		e.t.Errorf("Complete and Commit both succeeded with a cancelled context")
+	}
+	e.expectNothing(key, "context cancelled between claim and Complete")
+	h := e.herd(key, herdOpts{l: e.l, claimants: minInt(8, e.conc)})
+	e.figure("cancel after claim: Complete %s, commit %s, nothing written, re-claimed: %s", errName(cerr), errName(merr), h)
+}
+
+// faultCancelWhileWaiting cancels a claimant blocked behind a holder.
+func (e *env) faultCancelWhileWaiting() {
+	key := "fault-cancel-wait"
+	a := e.hold(key)
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		tx, err := e.db.BeginTx(ctx, &sql.TxOptions{Isolation: e.level})
+		if err != nil {
+			done <- err
+			return
+		}
+		defer tx.Rollback()
+		_, err = e.l.Claim(ctx, tx, e.req(key))
+		if err == nil {
+			err = tx.Commit()
+		}
+		done <- err
+	}()
+	time.Sleep(holdTime)
+	cancelled := time.Now()
+	cancel()
+	var err error
+	select {
+	case err = <-done:
+	case <-e.ctx.Done():
+		e.t.Fatalf("a claimant blocked behind a holder did not return after its context was cancelled")
+	}
+	took := time.Since(cancelled)
+	if err == nil {
+		e.t.Errorf("a claimant whose context was cancelled while it waited committed")
+	}
+	if took > 2*time.Second {
+		e.t.Errorf("a claimant whose context was cancelled while it waited returned only %v later", took.Round(time.Millisecond))
+	}
+	if err := a.Commit(); err != nil {
+		e.t.Fatalf("holder: commit: %v", err)
+	}
+	if n := e.bizRows(key); n != 1 {
+		e.t.Errorf("%d business rows after the holder committed, want 1", n)
+	}
+	e.figure("cancel while waiting: returned %v after the cancel", took.Round(time.Millisecond))
+}
+
+// faultKill terminates the holder's connection after Complete, while a
+// claimant waits behind it.
+func (e *env) faultKill() {
+	key := "fault-kill"
+	var idQuery, killQuery string
+	switch e.d.Name() {
+	case "postgres":
+		idQuery, killQuery = "SELECT pg_backend_pid()", "SELECT pg_terminate_backend(%d)"
+	case "mysql":
+		idQuery, killQuery = "SELECT CONNECTION_ID()", "KILL %d"
+	default:
+		e.figure("connection kill skipped: no way to kill a connection on %s", e.d.Name())
+		return
+	}
+	a, err := e.begin(e.ctx)
+	if err != nil {
+		e.t.Fatalf("begin: %v", err)
+	}
+	defer a.Rollback()
+	var backend int64
+	if err := a.QueryRowContext(e.ctx, idQuery).Scan(&backend); err != nil {
+		e.t.Fatalf("read the connection id: %v", err)
+	}
+	c, err := e.l.Claim(e.ctx, a, e.req(key))
+	if err != nil || !c.Acquired() {
+		e.t.Fatalf("claim of a fresh key: %v %v", c, err)
+	}
+	if err := e.writeBiz(e.ctx, a, key, 0); err != nil {
+		e.t.Fatalf("business write: %v", err)
+	}
+	if err := e.l.Complete(e.ctx, a, c, resultFor(key, 0)); err != nil {
+		e.t.Fatalf("complete: %v", err)
+	}
+	b := e.claimant(key, 1)
+	if !e.mustWait(a, b) {
+		return
+	}
+	if _, err := e.db.ExecContext(e.ctx, fmt.Sprintf(killQuery, backend)); err != nil {
+		e.t.Fatalf("kill the holder's connection: %v", err)
+	}
+	o := e.collect(b)
+	switch {
+	case o.err != nil:
+		e.t.Errorf("claimant waiting behind a killed holder: %v", o.err)
+	case !o.acquired:
+		e.t.Errorf("claimant waiting behind a killed holder replayed %q; want it to acquire (the holder never committed)", o.result.Response)
+	}
+	merr := a.Commit()
+	if merr == nil {
+		e.t.Errorf("the killed holder's commit succeeded")
+	}
+	if n := e.bizRows(key); n != 1 {
+		e.t.Errorf("%d business rows after the kill, want 1 (the claimant's)", n)
+	}
+	if en, err := e.lookup(key); err != nil || !sameResult(en.Result, resultFor(key, 1)) {
+		e.t.Errorf("Lookup after the kill: %+v, %v; want the claimant's result", en, err)
+	}
+	e.figure("holder's connection killed after Complete: its commit failed (%s), the waiting claimant acquired", errName(merr))
+}

@@ -1,0 +1,464 @@
+package conformance
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/ledger"
+)
+
+// Names the suite claims under.
+const (
+	suiteCaller   = "opledger-conformance"
+	suiteMethod   = "/opledger.conformance.v1.Suite/Mutate"
+	suiteType     = "opledger.conformance.v1.Result"
+	retention     = time.Hour
+	maxAttempts   = 40
+	leakWait      = 3 * time.Second
+	teardownLimit = 30 * time.Second
+)
+
+// clock is a controllable clock: real time plus an offset.
+type clock struct{ off atomic.Int64 }
+
+func (c *clock) Now() time.Time          { return time.Now().Add(time.Duration(c.off.Load())) }
+func (c *clock) Advance(d time.Duration) { c.off.Add(int64(d)) }
+
+// env is one case's world: a scratch ledger table, a business table, the
+// ledger under test and a clock.
+type env struct {
+	t     testingT
+	ctx   context.Context
+	tg    *Target
+	o     options
+	d     dialects.Dialect
+	db    *sql.DB
+	level sql.IsolationLevel
+	conc  int
+	table string
+	biz   string // quoted
+	clock *clock
+	l     ledger.Ledger
+
+	figMu sync.Mutex
+	figs  []string
+}
+
+// newEnv sets up a case: scratch tables (dropped in cleanup), the ledger,
+// and a check that no connection is left in use when the case ends. It
+// returns nil when set-up failed (the case has been failed).
+func newEnv(ctx context.Context, t testingT, tg *Target, o options, in instance) *env {
+	t.Helper()
+	e := &env{t: t, ctx: ctx, tg: tg, o: o, d: tg.Dialect, db: tg.DB, level: in.level, conc: o.concurrency, clock: &clock{}}
+	if max := tg.DB.Stats().MaxOpenConnections; max > 0 && e.conc > max-2 {
+		e.conc = max - 2
+		if e.conc < 2 {
+			t.Fatalf("the pool allows %d connections; the suite needs at least 4", max)
+		}
+		t.Logf("concurrency lowered to %d: the pool allows %d connections", e.conc, max)
+	}
+	baseline := tg.DB.Stats().InUse
+	t.Cleanup(func() {
+		deadline := time.Now().Add(leakWait)
+		for {
+			n := tg.DB.Stats().InUse
+			if n <= baseline {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("leak: %d connections in use when the case ended, %d before it (a transaction or rows were not closed)", n, baseline)
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+	e.table = uniqueTable()
+	teardown, err := tg.setup(ctx, e.table)
+	if err != nil {
+		t.Fatalf("set-up: create scratch table %s: %v", e.table, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownLimit)
+		defer cancel()
+		if err := teardown(ctx); err != nil {
+			t.Errorf("teardown: drop scratch table %s: %v", e.table, err)
+		}
+	})
+	e.biz = e.d.QuoteIdent(e.table + "_biz")
+	if _, err := e.db.ExecContext(ctx, "CREATE TABLE "+e.biz+" (k VARCHAR(255) NOT NULL, worker INTEGER NOT NULL)"); err != nil {
+		t.Fatalf("set-up: create business table: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownLimit)
+		defer cancel()
+		if _, err := e.db.ExecContext(ctx, "DROP TABLE "+e.biz); err != nil {
+			t.Errorf("teardown: drop business table: %v", err)
+		}
+	})
+	e.l = e.newLedger(e.clock.Now)
+	return e
+}
+
+// newLedger constructs the ledger under test on the case's table.
+func (e *env) newLedger(now func() time.Time) ledger.Ledger {
+	e.t.Helper()
+	l, err := e.tg.NewLedger(LedgerConfig{Table: e.table, Retention: retention, Clock: now, MaxResultSize: e.maxResult()})
+	if err != nil {
+		e.t.Fatalf("set-up: construct the ledger: %v", err)
+	}
+	if l == nil {
+		e.t.Fatalf("set-up: NewLedger returned nil")
+	}
+	return l
+}
+
+func (e *env) maxResult() int { return ledger.DefaultMaxResultSize }
+
+// figure records a summary line for the report.
+func (e *env) figure(format string, args ...any) {
+	e.figMu.Lock()
+	defer e.figMu.Unlock()
+	e.figs = append(e.figs, fmt.Sprintf(format, args...))
+}
+
+func (e *env) figures() string {
+	e.figMu.Lock()
+	defer e.figMu.Unlock()
+	return strings.Join(e.figs, "; ")
+}
+
+// ph returns the n-th placeholder.
+func (e *env) ph(n int) string {
+	if e.d.Name() == "postgres" {
+		return "$" + strconv.Itoa(n)
+	}
+	return "?"
+}
+
+func (e *env) id(key string) ledger.Identity {
+	id, err := ledger.NewIdentity(suiteCaller, suiteMethod, key)
+	if err != nil {
+		panic(err) // keys are the suite's own, always valid
+	}
+	return id
+}
+
+func fpOf(key string) ledger.Fingerprint { return ledger.FingerprintOf([]byte("request for " + key)) }
+
+func (e *env) req(key string) ledger.ClaimRequest {
+	return ledger.ClaimRequest{Identity: e.id(key), Fingerprint: fpOf(key)}
+}
+
+// resultFor is what worker stores when it acquires key.
+func resultFor(key string, worker int) ledger.Result {
+	return ledger.Result{Code: uint32(worker%16 + 1), Response: []byte(fmt.Sprintf("%s done by worker %d", key, worker)), TypeName: suiteType}
+}
+
+func sameResult(a, b ledger.Result) bool {
+	return a.Code == b.Code && a.TypeName == b.TypeName && string(a.Response) == string(b.Response)
+}
+
+func (e *env) begin(ctx context.Context) (*sql.Tx, error) {
+	return e.db.BeginTx(ctx, &sql.TxOptions{Isolation: e.level})
+}
+
+func (e *env) writeBiz(ctx context.Context, tx *sql.Tx, key string, worker int) error {
+	_, err := tx.ExecContext(ctx, "INSERT INTO "+e.biz+" (k, worker) VALUES ("+e.ph(1)+", "+e.ph(2)+")", key, worker)
+	return err
+}
+
+func (e *env) count(query string, args ...any) int {
+	e.t.Helper()
+	var n int
+	if err := e.db.QueryRowContext(e.ctx, query, args...).Scan(&n); err != nil {
+		e.t.Fatalf("count: %v", err)
+	}
+	return n
+}
+
+func (e *env) bizRows(key string) int {
+	return e.count("SELECT COUNT(*) FROM "+e.biz+" WHERE k = "+e.ph(1), key)
+}
+
+func (e *env) ledgerRows() int {
+	return e.count("SELECT COUNT(*) FROM " + e.d.QuoteIdent(e.table))
+}
+
+// retryable reports whether err asks for the whole transaction to be
+// retried.
+func (e *env) retryable(err error) bool {
+	return errors.Is(err, ledger.ErrRetryable) || e.d.Classify(err).Retryable()
+}
+
+// outcome is what one claimant ended with.
+type outcome struct {
+	acquired bool
+	result   ledger.Result // stored (acquired) or replayed
+	retries  int
+	err      error
+	// firstDone is when the first attempt's claim returned.
+	firstDone time.Time
+	firstErr  error
+}
+
+// mutate is one claimant's unit of work at the case's level: optionally
+// read first, claim, and on acquisition write the business row and
+// Complete; on replay write a marker row (proving the transaction is still
+// usable) and commit. A retryable failure retries the whole transaction.
+func (e *env) mutate(ctx context.Context, l ledger.Ledger, key string, worker int, priorRead bool) outcome {
+	var out outcome
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			out.retries++
+			sleep(ctx, time.Duration(1+rand.IntN(2*attempt+1))*time.Millisecond)
+		}
+		acquired, res, err := e.attempt(ctx, l, key, worker, priorRead, func(err error) {
+			if attempt == 0 {
+				out.firstDone, out.firstErr = time.Now(), err
+			}
+		})
+		if err == nil {
+			out.acquired, out.result = acquired, res
+			return out
+		}
+		if !e.retryable(err) || attempt+1 >= maxAttempts || ctx.Err() != nil {
+			out.err = err
+			return out
+		}
+	}
+}
+
+func (e *env) attempt(ctx context.Context, l ledger.Ledger, key string, worker int, priorRead bool, claimed func(error)) (bool, ledger.Result, error) {
+	tx, err := e.begin(ctx)
+	if err != nil {
+		claimed(err)
+		return false, ledger.Result{}, err
+	}
+	defer tx.Rollback()
+	if priorRead {
+		var n int
+		if err := tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+e.biz).Scan(&n); err != nil {
+			claimed(err)
+			return false, ledger.Result{}, fmt.Errorf("prior read: %w", err)
+		}
+	}
+	c, err := l.Claim(ctx, tx, e.req(key))
+	claimed(err)
+	if err != nil {
+		return false, ledger.Result{}, err
+	}
+	if c == nil {
+		return false, ledger.Result{}, errors.New("Claim returned neither a claim nor an error")
+	}
+	var res ledger.Result
+	switch c.Outcome {
+	case ledger.Acquired:
+		if err := e.writeBiz(ctx, tx, key, worker); err != nil {
+			return false, res, fmt.Errorf("business write after acquiring: %w", err)
+		}
+		res = resultFor(key, worker)
+		if err := l.Complete(ctx, tx, c, res); err != nil {
+			return false, res, fmt.Errorf("complete: %w", err)
+		}
+	case ledger.Replay:
+		res = c.Result
+		if err := e.writeBiz(ctx, tx, key+"#replayed", worker); err != nil {
+			return false, res, fmt.Errorf("write after a replay (the transaction is poisoned): %w", err)
+		}
+	default:
+		return false, res, fmt.Errorf("Claim returned outcome %v", c.Outcome)
+	}
+	if err := tx.Commit(); err != nil {
+		return false, res, fmt.Errorf("commit: %w", err)
+	}
+	return c.Outcome == ledger.Acquired, res, nil
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// tally counts outcomes over a run of herds.
+type tally struct {
+	acquired, replayed, retried, duplicates, failed int
+}
+
+func (t tally) String() string {
+	return fmt.Sprintf("%d acquired, %d replayed, %d duplicates, %d retried, %d failed", t.acquired, t.replayed, t.duplicates, t.retried, t.failed)
+}
+
+// herdOpts shapes one herd.
+type herdOpts struct {
+	l         ledger.Ledger
+	claimants int
+	priorRead bool
+	// before runs (on the case goroutine) before the claimants of a key
+	// are released.
+	before func(key string)
+	// jitter, when set, delays each claimant by up to this much after the
+	// release, spreading the claims over the window of a concurrent sweep.
+	jitter time.Duration
+	// forbidden, when set, is a result no claimant may replay.
+	forbidden func(key string) (ledger.Result, bool)
+}
+
+// herd races h.claimants claimants on key, all released together, and
+// checks: exactly one acquires, every other replays its result
+// byte-for-byte, one business row. Failures are reported on e.t.
+func (e *env) herd(key string, h herdOpts) tally {
+	e.t.Helper()
+	var (
+		tl    tally
+		start = make(chan struct{})
+		outs  = make([]outcome, h.claimants)
+		wg    sync.WaitGroup
+	)
+	if h.before != nil {
+		h.before(key)
+	}
+	for w := range h.claimants {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case <-start:
+			case <-e.ctx.Done():
+				outs[w].err = e.ctx.Err()
+				return
+			}
+			if h.jitter > 0 {
+				sleep(e.ctx, rand.N(h.jitter))
+			}
+			outs[w] = e.mutate(e.ctx, h.l, key, w, h.priorRead)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	var winner *ledger.Result
+	for w := range outs {
+		if outs[w].acquired {
+			tl.acquired++
+			if winner == nil {
+				winner = &outs[w].result
+			}
+		}
+	}
+	for w, o := range outs {
+		tl.retried += o.retries
+		switch {
+		case o.err != nil:
+			tl.failed++
+			e.t.Errorf("key %s, claimant %d: %v (after %d retries)", key, w, o.err, o.retries)
+		case o.acquired:
+		default:
+			tl.replayed++
+			if h.forbidden != nil {
+				if bad, ok := h.forbidden(key); ok && sameResult(o.result, bad) {
+					e.t.Errorf("key %s, claimant %d: replayed the expired entry's result %q", key, w, o.result.Response)
+					continue
+				}
+			}
+			if winner == nil {
+				e.t.Errorf("key %s, claimant %d: replay of %q but nobody acquired (a replay of nothing)", key, w, o.result.Response)
+			} else if !sameResult(o.result, *winner) {
+				e.t.Errorf("key %s, claimant %d: replayed code %d %q type %q, want the winner's code %d %q type %q",
+					key, w, o.result.Code, o.result.Response, o.result.TypeName, winner.Code, winner.Response, winner.TypeName)
+			}
+		}
+	}
+	if tl.acquired > 1 {
+		tl.duplicates += tl.acquired - 1
+		e.t.Errorf("key %s: %d claimants acquired; want exactly 1", key, tl.acquired)
+	}
+	if tl.acquired == 0 && tl.failed == 0 {
+		e.t.Errorf("key %s: nobody acquired", key)
+	}
+	if n := e.bizRows(key); n != 1 && tl.failed == 0 || n > 1 {
+		if n > 1 {
+			tl.duplicates += n - 1
+		}
+		e.t.Errorf("key %s: %d business rows; want exactly 1 (the mutation ran %d times)", key, n, n)
+	}
+	if n := e.bizRows(key + "#replayed"); n != tl.replayed {
+		e.t.Errorf("key %s: %d rows written after replays, want %d (a replaying transaction did not commit its other writes)", key, n, tl.replayed)
+	}
+	return tl
+}
+
+// herds runs a herd over keys keys named prefix-0…, stopping early after
+// too many failed keys, and returns the sum.
+func (e *env) herds(prefix string, keys int, h herdOpts) tally {
+	e.t.Helper()
+	var sum tally
+	for k := range keys {
+		tl := e.herd(fmt.Sprintf("%s-%d", prefix, k), h)
+		sum.acquired += tl.acquired
+		sum.replayed += tl.replayed
+		sum.retried += tl.retried
+		sum.duplicates += tl.duplicates
+		sum.failed += tl.failed
+		if e.t.Failed() && k >= 2 || e.ctx.Err() != nil {
+			e.t.Logf("stopped after %d of %d keys", k+1, keys)
+			break
+		}
+	}
+	return sum
+}
+
+// claimOnce claims key and completes it with r in its own committed unit
+// of work, through l.
+func (e *env) claimOnce(l ledger.Ledger, key string, r ledger.Result) error {
+	tx, err := e.db.BeginTx(e.ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	c, err := l.Claim(e.ctx, tx, e.req(key))
+	if err != nil {
+		return err
+	}
+	if !c.Acquired() {
+		return fmt.Errorf("claim of a fresh key %s: outcome %v, want acquired", key, c.Outcome)
+	}
+	if err := l.Complete(e.ctx, tx, c, r); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// lookup returns the committed entry for key.
+func (e *env) lookup(key string) (*ledger.Entry, error) {
+	return e.l.Lookup(e.ctx, e.db, e.id(key))
+}
+
+func (e *env) keysFrac(div, min int) int {
+	n := e.o.keys / div
+	if n < min {
+		n = min
+	}
+	if n > e.o.keys && e.o.keys >= 1 && min <= e.o.keys {
+		n = e.o.keys
+	}
+	return n
+}
+
+func minInt(a, b int) int {
+	if a < b {
+		return a
+	}
+	return b
+}

@@ -1,0 +1,399 @@
+package conformance
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Defaults for the suite's options.
+const (
+	DefaultConcurrency = 32
+	DefaultKeys        = 200
+	DefaultCaseTimeout = 2 * time.Minute
+)
+
+// Option configures a run of the suite.
+type Option func(*options)
+
+type options struct {
+	concurrency int
+	keys        int
+	cases       []string
+	caseTimeout time.Duration
+}
+
+func newOptions(opts []Option) options {
+	o := options{concurrency: DefaultConcurrency, keys: DefaultKeys, caseTimeout: DefaultCaseTimeout}
+	for _, f := range opts {
+		if f != nil {
+			f(&o)
+		}
+	}
+	if o.concurrency < 2 {
+		o.concurrency = 2
+	}
+	if o.keys < 1 {
+		o.keys = 1
+	}
+	if o.caseTimeout <= 0 {
+		o.caseTimeout = DefaultCaseTimeout
+	}
+	return o
+}
+
+// WithConcurrency sets how many claimants race on one key in the herd-like
+// cases (default 32, at least 2). Cases that race a fixed, smaller number
+// (16 for expiry and prior read, 3 for three-waiter) use min(16, n).
+func WithConcurrency(n int) Option { return func(o *options) { o.concurrency = n } }
+
+// WithKeys sets how many keys the herd runs over (default 200). The other
+// herd-like cases use a fraction of it.
+func WithKeys(n int) Option { return func(o *options) { o.keys = n } }
+
+// WithCases runs only the named cases ([Cases] lists the names).
+func WithCases(names ...string) Option {
+	return func(o *options) { o.cases = append(o.cases, names...) }
+}
+
+// WithCaseTimeout bounds each case (default 2 minutes); a case still
+// running then fails with its context cancelled.
+func WithCaseTimeout(d time.Duration) Option { return func(o *options) { o.caseTimeout = d } }
+
+// Verdict is a case's outcome.
+type Verdict string
+
+// Verdicts.
+const (
+	Pass Verdict = "pass"
+	Fail Verdict = "fail"
+	Skip Verdict = "skip"
+)
+
+// Result is one case (at one isolation level) in a Report.
+type Result struct {
+	// Name is the case name, followed by "/" and the isolation level for
+	// cases run at every level: "herd/read_committed".
+	Name string
+	// Case is the case name alone: "herd".
+	Case string
+	// Level is the isolation level's name, or "" for a single-level case
+	// run at the target's default.
+	Level string
+	// Verdict is pass, fail or skip.
+	Verdict Verdict
+	// Duration is how long the case took, set-up included.
+	Duration time.Duration
+	// Figures summarise what happened: "32 claimants × 200 keys: 200
+	// acquired, 6200 replayed, 0 duplicates, 5 retried".
+	Figures string
+	// Messages are the failures (or the skip reason) and notes.
+	Messages []string
+}
+
+// Report is what Check returns.
+type Report struct {
+	// Target is the target's name; Dialect its dialect's.
+	Target, Dialect string
+	// Concurrency and Keys are the options the suite ran with.
+	Concurrency, Keys int
+	// Duration is the whole run's.
+	Duration time.Duration
+	// Results has one entry per case and level, in order.
+	Results []Result
+}
+
+// Failed reports whether any case failed.
+func (r Report) Failed() bool {
+	for _, res := range r.Results {
+		if res.Verdict == Fail {
+			return true
+		}
+	}
+	return false
+}
+
+// Failures returns the names of the failed cases, in order.
+func (r Report) Failures() []string {
+	var out []string
+	for _, res := range r.Results {
+		if res.Verdict == Fail {
+			out = append(out, res.Name)
+		}
+	}
+	return out
+}
+
+// CaseInfo describes one case.
+type CaseInfo struct {
+	// Name is the case's name, as used in WithCases and in results.
+	Name string
+	// Proves says what a pass shows.
+	Proves string
+	// PerLevel means the case runs once at every isolation level the
+	// target offers.
+	PerLevel bool
+}
+
+// Cases lists the suite's cases in the order they run.
+func Cases() []CaseInfo {
+	all := caseList()
+	out := make([]CaseInfo, len(all))
+	for i, c := range all {
+		out[i] = CaseInfo{Name: c.name, Proves: c.proves, PerLevel: c.perLevel}
+	}
+	return out
+}
+
+// testingT is what the cases need of a test; *testing.T and the report
+// recorder both provide it.
+type testingT interface {
+	Helper()
+	Errorf(format string, args ...any)
+	Fatalf(format string, args ...any)
+	Skipf(format string, args ...any)
+	Logf(format string, args ...any)
+	Cleanup(func())
+	Failed() bool
+}
+
+type caseDef struct {
+	name     string
+	proves   string
+	perLevel bool
+	// levels, when set, filters the levels a per-level case runs at and
+	// gives the reason when none remain.
+	levels func([]sql.IsolationLevel) ([]sql.IsolationLevel, string)
+	run    func(e *env)
+}
+
+// instance is one case at one level.
+type instance struct {
+	def   *caseDef
+	name  string
+	level sql.IsolationLevel
+	skip  string
+}
+
+func instances(tg *Target, o options) []instance {
+	want := map[string]bool{}
+	for _, n := range o.cases {
+		want[strings.TrimSpace(n)] = true
+	}
+	var out []instance
+	all := caseList()
+	for i := range all {
+		c := &all[i]
+		if len(want) > 0 && !want[c.name] {
+			continue
+		}
+		lv := tg.levels()
+		if !c.perLevel {
+			out = append(out, instance{def: c, name: c.name, level: lv[0]})
+			continue
+		}
+		skip := ""
+		if c.levels != nil {
+			lv, skip = c.levels(lv)
+		}
+		if len(lv) == 0 {
+			out = append(out, instance{def: c, name: c.name, skip: skip})
+			continue
+		}
+		for _, l := range lv {
+			out = append(out, instance{def: c, name: c.name + "/" + levelName(l), level: l})
+		}
+	}
+	return out
+}
+
+func levelName(l sql.IsolationLevel) string {
+	return strings.ReplaceAll(strings.ToLower(l.String()), " ", "_")
+}
+
+// Run runs every case against the target, each as a subtest of t (cases
+// run at every isolation level get a subtest per level). A case whose
+// capability the target lacks skips with the reason.
+func Run(t *testing.T, tg Target, opts ...Option) {
+	t.Helper()
+	if err := tg.validate(); err != nil {
+		t.Fatal(err)
+	}
+	o := newOptions(opts)
+	for _, in := range instances(&tg, o) {
+		t.Run(in.name, func(t *testing.T) {
+			if in.skip != "" {
+				t.Skip(in.skip)
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), o.caseTimeout)
+			defer cancel()
+			e := newEnv(ctx, t, &tg, o, in)
+			if e == nil {
+				return
+			}
+			in.def.run(e)
+			if f := e.figures(); f != "" {
+				t.Log(f)
+			}
+		})
+	}
+}
+
+// Check runs the suite like Run, but reports instead of failing a test:
+// each case's verdict, duration, figures and messages. An invalid target
+// gives a report with one failed "target" result. ctx bounds the whole
+// run.
+func Check(ctx context.Context, tg Target, opts ...Option) Report {
+	o := newOptions(opts)
+	rep := Report{Target: tg.Name, Concurrency: o.concurrency, Keys: o.keys}
+	if tg.Dialect != nil {
+		rep.Dialect = tg.Dialect.Name()
+	}
+	start := time.Now()
+	if err := tg.validate(); err != nil {
+		rep.Results = append(rep.Results, Result{Name: "target", Case: "target", Verdict: Fail, Messages: []string{err.Error()}})
+		return rep
+	}
+	for _, in := range instances(&tg, o) {
+		res := Result{Name: in.name, Case: in.def.name}
+		if in.def.perLevel && in.skip == "" {
+			res.Level = levelName(in.level)
+		}
+		if in.skip != "" {
+			res.Verdict, res.Messages = Skip, []string{in.skip}
+			rep.Results = append(rep.Results, res)
+			continue
+		}
+		r := &recorder{}
+		t0 := time.Now()
+		var figures string
+		r.run(func() {
+			cctx, cancel := context.WithTimeout(ctx, o.caseTimeout)
+			r.Cleanup(cancel)
+			e := newEnv(cctx, r, &tg, o, in)
+			if e == nil {
+				return
+			}
+			defer func() { figures = e.figures() }()
+			in.def.run(e)
+		})
+		res.Duration = time.Since(t0)
+		res.Figures = figures
+		res.Messages = r.messages()
+		switch {
+		case r.Failed():
+			res.Verdict = Fail
+		case r.skipped:
+			res.Verdict = Skip
+		default:
+			res.Verdict = Pass
+		}
+		rep.Results = append(rep.Results, res)
+	}
+	rep.Duration = time.Since(start)
+	return rep
+}
+
+// recorder is the testingT of Check: it records instead of failing.
+type recorder struct {
+	mu       sync.Mutex
+	failed   bool
+	skipped  bool
+	msgs     []string
+	cleanups []func()
+}
+
+// run runs f on its own goroutine (so that Fatalf and Skipf can end it
+// with runtime.Goexit, as the testing package does), then the cleanups in
+// reverse order. A panic fails the case.
+func (r *recorder) run(f func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer func() {
+			if p := recover(); p != nil {
+				r.Errorf("panic: %v", p)
+			}
+		}()
+		f()
+	}()
+	<-done
+	for {
+		r.mu.Lock()
+		n := len(r.cleanups)
+		if n == 0 {
+			r.mu.Unlock()
+			return
+		}
+		c := r.cleanups[n-1]
+		r.cleanups = r.cleanups[:n-1]
+		r.mu.Unlock()
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					r.Errorf("panic in cleanup: %v", p)
+				}
+			}()
+			c()
+		}()
+	}
+}
+
+func (r *recorder) Helper() {}
+
+func (r *recorder) Errorf(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.failed = true
+	r.msgs = append(r.msgs, fmt.Sprintf(format, args...))
+}
+
+func (r *recorder) Fatalf(format string, args ...any) {
+	r.Errorf(format, args...)
+	runtime.Goexit()
+}
+
+func (r *recorder) Skipf(format string, args ...any) {
+	r.mu.Lock()
+	r.skipped = true
+	r.msgs = append(r.msgs, fmt.Sprintf(format, args...))
+	r.mu.Unlock()
+	runtime.Goexit()
+}
+
+func (r *recorder) Logf(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.msgs = append(r.msgs, fmt.Sprintf(format, args...))
+}
+
+func (r *recorder) Cleanup(f func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cleanups = append(r.cleanups, f)
+}
+
+func (r *recorder) Failed() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.failed
+}
+
+func (r *recorder) messages() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.msgs...)
+}
+
+func uniqueTable() string {
+	var b [5]byte
+	_, _ = rand.Read(b[:])
+	return "opl_conf_" + hex.EncodeToString(b[:])
+}
