@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -477,6 +479,99 @@ func TestMySQLDeleteBlockedAfterConflict(t *testing.T) {
 			if e.d.Classify(delErr) != dialects.ClassLockTimeout {
 				t.Fatalf("%s: DELETE inside the claim's window: %v, want a lock wait timeout", level, delErr)
 			}
+		}
+	})
+}
+
+var errAbortAttempt = errors.New("test: owner rolls back")
+
+// TestMySQLHerdWithRollbacks: 16 transactions race on each key and the
+// first two owners of every key roll back, so InnoDB repeatedly sees a
+// holder roll back with many waiters and answers some with deadlock 1213.
+// Every attempt still resolves: exactly one committed owner and one
+// business row per key, everyone else replays its result.
+func TestMySQLHerdWithRollbacks(t *testing.T) {
+	const workers, aborts = 16, 2
+	keys := 30
+	if testing.Short() {
+		keys = 5
+	}
+	forEachMySQL(t, workers, func(t *testing.T, e *env) {
+		for _, level := range mysqlLevels {
+			t.Run(level.String(), func(t *testing.T) {
+				ctx := context.Background()
+				var retries, deadlocks atomic.Int64
+				for k := 0; k < keys; k++ {
+					key := fmt.Sprintf("%s-abort-herd-%d", level, k)
+					id := mustID(t, "tenant-a", method, key)
+					var aborted, committed, replayed atomic.Int64
+					var wg sync.WaitGroup
+					start := make(chan struct{})
+					errs := make(chan error, workers)
+					for w := 0; w < workers; w++ {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							<-start
+							for {
+								var acquired bool
+								err := e.unit(ctx, level, &retries, func(tx *sql.Tx) error {
+									c, err := e.l.Claim(ctx, tx, ledger.ClaimRequest{Identity: id, Fingerprint: fp(key)})
+									var dbe *ledger.DBError
+									if errors.As(err, &dbe) && dbe.Class == dialects.ClassDeadlock {
+										deadlocks.Add(1)
+									}
+									if err != nil {
+										return err
+									}
+									if !c.Acquired() {
+										if string(c.Result.Response) != key {
+											return fmt.Errorf("replayed %q", c.Result.Response)
+										}
+										acquired = false
+										return nil
+									}
+									if err := e.writeBiz(ctx, tx, key, w); err != nil {
+										return err
+									}
+									if aborted.Add(1) <= aborts {
+										time.Sleep(20 * time.Millisecond) // let the others queue up behind this owner
+										return errAbortAttempt
+									}
+									acquired = true
+									return e.l.Complete(ctx, tx, c, ledger.Result{Response: []byte(key)})
+								})
+								if errors.Is(err, errAbortAttempt) {
+									continue
+								}
+								if err != nil {
+									errs <- err
+								} else if acquired {
+									committed.Add(1)
+								} else {
+									replayed.Add(1)
+								}
+								return
+							}
+						}()
+					}
+					close(start)
+					wg.Wait()
+					close(errs)
+					for err := range errs {
+						t.Fatalf("key %s: %v", key, err)
+					}
+					if committed.Load() != 1 || replayed.Load() != workers-1 || e.bizRows(t, key) != 1 {
+						t.Fatalf("key %s: %d committed owners, %d replays, %d business rows; want 1, %d, 1",
+							key, committed.Load(), replayed.Load(), e.bizRows(t, key), workers-1)
+					}
+				}
+				t.Logf("%s: %d keys × %d workers, %d owners rolled back per key: %d deadlocks (1213), %d whole-transaction retries",
+					level, keys, workers, aborts, deadlocks.Load(), retries.Load())
+				if deadlocks.Load() == 0 {
+					t.Fatalf("no deadlock seen: the test no longer exercises 1213")
+				}
+			})
 		}
 	})
 }
