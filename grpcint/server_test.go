@@ -1,0 +1,211 @@
+package grpcint_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/opledger/opledger/examples/payments/paymentspb"
+	"github.com/opledger/opledger/grpcint"
+	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/policy"
+)
+
+func targets() []testdb.Target {
+	var out []testdb.Target
+	for _, tg := range testdb.Targets() {
+		if tg.Name != "postgres/pq" {
+			out = append(out, tg)
+		}
+	}
+	return out
+}
+
+func TestStatusCodes(t *testing.T) {
+	for _, tg := range targets() {
+		t.Run(tg.Name, func(t *testing.T) {
+			e := newEnv(t, tg)
+			ctx := context.Background()
+			const secret = "secret-key-1"
+
+			_, err := e.pc.Transfer(as(ctx, "alice", ""), transfer("r1", 100))
+			wantStatus(t, err, codes.InvalidArgument, grpcint.ReasonMissingKey)
+
+			_, err = e.pc.Transfer(as(ctx, "", secret), transfer("r1", 100))
+			wantStatus(t, err, codes.Unauthenticated, grpcint.ReasonNoCaller)
+
+			_, err = e.pc.Transfer(as(ctx, "alice", strings.Repeat("k", 256)), transfer("r1", 100))
+			wantStatus(t, err, codes.InvalidArgument, grpcint.ReasonInvalidKey)
+
+			// Resolve before anything ran: NOT_FOUND, safe to run.
+			var got paymentspb.TransferReply
+			err = grpcint.Resolve(as(ctx, "alice", ""), e.conn, paymentspb.TransferMethod, secret, &paymentspb.TransferRequest{}, &got)
+			wantStatus(t, err, codes.NotFound, grpcint.ReasonNotFound)
+
+			var trl metadata.MD
+			first, err := e.pc.Transfer(as(ctx, "alice", secret), transfer("r1", 100), grpc.Trailer(&trl))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(trl.Get(grpcint.ReplayedHeader)) != 0 {
+				t.Error("first execution marked as replayed")
+			}
+			// Retry: the same response, replayed.
+			again, err := e.pc.Transfer(as(ctx, "alice", secret), transfer("r1", 100), grpc.Trailer(&trl))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !proto.Equal(first, again) || trl.Get(grpcint.ReplayedHeader)[0] != "true" {
+				t.Errorf("replay %v (trailer %v), want %v marked replayed", again, trl, first)
+			}
+			// Resolve: the stored response.
+			if err := grpcint.Resolve(as(ctx, "alice", ""), e.conn, paymentspb.TransferMethod, secret, &paymentspb.TransferRequest{}, &got); err != nil || !proto.Equal(&got, first) {
+				t.Errorf("resolve = %v, %v; want %v", &got, err, first)
+			}
+			// Key reused for another request.
+			_, err = e.pc.Transfer(as(ctx, "alice", secret), transfer("r1", 101))
+			st := wantStatus(t, err, codes.FailedPrecondition, grpcint.ReasonKeyReused)
+			if strings.Contains(st.Message(), secret) {
+				t.Error("status message contains the raw key")
+			}
+
+			// A final error is recorded and replayed with code, message and details.
+			_, err1 := e.pc.Transfer(as(ctx, "alice", "k-final"), transfer("r2", 0))
+			_, err2 := e.pc.Transfer(as(ctx, "alice", "k-final"), transfer("r2", 0), grpc.Trailer(&trl))
+			if status.Code(err1) != codes.InvalidArgument || !proto.Equal(status.Convert(err1).Proto(), status.Convert(err2).Proto()) {
+				t.Errorf("final error %v, replay %v", err1, err2)
+			}
+			if trl.Get(grpcint.ReplayedHeader)[0] != "true" {
+				t.Error("replayed final error not marked")
+			}
+			if s := e.server.Stats(); s.Executed != 2 || s.Replayed != 2 {
+				t.Errorf("server stats %+v; want 2 executed, 2 replayed", s)
+			}
+		})
+	}
+}
+
+func TestInProgressAndResolve(t *testing.T) {
+	for _, tg := range targets() {
+		t.Run(tg.Name, func(t *testing.T) {
+			e := newEnv(t, tg)
+			ctx := context.Background()
+			done := make(chan error, 1)
+			var first *paymentspb.TransferReply
+			go func() {
+				var err error
+				first, err = e.pc.Transfer(as(ctx, "alice", "k-block"), transfer("block", 5))
+				done <- err
+			}()
+			<-e.gate.entered
+			var trl metadata.MD
+			_, err := e.pc.Transfer(as(ctx, "alice", "k-block"), transfer("block", 5), grpc.Trailer(&trl))
+			wantStatus(t, err, codes.Aborted, grpcint.ReasonInProgress)
+			if p := trl.Get(policy.PushbackHeader); len(p) != 1 || p[0] != "50" {
+				t.Errorf("pushback %v, want [50]", p)
+			}
+			var got paymentspb.TransferReply
+			err = grpcint.Resolve(as(ctx, "alice", ""), e.conn, paymentspb.TransferMethod, "k-block", &paymentspb.TransferRequest{}, &got)
+			wantStatus(t, err, codes.Aborted, grpcint.ReasonInProgress)
+			close(e.gate.release)
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if err := grpcint.Resolve(as(ctx, "alice", ""), e.conn, paymentspb.TransferMethod, "k-block", &paymentspb.TransferRequest{}, &got); err != nil || !proto.Equal(&got, first) {
+				t.Errorf("resolve after commit = %v, %v; want %v", &got, err, first)
+			}
+		})
+	}
+}
+
+// TestCallerIsolation: two callers with the same key never see each
+// other's results.
+func TestCallerIsolation(t *testing.T) {
+	e := newEnv(t, testdb.Targets()[0])
+	ctx := context.Background()
+	a, err := e.pc.Transfer(as(ctx, "alice", "shared-key"), transfer("alice-1", 10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := e.pc.Transfer(as(ctx, "bob", "shared-key"), transfer("bob-1", 20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.GetTransferId() == b.GetTransferId() || b.GetReference() != "bob-1" {
+		t.Errorf("bob got %v after alice got %v with the same key", b, a)
+	}
+	// The same request under the same key by another caller runs again.
+	c, err := e.pc.Transfer(as(ctx, "carol", "shared-key"), transfer("alice-1", 10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.GetTransferId() == a.GetTransferId() {
+		t.Error("carol was given alice's stored result")
+	}
+	var got paymentspb.TransferReply
+	err = grpcint.Resolve(as(ctx, "dave", ""), e.conn, paymentspb.TransferMethod, "shared-key", &paymentspb.TransferRequest{}, &got)
+	wantStatus(t, err, codes.NotFound, grpcint.ReasonNotFound)
+}
+
+// TestClientGeneratesOneKeyPerCall: without a key from the caller, the
+// application-owned client generates one, the same on every attempt.
+func TestClientGeneratesOneKeyPerCall(t *testing.T) {
+	e := newEnv(t, testdb.Targets()[0])
+	c, pc := appClient(t, e.addr)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), callerHeader, "alice")
+	r1, err := pc.Transfer(ctx, transfer("g1", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := pc.Transfer(ctx, transfer("g1", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r1.GetTransferId() == r2.GetTransferId() {
+		t.Error("two logical calls shared a key")
+	}
+	if s := c.Stats(); s.Calls != 2 || s.Attempts != 2 {
+		t.Errorf("client stats %+v", s)
+	}
+	// Non-keyed methods pass through the server interceptor.
+	got, err := pc.GetTransfer(ctx, &paymentspb.GetTransferRequest{TransferId: r1.GetTransferId()})
+	if err != nil || !proto.Equal(got, r1) {
+		t.Errorf("GetTransfer = %v, %v", got, err)
+	}
+}
+
+// TestFinalErrorSaysAttempts: a call that fails for good keeps its code
+// and says how many attempts were made.
+func TestFinalErrorSaysAttempts(t *testing.T) {
+	e := newEnv(t, testdb.Targets()[0])
+	_, pc := appClient(t, e.addr, grpcint.WithMaxAttempts(3),
+		grpcint.WithBackoff(policy.Backoff{Initial: time.Millisecond, Max: 2 * time.Millisecond}))
+	// No caller: UNAUTHENTICATED is not retried, and the error is the
+	// server's own.
+	_, err := pc.Transfer(context.Background(), transfer("x", 1))
+	wantStatus(t, err, codes.Unauthenticated, grpcint.ReasonNoCaller)
+	if grpcint.Attempts(err) != 0 {
+		t.Errorf("single attempt annotated: %v", err)
+	}
+	// GetTransfer of a missing id: NOT_FOUND, never retried.
+	_, err = pc.GetTransfer(context.Background(), &paymentspb.GetTransferRequest{TransferId: 999})
+	if status.Code(err) != codes.NotFound {
+		t.Fatalf("err %v", err)
+	}
+
+	// Nothing listens: UNAVAILABLE before sending is retried up to the
+	// bound, and the final error keeps its code and says so.
+	_, dead := appClient(t, "127.0.0.1:1", grpcint.WithMaxAttempts(3),
+		grpcint.WithBackoff(policy.Backoff{Initial: time.Millisecond, Max: 2 * time.Millisecond}))
+	_, err = dead.GetTransfer(context.Background(), &paymentspb.GetTransferRequest{TransferId: 1})
+	if status.Code(err) != codes.Unavailable || grpcint.Attempts(err) != 3 || !strings.Contains(err.Error(), "after 3 attempts") {
+		t.Errorf("err %v (attempts %d), want UNAVAILABLE after 3 attempts", err, grpcint.Attempts(err))
+	}
+}
