@@ -36,8 +36,10 @@ func checkExactlyOnce(t *testing.T, rep payments.Report) {
 	if rep.Duplicates != 0 || rep.Lost != 0 || rep.WrongResponses != 0 {
 		t.Errorf("duplicates %d, lost %d, wrong responses %d; want 0", rep.Duplicates, rep.Lost, rep.WrongResponses)
 	}
-	if rep.Executed != int64(rep.Calls) {
-		t.Errorf("executed %d, want one execution per logical call (%d)", rep.Executed, rep.Calls)
+	// Every call that failed for good and that resolve found uncommitted
+	// never ran; every other call ran exactly once.
+	if want := int64(rep.Calls - (rep.Failed - rep.Reconciled)); rep.Executed != want {
+		t.Errorf("executed %d, want one execution per committed logical call (%d)", rep.Executed, want)
 	}
 	if rep.Faults.DroppedAfterRun < int64(rep.Calls)/5 {
 		t.Errorf("only %d responses dropped; the fault injector did not run", rep.Faults.DroppedAfterRun)
@@ -68,7 +70,7 @@ func TestExactlyOnceApplicationOwner(t *testing.T) {
 			}
 			checkExactlyOnce(t, rep)
 			if rep.Failed != 0 || rep.Succeeded != rep.Calls {
-				t.Errorf("%d of %d calls failed; with this budget every call should get its answer", rep.Failed, rep.Calls)
+				t.Errorf("%d of %d calls failed (%v); with this budget every call should get its answer", rep.Failed, rep.Calls, rep.FailedBy)
 			}
 			if rep.Resolved == 0 {
 				t.Error("no call was resolved; dropped responses should have been resolved")
@@ -103,10 +105,12 @@ func TestExactlyOnceServiceConfigOwner(t *testing.T) {
 			if rep.Replayed < rep.Faults.DroppedAfterRun/2 {
 				t.Errorf("replayed %d for %d dropped responses: grpc-go's retries did not replay", rep.Replayed, rep.Faults.DroppedAfterRun)
 			}
-			if rep.Failed > rep.Calls/50 || rep.Reconciled != rep.Failed {
-				t.Errorf("%d calls failed (%d found committed by resolve); want few, all committed", rep.Failed, rep.Reconciled)
+			// grpc-go gives up after maxAttempts (5): 0.3^5 of the calls, and
+			// ABORTED after the lock-wait bound under write contention.
+			if rep.Failed > rep.Calls/50 {
+				t.Errorf("%d calls failed (%d found committed by resolve): %v", rep.Failed, rep.Reconciled, rep.FailedBy)
 			}
-			t.Logf("attempts %d, replayed %d, failed %d, elapsed %s", rep.Attempts, rep.Replayed, rep.Failed, rep.Elapsed)
+			t.Logf("attempts %d, replayed %d, failed %d %v, elapsed %s", rep.Attempts, rep.Replayed, rep.Failed, rep.FailedBy, rep.Elapsed)
 		})
 	}
 }

@@ -89,10 +89,12 @@ func (f *Faults) roll(p float64) bool {
 	return x < p
 }
 
-// UnaryClientInterceptor fails attempts before they are sent.
+// UnaryClientInterceptor fails attempts before they are sent (not
+// during an outage, so that every attempt of the outage reaches the
+// server and is counted).
 func (f *Faults) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		if f.roll(f.set.FailBeforeSend) {
+		if !f.outage.Load() && f.roll(f.set.FailBeforeSend) {
 			f.failed.Add(1)
 			return status.Error(codes.Unavailable, "injected: failed before send")
 		}

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/opledger/opledger/dialects"
@@ -53,7 +54,7 @@ type Scenario struct {
 	// OutageCalls is the number of logical transfers during the outage
 	// phase; 0 skips it.
 	OutageCalls int
-	// CallTimeout is each logical call's deadline (default 10s).
+	// CallTimeout is each logical call's deadline (default 30s).
 	CallTimeout time.Duration
 	// ClientOptions are added to the kit's client options.
 	ClientOptions []grpcint.ClientOption
@@ -63,6 +64,11 @@ type Scenario struct {
 	Caller string
 	// RefPrefix prefixes each transfer's reference (default "call").
 	RefPrefix string
+	// LockWait bounds how long a claim waits for another transaction
+	// (txmiddleware.WithLockWait). Default 2s, and 10s on SQLite, where it
+	// is also the wait for the database's single write lock, which the
+	// busy handler does not hand out fairly under many writers.
+	LockWait time.Duration
 	// OutagePause is a quiet time before the outage, letting the retry
 	// budget's window move past the faulty phase.
 	OutagePause time.Duration
@@ -71,20 +77,21 @@ type Scenario struct {
 // Report is what a Scenario run observed.
 type Report struct {
 	Owner          policy.RetryOwner
-	Calls          int   // logical calls in the faulty phase
-	Succeeded      int   // of those, how many returned a response
-	Failed         int   // of those, how many returned an error
-	Reconciled     int   // failed calls whose outcome a later Resolve found committed
-	Attempts       int64 // attempts on the wire, faulty phase
-	Executed       int64 // handler runs that committed (server)
-	Replayed       int64 // calls answered from the ledger (server)
-	Resolved       int64 // calls whose outcome a resolve returned (client)
-	BudgetRefusals int64 // retries the client's budget refused
-	Duplicates     int   // logical calls with more than one transfer row
-	Lost           int   // logical calls answered with success but no (or another) row
-	WrongResponses int   // responses that differ from the committed row
-	OutageCalls    int   // logical calls during the outage
-	OutageAttempts int64 // attempts on the wire during the outage
+	Calls          int            // logical calls in the faulty phase
+	Succeeded      int            // of those, how many returned a response
+	Failed         int            // of those, how many returned an error
+	Reconciled     int            // failed calls whose outcome a later Resolve found committed
+	FailedBy       map[string]int // failed calls by final status code and reason
+	Attempts       int64          // attempts on the wire, faulty phase
+	Executed       int64          // handler runs that committed (server)
+	Replayed       int64          // calls answered from the ledger (server)
+	Resolved       int64          // calls whose outcome a resolve returned (client)
+	BudgetRefusals int64          // retries the client's budget refused
+	Duplicates     int            // logical calls with more than one transfer row
+	Lost           int            // logical calls answered with success but no (or another) row
+	WrongResponses int            // responses that differ from the committed row
+	OutageCalls    int            // logical calls during the outage
+	OutageAttempts int64          // attempts on the wire during the outage
 	Faults         FaultCounts
 	Elapsed        time.Duration
 }
@@ -158,8 +165,14 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 	if sc.Concurrency <= 0 {
 		sc.Concurrency = 32
 	}
+	if sc.LockWait <= 0 {
+		sc.LockWait = 2 * time.Second
+		if sc.Dialect.Name() == "sqlite" {
+			sc.LockWait = 10 * time.Second
+		}
+	}
 	if sc.CallTimeout <= 0 {
-		sc.CallTimeout = 10 * time.Second
+		sc.CallTimeout = 30 * time.Second
 	}
 	if sc.Caller == "" {
 		sc.Caller = "demo"
@@ -186,7 +199,7 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 	kitServer, err := grpcint.NewServer(append([]grpcint.ServerOption{
 		grpcint.WithDB(sc.DB), grpcint.WithLedger(store), grpcint.WithCatalog(cat),
 		grpcint.WithCaller(grpcint.CallerFromTrustedHeader(CallerHeader)),
-		grpcint.WithTxOptions(txmiddleware.WithLockWait(2 * time.Second)),
+		grpcint.WithTxOptions(txmiddleware.WithLockWait(sc.LockWait)),
 	}, sc.ServerOptions...)...)
 	if err != nil {
 		return Report{}, err
@@ -286,6 +299,10 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 			if r.err != nil {
 				if faulty {
 					rep.Failed++
+					if rep.FailedBy == nil {
+						rep.FailedBy = make(map[string]int)
+					}
+					rep.FailedBy[status.Code(r.err).String()+" "+string(grpcint.ReasonOf(r.err))]++
 				}
 				var stored paymentspb.TransferReply
 				rctx, cancel := context.WithTimeout(callerCtx, sc.CallTimeout)

@@ -1,0 +1,37 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+)
+
+func TestDemo(t *testing.T) {
+	t.Chdir(t.TempDir()) // the default database lives in a temporary directory anyway
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"demo", "--calls", "200", "--outage-calls", "40"}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
+	}
+	for _, want := range []string{"logical calls", "duplicate effects (must be 0)", "lost effects (must be 0)", "budget refusals", "outage: amplification", "OK:"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestDemoBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"demo", "--calls", "0"},
+		{"demo", "--loss", "1"},
+		{"demo", "--loss", "-0.1"},
+		{"demo", "extra"},
+		{"demo", "--dsn", "nosuch://x"},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(context.Background(), args, &out, &errb); code != 2 {
+			t.Errorf("%v: exit %d, want 2 (stderr %q)", args, code, errb.String())
+		}
+	}
+}
