@@ -1,0 +1,163 @@
+package grpcint_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"math/big"
+	"net"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/opledger/opledger/examples/payments/paymentspb"
+	"github.com/opledger/opledger/grpcint"
+)
+
+type certKey struct {
+	cert *x509.Certificate
+	der  []byte
+	key  *ecdsa.PrivateKey
+}
+
+func newCert(t *testing.T, cn string, parent *certKey, isCA bool, usage x509.ExtKeyUsage) *certKey {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, BasicConstraintsValid: true, IsCA: isCA,
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+	}
+	if !isCA {
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{usage}
+	}
+	signer, signerKey := tmpl, key
+	if parent != nil {
+		signer, signerKey = parent.cert, parent.key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, signer, &key.PublicKey, signerKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &certKey{cert: c, der: der, key: key}
+}
+
+func (c *certKey) tls() tls.Certificate {
+	return tls.Certificate{Certificate: [][]byte{c.der}, PrivateKey: c.key, Leaf: c.cert}
+}
+
+// TestCallerFromPeerCertificate: over real mTLS, the caller is the hash
+// of the verified client certificate's public key; without a client
+// certificate there is none.
+func TestCallerFromPeerCertificate(t *testing.T) {
+	ca := newCert(t, "test CA", nil, true, 0)
+	srvCert := newCert(t, "server", ca, false, x509.ExtKeyUsageServerAuth)
+	alice := newCert(t, "alice", ca, false, x509.ExtKeyUsageClientAuth)
+	bob := newCert(t, "bob", ca, false, x509.ExtKeyUsageClientAuth)
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.cert)
+
+	seen := make(chan string, 1)
+	callerOf := grpcint.CallerFromPeerCertificate()
+	capture := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		c, ok := callerOf(ctx)
+		if !ok {
+			c = "<none>"
+		}
+		seen <- c
+		return &paymentspb.TransferReply{}, nil
+	}
+	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{
+		Certificates: []tls.Certificate{srvCert.tls()}, ClientCAs: pool, ClientAuth: tls.VerifyClientCertIfGiven, MinVersion: tls.VersionTLS12,
+	})), grpc.UnaryInterceptor(capture))
+	paymentspb.RegisterPaymentsServer(srv, nil)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+
+	call := func(client *certKey) string {
+		cfg := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+		if client != nil {
+			cfg.Certificates = []tls.Certificate{client.tls()}
+		}
+		conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if _, err := paymentspb.NewPaymentsClient(conn).GetTransfer(context.Background(), &paymentspb.GetTransferRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		return <-seen
+	}
+	spki := func(c *certKey) string {
+		sum := sha256.Sum256(c.cert.RawSubjectPublicKeyInfo)
+		return "spki-sha256:" + hex.EncodeToString(sum[:])
+	}
+	if got := call(alice); got != spki(alice) {
+		t.Errorf("alice: %q, want %q", got, spki(alice))
+	}
+	if got := call(bob); got != spki(bob) || got == spki(alice) {
+		t.Errorf("bob: %q", got)
+	}
+	if got := call(nil); got != "<none>" {
+		t.Errorf("no client certificate: %q", got)
+	}
+}
+
+func TestCallerFunctions(t *testing.T) {
+	type principalKey struct{}
+	principal := grpcint.CallerFromPrincipal(func(ctx context.Context) (string, bool) {
+		p, ok := ctx.Value(principalKey{}).(string)
+		return p, ok
+	})
+	header := grpcint.CallerFromTrustedHeader("X-Gateway-User")
+	first := grpcint.FirstCaller(nil, principal, header)
+	in := func(kv ...string) context.Context {
+		return metadata.NewIncomingContext(context.Background(), metadata.Pairs(kv...))
+	}
+	cases := []struct {
+		name string
+		f    grpcint.CallerFunc
+		ctx  context.Context
+		want string
+	}{
+		{"principal", principal, context.WithValue(context.Background(), principalKey{}, "alice"), "principal:alice"},
+		{"empty principal", principal, context.WithValue(context.Background(), principalKey{}, ""), ""},
+		{"header", header, in("x-gateway-user", "bob"), "header:bob"},
+		{"repeated header", header, in("x-gateway-user", "bob", "x-gateway-user", "eve"), ""},
+		{"no metadata", header, context.Background(), ""},
+		{"first: principal wins", first, context.WithValue(in("x-gateway-user", "bob"), principalKey{}, "alice"), "principal:alice"},
+		{"first: header", first, in("x-gateway-user", "bob"), "header:bob"},
+		{"first: none", first, context.Background(), ""},
+	}
+	for _, c := range cases {
+		got, ok := c.f(c.ctx)
+		if got != c.want || ok != (c.want != "") {
+			t.Errorf("%s: %q, %v; want %q", c.name, got, ok, c.want)
+		}
+	}
+	if grpcint.CallerFromTrustedHeader(" ") != nil || grpcint.CallerFromPrincipal(nil) != nil {
+		t.Error("a caller function without a source should be nil (and refused by NewServer)")
+	}
+}
