@@ -81,6 +81,47 @@ func TestMisconfigurationFailsAtConstruction(t *testing.T) {
 	}
 }
 
+// TestGeneratedServiceConfig: the service-config owner retries the
+// read and the keyed Transfer (it has a ledger); other owners install no
+// retry policy.
+func TestGeneratedServiceConfig(t *testing.T) {
+	cat, err := payments.Catalog()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := grpcint.NewClient(cat, policy.OwnerServiceConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := c.ServiceConfigJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"method":"Transfer"`, `"method":"GetTransfer"`, `"retryThrottling"`, `"ABORTED"`, `"UNAVAILABLE"`} {
+		if !strings.Contains(js, want) {
+			t.Errorf("service config lacks %s: %s", want, js)
+		}
+	}
+	if findings, err := policy.Validate([]byte(js), cat, policy.OwnerServiceConfig); err != nil || len(findings) != 0 {
+		t.Errorf("validator: %v %v", findings, err)
+	}
+	// Without a ledger behind Transfer, it is not retried.
+	noLedger, _ := cat.WithKeyed(paymentspb.TransferMethod, false)
+	c, err = grpcint.NewClient(noLedger, policy.OwnerServiceConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if js, _ := c.ServiceConfigJSON(); strings.Contains(js, `"method":"Transfer"`) {
+		t.Errorf("keyed method without a ledger in the retry entry: %s", js)
+	}
+	for _, owner := range []policy.RetryOwner{policy.OwnerApplication, policy.OwnerMesh, policy.OwnerNone} {
+		c, _ := grpcint.NewClient(cat, owner)
+		if js, _ := c.ServiceConfigJSON(); js != "" {
+			t.Errorf("%s: service config %s", owner, js)
+		}
+	}
+}
+
 // TestDialOptionsPerOwner: every owner's options build a working channel.
 func TestDialOptionsPerOwner(t *testing.T) {
 	cat, err := payments.Catalog()

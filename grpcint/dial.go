@@ -96,6 +96,17 @@ func (c *Client) generatedServiceConfig() (string, error) {
 	return js, nil
 }
 
+// ServiceConfigJSON returns the service config DialOptions installs: the
+// generated one for policy.OwnerServiceConfig (unless one was given with
+// WithServiceConfigJSON), the given one or "" (none) for the other
+// owners. Print it to review what grpc-go will retry.
+func (c *Client) ServiceConfigJSON() (string, error) {
+	if c.hasServiceConfig || c.owner != policy.OwnerServiceConfig {
+		return c.serviceConfig, nil
+	}
+	return c.generatedServiceConfig()
+}
+
 // DialOptions returns the dial options that give a channel exactly one
 // retry owner:
 //
