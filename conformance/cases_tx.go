@@ -221,9 +221,8 @@ func (e *env) faultCancelWhileWaiting() {
 	if took > 2*time.Second {
 		e.t.Errorf("a claimant whose context was cancelled while it waited returned only %v later", took.Round(time.Millisecond))
 	}
-	if err := a.Commit(); err != nil {
-		e.t.Fatalf("holder: commit: %v", err)
-	}
+	a.mutate()
+	a.commit()
 	if n := e.bizRows(key); n != 1 {
 		e.t.Errorf("%d business rows after the holder committed, want 1", n)
 	}
@@ -244,25 +243,12 @@ func (e *env) faultKill() {
 		e.figure("connection kill skipped: no way to kill a connection on %s", e.d.Name())
 		return
 	}
-	a, err := e.begin(e.ctx)
-	if err != nil {
-		e.t.Fatalf("begin: %v", err)
-	}
-	defer a.Rollback()
+	a := e.hold(key)
 	var backend int64
-	if err := a.QueryRowContext(e.ctx, idQuery).Scan(&backend); err != nil {
+	if err := a.tx.QueryRowContext(e.ctx, idQuery).Scan(&backend); err != nil {
 		e.t.Fatalf("read the connection id: %v", err)
 	}
-	c, err := e.l.Claim(e.ctx, a, e.req(key))
-	if err != nil || !c.Acquired() {
-		e.t.Fatalf("claim of a fresh key: %v %v", c, err)
-	}
-	if err := e.writeBiz(e.ctx, a, key, 0); err != nil {
-		e.t.Fatalf("business write: %v", err)
-	}
-	if err := e.l.Complete(e.ctx, a, c, resultFor(key, 0)); err != nil {
-		e.t.Fatalf("complete: %v", err)
-	}
+	a.mutate()
 	b := e.claimant(key, 1)
 	if !e.mustWait(a, b) {
 		return
@@ -277,7 +263,7 @@ func (e *env) faultKill() {
 	case !o.acquired:
 		e.t.Errorf("claimant waiting behind a killed holder replayed %q; want it to acquire (the holder never committed)", o.result.Response)
 	}
-	merr := a.Commit()
+	merr := a.tx.Commit()
 	if merr == nil {
 		e.t.Errorf("the killed holder's commit succeeded")
 	}

@@ -1,0 +1,207 @@
+package conformance_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/opledger/opledger/conformance"
+	"github.com/opledger/opledger/dialects/sqlite"
+	"github.com/opledger/opledger/internal/testdb"
+)
+
+// keys is the herd's key count in these tests (OPLEDGER_CONFORMANCE_KEYS
+// overrides it).
+func keys(t *testing.T) int {
+	if v := os.Getenv("OPLEDGER_CONFORMANCE_KEYS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			t.Fatalf("OPLEDGER_CONFORMANCE_KEYS: %v", err)
+		}
+		return n
+	}
+	if testing.Short() {
+		return 10
+	}
+	return 40
+}
+
+// TestStore: the kit's own ledger passes the whole suite on every target,
+// at every isolation level the target offers.
+func TestStore(t *testing.T) {
+	for _, tg := range testdb.Targets() {
+		t.Run(tg.Name, func(t *testing.T) {
+			db := tg.Open(t, conformance.DefaultConcurrency+4)
+			start := time.Now()
+			conformance.Run(t, conformance.StoreTarget(tg.Name, db, tg.Dialect), conformance.WithKeys(keys(t)))
+			t.Logf("suite took %v", time.Since(start).Round(time.Millisecond))
+		})
+	}
+}
+
+// TestCheckStore: the report form gives every case a verdict, a duration
+// and figures, and no failure for the kit's ledger.
+func TestCheckStore(t *testing.T) {
+	tg := testdb.Targets()[0] // SQLite: always available
+	db := tg.Open(t, conformance.DefaultConcurrency+4)
+	rep := conformance.Check(context.Background(), conformance.StoreTarget(tg.Name, db, tg.Dialect), conformance.WithKeys(5))
+	if rep.Failed() {
+		t.Fatalf("failures: %v\n%s", rep.Failures(), describe(rep))
+	}
+	if len(rep.Results) != len(conformance.Cases()) {
+		t.Fatalf("%d results for %d cases (SQLite runs each once)", len(rep.Results), len(conformance.Cases()))
+	}
+	for _, r := range rep.Results {
+		switch r.Verdict {
+		case conformance.Pass:
+			if r.Figures == "" || r.Duration <= 0 {
+				t.Errorf("%s passed without figures or duration: %+v", r.Name, r)
+			}
+		case conformance.Skip:
+			if len(r.Messages) == 0 {
+				t.Errorf("%s skipped without a reason", r.Name)
+			}
+		}
+	}
+}
+
+// TestCheckFiltersAndValidates: WithCases runs only the named cases, and
+// an incomplete target is one failed result, not a panic.
+func TestCheckFiltersAndValidates(t *testing.T) {
+	tg := testdb.Targets()[0]
+	db := tg.Open(t, 8)
+	rep := conformance.Check(context.Background(), conformance.StoreTarget(tg.Name, db, tg.Dialect), conformance.WithCases("identity-isolation"))
+	if len(rep.Results) != 1 || rep.Results[0].Name != "identity-isolation" || rep.Results[0].Verdict != conformance.Pass {
+		t.Fatalf("filtered run: %+v", rep.Results)
+	}
+	if rep.Concurrency > db.Stats().MaxOpenConnections {
+		// The report keeps the option; the cases lower it to fit the pool.
+		t.Logf("concurrency %d over a pool of %d", rep.Concurrency, db.Stats().MaxOpenConnections)
+	}
+	bad := conformance.Check(context.Background(), conformance.Target{Name: "empty"})
+	if !bad.Failed() || len(bad.Results) != 1 {
+		t.Fatalf("empty target: %+v", bad)
+	}
+}
+
+// TestSuiteHasTeeth runs two broken ledgers through the suite (via Check,
+// so that their failures are data) and asserts which cases catch each.
+func TestSuiteHasTeeth(t *testing.T) {
+	for _, tg := range testdb.Targets() {
+		if tg.Name == "postgres/pq" {
+			continue // the driver does not change what a broken ledger does; pgx covers PostgreSQL
+		}
+		t.Run(tg.Name, func(t *testing.T) {
+			var db *sql.DB
+			if tg.Dialect.Name() == "sqlite" {
+				// A claim in its own transaction deadlocks SQLite against
+				// the caller's write lock until the busy timeout: keep it short.
+				db = openSQLite(t, filepath.Join(t.TempDir(), "teeth.db"), time.Second)
+			} else {
+				db = tg.Open(t, conformance.DefaultConcurrency+4)
+			}
+			base := conformance.StoreTarget(tg.Name, db, tg.Dialect)
+			opts := []conformance.Option{conformance.WithKeys(8), conformance.WithCaseTimeout(20 * time.Second)}
+			for _, kind := range []string{"naive", "own-tx"} {
+				t.Run(kind, func(t *testing.T) {
+					rep := conformance.Check(context.Background(), badTarget(base, kind), opts...)
+					caught := rep.Failures()
+					t.Logf("%s on %s, caught by %d of %d: %s", kind, tg.Name, len(caught), len(rep.Results), strings.Join(caught, " "))
+					want := mustCatch(tg.Dialect.Name(), kind)
+					for _, w := range want {
+						if !slices.Contains(caught, w) {
+							t.Errorf("%s on %s: case %s passed; it must catch this ledger", kind, tg.Name, w)
+						}
+					}
+					if len(want) == 0 && len(caught) != 0 {
+						t.Errorf("%s on %s: want no case to fail, got %v\n%s", kind, tg.Name, caught, describe(rep))
+					}
+					if t.Failed() {
+						t.Log(describe(rep))
+					}
+				})
+			}
+		})
+	}
+}
+
+// mustCatch lists the cases that must catch a broken ledger on a database.
+//
+// The naive read-then-insert ledger is correct on SQLite: immediate
+// transactions serialise every writer, so nothing races (the correctness
+// matrix in the claim-semantics notes says so too). On PostgreSQL the
+// loser's INSERT waits and then fails with 23505, which poisons its
+// transaction; at REPEATABLE READ the stale read says "absent"; two
+// claimants of an expired entry both re-acquire it.
+//
+// The own-transaction ledger commits the claim before the caller's
+// mutation: a rollback leaves a pending entry behind, and waiters see a
+// committed entry without a result instead of waiting. On SQLite it also
+// deadlocks against the caller's own write lock.
+func mustCatch(dialect, kind string) []string {
+	switch {
+	case kind == "naive" && dialect == "sqlite":
+		return nil
+	case kind == "naive" && dialect == "postgres":
+		return []string{"herd/read_committed", "herd/repeatable_read", "wait-then-commit/read_committed",
+			"snapshot/repeatable_read", "prior-read/read_committed", "three-waiter-rollback/read_committed",
+			"expiry/read_committed"}
+	case kind == "naive" && dialect == "mysql":
+		return []string{"herd/repeatable_read", "herd/read_committed", "wait-then-commit/repeatable_read", "three-waiter-rollback/repeatable_read"}
+	case kind == "own-tx":
+		var levelled []string
+		switch dialect {
+		case "postgres":
+			levelled = []string{"read_committed", "repeatable_read", "serializable"}
+		case "mysql":
+			levelled = []string{"repeatable_read", "read_committed"}
+		default:
+			levelled = []string{"default"}
+		}
+		out := []string{"atomicity", "faults", "in-progress"}
+		for _, l := range levelled {
+			out = append(out, "herd/"+l, "wait-then-commit/"+l, "wait-then-rollback/"+l, "three-waiter-rollback/"+l)
+		}
+		return out
+	}
+	return nil
+}
+
+func describe(rep conformance.Report) string {
+	var b strings.Builder
+	for _, r := range rep.Results {
+		msg := ""
+		if len(r.Messages) > 0 {
+			msg = r.Messages[0]
+			if len(msg) > 160 {
+				msg = msg[:160] + "…"
+			}
+		}
+		fmt.Fprintf(&b, "  %-40s %-4s %8v  %s | %s\n", r.Name, r.Verdict, r.Duration.Round(time.Millisecond), r.Figures, msg)
+	}
+	return b.String()
+}
+
+func openSQLite(t *testing.T, path string, busy time.Duration) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("sqlite3", sqlite.DSN(path, busy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(conformance.DefaultConcurrency + 4)
+	db.SetMaxIdleConns(conformance.DefaultConcurrency + 4)
+	t.Cleanup(func() {
+		if n := db.Stats().InUse; n != 0 {
+			t.Errorf("%d connections in use at the end", n)
+		}
+		db.Close()
+	})
+	return db
+}
