@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -196,4 +197,92 @@ func BenchmarkExtraStatements(b *testing.B) {
 			})
 		})
 	}
+}
+
+// BenchmarkRunnerInterleaved runs the same variants as BenchmarkRunner in
+// short alternating slices (16 workers each, the order rotating every
+// round), so that load from elsewhere on the machine falls on all of them
+// alike, and reports each variant's throughput and its ratio to the
+// hand-written transaction. Run it once per target:
+//
+//	go test -run '^$' -bench BenchmarkRunnerInterleaved -benchtime 1x ./txmiddleware/
+func BenchmarkRunnerInterleaved(b *testing.B) {
+	const (
+		rounds = 12
+		slice  = 250 * time.Millisecond
+	)
+	for _, tg := range testdb.Targets() {
+		b.Run(tg.Name, func(b *testing.B) {
+			db := tg.Open(b, benchWorkers)
+			e := newEnv(b, tg.Name, tg.Dialect, db)
+			variants := []variant{
+				{"hand", e.handWritten},
+				{"runner", e.viaRunner(b)},
+				{"sp-on-final", e.viaRunner(b, txmiddleware.WithSavepoint(txmiddleware.SavepointOnFinalError))},
+			}
+			if _, ok := e.d.(dialects.LockWaiter); ok {
+				variants = append(variants, variant{"lockwait", e.viaRunner(b, txmiddleware.WithLockWait(5*time.Second))})
+			}
+			replayKey := "bench-replay"
+			if err := e.handWritten(context.Background(), req(b, replayKey), replayKey); err != nil {
+				b.Fatal(err)
+			}
+			replayReq := req(b, replayKey)
+			var seq atomic.Int64
+			for _, phase := range []string{"acquire", "replay"} {
+				ops := make([]int64, len(variants))
+				took := make([]time.Duration, len(variants))
+				for range b.N {
+					for round := range rounds {
+						for j := range variants {
+							i := (j + round) % len(variants)
+							v := variants[i]
+							n, d := slicedRun(b, slice, func(ctx context.Context) error {
+								if phase == "replay" {
+									return v.run(ctx, replayReq, replayKey)
+								}
+								key := fmt.Sprintf("il-%d", seq.Add(1))
+								return v.run(ctx, req(b, key), key)
+							})
+							ops[i] += n
+							took[i] += d
+						}
+					}
+				}
+				hand := float64(ops[0]) / took[0].Seconds()
+				for i, v := range variants {
+					rate := float64(ops[i]) / took[i].Seconds()
+					b.ReportMetric(rate, phase+"-"+v.name+"-ops/s")
+					if i > 0 {
+						b.ReportMetric(rate/hand, phase+"-"+v.name+"/hand")
+					}
+				}
+			}
+		})
+	}
+}
+
+// slicedRun runs op on benchWorkers goroutines for about d and returns
+// how many operations completed and how long they took.
+func slicedRun(b *testing.B, d time.Duration, op func(ctx context.Context) error) (int64, time.Duration) {
+	ctx := context.Background()
+	var n atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	stop := start.Add(d)
+	for range benchWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(stop) {
+				if err := op(ctx); err != nil {
+					b.Error(err)
+					return
+				}
+				n.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	return n.Load(), time.Since(start)
 }
