@@ -27,6 +27,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	loss := fs.Float64("loss", 0.3, "probability that a response is dropped after the server committed")
 	outage := fs.Int("outage-calls", 200, "logical transfers during the total outage (0 skips it)")
 	concurrency := fs.Int("concurrency", 32, "transfers in flight at once")
+	ownerName := fs.String("owner", "application", "retry owner of the client's channel: application or service-config (grpc-go's own retries)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -41,6 +42,13 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return fail(stderr, "demo", errors.New("--outage-calls must be 0 to 1000000"))
 	case *concurrency < 1 || *concurrency > 1024:
 		return fail(stderr, "demo", errors.New("--concurrency must be 1 to 1024"))
+	}
+	owner, err := policy.ParseRetryOwner(*ownerName)
+	if err != nil {
+		return fail(stderr, "demo", err)
+	}
+	if owner != policy.OwnerApplication && owner != policy.OwnerServiceConfig {
+		return fail(stderr, "demo", fmt.Errorf("--owner %s: the demo retries through application or service-config", owner))
 	}
 	d := *dsn
 	if d == "" {
@@ -75,7 +83,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	sc := payments.Scenario{
 		DB: db, Dialect: t.dialect, LedgerTable: ledger.DefaultTable, BusinessTable: table,
-		Owner: policy.OwnerApplication, Calls: *calls, Concurrency: *concurrency, OutageCalls: *outage,
+		Owner: owner, Calls: *calls, Concurrency: *concurrency, OutageCalls: *outage,
 		Faults: payments.FaultSettings{FailBeforeSend: 0.05, DropAfterCommit: *loss, Delay: 0.05},
 		ClientOptions: []grpcint.ClientOption{
 			grpcint.WithBudget(budget), grpcint.WithBudgetFundedBySuccess(), grpcint.WithMaxAttempts(8),
@@ -83,8 +91,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		},
 		OutagePause: 2 * time.Second,
 	}
-	fmt.Fprintf(stdout, "opledger demo: %d transfers on %s, loopback gRPC, %.0f%% of responses dropped after commit, 5%% failed before send, 5%% delayed; then %d transfers in a total outage\n\n",
-		*calls, t.display, *loss*100, *outage)
+	fmt.Fprintf(stdout, "opledger demo: %d transfers on %s, loopback gRPC, retries owned by %s; %.0f%% of responses dropped after commit, 5%% failed before send, 5%% delayed; then %d transfers in a total outage\n\n",
+		*calls, t.display, owner, *loss*100, *outage)
 	rep, err := sc.Run(ctx)
 	if err != nil {
 		return fail(stderr, "demo", err)

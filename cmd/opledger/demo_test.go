@@ -28,6 +28,8 @@ func TestDemoBadFlags(t *testing.T) {
 		{"demo", "--loss", "-0.1"},
 		{"demo", "extra"},
 		{"demo", "--dsn", "nosuch://x"},
+		{"demo", "--owner", "mesh"},
+		{"demo", "--owner", "bogus"},
 	} {
 		var out, errb bytes.Buffer
 		if code := run(context.Background(), args, &out, &errb); code != 2 {

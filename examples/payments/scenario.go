@@ -115,7 +115,7 @@ func (r Report) Print(w io.Writer) {
 	row("retry owner", r.Owner)
 	row("logical calls", r.Calls)
 	row("succeeded", r.Succeeded)
-	row("failed (outcome then resolved)", fmt.Sprintf("%d (%d committed)", r.Failed, r.Reconciled))
+	row("failed (of which resolve found committed)", fmt.Sprintf("%d (%d)", r.Failed, r.Reconciled))
 	row("attempts", r.Attempts)
 	row("executed", r.Executed)
 	row("replayed", r.Replayed)
