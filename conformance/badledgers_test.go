@@ -61,6 +61,8 @@ type entryRow struct {
 	expires   int64
 }
 
+// read reads an entry with the dialect's plain, non-locking Lookup query:
+// the naive ledger's check.
 func (r *rawSQL) read(ctx context.Context, q interface {
 	QueryRowContext(context.Context, string, ...any) *sql.Row
 }, id ledger.Identity) (entryRow, error) {
@@ -72,7 +74,7 @@ func (r *rawSQL) read(ctx context.Context, q interface {
 		done     sql.NullInt64
 	)
 	idb := id.ID()
-	err := q.QueryRowContext(ctx, r.q.Select, idb[:]).Scan(&e.fp, &code, &e.res.Response, &typeName, &created, &done, &e.expires)
+	err := q.QueryRowContext(ctx, r.q.Lookup, idb[:]).Scan(&e.fp, &code, &e.res.Response, &typeName, &created, &done, &e.expires)
 	e.completed = done.Valid
 	e.res.Code, e.res.TypeName = uint32(code.Int64), typeName.String
 	return e, err
@@ -118,8 +120,8 @@ func (r *rawSQL) Sweep(ctx context.Context, db ledger.Execer, batch int) (int64,
 	return r.store.Sweep(ctx, db, batch)
 }
 
-// naiveLedger reads, then inserts if it found nothing: the classic
-// check-then-act race. It re-acquires an expired entry with an UPDATE that
+// naiveLedger reads (a plain SELECT), then inserts if it found nothing:
+// the classic check-then-act race. It re-acquires an expired entry with an UPDATE that
 // does not check it is still expired.
 type naiveLedger struct{ *rawSQL }
 

@@ -140,9 +140,12 @@ func caseWaitCommit(e *env) {
 	if n := e.bizRows(key); n != 1 {
 		e.t.Errorf("%d business rows, want 1", n)
 	}
-	if o.firstErr != nil {
+	switch {
+	case o.err != nil:
+		e.figure("claimant waited %v, then failed", waited.Round(time.Millisecond))
+	case o.firstErr != nil:
 		e.figure("claimant waited %v, got a retryable error (%v); the retry replayed and committed", waited.Round(time.Millisecond), o.firstErr)
-	} else {
+	default:
 		e.figure("claimant waited %v, replayed the holder's result, and its transaction committed", waited.Round(time.Millisecond))
 	}
 }
