@@ -538,3 +538,76 @@ func TestReplayError(t *testing.T) {
 		t.Fatal("a plain error is not final")
 	}
 }
+
+// TestHerdWinnerRollsBack: 64 concurrent calls with one key, and the
+// first run of the work fails (not finally) after the others have piled
+// up behind it. That caller gets its error; of the other 63 exactly one
+// runs the work and the rest replay its result. On InnoDB the waiters
+// deadlock when the holder rolls back (1213), and the runner retries them.
+func TestHerdWinnerRollsBack(t *testing.T) {
+	const callers = 64
+	boom := errors.New("first run fails")
+	forEachTarget(t, callers, func(t *testing.T, e *env) {
+		for _, level := range e.isolationLevels() {
+			t.Run(level.String(), func(t *testing.T) {
+				var retries atomic.Int64
+				r := e.runner(t, txmiddleware.WithIsolation(level), txmiddleware.WithBackoff(time.Millisecond, 20*time.Millisecond),
+					txmiddleware.WithOnRetry(func(context.Context, int, error, time.Duration) { retries.Add(1) }))
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				key := "herd-rollback-" + level.String()
+				var runs atomic.Int64
+				work := func(ctx context.Context, tx *sql.Tx) (ledger.Result, error) {
+					n := runs.Add(1)
+					if err := e.writeBiz(ctx, tx, key, int(n)); err != nil {
+						return ledger.Result{}, err
+					}
+					if n == 1 {
+						time.Sleep(200 * time.Millisecond)
+						return ledger.Result{}, boom
+					}
+					return ledger.Result{Response: fmt.Appendf(nil, "run %d", n)}, nil
+				}
+				var wg sync.WaitGroup
+				start := make(chan struct{})
+				outs := make([]txmiddleware.Outcome, callers)
+				errs := make([]error, callers)
+				for w := range callers {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						<-start
+						outs[w], errs[w] = r.Run(ctx, req(t, key), work)
+					}()
+				}
+				close(start)
+				wg.Wait()
+				failed, executed, replayed, attempts := 0, 0, 0, 0
+				for w := range callers {
+					attempts += outs[w].Attempts
+					switch {
+					case errors.Is(errs[w], boom):
+						failed++
+					case errs[w] != nil:
+						t.Fatalf("caller %d: %v", w, errs[w])
+					case outs[w].Executed:
+						executed++
+					case outs[w].Replayed:
+						replayed++
+						if string(outs[w].Result.Response) != "run 2" {
+							t.Fatalf("caller %d replayed %q", w, outs[w].Result.Response)
+						}
+					}
+				}
+				if failed != 1 || executed != 1 || replayed != callers-2 || runs.Load() != 2 {
+					t.Fatalf("%d failed, %d executed, %d replayed, work ran %d times; want 1, 1, %d, 2", failed, executed, replayed, runs.Load(), callers-2)
+				}
+				if n := e.bizRows(t, key); n != 1 {
+					t.Fatalf("%d business rows", n)
+				}
+				waitIdle(t, e.db)
+				t.Logf("%s %s: %d attempts for %d callers, %d retries", e.name, level, attempts, callers, retries.Load())
+			})
+		}
+	})
+}
