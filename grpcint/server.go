@@ -23,6 +23,12 @@ import (
 	"github.com/opledger/opledger/txmiddleware"
 )
 
+// DefaultLockWait is how long a keyed call waits for another attempt with
+// the same key that is still in flight before it answers ABORTED (and a
+// resolve before it answers ABORTED), unless WithTxOptions sets
+// txmiddleware.WithLockWait.
+const DefaultLockWait = 2 * time.Second
+
 // ServerOption configures a Server.
 type ServerOption func(*Server) error
 
@@ -164,6 +170,12 @@ func NewServer(opts ...ServerOption) (*Server, error) {
 		return nil, fmt.Errorf("%w: the ledger is not a *ledger.Store; give its dialect (WithDialect)", ErrInvalidConfig)
 	case s.caller == nil:
 		return nil, fmt.Errorf("%w: the catalog has keyed methods but no caller function was given (WithCaller)", ErrInvalidConfig)
+	}
+	if _, ok := s.dialect.(dialects.LockWaiter); ok {
+		// A bound on the wait for an attempt in flight, so that a duplicate
+		// gets ABORTED with pushback instead of blocking until its
+		// deadline; a WithLockWait in WithTxOptions comes later and wins.
+		s.txOpts = append([]txmiddleware.Option{txmiddleware.WithLockWait(DefaultLockWait)}, s.txOpts...)
 	}
 	r, err := txmiddleware.New(s.db, s.ledger, s.dialect, s.txOpts...)
 	if err != nil {
@@ -333,7 +345,12 @@ func (s *Server) failure(ctx context.Context, err, workErr error) error {
 	s.failed.Add(1)
 	switch {
 	case workErr != nil && errors.Is(err, workErr):
-		return workErr // the handler's own non-final error: nothing recorded
+		// The handler's own non-final error: nothing was recorded. A bare
+		// database error is not passed on to the client as it is.
+		if _, ok := status.FromError(workErr); !ok && s.dialect.Classify(workErr) != dialects.ClassOther {
+			return statusErr(codes.Unavailable, ReasonStorageUnavailable, "the database failed; nothing was committed")
+		}
+		return workErr
 	case errors.Is(err, txmiddleware.ErrCommitUnknown):
 		return statusErr(codes.Unavailable, ReasonOutcomeUnknown, "commit outcome unknown; resolve with the same idempotency key before retrying")
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
