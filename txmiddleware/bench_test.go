@@ -130,7 +130,7 @@ func (e *env) viaRunner(b *testing.B, opts ...txmiddleware.Option) func(context.
 
 // BenchmarkExtraStatements measures, on one connection with no
 // concurrency, what the runner's optional statements cost: the savepoint
-// (every acquired call unless disabled), PostgreSQL's set_config for the
+// (every acquired call unless disabled), PostgreSQL's SET LOCAL for the
 // wait bound, and SQLite's three busy_timeout pragmas with db.Conn.
 func BenchmarkExtraStatements(b *testing.B) {
 	for _, tg := range testdb.Targets() {
