@@ -1,0 +1,73 @@
+package grpcint_test
+
+import (
+	"context"
+	"database/sql"
+	"net"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/opledger/opledger/dialects/sqlite"
+	"github.com/opledger/opledger/examples/payments"
+	"github.com/opledger/opledger/examples/payments/paymentspb"
+	"github.com/opledger/opledger/grpcint"
+	"github.com/opledger/opledger/ledger"
+	"github.com/opledger/opledger/migrations"
+)
+
+// TestStorageUnavailable: when the ledger's database fails before
+// anything is committed, a keyed call gets UNAVAILABLE with
+// STORAGE_UNAVAILABLE, and a resolve says the same.
+func TestStorageUnavailable(t *testing.T) {
+	ctx := context.Background()
+	db, err := sql.Open("sqlite3", sqlite.DSN(filepath.Join(t.TempDir(), "s.db"), time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := migrations.New(db, sqlite.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := payments.CreateTable(ctx, db, sqlite.New(), payments.DefaultTable); err != nil {
+		t.Fatal(err)
+	}
+	store, _ := ledger.New(sqlite.New())
+	cat, _ := payments.Catalog()
+	svc, _ := payments.NewService(db, sqlite.New(), payments.DefaultTable)
+	kit, err := grpcint.NewServer(grpcint.WithDB(db), grpcint.WithLedger(store), grpcint.WithCatalog(cat),
+		grpcint.WithCaller(grpcint.CallerFromTrustedHeader(callerHeader)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(kit.UnaryServerInterceptor()))
+	paymentspb.RegisterPaymentsServer(srv, svc)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	pc := paymentspb.NewPaymentsClient(conn)
+	if _, err := pc.Transfer(as(ctx, "alice", "k1"), transfer("s1", 1)); err != nil {
+		t.Fatal(err)
+	}
+	db.Close() // the database goes away
+	_, err = pc.Transfer(as(ctx, "alice", "k2"), transfer("s2", 1))
+	wantStatus(t, err, codes.Unavailable, grpcint.ReasonStorageUnavailable)
+	var got paymentspb.TransferReply
+	err = grpcint.Resolve(as(ctx, "alice", ""), conn, paymentspb.TransferMethod, "k1", &paymentspb.TransferRequest{}, &got)
+	wantStatus(t, err, codes.Unavailable, grpcint.ReasonStorageUnavailable)
+}
