@@ -203,4 +203,3 @@ func badTarget(tg conformance.Target, kind string) conformance.Target {
 	}
 	return tg
 }
-

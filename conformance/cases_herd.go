@@ -21,7 +21,7 @@ func caseHerd(e *env) {
 
 func casePriorRead(e *env) {
 	claimants := minInt(16, e.conc)
-	keys := e.keysFrac(4, 10)
+	keys := e.keysFrac(8, 10)
 	tl := e.herds("prior", keys, herdOpts{l: e.l, claimants: claimants, priorRead: true})
 	e.figure("%d pooled connections reading before each claim × %d keys: %s", claimants, keys, tl)
 	if e.d.Name() == "sqlite" && tl.retried > 0 {

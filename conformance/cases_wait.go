@@ -144,7 +144,7 @@ func caseWaitCommit(e *env) {
 	case o.err != nil:
 		e.figure("claimant waited %v, then failed", waited.Round(time.Millisecond))
 	case o.firstErr != nil:
-		e.figure("claimant waited %v, got a retryable error (%v); the retry replayed and committed", waited.Round(time.Millisecond), o.firstErr)
+		e.figure("claimant waited %v, got %s; the retry replayed and committed", waited.Round(time.Millisecond), errName(o.firstErr))
 	default:
 		e.figure("claimant waited %v, replayed the holder's result, and its transaction committed", waited.Round(time.Millisecond))
 	}
@@ -199,7 +199,7 @@ func caseSnapshot(e *env) {
 	verdict := ""
 	switch {
 	case err != nil && e.retryable(err):
-		verdict = "retryable (" + err.Error() + ")"
+		verdict = errName(err)
 	case err != nil:
 		e.t.Errorf("claim after another transaction committed past the snapshot: %v; want a retryable error (or the committed result)", err)
 	case c.Acquired():
@@ -314,9 +314,19 @@ func errName(err error) string {
 	case errors.Is(err, ledger.ErrInProgress):
 		return "ErrInProgress"
 	case errors.Is(err, ledger.ErrRetryable):
+		var dbe *ledger.DBError
+		if errors.As(err, &dbe) {
+			return "ErrRetryable (" + dbe.Class.String() + ")"
+		}
 		return "ErrRetryable"
 	case errors.Is(err, ledger.ErrIncomplete):
 		return "ErrIncomplete"
+	case errors.Is(err, context.Canceled):
+		return "context.Canceled"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "context.DeadlineExceeded"
+	case errors.Is(err, sql.ErrTxDone):
+		return "sql.ErrTxDone"
 	}
 	return err.Error()
 }

@@ -445,15 +445,10 @@ func (e *env) lookup(key string) (*ledger.Entry, error) {
 	return e.l.Lookup(e.ctx, e.db, e.id(key))
 }
 
-func (e *env) keysFrac(div, min int) int {
-	n := e.o.keys / div
-	if n < min {
-		n = min
-	}
-	if n > e.o.keys && e.o.keys >= 1 && min <= e.o.keys {
-		n = e.o.keys
-	}
-	return n
+// keysFrac is the key count for a secondary herd-like case: keys/div,
+// at least floor.
+func (e *env) keysFrac(div, floor int) int {
+	return max(e.o.keys/div, floor)
 }
 
 func minInt(a, b int) int {
