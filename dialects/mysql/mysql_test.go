@@ -283,3 +283,27 @@ func TestURLFormConnects(t *testing.T) {
 		t.Fatalf("URL form %s: %v (parseTime must be on)", mysql.Display(u), err)
 	}
 }
+
+// FuzzConfig: no input panics, every error matches ErrBadDSN, and what
+// parses formats to a DSN the driver accepts.
+func FuzzConfig(f *testing.F) {
+	for _, s := range []string{
+		"root@tcp(127.0.0.1:3306)/test", "mysql://u:p@h:1/d?clientFoundRows=true", "mysql://u@/d?socket=/s",
+		"mysql://[::1", "mysql://u:%zz@h/d", "u:p@tcp(h/d", "/", "mariadb://", "mysql://u:p@h/d?loc=%",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		cfg, err := mysql.Config(s)
+		if err != nil {
+			if !errors.Is(err, mysql.ErrBadDSN) {
+				t.Fatalf("%q: error %v does not match ErrBadDSN", s, err)
+			}
+			return
+		}
+		if _, err := gomysql.ParseDSN(cfg.FormatDSN()); err != nil {
+			t.Fatalf("%q: formatted DSN does not parse: %v", s, err)
+		}
+		_ = mysql.Display(s)
+	})
+}
