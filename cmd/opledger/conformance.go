@@ -135,6 +135,11 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 	} else {
 		printSummary(stdout, rep)
 	}
+	return conformanceExit(rep)
+}
+
+// conformanceExit is the exit code for a report: 1 when any case failed.
+func conformanceExit(rep conformance.Report) int {
 	if rep.Failed() {
 		return 1
 	}

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/opledger/opledger/conformance"
+	"github.com/opledger/opledger/internal/testdb"
+)
+
+// runConformanceCmd calls the registered command's run function.
+func runConformanceCmd(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	c, ok := extraCommands["conformance"]
+	if !ok {
+		t.Fatal("conformance is not registered in extraCommands")
+	}
+	if _, ok := commands()["conformance"]; !ok {
+		t.Fatal("conformance is not among the commands")
+	}
+	var out, errb bytes.Buffer
+	code := c.run(context.Background(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// TestConformanceDefaultSQLite: without a DSN the suite runs on a
+// temporary SQLite file (never ./opledger.db), passes, and prints an
+// aligned table and a summary.
+func TestConformanceDefaultSQLite(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	t.Setenv("OPLEDGER_DSN", "")
+	code, out, errs := runConformanceCmd(t, "--keys", "5", "--concurrency", "8")
+	if code != 0 || errs != "" {
+		t.Fatalf("exit %d, stderr %q, stdout:\n%s", code, errs, out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "opledger.db")); !os.IsNotExist(err) {
+		t.Fatalf("the suite touched ./opledger.db: %v", err)
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 0 {
+		t.Fatalf("the suite left files in the working directory: %v", entries)
+	}
+	if !strings.Contains(out, "(sqlite), 8 claimants, 5 keys") || !strings.Contains(out, "PASS: 14 passed, 0 failed, 1 skipped") {
+		t.Fatalf("header or summary missing:\n%s", out)
+	}
+	header := -1
+	rows := 0
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "CASE") {
+			header = strings.Index(line, "VERDICT")
+			continue
+		}
+		if header < 0 || line == "" || strings.HasPrefix(line, "PASS:") {
+			continue
+		}
+		rows++
+		v := line[header:]
+		if !strings.HasPrefix(v, "PASS ") && !strings.HasPrefix(v, "SKIP ") {
+			t.Errorf("row not aligned under VERDICT, or not passing: %q", line)
+		}
+	}
+	if rows != len(conformance.Cases()) {
+		t.Errorf("%d rows, want one per case (%d):\n%s", rows, len(conformance.Cases()), out)
+	}
+	for _, c := range []string{"herd/default", "in-progress", "claimants × 5 keys", "snapshot", "the target offers no snapshot isolation level"} {
+		if !strings.Contains(out, c) {
+			t.Errorf("output lacks %q:\n%s", c, out)
+		}
+	}
+}
+
+// TestConformanceJSON: --json prints one report a tool can read.
+func TestConformanceJSON(t *testing.T) {
+	t.Setenv("OPLEDGER_DSN", "")
+	code, out, errs := runConformanceCmd(t, "--json", "--keys", "3", "--concurrency", "4", "--cases", "herd, identity-isolation")
+	if code != 0 {
+		t.Fatalf("exit %d: %s\n%s", code, errs, out)
+	}
+	var rep conformanceJSON
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	if !rep.Passed || rep.Dialect != "sqlite" || rep.Concurrency != 4 || rep.Keys != 3 || len(rep.Results) != 2 {
+		t.Fatalf("report: %+v", rep)
+	}
+	if r := rep.Results[0]; r.Name != "herd/default" || r.Case != "herd" || r.Level != "default" || r.Verdict != "pass" ||
+		!strings.Contains(r.Figures, "4 claimants × 3 keys: 3 acquired, 9 replayed, 0 duplicates") {
+		t.Fatalf("herd result: %+v", r)
+	}
+}
+
+// TestConformanceUsageErrors: bad flags and unreachable databases are
+// set-up errors: exit 2 with one line on stderr.
+func TestConformanceUsageErrors(t *testing.T) {
+	t.Setenv("OPLEDGER_DSN", "")
+	for _, args := range [][]string{
+		{"--concurrency", "1"},
+		{"--keys", "0"},
+		{"--cases", "herd,no-such-case"},
+		{"extra"},
+		{"--dsn", "postgres://nobody:s3cret@127.0.0.1:1/none?sslmode=disable&connect_timeout=2"},
+		{"--dsn", "nosuchscheme://x"},
+	} {
+		code, out, errs := runConformanceCmd(t, args...)
+		if code != 2 || out != "" || strings.Count(errs, "\n") != 1 || !strings.HasPrefix(errs, "opledger conformance: ") {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 2 and one line", args, code, out, errs)
+		}
+		if strings.Contains(errs, "s3cret") {
+			t.Errorf("%v: the password leaked: %q", args, errs)
+		}
+	}
+	if code, _, _ := runConformanceCmd(t, "--bogus"); code != 2 {
+		t.Errorf("unknown flag: exit %d, want 2", code)
+	}
+	if code, _, _ := runConformanceCmd(t, "-h"); code != 0 {
+		t.Errorf("-h: exit %d, want 0", code)
+	}
+}
+
+// TestConformanceExitCodes: a failed case is exit 1; a report in which
+// every case failed to create its scratch table is a set-up error.
+func TestConformanceExitCodes(t *testing.T) {
+	pass := conformance.Report{Results: []conformance.Result{{Name: "herd", Verdict: conformance.Pass}, {Name: "snapshot", Verdict: conformance.Skip}}}
+	failed := conformance.Report{Results: []conformance.Result{{Name: "herd", Verdict: conformance.Fail, Messages: []string{"key herd-0: 2 claimants acquired"}}}}
+	if conformanceExit(pass) != 0 || conformanceExit(failed) != 1 {
+		t.Fatal("exit codes")
+	}
+	if _, ok := setupFailure(failed); ok {
+		t.Fatal("a failed case read as a set-up error")
+	}
+	noTable := conformance.Report{Results: []conformance.Result{
+		{Name: "herd", Verdict: conformance.Fail, Messages: []string{"set-up: create scratch table opl_conf_1: permission denied"}},
+		{Name: "snapshot", Verdict: conformance.Skip},
+	}}
+	if msg, ok := setupFailure(noTable); !ok || !strings.Contains(msg, "permission denied") {
+		t.Fatalf("set-up failure not recognised: %q %v", msg, ok)
+	}
+	var out bytes.Buffer
+	printCase(&out, 20, failed.Results[0])
+	if !strings.Contains(out.String(), "FAIL") || !strings.Contains(out.String(), "- key herd-0: 2 claimants acquired") {
+		t.Fatalf("failure row: %q", out.String())
+	}
+}
+
+// TestConformancePostgres runs a few cases through the command against
+// PostgreSQL, when configured.
+func TestConformancePostgres(t *testing.T) {
+	dsn := os.Getenv(testdb.EnvPostgres)
+	if dsn == "" {
+		testdb.Skip(t, testdb.EnvPostgres)
+	}
+	code, out, errs := runConformanceCmd(t, "--dsn", dsn, "--keys", "5", "--cases", "herd,snapshot,in-progress,faults")
+	if code != 0 {
+		t.Fatalf("exit %d: %s\n%s", code, errs, out)
+	}
+	for _, want := range []string{"herd/serializable", "snapshot/repeatable_read", "ErrRetryable (serialization failure)", "ErrInProgress", "connection killed", "PASS: 7 passed, 0 failed, 0 skipped"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
