@@ -575,3 +575,56 @@ func TestMySQLHerdWithRollbacks(t *testing.T) {
 		}
 	})
 }
+
+// TestMySQLBoundLockWaitClaim: the dialect's LockWaiter bounds a claim's
+// wait on a held key (ErrInProgress after about a second, not 50 s) and
+// restores the connection's setting afterwards.
+func TestMySQLBoundLockWaitClaim(t *testing.T) {
+	forEachMySQL(t, 4, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		lw, ok := e.d.(dialects.LockWaiter)
+		if !ok {
+			t.Fatal("the MySQL dialect is not a dialects.LockWaiter")
+		}
+		id := mustID(t, "tenant-a", method, "bounded")
+		a, err := e.db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.Rollback()
+		if c, err := e.l.Claim(ctx, a, ledger.ClaimRequest{Identity: id, Fingerprint: fp("b")}); err != nil || !c.Acquired() {
+			t.Fatalf("A: %+v %v", c, err)
+		}
+		conn, err := e.db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		var before int64
+		if err := conn.QueryRowContext(ctx, "SELECT @@SESSION.innodb_lock_wait_timeout").Scan(&before); err != nil {
+			t.Fatal(err)
+		}
+		restore, err := lw.BoundLockWait(ctx, conn, 200*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := conn.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		_, err = e.l.Claim(ctx, b, ledger.ClaimRequest{Identity: id, Fingerprint: fp("b")})
+		took := time.Since(start)
+		b.Rollback()
+		if !errors.Is(err, ledger.ErrInProgress) || took > 2500*time.Millisecond {
+			t.Fatalf("bounded claim: %v after %v, want ErrInProgress after about 1 s", err, took)
+		}
+		if err := restore(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var after int64
+		if err := conn.QueryRowContext(ctx, "SELECT @@SESSION.innodb_lock_wait_timeout").Scan(&after); err != nil || after != before {
+			t.Fatalf("after restore: %d %v, want %d", after, err, before)
+		}
+	})
+}
