@@ -20,6 +20,7 @@ import (
 	"github.com/opledger/opledger/internal/testdb"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/policy"
+	"github.com/opledger/opledger/txmiddleware"
 )
 
 // bareService does the same business write as payments.Service, in a
@@ -117,6 +118,18 @@ func BenchmarkTransfer(b *testing.B) {
 			paymentspb.RegisterPaymentsServer(keyedSrv, svc)
 			keyed := serve(b, keyedSrv, policy.OwnerApplication)
 
+			// The same without the kit's per-transaction lock-wait bound
+			// (the database's own setting bounds the wait instead).
+			kit0, err := grpcint.NewServer(grpcint.WithDB(db), grpcint.WithLedger(store), grpcint.WithCatalog(cat),
+				grpcint.WithCaller(grpcint.CallerFromTrustedHeader(payments.CallerHeader)),
+				grpcint.WithTxOptions(txmiddleware.WithLockWait(0)))
+			if err != nil {
+				b.Fatal(err)
+			}
+			keyed0Srv := grpc.NewServer(grpc.ChainUnaryInterceptor(kit0.UnaryServerInterceptor()))
+			paymentspb.RegisterPaymentsServer(keyed0Srv, svc)
+			keyed0 := serve(b, keyed0Srv, policy.OwnerApplication)
+
 			bareSrv := grpc.NewServer()
 			paymentspb.RegisterPaymentsServer(bareSrv, &bareService{db: db, insert: insertSQL(tg.Dialect, biz), mysql: tg.Dialect.Name() == "mysql"})
 			bare := serve(b, bareSrv, 0)
@@ -142,6 +155,12 @@ func BenchmarkTransfer(b *testing.B) {
 			})
 			b.Run("keyed", func(b *testing.B) {
 				run(b, func(i int) error { _, err := keyed.Transfer(callerCtx, req(i)); return err })
+			})
+			b.Run("keyed-no-lockwait", func(b *testing.B) {
+				run(b, func(i int) error {
+					_, err := keyed0.Transfer(callerCtx, req(i+b.N+1_000_000))
+					return err
+				})
 			})
 			b.Run("replay", func(b *testing.B) {
 				rctx := grpcint.WithKey(callerCtx, grpcint.NewKey())
