@@ -30,10 +30,16 @@ type FaultSettings struct {
 
 // FaultCounts are how many faults were injected.
 type FaultCounts struct {
-	FailedBeforeSend  int64
-	DroppedAfterRun   int64
-	Delayed           int64
-	RefusedInOutage   int64
+	// FailedBeforeSend counts attempts failed in the client.
+	FailedBeforeSend int64
+	// DroppedAfterRun counts responses replaced by UNAVAILABLE after the
+	// server ran the call.
+	DroppedAfterRun int64
+	// Delayed counts requests held before running.
+	Delayed int64
+	// RefusedInOutage counts calls refused during the outage.
+	RefusedInOutage int64
+	// ResponsesReturned counts responses (or errors) passed on unchanged.
 	ResponsesReturned int64
 }
 
