@@ -137,8 +137,8 @@ func TestOutageAmplification(t *testing.T) {
 	if !rep.OK() {
 		t.Errorf("duplicates %d, lost %d, wrong %d", rep.Duplicates, rep.Lost, rep.WrongResponses)
 	}
-	if a := rep.Amplification(); a > 1.15 {
-		t.Errorf("amplification during the outage %.2f, want at most 1.15", a)
+	if a := rep.Amplification(); a > 1.25 {
+		t.Errorf("amplification during the outage %.2f, want at most 1.25 (naive retries: up to 5)", a)
 	}
 	if rep.BudgetRefusals == 0 {
 		t.Error("the budget refused nothing during the outage")
