@@ -214,17 +214,9 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 	go func() { _ = srv.Serve(lis); close(served) }()
 	defer func() { srv.Stop(); <-served }()
 
-	client, err := grpcint.NewClient(cat, sc.Owner, sc.ClientOptions...)
-	if err != nil {
-		return Report{}, err
-	}
-	dopts, err := client.DialOptions()
-	if err != nil {
-		return Report{}, err
-	}
-	dopts = append(dopts, grpc.WithTransportCredentials(insecure.NewCredentials()),
+	conn, client, err := Dial(lis.Addr().String(), sc.Owner, sc.ClientOptions,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithChainUnaryInterceptor(faults.UnaryClientInterceptor()))
-	conn, err := grpc.NewClient(lis.Addr().String(), dopts...)
 	if err != nil {
 		return Report{}, err
 	}
