@@ -8,6 +8,9 @@
 // claim commit together: a retried Transfer, however often and by
 // whomever, records one transfer.
 //
+// Dial builds the client side: a channel with one retry owner (see
+// grpcint.DialOptions).
+//
 // The package also holds the fault injector and the scenario that
 // `opledger demo` runs: transfers whose requests fail before they are
 // sent, whose responses are dropped after the server committed or are
