@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -36,7 +37,7 @@ func BenchmarkRunner(b *testing.B) {
 				{"runner-no-final-errors", e.viaRunner(b, txmiddleware.WithFinalErrors(nil))},
 			}
 			if _, ok := e.d.(dialects.LockWaiter); ok {
-				variants = append(variants, variant{"runner-lockwait", e.viaRunner(b, txmiddleware.WithLockWait(5*time.Second))})
+				variants = append(variants, variant{"runner-lockwait", e.viaRunner(b, txmiddleware.WithLockWait(10*time.Second))})
 			}
 			var seq atomic.Int64
 			for _, v := range variants {
@@ -199,18 +200,16 @@ func BenchmarkExtraStatements(b *testing.B) {
 	}
 }
 
-// BenchmarkRunnerInterleaved runs the same variants as BenchmarkRunner in
-// short alternating slices (16 workers each, the order rotating every
-// round), so that load from elsewhere on the machine falls on all of them
-// alike, and reports each variant's throughput and its ratio to the
-// hand-written transaction. Run it once per target:
+// BenchmarkRunnerInterleaved compares the same variants as
+// BenchmarkRunner on a machine whose load is not under control: 16
+// workers each cycle through the variants one operation at a time and
+// time every operation, so that load from elsewhere falls on all variants
+// alike. It reports each variant's median latency and its ratio to the
+// hand-written transaction's (above 1 is slower). Run it once:
 //
 //	go test -run '^$' -bench BenchmarkRunnerInterleaved -benchtime 1x ./txmiddleware/
 func BenchmarkRunnerInterleaved(b *testing.B) {
-	const (
-		rounds = 12
-		slice  = 250 * time.Millisecond
-	)
+	const perPhase = 10 * time.Second
 	for _, tg := range testdb.Targets() {
 		b.Run(tg.Name, func(b *testing.B) {
 			db := tg.Open(b, benchWorkers)
@@ -221,7 +220,7 @@ func BenchmarkRunnerInterleaved(b *testing.B) {
 				{"sp-on-final", e.viaRunner(b, txmiddleware.WithSavepoint(txmiddleware.SavepointOnFinalError))},
 			}
 			if _, ok := e.d.(dialects.LockWaiter); ok {
-				variants = append(variants, variant{"lockwait", e.viaRunner(b, txmiddleware.WithLockWait(5*time.Second))})
+				variants = append(variants, variant{"lockwait", e.viaRunner(b, txmiddleware.WithLockWait(10*time.Second))})
 			}
 			replayKey := "bench-replay"
 			if err := e.handWritten(context.Background(), req(b, replayKey), replayKey); err != nil {
@@ -230,59 +229,55 @@ func BenchmarkRunnerInterleaved(b *testing.B) {
 			replayReq := req(b, replayKey)
 			var seq atomic.Int64
 			for _, phase := range []string{"acquire", "replay"} {
-				ops := make([]int64, len(variants))
-				took := make([]time.Duration, len(variants))
+				var mu sync.Mutex
+				lat := make([][]time.Duration, len(variants))
 				for range b.N {
-					for round := range rounds {
-						for j := range variants {
-							i := (j + round) % len(variants)
-							v := variants[i]
-							n, d := slicedRun(b, slice, func(ctx context.Context) error {
-								if phase == "replay" {
-									return v.run(ctx, replayReq, replayKey)
+					ctx := context.Background()
+					stop := time.Now().Add(perPhase)
+					var wg sync.WaitGroup
+					for w := range benchWorkers {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							mine := make([][]time.Duration, len(variants))
+							for n := w; time.Now().Before(stop); n++ {
+								i := n % len(variants)
+								r, key := replayReq, replayKey
+								if phase == "acquire" {
+									key = fmt.Sprintf("il-%d", seq.Add(1))
+									r = req(b, key)
 								}
-								key := fmt.Sprintf("il-%d", seq.Add(1))
-								return v.run(ctx, req(b, key), key)
-							})
-							ops[i] += n
-							took[i] += d
-						}
+								t0 := time.Now()
+								if err := variants[i].run(ctx, r, key); err != nil {
+									b.Error(err)
+									return
+								}
+								mine[i] = append(mine[i], time.Since(t0))
+							}
+							mu.Lock()
+							for i := range variants {
+								lat[i] = append(lat[i], mine[i]...)
+							}
+							mu.Unlock()
+						}()
 					}
+					wg.Wait()
 				}
-				hand := float64(ops[0]) / took[0].Seconds()
+				// The median, not the mean: under contention SQLite's busy
+				// handler lets a few waiters starve for seconds, and those
+				// land on any variant at random.
+				median := make([]float64, len(variants))
+				for i := range variants {
+					slices.Sort(lat[i])
+					median[i] = float64(lat[i][len(lat[i])/2].Microseconds())
+				}
 				for i, v := range variants {
-					rate := float64(ops[i]) / took[i].Seconds()
-					b.ReportMetric(rate, phase+"-"+v.name+"-ops/s")
+					b.ReportMetric(median[i], phase+"-"+v.name+"-p50-µs")
 					if i > 0 {
-						b.ReportMetric(rate/hand, phase+"-"+v.name+"/hand")
+						b.ReportMetric(median[i]/median[0], phase+"-"+v.name+"/hand")
 					}
 				}
 			}
 		})
 	}
-}
-
-// slicedRun runs op on benchWorkers goroutines for about d and returns
-// how many operations completed and how long they took.
-func slicedRun(b *testing.B, d time.Duration, op func(ctx context.Context) error) (int64, time.Duration) {
-	ctx := context.Background()
-	var n atomic.Int64
-	var wg sync.WaitGroup
-	start := time.Now()
-	stop := start.Add(d)
-	for range benchWorkers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for time.Now().Before(stop) {
-				if err := op(ctx); err != nil {
-					b.Error(err)
-					return
-				}
-				n.Add(1)
-			}
-		}()
-	}
-	wg.Wait()
-	return n.Load(), time.Since(start)
 }
