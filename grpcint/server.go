@@ -348,7 +348,7 @@ func (s *Server) failure(ctx context.Context, err, workErr error) error {
 		// The handler's own non-final error: nothing was recorded. A bare
 		// database error is not passed on to the client as it is.
 		if _, ok := status.FromError(workErr); !ok && s.dialect.Classify(workErr) != dialects.ClassOther {
-			return statusErr(codes.Unavailable, ReasonStorageUnavailable, "the database failed; nothing was committed")
+			return statusErr(codes.Unavailable, ReasonStorageUnavailable, "the database failed; retry with the same idempotency key")
 		}
 		return workErr
 	case errors.Is(err, txmiddleware.ErrCommitUnknown):
@@ -358,7 +358,7 @@ func (s *Server) failure(ctx context.Context, err, workErr error) error {
 			return status.FromContextError(cerr).Err()
 		}
 	}
-	return statusErr(codes.Unavailable, ReasonStorageUnavailable, "the operation ledger is unavailable; nothing was committed")
+	return statusErr(codes.Unavailable, ReasonStorageUnavailable, "the operation ledger's database failed; retry with the same idempotency key")
 }
 
 // resolve answers a resolve request without running the handler.

@@ -57,8 +57,9 @@ const (
 	// ReasonIncomplete: the key's entry was committed without a result, so
 	// its outcome is unknown until the entry expires (FAILED_PRECONDITION).
 	ReasonIncomplete Reason = "OPERATION_INCOMPLETE"
-	// ReasonStorageUnavailable: the ledger's database failed before
-	// anything was committed (UNAVAILABLE). Retry with the same key.
+	// ReasonStorageUnavailable: the ledger's database failed (UNAVAILABLE).
+	// Retry with the same key; a kit client resolves first, since a
+	// driver may not report a connection lost during COMMIT as such.
 	ReasonStorageUnavailable Reason = "STORAGE_UNAVAILABLE"
 	// ReasonOutcomeUnknown: the commit was sent but its outcome is unknown
 	// (UNAVAILABLE). Resolve with the same key before running it again.
