@@ -241,17 +241,20 @@ func (s *Server) StreamServerInterceptor() grpc.StreamServerInterceptor {
 //     metadata idempotency-replayed: true.
 //
 // Every refusal carries an ErrorInfo with a stable reason (see Reason).
-// Other methods pass through.
+// Other methods pass through, except a resolve request, which never runs
+// a handler (INVALID_ARGUMENT).
 func (s *Server) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if !s.keyed {
-			return handler(ctx, req)
+		if s.keyed {
+			if p, ok := s.catalog.Lookup(info.FullMethod); ok && p.Kind == policy.KindKeyed {
+				return s.keyedCall(ctx, req, info.FullMethod, handler)
+			}
 		}
-		p, ok := s.catalog.Lookup(info.FullMethod)
-		if !ok || p.Kind != policy.KindKeyed {
-			return handler(ctx, req)
+		// A resolve must never run a handler, keyed or not.
+		if md, ok := metadata.FromIncomingContext(ctx); ok && len(md[ResolveHeader]) > 0 {
+			return nil, statusErr(codes.InvalidArgument, ReasonInvalidRequest, info.FullMethod+" is not a keyed method; there is nothing to resolve")
 		}
-		return s.keyedCall(ctx, req, info.FullMethod, handler)
+		return handler(ctx, req)
 	}
 }
 

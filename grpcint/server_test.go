@@ -179,6 +179,9 @@ func TestClientGeneratesOneKeyPerCall(t *testing.T) {
 	if err != nil || !proto.Equal(got, r1) {
 		t.Errorf("GetTransfer = %v, %v", got, err)
 	}
+	// A resolve of a method that is not keyed never runs it.
+	err = grpcint.Resolve(ctx, e.conn, paymentspb.GetTransferMethod, "k", &paymentspb.GetTransferRequest{TransferId: r1.GetTransferId()}, &paymentspb.TransferReply{})
+	wantStatus(t, err, codes.InvalidArgument, grpcint.ReasonInvalidRequest)
 }
 
 // TestFinalErrorSaysAttempts: a call that fails for good keeps its code
