@@ -304,7 +304,7 @@ func caseInProgress(e *env) {
 	if o.err != nil || o.acquired || !sameResult(o.result, resultFor(key, 0)) {
 		e.t.Errorf("retry after the holder committed: acquired=%v %q %v; want a replay of the holder's result", o.acquired, o.result.Response, o.err)
 	}
-	e.figure("claimant got %v after %v (bound 0.5 s, limit 1.5 s); the retry replayed", errName(err), took.Round(time.Millisecond))
+	e.figure("claimant with a bounded lock wait got %v after %v (limit 1.5 s); the retry replayed", errName(err), took.Round(time.Millisecond))
 }
 
 func errName(err error) string {
