@@ -67,11 +67,13 @@ type Capabilities struct {
 	// BeginBounded begins a transaction whose lock waits end after about
 	// half a second (at most one second) with an error the ledger reports
 	// as ledger.ErrInProgress, and returns a function that releases
-	// whatever it set up, called after the transaction ends. When nil, a
-	// default is used for "postgres" (SET LOCAL lock_timeout), "mysql"
-	// (innodb_lock_wait_timeout on a dedicated connection) and "sqlite"
-	// (a second, deferred pool with busy_timeout 500 on the same file);
-	// other dialects skip the in-progress case.
+	// whatever it set up, called after the transaction ends. When nil, the
+	// dialect's dialects.LockWaiter bounds the wait at 0.5 s (PostgreSQL
+	// SET LOCAL lock_timeout; MySQL innodb_lock_wait_timeout, whole
+	// seconds, on a dedicated connection, restored afterwards); for
+	// "sqlite" a second, deferred pool with busy_timeout 500 on the same
+	// file is used, so that the claim, not BEGIN, waits. Dialects with
+	// neither skip the in-progress case.
 	BeginBounded func(ctx context.Context, db *sql.DB) (*sql.Tx, func(), error)
 }
 
@@ -257,52 +259,62 @@ func (tg *Target) setupWithGoose(ctx context.Context, table string) (func(contex
 	}, nil
 }
 
+// boundedWait is the lock-wait bound of the in-progress case.
+const boundedWait = 500 * time.Millisecond
+
 // beginBounded returns the target's bounded-wait transaction starter, or
 // a reason why there is none.
 func (tg *Target) beginBounded() (func(context.Context, *sql.DB) (*sql.Tx, func(), error), string) {
 	if tg.Capabilities.BeginBounded != nil {
 		return tg.Capabilities.BeginBounded, ""
 	}
-	switch tg.Dialect.Name() {
-	case "postgres":
-		return beginBoundedPostgres, ""
-	case "mysql":
-		return beginBoundedMySQL, ""
-	case "sqlite":
+	if tg.Dialect.Name() == "sqlite" {
+		// SQLite's LockWaiter bounds BEGIN IMMEDIATE, not the claim.
 		return beginBoundedSQLite, ""
 	}
-	return nil, fmt.Sprintf("no way to bound a lock wait on dialect %q: set Capabilities.BeginBounded", tg.Dialect.Name())
+	if lw, ok := tg.Dialect.(dialects.LockWaiter); ok {
+		return func(ctx context.Context, db *sql.DB) (*sql.Tx, func(), error) {
+			return beginLockWaiter(ctx, db, lw)
+		}, ""
+	}
+	return nil, fmt.Sprintf("dialect %q cannot bound a lock wait (no dialects.LockWaiter): set Capabilities.BeginBounded", tg.Dialect.Name())
 }
 
-func beginBoundedPostgres(ctx context.Context, db *sql.DB) (*sql.Tx, func(), error) {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, nil, err
+// beginLockWaiter begins a transaction bounded through the dialect's
+// LockWaiter: after BEGIN for a transaction-scoped bound (PostgreSQL SET
+// LOCAL lock_timeout), on a dedicated connection before BEGIN for a
+// session-scoped one (MySQL innodb_lock_wait_timeout, restored when the
+// transaction is over; a connection whose setting cannot be restored is
+// discarded).
+func beginLockWaiter(ctx context.Context, db *sql.DB, lw dialects.LockWaiter) (*sql.Tx, func(), error) {
+	if lw.LockWaitScope() == dialects.LockWaitTransaction {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return nil, nil, err
+		}
+		if _, err := lw.BoundLockWait(ctx, tx, boundedWait); err != nil {
+			tx.Rollback()
+			return nil, nil, err
+		}
+		return tx, func() {}, nil
 	}
-	if _, err := tx.ExecContext(ctx, "SET LOCAL lock_timeout = '500ms'"); err != nil {
-		tx.Rollback()
-		return nil, nil, err
-	}
-	return tx, func() {}, nil
-}
-
-// beginBoundedMySQL sets the session's lock wait timeout to its minimum,
-// one second, on a dedicated connection and restores it afterwards.
-func beginBoundedMySQL(ctx context.Context, db *sql.DB) (*sql.Tx, func(), error) {
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	if _, err := conn.ExecContext(ctx, "SET SESSION innodb_lock_wait_timeout = 1"); err != nil {
+	restore, err := lw.BoundLockWait(ctx, conn, boundedWait)
+	if err != nil {
+		conn.Raw(func(any) error { return driver.ErrBadConn })
 		conn.Close()
 		return nil, nil, err
 	}
 	release := func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if _, err := conn.ExecContext(rctx, "SET SESSION innodb_lock_wait_timeout = DEFAULT"); err != nil {
-			// Do not hand a connection with a changed setting back to the pool.
-			conn.Raw(func(any) error { return driver.ErrBadConn })
+		if restore != nil {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if err := restore(rctx); err != nil {
+				conn.Raw(func(any) error { return driver.ErrBadConn })
+			}
 		}
 		conn.Close()
 	}
