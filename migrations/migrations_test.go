@@ -139,3 +139,18 @@ func TestBadInput(t *testing.T) {
 		t.Fatalf("export bad table: %v", err)
 	}
 }
+
+// TestQuotingMatchesDialects: the rendered files quote the table exactly
+// as each dialect's queries do.
+func TestQuotingMatchesDialects(t *testing.T) {
+	for _, tg := range testdb.Targets() {
+		fsys, err := migrations.Files(tg.Dialect.Name(), "weird_Name")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := fs.ReadFile(fsys, "00001_create_operations.sql")
+		if !strings.Contains(string(b), "CREATE TABLE "+tg.Dialect.QuoteIdent("weird_Name")+" (") {
+			t.Fatalf("%s: table quoted differently from the dialect:\n%s", tg.Name, b)
+		}
+	}
+}
