@@ -182,3 +182,54 @@ func TestSQLiteDSN(t *testing.T) {
 		t.Fatal(got)
 	}
 }
+
+// connClosed mimics pgx's unexported error for a connection that broke
+// under a statement.
+type connClosed struct{}
+
+func (connClosed) Error() string { return "conn closed" }
+
+func TestPostgresClassifiesBrokenConnections(t *testing.T) {
+	d := postgres.New()
+	for _, err := range []error{driver.ErrBadConn, fmt.Errorf("commit: %w", connClosed{}), io.ErrUnexpectedEOF} {
+		if got := d.Classify(err); got != dialects.ClassConnection {
+			t.Errorf("%v: %v, want connection failure", err, got)
+		}
+	}
+}
+
+// TestPostgresTerminatedBackendIsConnectionFailure kills a session's
+// backend and classifies what each driver reports on its next statement.
+func TestPostgresTerminatedBackendIsConnectionFailure(t *testing.T) {
+	d := postgres.New()
+	for _, tg := range testdb.Targets() {
+		if tg.Dialect.Name() != "postgres" {
+			continue
+		}
+		t.Run(tg.Name, func(t *testing.T) {
+			db := tg.Open(t, 4)
+			ctx := context.Background()
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var pid int
+			if err := tx.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := db.ExecContext(ctx, "SELECT pg_terminate_backend($1)", pid); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(100 * time.Millisecond)
+			_, err = tx.ExecContext(ctx, "SELECT 1")
+			if err == nil {
+				err = tx.Commit()
+			} else {
+				tx.Rollback()
+			}
+			if got := d.Classify(err); got != dialects.ClassConnection {
+				t.Fatalf("%T %v: %v, want connection failure", err, err, got)
+			}
+		})
+	}
+}

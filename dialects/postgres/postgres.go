@@ -66,7 +66,8 @@ type sqlStater interface{ SQLState() string }
 // Classify maps SQLSTATE codes: 23505 unique violation; 40001
 // serialization failure; 40P01 deadlock; 55P03 lock timeout and 57014
 // statement timeout or cancel; class 08 and 57P01–57P03 connection
-// failures.
+// failures, as well as broken connections reported by the drivers
+// (driver.ErrBadConn from lib/pq, "conn closed" from pgx, network errors).
 func (Dialect) Classify(err error) dialects.Class {
 	if err == nil {
 		return dialects.ClassOther
@@ -75,7 +76,15 @@ func (Dialect) Classify(err error) dialects.Class {
 	if errors.As(err, &s) {
 		return classifyState(s.SQLState())
 	}
-	return dialects.ClassifyConnection(err)
+	if c := dialects.ClassifyConnection(err); c != dialects.ClassOther {
+		return c
+	}
+	// pgx reports a statement on a connection that broke under it (for
+	// example during COMMIT) as an unexported error reading "conn closed".
+	if strings.Contains(err.Error(), "conn closed") {
+		return dialects.ClassConnection
+	}
+	return dialects.ClassOther
 }
 
 func classifyState(code string) dialects.Class {
