@@ -31,7 +31,7 @@ func casePriorRead(e *env) {
 
 // oldLedger is the ledger under test with a clock two retentions behind,
 // so that what it claims is already expired for e.l.
-func (e *env) oldLedger() ledger.Ledger {
+func (e *env) oldLedger() safeLedger {
 	return e.newLedger(func() time.Time { return e.clock.Now().Add(-2 * retention) })
 }
 
@@ -106,7 +106,7 @@ func (s *sweeper) halt() {
 }
 
 func (e *env) sweeperOrSkip() Sweeper {
-	sw, ok := e.l.(Sweeper)
+	sw, ok := e.l.sweeper()
 	if !ok {
 		e.t.Skipf("the ledger has no Sweep(ctx, db, batch) method")
 	}

@@ -22,7 +22,7 @@ func (e *env) claimWith(id ledger.Identity, f ledger.Fingerprint, r ledger.Resul
 				return nil, err
 			}
 			defer tx.Rollback()
-			c, err := e.l.Claim(e.ctx, tx, ledger.ClaimRequest{Identity: id, Fingerprint: f})
+			c, err := claim(e.ctx, e.l, tx, ledger.ClaimRequest{Identity: id, Fingerprint: f})
 			if err != nil {
 				return nil, err
 			}
@@ -167,7 +167,7 @@ func caseFidelity(e *env) {
 		e.t.Fatalf("begin: %v", err)
 	}
 	defer tx.Rollback()
-	cl, err := e.l.Claim(e.ctx, tx, e.req(key))
+	cl, err := claim(e.ctx, e.l, tx, e.req(key))
 	if err != nil || !cl.Acquired() {
 		e.t.Fatalf("claim: %v %v", cl, err)
 	}
@@ -186,7 +186,7 @@ func (e *env) replayEquals(key string, want ledger.Result) error {
 		return err
 	}
 	defer tx.Rollback()
-	c, err := e.l.Claim(e.ctx, tx, e.req(key))
+	c, err := claim(e.ctx, e.l, tx, e.req(key))
 	if err != nil {
 		return err
 	}

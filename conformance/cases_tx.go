@@ -63,7 +63,7 @@ func (e *env) poisonProbe(key string, w int, want ledger.Result) error {
 	if err := e.writeBiz(e.ctx, tx, "probe-before", w); err != nil {
 		return fmt.Errorf("write before the claim: %w", err)
 	}
-	c, err := e.l.Claim(e.ctx, tx, e.req(key))
+	c, err := claim(e.ctx, e.l, tx, e.req(key))
 	if err != nil {
 		return fmt.Errorf("claim of an existing key: %w", err)
 	}
@@ -106,7 +106,7 @@ func caseAtomicity(e *env) {
 				e.t.Fatalf("begin: %v", err)
 			}
 			defer tx.Rollback()
-			c, err := e.l.Claim(e.ctx, tx, e.req(key))
+			c, err := claim(e.ctx, e.l, tx, e.req(key))
 			if err != nil || !c.Acquired() {
 				e.t.Fatalf("claim of a fresh key: %v %v", c, err)
 			}
@@ -167,7 +167,7 @@ func (e *env) faultCancelAfterClaim() {
 		e.t.Fatalf("begin: %v", err)
 	}
 	defer tx.Rollback()
-	c, err := e.l.Claim(ctx, tx, e.req(key))
+	c, err := claim(ctx, e.l, tx, e.req(key))
 	if err != nil || !c.Acquired() {
 		e.t.Fatalf("claim of a fresh key: %v %v", c, err)
 	}
@@ -199,7 +199,7 @@ func (e *env) faultCancelWhileWaiting() {
 			return
 		}
 		defer tx.Rollback()
-		_, err = e.l.Claim(ctx, tx, e.req(key))
+		_, err = claim(ctx, e.l, tx, e.req(key))
 		if err == nil {
 			err = tx.Commit()
 		}

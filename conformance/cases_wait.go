@@ -32,11 +32,11 @@ func (e *env) hold(key string) *held {
 		e.t.Fatalf("holder: begin: %v", err)
 	}
 	e.t.Cleanup(func() { tx.Rollback() })
-	c, err := e.l.Claim(e.ctx, tx, e.req(key))
+	c, err := claim(e.ctx, e.l, tx, e.req(key))
 	if err != nil {
 		e.t.Fatalf("holder: claim of a fresh key: %v", err)
 	}
-	if !c.Acquired() {
+	if c.Outcome != ledger.Acquired {
 		e.t.Fatalf("holder: claim of a fresh key: outcome %v, want acquired", c.Outcome)
 	}
 	return &held{e: e, key: key, tx: tx, c: c}
@@ -195,7 +195,7 @@ func caseSnapshot(e *env) {
 	if err := e.claimOnce(e.l, key, resA); err != nil {
 		e.t.Fatalf("the other transaction's claim: %v", err)
 	}
-	c, err := e.l.Claim(e.ctx, b, e.req(key))
+	c, err := claim(e.ctx, e.l, b, e.req(key))
 	verdict := ""
 	switch {
 	case err != nil && e.retryable(err):
@@ -290,7 +290,7 @@ func caseInProgress(e *env) {
 	// has failed already, and may otherwise wait as long as the holder.
 	ctx, cancel := context.WithTimeout(e.ctx, 5*time.Second)
 	start := time.Now()
-	_, err = e.l.Claim(ctx, b, e.req(key))
+	_, err = claim(ctx, e.l, b, e.req(key))
 	took := time.Since(start)
 	cancel()
 	b.Rollback()

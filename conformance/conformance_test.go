@@ -15,6 +15,7 @@ import (
 	"github.com/opledger/opledger/conformance"
 	"github.com/opledger/opledger/dialects/sqlite"
 	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/ledger"
 )
 
 // keys is the herd's key count in these tests (OPLEDGER_CONFORMANCE_KEYS
@@ -89,6 +90,44 @@ func TestCheckFiltersAndValidates(t *testing.T) {
 	if !bad.Failed() || len(bad.Results) != 1 {
 		t.Fatalf("empty target: %+v", bad)
 	}
+}
+
+// TestCheckSurvivesPanicsAndReportsProgress: a ledger that panics fails
+// its cases instead of crashing the tool, every result reaches the
+// progress callback, and no scratch table is left behind.
+func TestCheckSurvivesPanicsAndReportsProgress(t *testing.T) {
+	tg := testdb.Targets()[0]
+	db := tg.Open(t, 8)
+	target := conformance.StoreTarget(tg.Name, db, tg.Dialect)
+	target.NewLedger = func(conformance.LedgerConfig) (ledger.Ledger, error) { return panicky{}, nil }
+	var seen []string
+	rep := conformance.Check(context.Background(), target,
+		conformance.WithCases("herd", "identity-isolation", "snapshot"),
+		conformance.WithKeys(2), conformance.WithConcurrency(4),
+		conformance.WithProgress(func(r conformance.Result) { seen = append(seen, r.Name+" "+string(r.Verdict)) }))
+	want := []string{"herd/default fail", "snapshot skip", "identity-isolation fail"}
+	if !slices.Equal(seen, want) {
+		t.Fatalf("progress: %v, want %v", seen, want)
+	}
+	if !strings.Contains(strings.Join(rep.Results[0].Messages, " "), "panic") {
+		t.Fatalf("herd messages: %v", rep.Results[0].Messages)
+	}
+	var n int
+	if err := db.QueryRow("SELECT COUNT(*) FROM sqlite_master WHERE name LIKE 'opl_conf_%'").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d scratch tables left (%v)", n, err)
+	}
+}
+
+type panicky struct{}
+
+func (panicky) Claim(context.Context, *sql.Tx, ledger.ClaimRequest) (*ledger.Claim, error) {
+	panic("claim exploded")
+}
+
+func (panicky) Complete(context.Context, *sql.Tx, *ledger.Claim, ledger.Result) error { return nil }
+
+func (panicky) Lookup(context.Context, ledger.Querier, ledger.Identity) (*ledger.Entry, error) {
+	return nil, ledger.ErrNotFound
 }
 
 // TestSuiteHasTeeth runs two broken ledgers through the suite (via Check,

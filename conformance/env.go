@@ -47,7 +47,7 @@ type env struct {
 	table string
 	biz   string // quoted
 	clock *clock
-	l     ledger.Ledger
+	l     safeLedger
 
 	figMu sync.Mutex
 	figs  []string
@@ -109,7 +109,7 @@ func newEnv(ctx context.Context, t testingT, tg *Target, o options, in instance)
 }
 
 // newLedger constructs the ledger under test on the case's table.
-func (e *env) newLedger(now func() time.Time) ledger.Ledger {
+func (e *env) newLedger(now func() time.Time) safeLedger {
 	e.t.Helper()
 	l, err := e.tg.NewLedger(LedgerConfig{Table: e.table, Retention: retention, Clock: now, MaxResultSize: e.maxResult()})
 	if err != nil {
@@ -118,7 +118,7 @@ func (e *env) newLedger(now func() time.Time) ledger.Ledger {
 	if l == nil {
 		e.t.Fatalf("set-up: NewLedger returned nil")
 	}
-	return l
+	return safeLedger{l}
 }
 
 func (e *env) maxResult() int { return ledger.DefaultMaxResultSize }
@@ -251,13 +251,10 @@ func (e *env) attempt(ctx context.Context, l ledger.Ledger, key string, worker i
 			return false, ledger.Result{}, fmt.Errorf("prior read: %w", err)
 		}
 	}
-	c, err := l.Claim(ctx, tx, e.req(key))
+	c, err := claim(ctx, l, tx, e.req(key))
 	claimed(err)
 	if err != nil {
 		return false, ledger.Result{}, err
-	}
-	if c == nil {
-		return false, ledger.Result{}, errors.New("Claim returned neither a claim nor an error")
 	}
 	var res ledger.Result
 	switch c.Outcome {
@@ -281,6 +278,20 @@ func (e *env) attempt(ctx context.Context, l ledger.Ledger, key string, worker i
 		return false, res, fmt.Errorf("commit: %w", err)
 	}
 	return c.Outcome == ledger.Acquired, res, nil
+}
+
+// errNoClaim is what the suite makes of a ledger returning neither a
+// claim nor an error.
+var errNoClaim = errors.New("Claim returned neither a claim nor an error")
+
+// claim calls l.Claim and turns a nil claim without an error into an
+// error, so that no case dereferences it.
+func claim(ctx context.Context, l ledger.Ledger, tx *sql.Tx, req ledger.ClaimRequest) (*ledger.Claim, error) {
+	c, err := l.Claim(ctx, tx, req)
+	if err == nil && c == nil {
+		return nil, errNoClaim
+	}
+	return c, err
 }
 
 func sleep(ctx context.Context, d time.Duration) {
@@ -427,7 +438,7 @@ func (e *env) claimOnce(l ledger.Ledger, key string, r ledger.Result) error {
 		return err
 	}
 	defer tx.Rollback()
-	c, err := l.Claim(e.ctx, tx, e.req(key))
+	c, err := claim(e.ctx, l, tx, e.req(key))
 	if err != nil {
 		return err
 	}
