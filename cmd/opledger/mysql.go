@@ -3,7 +3,7 @@ package main
 import (
 	"fmt"
 
-	_ "github.com/go-sql-driver/mysql" // driver "mysql"
+	gomysql "github.com/go-sql-driver/mysql" // driver "mysql"
 
 	"github.com/opledger/opledger/dialects/mysql"
 )
@@ -14,7 +14,14 @@ import (
 func init() {
 	extraSchemes["mysql"] = mysqlTarget
 	extraSchemes["mariadb"] = mysqlTarget
+	// The driver logs broken connections (packets.go: unexpected EOF) to
+	// stderr by itself; the command reports errors as one line instead.
+	_ = gomysql.SetLogger(quietLogger{})
 }
+
+type quietLogger struct{}
+
+func (quietLogger) Print(...any) {}
 
 func mysqlTarget(dsn string) (target, error) {
 	d, err := mysql.DSN(dsn)
