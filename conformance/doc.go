@@ -7,7 +7,7 @@
 // A [Target] names the *sql.DB, its dialect, a constructor for the ledger
 // under test and its capabilities (isolation levels offered, whether
 // connections can be killed, how to bound a lock wait). Each case creates
-// its own uniquely named scratch table through package migrations (or the
+// its own uniquely named scratch table from the kit's migrations (or the
 // target's Setup hook) and drops it afterwards, so the suite never touches
 // user data.
 //

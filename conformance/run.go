@@ -50,9 +50,11 @@ func newOptions(opts []Option) options {
 	return o
 }
 
-// WithConcurrency sets how many claimants race on one key in the herd-like
-// cases (default 32, at least 2). Cases that race a fixed, smaller number
-// (16 for expiry and prior read, 3 for three-waiter) use min(16, n).
+// WithConcurrency sets how many claimants race on one key in herd,
+// delete-race and sweep-under-load (default 32, at least 2). Cases that
+// race fewer use min(their number, n): 16 for expiry and prior-read, 8 for
+// no-poisoning, atomicity and faults, 4 for replay-fidelity;
+// three-waiter-rollback always has two waiters.
 func WithConcurrency(n int) Option { return func(o *options) { o.concurrency = n } }
 
 // WithKeys sets how many keys the herd runs over (default 100, which keeps
@@ -100,8 +102,8 @@ type Result struct {
 	Verdict Verdict
 	// Duration is how long the case took, set-up included.
 	Duration time.Duration
-	// Figures summarise what happened: "32 claimants × 200 keys: 200
-	// acquired, 6200 replayed, 0 duplicates, 5 retried".
+	// Figures summarise what happened: "32 claimants × 100 keys: 100
+	// acquired, 3100 replayed, 0 duplicates, 5 retried, 0 failed".
 	Figures string
 	// Messages are the failures (or the skip reason) and notes.
 	Messages []string

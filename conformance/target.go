@@ -23,8 +23,9 @@ import (
 type Target struct {
 	// Name labels the target in reports ("postgres/pgx", "sqlite").
 	Name string
-	// DB is the pool the suite runs on. It must allow at least
-	// concurrency+2 open connections (fewer lowers the concurrency).
+	// DB is the pool the suite runs on. It should allow at least
+	// concurrency+2 open connections; with fewer, the cases lower the
+	// concurrency to fit and say so.
 	DB *sql.DB
 	// Dialect is the database's dialect. The suite uses its name to pick
 	// placeholder syntax and database-specific set-up, its QuoteIdent for
@@ -34,8 +35,9 @@ type Target struct {
 	// cfg's table, retention, clock and result size limit.
 	NewLedger func(cfg LedgerConfig) (ledger.Ledger, error)
 	// Setup creates the ledger table for one case and returns how to drop
-	// it. When nil the suite applies package migrations with the table
-	// name (and drops the table and its version table afterwards).
+	// it. When nil the suite runs the Up sections of the kit's migrations
+	// (package migrations, rendered for the table name) and their Down
+	// sections afterwards.
 	Setup func(ctx context.Context, db *sql.DB, table string) (teardown func(context.Context) error, err error)
 	// Capabilities gate the cases that need them.
 	Capabilities Capabilities
@@ -78,8 +80,11 @@ type Capabilities struct {
 }
 
 // Sweeper is implemented by ledgers that can delete expired entries, as
-// *ledger.Store does. The delete-race and sweep-under-load cases need it.
+// *ledger.Store does. The delete-race and sweep-under-load cases need it
+// and skip without it.
 type Sweeper interface {
+	// Sweep deletes expired entries through db, at most batch per
+	// statement, and returns how many it deleted.
 	Sweep(ctx context.Context, db ledger.Execer, batch int) (int64, error)
 }
 
