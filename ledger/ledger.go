@@ -50,7 +50,8 @@ type ClaimRequest struct {
 // Result is what an operation produced, stored on completion and returned
 // on replay byte for byte.
 type Result struct {
-	// Code is the status code (0 for success; gRPC codes in grpcint).
+	// Code is the status code (0 for success; gRPC codes in grpcint), at
+	// most MaxCode.
 	Code uint32
 	// Response is the encoded response, or an encoded status for a
 	// recorded error. Nil and empty are stored alike and replay as empty.
@@ -62,6 +63,10 @@ type Result struct {
 
 // MaxTypeNameLen is the longest Result.TypeName accepted, in bytes.
 const MaxTypeNameLen = 512
+
+// MaxCode is the largest Result.Code accepted: every dialect stores the
+// code in a signed 32-bit column. gRPC codes are 0 to 16.
+const MaxCode = 1<<31 - 1
 
 // Outcome says what Claim found.
 type Outcome int
@@ -319,6 +324,9 @@ func (s *Store) Complete(ctx context.Context, tx *sql.Tx, c *Claim, r Result) er
 	}
 	if len(r.Response) > s.maxResult {
 		return invalid("result", fmt.Sprintf("response of %d bytes exceeds the limit of %d", len(r.Response), s.maxResult))
+	}
+	if r.Code > MaxCode {
+		return invalid("result", "code above 2147483647")
 	}
 	if err := checkTypeName(r.TypeName); err != nil {
 		return err

@@ -381,6 +381,9 @@ func TestCompleteMisuse(t *testing.T) {
 		if err := e.l.Complete(ctx, tx, c, ledger.Result{Response: make([]byte, ledger.DefaultMaxResultSize+1)}); !errors.Is(err, ledger.ErrInvalid) {
 			t.Fatalf("oversized: %v", err)
 		}
+		if err := e.l.Complete(ctx, tx, c, ledger.Result{Code: ledger.MaxCode + 1}); !errors.Is(err, ledger.ErrInvalid) {
+			t.Fatalf("code out of range: %v", err)
+		}
 		if err := e.l.Complete(ctx, tx, c, ledger.Result{TypeName: "bad\nname"}); !errors.Is(err, ledger.ErrInvalid) {
 			t.Fatalf("control character in type name: %v", err)
 		}
@@ -455,6 +458,7 @@ func TestReplayFidelity(t *testing.T) {
 			{Code: 0, Response: nil, TypeName: ""},
 			{Code: 0, Response: []byte{}, TypeName: "pay.v1.Empty"},
 			{Code: 9, Response: []byte{0, 1, 2, 255}, TypeName: "google.rpc.Status"},
+			{Code: ledger.MaxCode, Response: []byte("x"), TypeName: "max.Code"},
 			{Code: 0, Response: big, TypeName: "pay.v1.Big"},
 		}
 		for i, want := range cases {

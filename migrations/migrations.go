@@ -187,7 +187,10 @@ func New(db *sql.DB, d dialects.Dialect, opts ...Option) (*Migrator, error) {
 		goose.WithTableName(VersionTable(cfg.table)),
 	}
 	if dialect == "postgres" {
-		locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(LockID))
+		// Retry the advisory lock every second (goose's default is every
+		// 5 s) for up to 5 minutes, so concurrent migrations of different
+		// ledger tables do not stall each other for long.
+		locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(LockID), lock.WithLockTimeout(1, 300))
 		if err != nil {
 			return nil, fmt.Errorf("migrations: %w", err)
 		}
