@@ -82,7 +82,8 @@ func usage(w io.Writer, cmds map[string]command) {
 	for _, n := range names {
 		fmt.Fprintf(&b, "  %-12s %s\n", n, cmds[n].summary)
 	}
-	b.WriteString("\nThe database: --dsn or OPLEDGER_DSN (postgres://…, mysql://…, sqlite:PATH or a file path);\n" +
-		"default: the SQLite file opledger.db in the working directory.\n")
+	b.WriteString("\nThe database: --dsn or OPLEDGER_DSN (postgres://…, mysql://…, sqlite:PATH or a file path).\n" +
+		"Default: the SQLite file opledger.db in the working directory (migrate, sweep, inspect),\n" +
+		"or a temporary SQLite file (demo, conformance).\n")
 	io.WriteString(w, b.String())
 }
