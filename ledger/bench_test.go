@@ -55,7 +55,7 @@ func BenchmarkTransaction(b *testing.B) {
 			b.Run("bare", func(b *testing.B) {
 				fresh(b)
 				run(b, func(n int64) error {
-					return e.tx(ctx, func(tx *sql.Tx) error { return e.writeBiz(ctx, tx, "acct", int(n)) })
+					return e.tx(ctx, func(tx *sql.Tx) error { return e.WriteBiz(ctx, tx, "acct", int(n)) })
 				})
 			})
 			b.Run("kit", func(b *testing.B) {
@@ -70,7 +70,7 @@ func BenchmarkTransaction(b *testing.B) {
 						if err != nil {
 							return err
 						}
-						if err := e.writeBiz(ctx, tx, "acct", int(n)); err != nil {
+						if err := e.WriteBiz(ctx, tx, "acct", int(n)); err != nil {
 							return err
 						}
 						return e.l.Complete(ctx, tx, c, ledger.Result{Response: benchResponse, TypeName: "pay.v1.TransferResponse"})
@@ -92,7 +92,7 @@ func BenchmarkTransaction(b *testing.B) {
 						if _, err := tx.ExecContext(ctx, ins, key[:], "svc-a", method, f[:], now.UnixMicro(), now.Add(24*time.Hour).UnixMicro()); err != nil {
 							return err
 						}
-						if err := e.writeBiz(ctx, tx, "acct", int(n)); err != nil {
+						if err := e.WriteBiz(ctx, tx, "acct", int(n)); err != nil {
 							return err
 						}
 						_, err := tx.ExecContext(ctx, upd, 0, benchResponse, "pay.v1.TransferResponse", now.UnixMicro(), key[:])
@@ -139,7 +139,7 @@ var benchResponse = []byte(`{"status":"ok","amount":4711,"account":"acct-42"}`)
 type benchEnv struct{ *env }
 
 func (e *benchEnv) tx(ctx context.Context, f func(*sql.Tx) error) error {
-	tx, err := e.db.BeginTx(ctx, nil)
+	tx, err := e.DB.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
@@ -153,11 +153,11 @@ func (e *benchEnv) tx(ctx context.Context, f func(*sql.Tx) error) error {
 // handSQL is the claim and completion written by hand, as a user would
 // without the kit.
 func (e *benchEnv) handSQL() (insert, update string) {
-	t := e.d.QuoteIdent(e.table)
-	p := e.ph
+	t := e.Dialect.QuoteIdent(e.Table)
+	p := e.Ph
 	insert = "INSERT INTO " + t + " (id, caller, method, request_fp, created_at, expires_at) VALUES (" +
 		p(1) + ", " + p(2) + ", " + p(3) + ", " + p(4) + ", " + p(5) + ", " + p(6) + ")"
-	if e.d.Name() != "mysql" {
+	if e.Dialect.Name() != "mysql" {
 		insert += " ON CONFLICT (id) DO NOTHING"
 	}
 	update = "UPDATE " + t + " SET code = " + p(1) + ", response = " + p(2) + ", response_type = " + p(3) +

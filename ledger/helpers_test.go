@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,88 +14,38 @@ import (
 	"github.com/opledger/opledger/ledger"
 )
 
-// env is one target with a fresh ledger table and a business table.
+// env is one target with a fresh ledger table, a business table and a
+// Store on them.
 type env struct {
-	name  string
-	d     dialects.Dialect
-	db    *sql.DB
-	table string
-	biz   string // quoted business table: (k text, worker integer)
-	l     *ledger.Store
+	*testdb.Env
+	l *ledger.Store
 }
 
 func forEachTarget(t *testing.T, maxConns int, f func(t *testing.T, e *env)) {
-	for _, tg := range testdb.Targets() {
-		t.Run(tg.Name, func(t *testing.T) {
-			db := tg.Open(t, maxConns)
-			f(t, newEnv(t, tg.Name, tg.Dialect, db))
-		})
-	}
+	testdb.ForEach(t, maxConns, func(t *testing.T, te *testdb.Env) { f(t, withStore(t, te)) })
 }
 
-func newEnv(t testing.TB, name string, d dialects.Dialect, db *sql.DB, opts ...ledger.Option) *env {
+func newEnv(t testing.TB, name string, d dialects.Dialect, db *sql.DB) *env {
 	t.Helper()
-	table := testdb.NewTable(t, db, d)
-	biz := d.QuoteIdent(table + "_biz")
-	if _, err := db.Exec("CREATE TABLE " + biz + " (k VARCHAR(255) NOT NULL, worker INTEGER NOT NULL)"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Exec("DROP TABLE " + biz) })
-	l, err := ledger.New(d, append([]ledger.Option{ledger.WithTable(table)}, opts...)...)
+	return withStore(t, testdb.NewEnv(t, name, d, db))
+}
+
+func withStore(t testing.TB, te *testdb.Env) *env {
+	t.Helper()
+	l, err := ledger.New(te.Dialect, ledger.WithTable(te.Table))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{name: name, d: d, db: db, table: table, biz: biz, l: l}
+	return &env{Env: te, l: l}
 }
 
 func (e *env) store(t *testing.T, opts ...ledger.Option) *ledger.Store {
 	t.Helper()
-	l, err := ledger.New(e.d, append([]ledger.Option{ledger.WithTable(e.table)}, opts...)...)
+	l, err := ledger.New(e.Dialect, append([]ledger.Option{ledger.WithTable(e.Table)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return l
-}
-
-// ph returns the n-th placeholder for the dialect.
-func (e *env) ph(n int) string {
-	if e.d.Name() == "postgres" {
-		return "$" + strconv.Itoa(n)
-	}
-	return "?"
-}
-
-func (e *env) writeBiz(ctx context.Context, tx *sql.Tx, key string, worker int) error {
-	_, err := tx.ExecContext(ctx, "INSERT INTO "+e.biz+" (k, worker) VALUES ("+e.ph(1)+", "+e.ph(2)+")", key, worker)
-	return err
-}
-
-func (e *env) count(t *testing.T, query string, args ...any) int {
-	t.Helper()
-	var n int
-	if err := e.db.QueryRow(query, args...).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
-func (e *env) ledgerRows(t *testing.T) int {
-	return e.count(t, "SELECT COUNT(*) FROM "+e.d.QuoteIdent(e.table))
-}
-
-func (e *env) bizRows(t *testing.T, key string) int {
-	return e.count(t, "SELECT COUNT(*) FROM "+e.biz+" WHERE k = "+e.ph(1), key)
-}
-
-// isolationLevels lists the levels a target is tested under.
-func (e *env) isolationLevels() []sql.IsolationLevel {
-	switch e.d.Name() {
-	case "postgres":
-		return []sql.IsolationLevel{sql.LevelReadCommitted, sql.LevelRepeatableRead, sql.LevelSerializable}
-	case "mysql":
-		return []sql.IsolationLevel{sql.LevelReadCommitted, sql.LevelRepeatableRead}
-	}
-	return []sql.IsolationLevel{sql.LevelDefault}
 }
 
 func mustID(t testing.TB, caller, method, key string) ledger.Identity {
@@ -120,9 +69,9 @@ func (e *env) unit(ctx context.Context, level sql.IsolationLevel, retries *atomi
 			retries.Add(1)
 			time.Sleep(time.Duration(attempt) * time.Millisecond)
 		}
-		tx, err := e.db.BeginTx(ctx, &sql.TxOptions{Isolation: level})
+		tx, err := e.DB.BeginTx(ctx, &sql.TxOptions{Isolation: level})
 		if err != nil {
-			if e.d.Classify(err).Retryable() {
+			if e.Dialect.Classify(err).Retryable() {
 				last = err
 				continue
 			}
@@ -137,7 +86,7 @@ func (e *env) unit(ctx context.Context, level sql.IsolationLevel, retries *atomi
 		} else {
 			tx.Rollback()
 		}
-		if errors.Is(err, ledger.ErrRetryable) || e.d.Classify(err).Retryable() {
+		if errors.Is(err, ledger.ErrRetryable) || e.Dialect.Classify(err).Retryable() {
 			last = err
 			continue
 		}

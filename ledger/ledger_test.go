@@ -28,7 +28,7 @@ func TestHerd(t *testing.T) {
 		keys = 10
 	}
 	forEachTarget(t, workers, func(t *testing.T, e *env) {
-		for _, level := range e.isolationLevels() {
+		for _, level := range e.IsolationLevels() {
 			t.Run(level.String(), func(t *testing.T) {
 				var retries atomic.Int64
 				ctx := context.Background()
@@ -61,7 +61,7 @@ func TestHerd(t *testing.T) {
 									return nil
 								}
 								didAcquire = true
-								if err := e.writeBiz(ctx, tx, key, w); err != nil {
+								if err := e.WriteBiz(ctx, tx, key, w); err != nil {
 									return err
 								}
 								got = []byte(fmt.Sprintf("transfer %s by worker %d", key, w))
@@ -95,14 +95,14 @@ func TestHerd(t *testing.T) {
 							t.Fatalf("key %s: results differ: %q vs %q", key, r, results[0])
 						}
 					}
-					if n := e.bizRows(t, key); n != 1 {
+					if n := e.BizRows(t, key); n != 1 {
 						t.Fatalf("key %s: %d business rows, want 1", key, n)
 					}
 				}
-				if n := e.ledgerRows(t); n != keys*(1+indexOf(e.isolationLevels(), level)) {
-					t.Fatalf("%d ledger rows, want %d", n, keys*(1+indexOf(e.isolationLevels(), level)))
+				if n := e.LedgerRows(t); n != keys*(1+indexOf(e.IsolationLevels(), level)) {
+					t.Fatalf("%d ledger rows, want %d", n, keys*(1+indexOf(e.IsolationLevels(), level)))
 				}
-				t.Logf("%s %s: %d keys × %d workers, %d whole-transaction retries", e.name, level, keys, workers, retries.Load())
+				t.Logf("%s %s: %d keys × %d workers, %d whole-transaction retries", e.Name, level, keys, workers, retries.Load())
 			})
 		}
 	})
@@ -122,7 +122,7 @@ func indexOf(levels []sql.IsolationLevel, l sql.IsolationLevel) int {
 func claimOnce(t *testing.T, e *env, l *ledger.Store, id ledger.Identity, f ledger.Fingerprint, resp string) (*ledger.Claim, error) {
 	t.Helper()
 	ctx := context.Background()
-	tx, err := e.db.BeginTx(ctx, nil)
+	tx, err := e.DB.BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +146,7 @@ func TestRollbackAfterClaimLeavesNothing(t *testing.T) {
 	forEachTarget(t, 4, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		id := mustID(t, "tenant-a", method, "rollback-1")
-		tx, err := e.db.BeginTx(ctx, nil)
+		tx, err := e.DB.BeginTx(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -154,7 +154,7 @@ func TestRollbackAfterClaimLeavesNothing(t *testing.T) {
 		if err != nil || !c.Acquired() {
 			t.Fatalf("claim: %v %v", c, err)
 		}
-		if err := e.writeBiz(ctx, tx, "rollback-1", 1); err != nil {
+		if err := e.WriteBiz(ctx, tx, "rollback-1", 1); err != nil {
 			t.Fatal(err)
 		}
 		if err := e.l.Complete(ctx, tx, c, ledger.Result{Response: []byte("x")}); err != nil {
@@ -163,13 +163,13 @@ func TestRollbackAfterClaimLeavesNothing(t *testing.T) {
 		if err := tx.Rollback(); err != nil {
 			t.Fatal(err)
 		}
-		if n := e.ledgerRows(t); n != 0 {
+		if n := e.LedgerRows(t); n != 0 {
 			t.Fatalf("%d ledger rows after rollback", n)
 		}
-		if n := e.bizRows(t, "rollback-1"); n != 0 {
+		if n := e.BizRows(t, "rollback-1"); n != 0 {
 			t.Fatalf("%d business rows after rollback", n)
 		}
-		if _, err := e.l.Lookup(ctx, e.db, id); !errors.Is(err, ledger.ErrNotFound) {
+		if _, err := e.l.Lookup(ctx, e.DB, id); !errors.Is(err, ledger.ErrNotFound) {
 			t.Fatalf("lookup after rollback: %v, want ErrNotFound", err)
 		}
 		c, err = claimOnce(t, e, e.l, id, fp("r"), "second")
@@ -189,24 +189,24 @@ func TestReplayKeepsTransactionUsable(t *testing.T) {
 		if _, err := claimOnce(t, e, e.l, id, fp("p"), "first"); err != nil {
 			t.Fatal(err)
 		}
-		tx, err := e.db.BeginTx(ctx, nil)
+		tx, err := e.DB.BeginTx(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := e.writeBiz(ctx, tx, "unrelated", 7); err != nil {
+		if err := e.WriteBiz(ctx, tx, "unrelated", 7); err != nil {
 			t.Fatal(err)
 		}
 		c, err := e.l.Claim(ctx, tx, ledger.ClaimRequest{Identity: id, Fingerprint: fp("p")})
 		if err != nil || c.Outcome != ledger.Replay || string(c.Result.Response) != "first" {
 			t.Fatalf("claim: %+v %v, want replay of first", c, err)
 		}
-		if err := e.writeBiz(ctx, tx, "unrelated", 8); err != nil {
+		if err := e.WriteBiz(ctx, tx, "unrelated", 8); err != nil {
 			t.Fatalf("transaction poisoned after replay: %v", err)
 		}
 		if err := tx.Commit(); err != nil {
 			t.Fatal(err)
 		}
-		if n := e.bizRows(t, "unrelated"); n != 2 {
+		if n := e.BizRows(t, "unrelated"); n != 2 {
 			t.Fatalf("%d unrelated rows, want 2", n)
 		}
 	})
@@ -237,11 +237,11 @@ func TestIdentityParts(t *testing.T) {
 		if strings.Contains(err.Error(), key) {
 			t.Fatalf("error %q contains the raw key", err)
 		}
-		if n := e.ledgerRows(t); n != 3 {
+		if n := e.LedgerRows(t); n != 3 {
 			t.Fatalf("%d rows, want 3", n)
 		}
 		var stored int
-		if err := e.db.QueryRow("SELECT COUNT(*) FROM " + e.d.QuoteIdent(e.table) + " WHERE caller LIKE '%" + key + "%' OR method LIKE '%" + key + "%'").Scan(&stored); err != nil || stored != 0 {
+		if err := e.DB.QueryRow("SELECT COUNT(*) FROM " + e.Dialect.QuoteIdent(e.Table) + " WHERE caller LIKE '%" + key + "%' OR method LIKE '%" + key + "%'").Scan(&stored); err != nil || stored != 0 {
 			t.Fatalf("raw key stored: %d %v", stored, err)
 		}
 	})
@@ -251,7 +251,7 @@ func TestIdentityParts(t *testing.T) {
 // and the read-back is claimed again, never replayed as nothing.
 func TestDeleteBetweenConflictAndRead(t *testing.T) {
 	forEachTarget(t, 4, func(t *testing.T, e *env) {
-		switch e.d.Name() {
+		switch e.Dialect.Name() {
 		case "sqlite":
 			t.Skip("SQLite serialises writers: no other connection can delete inside the claim's window")
 		case "mysql":
@@ -265,7 +265,7 @@ func TestDeleteBetweenConflictAndRead(t *testing.T) {
 		fired := 0
 		ledger.SetAfterConflict(l, func() {
 			fired++
-			if _, err := e.db.Exec("DELETE FROM "+e.d.QuoteIdent(e.table)+" WHERE method = "+e.ph(1), method); err != nil {
+			if _, err := e.DB.Exec("DELETE FROM "+e.Dialect.QuoteIdent(e.Table)+" WHERE method = "+e.Ph(1), method); err != nil {
 				t.Error(err)
 			}
 		})
@@ -273,7 +273,7 @@ func TestDeleteBetweenConflictAndRead(t *testing.T) {
 		if err != nil || !c.Acquired() || fired != 1 {
 			t.Fatalf("claim after delete: %+v %v (hook fired %d), want acquired", c, err, fired)
 		}
-		got, err := e.l.Lookup(context.Background(), e.db, id)
+		got, err := e.l.Lookup(context.Background(), e.DB, id)
 		if err != nil || string(got.Result.Response) != "new" {
 			t.Fatalf("lookup: %+v %v", got, err)
 		}
@@ -292,7 +292,7 @@ func TestExpiry(t *testing.T) {
 			t.Fatal(err)
 		}
 		later := e.store(t, ledger.WithRetention(time.Hour), ledger.WithClock(func() time.Time { return t0.Add(2 * time.Hour) }))
-		if _, err := later.Lookup(ctx, e.db, id); !errors.Is(err, ledger.ErrNotFound) {
+		if _, err := later.Lookup(ctx, e.DB, id); !errors.Is(err, ledger.ErrNotFound) {
 			t.Fatalf("lookup of expired entry: %v, want ErrNotFound", err)
 		}
 		var acquired, replayed atomic.Int64
@@ -312,7 +312,7 @@ func TestExpiry(t *testing.T) {
 						return err
 					}
 					if c.Acquired() {
-						if err := e.writeBiz(ctx, tx, "expiring", w); err != nil {
+						if err := e.WriteBiz(ctx, tx, "expiring", w); err != nil {
 							return err
 						}
 						acquired.Add(1)
@@ -335,8 +335,8 @@ func TestExpiry(t *testing.T) {
 		for err := range errs {
 			t.Fatal(err)
 		}
-		if acquired.Load() != 1 || replayed.Load() != 15 || e.bizRows(t, "expiring") != 1 {
-			t.Fatalf("%d acquired, %d replayed, %d business rows; want 1, 15, 1", acquired.Load(), replayed.Load(), e.bizRows(t, "expiring"))
+		if acquired.Load() != 1 || replayed.Load() != 15 || e.BizRows(t, "expiring") != 1 {
+			t.Fatalf("%d acquired, %d replayed, %d business rows; want 1, 15, 1", acquired.Load(), replayed.Load(), e.BizRows(t, "expiring"))
 		}
 
 		// Sweep: entries created at t0 expire at t0+1h; sweep at t0+90m.
@@ -346,14 +346,14 @@ func TestExpiry(t *testing.T) {
 			}
 		}
 		sweeper := e.store(t, ledger.WithRetention(time.Hour), ledger.WithClock(func() time.Time { return t0.Add(90 * time.Minute) }))
-		n, err := sweeper.Sweep(ctx, e.db, 10)
+		n, err := sweeper.Sweep(ctx, e.DB, 10)
 		if err != nil || n != 25 {
 			t.Fatalf("sweep: %d %v, want 25", n, err)
 		}
-		if rows := e.ledgerRows(t); rows != 1 {
+		if rows := e.LedgerRows(t); rows != 1 {
 			t.Fatalf("%d rows after sweep, want only the unexpired one", rows)
 		}
-		if _, err := later.Lookup(ctx, e.db, id); err != nil {
+		if _, err := later.Lookup(ctx, e.DB, id); err != nil {
 			t.Fatalf("unexpired entry swept: %v", err)
 		}
 	})
@@ -363,7 +363,7 @@ func TestCompleteMisuse(t *testing.T) {
 	forEachTarget(t, 4, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		id := mustID(t, "tenant-a", method, "misuse")
-		tx, err := e.db.BeginTx(ctx, nil)
+		tx, err := e.DB.BeginTx(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -396,7 +396,7 @@ func TestCompleteMisuse(t *testing.T) {
 		if err := tx.Commit(); err != nil {
 			t.Fatal(err)
 		}
-		tx2, err := e.db.BeginTx(ctx, nil)
+		tx2, err := e.DB.BeginTx(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -418,7 +418,7 @@ func TestDoneTransaction(t *testing.T) {
 	forEachTarget(t, 4, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		for _, end := range []string{"commit", "rollback"} {
-			tx, err := e.db.BeginTx(ctx, nil)
+			tx, err := e.DB.BeginTx(ctx, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -438,7 +438,7 @@ func TestDoneTransaction(t *testing.T) {
 		if _, err := e.l.Claim(ctx, nil, ledger.ClaimRequest{Identity: mustID(t, "c", method, "done"), Fingerprint: fp("x")}); !errors.Is(err, ledger.ErrInvalid) {
 			t.Fatalf("nil tx: %v", err)
 		}
-		if n := e.ledgerRows(t); n != 0 {
+		if n := e.LedgerRows(t); n != 0 {
 			t.Fatalf("%d rows written", n)
 		}
 	})
@@ -463,7 +463,7 @@ func TestReplayFidelity(t *testing.T) {
 		}
 		for i, want := range cases {
 			id := mustID(t, "tenant-a", method, fmt.Sprintf("fidelity-%d", i))
-			tx, err := e.db.BeginTx(ctx, nil)
+			tx, err := e.DB.BeginTx(ctx, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -488,7 +488,7 @@ func TestReplayFidelity(t *testing.T) {
 			if r.CompletedAt.IsZero() {
 				t.Fatalf("case %d: no completion time", i)
 			}
-			got, err := l.Lookup(ctx, e.db, id)
+			got, err := l.Lookup(ctx, e.DB, id)
 			if err != nil || got.State != ledger.Completed || !bytes.Equal(got.Result.Response, want.Response) || got.Fingerprint != fp("f") {
 				t.Fatalf("case %d: lookup %+v %v", i, got, err)
 			}
@@ -502,7 +502,7 @@ func TestCommittedWithoutResult(t *testing.T) {
 	forEachTarget(t, 4, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		id := mustID(t, "tenant-a", method, "incomplete")
-		tx, err := e.db.BeginTx(ctx, nil)
+		tx, err := e.DB.BeginTx(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -515,7 +515,7 @@ func TestCommittedWithoutResult(t *testing.T) {
 		if _, err := claimOnce(t, e, e.l, id, fp("i"), "x"); !errors.Is(err, ledger.ErrIncomplete) {
 			t.Fatalf("claim: %v, want ErrIncomplete", err)
 		}
-		got, err := e.l.Lookup(ctx, e.db, id)
+		got, err := e.l.Lookup(ctx, e.DB, id)
 		if err != nil || got.State != ledger.Pending {
 			t.Fatalf("lookup: %+v %v", got, err)
 		}

@@ -19,15 +19,7 @@ import (
 
 // forEachMySQL runs f on the MySQL target, with a pool of conns.
 func forEachMySQL(t *testing.T, conns int, f func(t *testing.T, e *env)) {
-	for _, tg := range testdb.Targets() {
-		if tg.Dialect.Name() != "mysql" {
-			continue
-		}
-		t.Run(tg.Name, func(t *testing.T) {
-			db := tg.Open(t, conns)
-			f(t, newEnv(t, tg.Name, tg.Dialect, db))
-		})
-	}
+	testdb.ForEach(t, conns, func(t *testing.T, te *testdb.Env) { f(t, withStore(t, te)) }, "mysql")
 }
 
 var mysqlLevels = []sql.IsolationLevel{sql.LevelReadCommitted, sql.LevelRepeatableRead}
@@ -72,13 +64,13 @@ func TestMySQLWaitThenCommit(t *testing.T) {
 			if waited < 300*time.Millisecond {
 				t.Fatalf("%s: B returned after %v, before A committed", level, waited)
 			}
-			if err := e.writeBiz(context.Background(), r.tx, "after-wait-"+level.String(), 1); err != nil {
+			if err := e.WriteBiz(context.Background(), r.tx, "after-wait-"+level.String(), 1); err != nil {
 				t.Fatal(err)
 			}
 			if err := r.tx.Commit(); err != nil {
 				t.Fatalf("%s: B's transaction cannot commit: %v", level, err)
 			}
-			if n := e.bizRows(t, "after-wait-"+level.String()); n != 1 {
+			if n := e.BizRows(t, "after-wait-"+level.String()); n != 1 {
 				t.Fatalf("%s: %d rows written after the replay, want 1", level, n)
 			}
 		}
@@ -119,7 +111,7 @@ func TestMySQLThreeWaiterRollback(t *testing.T) {
 				key := fmt.Sprintf("three-%s-%d", level, round)
 				id := mustID(t, "tenant-a", method, key)
 				req := ledger.ClaimRequest{Identity: id, Fingerprint: fp(key)}
-				a, err := e.db.BeginTx(ctx, nil)
+				a, err := e.DB.BeginTx(ctx, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -128,7 +120,7 @@ func TestMySQLThreeWaiterRollback(t *testing.T) {
 				}
 				done := make(chan claimResult, 2)
 				for w := 0; w < 2; w++ {
-					tx, err := e.db.BeginTx(ctx, &sql.TxOptions{Isolation: level})
+					tx, err := e.DB.BeginTx(ctx, &sql.TxOptions{Isolation: level})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -161,7 +153,7 @@ func TestMySQLThreeWaiterRollback(t *testing.T) {
 						}
 						w := r
 						winner = &w
-						if err := e.writeBiz(ctx, r.tx, key, 1); err != nil {
+						if err := e.WriteBiz(ctx, r.tx, key, 1); err != nil {
 							t.Fatal(err)
 						}
 						if err := e.l.Complete(ctx, r.tx, r.c, ledger.Result{Response: []byte("winner")}); err != nil {
@@ -199,7 +191,7 @@ func TestMySQLThreeWaiterRollback(t *testing.T) {
 				if err != nil || c.Outcome != ledger.Replay || string(c.Result.Response) != "winner" {
 					t.Fatalf("%s: retry: %+v %v, want replay of the winner", level, c, err)
 				}
-				if n := e.bizRows(t, key); n != 1 {
+				if n := e.BizRows(t, key); n != 1 {
 					t.Fatalf("%s: %d business rows, want 1", level, n)
 				}
 			}
@@ -218,11 +210,11 @@ func TestMySQLThreeWaiterRollback(t *testing.T) {
 func TestMySQLPriorReadRepeatableRead(t *testing.T) {
 	forEachMySQL(t, 8, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		tbl := e.d.QuoteIdent(e.table)
+		tbl := e.Dialect.QuoteIdent(e.Table)
 
 		// Committed before the claim.
 		id := mustID(t, "tenant-a", method, "prior-read")
-		b, err := e.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
+		b, err := e.DB.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -251,7 +243,7 @@ func TestMySQLPriorReadRepeatableRead(t *testing.T) {
 
 		// Read first, then wait on a holder that commits.
 		id2 := mustID(t, "tenant-a", method, "prior-read-wait")
-		b2, err := e.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
+		b2, err := e.DB.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -259,7 +251,7 @@ func TestMySQLPriorReadRepeatableRead(t *testing.T) {
 		if err := b2.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+tbl).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
-		a, err := e.db.BeginTx(ctx, nil)
+		a, err := e.DB.BeginTx(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -307,10 +299,10 @@ func TestMySQLClientFoundRows(t *testing.T) {
 			ctx := context.Background()
 
 			// The option is really on: a no-op UPDATE reports its matched row.
-			if _, err := db.ExecContext(ctx, "INSERT INTO "+e.biz+" (k, worker) VALUES ('found', 1)"); err != nil {
+			if _, err := db.ExecContext(ctx, "INSERT INTO "+e.Biz+" (k, worker) VALUES ('found', 1)"); err != nil {
 				t.Fatal(err)
 			}
-			res, err := db.ExecContext(ctx, "UPDATE "+e.biz+" SET worker = 1 WHERE k = 'found'")
+			res, err := db.ExecContext(ctx, "UPDATE "+e.Biz+" SET worker = 1 WHERE k = 'found'")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -384,11 +376,11 @@ func TestMySQLCallerBytes(t *testing.T) {
 			if err != nil || c.Outcome != ledger.Replay || string(c.Result.Response) != fmt.Sprintf("result-%d", i) {
 				t.Fatalf("caller %q: %+v %v, want its own result", caller, c, err)
 			}
-			if n := e.count(t, "SELECT COUNT(*) FROM "+e.d.QuoteIdent(e.table)+" WHERE caller = ?", caller); n != 1 {
+			if n := e.Count(t, "SELECT COUNT(*) FROM "+e.Dialect.QuoteIdent(e.Table)+" WHERE caller = ?", caller); n != 1 {
 				t.Fatalf("caller %q matches %d stored callers, want 1 (byte comparison)", caller, n)
 			}
 		}
-		if n := e.ledgerRows(t); n != len(callers) {
+		if n := e.LedgerRows(t); n != len(callers) {
 			t.Fatalf("%d rows, want %d", n, len(callers))
 		}
 		// Methods differing by case are distinct too.
@@ -405,7 +397,7 @@ func TestMySQLLockWaitTimeout(t *testing.T) {
 	forEachMySQL(t, 4, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		id := mustID(t, "tenant-a", method, "lock-wait")
-		a, err := e.db.BeginTx(ctx, nil)
+		a, err := e.DB.BeginTx(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -413,13 +405,13 @@ func TestMySQLLockWaitTimeout(t *testing.T) {
 		if c, err := e.l.Claim(ctx, a, ledger.ClaimRequest{Identity: id, Fingerprint: fp("l")}); err != nil || !c.Acquired() {
 			t.Fatalf("A: %+v %v", c, err)
 		}
-		conn := sessionLockWait(t, e.db, 1)
+		conn := sessionLockWait(t, e.DB, 1)
 		b, err := conn.BeginTx(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer b.Rollback()
-		if err := e.writeBiz(ctx, b, "before-timeout", 1); err != nil {
+		if err := e.WriteBiz(ctx, b, "before-timeout", 1); err != nil {
 			t.Fatal(err)
 		}
 		start := time.Now()
@@ -436,13 +428,13 @@ func TestMySQLLockWaitTimeout(t *testing.T) {
 			t.Fatalf("timed out after %v with innodb_lock_wait_timeout=1", took)
 		}
 		var n int
-		if err := b.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+e.biz+" WHERE k = 'before-timeout'").Scan(&n); err != nil || n != 1 {
+		if err := b.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+e.Biz+" WHERE k = 'before-timeout'").Scan(&n); err != nil || n != 1 {
 			t.Fatalf("the earlier write is gone after 1205: %d %v", n, err)
 		}
 		if err := b.Commit(); err != nil {
 			t.Fatalf("commit after 1205: %v", err)
 		}
-		if n := e.bizRows(t, "before-timeout"); n != 1 {
+		if n := e.BizRows(t, "before-timeout"); n != 1 {
 			t.Fatalf("%d rows committed, want 1", n)
 		}
 	})
@@ -454,7 +446,7 @@ func TestMySQLLockWaitTimeout(t *testing.T) {
 // 1 s bound times out), and the claim replays.
 func TestMySQLDeleteBlockedAfterConflict(t *testing.T) {
 	forEachMySQL(t, 4, func(t *testing.T, e *env) {
-		conn := sessionLockWait(t, e.db, 1)
+		conn := sessionLockWait(t, e.DB, 1)
 		for _, level := range mysqlLevels {
 			id := mustID(t, "tenant-a", method, "delete-blocked-"+level.String())
 			if _, err := claimOnce(t, e, e.l, id, fp("d"), "old"); err != nil {
@@ -464,10 +456,10 @@ func TestMySQLDeleteBlockedAfterConflict(t *testing.T) {
 			var delErr error
 			ledger.SetAfterConflict(l, func() {
 				idb := id.ID()
-				_, delErr = conn.ExecContext(context.Background(), "DELETE FROM "+e.d.QuoteIdent(e.table)+" WHERE id = ?", idb[:])
+				_, delErr = conn.ExecContext(context.Background(), "DELETE FROM "+e.Dialect.QuoteIdent(e.Table)+" WHERE id = ?", idb[:])
 			})
 			ctx := context.Background()
-			tx, err := e.db.BeginTx(ctx, &sql.TxOptions{Isolation: level})
+			tx, err := e.DB.BeginTx(ctx, &sql.TxOptions{Isolation: level})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -476,7 +468,7 @@ func TestMySQLDeleteBlockedAfterConflict(t *testing.T) {
 			if err != nil || c.Outcome != ledger.Replay || string(c.Result.Response) != "old" {
 				t.Fatalf("%s: claim: %+v %v, want replay", level, c, err)
 			}
-			if e.d.Classify(delErr) != dialects.ClassLockTimeout {
+			if e.Dialect.Classify(delErr) != dialects.ClassLockTimeout {
 				t.Fatalf("%s: DELETE inside the claim's window: %v, want a lock wait timeout", level, delErr)
 			}
 		}
@@ -531,7 +523,7 @@ func TestMySQLHerdWithRollbacks(t *testing.T) {
 										acquired = false
 										return nil
 									}
-									if err := e.writeBiz(ctx, tx, key, w); err != nil {
+									if err := e.WriteBiz(ctx, tx, key, w); err != nil {
 										return err
 									}
 									if aborted.Add(1) <= aborts {
@@ -561,9 +553,9 @@ func TestMySQLHerdWithRollbacks(t *testing.T) {
 					for err := range errs {
 						t.Fatalf("key %s: %v", key, err)
 					}
-					if committed.Load() != 1 || replayed.Load() != workers-1 || e.bizRows(t, key) != 1 {
+					if committed.Load() != 1 || replayed.Load() != workers-1 || e.BizRows(t, key) != 1 {
 						t.Fatalf("key %s: %d committed owners, %d replays, %d business rows; want 1, %d, 1",
-							key, committed.Load(), replayed.Load(), e.bizRows(t, key), workers-1)
+							key, committed.Load(), replayed.Load(), e.BizRows(t, key), workers-1)
 					}
 				}
 				t.Logf("%s: %d keys × %d workers, %d owners rolled back per key: %d deadlocks (1213), %d whole-transaction retries",
@@ -582,12 +574,12 @@ func TestMySQLHerdWithRollbacks(t *testing.T) {
 func TestMySQLBoundLockWaitClaim(t *testing.T) {
 	forEachMySQL(t, 4, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		lw, ok := e.d.(dialects.LockWaiter)
+		lw, ok := e.Dialect.(dialects.LockWaiter)
 		if !ok {
 			t.Fatal("the MySQL dialect is not a dialects.LockWaiter")
 		}
 		id := mustID(t, "tenant-a", method, "bounded")
-		a, err := e.db.BeginTx(ctx, nil)
+		a, err := e.DB.BeginTx(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -595,7 +587,7 @@ func TestMySQLBoundLockWaitClaim(t *testing.T) {
 		if c, err := e.l.Claim(ctx, a, ledger.ClaimRequest{Identity: id, Fingerprint: fp("b")}); err != nil || !c.Acquired() {
 			t.Fatalf("A: %+v %v", c, err)
 		}
-		conn, err := e.db.Conn(ctx)
+		conn, err := e.DB.Conn(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}

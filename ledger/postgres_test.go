@@ -15,15 +15,7 @@ import (
 
 // forEachPostgres runs f on PostgreSQL through both drivers.
 func forEachPostgres(t *testing.T, f func(t *testing.T, e *env)) {
-	for _, tg := range testdb.Targets() {
-		if tg.Dialect.Name() != "postgres" {
-			continue
-		}
-		t.Run(tg.Name, func(t *testing.T) {
-			db := tg.Open(t, 8)
-			f(t, newEnv(t, tg.Name, tg.Dialect, db))
-		})
-	}
+	testdb.ForEach(t, 8, func(t *testing.T, te *testdb.Env) { f(t, withStore(t, te)) }, "postgres")
 }
 
 type claimResult struct {
@@ -40,7 +32,7 @@ func holdAndRace(t *testing.T, e *env, key string, level sql.IsolationLevel, end
 	t.Helper()
 	ctx := context.Background()
 	id := mustID(t, "tenant-a", method, key)
-	a, err := e.db.BeginTx(ctx, nil)
+	a, err := e.DB.BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +43,7 @@ func holdAndRace(t *testing.T, e *env, key string, level sql.IsolationLevel, end
 	if err := e.l.Complete(ctx, a, ca, ledger.Result{Response: []byte("A's result")}); err != nil {
 		t.Fatal(err)
 	}
-	b, err := e.db.BeginTx(ctx, &sql.TxOptions{Isolation: level})
+	b, err := e.DB.BeginTx(ctx, &sql.TxOptions{Isolation: level})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +77,7 @@ func TestPostgresWaitThenCommit(t *testing.T) {
 		if waited < 300*time.Millisecond {
 			t.Fatalf("B returned after %v, before A committed", waited)
 		}
-		if err := e.writeBiz(context.Background(), r.tx, "after-wait", 1); err != nil {
+		if err := e.WriteBiz(context.Background(), r.tx, "after-wait", 1); err != nil {
 			t.Fatal(err)
 		}
 		if err := r.tx.Commit(); err != nil {
@@ -96,7 +88,7 @@ func TestPostgresWaitThenCommit(t *testing.T) {
 
 func TestPostgresWaitThenRollback(t *testing.T) {
 	forEachPostgres(t, func(t *testing.T, e *env) {
-		for _, level := range e.isolationLevels() {
+		for _, level := range e.IsolationLevels() {
 			r, _ := holdAndRace(t, e, "wait-rollback-"+level.String(), level, (*sql.Tx).Rollback)
 			if r.err != nil || !r.c.Acquired() {
 				t.Fatalf("%s: B: %+v %v, want acquired after A rolled back", level, r.c, r.err)
@@ -129,7 +121,7 @@ func TestPostgresSnapshotConflictIsRetryable(t *testing.T) {
 			ctx := context.Background()
 			key := "snap-read-" + level.String()
 			id := mustID(t, "tenant-a", method, key)
-			b, err := e.db.BeginTx(ctx, &sql.TxOptions{Isolation: level})
+			b, err := e.DB.BeginTx(ctx, &sql.TxOptions{Isolation: level})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -161,14 +153,14 @@ func TestPostgresSingleStatementCTEMissesWinner(t *testing.T) {
 	forEachPostgres(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		id := mustID(t, "tenant-a", method, "cte")
-		a, err := e.db.BeginTx(ctx, nil)
+		a, err := e.DB.BeginTx(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if _, err := e.l.Claim(ctx, a, ledger.ClaimRequest{Identity: id, Fingerprint: fp("c")}); err != nil {
 			t.Fatal(err)
 		}
-		tbl := e.d.QuoteIdent(e.table)
+		tbl := e.Dialect.QuoteIdent(e.Table)
 		cte := `WITH ins AS (INSERT INTO ` + tbl + ` (id, caller, method, request_fp, created_at, expires_at)
 			VALUES ($1, 'tenant-a', $2, $3, 0, 9223372036854775807) ON CONFLICT (id) DO NOTHING RETURNING request_fp)
 			SELECT request_fp FROM ins UNION ALL SELECT request_fp FROM ` + tbl + ` WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM ins)`
@@ -176,7 +168,7 @@ func TestPostgresSingleStatementCTEMissesWinner(t *testing.T) {
 		go func() {
 			idb := id.ID()
 			f := fp("c")
-			r, err := e.db.QueryContext(ctx, cte, idb[:], method, f[:])
+			r, err := e.DB.QueryContext(ctx, cte, idb[:], method, f[:])
 			if err != nil {
 				t.Error(err)
 				rows <- -1
@@ -205,7 +197,7 @@ func TestPostgresInProgress(t *testing.T) {
 	forEachPostgres(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		id := mustID(t, "tenant-a", method, "in-progress")
-		a, err := e.db.BeginTx(ctx, nil)
+		a, err := e.DB.BeginTx(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -213,7 +205,7 @@ func TestPostgresInProgress(t *testing.T) {
 		if _, err := e.l.Claim(ctx, a, ledger.ClaimRequest{Identity: id, Fingerprint: fp("p")}); err != nil {
 			t.Fatal(err)
 		}
-		b, err := e.db.BeginTx(ctx, nil)
+		b, err := e.DB.BeginTx(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -237,12 +229,12 @@ func TestPostgresInProgress(t *testing.T) {
 func TestPostgresDBErrorKeepsDriverError(t *testing.T) {
 	forEachPostgres(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		tx, err := e.db.BeginTx(ctx, nil)
+		tx, err := e.DB.BeginTx(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer tx.Rollback()
-		bad, err := ledger.New(e.d, ledger.WithTable("no_such_table_here"))
+		bad, err := ledger.New(e.Dialect, ledger.WithTable("no_such_table_here"))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -57,7 +57,7 @@ func TestSQLitePriorReadNoBusy(t *testing.T) {
 					}
 					defer tx.Rollback()
 					var n int
-					if err := tx.QueryRow("SELECT COUNT(*) FROM " + e.biz).Scan(&n); err != nil {
+					if err := tx.QueryRow("SELECT COUNT(*) FROM " + e.Biz).Scan(&n); err != nil {
 						return err
 					}
 					c, err := e.l.Claim(ctx, tx, ledger.ClaimRequest{Identity: mustID(t, "c", method, key), Fingerprint: fp(key)})
@@ -65,7 +65,7 @@ func TestSQLitePriorReadNoBusy(t *testing.T) {
 						return err
 					}
 					if c.Acquired() {
-						if err := e.writeBiz(ctx, tx, key, w); err != nil {
+						if err := e.WriteBiz(ctx, tx, key, w); err != nil {
 							return err
 						}
 						if err := e.l.Complete(ctx, tx, c, ledger.Result{Response: []byte(key)}); err != nil {
@@ -76,7 +76,7 @@ func TestSQLitePriorReadNoBusy(t *testing.T) {
 				}()
 				switch {
 				case err == nil:
-				case e.d.Classify(err) != 0:
+				case e.Dialect.Classify(err) != 0:
 					busy.Add(1)
 				default:
 					other.Add(1)
@@ -90,7 +90,7 @@ func TestSQLitePriorReadNoBusy(t *testing.T) {
 		t.Fatalf("%d busy errors, %d other errors; want none", busy.Load(), other.Load())
 	}
 	for i := 0; i < perWorker; i++ {
-		if n := e.bizRows(t, fmt.Sprintf("prior-%d", i)); n != 1 {
+		if n := e.BizRows(t, fmt.Sprintf("prior-%d", i)); n != 1 {
 			t.Fatalf("key %d: %d business rows", i, n)
 		}
 	}
@@ -110,7 +110,7 @@ func TestSQLiteDeferredPriorReadIsBusy(t *testing.T) {
 	}
 	defer b.Rollback()
 	var n int
-	if err := b.QueryRow("SELECT COUNT(*) FROM " + e.biz).Scan(&n); err != nil {
+	if err := b.QueryRow("SELECT COUNT(*) FROM " + e.Biz).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := claimOnce(t, e, e.l, mustID(t, "c", method, "k1"), fp("1"), "r"); err != nil {

@@ -29,14 +29,14 @@ func BenchmarkRunner(b *testing.B) {
 	for _, tg := range testdb.Targets() {
 		b.Run(tg.Name, func(b *testing.B) {
 			db := tg.Open(b, benchWorkers)
-			e := newEnv(b, tg.Name, tg.Dialect, db)
+			e := withStore(b, testdb.NewEnv(b, tg.Name, tg.Dialect, db))
 			variants := []variant{
 				{"hand", e.handWritten},
 				{"runner", e.viaRunner(b)},
 				{"runner-savepoint-on-final-error", e.viaRunner(b, txmiddleware.WithSavepoint(txmiddleware.SavepointOnFinalError))},
 				{"runner-no-final-errors", e.viaRunner(b, txmiddleware.WithFinalErrors(nil))},
 			}
-			if _, ok := e.d.(dialects.LockWaiter); ok {
+			if _, ok := e.Dialect.(dialects.LockWaiter); ok {
 				variants = append(variants, variant{"runner-lockwait", e.viaRunner(b, txmiddleware.WithLockWait(10*time.Second))})
 			}
 			var seq atomic.Int64
@@ -89,7 +89,7 @@ func parallel(b *testing.B, op func(ctx context.Context) error) {
 func (e *env) handWritten(ctx context.Context, req ledger.ClaimRequest, key string) error {
 	for attempt := 0; attempt < 10; attempt++ {
 		err := func() error {
-			tx, err := e.db.BeginTx(ctx, nil)
+			tx, err := e.DB.BeginTx(ctx, nil)
 			if err != nil {
 				return err
 			}
@@ -101,7 +101,7 @@ func (e *env) handWritten(ctx context.Context, req ledger.ClaimRequest, key stri
 			if !c.Acquired() {
 				return nil // replay: the stored result is c.Result
 			}
-			if err := e.writeBiz(ctx, tx, key, 1); err != nil {
+			if err := e.WriteBiz(ctx, tx, key, 1); err != nil {
 				return err
 			}
 			if err := e.l.Complete(ctx, tx, c, ledger.Result{Response: []byte("done " + key), TypeName: "pay.v1.TransferResponse"}); err != nil {
@@ -109,7 +109,7 @@ func (e *env) handWritten(ctx context.Context, req ledger.ClaimRequest, key stri
 			}
 			return tx.Commit()
 		}()
-		if err == nil || !e.d.Classify(err).Retryable() {
+		if err == nil || !e.Dialect.Classify(err).Retryable() {
 			return err
 		}
 	}
@@ -120,7 +120,7 @@ func (e *env) viaRunner(b *testing.B, opts ...txmiddleware.Option) func(context.
 	r := e.runner(b, opts...)
 	return func(ctx context.Context, req ledger.ClaimRequest, key string) error {
 		_, err := r.Run(ctx, req, func(ctx context.Context, tx *sql.Tx) (ledger.Result, error) {
-			if err := e.writeBiz(ctx, tx, key, 1); err != nil {
+			if err := e.WriteBiz(ctx, tx, key, 1); err != nil {
 				return ledger.Result{}, err
 			}
 			return ledger.Result{Response: []byte("done " + key), TypeName: "pay.v1.TransferResponse"}, nil
@@ -213,13 +213,13 @@ func BenchmarkRunnerInterleaved(b *testing.B) {
 	for _, tg := range testdb.Targets() {
 		b.Run(tg.Name, func(b *testing.B) {
 			db := tg.Open(b, benchWorkers)
-			e := newEnv(b, tg.Name, tg.Dialect, db)
+			e := withStore(b, testdb.NewEnv(b, tg.Name, tg.Dialect, db))
 			variants := []variant{
 				{"hand", e.handWritten},
 				{"runner", e.viaRunner(b)},
 				{"sp-on-final", e.viaRunner(b, txmiddleware.WithSavepoint(txmiddleware.SavepointOnFinalError))},
 			}
-			if _, ok := e.d.(dialects.LockWaiter); ok {
+			if _, ok := e.Dialect.(dialects.LockWaiter); ok {
 				variants = append(variants, variant{"lockwait", e.viaRunner(b, txmiddleware.WithLockWait(10*time.Second))})
 			}
 			replayKey := "bench-replay"

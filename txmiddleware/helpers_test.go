@@ -17,116 +17,53 @@ import (
 
 const method = "/pay.v1.Payments/Transfer"
 
-// env is one target with a fresh ledger table and a business table.
+// env is one target with a fresh ledger table, a business table and a
+// Store on them.
 type env struct {
-	name  string
-	d     dialects.Dialect
-	db    *sql.DB
-	table string
-	biz   string // quoted business table: (k, worker)
-	l     *ledger.Store
+	*testdb.Env
+	l *ledger.Store
 }
 
 func forEachTarget(t *testing.T, maxConns int, f func(t *testing.T, e *env)) {
 	t.Helper()
-	for _, tg := range testdb.Targets() {
-		t.Run(tg.Name, func(t *testing.T) {
-			db := tg.Open(t, maxConns)
-			f(t, newEnv(t, tg.Name, tg.Dialect, db))
-		})
-	}
+	testdb.ForEach(t, maxConns, func(t *testing.T, te *testdb.Env) { f(t, withStore(t, te)) })
 }
 
 func forEachPostgres(t *testing.T, maxConns int, f func(t *testing.T, e *env)) {
 	t.Helper()
-	for _, tg := range testdb.Targets() {
-		if tg.Dialect.Name() != "postgres" {
-			continue
-		}
-		t.Run(tg.Name, func(t *testing.T) {
-			db := tg.Open(t, maxConns)
-			f(t, newEnv(t, tg.Name, tg.Dialect, db))
-		})
-	}
+	testdb.ForEach(t, maxConns, func(t *testing.T, te *testdb.Env) { f(t, withStore(t, te)) }, "postgres")
 }
 
-func newEnv(t testing.TB, name string, d dialects.Dialect, db *sql.DB) *env {
+func withStore(t testing.TB, te *testdb.Env) *env {
 	t.Helper()
-	table := testdb.NewTable(t, db, d)
-	biz := d.QuoteIdent(table + "_biz")
-	if _, err := db.Exec("CREATE TABLE " + biz + " (k VARCHAR(255) NOT NULL, worker INTEGER NOT NULL)"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Exec("DROP TABLE " + biz) })
-	l, err := ledger.New(d, ledger.WithTable(table))
+	l, err := ledger.New(te.Dialect, ledger.WithTable(te.Table))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{name: name, d: d, db: db, table: table, biz: biz, l: l}
+	return &env{Env: te, l: l}
 }
 
 func (e *env) runner(t testing.TB, opts ...txmiddleware.Option) *txmiddleware.Runner {
 	t.Helper()
-	r, err := txmiddleware.New(e.db, e.l, e.d, opts...)
+	r, err := txmiddleware.New(e.DB, e.l, e.Dialect, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return r
 }
 
-// ph returns the n-th placeholder for the dialect.
-func (e *env) ph(n int) string {
-	if e.d.Name() == "postgres" {
-		return "$" + strconv.Itoa(n)
-	}
-	return "?"
-}
-
-func (e *env) writeBiz(ctx context.Context, tx *sql.Tx, key string, worker int) error {
-	_, err := tx.ExecContext(ctx, "INSERT INTO "+e.biz+" (k, worker) VALUES ("+e.ph(1)+", "+e.ph(2)+")", key, worker)
-	return err
-}
-
-func (e *env) count(t testing.TB, query string, args ...any) int {
-	t.Helper()
-	var n int
-	if err := e.db.QueryRow(query, args...).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
-func (e *env) ledgerRows(t testing.TB) int {
-	return e.count(t, "SELECT COUNT(*) FROM "+e.d.QuoteIdent(e.table))
-}
-
-func (e *env) bizRows(t testing.TB, key string) int {
-	return e.count(t, "SELECT COUNT(*) FROM "+e.biz+" WHERE k = "+e.ph(1), key)
-}
-
 // requireLockWaiter skips when the dialect cannot bound lock waits.
 func (e *env) requireLockWaiter(t testing.TB) {
 	t.Helper()
-	if _, ok := e.d.(dialects.LockWaiter); !ok {
-		t.Skipf("dialect %s does not implement dialects.LockWaiter", e.d.Name())
+	if _, ok := e.Dialect.(dialects.LockWaiter); !ok {
+		t.Skipf("dialect %s does not implement dialects.LockWaiter", e.Dialect.Name())
 	}
-}
-
-// isolationLevels lists the levels each dialect offers for the test.
-func (e *env) isolationLevels() []sql.IsolationLevel {
-	switch e.d.Name() {
-	case "postgres":
-		return []sql.IsolationLevel{sql.LevelReadCommitted, sql.LevelRepeatableRead, sql.LevelSerializable}
-	case "mysql":
-		return []sql.IsolationLevel{sql.LevelReadCommitted, sql.LevelRepeatableRead}
-	}
-	return []sql.IsolationLevel{sql.LevelDefault}
 }
 
 // lookup reads the committed entry for key.
 func (e *env) lookup(t testing.TB, key string) (*ledger.Entry, error) {
 	t.Helper()
-	return e.l.Lookup(context.Background(), e.db, mustID(t, key))
+	return e.l.Lookup(context.Background(), e.DB, mustID(t, key))
 }
 
 // assertNothing checks that nothing was recorded or written for key.
@@ -135,7 +72,7 @@ func (e *env) assertNothing(t testing.TB, key string) {
 	if _, err := e.lookup(t, key); !errors.Is(err, ledger.ErrNotFound) {
 		t.Fatalf("key %s: lookup %v, want ErrNotFound", key, err)
 	}
-	if n := e.bizRows(t, key); n != 0 {
+	if n := e.BizRows(t, key); n != 0 {
 		t.Fatalf("key %s: %d business rows persisted, want 0", key, n)
 	}
 }
@@ -173,7 +110,7 @@ func req(t testing.TB, key string) ledger.ClaimRequest {
 func (e *env) bizWork(key string, worker int, runs *atomic.Int64) txmiddleware.Work {
 	return func(ctx context.Context, tx *sql.Tx) (ledger.Result, error) {
 		runs.Add(1)
-		if err := e.writeBiz(ctx, tx, key, worker); err != nil {
+		if err := e.WriteBiz(ctx, tx, key, worker); err != nil {
 			return ledger.Result{}, err
 		}
 		return ledger.Result{Response: []byte("done " + key + " by " + strconv.Itoa(worker)), TypeName: "pay.v1.TransferResponse"}, nil

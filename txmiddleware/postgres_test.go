@@ -22,7 +22,7 @@ import (
 func (e *env) terminate(t *testing.T, pid int) {
 	t.Helper()
 	var ok bool
-	if err := e.db.QueryRow("SELECT pg_terminate_backend($1)", pid).Scan(&ok); err != nil || !ok {
+	if err := e.DB.QueryRow("SELECT pg_terminate_backend($1)", pid).Scan(&ok); err != nil || !ok {
 		t.Errorf("pg_terminate_backend(%d): %v %v", pid, ok, err)
 	}
 }
@@ -43,7 +43,7 @@ func TestPostgresBackendKilledDuringWork(t *testing.T) {
 				defer cancel()
 				out, err := r.Run(ctx, req(t, key), func(ctx context.Context, tx *sql.Tx) (ledger.Result, error) {
 					n := runs.Add(1)
-					if err := e.writeBiz(ctx, tx, key, int(n)); err != nil {
+					if err := e.WriteBiz(ctx, tx, key, int(n)); err != nil {
 						return ledger.Result{}, err
 					}
 					if n == 1 {
@@ -64,19 +64,19 @@ func TestPostgresBackendKilledDuringWork(t *testing.T) {
 							}
 						}
 					}
-					if err := e.writeBiz(ctx, tx, key, int(n)); err != nil {
+					if err := e.WriteBiz(ctx, tx, key, int(n)); err != nil {
 						return ledger.Result{}, err
 					}
 					return ledger.Result{Response: fmt.Appendf(nil, "run %d", n)}, nil
 				})
-				rows := e.bizRows(t, key)
-				t.Logf("%s: outcome %+v, err %v, work ran %d times, retried after %v, %d business rows", e.name, out, err, runs.Load(), retried, rows)
+				rows := e.BizRows(t, key)
+				t.Logf("%s: outcome %+v, err %v, work ran %d times, retried after %v, %d business rows", e.Name, out, err, runs.Load(), retried, rows)
 				switch {
 				case err == nil:
 					if !out.Executed || out.Attempts != 2 || string(out.Result.Response) != "run 2" || rows != 2 {
 						t.Fatalf("retried: %+v, %d rows; want the second run committed alone (2 rows)", out, rows)
 					}
-					if len(retried) != 1 || e.d.Classify(retried[0]) != dialects.ClassConnection {
+					if len(retried) != 1 || e.Dialect.Classify(retried[0]) != dialects.ClassConnection {
 						t.Fatalf("retried after %v, want one connection failure", retried)
 					}
 				default:
@@ -85,7 +85,7 @@ func TestPostgresBackendKilledDuringWork(t *testing.T) {
 					}
 					e.assertNothing(t, key)
 				}
-				waitIdle(t, e.db)
+				waitIdle(t, e.DB)
 			})
 		}
 	})
@@ -98,20 +98,20 @@ func TestPostgresBackendKilledDuringWork(t *testing.T) {
 func TestPostgresCommitUnknown(t *testing.T) {
 	forEachPostgres(t, 4, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		slow := e.d.QuoteIdent(e.table + "_slow")
-		fn := e.d.QuoteIdent(e.table + "_slow_commit")
+		slow := e.Dialect.QuoteIdent(e.Table + "_slow")
+		fn := e.Dialect.QuoteIdent(e.Table + "_slow_commit")
 		for _, q := range []string{
 			"CREATE TABLE " + slow + " (k text NOT NULL)",
 			"CREATE FUNCTION " + fn + "() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(3); RETURN NULL; END $$",
 			"CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON " + slow + " DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION " + fn + "()",
 		} {
-			if _, err := e.db.Exec(q); err != nil {
+			if _, err := e.DB.Exec(q); err != nil {
 				t.Fatal(err)
 			}
 		}
 		t.Cleanup(func() {
-			e.db.Exec("DROP TABLE " + slow)
-			e.db.Exec("DROP FUNCTION " + fn + "()")
+			e.DB.Exec("DROP TABLE " + slow)
+			e.DB.Exec("DROP FUNCTION " + fn + "()")
 		})
 
 		key := "commit-unknown"
@@ -130,7 +130,7 @@ func TestPostgresCommitUnknown(t *testing.T) {
 				defer close(killed)
 				for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 					var n int
-					if err := e.db.QueryRow("SELECT COUNT(*) FROM pg_stat_activity WHERE pid = $1 AND state = 'active' AND lower(query) = 'commit'", pid).Scan(&n); err != nil {
+					if err := e.DB.QueryRow("SELECT COUNT(*) FROM pg_stat_activity WHERE pid = $1 AND state = 'active' AND lower(query) = 'commit'", pid).Scan(&n); err != nil {
 						t.Error(err)
 						return
 					}
@@ -141,24 +141,24 @@ func TestPostgresCommitUnknown(t *testing.T) {
 				}
 				t.Error("COMMIT never showed up in pg_stat_activity")
 			}()
-			return ledger.Result{Response: []byte("done")}, e.writeBiz(ctx, tx, key, 1)
+			return ledger.Result{Response: []byte("done")}, e.WriteBiz(ctx, tx, key, 1)
 		})
 		<-killed
 		if !errors.Is(err, txmiddleware.ErrCommitUnknown) || out.Executed || out.Attempts != 1 || runs.Load() != 1 {
 			t.Fatalf("%+v %v; want ErrCommitUnknown after one attempt", out, err)
 		}
-		if e.d.Classify(err) != dialects.ClassConnection {
+		if e.Dialect.Classify(err) != dialects.ClassConnection {
 			t.Fatalf("the driver's error is not reachable: %v", err)
 		}
-		t.Logf("%s: %v", e.name, err)
-		waitIdle(t, e.db)
+		t.Logf("%s: %v", e.Name, err)
+		waitIdle(t, e.DB)
 		// Resolve: the commit had not happened.
 		e.assertNothing(t, key)
-		if _, err := e.db.Exec("DROP TRIGGER slow_commit ON " + slow); err != nil {
+		if _, err := e.DB.Exec("DROP TRIGGER slow_commit ON " + slow); err != nil {
 			t.Fatal(err)
 		}
 		out, err = e.runner(t).Run(ctx, req(t, key), e.bizWork(key, 2, &runs))
-		if err != nil || !out.Executed || e.bizRows(t, key) != 1 {
+		if err != nil || !out.Executed || e.BizRows(t, key) != 1 {
 			t.Fatalf("after resolving: %+v %v", out, err)
 		}
 	})
@@ -174,7 +174,7 @@ func TestPostgresFinalErrorAfterAbortedStatement(t *testing.T) {
 			key := "aborted-" + mode.String()
 			r := e.runner(t, txmiddleware.WithSavepoint(mode))
 			work := func(ctx context.Context, tx *sql.Tx) (ledger.Result, error) {
-				if err := e.writeBiz(ctx, tx, key, 1); err != nil {
+				if err := e.WriteBiz(ctx, tx, key, 1); err != nil {
 					return ledger.Result{}, err
 				}
 				var x int
@@ -191,11 +191,11 @@ func TestPostgresFinalErrorAfterAbortedStatement(t *testing.T) {
 			if s, _ := status.FromError(err); !out.Replayed || s.Code() != codes.NotFound || s.Message() != "account 7 not found" {
 				t.Fatalf("%s replay: %+v %v", mode, out, err)
 			}
-			if n := e.bizRows(t, key); n != 0 {
+			if n := e.BizRows(t, key); n != 0 {
 				t.Fatalf("%d business rows", n)
 			}
 		}
-		waitIdle(t, e.db)
+		waitIdle(t, e.DB)
 	})
 }
 
@@ -217,7 +217,7 @@ func TestPostgresWorkConflictsRetried(t *testing.T) {
 				ctx := context.Background()
 				shared := "shared-" + c.name
 				for i := range 2 {
-					if _, err := e.db.Exec("INSERT INTO "+e.biz+" (k, worker) VALUES ($1, $2)", shared, i); err != nil {
+					if _, err := e.DB.Exec("INSERT INTO "+e.Biz+" (k, worker) VALUES ($1, $2)", shared, i); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -226,7 +226,7 @@ func TestPostgresWorkConflictsRetried(t *testing.T) {
 				r := e.runner(t, txmiddleware.WithIsolation(c.level), txmiddleware.WithBackoff(time.Millisecond, 5*time.Millisecond),
 					txmiddleware.WithOnRetry(func(_ context.Context, _ int, err error, _ time.Duration) {
 						mu.Lock()
-						classes = append(classes, e.d.Classify(err))
+						classes = append(classes, e.Dialect.Classify(err))
 						mu.Unlock()
 					}))
 				var barrier sync.WaitGroup
@@ -245,26 +245,26 @@ func TestPostgresWorkConflictsRetried(t *testing.T) {
 							first := runs == 1
 							if c.class == dialects.ClassSerialization {
 								var n int
-								if err := tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+e.biz+" WHERE k = $1", shared).Scan(&n); err != nil {
+								if err := tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+e.Biz+" WHERE k = $1", shared).Scan(&n); err != nil {
 									return ledger.Result{}, err
 								}
 								if first {
 									barrier.Done()
 									barrier.Wait()
 								}
-								if _, err := tx.ExecContext(ctx, "INSERT INTO "+e.biz+" (k, worker) VALUES ($1, $2)", shared, 10+n); err != nil {
+								if _, err := tx.ExecContext(ctx, "INSERT INTO "+e.Biz+" (k, worker) VALUES ($1, $2)", shared, 10+n); err != nil {
 									return ledger.Result{}, err
 								}
 							} else {
 								a, b := w, 1-w
-								if _, err := tx.ExecContext(ctx, "UPDATE "+e.biz+" SET worker = worker WHERE k = $1 AND worker = $2", shared, a); err != nil {
+								if _, err := tx.ExecContext(ctx, "UPDATE "+e.Biz+" SET worker = worker WHERE k = $1 AND worker = $2", shared, a); err != nil {
 									return ledger.Result{}, err
 								}
 								if first {
 									barrier.Done()
 									barrier.Wait()
 								}
-								if _, err := tx.ExecContext(ctx, "UPDATE "+e.biz+" SET worker = worker WHERE k = $1 AND worker = $2", shared, b); err != nil {
+								if _, err := tx.ExecContext(ctx, "UPDATE "+e.Biz+" SET worker = worker WHERE k = $1 AND worker = $2", shared, b); err != nil {
 									return ledger.Result{}, err
 								}
 							}
@@ -280,17 +280,17 @@ func TestPostgresWorkConflictsRetried(t *testing.T) {
 					}
 					attempts += outs[w].Attempts
 				}
-				t.Logf("%s %s: %d attempts for 2 calls, retried after %v", e.name, c.name, attempts, classes)
+				t.Logf("%s %s: %d attempts for 2 calls, retried after %v", e.Name, c.name, attempts, classes)
 				if attempts < 3 || len(classes) == 0 || classes[0] != c.class {
 					t.Fatalf("want a retry after a %v, got attempts %d, classes %v", c.class, attempts, classes)
 				}
 				if c.class == dialects.ClassSerialization {
 					// Serializable: the two inserts saw 2 and 3 rows, never both 2.
-					if n := e.count(t, "SELECT COUNT(DISTINCT worker) FROM "+e.biz+" WHERE k = $1 AND worker >= 10", shared); n != 2 {
+					if n := e.Count(t, "SELECT COUNT(DISTINCT worker) FROM "+e.Biz+" WHERE k = $1 AND worker >= 10", shared); n != 2 {
 						t.Fatalf("write skew committed: %d distinct counts", n)
 					}
 				}
-				waitIdle(t, e.db)
+				waitIdle(t, e.DB)
 			})
 		}
 	})

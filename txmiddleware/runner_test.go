@@ -31,7 +31,7 @@ func TestHerd(t *testing.T) {
 		keys = 2
 	}
 	forEachTarget(t, callers, func(t *testing.T, e *env) {
-		for _, level := range e.isolationLevels() {
+		for _, level := range e.IsolationLevels() {
 			t.Run(level.String(), func(t *testing.T) {
 				var retries atomic.Int64
 				r := e.runner(t, txmiddleware.WithIsolation(level), txmiddleware.WithBackoff(time.Millisecond, 20*time.Millisecond),
@@ -81,16 +81,16 @@ func TestHerd(t *testing.T) {
 					if executed != 1 || replayed != callers-1 || runs.Load() != 1 {
 						t.Fatalf("key %s: %d executed, %d replayed, work ran %d times; want 1, %d, 1", key, executed, replayed, runs.Load(), callers-1)
 					}
-					if n := e.bizRows(t, key); n != 1 {
+					if n := e.BizRows(t, key); n != 1 {
 						t.Fatalf("key %s: %d business rows", key, n)
 					}
-					waitIdle(t, e.db)
+					waitIdle(t, e.DB)
 				}
 				if int(retries.Load()) != totalAttempts-keys*callers {
 					t.Fatalf("retry hook saw %d retries, outcomes report %d", retries.Load(), totalAttempts-keys*callers)
 				}
 				t.Logf("%s %s: %d keys × %d callers: %d attempts in all, %d retries, at most %d attempts for one call",
-					e.name, level, keys, callers, totalAttempts, retries.Load(), maxAttempts)
+					e.Name, level, keys, callers, totalAttempts, retries.Load(), maxAttempts)
 			})
 		}
 	})
@@ -113,7 +113,7 @@ func TestFinalErrorReplayed(t *testing.T) {
 				var runs atomic.Int64
 				work := func(ctx context.Context, tx *sql.Tx) (ledger.Result, error) {
 					runs.Add(1)
-					if err := e.writeBiz(ctx, tx, key, 1); err != nil { // a partial write
+					if err := e.WriteBiz(ctx, tx, key, 1); err != nil { // a partial write
 						return ledger.Result{}, err
 					}
 					return ledger.Result{}, fmt.Errorf("transfer: %w", st.Err())
@@ -131,7 +131,7 @@ func TestFinalErrorReplayed(t *testing.T) {
 				if !ok || s1.Code() != codes.FailedPrecondition {
 					t.Fatalf("first call: %v, want the work's FailedPrecondition", err1)
 				}
-				if n := e.bizRows(t, key); n != 0 {
+				if n := e.BizRows(t, key); n != 0 {
 					t.Fatalf("the final error's partial write persisted: %d rows", n)
 				}
 				entry, err := e.lookup(t, key)
@@ -161,7 +161,7 @@ func TestFinalErrorReplayed(t *testing.T) {
 				if runs.Load() != wantRuns {
 					t.Fatalf("the work ran on replay: %d runs", runs.Load())
 				}
-				waitIdle(t, e.db)
+				waitIdle(t, e.DB)
 			})
 		}
 	})
@@ -182,7 +182,7 @@ func TestNonFinalErrorRecordsNothing(t *testing.T) {
 			r := e.runner(t)
 			out, err := r.Run(ctx, req(t, key), func(ctx context.Context, tx *sql.Tx) (ledger.Result, error) {
 				runs.Add(1)
-				if err := e.writeBiz(ctx, tx, key, 1); err != nil {
+				if err := e.WriteBiz(ctx, tx, key, 1); err != nil {
 					return ledger.Result{}, err
 				}
 				return ledger.Result{}, werr
@@ -192,11 +192,11 @@ func TestNonFinalErrorRecordsNothing(t *testing.T) {
 			}
 			e.assertNothing(t, key)
 			out, err = r.Run(ctx, req(t, key), e.bizWork(key, 2, &runs))
-			if err != nil || !out.Executed || runs.Load() != 2 || e.bizRows(t, key) != 1 {
+			if err != nil || !out.Executed || runs.Load() != 2 || e.BizRows(t, key) != 1 {
 				t.Fatalf("next call: %+v %v, %d runs", out, err, runs.Load())
 			}
 		}
-		waitIdle(t, e.db)
+		waitIdle(t, e.DB)
 	})
 }
 
@@ -218,7 +218,7 @@ func TestTransientRetried(t *testing.T) {
 			}))
 		out, err := r.Run(ctx, req(t, "transient"), func(ctx context.Context, tx *sql.Tx) (ledger.Result, error) {
 			n := runs.Add(1)
-			if err := e.writeBiz(ctx, tx, "transient", int(n)); err != nil {
+			if err := e.WriteBiz(ctx, tx, "transient", int(n)); err != nil {
 				return ledger.Result{}, err
 			}
 			if n <= 2 {
@@ -229,7 +229,7 @@ func TestTransientRetried(t *testing.T) {
 		if err != nil || !out.Executed || out.Attempts != 3 || runs.Load() != 3 || fmt.Sprint(hook) != "[1 2]" {
 			t.Fatalf("%+v %v, %d runs, hook %v", out, err, runs.Load(), hook)
 		}
-		if n := e.bizRows(t, "transient"); n != 1 {
+		if n := e.BizRows(t, "transient"); n != 1 {
 			t.Fatalf("%d business rows", n)
 		}
 
@@ -237,7 +237,7 @@ func TestTransientRetried(t *testing.T) {
 		runs.Store(0)
 		out, err = r.Run(ctx, req(t, "always-transient"), func(ctx context.Context, tx *sql.Tx) (ledger.Result, error) {
 			runs.Add(1)
-			if err := e.writeBiz(ctx, tx, "always-transient", 1); err != nil {
+			if err := e.WriteBiz(ctx, tx, "always-transient", 1); err != nil {
 				return ledger.Result{}, err
 			}
 			return ledger.Result{}, ledger.ErrRetryable
@@ -246,7 +246,7 @@ func TestTransientRetried(t *testing.T) {
 			t.Fatalf("exhausted: %+v %v, %d runs", out, err, runs.Load())
 		}
 		e.assertNothing(t, "always-transient")
-		waitIdle(t, e.db)
+		waitIdle(t, e.DB)
 	})
 }
 
@@ -279,18 +279,18 @@ func TestContextCancelled(t *testing.T) {
 			if !errors.Is(err, context.Canceled) || out.Executed || runs.Load() != 0 {
 				t.Fatalf("%+v %v", out, err)
 			}
-			waitIdle(t, e.db)
+			waitIdle(t, e.DB)
 			e.assertNothing(t, "cancel-before")
 		})
 		t.Run("inside work", func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			out, err := e.runner(t).Run(ctx, req(t, "cancel-work"), func(ctx context.Context, tx *sql.Tx) (ledger.Result, error) {
-				if err := e.writeBiz(ctx, tx, "cancel-work", 1); err != nil {
+				if err := e.WriteBiz(ctx, tx, "cancel-work", 1); err != nil {
 					return ledger.Result{}, err
 				}
 				cancel()
-				if err := e.writeBiz(ctx, tx, "cancel-work", 2); err != nil {
+				if err := e.WriteBiz(ctx, tx, "cancel-work", 2); err != nil {
 					return ledger.Result{}, err
 				}
 				return ledger.Result{Response: []byte("late")}, nil
@@ -298,7 +298,7 @@ func TestContextCancelled(t *testing.T) {
 			if !errors.Is(err, context.Canceled) || out.Executed {
 				t.Fatalf("%+v %v", out, err)
 			}
-			waitIdle(t, e.db)
+			waitIdle(t, e.DB)
 			e.assertNothing(t, "cancel-work")
 		})
 		t.Run("before commit", func(t *testing.T) {
@@ -309,16 +309,16 @@ func TestContextCancelled(t *testing.T) {
 			if !errors.Is(err, context.Canceled) || out.Executed {
 				t.Fatalf("%+v %v", out, err)
 			}
-			waitIdle(t, e.db)
+			waitIdle(t, e.DB)
 			e.assertNothing(t, "cancel-commit")
 		})
 		for _, key := range []string{"cancel-before", "cancel-work", "cancel-commit"} {
 			out, err := e.runner(t).Run(context.Background(), req(t, key), e.bizWork(key, 9, &runs))
-			if err != nil || !out.Executed || e.bizRows(t, key) != 1 {
+			if err != nil || !out.Executed || e.BizRows(t, key) != 1 {
 				t.Fatalf("%s afterwards: %+v %v", key, out, err)
 			}
 		}
-		waitIdle(t, e.db)
+		waitIdle(t, e.DB)
 	})
 }
 
@@ -327,7 +327,7 @@ func TestContextCancelled(t *testing.T) {
 func TestPanicRollsBack(t *testing.T) {
 	forEachTarget(t, 2, func(t *testing.T, e *env) {
 		for _, lockWait := range []time.Duration{0, time.Second} {
-			if _, ok := e.d.(dialects.LockWaiter); !ok && lockWait > 0 {
+			if _, ok := e.Dialect.(dialects.LockWaiter); !ok && lockWait > 0 {
 				continue
 			}
 			key := fmt.Sprintf("panic-%v", lockWait)
@@ -339,14 +339,14 @@ func TestPanicRollsBack(t *testing.T) {
 					}
 				}()
 				r.Run(context.Background(), req(t, key), func(ctx context.Context, tx *sql.Tx) (ledger.Result, error) {
-					if err := e.writeBiz(ctx, tx, key, 1); err != nil {
+					if err := e.WriteBiz(ctx, tx, key, 1); err != nil {
 						return ledger.Result{}, err
 					}
 					panic("boom")
 				})
 				t.Fatal("Run returned")
 			}()
-			waitIdle(t, e.db)
+			waitIdle(t, e.DB)
 			e.assertNothing(t, key)
 			var runs atomic.Int64
 			out, err := r.Run(context.Background(), req(t, key), e.bizWork(key, 2, &runs))
@@ -373,7 +373,7 @@ func TestKeyReused(t *testing.T) {
 		if !errors.Is(err, ledger.ErrKeyReused) || out.Executed || out.Replayed || runs.Load() != 1 {
 			t.Fatalf("%+v %v", out, err)
 		}
-		waitIdle(t, e.db)
+		waitIdle(t, e.DB)
 	})
 }
 
@@ -388,9 +388,9 @@ func TestTxFromContext(t *testing.T) {
 			if !ok || got != tx {
 				return ledger.Result{}, errors.New("TxFromContext did not return the work's tx")
 			}
-			return ledger.Result{}, e.writeBiz(ctx, got, "ctx-tx", 1)
+			return ledger.Result{}, e.WriteBiz(ctx, got, "ctx-tx", 1)
 		})
-		if err != nil || e.bizRows(t, "ctx-tx") != 1 {
+		if err != nil || e.BizRows(t, "ctx-tx") != 1 {
 			t.Fatal(err)
 		}
 	})
@@ -404,7 +404,7 @@ func TestLockWaitInProgress(t *testing.T) {
 		e.requireLockWaiter(t)
 		ctx := context.Background()
 		before := e.sessionTimeouts(t)
-		holder, err := e.db.BeginTx(ctx, nil)
+		holder, err := e.DB.BeginTx(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -425,7 +425,7 @@ func TestLockWaitInProgress(t *testing.T) {
 		if took < 250*time.Millisecond || took > 2*time.Second {
 			t.Fatalf("returned after %v, want about the 300ms bound", took)
 		}
-		waitIdle(t, e.db)
+		waitIdle(t, e.DB)
 		if after := e.sessionTimeouts(t); fmt.Sprint(after) != fmt.Sprint(before) {
 			t.Fatalf("session settings changed: before %v, after %v", before, after)
 		}
@@ -440,7 +440,7 @@ func TestLockWaitInProgress(t *testing.T) {
 func (e *env) sessionTimeouts(t *testing.T) []string {
 	t.Helper()
 	ctx := context.Background()
-	n := e.db.Stats().MaxOpenConnections
+	n := e.DB.Stats().MaxOpenConnections
 	var conns []*sql.Conn
 	defer func() {
 		for _, c := range conns {
@@ -449,13 +449,13 @@ func (e *env) sessionTimeouts(t *testing.T) []string {
 	}()
 	var out []string
 	for range n {
-		c, err := e.db.Conn(ctx)
+		c, err := e.DB.Conn(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		conns = append(conns, c)
 		q := "SHOW lock_timeout"
-		switch e.d.Name() {
+		switch e.Dialect.Name() {
 		case "sqlite":
 			q = "PRAGMA busy_timeout"
 		case "mysql":
@@ -480,11 +480,11 @@ func TestOptions(t *testing.T) {
 			txmiddleware.WithLockWait(-1),
 			txmiddleware.WithSavepoint(0),
 		} {
-			if _, err := txmiddleware.New(e.db, e.l, e.d, o); err == nil {
+			if _, err := txmiddleware.New(e.DB, e.l, e.Dialect, o); err == nil {
 				t.Errorf("option %d accepted", i)
 			}
 		}
-		if _, err := txmiddleware.New(nil, e.l, e.d); err == nil {
+		if _, err := txmiddleware.New(nil, e.l, e.Dialect); err == nil {
 			t.Error("nil db accepted")
 		}
 		if _, err := e.runner(t).Run(context.Background(), req(t, "nil-work"), nil); err == nil {
@@ -548,7 +548,7 @@ func TestHerdWinnerRollsBack(t *testing.T) {
 	const callers = 64
 	boom := errors.New("first run fails")
 	forEachTarget(t, callers, func(t *testing.T, e *env) {
-		for _, level := range e.isolationLevels() {
+		for _, level := range e.IsolationLevels() {
 			t.Run(level.String(), func(t *testing.T) {
 				var retries atomic.Int64
 				r := e.runner(t, txmiddleware.WithIsolation(level), txmiddleware.WithBackoff(time.Millisecond, 20*time.Millisecond),
@@ -559,7 +559,7 @@ func TestHerdWinnerRollsBack(t *testing.T) {
 				var runs atomic.Int64
 				work := func(ctx context.Context, tx *sql.Tx) (ledger.Result, error) {
 					n := runs.Add(1)
-					if err := e.writeBiz(ctx, tx, key, int(n)); err != nil {
+					if err := e.WriteBiz(ctx, tx, key, int(n)); err != nil {
 						return ledger.Result{}, err
 					}
 					if n == 1 {
@@ -602,11 +602,11 @@ func TestHerdWinnerRollsBack(t *testing.T) {
 				if failed != 1 || executed != 1 || replayed != callers-2 || runs.Load() != 2 {
 					t.Fatalf("%d failed, %d executed, %d replayed, work ran %d times; want 1, 1, %d, 2", failed, executed, replayed, runs.Load(), callers-2)
 				}
-				if n := e.bizRows(t, key); n != 1 {
+				if n := e.BizRows(t, key); n != 1 {
 					t.Fatalf("%d business rows", n)
 				}
-				waitIdle(t, e.db)
-				t.Logf("%s %s: %d attempts for %d callers, %d retries", e.name, level, attempts, callers, retries.Load())
+				waitIdle(t, e.DB)
+				t.Logf("%s %s: %d attempts for %d callers, %d retries", e.Name, level, attempts, callers, retries.Load())
 			})
 		}
 	})

@@ -1,0 +1,106 @@
+package testdb
+
+import (
+	"context"
+	"database/sql"
+	"strconv"
+	"testing"
+
+	"github.com/opledger/opledger/dialects"
+)
+
+// Env is one target opened for a test: a pool, a freshly migrated ledger
+// table and a business table (k, worker) for the tests' mutations, both
+// dropped when the test ends.
+type Env struct {
+	Name    string
+	Dialect dialects.Dialect
+	DB      *sql.DB
+	// Table is the ledger table (unquoted).
+	Table string
+	// Biz is the business table, quoted: (k VARCHAR(255), worker INTEGER),
+	// without a unique constraint, so a duplicate effect shows as two rows.
+	Biz string
+}
+
+// NewEnv creates the tables in db.
+func NewEnv(t testing.TB, name string, d dialects.Dialect, db *sql.DB) *Env {
+	t.Helper()
+	table := NewTable(t, db, d)
+	biz := d.QuoteIdent(table + "_biz")
+	if _, err := db.Exec("CREATE TABLE " + biz + " (k VARCHAR(255) NOT NULL, worker INTEGER NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Exec("DROP TABLE " + biz) })
+	return &Env{Name: name, Dialect: d, DB: db, Table: table, Biz: biz}
+}
+
+// ForEach runs f in a subtest per target whose dialect is named in
+// dialectNames (every target when none is named), with a pool of maxConns.
+func ForEach(t *testing.T, maxConns int, f func(t *testing.T, e *Env), dialectNames ...string) {
+	t.Helper()
+	for _, tg := range Targets() {
+		if len(dialectNames) > 0 && !contains(dialectNames, tg.Dialect.Name()) {
+			continue
+		}
+		t.Run(tg.Name, func(t *testing.T) {
+			f(t, NewEnv(t, tg.Name, tg.Dialect, tg.Open(t, maxConns)))
+		})
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// Ph returns the n-th placeholder for the dialect.
+func (e *Env) Ph(n int) string {
+	if e.Dialect.Name() == "postgres" {
+		return "$" + strconv.Itoa(n)
+	}
+	return "?"
+}
+
+// WriteBiz inserts one business row in tx.
+func (e *Env) WriteBiz(ctx context.Context, tx *sql.Tx, key string, worker int) error {
+	_, err := tx.ExecContext(ctx, "INSERT INTO "+e.Biz+" (k, worker) VALUES ("+e.Ph(1)+", "+e.Ph(2)+")", key, worker)
+	return err
+}
+
+// Count runs a COUNT query on the pool.
+func (e *Env) Count(t testing.TB, query string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := e.DB.QueryRow(query, args...).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// LedgerRows counts the ledger table's rows.
+func (e *Env) LedgerRows(t testing.TB) int {
+	t.Helper()
+	return e.Count(t, "SELECT COUNT(*) FROM "+e.Dialect.QuoteIdent(e.Table))
+}
+
+// BizRows counts the business rows for key.
+func (e *Env) BizRows(t testing.TB, key string) int {
+	t.Helper()
+	return e.Count(t, "SELECT COUNT(*) FROM "+e.Biz+" WHERE k = "+e.Ph(1), key)
+}
+
+// IsolationLevels lists the levels the dialect is tested under.
+func (e *Env) IsolationLevels() []sql.IsolationLevel {
+	switch e.Dialect.Name() {
+	case "postgres":
+		return []sql.IsolationLevel{sql.LevelReadCommitted, sql.LevelRepeatableRead, sql.LevelSerializable}
+	case "mysql":
+		return []sql.IsolationLevel{sql.LevelReadCommitted, sql.LevelRepeatableRead}
+	}
+	return []sql.IsolationLevel{sql.LevelDefault}
+}
