@@ -16,7 +16,7 @@ import (
 // Defaults for the suite's options.
 const (
 	DefaultConcurrency = 32
-	DefaultKeys        = 100
+	DefaultKeys        = 200
 	DefaultCaseTimeout = 2 * time.Minute
 )
 
@@ -57,8 +57,8 @@ func newOptions(opts []Option) options {
 // three-waiter-rollback always has two waiters.
 func WithConcurrency(n int) Option { return func(o *options) { o.concurrency = n } }
 
-// WithKeys sets how many keys the herd runs over (default 100, which keeps
-// the whole suite under a minute on a small PostgreSQL server). The other
+// WithKeys sets how many keys the herd runs over (default 200; the whole
+// suite then takes about 30 s on a 2-core PostgreSQL server). The other
 // herd-like cases use a fraction of it: a quarter for delete-race and
 // sweep-under-load, an eighth for prior-read, a tenth (at most 20) for
 // expiry, with a floor of 10 (5 for expiry).
