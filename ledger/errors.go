@@ -54,6 +54,7 @@ type InputError struct {
 	Err error
 }
 
+// Error names the field and the reason.
 func (e *InputError) Error() string { return "ledger: invalid " + e.Field + ": " + e.Reason }
 
 // Unwrap returns [ErrInvalid] and the underlying error, if any.
@@ -79,6 +80,7 @@ type DBError struct {
 	Err error
 }
 
+// Error names the operation, the class and the driver's message.
 func (e *DBError) Error() string {
 	if e.Class == dialects.ClassOther {
 		return "ledger: " + e.Op + ": " + e.Err.Error()

@@ -80,6 +80,7 @@ const (
 	Replay
 )
 
+// String returns "acquired" or "replay".
 func (o Outcome) String() string {
 	switch o {
 	case Acquired:
