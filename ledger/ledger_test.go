@@ -547,3 +547,73 @@ func (fakeDialect) Name() string                    { return "fake" }
 func (fakeDialect) QuoteIdent(s string) string      { return s }
 func (fakeDialect) Queries(string) dialects.Queries { return dialects.Queries{} }
 func (fakeDialect) Classify(error) dialects.Class   { return dialects.ClassOther }
+
+// TestOppositeOrderClaimsDeadlockIsRetryable: two transactions claim
+// {k1, k2} and {k2, k1}. The database breaks the deadlock by aborting one,
+// which surfaces as ErrRetryable (never a hang, never a wrong answer); the
+// other acquires both.
+func TestOppositeOrderClaimsDeadlockIsRetryable(t *testing.T) {
+	forEachTarget(t, 4, func(t *testing.T, e *env) {
+		if e.Dialect.Name() == "sqlite" {
+			t.Skip("SQLite serialises writers: two claiming transactions never interleave")
+		}
+		ctx := context.Background()
+		k1 := ledger.ClaimRequest{Identity: mustID(t, "c", method, "order-1"), Fingerprint: fp("1")}
+		k2 := ledger.ClaimRequest{Identity: mustID(t, "c", method, "order-2"), Fingerprint: fp("2")}
+		a, err := e.DB.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.Rollback()
+		b, err := e.DB.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Rollback()
+		if _, err := e.l.Claim(ctx, a, k1); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.l.Claim(ctx, b, k2); err != nil {
+			t.Fatal(err)
+		}
+		type result struct {
+			tx  *sql.Tx
+			c   *ledger.Claim
+			err error
+		}
+		done := make(chan result, 2)
+		start := time.Now()
+		go func() { c, err := e.l.Claim(ctx, a, k2); done <- result{a, c, err} }()
+		go func() { c, err := e.l.Claim(ctx, b, k1); done <- result{b, c, err} }()
+		// The victim's locks go when it rolls back (InnoDB already did), so
+		// roll it back as soon as it returns; the survivor may return
+		// before or after it.
+		var victims, survivors []result
+		for range 2 {
+			r := <-done
+			if r.err != nil {
+				r.tx.Rollback()
+				victims = append(victims, r)
+			} else {
+				survivors = append(survivors, r)
+			}
+		}
+		if len(victims) != 1 || len(survivors) != 1 {
+			t.Fatalf("%d victims %v, %d survivors; want one of each", len(victims), victims, len(survivors))
+		}
+		var dbe *ledger.DBError
+		if err := victims[0].err; !errors.Is(err, ledger.ErrRetryable) || !errors.As(err, &dbe) || dbe.Class != dialects.ClassDeadlock {
+			t.Fatalf("victim: %v, want a deadlock matching ErrRetryable", err)
+		}
+		second := survivors[0]
+		if !second.c.Acquired() {
+			t.Fatalf("survivor: %+v, want acquired once the victim rolled back", second.c)
+		}
+		if took := time.Since(start); took > 3*time.Second {
+			t.Fatalf("deadlock took %v to resolve", took)
+		}
+		if err := second.tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
