@@ -12,18 +12,14 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/opledger/opledger/dialects/postgres"
-	"github.com/opledger/opledger/examples/payments"
 	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/testdb"
-	"github.com/opledger/opledger/ledger"
 )
 
 // cutProxy forwards TCP to PostgreSQL. Armed, it forwards the next
@@ -117,36 +113,12 @@ func commitOutcomeUnknown(t *testing.T, dsn, driver string) {
 	}
 	t.Cleanup(func() { db.Close() })
 	d := postgres.New()
-	table := testdb.NewTable(t, db, d)
-	biz := table + "_transfers"
+	table, biz := newTables(t, db, d)
+	e := serve(t, db, d, table, biz)
 	ctx := context.Background()
-	if err := payments.CreateTable(ctx, db, d, biz); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = payments.DropTable(context.Background(), db, d, biz) })
-	store, _ := ledger.New(d, ledger.WithTable(table))
-	cat, _ := payments.Catalog()
-	svc, _ := payments.NewService(db, d, biz)
-	kit, err := grpcint.NewServer(grpcint.WithDB(db), grpcint.WithLedger(store), grpcint.WithCatalog(cat),
-		grpcint.WithCaller(grpcint.CallerFromTrustedHeader(callerHeader)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(kit.UnaryServerInterceptor()))
-	paymentspb.RegisterPaymentsServer(srv, svc)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(lis) }()
-	defer srv.Stop()
 
 	// A plain connection sees the server's answer.
-	raw, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
+	raw := e.conn
 	proxy.armed.Store(true)
 	_, err = paymentspb.NewPaymentsClient(raw).Transfer(as(ctx, "alice", "cut-1"), transfer("cut-1", 7))
 	wantStatus(t, err, codes.Unavailable, grpcint.ReasonOutcomeUnknown)
@@ -159,7 +131,7 @@ func commitOutcomeUnknown(t *testing.T, dsn, driver string) {
 	}
 
 	// The kit's client resolves on its own.
-	client, pc := appClient(t, lis.Addr().String())
+	client, pc := appClient(t, e.addr)
 	proxy.armed.Store(true)
 	cctx := metadata.AppendToOutgoingContext(ctx, callerHeader, "alice")
 	reply, err := pc.Transfer(cctx, transfer("cut-2", 8))

@@ -2,6 +2,7 @@ package grpcint_test
 
 import (
 	"context"
+	"database/sql"
 	"net"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/examples/payments"
 	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
@@ -48,17 +50,36 @@ func (g *gate) interceptor() grpc.UnaryServerInterceptor {
 	}
 }
 
+// newEnv opens tg with fresh tables and serves the example on loopback,
+// with a short lock wait and pushback so in-progress tests run quickly.
 func newEnv(t *testing.T, tg testdb.Target) *env {
 	t.Helper()
 	db := tg.Open(t, 8)
-	table := testdb.NewTable(t, db, tg.Dialect)
-	biz := table + "_transfers"
-	ctx := context.Background()
-	if err := payments.CreateTable(ctx, db, tg.Dialect, biz); err != nil {
+	table, biz := newTables(t, db, tg.Dialect)
+	return serve(t, db, tg.Dialect, table, biz,
+		grpcint.WithTxOptions(txmiddleware.WithLockWait(300*time.Millisecond)),
+		grpcint.WithInProgressPushback(50*time.Millisecond))
+}
+
+// newTables creates a ledger table and a transfers table in db, dropped
+// when the test ends.
+func newTables(t *testing.T, db *sql.DB, d dialects.Dialect) (table, biz string) {
+	t.Helper()
+	table = testdb.NewTable(t, db, d)
+	biz = table + "_transfers"
+	if err := payments.CreateTable(context.Background(), db, d, biz); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = payments.DropTable(context.Background(), db, tg.Dialect, biz) })
-	store, err := ledger.New(tg.Dialect, ledger.WithTable(table))
+	t.Cleanup(func() { _ = payments.DropTable(context.Background(), db, d, biz) })
+	return table, biz
+}
+
+// serve runs the example payments service on db behind the kit's server
+// interceptor (plus opts) on a loopback port, with a raw client
+// connection; both stop when the test ends.
+func serve(t *testing.T, db *sql.DB, d dialects.Dialect, table, biz string, opts ...grpcint.ServerOption) *env {
+	t.Helper()
+	store, err := ledger.New(d, ledger.WithTable(table))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,14 +87,12 @@ func newEnv(t *testing.T, tg testdb.Target) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := payments.NewService(db, tg.Dialect, biz)
+	svc, err := payments.NewService(db, d, biz)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := grpcint.NewServer(grpcint.WithDB(db), grpcint.WithLedger(store), grpcint.WithCatalog(cat),
-		grpcint.WithCaller(grpcint.CallerFromTrustedHeader(callerHeader)),
-		grpcint.WithTxOptions(txmiddleware.WithLockWait(300*time.Millisecond)),
-		grpcint.WithInProgressPushback(50*time.Millisecond))
+	s, err := grpcint.NewServer(append([]grpcint.ServerOption{grpcint.WithDB(db), grpcint.WithLedger(store), grpcint.WithCatalog(cat),
+		grpcint.WithCaller(grpcint.CallerFromTrustedHeader(callerHeader))}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,14 +3,11 @@ package grpcint_test
 import (
 	"context"
 	"database/sql"
-	"net"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/opledger/opledger/dialects/sqlite"
 	"github.com/opledger/opledger/examples/payments"
@@ -39,28 +36,8 @@ func TestStorageUnavailable(t *testing.T) {
 	if err := payments.CreateTable(ctx, db, sqlite.New(), payments.DefaultTable); err != nil {
 		t.Fatal(err)
 	}
-	store, _ := ledger.New(sqlite.New())
-	cat, _ := payments.Catalog()
-	svc, _ := payments.NewService(db, sqlite.New(), payments.DefaultTable)
-	kit, err := grpcint.NewServer(grpcint.WithDB(db), grpcint.WithLedger(store), grpcint.WithCatalog(cat),
-		grpcint.WithCaller(grpcint.CallerFromTrustedHeader(callerHeader)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(kit.UnaryServerInterceptor()))
-	paymentspb.RegisterPaymentsServer(srv, svc)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(lis) }()
-	defer srv.Stop()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	pc := paymentspb.NewPaymentsClient(conn)
+	e := serve(t, db, sqlite.New(), ledger.DefaultTable, payments.DefaultTable)
+	conn, pc := e.conn, e.pc
 	if _, err := pc.Transfer(as(ctx, "alice", "k1"), transfer("s1", 1)); err != nil {
 		t.Fatal(err)
 	}
