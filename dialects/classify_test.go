@@ -61,46 +61,40 @@ func TestClassifyConnection(t *testing.T) {
 // through both drivers.
 func TestPostgresClassifiesRealErrors(t *testing.T) {
 	d := postgres.New()
-	for _, tg := range testdb.Targets() {
-		if tg.Dialect.Name() != "postgres" {
-			continue
+	forEachPostgres(t, func(t *testing.T, db *sql.DB) {
+		ctx := context.Background()
+		cases := []struct {
+			name string
+			sql  string
+			want dialects.Class
+		}{
+			{"unique", "CREATE TEMP TABLE u (k int primary key); INSERT INTO u VALUES (1); INSERT INTO u VALUES (1)", dialects.ClassUniqueViolation},
+			{"serialization", "DO $$ BEGIN RAISE EXCEPTION 'x' USING ERRCODE = '40001'; END $$", dialects.ClassSerialization},
+			{"deadlock", "DO $$ BEGIN RAISE EXCEPTION 'x' USING ERRCODE = '40P01'; END $$", dialects.ClassDeadlock},
+			{"lock timeout", "DO $$ BEGIN RAISE EXCEPTION 'x' USING ERRCODE = '55P03'; END $$", dialects.ClassLockTimeout},
+			{"statement timeout", "SET statement_timeout = '10ms'; SELECT pg_sleep(1)", dialects.ClassLockTimeout},
+			{"admin shutdown", "DO $$ BEGIN RAISE EXCEPTION 'x' USING ERRCODE = '57P01'; END $$", dialects.ClassConnection},
+			{"syntax", "SELEC 1", dialects.ClassOther},
 		}
-		t.Run(tg.Name, func(t *testing.T) {
-			db := tg.Open(t, 4)
-			ctx := context.Background()
-			cases := []struct {
-				name string
-				sql  string
-				want dialects.Class
-			}{
-				{"unique", "CREATE TEMP TABLE u (k int primary key); INSERT INTO u VALUES (1); INSERT INTO u VALUES (1)", dialects.ClassUniqueViolation},
-				{"serialization", "DO $$ BEGIN RAISE EXCEPTION 'x' USING ERRCODE = '40001'; END $$", dialects.ClassSerialization},
-				{"deadlock", "DO $$ BEGIN RAISE EXCEPTION 'x' USING ERRCODE = '40P01'; END $$", dialects.ClassDeadlock},
-				{"lock timeout", "DO $$ BEGIN RAISE EXCEPTION 'x' USING ERRCODE = '55P03'; END $$", dialects.ClassLockTimeout},
-				{"statement timeout", "SET statement_timeout = '10ms'; SELECT pg_sleep(1)", dialects.ClassLockTimeout},
-				{"admin shutdown", "DO $$ BEGIN RAISE EXCEPTION 'x' USING ERRCODE = '57P01'; END $$", dialects.ClassConnection},
-				{"syntax", "SELEC 1", dialects.ClassOther},
+		for _, c := range cases {
+			conn, err := db.Conn(ctx)
+			if err != nil {
+				t.Fatal(err)
 			}
-			for _, c := range cases {
-				conn, err := db.Conn(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				_, err = conn.ExecContext(ctx, c.sql)
-				conn.Raw(func(any) error { return driver.ErrBadConn }) // discard the session
-				conn.Close()
-				if err == nil {
-					t.Fatalf("%s: no error", c.name)
-				}
-				if got := d.Classify(fmt.Errorf("wrapped: %w", err)); got != c.want {
-					t.Errorf("%s: %v classified %v, want %v", c.name, err, got, c.want)
-				}
+			_, err = conn.ExecContext(ctx, c.sql)
+			conn.Raw(func(any) error { return driver.ErrBadConn }) // discard the session
+			conn.Close()
+			if err == nil {
+				t.Fatalf("%s: no error", c.name)
 			}
-			if d.Classify(nil) != dialects.ClassOther {
-				t.Fatal("nil")
+			if got := d.Classify(fmt.Errorf("wrapped: %w", err)); got != c.want {
+				t.Errorf("%s: %v classified %v, want %v", c.name, err, got, c.want)
 			}
-		})
-	}
+		}
+		if d.Classify(nil) != dialects.ClassOther {
+			t.Fatal("nil")
+		}
+	})
 }
 
 // TestSQLiteClassifiesRealErrors provokes the codes with mattn/go-sqlite3.
@@ -202,34 +196,37 @@ func TestPostgresClassifiesBrokenConnections(t *testing.T) {
 // backend and classifies what each driver reports on its next statement.
 func TestPostgresTerminatedBackendIsConnectionFailure(t *testing.T) {
 	d := postgres.New()
-	for _, tg := range testdb.Targets() {
-		if tg.Dialect.Name() != "postgres" {
-			continue
+	forEachPostgres(t, func(t *testing.T, db *sql.DB) {
+		ctx := context.Background()
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
 		}
-		t.Run(tg.Name, func(t *testing.T) {
-			db := tg.Open(t, 4)
-			ctx := context.Background()
-			tx, err := db.BeginTx(ctx, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var pid int
-			if err := tx.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := db.ExecContext(ctx, "SELECT pg_terminate_backend($1)", pid); err != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(100 * time.Millisecond)
-			_, err = tx.ExecContext(ctx, "SELECT 1")
-			if err == nil {
-				err = tx.Commit()
-			} else {
-				tx.Rollback()
-			}
-			if got := d.Classify(err); got != dialects.ClassConnection {
-				t.Fatalf("%T %v: %v, want connection failure", err, err, got)
-			}
-		})
+		var pid int
+		if err := tx.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.ExecContext(ctx, "SELECT pg_terminate_backend($1)", pid); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+		_, err = tx.ExecContext(ctx, "SELECT 1")
+		if err == nil {
+			err = tx.Commit()
+		} else {
+			tx.Rollback()
+		}
+		if got := d.Classify(err); got != dialects.ClassConnection {
+			t.Fatalf("%T %v: %v, want connection failure", err, err, got)
+		}
+	})
+}
+
+// forEachPostgres runs f against PostgreSQL through each driver.
+func forEachPostgres(t *testing.T, f func(t *testing.T, db *sql.DB)) {
+	for _, tg := range testdb.Targets() {
+		if tg.Dialect.Name() == "postgres" {
+			t.Run(tg.Name, func(t *testing.T) { f(t, tg.Open(t, 4)) })
+		}
 	}
 }
