@@ -6,7 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strconv"
+	"time"
 
 	"github.com/opledger/opledger/conformance"
 	"github.com/opledger/opledger/dialects"
@@ -37,12 +37,10 @@ func newRawSQL(d dialects.Dialect, cfg conformance.LedgerConfig) (*rawSQL, error
 	return &rawSQL{d: d, q: d.Queries(cfg.Table), table: cfg.Table, cfg: cfg, store: s}, nil
 }
 
-func (r *rawSQL) ph(n int) string {
-	if r.d.Name() == "postgres" {
-		return "$" + strconv.Itoa(n)
-	}
-	return "?"
-}
+func (r *rawSQL) ph(n int) string { return r.d.Placeholder(n) }
+
+// Dialect returns the dialect the ledger was built for.
+func (r *rawSQL) Dialect() dialects.Dialect { return r.d }
 
 // plainInsert is an INSERT with no conflict clause.
 func (r *rawSQL) plainInsert() string {
@@ -55,10 +53,11 @@ func (r *rawSQL) fail(op string, err error) error {
 }
 
 type entryRow struct {
-	fp        []byte
-	res       ledger.Result
-	completed bool
-	expires   int64
+	fp          []byte
+	res         ledger.Result
+	completed   bool
+	completedAt time.Time
+	expires     int64
 }
 
 // read reads an entry with the dialect's plain, non-locking Lookup query:
@@ -76,6 +75,9 @@ func (r *rawSQL) read(ctx context.Context, q interface {
 	idb := id.ID()
 	err := q.QueryRowContext(ctx, r.q.Lookup, idb[:]).Scan(&e.fp, &code, &e.res.Response, &typeName, &created, &done, &e.expires)
 	e.completed = done.Valid
+	if done.Valid {
+		e.completedAt = time.UnixMicro(done.Int64)
+	}
 	e.res.Code, e.res.TypeName = uint32(code.Int64), typeName.String
 	return e, err
 }
@@ -91,11 +93,11 @@ func outcomeOf(e entryRow, req ledger.ClaimRequest) (*ledger.Claim, error) {
 	if e.res.Response == nil {
 		e.res.Response = []byte{}
 	}
-	return &ledger.Claim{Outcome: ledger.Replay, Identity: req.Identity, Result: e.res}, nil
+	return ledger.NewReplay(req.Identity, e.res, e.completedAt), nil
 }
 
 func (r *rawSQL) complete(ctx context.Context, tx *sql.Tx, c *ledger.Claim, res ledger.Result) error {
-	if c == nil || c.Outcome != ledger.Acquired {
+	if c == nil || c.Outcome != ledger.Acquired || c.Tx() != tx {
 		return ledger.ErrNotAcquired
 	}
 	if len(res.Response) > r.cfg.MaxResultSize {
@@ -135,7 +137,7 @@ func (n naiveLedger) Claim(ctx context.Context, tx *sql.Tx, req ledger.ClaimRequ
 		if _, err := tx.ExecContext(ctx, n.plainInsert(), idb[:], req.Identity.Caller(), req.Identity.Method(), req.Fingerprint[:], created, expires); err != nil {
 			return nil, n.fail("claim", err)
 		}
-		return &ledger.Claim{Outcome: ledger.Acquired, Identity: req.Identity}, nil
+		return ledger.NewAcquired(req.Identity, tx), nil
 	case err != nil:
 		return nil, n.fail("claim", err)
 	case e.expires <= created:
@@ -144,7 +146,7 @@ func (n naiveLedger) Claim(ctx context.Context, tx *sql.Tx, req ledger.ClaimRequ
 		if _, err := tx.ExecContext(ctx, upd, req.Fingerprint[:], created, expires, idb[:]); err != nil {
 			return nil, n.fail("claim", err)
 		}
-		return &ledger.Claim{Outcome: ledger.Acquired, Identity: req.Identity}, nil
+		return ledger.NewAcquired(req.Identity, tx), nil
 	}
 	return outcomeOf(e, req)
 }
@@ -161,7 +163,7 @@ type ownTxLedger struct {
 	db *sql.DB
 }
 
-func (o ownTxLedger) Claim(ctx context.Context, _ *sql.Tx, req ledger.ClaimRequest) (*ledger.Claim, error) {
+func (o ownTxLedger) Claim(ctx context.Context, tx *sql.Tx, req ledger.ClaimRequest) (*ledger.Claim, error) {
 	own, err := o.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, o.fail("claim", err)
@@ -175,7 +177,8 @@ func (o ownTxLedger) Claim(ctx context.Context, _ *sql.Tx, req ledger.ClaimReque
 		return nil, o.fail("claim", err)
 	}
 	if c.Acquired() {
-		return &ledger.Claim{Outcome: ledger.Acquired, Identity: req.Identity}, nil
+		// Completed later in the caller's transaction.
+		return ledger.NewAcquired(req.Identity, tx), nil
 	}
 	return c, nil
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/ledger"
 )
 
@@ -141,15 +142,15 @@ func caseAtomicity(e *env) {
 
 func caseFaults(e *env) {
 	e.faultCancelAfterClaim()
-	if e.d.Name() == "sqlite" {
-		// The waiter blocks in SQLite's busy handler (BEGIN IMMEDIATE),
-		// which does not look at the context: it returns only when the
-		// busy timeout passes.
-		e.figure("cancel while waiting skipped: SQLite's busy handler ignores cancellation")
+	if dialects.TraitsOf(e.d).SerialWriters {
+		// The waiter blocks in the database's busy handler at BEGIN
+		// (SQLite's BEGIN IMMEDIATE), which does not look at the context:
+		// it returns only when the busy timeout passes.
+		e.figure("cancel while waiting skipped: the database waits for its write lock in a busy handler that ignores cancellation")
 	} else {
 		e.faultCancelWhileWaiting()
 	}
-	if !e.tg.Capabilities.KillConnections {
+	if !e.tg.caps().KillConnections {
 		e.figure("connection kill skipped: the target cannot kill connections")
 		return
 	}
@@ -205,10 +206,29 @@ func (e *env) faultCancelWhileWaiting() {
 		}
 		done <- err
 	}()
-	time.Sleep(holdTime)
+	var (
+		err      error
+		returned bool
+	)
+	early := func() bool {
+		select {
+		case err = <-done:
+			returned = true
+			e.t.Errorf("the claimant returned while the holder's claim was uncommitted (err %v): it did not wait", err)
+			return true
+		default:
+			return false
+		}
+	}
+	if !e.awaitBlocked(a, 1, early) {
+		cancel()
+		if !returned {
+			<-done
+		}
+		return
+	}
 	cancelled := time.Now()
 	cancel()
-	var err error
 	select {
 	case err = <-done:
 	case <-e.ctx.Done():
@@ -226,34 +246,28 @@ func (e *env) faultCancelWhileWaiting() {
 	if n := e.bizRows(key); n != 1 {
 		e.t.Errorf("%d business rows after the holder committed, want 1", n)
 	}
-	e.figure("cancel while waiting: returned %v after the cancel", took.Round(time.Millisecond))
+	e.figure("cancel while waiting (%s): returned %v after the cancel", a.seen, took.Round(time.Millisecond))
 }
 
 // faultKill terminates the holder's connection after Complete, while a
 // claimant waits behind it.
 func (e *env) faultKill() {
 	key := "fault-kill"
-	var idQuery, killQuery string
-	switch e.d.Name() {
-	case "postgres":
-		idQuery, killQuery = "SELECT pg_backend_pid()", "SELECT pg_terminate_backend(%d)"
-	case "mysql":
-		idQuery, killQuery = "SELECT CONNECTION_ID()", "KILL %d"
-	default:
-		e.figure("connection kill skipped: no way to kill a connection on %s", e.d.Name())
+	ss, ok := e.d.(dialects.Sessions)
+	if !ok {
+		e.figure("connection kill skipped: dialect %s cannot kill a session (no dialects.Sessions)", e.d.Name())
 		return
 	}
 	a := e.hold(key)
-	var backend int64
-	if err := a.tx.QueryRowContext(e.ctx, idQuery).Scan(&backend); err != nil {
-		e.t.Fatalf("read the connection id: %v", err)
+	if a.sid == 0 {
+		e.t.Fatalf("the holder's session id is unknown")
 	}
 	a.mutate()
 	b := e.claimant(key, 1)
 	if !e.mustWait(a, b) {
 		return
 	}
-	if _, err := e.db.ExecContext(e.ctx, fmt.Sprintf(killQuery, backend)); err != nil {
+	if err := ss.Kill(e.ctx, e.db, a.sid); err != nil {
 		e.t.Fatalf("kill the holder's connection: %v", err)
 	}
 	o := e.collect(b)
@@ -273,5 +287,5 @@ func (e *env) faultKill() {
 	if en, err := e.lookup(key); err != nil || !sameResult(en.Result, resultFor(key, 1)) {
 		e.t.Errorf("Lookup after the kill: %+v, %v; want the claimant's result", en, err)
 	}
-	e.figure("holder's connection killed after Complete: its commit failed (%s), the waiting claimant acquired", errName(merr))
+	e.figure("holder's connection killed after Complete (%s): its commit failed (%s), the waiting claimant acquired", a.seen, errName(merr))
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/conformance"
+	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/dialects/sqlite"
 	"github.com/opledger/opledger/internal/testdb"
 	"github.com/opledger/opledger/ledger"
@@ -37,9 +38,11 @@ func keys(t *testing.T) int {
 // TestStore: the kit's own ledger passes the whole suite on every target,
 // at every isolation level the target offers.
 func TestStore(t *testing.T) {
+	t.Parallel()
 	for _, tg := range testdb.Targets() {
 		t.Run(tg.Name, func(t *testing.T) {
-			db := tg.Open(t, conformance.DefaultConcurrency+4)
+			t.Parallel()
+			db := openPool(t, tg, conformance.DefaultConcurrency+4)
 			start := time.Now()
 			conformance.Run(t, conformance.StoreTarget(tg.Name, db, tg.Dialect), conformance.WithKeys(keys(t)))
 			t.Logf("suite took %v", time.Since(start).Round(time.Millisecond))
@@ -50,6 +53,7 @@ func TestStore(t *testing.T) {
 // TestCheckStore: the report form gives every case a verdict, a duration
 // and figures, and no failure for the kit's ledger.
 func TestCheckStore(t *testing.T) {
+	t.Parallel()
 	tg := testdb.Targets()[0] // SQLite: always available
 	db := tg.Open(t, conformance.DefaultConcurrency+4)
 	rep := conformance.Check(context.Background(), conformance.StoreTarget(tg.Name, db, tg.Dialect), conformance.WithKeys(5))
@@ -76,6 +80,7 @@ func TestCheckStore(t *testing.T) {
 // TestCheckFiltersAndValidates: WithCases runs only the named cases, and
 // an incomplete target is one failed result, not a panic.
 func TestCheckFiltersAndValidates(t *testing.T) {
+	t.Parallel()
 	tg := testdb.Targets()[0]
 	db := tg.Open(t, 8)
 	rep := conformance.Check(context.Background(), conformance.StoreTarget(tg.Name, db, tg.Dialect), conformance.WithCases("identity-isolation"))
@@ -96,6 +101,7 @@ func TestCheckFiltersAndValidates(t *testing.T) {
 // its cases instead of crashing the tool, every result reaches the
 // progress callback, and no scratch table is left behind.
 func TestCheckSurvivesPanicsAndReportsProgress(t *testing.T) {
+	t.Parallel()
 	tg := testdb.Targets()[0]
 	db := tg.Open(t, 8)
 	target := conformance.StoreTarget(tg.Name, db, tg.Dialect)
@@ -104,7 +110,7 @@ func TestCheckSurvivesPanicsAndReportsProgress(t *testing.T) {
 	rep := conformance.Check(context.Background(), target,
 		conformance.WithCases("herd", "identity-isolation", "snapshot"),
 		conformance.WithKeys(2), conformance.WithConcurrency(4),
-		conformance.WithProgress(func(r conformance.Result) { seen = append(seen, r.Name+" "+string(r.Verdict)) }))
+		conformance.WithProgress(func(r conformance.CaseResult) { seen = append(seen, r.Name+" "+string(r.Verdict)) }))
 	want := []string{"herd/default fail", "snapshot skip", "identity-isolation fail"}
 	if !slices.Equal(seen, want) {
 		t.Fatalf("progress: %v, want %v", seen, want)
@@ -118,7 +124,10 @@ func TestCheckSurvivesPanicsAndReportsProgress(t *testing.T) {
 	}
 }
 
+// panicky panics in Claim; its dialect is SQLite's (the target's).
 type panicky struct{}
+
+func (panicky) Dialect() dialects.Dialect { return sqlite.New() }
 
 func (panicky) Claim(context.Context, *sql.Tx, ledger.ClaimRequest) (*ledger.Claim, error) {
 	panic("claim exploded")
@@ -133,27 +142,28 @@ func (panicky) Lookup(context.Context, ledger.Querier, ledger.Identity) (*ledger
 // TestSuiteHasTeeth runs two broken ledgers through the suite (via Check,
 // so that their failures are data) and asserts which cases catch each.
 func TestSuiteHasTeeth(t *testing.T) {
+	t.Parallel()
 	for _, tg := range testdb.Targets() {
 		if tg.Name == "postgres/pq" {
 			continue // the driver does not change what a broken ledger does; pgx covers PostgreSQL
 		}
 		t.Run(tg.Name, func(t *testing.T) {
-			var db *sql.DB
-			if tg.Dialect.Name() == "sqlite" {
-				// A claim in its own transaction deadlocks SQLite against
-				// the caller's write lock until the busy timeout: keep it short.
-				db = openSQLite(t, filepath.Join(t.TempDir(), "teeth.db"), time.Second)
-			} else {
-				db = tg.Open(t, conformance.DefaultConcurrency+4)
-			}
-			base := conformance.StoreTarget(tg.Name, db, tg.Dialect)
+			t.Parallel()
+			db := openPool(t, tg, conformance.DefaultConcurrency+4)
 			opts := []conformance.Option{conformance.WithKeys(8), conformance.WithCaseTimeout(20 * time.Second)}
 			for _, kind := range []string{"naive", "own-tx"} {
+				base := conformance.StoreTarget(tg.Name, db, tg.Dialect)
+				if kind == "own-tx" && dialects.TraitsOf(tg.Dialect).SerialWriters {
+					// A claim in its own transaction deadlocks a
+					// serial-writer database (SQLite) against the caller's
+					// write lock until the busy timeout: keep it short.
+					base.DB = openSQLite(t, filepath.Join(t.TempDir(), "teeth.db"), 250*time.Millisecond)
+				}
 				t.Run(kind, func(t *testing.T) {
 					rep := conformance.Check(context.Background(), badTarget(base, kind), opts...)
 					caught := rep.Failures()
 					t.Logf("%s on %s, caught by %d of %d: %s", kind, tg.Name, len(caught), len(rep.Results), strings.Join(caught, " "))
-					want := mustCatch(tg.Dialect.Name(), kind)
+					want := mustCatch(tg, kind)
 					for _, w := range want {
 						if !slices.Contains(caught, w) {
 							t.Errorf("%s on %s: case %s passed; it must catch this ledger", kind, tg.Name, w)
@@ -162,7 +172,7 @@ func TestSuiteHasTeeth(t *testing.T) {
 					if len(want) == 0 && len(caught) != 0 {
 						t.Errorf("%s on %s: want no case to fail, got %v\n%s", kind, tg.Name, caught, describe(rep))
 					}
-					if t.Failed() {
+					if t.Failed() || testing.Verbose() {
 						t.Log(describe(rep))
 					}
 				})
@@ -171,11 +181,11 @@ func TestSuiteHasTeeth(t *testing.T) {
 	}
 }
 
-// mustCatch lists the cases that must catch a broken ledger on a database.
+// mustCatch lists the cases that must catch a broken ledger on a target
+// (by its database family).
 //
 // The naive read-then-insert ledger is correct on SQLite: immediate
-// transactions serialise every writer, so nothing races (the correctness
-// matrix in the claim-semantics notes says so too). On PostgreSQL and
+// transactions serialise every writer, so nothing races. On PostgreSQL and
 // MySQL the loser's INSERT waits and then fails with a duplicate key
 // (23505, which also poisons a PostgreSQL transaction; 1062); at
 // REPEATABLE READ the stale read says "absent"; claimants of an expired
@@ -187,34 +197,31 @@ func TestSuiteHasTeeth(t *testing.T) {
 // mutation: a rollback leaves a pending entry behind, and waiters see a
 // committed entry without a result instead of waiting. On SQLite it also
 // deadlocks against the caller's own write lock.
-func mustCatch(dialect, kind string) []string {
+func mustCatch(tg testdb.Target, kind string) []string {
 	switch {
-	case kind == "naive" && dialect == "sqlite":
+	case kind == "naive" && tg.Family() == "sqlite":
 		return nil
-	case kind == "naive" && dialect == "postgres":
+	case kind == "naive" && tg.Family() == "postgres":
 		return []string{"herd/read_committed", "herd/repeatable_read", "wait-then-commit/read_committed",
 			"snapshot/repeatable_read", "prior-read/read_committed", "three-waiter-rollback/read_committed",
 			"expiry/read_committed"}
-	case kind == "naive" && dialect == "mysql":
+	case kind == "naive" && tg.Family() == "mysql":
 		return []string{"herd/repeatable_read", "herd/read_committed", "wait-then-commit/repeatable_read",
 			"snapshot/repeatable_read", "prior-read/repeatable_read", "expiry/repeatable_read"}
 	case kind == "own-tx":
-		var levelled []string
-		switch dialect {
-		case "postgres":
-			levelled = []string{"read_committed", "repeatable_read", "serializable"}
-		case "mysql":
-			levelled = []string{"repeatable_read", "read_committed"}
-		default:
-			levelled = []string{"default"}
-		}
 		out := []string{"atomicity", "faults", "in-progress"}
-		for _, l := range levelled {
+		for _, l := range dialects.TraitsOf(tg.Dialect).IsolationLevels {
+			l := levelName(l)
 			out = append(out, "herd/"+l, "wait-then-commit/"+l, "wait-then-rollback/"+l, "three-waiter-rollback/"+l)
 		}
 		return out
 	}
 	return nil
+}
+
+// levelName is the suite's name for an isolation level in case names.
+func levelName(l sql.IsolationLevel) string {
+	return strings.ReplaceAll(strings.ToLower(l.String()), " ", "_")
 }
 
 func describe(rep conformance.Report) string {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -118,7 +117,11 @@ func (e *env) newLedger(now func() time.Time) safeLedger {
 	if l == nil {
 		e.t.Fatalf("set-up: NewLedger returned nil")
 	}
-	return safeLedger{l}
+	sl := safeLedger{l}
+	if sl.Dialect() == nil {
+		e.t.Fatalf("set-up: the ledger's Dialect returned nil")
+	}
+	return sl
 }
 
 func (e *env) maxResult() int { return ledger.DefaultMaxResultSize }
@@ -137,12 +140,7 @@ func (e *env) figures() string {
 }
 
 // ph returns the n-th placeholder.
-func (e *env) ph(n int) string {
-	if e.d.Name() == "postgres" {
-		return "$" + strconv.Itoa(n)
-	}
-	return "?"
-}
+func (e *env) ph(n int) string { return e.d.Placeholder(n) }
 
 func (e *env) id(key string) ledger.Identity {
 	id, err := ledger.NewIdentity(suiteCaller, suiteMethod, key)
@@ -205,7 +203,9 @@ type outcome struct {
 	result   ledger.Result // stored (acquired) or replayed
 	retries  int
 	err      error
-	// firstDone is when the first attempt's claim returned.
+	// started is when the claimant began; firstDone is when its first
+	// attempt's claim returned.
+	started   time.Time
 	firstDone time.Time
 	firstErr  error
 }
@@ -215,7 +215,7 @@ type outcome struct {
 // Complete; on replay write a marker row (proving the transaction is still
 // usable) and commit. A retryable failure retries the whole transaction.
 func (e *env) mutate(ctx context.Context, l ledger.Ledger, key string, worker int, priorRead bool) outcome {
-	var out outcome
+	out := outcome{started: time.Now()}
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
 			out.retries++

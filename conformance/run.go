@@ -5,12 +5,15 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	opts "github.com/opledger/opledger/internal/options"
 )
 
 // Defaults for the suite's options.
@@ -20,34 +23,26 @@ const (
 	DefaultCaseTimeout = 2 * time.Minute
 )
 
-// Option configures a run of the suite.
-type Option func(*options)
+// Option configures a run of the suite; the With functions build them.
+// Giving the same option twice is an error.
+type Option struct{ o opts.Option[options] }
 
 type options struct {
 	concurrency int
 	keys        int
 	cases       []string
 	caseTimeout time.Duration
-	progress    func(Result)
+	progress    func(CaseResult)
 }
 
-func newOptions(opts []Option) options {
+func option(name string, f func(*options) error) Option { return Option{opts.New(name, f)} }
+
+func newOptions(list []Option) (options, error) {
 	o := options{concurrency: DefaultConcurrency, keys: DefaultKeys, caseTimeout: DefaultCaseTimeout}
-	for _, f := range opts {
-		if f != nil {
-			f(&o)
-		}
+	if err := opts.Apply(&o, list, func(x Option) opts.Option[options] { return x.o }); err != nil {
+		return o, fmt.Errorf("conformance: %w", err)
 	}
-	if o.concurrency < 2 {
-		o.concurrency = 2
-	}
-	if o.keys < 1 {
-		o.keys = 1
-	}
-	if o.caseTimeout <= 0 {
-		o.caseTimeout = DefaultCaseTimeout
-	}
-	return o
+	return o, nil
 }
 
 // WithConcurrency sets how many claimants race on one key in herd,
@@ -55,28 +50,73 @@ func newOptions(opts []Option) options {
 // race fewer use min(their number, n): 16 for expiry and prior-read, 8 for
 // no-poisoning, atomicity and faults, 4 for replay-fidelity;
 // three-waiter-rollback always has two waiters.
-func WithConcurrency(n int) Option { return func(o *options) { o.concurrency = n } }
+func WithConcurrency(n int) Option {
+	return option("WithConcurrency", func(o *options) error {
+		if n < 2 {
+			return fmt.Errorf("concurrency %d is under 2", n)
+		}
+		o.concurrency = n
+		return nil
+	})
+}
 
-// WithKeys sets how many keys the herd runs over (default 200; the whole
-// suite then takes about 30 s on a 2-core PostgreSQL server). The other
-// herd-like cases use a fraction of it: a quarter for delete-race and
-// sweep-under-load, an eighth for prior-read, a tenth (at most 20) for
-// expiry, with a floor of 10 (5 for expiry).
-func WithKeys(n int) Option { return func(o *options) { o.keys = n } }
+// WithKeys sets how many keys the herd runs over (default 200, at least
+// 1; the whole suite then takes about 30 s on a 2-core PostgreSQL
+// server). The other herd-like cases use a fraction of it: a quarter for
+// delete-race and sweep-under-load, an eighth for prior-read, a tenth (at
+// most 20) for expiry, with a floor of 10 (5 for expiry).
+func WithKeys(n int) Option {
+	return option("WithKeys", func(o *options) error {
+		if n < 1 {
+			return fmt.Errorf("keys %d is under 1", n)
+		}
+		o.keys = n
+		return nil
+	})
+}
 
-// WithCases runs only the named cases ([Cases] lists the names).
+// WithCases runs only the named cases ([Cases] lists the names); an
+// unknown name is an error.
 func WithCases(names ...string) Option {
-	return func(o *options) { o.cases = append(o.cases, names...) }
+	return option("WithCases", func(o *options) error {
+		known := map[string]bool{}
+		for _, c := range caseList() {
+			known[c.name] = true
+		}
+		for _, n := range names {
+			if !known[strings.TrimSpace(n)] {
+				return fmt.Errorf("unknown case %q", n)
+			}
+			o.cases = append(o.cases, strings.TrimSpace(n))
+		}
+		return nil
+	})
 }
 
 // WithCaseTimeout bounds each case (default 2 minutes); a case still
 // running then fails with its context cancelled.
-func WithCaseTimeout(d time.Duration) Option { return func(o *options) { o.caseTimeout = d } }
+func WithCaseTimeout(d time.Duration) Option {
+	return option("WithCaseTimeout", func(o *options) error {
+		if d <= 0 {
+			return fmt.Errorf("case timeout %v is not positive", d)
+		}
+		o.caseTimeout = d
+		return nil
+	})
+}
 
 // WithProgress has Check call f with each case's result as soon as the
 // case ends (f runs on Check's goroutine), for tools that print as they
 // go. Run ignores it.
-func WithProgress(f func(Result)) Option { return func(o *options) { o.progress = f } }
+func WithProgress(f func(CaseResult)) Option {
+	return option("WithProgress", func(o *options) error {
+		if f == nil {
+			return fmt.Errorf("nil progress function")
+		}
+		o.progress = f
+		return nil
+	})
+}
 
 // Verdict is a case's outcome.
 type Verdict string
@@ -88,8 +128,8 @@ const (
 	Skip Verdict = "skip"
 )
 
-// Result is one case (at one isolation level) in a Report.
-type Result struct {
+// CaseResult is one case (at one isolation level) in a Report.
+type CaseResult struct {
 	// Name is the case name, followed by "/" and the isolation level for
 	// cases run at every level: "herd/read_committed".
 	Name string
@@ -118,7 +158,7 @@ type Report struct {
 	// Duration is the whole run's.
 	Duration time.Duration
 	// Results has one entry per case and level, in order.
-	Results []Result
+	Results []CaseResult
 }
 
 // Failed reports whether any case failed.
@@ -232,12 +272,15 @@ func levelName(l sql.IsolationLevel) string {
 // Run runs every case against the target, each as a subtest of t (cases
 // run at every isolation level get a subtest per level). A case whose
 // capability the target lacks skips with the reason.
-func Run(t *testing.T, tg Target, opts ...Option) {
+func Run(t *testing.T, tg Target, list ...Option) {
 	t.Helper()
 	if err := tg.validate(); err != nil {
 		t.Fatal(err)
 	}
-	o := newOptions(opts)
+	o, err := newOptions(list)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, in := range instances(&tg, o) {
 		t.Run(in.name, func(t *testing.T) {
 			if in.skip != "" {
@@ -261,19 +304,19 @@ func Run(t *testing.T, tg Target, opts ...Option) {
 // each case's verdict, duration, figures and messages. An invalid target
 // gives a report with one failed "target" result. ctx bounds the whole
 // run.
-func Check(ctx context.Context, tg Target, opts ...Option) Report {
-	o := newOptions(opts)
+func Check(ctx context.Context, tg Target, list ...Option) Report {
+	o, oerr := newOptions(list)
 	rep := Report{Target: tg.Name, Concurrency: o.concurrency, Keys: o.keys}
 	if tg.Dialect != nil {
 		rep.Dialect = tg.Dialect.Name()
 	}
 	start := time.Now()
-	if err := tg.validate(); err != nil {
-		rep.Results = append(rep.Results, Result{Name: "target", Case: "target", Verdict: Fail, Messages: []string{err.Error()}})
+	if err := errors.Join(oerr, tg.validate()); err != nil {
+		rep.Results = append(rep.Results, CaseResult{Name: "target", Case: "target", Verdict: Fail, Messages: []string{err.Error()}})
 		return rep
 	}
 	for _, in := range instances(&tg, o) {
-		res := Result{Name: in.name, Case: in.def.name}
+		res := CaseResult{Name: in.name, Case: in.def.name}
 		if in.def.perLevel && in.skip == "" {
 			res.Level = levelName(in.level)
 		}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 
+	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/ledger"
 )
 
@@ -35,6 +36,16 @@ func (s safeLedger) Lookup(ctx context.Context, q ledger.Querier, id ledger.Iden
 		err = fmt.Errorf("Lookup returned neither an entry nor an error")
 	}
 	return en, err
+}
+
+// Dialect returns the wrapped ledger's dialect, or nil if it panics.
+func (s safeLedger) Dialect() (d dialects.Dialect) {
+	defer func() {
+		if recover() != nil {
+			d = nil
+		}
+	}()
+	return s.l.Dialect()
 }
 
 // sweeper returns the wrapped ledger's Sweep, if it has one.

@@ -3,12 +3,9 @@ package conformance
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
 	"io/fs"
-	"net/url"
-	"reflect"
 	"sort"
 	"strings"
 	"time"
@@ -27,20 +24,22 @@ type Target struct {
 	// concurrency+2 open connections; with fewer, the cases lower the
 	// concurrency to fit and say so.
 	DB *sql.DB
-	// Dialect is the database's dialect. The suite uses its name to pick
-	// placeholder syntax and database-specific set-up, its QuoteIdent for
-	// scratch tables and its Classify to recognise retryable errors.
+	// Dialect is the database's dialect. The suite writes its own SQL
+	// with its Placeholder and QuoteIdent, recognises retryable errors
+	// with its Classify, creates scratch tables from its migrations
+	// (dialects.Schema) and derives the default capabilities from it.
 	Dialect dialects.Dialect
 	// NewLedger constructs the ledger under test for one case. It must use
 	// cfg's table, retention, clock and result size limit.
 	NewLedger func(cfg LedgerConfig) (ledger.Ledger, error)
 	// Setup creates the ledger table for one case and returns how to drop
-	// it. When nil the suite runs the Up sections of the kit's migrations
-	// (package migrations, rendered for the table name) and their Down
-	// sections afterwards.
+	// it. When nil the suite runs the Up sections of the dialect's
+	// migrations (rendered for the table name) and their Down sections
+	// afterwards.
 	Setup func(ctx context.Context, db *sql.DB, table string) (teardown func(context.Context) error, err error)
-	// Capabilities gate the cases that need them.
-	Capabilities Capabilities
+	// Capabilities gate the cases that need them. Nil means
+	// DefaultCapabilities(Dialect).
+	Capabilities *Capabilities
 }
 
 // LedgerConfig is what a case asks of the ledger under test.
@@ -57,25 +56,24 @@ type LedgerConfig struct {
 }
 
 // Capabilities say what the target offers. Cases that need a missing
-// capability skip with a reason.
+// capability skip with a reason. Start from [DefaultCapabilities] to
+// change one.
 type Capabilities struct {
 	// Levels are the isolation levels to test, the first being the one
 	// single-level cases use. Empty means sql.LevelDefault only.
 	Levels []sql.IsolationLevel
-	// KillConnections means the suite may terminate a backend in the
-	// middle of a transaction (PostgreSQL pg_terminate_backend, MySQL
-	// KILL). The database user needs the right to do so.
+	// KillConnections means the suite may terminate a session in the
+	// middle of a transaction through the dialect's dialects.Sessions
+	// (PostgreSQL pg_terminate_backend, MySQL KILL). The database user
+	// needs the right to do so.
 	KillConnections bool
 	// BeginBounded begins a transaction whose lock waits end after about
 	// half a second (at most one second) with an error the ledger reports
-	// as ledger.ErrInProgress, and returns a function that releases
-	// whatever it set up, called after the transaction ends. When nil, the
-	// dialect's dialects.LockWaiter bounds the wait at 0.5 s (PostgreSQL
-	// SET LOCAL lock_timeout; MySQL innodb_lock_wait_timeout, whole
-	// seconds, on a dedicated connection, restored afterwards); for
-	// "sqlite" a second, deferred pool with busy_timeout 500 on the same
-	// file is used, so that the claim, not BEGIN, waits. Dialects with
-	// neither skip the in-progress case.
+	// as ledger.ErrInProgress (or, where the database waits at BEGIN, a
+	// BEGIN that fails with a lock timeout), and returns a function that
+	// releases whatever it set up, called after the transaction ends. Nil
+	// means the dialect's dialects.LockWaiter with a 0.5 s bound; a
+	// dialect with neither skips the in-progress case.
 	BeginBounded func(ctx context.Context, db *sql.DB) (*sql.Tx, func(), error)
 }
 
@@ -89,9 +87,8 @@ type Sweeper interface {
 }
 
 // StoreTarget returns a Target that runs the suite against the kit's own
-// *ledger.Store on db, with the default capabilities for d (see
-// [DefaultCapabilities]). Extra options are applied after the suite's
-// table, retention, clock and size limit.
+// *ledger.Store on db, with the default capabilities for d. Extra options
+// are applied after the suite's table, retention, clock and size limit.
 func StoreTarget(name string, db *sql.DB, d dialects.Dialect, opts ...ledger.Option) Target {
 	return Target{
 		Name:    name,
@@ -105,33 +102,32 @@ func StoreTarget(name string, db *sql.DB, d dialects.Dialect, opts ...ledger.Opt
 				ledger.WithMaxResultSize(cfg.MaxResultSize),
 			}, opts...)...)
 		},
-		Capabilities: DefaultCapabilities(d),
 	}
 }
 
-// DefaultCapabilities returns what the suite assumes of a database family
-// by dialect name: PostgreSQL offers READ COMMITTED, REPEATABLE READ and
-// SERIALIZABLE and can kill backends; MySQL offers REPEATABLE READ (its
-// default) and READ COMMITTED and can kill connections; SQLite (and
-// anything else) runs at the default level only.
+// DefaultCapabilities returns what the suite assumes of a database from
+// its dialect's optional interfaces, never from its name: the isolation
+// levels of its [dialects.Traits] (see [dialects.TraitsOf]; the kit's
+// PostgreSQL dialect: READ COMMITTED, REPEATABLE READ, SERIALIZABLE; MySQL:
+// REPEATABLE READ, READ COMMITTED; without [dialects.Described], the
+// default level only) and KillConnections when the dialect implements
+// [dialects.Sessions]. BeginBounded is left nil, so that the in-progress
+// case uses the dialect's [dialects.LockWaiter], or skips without one.
 func DefaultCapabilities(d dialects.Dialect) Capabilities {
-	name := ""
-	if d != nil {
-		name = d.Name()
+	if d == nil {
+		return Capabilities{Levels: []sql.IsolationLevel{sql.LevelDefault}}
 	}
-	switch name {
-	case "postgres":
-		return Capabilities{
-			Levels:          []sql.IsolationLevel{sql.LevelReadCommitted, sql.LevelRepeatableRead, sql.LevelSerializable},
-			KillConnections: true,
-		}
-	case "mysql":
-		return Capabilities{
-			Levels:          []sql.IsolationLevel{sql.LevelRepeatableRead, sql.LevelReadCommitted},
-			KillConnections: true,
-		}
+	_, kill := d.(dialects.Sessions)
+	return Capabilities{Levels: dialects.TraitsOf(d).IsolationLevels, KillConnections: kill}
+}
+
+// caps returns the target's capabilities, derived from the dialect when
+// none were given.
+func (tg *Target) caps() Capabilities {
+	if tg.Capabilities != nil {
+		return *tg.Capabilities
 	}
-	return Capabilities{Levels: []sql.IsolationLevel{sql.LevelDefault}}
+	return DefaultCapabilities(tg.Dialect)
 }
 
 func (tg *Target) validate() error {
@@ -147,10 +143,10 @@ func (tg *Target) validate() error {
 }
 
 func (tg *Target) levels() []sql.IsolationLevel {
-	if len(tg.Capabilities.Levels) == 0 {
-		return []sql.IsolationLevel{sql.LevelDefault}
+	if lv := tg.caps().Levels; len(lv) > 0 {
+		return lv
 	}
-	return tg.Capabilities.Levels
+	return []sql.IsolationLevel{sql.LevelDefault}
 }
 
 // setup creates the scratch table: the target's Setup hook, or the
@@ -163,7 +159,7 @@ func (tg *Target) setup(ctx context.Context, table string) (func(context.Context
 	if tg.Setup != nil {
 		return tg.Setup(ctx, tg.DB, table)
 	}
-	up, down, err := scratchSQL(tg.Dialect.Name(), table)
+	up, down, err := scratchSQL(tg.Dialect, table)
 	if err != nil {
 		return nil, err
 	}
@@ -188,8 +184,8 @@ func (tg *Target) setup(ctx context.Context, table string) (func(context.Context
 // scratchSQL returns the statements of every migration's Up section in
 // order and of every Down section in reverse order. It returns nil
 // statements when a file needs goose's own parser (StatementBegin blocks).
-func scratchSQL(dialect, table string) (up, down []string, err error) {
-	fsys, err := migrations.Files(dialect, table)
+func scratchSQL(d dialects.Dialect, table string) (up, down []string, err error) {
+	fsys, err := migrations.Files(d, table)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -270,114 +266,13 @@ const boundedWait = 500 * time.Millisecond
 // beginBounded returns the target's bounded-wait transaction starter, or
 // a reason why there is none.
 func (tg *Target) beginBounded() (func(context.Context, *sql.DB) (*sql.Tx, func(), error), string) {
-	if tg.Capabilities.BeginBounded != nil {
-		return tg.Capabilities.BeginBounded, ""
-	}
-	if tg.Dialect.Name() == "sqlite" {
-		// SQLite's LockWaiter bounds BEGIN IMMEDIATE, not the claim.
-		return beginBoundedSQLite, ""
+	if b := tg.caps().BeginBounded; b != nil {
+		return b, ""
 	}
 	if lw, ok := tg.Dialect.(dialects.LockWaiter); ok {
 		return func(ctx context.Context, db *sql.DB) (*sql.Tx, func(), error) {
-			return beginLockWaiter(ctx, db, lw)
+			return lw.BeginBounded(ctx, db, nil, boundedWait)
 		}, ""
 	}
 	return nil, fmt.Sprintf("dialect %q cannot bound a lock wait (no dialects.LockWaiter): set Capabilities.BeginBounded", tg.Dialect.Name())
 }
-
-// beginLockWaiter begins a transaction bounded through the dialect's
-// LockWaiter: after BEGIN for a transaction-scoped bound (PostgreSQL SET
-// LOCAL lock_timeout), on a dedicated connection before BEGIN for a
-// session-scoped one (MySQL innodb_lock_wait_timeout, restored when the
-// transaction is over; a connection whose setting cannot be restored is
-// discarded).
-func beginLockWaiter(ctx context.Context, db *sql.DB, lw dialects.LockWaiter) (*sql.Tx, func(), error) {
-	if lw.LockWaitScope() == dialects.LockWaitTransaction {
-		tx, err := db.BeginTx(ctx, nil)
-		if err != nil {
-			return nil, nil, err
-		}
-		if _, err := lw.BoundLockWait(ctx, tx, boundedWait); err != nil {
-			tx.Rollback()
-			return nil, nil, err
-		}
-		return tx, func() {}, nil
-	}
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	restore, err := lw.BoundLockWait(ctx, conn, boundedWait)
-	if err != nil {
-		conn.Raw(func(any) error { return driver.ErrBadConn })
-		conn.Close()
-		return nil, nil, err
-	}
-	release := func() {
-		if restore != nil {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
-			if err := restore(rctx); err != nil {
-				conn.Raw(func(any) error { return driver.ErrBadConn })
-			}
-		}
-		conn.Close()
-	}
-	tx, err := conn.BeginTx(ctx, nil)
-	if err != nil {
-		release()
-		return nil, nil, err
-	}
-	return tx, release, nil
-}
-
-// beginBoundedSQLite opens a second pool on the same file, with deferred
-// transactions and a 500 ms busy timeout, through the target pool's own
-// driver: the claim is the transaction's first statement, so SQLite's busy
-// handler does the waiting and gives up after half a second.
-func beginBoundedSQLite(ctx context.Context, db *sql.DB) (*sql.Tx, func(), error) {
-	var file string
-	if err := db.QueryRowContext(ctx, "SELECT file FROM pragma_database_list WHERE name = 'main'").Scan(&file); err != nil {
-		return nil, nil, err
-	}
-	if file == "" {
-		return nil, nil, errors.New("the SQLite database is in memory: a second connection cannot reach it")
-	}
-	drv := db.Driver()
-	q := url.Values{}
-	if strings.Contains(reflect.TypeOf(drv).String(), "sqlite3.") { // mattn/go-sqlite3
-		q.Set("_journal_mode", "WAL")
-		q.Set("_busy_timeout", "500")
-		q.Set("_txlock", "deferred")
-	} else { // modernc.org/sqlite
-		q.Add("_pragma", "busy_timeout(500)")
-		q.Add("_pragma", "journal_mode(WAL)")
-		q.Set("_txlock", "deferred")
-	}
-	dsn := "file:" + strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(file) + "?" + q.Encode()
-	var short *sql.DB
-	if dc, ok := drv.(driver.DriverContext); ok {
-		c, err := dc.OpenConnector(dsn)
-		if err != nil {
-			return nil, nil, err
-		}
-		short = sql.OpenDB(c)
-	} else {
-		short = sql.OpenDB(dsnConnector{dsn: dsn, d: drv})
-	}
-	short.SetMaxOpenConns(1)
-	tx, err := short.BeginTx(ctx, nil)
-	if err != nil {
-		short.Close()
-		return nil, nil, err
-	}
-	return tx, func() { short.Close() }, nil
-}
-
-type dsnConnector struct {
-	dsn string
-	d   driver.Driver
-}
-
-func (c dsnConnector) Connect(context.Context) (driver.Conn, error) { return c.d.Open(c.dsn) }
-func (c dsnConnector) Driver() driver.Driver                        { return c.d }

@@ -60,6 +60,7 @@ func TestClassifyConnection(t *testing.T) {
 // TestPostgresClassifiesRealErrors provokes each error on a real server,
 // through both drivers.
 func TestPostgresClassifiesRealErrors(t *testing.T) {
+	t.Parallel()
 	d := postgres.New()
 	forEachPostgres(t, func(t *testing.T, db *sql.DB) {
 		ctx := context.Background()
@@ -99,6 +100,7 @@ func TestPostgresClassifiesRealErrors(t *testing.T) {
 
 // TestSQLiteClassifiesRealErrors provokes the codes with mattn/go-sqlite3.
 func TestSQLiteClassifiesRealErrors(t *testing.T) {
+	t.Parallel()
 	d := sqlite.New()
 	path := filepath.Join(t.TempDir(), "c.db")
 	db, err := sql.Open("sqlite3", sqlite.DSN(path, 100*time.Millisecond))
@@ -193,8 +195,11 @@ func TestPostgresClassifiesBrokenConnections(t *testing.T) {
 }
 
 // TestPostgresTerminatedBackendIsConnectionFailure kills a session's
-// backend and classifies what each driver reports on its next statement.
+// backend (dialects.Sessions.Kill) and classifies what each driver reports
+// on its next statement, once PostgreSQL shows the backend gone, and on a
+// statement that was waiting for a lock when its backend was killed.
 func TestPostgresTerminatedBackendIsConnectionFailure(t *testing.T) {
+	t.Parallel()
 	d := postgres.New()
 	forEachPostgres(t, func(t *testing.T, db *sql.DB) {
 		ctx := context.Background()
@@ -202,14 +207,11 @@ func TestPostgresTerminatedBackendIsConnectionFailure(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var pid int
-		if err := tx.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		pid := testdb.SessionID(t, d, tx)
+		if err := d.Kill(ctx, db, pid); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := db.ExecContext(ctx, "SELECT pg_terminate_backend($1)", pid); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(100 * time.Millisecond)
+		waitBackendGone(t, db, pid)
 		_, err = tx.ExecContext(ctx, "SELECT 1")
 		if err == nil {
 			err = tx.Commit()
@@ -217,16 +219,65 @@ func TestPostgresTerminatedBackendIsConnectionFailure(t *testing.T) {
 			tx.Rollback()
 		}
 		if got := d.Classify(err); got != dialects.ClassConnection {
-			t.Fatalf("%T %v: %v, want connection failure", err, err, got)
+			t.Fatalf("next statement: %T %v: %v, want connection failure", err, err, got)
+		}
+
+		// A statement in flight: it waits for an advisory lock that holder
+		// holds when its backend is killed.
+		key := time.Now().UnixNano()
+		holder, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer holder.Rollback()
+		if _, err := holder.ExecContext(ctx, "SELECT pg_advisory_xact_lock($1)", key); err != nil {
+			t.Fatal(err)
+		}
+		victim, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vpid := testdb.SessionID(t, d, victim)
+		done := make(chan struct{})
+		var inFlight error
+		go func() {
+			defer close(done)
+			_, inFlight = victim.ExecContext(ctx, "SELECT pg_advisory_xact_lock($1)", key)
+		}()
+		testdb.WaitBlocked(t, db, d, testdb.SessionID(t, d, holder), 1, done)
+		if err := d.Kill(ctx, db, vpid); err != nil {
+			t.Fatal(err)
+		}
+		<-done
+		victim.Rollback()
+		if got := d.Classify(inFlight); got != dialects.ClassConnection {
+			t.Fatalf("statement in flight: %T %v: %v, want connection failure", inFlight, inFlight, got)
 		}
 	})
 }
 
-// forEachPostgres runs f against PostgreSQL through each driver.
-func forEachPostgres(t *testing.T, f func(t *testing.T, db *sql.DB)) {
-	for _, tg := range testdb.Targets() {
-		if tg.Dialect.Name() == "postgres" {
-			t.Run(tg.Name, func(t *testing.T) { f(t, tg.Open(t, 4)) })
+// waitBackendGone waits until pg_stat_activity no longer shows backend
+// pid: it has sent its last message and is exiting.
+func waitBackendGone(t *testing.T, db *sql.DB, pid int64) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var n int
+		if err := db.QueryRow("SELECT count(*) FROM pg_stat_activity WHERE pid = $1", pid).Scan(&n); err != nil {
+			t.Fatal(err)
 		}
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("backend %d still in pg_stat_activity 20s after it was terminated", pid)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// forEachPostgres runs f, in parallel subtests, against PostgreSQL
+// through each driver.
+func forEachPostgres(t *testing.T, f func(t *testing.T, db *sql.DB)) {
+	testdb.ForEachTarget(t, 4, func(t *testing.T, tg testdb.Target) { f(t, tg.Open(t, 4)) }, "postgres")
 }

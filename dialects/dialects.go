@@ -1,10 +1,28 @@
 // Package dialects is the seam between the ledger and a database family.
 //
-// A [Dialect] owns every SQL statement the ledger runs (see [Queries]) and
-// classifies driver errors into the few [Class] values the ledger and
-// txmiddleware act on. Implementations live in the sub-packages postgres,
-// sqlite and mysql. None of them imports a cgo driver, so a PostgreSQL or
-// MySQL user never needs cgo.
+// A [Dialect] owns every SQL statement the ledger runs (see [Queries]),
+// its placeholder syntax and identifier quoting, and classifies driver
+// errors into the few [Class] values the ledger and txmiddleware act on.
+// What only some databases need is an optional interface, found with a type
+// assertion: [LockWaiter] (a bound on lock waits), [Schema] (the ledger's
+// table as migrations), [Sessions] (the database's own view of sessions and
+// lock waits, for tests) and [Described] (how the database behaves under
+// concurrency, for the conformance suite). Nothing outside this package
+// and its sub-packages looks at a dialect's name to decide anything.
+//
+// Implementations for PostgreSQL, SQLite and MySQL/MariaDB live in the
+// sub-packages postgres, sqlite and mysql. None of them imports a cgo
+// driver, so a PostgreSQL or MySQL user never needs cgo.
+//
+// # Writing a dialect
+//
+// Anyone may implement Dialect, in any module: the ledger, migrations,
+// txmiddleware and the conformance suite use only this package's
+// interfaces. Wrapping an existing dialect (embedding postgres.Dialect and
+// overriding what differs) is enough for a database that speaks the same
+// SQL. A new dialect is ready when the conformance suite passes on it. The
+// kit adds no methods to Dialect within a major version; new abilities come
+// as new optional interfaces.
 package dialects
 
 import (
@@ -21,10 +39,15 @@ import (
 // Dialect is implemented by each database family the ledger supports.
 // Implementations are stateless values and safe for concurrent use.
 type Dialect interface {
-	// Name is the dialect's short name: "postgres", "sqlite" or "mysql".
+	// Name is the dialect's short name ("postgres", "sqlite", "mysql"),
+	// for reports and error messages only.
 	Name() string
 	// QuoteIdent quotes a validated identifier (see [CheckTableName]).
 	QuoteIdent(name string) string
+	// Placeholder returns the SQL text of the n-th bind parameter of a
+	// statement, counting from 1: "$1" for PostgreSQL, "?" for MySQL and
+	// SQLite.
+	Placeholder(n int) string
 	// Queries returns the ledger's SQL for the given (already validated,
 	// unquoted) table name.
 	Queries(table string) Queries

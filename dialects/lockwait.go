@@ -3,82 +3,89 @@ package dialects
 import (
 	"context"
 	"database/sql"
-	"fmt"
+	"database/sql/driver"
+	"errors"
 	"time"
-)
-
-// LockWaitScope says where a [LockWaiter] sets its wait bound, and so when
-// a caller must call BoundLockWait and whether it must restore anything.
-type LockWaitScope int
-
-const (
-	// LockWaitTransaction: the bound is a transaction-scoped setting (for
-	// example PostgreSQL's SET LOCAL lock_timeout). BoundLockWait runs on
-	// the *sql.Tx right after BEGIN, and the setting ends with the
-	// transaction; restore is nil.
-	LockWaitTransaction LockWaitScope = iota + 1
-	// LockWaitSession: the bound is a setting of the connection (SQLite's
-	// busy_timeout, which BEGIN IMMEDIATE already obeys; MySQL's
-	// innodb_lock_wait_timeout). BoundLockWait runs on the *sql.Conn before
-	// BEGIN, and the caller must call restore on the same connection after
-	// the transaction ends and before the connection goes back to the pool.
-	LockWaitSession
-)
-
-// String returns "transaction" or "session".
-func (s LockWaitScope) String() string {
-	switch s {
-	case LockWaitTransaction:
-		return "transaction"
-	case LockWaitSession:
-		return "session"
-	}
-	return fmt.Sprintf("LockWaitScope(%d)", int(s))
-}
-
-// Execer is what a [LockWaiter] runs its statements on: a *sql.Tx for
-// [LockWaitTransaction], a *sql.Conn for [LockWaitSession].
-type Execer interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}
-
-var (
-	_ Execer = (*sql.Tx)(nil)
-	_ Execer = (*sql.Conn)(nil)
 )
 
 // LockWaiter is implemented by dialects that can bound how long a
 // statement waits for a lock that another transaction holds: the wait of a
 // claim on an uncommitted duplicate. Past the bound, the waiting statement
-// fails with an error the dialect classifies as [ClassLockTimeout], which
-// the ledger reports as ErrInProgress.
+// (or, on SQLite, BEGIN itself) fails with an error the dialect classifies
+// as [ClassLockTimeout], which the ledger and txmiddleware report as
+// ErrInProgress.
 //
 // It is optional: check for it with a type assertion. Implementations are
 // stateless and safe for concurrent use.
 type LockWaiter interface {
-	// LockWaitScope says where BoundLockWait sets the bound.
-	LockWaitScope() LockWaitScope
-	// BoundLockWait bounds lock waits of the statements that follow on ex
-	// to d, rounded up to the database's resolution (milliseconds for
+	// BeginBounded begins a transaction on db with opts in which every
+	// lock wait, the caller's own statements included, ends after about
+	// d (rounded up to the database's resolution: milliseconds for
 	// PostgreSQL and SQLite, whole seconds for MySQL). d must be positive.
-	// ex is the transaction (LockWaitTransaction) or the connection before
-	// BEGIN (LockWaitSession). The bound applies to every statement of the
-	// transaction, the caller's own included.
 	//
-	// restore puts the connection's previous setting back; it is nil when
-	// there is nothing to restore. When restore fails the connection must
-	// not be reused with the bound still set: discard it (for example by
-	// returning driver.ErrBadConn from (*sql.Conn).Raw).
-	BoundLockWait(ctx context.Context, ex Execer, d time.Duration) (restore func(context.Context) error, err error)
+	// release must be called once the transaction has ended (committed or
+	// rolled back), also when it failed; it undoes any setting that
+	// outlives the transaction and returns the connection to the pool, or
+	// discards the connection when the setting cannot be undone. It is
+	// never nil when err is nil. A bound that ends with the transaction
+	// (PostgreSQL's SET LOCAL) is the safe kind behind a connection pooler
+	// in transaction mode: prefer it where the database has one.
+	BeginBounded(ctx context.Context, db *sql.DB, opts *sql.TxOptions, d time.Duration) (tx *sql.Tx, release func(), err error)
 }
 
-// Millis returns d in whole milliseconds, rounded up, at least 1: the
-// resolution of PostgreSQL's lock_timeout and SQLite's busy_timeout.
-func Millis(d time.Duration) int64 {
-	ms := int64((d + time.Millisecond - 1) / time.Millisecond)
-	if ms < 1 {
-		ms = 1
+// SessionSetting changes a setting of conn's session and returns how to put
+// it back on the same connection. See [BeginOnConn].
+type SessionSetting func(ctx context.Context, conn *sql.Conn) (restore func(context.Context) error, err error)
+
+// restoreTimeout bounds a restore run after the caller's context ended.
+const restoreTimeout = 5 * time.Second
+
+// BeginOnConn is the procedure for a lock-wait bound that is a setting of
+// the session rather than of the transaction (MySQL's
+// innodb_lock_wait_timeout, SQLite's busy_timeout), for dialects to build
+// [LockWaiter.BeginBounded] on: it takes a connection of its own from db,
+// applies set to it, and begins the transaction there. The returned
+// release function, to be called once the transaction has ended, runs
+// set's restore on the same connection (within five seconds, even if ctx
+// has ended) and returns the connection to the pool; when the setting
+// cannot be restored, the connection is closed instead, so that no other
+// caller gets it with the bound still set.
+func BeginOnConn(ctx context.Context, db *sql.DB, opts *sql.TxOptions, set SessionSetting) (*sql.Tx, func(), error) {
+	if db == nil || set == nil {
+		return nil, nil, errors.New("dialects: begin on conn: nil database or setting")
 	}
-	return ms
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	restore, err := set(ctx, conn)
+	if err != nil {
+		discard(conn)
+		return nil, nil, err
+	}
+	release := func() {
+		if restore != nil {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), restoreTimeout)
+			rerr := restore(rctx)
+			cancel()
+			if rerr != nil {
+				discard(conn)
+				return
+			}
+		}
+		_ = conn.Close()
+	}
+	tx, err := conn.BeginTx(ctx, opts)
+	if err != nil {
+		release()
+		return nil, nil, err
+	}
+	return tx, release, nil
+}
+
+// discard closes conn instead of returning it to the pool: database/sql
+// drops a connection whose Raw function returns driver.ErrBadConn.
+func discard(conn *sql.Conn) {
+	_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+	_ = conn.Close()
 }

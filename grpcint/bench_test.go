@@ -84,8 +84,7 @@ func BenchmarkServerPreamble(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer db.Close()
-		s, err := grpcint.NewServer(grpcint.WithCatalog(cat), grpcint.WithLedger(store),
-			grpcint.WithDB(db), grpcint.WithCaller(grpcint.CallerFromTrustedHeader("x-caller")))
+		s, err := grpcint.NewServer(db, store, cat, grpcint.CallerFromTrustedHeader("x-caller"))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -90,7 +90,9 @@ func (p *cutProxy) serve() {
 // COMMIT_OUTCOME_UNKNOWN; the application-owned client
 // resolves before doing anything else and gets the committed response;
 // the effect exists exactly once.
-func TestCommitOutcomeUnknown(t *testing.T) {
+func TestCommitOutcomeUnknown(t *testing.T) { testCommitOutcomeUnknown(t) }
+
+func testCommitOutcomeUnknown(t *testing.T) {
 	dsn := os.Getenv(testdb.EnvPostgres)
 	if dsn == "" {
 		testdb.Skip(t, testdb.EnvPostgres)

@@ -1,21 +1,24 @@
 package grpcint_test
 
 import (
-	"context"
 	"database/sql"
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/dialects/sqlite"
 	"github.com/opledger/opledger/examples/payments"
 	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/policy"
+	"github.com/opledger/opledger/policy/serviceconfig"
+	"github.com/opledger/opledger/txmiddleware"
 )
 
 func TestMisconfigurationFailsAtConstruction(t *testing.T) {
@@ -33,44 +36,60 @@ func TestMisconfigurationFailsAtConstruction(t *testing.T) {
 		t.Fatal(err)
 	}
 	caller := grpcint.CallerFromTrustedHeader("x-caller")
+	var noDialect ledger.Ledger = dialectless{store}
 	cases := []struct {
-		name string
-		opts []grpcint.ServerOption
-		want string
+		name   string
+		db     *sql.DB
+		l      ledger.Ledger
+		cat    *policy.Catalog
+		caller grpcint.CallerFunc
+		opts   []grpcint.ServerOption
+		want   string
 	}{
-		{"no catalog", []grpcint.ServerOption{grpcint.WithDB(db), grpcint.WithLedger(store), grpcint.WithCaller(caller)}, "no method catalog"},
-		{"keyed without ledger", []grpcint.ServerOption{grpcint.WithCatalog(cat), grpcint.WithDB(db), grpcint.WithCaller(caller)}, "no ledger"},
-		{"keyed without database", []grpcint.ServerOption{grpcint.WithCatalog(cat), grpcint.WithLedger(store), grpcint.WithCaller(caller)}, "no database"},
-		{"keyed without caller", []grpcint.ServerOption{grpcint.WithCatalog(cat), grpcint.WithDB(db), grpcint.WithLedger(store)}, "no caller function"},
-		{"keyed streaming method", []grpcint.ServerOption{grpcint.WithCatalog(streamCat), grpcint.WithDB(db), grpcint.WithLedger(store), grpcint.WithCaller(caller)}, "only unary methods can be keyed"},
+		{"no database", nil, store, cat, caller, nil, "nil database"},
+		{"no ledger", db, nil, cat, caller, nil, "nil ledger"},
+		{"no catalog", db, store, nil, caller, nil, "nil method catalog"},
+		{"no caller", db, store, cat, nil, nil, "nil caller function"},
+		{"ledger without dialect", db, noDialect, cat, caller, nil, "no dialect"},
+		{"keyed streaming method", db, store, streamCat, caller, nil, "only unary methods can be keyed"},
+		{"option twice", db, store, cat, caller, []grpcint.ServerOption{grpcint.WithLockWait(time.Second), grpcint.WithLockWait(time.Second)}, "WithLockWait given twice"},
+		{"zero option", db, store, cat, caller, []grpcint.ServerOption{{}}, "zero option"},
+		{"lock wait also in tx options", db, store, cat, caller, []grpcint.ServerOption{grpcint.WithTxOptions(txmiddleware.WithLockWait(time.Second))}, "WithLockWait given twice"},
+		{"codec also in tx options", db, store, cat, caller, []grpcint.ServerOption{grpcint.WithTxOptions(txmiddleware.WithErrorCodec(grpcint.StatusCodec()))}, "WithErrorCodec given twice"},
+		{"negative pushback", db, store, cat, caller, []grpcint.ServerOption{grpcint.WithInProgressPushback(-time.Second)}, "negative pushback"},
+		{"nil codec", db, store, cat, caller, []grpcint.ServerOption{grpcint.WithErrorCodec(nil)}, "codec must not be nil"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := grpcint.UnaryServerInterceptor(c.opts...)
+			_, err := grpcint.NewServer(c.db, c.l, c.cat, c.caller, c.opts...)
 			if !errors.Is(err, grpcint.ErrInvalidConfig) || !strings.Contains(err.Error(), c.want) {
 				t.Errorf("err %v, want ErrInvalidConfig mentioning %q", err, c.want)
 			}
-			_, err = grpcint.StreamServerInterceptor(c.opts...)
-			if !errors.Is(err, grpcint.ErrInvalidConfig) {
-				t.Errorf("stream: err %v", err)
-			}
 		})
+	}
+	for _, opts := range [][]grpcint.ClientOption{
+		{grpcint.WithMaxAttempts(0)}, {grpcint.WithMaxAttempts(101)}, {grpcint.WithBudget(nil)},
+		{grpcint.WithResolveWindow(0)}, {grpcint.WithMaxAttempts(3), grpcint.WithMaxAttempts(4)}, {{}},
+	} {
+		if _, err := grpcint.NewClient(cat, policy.OwnerApplication, opts...); !errors.Is(err, grpcint.ErrInvalidConfig) {
+			t.Errorf("client options %d: err %v, want ErrInvalidConfig", len(opts), err)
+		}
 	}
 
 	// A channel never gets two retry owners.
 	retrying := `{"methodConfig":[{"name":[{"service":"opledger.examples.payments.v1.Payments","method":"GetTransfer"}],` +
 		`"retryPolicy":{"maxAttempts":3,"initialBackoff":"0.1s","maxBackoff":"1s","backoffMultiplier":2,"retryableStatusCodes":["UNAVAILABLE"]}}]}`
 	for _, owner := range []policy.RetryOwner{policy.OwnerMesh, policy.OwnerNone, policy.OwnerApplication} {
-		_, err := grpcint.DialOptions(cat, owner, grpcint.WithServiceConfigJSON(retrying))
-		if !errors.Is(err, grpcint.ErrInvalidConfig) || !errors.Is(err, policy.ErrRetryNotOwned) {
+		_, err := dialOptions(cat, owner, grpcint.WithServiceConfigJSON(retrying))
+		if !errors.Is(err, grpcint.ErrInvalidConfig) || !errors.Is(err, serviceconfig.ErrRetryNotOwned) {
 			t.Errorf("owner %s with a retry entry: err %v, want ErrRetryNotOwned", owner, err)
 		}
 	}
-	if _, err := grpcint.DialOptions(cat, policy.OwnerServiceConfig, grpcint.WithServiceConfigJSON(retrying)); err != nil {
+	if _, err := dialOptions(cat, policy.OwnerServiceConfig, grpcint.WithServiceConfigJSON(retrying)); err != nil {
 		t.Errorf("service-config owner with its own retry entry: %v", err)
 	}
 	typo := strings.Replace(retrying, "GetTransfer", "GetTransfr", 1)
-	if _, err := grpcint.DialOptions(cat, policy.OwnerServiceConfig, grpcint.WithServiceConfigJSON(typo)); !errors.Is(err, grpcint.ErrInvalidConfig) || !strings.Contains(err.Error(), "GetTransfr") {
+	if _, err := dialOptions(cat, policy.OwnerServiceConfig, grpcint.WithServiceConfigJSON(typo)); !errors.Is(err, grpcint.ErrInvalidConfig) || !strings.Contains(err.Error(), "GetTransfr") {
 		t.Errorf("misspelled method: err %v", err)
 	}
 	if _, err := grpcint.NewClient(cat, 0); !errors.Is(err, grpcint.ErrInvalidConfig) {
@@ -102,7 +121,7 @@ func TestGeneratedServiceConfig(t *testing.T) {
 			t.Errorf("service config lacks %s: %s", want, js)
 		}
 	}
-	if findings, err := policy.Validate([]byte(js), cat, policy.OwnerServiceConfig); err != nil || len(findings) != 0 {
+	if findings, err := serviceconfig.Validate([]byte(js), cat, policy.OwnerServiceConfig); err != nil || len(findings) != 0 {
 		t.Errorf("validator: %v %v", findings, err)
 	}
 	// Without a ledger behind Transfer, it is not retried.
@@ -129,7 +148,7 @@ func TestDialOptionsPerOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, owner := range []policy.RetryOwner{policy.OwnerApplication, policy.OwnerServiceConfig, policy.OwnerMesh, policy.OwnerNone} {
-		opts, err := grpcint.DialOptions(cat, owner)
+		opts, err := dialOptions(cat, owner)
 		if err != nil {
 			t.Fatalf("%s: %v", owner, err)
 		}
@@ -141,38 +160,16 @@ func TestDialOptionsPerOwner(t *testing.T) {
 	}
 }
 
-// Example_server wires the server interceptor: the handler of a keyed
-// method finds its transaction with TxFromContext.
-func Example_server() {
-	var (
-		db    *sql.DB       // opened by the application; the ledger table migrated
-		store *ledger.Store // ledger.New(dialect)
-	)
-	cat, _ := payments.Catalog() // Transfer is keyed, with a durable ledger
-	kit, err := grpcint.NewServer(
-		grpcint.WithDB(db), grpcint.WithLedger(store), grpcint.WithCatalog(cat),
-		grpcint.WithCaller(grpcint.CallerFromPeerCertificate()),
-	)
+// dialOptions builds a Client and returns its dial options.
+func dialOptions(cat *policy.Catalog, owner policy.RetryOwner, opts ...grpcint.ClientOption) ([]grpc.DialOption, error) {
+	c, err := grpcint.NewClient(cat, owner, opts...)
 	if err != nil {
-		return // a configuration that cannot work fails here, not on the first call
+		return nil, err
 	}
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(kit.UnaryServerInterceptor()))
-	_ = srv
+	return c.DialOptions()
 }
 
-// Example_client builds a channel whose retries the application owns.
-func Example_client() {
-	cat, _ := payments.Catalog()
-	client, err := grpcint.NewClient(cat, policy.OwnerApplication)
-	if err != nil {
-		return
-	}
-	opts, _ := client.DialOptions()
-	conn, err := grpc.NewClient("127.0.0.1:50051", append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
-	if err != nil {
-		return
-	}
-	defer conn.Close()
-	ctx := grpcint.WithKey(context.Background(), grpcint.NewKey()) // optional: else one key per call is generated
-	_, _ = paymentspb.NewPaymentsClient(conn).Transfer(ctx, &paymentspb.TransferRequest{})
-}
+// dialectless is a ledger whose Dialect is nil.
+type dialectless struct{ ledger.Ledger }
+
+func (dialectless) Dialect() dialects.Dialect { return nil }

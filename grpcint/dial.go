@@ -7,49 +7,55 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
+	"github.com/opledger/opledger/internal/wait"
 	"github.com/opledger/opledger/policy"
+	"github.com/opledger/opledger/policy/serviceconfig"
 )
 
 // WithRetrySettings shapes the retry policy written into the service
 // config of a channel owned by the service config. Default: policy's
 // defaults, with UNAVAILABLE and ABORTED as retryable codes (ABORTED is
 // what a keyed call still in progress returns, with pushback).
-func WithRetrySettings(s policy.RetrySettings) ClientOption {
-	return func(c *Client) error { c.retrySettings = &s; return nil }
+func WithRetrySettings(s serviceconfig.RetrySettings) ClientOption {
+	return clientOption("WithRetrySettings", func(c *clientConfig) error { c.retrySettings = &s; return nil })
 }
 
 // WithServiceConfigJSON gives the channel a service config of your own
 // (load balancing, timeouts…). It is checked against the owner when the
 // Client is built: with any owner but policy.OwnerServiceConfig a retry or
 // hedging entry is an error, because the channel would get a second retry
-// owner; with OwnerServiceConfig every finding of policy.Validate against
+// owner; with OwnerServiceConfig every finding of serviceconfig.Validate against
 // the catalog is an error.
 func WithServiceConfigJSON(js string) ClientOption {
-	return func(c *Client) error { c.serviceConfig = js; c.hasServiceConfig = true; return nil }
+	return clientOption("WithServiceConfigJSON", func(c *clientConfig) error {
+		c.serviceConfig, c.hasServiceConfig = js, true
+		return nil
+	})
 }
 
 // checkServiceConfig validates a user-supplied service config at
 // construction.
 func (c *Client) checkServiceConfig() error {
-	if !c.hasServiceConfig {
+	if !c.cfg.hasServiceConfig {
 		return nil
 	}
-	sc, err := policy.ParseServiceConfig([]byte(c.serviceConfig))
+	sc, err := serviceconfig.Parse([]byte(c.cfg.serviceConfig))
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	if err := policy.CheckOwnership(c.owner, sc); err != nil {
+	if err := serviceconfig.CheckOwnership(c.owner, sc); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	if c.owner == policy.OwnerServiceConfig {
-		return c.validate(c.serviceConfig)
+		return c.validate(c.cfg.serviceConfig)
 	}
 	return nil
 }
 
 func (c *Client) validate(js string) error {
-	findings, err := policy.Validate([]byte(js), c.catalog, c.owner)
+	findings, err := serviceconfig.Validate([]byte(js), c.catalog, c.owner)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -60,16 +66,16 @@ func (c *Client) validate(js string) error {
 }
 
 // generatedServiceConfig returns the service config of a channel owned by
-// the service config: policy.GenerateServiceConfig's retry entry for the
+// the service config: serviceconfig.Generate's retry entry for the
 // idempotent and no-side-effects methods, extended to the keyed methods
 // that have a durable ledger. grpc-go resends the same metadata on every
 // attempt, so a retry of a keyed call carries the same key and the
 // server's ledger turns it into a replay: it is as safe as retrying an
 // idempotent method. Keyed methods without a ledger are never retried.
 func (c *Client) generatedServiceConfig() (string, error) {
-	s := policy.RetrySettings{RetryableStatusCodes: []codes.Code{codes.Unavailable, codes.Aborted}}
-	if c.retrySettings != nil {
-		s = *c.retrySettings
+	s := serviceconfig.RetrySettings{RetryableStatusCodes: []codes.Code{codes.Unavailable, codes.Aborted}}
+	if c.cfg.retrySettings != nil {
+		s = *c.cfg.retrySettings
 	}
 	var widened []policy.MethodPolicy
 	for _, p := range c.catalog.Methods() {
@@ -82,7 +88,7 @@ func (c *Client) generatedServiceConfig() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	sc, err := policy.GenerateServiceConfig(cat, policy.OwnerServiceConfig, s)
+	sc, err := serviceconfig.Generate(cat, policy.OwnerServiceConfig, s)
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -101,87 +107,95 @@ func (c *Client) generatedServiceConfig() (string, error) {
 // WithServiceConfigJSON), the given one or "" (none) for the other
 // owners. Print it to review what grpc-go will retry.
 func (c *Client) ServiceConfigJSON() (string, error) {
-	if c.hasServiceConfig || c.owner != policy.OwnerServiceConfig {
-		return c.serviceConfig, nil
+	if c.cfg.hasServiceConfig || c.owner != policy.OwnerServiceConfig {
+		return c.cfg.serviceConfig, nil
 	}
 	return c.generatedServiceConfig()
 }
 
 // DialOptions returns the dial options that give a channel exactly one
-// retry owner:
+// retry owner, with the client's interceptors (see UnaryClientInterceptor)
+// and its stats handler:
 //
-//   - policy.OwnerApplication: grpc.WithDisableRetry, the retrying unary
-//     and stream interceptors and the evidence stats handler;
+//   - policy.OwnerApplication: grpc.WithDisableRetry and the retrying
+//     interceptors;
 //   - policy.OwnerServiceConfig: the generated service config (retry
 //     policy and throttling) as the channel's only service config
-//     (grpc.WithDisableServiceConfig, so a resolver cannot replace it), the
-//     key interceptor and the stats handler;
-//   - policy.OwnerMesh and policy.OwnerNone: grpc.WithDisableRetry, the key
-//     interceptor and the stats handler.
+//     (grpc.WithDisableServiceConfig, so a resolver cannot replace it);
+//   - policy.OwnerMesh and policy.OwnerNone: grpc.WithDisableRetry.
 //
 // A service config given with WithServiceConfigJSON is installed too, once
 // checked. Add your transport credentials and other options after these.
 func (c *Client) DialOptions() ([]grpc.DialOption, error) {
-	opts := []grpc.DialOption{grpc.WithStatsHandler(c.StatsHandler())}
-	switch c.owner {
-	case policy.OwnerApplication:
-		opts = append(opts, grpc.WithDisableRetry(),
-			grpc.WithChainUnaryInterceptor(c.UnaryClientInterceptor()),
-			grpc.WithChainStreamInterceptor(c.StreamClientInterceptor()))
-	case policy.OwnerServiceConfig:
-		js := c.serviceConfig
-		if !c.hasServiceConfig {
+	opts := []grpc.DialOption{grpc.WithStatsHandler(c.StatsHandler()),
+		grpc.WithChainUnaryInterceptor(c.UnaryClientInterceptor()),
+		grpc.WithChainStreamInterceptor(c.StreamClientInterceptor())}
+	if c.owner == policy.OwnerServiceConfig {
+		js := c.cfg.serviceConfig
+		if !c.cfg.hasServiceConfig {
 			var err error
 			if js, err = c.generatedServiceConfig(); err != nil {
 				return nil, err
 			}
 		}
-		opts = append(opts, grpc.WithDisableServiceConfig(), grpc.WithDefaultServiceConfig(js),
-			grpc.WithChainUnaryInterceptor(c.KeyInterceptor()))
-		return opts, nil
-	default:
-		opts = append(opts, grpc.WithDisableRetry(), grpc.WithChainUnaryInterceptor(c.KeyInterceptor()))
+		return append(opts, grpc.WithDisableServiceConfig(), grpc.WithDefaultServiceConfig(js)), nil
 	}
-	if c.hasServiceConfig {
-		opts = append(opts, grpc.WithDefaultServiceConfig(c.serviceConfig))
+	opts = append(opts, grpc.WithDisableRetry())
+	if c.cfg.hasServiceConfig {
+		opts = append(opts, grpc.WithDefaultServiceConfig(c.cfg.serviceConfig))
 	}
 	return opts, nil
 }
 
-// DialOptions builds a Client for the channel and returns its dial
-// options (see Client.DialOptions). Use NewClient instead to keep the
-// Client and read its Stats.
-func DialOptions(catalog *policy.Catalog, owner policy.RetryOwner, opts ...ClientOption) ([]grpc.DialOption, error) {
-	c, err := NewClient(catalog, owner, opts...)
-	if err != nil {
-		return nil, err
-	}
-	return c.DialOptions()
-}
-
 // Resolve asks the server for the stored outcome of a keyed call without
 // running it: for an application that persisted the key and lost the
-// answer (a crash, a restart). method is the full method name; req must be
-// a message of the method's request type (its content is not compared);
-// reply receives the stored response.
+// answer (a crash, a restart), or got ReasonCallOutcomeUnknown. method is
+// the full method name; req must be a message of the method's request type
+// (its content is not compared); reply receives the stored response.
 //
-// It returns nil when the call had succeeded (reply holds the response);
-// an error with ReasonNotFound (NOT_FOUND) when nothing was committed, so
-// running the call again with the same key is safe; an error with
-// ReasonInProgress (ABORTED) when an attempt is still in flight; or the
-// stored error of a call that failed for good, with its code, message and
-// details.
+// A resolve only reads, so Resolve asks again, after a backoff (100 ms
+// doubling to 1 s, or the server's pushback), while the answer is lost on
+// the way (a transport failure), the server's database fails, or another
+// attempt with the key is still in flight; it stops when ctx ends, or
+// after 10 tries when ctx has no deadline. It returns nil when the call
+// had succeeded (reply holds the response); an error with ReasonNotFound
+// (NOT_FOUND) when nothing was committed, so running the call again with
+// the same key is safe; the stored error of a call that failed for good,
+// with its code, message and details; or the last failure when it had to
+// stop.
 func Resolve(ctx context.Context, cc grpc.ClientConnInterface, method, key string, req, reply any, opts ...grpc.CallOption) error {
 	if key == "" {
 		return fmt.Errorf("grpcint: resolve %s: empty key", method)
 	}
 	ctx = metadata.AppendToOutgoingContext(WithKey(ctx, key), ResolveHeader, "1")
-	return cc.Invoke(ctx, method, req, reply, opts...)
+	_, hasDeadline := ctx.Deadline()
+	var b policy.Backoff
+	for try, step := 1, 1; ; try++ {
+		var trl metadata.MD
+		err := cc.Invoke(ctx, method, req, reply, append(opts, grpc.Trailer(&trl))...)
+		if err == nil || !resolveAgain(err, trl) || ctx.Err() != nil || (!hasDeadline && try >= 10) {
+			return err
+		}
+		d, n, berr := b.Next(ctx, step, trl.Get(policy.PushbackHeader))
+		if berr != nil {
+			return err
+		}
+		step = n
+		if wait.Sleep(ctx, d) != nil {
+			return err
+		}
+	}
 }
 
-// isResolve reports whether the outgoing call is a resolve request made
-// by the application (Resolve), which the interceptor passes through.
-func isResolve(ctx context.Context) bool {
-	md, ok := metadata.FromOutgoingContext(ctx)
-	return ok && len(md.Get(ResolveHeader)) > 0
+// resolveAgain reports whether a failed resolve request is worth sending
+// again: its answer was lost, the server's database failed, or an attempt
+// with the key is still in flight.
+func resolveAgain(err error, trl metadata.MD) bool {
+	if replayedError(err, trl) {
+		return false // a stored final error: the answer
+	}
+	if m, ok := serverMapping(err); ok {
+		return m.Reason == ReasonInProgress || (m.Next == policy.Retry && m.Reason != ReasonNotFound)
+	}
+	return mayHaveRun(status.Code(err))
 }

@@ -1,14 +1,165 @@
 package grpcint_test
 
 import (
+	"context"
+	"database/sql"
 	"fmt"
+	"log"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
 
+	_ "github.com/mattn/go-sqlite3"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/opledger/opledger/dialects/sqlite"
+	"github.com/opledger/opledger/examples/payments"
 	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
+	"github.com/opledger/opledger/ledger"
+	"github.com/opledger/opledger/migrations"
+	"github.com/opledger/opledger/policy"
 )
+
+// A keyed Transfer served with the kit's server interceptor, called
+// through a channel whose retries the application owns: a retry with the
+// same key replays the first answer, and the same key for another request
+// is refused. The example service's handler writes through the
+// transaction it finds with txmiddleware.TxFromContext.
+func Example() {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "grpcint-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	db, err := sql.Open("sqlite3", sqlite.DSN(filepath.Join(dir, "pay.db"), 5*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	d := sqlite.New()
+	m, err := migrations.New(db, d)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := m.Up(ctx); err != nil {
+		log.Fatal(err)
+	}
+	if err := payments.CreateTable(ctx, db, d, payments.DefaultTable); err != nil {
+		log.Fatal(err)
+	}
+	svc, err := payments.NewService(db, d, payments.DefaultTable)
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	// The server: the catalog says which methods are keyed, the caller
+	// comes from authentication (here a header set by a trusted gateway).
+	store, err := ledger.New(d)
+	if err != nil {
+		log.Fatal(err)
+	}
+	cat, err := payments.Catalog() // Transfer is keyed, with a durable ledger
+	if err != nil {
+		log.Fatal(err)
+	}
+	kit, err := grpcint.NewServer(db, store, cat, grpcint.CallerFromTrustedHeader("x-caller"))
+	if err != nil {
+		log.Fatal(err) // a configuration that cannot work fails here, not on the first call
+	}
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(kit.UnaryServerInterceptor()))
+	paymentspb.RegisterPaymentsServer(srv, svc)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+
+	// The client: one retry owner for the channel.
+	client, err := grpcint.NewClient(cat, policy.OwnerApplication)
+	if err != nil {
+		log.Fatal(err)
+	}
+	opts, err := client.DialOptions()
+	if err != nil {
+		log.Fatal(err)
+	}
+	conn, err := grpc.NewClient(lis.Addr().String(), append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer conn.Close()
+	pc := paymentspb.NewPaymentsClient(conn)
+
+	ctx = metadata.AppendToOutgoingContext(ctx, "x-caller", "tenant-a")
+	key := grpcint.NewKey() // persist it first to resolve after a restart
+	req := &paymentspb.TransferRequest{FromAccount: "alice", ToAccount: "bob", AmountCents: 500, Reference: "rent"}
+	first, err := pc.Transfer(grpcint.WithKey(ctx, key), req)
+	if err != nil {
+		log.Fatal(err)
+	}
+	again, err := pc.Transfer(grpcint.WithKey(ctx, key), req) // a retry, by anyone: replayed
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("same answer:", proto.Equal(first, again), "executed:", kit.Stats().Executed, "replayed:", kit.Stats().Replayed)
+
+	other := &paymentspb.TransferRequest{FromAccount: "alice", ToAccount: "bob", AmountCents: 600, Reference: "rent"}
+	_, err = pc.Transfer(grpcint.WithKey(ctx, key), other)
+	ci, _ := grpcint.CallInfoOf(err)
+	fmt.Println(status.Code(err), grpcint.ReasonOf(err), ci.Next)
+
+	var stored paymentspb.TransferReply
+	err = grpcint.Resolve(ctx, conn, paymentspb.TransferMethod, key, &paymentspb.TransferRequest{}, &stored)
+	fmt.Println("resolved:", err == nil && proto.Equal(&stored, first))
+	// Output:
+	// same answer: true executed: 1 replayed: 1
+	// FailedPrecondition IDEMPOTENCY_KEY_REUSED do-not-retry
+	// resolved: true
+}
+
+// A keyed call that returns an error says what the caller can do: here
+// nothing listens, so no attempt was ever sent and calling again with the
+// same key is safe.
+func ExampleCallInfoOf() {
+	cat, err := payments.Catalog()
+	if err != nil {
+		log.Fatal(err)
+	}
+	client, err := grpcint.NewClient(cat, policy.OwnerApplication, grpcint.WithMaxAttempts(2),
+		grpcint.WithBackoff(policy.Backoff{Initial: time.Millisecond, Max: time.Millisecond}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	opts, err := client.DialOptions()
+	if err != nil {
+		log.Fatal(err)
+	}
+	conn, err := grpc.NewClient("127.0.0.1:1", append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer conn.Close()
+	ctx := grpcint.WithKey(context.Background(), "order-42")
+	_, err = paymentspb.NewPaymentsClient(conn).Transfer(ctx, &paymentspb.TransferRequest{AmountCents: 1})
+	ci, _ := grpcint.CallInfoOf(err)
+	switch ci.Next {
+	case policy.Retry: // nothing was committed: call again with ci.Key when you like
+	case policy.ResolveFirst: // the outcome is unknown: grpcint.Resolve with ci.Key
+	case policy.DoNotRetry: // the error is the answer
+	}
+	fmt.Println(ci.Reason, ci.Next, ci.Key, ci.Attempts)
+	// Output:
+	// REQUEST_NOT_SENT retry order-42 2
+}
 
 // The request fingerprint depends only on the message's content, not on
 // how it was built.
@@ -27,13 +178,12 @@ func ExampleRequestFingerprint() {
 	// true
 }
 
-// A client reads the kit's stable reason to decide what to do.
+// ReasonOf reads the kit's stable reason; a status that is not the kit's
+// has none.
 func ExampleReasonOf() {
-	err := status.Error(codes.Internal, "no details") // not from the kit
-	fmt.Printf("%q\n", grpcint.ReasonOf(err))
-	// A status from the server interceptor carries an ErrorInfo:
-	// ReasonOf(err) == grpcint.ReasonKeyReused means "use a new key".
-
+	fmt.Printf("%q\n", grpcint.ReasonOf(status.Error(codes.Internal, "no details")))
+	fmt.Println(grpcint.ReasonOf(grpcint.NotExecuted(codes.Unavailable, "shedding load")))
 	// Output:
 	// ""
+	// REQUEST_NOT_EXECUTED
 }

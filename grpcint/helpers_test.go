@@ -21,7 +21,6 @@ import (
 	"github.com/opledger/opledger/internal/testdb"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/policy"
-	"github.com/opledger/opledger/txmiddleware"
 )
 
 const callerHeader = "x-test-caller"
@@ -57,13 +56,13 @@ func newEnv(t *testing.T, tg testdb.Target) *env {
 	db := tg.Open(t, 8)
 	table, biz := newTables(t, db, tg.Dialect)
 	return serve(t, db, tg.Dialect, table, biz,
-		grpcint.WithTxOptions(txmiddleware.WithLockWait(300*time.Millisecond)),
+		grpcint.WithLockWait(300*time.Millisecond),
 		grpcint.WithInProgressPushback(50*time.Millisecond))
 }
 
 // newTables creates a ledger table and a transfers table in db, dropped
 // when the test ends.
-func newTables(t *testing.T, db *sql.DB, d dialects.Dialect) (table, biz string) {
+func newTables(t testing.TB, db *sql.DB, d dialects.Dialect) (table, biz string) {
 	t.Helper()
 	table = testdb.NewTable(t, db, d)
 	biz = table + "_transfers"
@@ -83,6 +82,14 @@ func serve(t *testing.T, db *sql.DB, d dialects.Dialect, table, biz string, opts
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveLedger(t, db, store, biz, nil, opts...)
+}
+
+// serveLedger is serve with a ledger of the test's own and, when not nil,
+// a server interceptor in front of the kit's.
+func serveLedger(t *testing.T, db *sql.DB, store ledger.Ledger, biz string, front grpc.UnaryServerInterceptor, opts ...grpcint.ServerOption) *env {
+	t.Helper()
+	d := store.Dialect()
 	cat, err := payments.Catalog()
 	if err != nil {
 		t.Fatal(err)
@@ -91,13 +98,16 @@ func serve(t *testing.T, db *sql.DB, d dialects.Dialect, table, biz string, opts
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := grpcint.NewServer(append([]grpcint.ServerOption{grpcint.WithDB(db), grpcint.WithLedger(store), grpcint.WithCatalog(cat),
-		grpcint.WithCaller(grpcint.CallerFromTrustedHeader(callerHeader))}, opts...)...)
+	s, err := grpcint.NewServer(db, store, cat, grpcint.CallerFromTrustedHeader(callerHeader), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	g := &gate{entered: make(chan struct{}, 1), release: make(chan struct{})}
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(s.UnaryServerInterceptor(), g.interceptor()))
+	chain := []grpc.UnaryServerInterceptor{s.UnaryServerInterceptor(), g.interceptor()}
+	if front != nil {
+		chain = append([]grpc.UnaryServerInterceptor{front}, chain...)
+	}
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(chain...))
 	paymentspb.RegisterPaymentsServer(srv, svc)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -145,11 +155,17 @@ func wantStatus(t *testing.T, err error, code codes.Code, reason grpcint.Reason)
 
 func appClient(t *testing.T, addr string, opts ...grpcint.ClientOption) (*grpcint.Client, paymentspb.PaymentsClient) {
 	t.Helper()
+	return ownerClient(t, addr, policy.OwnerApplication, opts...)
+}
+
+// ownerClient is a kit client for a channel whose retries belong to owner.
+func ownerClient(t *testing.T, addr string, owner policy.RetryOwner, opts ...grpcint.ClientOption) (*grpcint.Client, paymentspb.PaymentsClient) {
+	t.Helper()
 	cat, err := payments.Catalog()
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := grpcint.NewClient(cat, policy.OwnerApplication, opts...)
+	c, err := grpcint.NewClient(cat, owner, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/options"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/policy"
 	"github.com/opledger/opledger/txmiddleware"
@@ -25,70 +26,92 @@ import (
 
 // DefaultLockWait is how long a keyed call waits for another attempt with
 // the same key that is still in flight before it answers ABORTED (and a
-// resolve before it answers ABORTED), unless WithTxOptions sets
-// txmiddleware.WithLockWait.
+// resolve before it answers ABORTED), unless WithLockWait says otherwise.
 const DefaultLockWait = 2 * time.Second
 
-// ServerOption configures a Server.
-type ServerOption func(*Server) error
+// DefaultInProgressPushback is the grpc-retry-pushback-ms sent with
+// ABORTED when another attempt with the same key is still running.
+const DefaultInProgressPushback = 200 * time.Millisecond
 
-// WithDB sets the database that holds the ledger's table and the
-// service's own tables: the handler's writes and the claim commit in one
-// transaction on it.
-func WithDB(db *sql.DB) ServerOption {
-	return func(s *Server) error { s.db = db; return nil }
+// ServerOption configures a Server; the With functions build them. Giving
+// the same option twice is an error.
+type ServerOption struct{ o options.Option[serverConfig] }
+
+type serverConfig struct {
+	txOpts   []txmiddleware.Option
+	lockWait time.Duration
+	codec    txmiddleware.ErrorCodec
+	pushback time.Duration
+	types    protoregistry.MessageTypeResolver
 }
 
-// WithLedger sets the operation ledger. When l is a *ledger.Store its
-// dialect is used unless WithDialect says otherwise.
-func WithLedger(l ledger.Ledger) ServerOption {
-	return func(s *Server) error { s.ledger = l; return nil }
+func serverOption(name string, f func(*serverConfig) error) ServerOption {
+	return ServerOption{options.New(name, f)}
 }
 
-// WithDialect sets the database dialect, needed when the ledger is not a
-// *ledger.Store.
-func WithDialect(d dialects.Dialect) ServerOption {
-	return func(s *Server) error { s.dialect = d; return nil }
-}
-
-// WithCatalog sets the method catalog: which methods are keyed. Methods
-// that are not keyed, or not in the catalog, pass through untouched.
-func WithCatalog(c *policy.Catalog) ServerOption {
-	return func(s *Server) error { s.catalog = c; return nil }
-}
-
-// WithCaller sets the function that fingerprints the authenticated
-// caller (see CallerFromPeerCertificate, CallerFromPrincipal,
-// CallerFromTrustedHeader). A keyed call without a caller is refused with
-// UNAUTHENTICATED.
-func WithCaller(f CallerFunc) ServerOption {
-	return func(s *Server) error { s.caller = f; return nil }
-}
-
-// WithTxOptions passes options to the txmiddleware runner: isolation,
-// attempts on transient failures, the in-progress wait bound, the rule
-// for final errors.
+// WithTxOptions passes options to the server's txmiddleware runner:
+// isolation, transaction attempts and backoff, savepoint mode, a retry
+// hook. The lock-wait bound and the error codec are the server's own
+// options (WithLockWait, WithErrorCodec); giving them here as well is an
+// error.
 func WithTxOptions(opts ...txmiddleware.Option) ServerOption {
-	return func(s *Server) error { s.txOpts = append(s.txOpts, opts...); return nil }
+	return serverOption("WithTxOptions", func(c *serverConfig) error {
+		c.txOpts = append(c.txOpts, opts...)
+		return nil
+	})
+}
+
+// WithLockWait bounds how long a keyed call waits for another attempt
+// with the same key that is still in flight (default [DefaultLockWait]);
+// past it the call answers ABORTED ReasonInProgress. The dialect must
+// implement dialects.LockWaiter; zero sets no bound (the database's own
+// settings and the call's deadline bound the wait).
+func WithLockWait(d time.Duration) ServerOption {
+	return serverOption("WithLockWait", func(c *serverConfig) error {
+		if d < 0 {
+			return errors.New("lock wait must not be negative")
+		}
+		c.lockWait = d
+		return nil
+	})
+}
+
+// WithErrorCodec sets which handler errors are final, recorded and
+// replayed (default StatusCodec(DefaultFinalCodes()...)). It must decode
+// what it encodes: replays and resolves return its Decode.
+func WithErrorCodec(codec txmiddleware.ErrorCodec) ServerOption {
+	return serverOption("WithErrorCodec", func(c *serverConfig) error {
+		if codec == nil {
+			return errors.New("codec must not be nil")
+		}
+		c.codec = codec
+		return nil
+	})
 }
 
 // WithInProgressPushback sets the grpc-retry-pushback-ms sent with
 // ABORTED when another attempt with the same key is still running
-// (default 200ms).
+// (default [DefaultInProgressPushback]).
 func WithInProgressPushback(d time.Duration) ServerOption {
-	return func(s *Server) error {
+	return serverOption("WithInProgressPushback", func(c *serverConfig) error {
 		if d < 0 {
-			return fmt.Errorf("%w: negative pushback", ErrInvalidConfig)
+			return errors.New("negative pushback")
 		}
-		s.pushback = d
+		c.pushback = d
 		return nil
-	}
+	})
 }
 
 // WithTypeResolver sets where stored responses find their message type
 // by full name (default protoregistry.GlobalTypes).
 func WithTypeResolver(r protoregistry.MessageTypeResolver) ServerOption {
-	return func(s *Server) error { s.types = r; return nil }
+	return serverOption("WithTypeResolver", func(c *serverConfig) error {
+		if r == nil {
+			return errors.New("type resolver must not be nil")
+		}
+		c.types = r
+		return nil
+	})
 }
 
 // ServerStats are the counters of a Server.
@@ -118,7 +141,7 @@ type Server struct {
 	dialect  dialects.Dialect
 	catalog  *policy.Catalog
 	caller   CallerFunc
-	txOpts   []txmiddleware.Option
+	codec    txmiddleware.ErrorCodec
 	pushback time.Duration
 	types    protoregistry.MessageTypeResolver
 	runner   *txmiddleware.Runner
@@ -128,23 +151,38 @@ type Server struct {
 	executed, replayed, resolves, refused, failed atomic.Int64
 }
 
-// NewServer builds a Server. A configuration that cannot work is an
-// error wrapping ErrInvalidConfig: no catalog; a keyed streaming method;
-// a keyed method but no database, ledger, dialect or caller function.
-func NewServer(opts ...ServerOption) (*Server, error) {
-	s := &Server{pushback: 200 * time.Millisecond, types: protoregistry.GlobalTypes}
-	for _, o := range opts {
-		if o == nil {
-			continue
-		}
-		if err := o(s); err != nil {
-			return nil, err
-		}
+// NewServer returns the server side of the kit for the keyed methods of
+// catalog: their handlers write through the transaction in db that holds
+// the claim in l (see txmiddleware.TxFromContext), and caller fingerprints
+// who calls (see CallerFromPeerCertificate, CallerFromPrincipal,
+// CallerFromTrustedHeader); a keyed call without a caller is refused with
+// UNAUTHENTICATED. Methods that are not keyed, or not in the catalog, pass
+// through untouched.
+//
+// A configuration that cannot work is an error wrapping ErrInvalidConfig:
+// a nil argument, a keyed streaming method, a lock-wait bound on a dialect
+// without dialects.LockWaiter, a bad option.
+func NewServer(db *sql.DB, l ledger.Ledger, catalog *policy.Catalog, caller CallerFunc, opts ...ServerOption) (*Server, error) {
+	switch {
+	case db == nil:
+		return nil, fmt.Errorf("%w: nil database", ErrInvalidConfig)
+	case l == nil:
+		return nil, fmt.Errorf("%w: nil ledger", ErrInvalidConfig)
+	case catalog == nil:
+		return nil, fmt.Errorf("%w: nil method catalog", ErrInvalidConfig)
+	case caller == nil:
+		return nil, fmt.Errorf("%w: nil caller function", ErrInvalidConfig)
+	case l.Dialect() == nil:
+		return nil, fmt.Errorf("%w: the ledger has no dialect", ErrInvalidConfig)
 	}
-	if s.catalog == nil {
-		return nil, fmt.Errorf("%w: no method catalog (WithCatalog)", ErrInvalidConfig)
+	cfg := serverConfig{lockWait: DefaultLockWait, codec: StatusCodec(DefaultFinalCodes()...),
+		pushback: DefaultInProgressPushback, types: protoregistry.GlobalTypes}
+	if err := options.Apply(&cfg, opts, func(o ServerOption) options.Option[serverConfig] { return o.o }); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	for _, p := range s.catalog.Methods() {
+	s := &Server{db: db, ledger: l, dialect: l.Dialect(), catalog: catalog, caller: caller,
+		codec: cfg.codec, pushback: cfg.pushback, types: cfg.types}
+	for _, p := range catalog.Methods() {
 		if p.Kind != policy.KindKeyed {
 			continue
 		}
@@ -153,37 +191,18 @@ func NewServer(opts ...ServerOption) (*Server, error) {
 		}
 		s.keyed = true
 	}
-	if !s.keyed {
-		return s, nil
+	base := append([]txmiddleware.Option(nil), cfg.txOpts...)
+	if cfg.lockWait > 0 {
+		base = append(base, txmiddleware.WithLockWait(cfg.lockWait))
 	}
-	if s.dialect == nil {
-		if st, ok := s.ledger.(*ledger.Store); ok && st != nil {
-			s.dialect = st.Dialect()
-		}
-	}
-	switch {
-	case s.ledger == nil:
-		return nil, fmt.Errorf("%w: the catalog has keyed methods but no ledger was given (WithLedger)", ErrInvalidConfig)
-	case s.db == nil:
-		return nil, fmt.Errorf("%w: the catalog has keyed methods but no database was given (WithDB)", ErrInvalidConfig)
-	case s.dialect == nil:
-		return nil, fmt.Errorf("%w: the ledger is not a *ledger.Store; give its dialect (WithDialect)", ErrInvalidConfig)
-	case s.caller == nil:
-		return nil, fmt.Errorf("%w: the catalog has keyed methods but no caller function was given (WithCaller)", ErrInvalidConfig)
-	}
-	if _, ok := s.dialect.(dialects.LockWaiter); ok {
-		// A bound on the wait for an attempt in flight, so that a duplicate
-		// gets ABORTED with pushback instead of blocking until its
-		// deadline; a WithLockWait in WithTxOptions comes later and wins.
-		s.txOpts = append([]txmiddleware.Option{txmiddleware.WithLockWait(DefaultLockWait)}, s.txOpts...)
-	}
-	r, err := txmiddleware.New(s.db, s.ledger, s.dialect, s.txOpts...)
+	r, err := txmiddleware.New(db, l, append(base, txmiddleware.WithErrorCodec(cfg.codec))...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	s.runner = r
-	noFinal := txmiddleware.WithFinalErrors(func(error) (*status.Status, bool) { return nil, false })
-	p, err := txmiddleware.New(s.db, s.ledger, s.dialect, append(append([]txmiddleware.Option(nil), s.txOpts...), noFinal, txmiddleware.WithMaxAttempts(3))...)
+	// The resolve probe records nothing (no codec): its claim always
+	// rolls back.
+	p, err := txmiddleware.New(db, l, base...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -195,26 +214,6 @@ func NewServer(opts ...ServerOption) (*Server, error) {
 func (s *Server) Stats() ServerStats {
 	return ServerStats{Executed: s.executed.Load(), Replayed: s.replayed.Load(), Resolves: s.resolves.Load(),
 		Refused: s.refused.Load(), Failed: s.failed.Load()}
-}
-
-// UnaryServerInterceptor builds a Server with opts and returns its unary
-// interceptor.
-func UnaryServerInterceptor(opts ...ServerOption) (grpc.UnaryServerInterceptor, error) {
-	s, err := NewServer(opts...)
-	if err != nil {
-		return nil, err
-	}
-	return s.UnaryServerInterceptor(), nil
-}
-
-// StreamServerInterceptor builds a Server with opts and returns its stream
-// interceptor.
-func StreamServerInterceptor(opts ...ServerOption) (grpc.StreamServerInterceptor, error) {
-	s, err := NewServer(opts...)
-	if err != nil {
-		return nil, err
-	}
-	return s.StreamServerInterceptor(), nil
 }
 
 // StreamServerInterceptor returns an interceptor that passes streams
@@ -234,13 +233,14 @@ func (s *Server) StreamServerInterceptor() grpc.StreamServerInterceptor {
 //  3. for a resolve request (idempotency-resolve: 1) answers with the
 //     stored outcome, NOT_FOUND or ABORTED, without running the handler;
 //  4. otherwise runs the handler inside txmiddleware, with the transaction
-//     reachable from the handler's context (TxFromContext), storing its
+//     reachable from the handler's context (txmiddleware.TxFromContext), storing its
 //     response (deterministic bytes and full message name) or its final
 //     error with the claim in the same transaction;
 //  5. on a replay returns the stored response or error, with response
 //     metadata idempotency-replayed: true.
 //
-// Every refusal carries an ErrorInfo with a stable reason (see Reason).
+// Every refusal and failure carries an ErrorInfo with a stable reason,
+// its code as ErrorMap gives it.
 // Other methods pass through, except a resolve request, which never runs
 // a handler (INVALID_ARGUMENT).
 func (s *Server) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
@@ -252,15 +252,11 @@ func (s *Server) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 		}
 		// A resolve must never run a handler, keyed or not.
 		if md, ok := metadata.FromIncomingContext(ctx); ok && len(md[ResolveHeader]) > 0 {
-			return nil, statusErr(codes.InvalidArgument, ReasonInvalidRequest, info.FullMethod+" is not a keyed method; there is nothing to resolve")
+			return nil, statusErr(ReasonInvalidRequest, info.FullMethod+" is not a keyed method; there is nothing to resolve")
 		}
 		return handler(ctx, req)
 	}
 }
-
-// TxFromContext returns the transaction a keyed handler runs in: write
-// the business data through it so that it commits with the ledger claim.
-func TxFromContext(ctx context.Context) (*sql.Tx, bool) { return txmiddleware.TxFromContext(ctx) }
 
 func (s *Server) keyedCall(ctx context.Context, req any, method string, handler grpc.UnaryHandler) (any, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
@@ -272,32 +268,32 @@ func (s *Server) keyedCall(ctx context.Context, req any, method string, handler 
 	switch {
 	case len(keys) == 0:
 		s.refused.Add(1)
-		return nil, statusErr(codes.InvalidArgument, ReasonMissingKey, method+" needs an idempotency-key header")
+		return nil, statusErr(ReasonMissingKey, method+" needs an idempotency-key header")
 	case len(keys) > 1:
 		s.refused.Add(1)
-		return nil, statusErr(codes.InvalidArgument, ReasonInvalidKey, "more than one idempotency-key header")
+		return nil, statusErr(ReasonInvalidKey, "more than one idempotency-key header")
 	}
 	caller, ok := s.caller(ctx)
 	if !ok {
 		s.refused.Add(1)
-		return nil, statusErr(codes.Unauthenticated, ReasonNoCaller, "no authenticated caller for a keyed call")
+		return nil, statusErr(ReasonNoCaller, "no authenticated caller for a keyed call")
 	}
 	id, err := ledger.NewIdentity(caller, method, keys[0])
 	if err != nil {
 		s.refused.Add(1)
 		var ie *ledger.InputError
 		if errors.As(err, &ie) && ie.Field == "caller" {
-			return nil, statusErr(codes.Unauthenticated, ReasonNoCaller, "caller fingerprint is not usable: "+ie.Reason)
+			return nil, statusErr(ReasonNoCaller, "caller fingerprint is not usable: "+ie.Reason)
 		}
 		if errors.As(err, &ie) && ie.Field == "key" {
-			return nil, statusErr(codes.InvalidArgument, ReasonInvalidKey, "idempotency key "+ie.Reason)
+			return nil, statusErr(ReasonInvalidKey, "idempotency key "+ie.Reason)
 		}
-		return nil, statusErr(codes.InvalidArgument, ReasonInvalidRequest, "cannot build the operation identity")
+		return nil, statusErr(ReasonInvalidRequest, "cannot build the operation identity")
 	}
 	fp, err := RequestFingerprint(req)
 	if err != nil {
 		s.refused.Add(1)
-		return nil, statusErr(codes.InvalidArgument, ReasonInvalidRequest, "request cannot be fingerprinted")
+		return nil, statusErr(ReasonInvalidRequest, "request cannot be fingerprinted")
 	}
 	creq := ledger.ClaimRequest{Identity: id, Fingerprint: fp}
 	if resolve {
@@ -331,19 +327,20 @@ func (s *Server) keyedCall(ctx context.Context, req any, method string, handler 
 	return nil, s.failure(ctx, err, workErr)
 }
 
-// failure maps an error of an unfinished keyed call to its status.
+// failure maps an error of an unfinished keyed call to its status, as
+// the error map says.
 func (s *Server) failure(ctx context.Context, err, workErr error) error {
 	switch {
 	case errors.Is(err, ledger.ErrKeyReused):
 		s.refused.Add(1)
-		return statusErr(codes.FailedPrecondition, ReasonKeyReused, "idempotency key already used for a different request")
+		return statusErr(ReasonKeyReused, "idempotency key already used for a different request")
 	case errors.Is(err, ledger.ErrInProgress):
 		s.refused.Add(1)
 		_ = grpc.SetTrailer(ctx, metadata.Pairs(policy.PushbackHeader, strconv.FormatInt(s.pushback.Milliseconds(), 10)))
-		return statusErr(codes.Aborted, ReasonInProgress, "another attempt with this idempotency key is in progress")
+		return statusErr(ReasonInProgress, "another attempt with this idempotency key is in progress")
 	case errors.Is(err, ledger.ErrIncomplete):
 		s.refused.Add(1)
-		return statusErr(codes.FailedPrecondition, ReasonIncomplete, "an earlier attempt committed without a result; its outcome is unknown")
+		return statusErr(ReasonIncomplete, "an earlier attempt committed without a result; its outcome is unknown")
 	}
 	s.failed.Add(1)
 	switch {
@@ -351,17 +348,23 @@ func (s *Server) failure(ctx context.Context, err, workErr error) error {
 		// The handler's own non-final error: nothing was recorded. A bare
 		// database error is not passed on to the client as it is.
 		if _, ok := status.FromError(workErr); !ok && s.dialect.Classify(workErr) != dialects.ClassOther {
-			return statusErr(codes.Unavailable, ReasonStorageUnavailable, "the database failed; retry with the same idempotency key")
+			return statusErr(ReasonStorageUnavailable, "the database failed; nothing was committed; retry with the same idempotency key")
 		}
 		return workErr
 	case errors.Is(err, txmiddleware.ErrCommitUnknown):
-		return statusErr(codes.Unavailable, ReasonOutcomeUnknown, "commit outcome unknown; resolve with the same idempotency key before retrying")
+		return statusErr(ReasonOutcomeUnknown, "commit outcome unknown; resolve with the same idempotency key before retrying")
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		if cerr := ctx.Err(); cerr != nil {
 			return status.FromContextError(cerr).Err()
 		}
+	case errors.Is(err, ledger.ErrInvalid):
+		return statusErr(ReasonResultNotStorable, "the response cannot be stored in the operation ledger; nothing was committed")
+	case errors.Is(err, ledger.ErrNotAcquired):
+		return statusErr(ReasonLedgerMisuse, "the operation ledger refused to complete its own claim; nothing was committed")
+	case errors.Is(err, ledger.ErrRetryable) && s.dialect.Classify(err) != dialects.ClassConnection:
+		return statusErr(ReasonTransactionAborted, "the transaction kept conflicting with others; nothing was committed; retry with the same idempotency key")
 	}
-	return statusErr(codes.Unavailable, ReasonStorageUnavailable, "the operation ledger's database failed; retry with the same idempotency key")
+	return statusErr(ReasonStorageUnavailable, "the operation ledger's database failed; nothing was committed; retry with the same idempotency key")
 }
 
 // resolve answers a resolve request without running the handler.
@@ -371,7 +374,7 @@ func (s *Server) resolve(ctx context.Context, creq ledger.ClaimRequest) (any, er
 	case err == nil && e.State == ledger.Completed:
 		return s.replay(ctx, e.Result)
 	case err == nil:
-		return nil, statusErr(codes.FailedPrecondition, ReasonIncomplete, "an earlier attempt committed without a result; its outcome is unknown")
+		return nil, statusErr(ReasonIncomplete, "an earlier attempt committed without a result; its outcome is unknown")
 	case !errors.Is(err, ledger.ErrNotFound):
 		return nil, s.failure(ctx, err, nil)
 	}
@@ -383,7 +386,7 @@ func (s *Server) resolve(ctx context.Context, creq ledger.ClaimRequest) (any, er
 	})
 	switch {
 	case errors.Is(err, errProbe):
-		return nil, statusErr(codes.NotFound, ReasonNotFound, "nothing was committed for this idempotency key; running the call again with it is safe")
+		return nil, statusErr(ReasonNotFound, "nothing was committed for this idempotency key; running the call again with it is safe")
 	case out.Replayed:
 		return s.replay(ctx, out.Result)
 	case errors.Is(err, ledger.ErrKeyReused):
@@ -403,9 +406,9 @@ func (s *Server) replay(ctx context.Context, r ledger.Result) (any, error) {
 	// error would commit the call for grpc-go's retries (and for the
 	// kit's evidence), so a replay lost on the way back could not be
 	// retried.
-	_ = grpc.SetTrailer(ctx, metadata.Pairs(ReplayedHeader, "true"))
+	_ = grpc.SetTrailer(ctx, metadata.Pairs(ReplayedHeader, "true", ReplayedCodeHeader, strconv.FormatUint(uint64(r.Code), 10)))
 	if r.Code != 0 {
-		return nil, txmiddleware.ReplayError(r)
+		return nil, s.codec.Decode(r)
 	}
 	return s.decode(r)
 }
@@ -414,11 +417,11 @@ func (s *Server) replay(ctx context.Context, r ledger.Result) (any, error) {
 func (s *Server) decode(r ledger.Result) (any, error) {
 	mt, err := s.types.FindMessageByName(protoreflect.FullName(r.TypeName))
 	if err != nil {
-		return nil, statusErr(codes.Internal, ReasonResultUnreadable, "stored response type "+strconv.Quote(r.TypeName)+" is not known to this server")
+		return nil, statusErr(ReasonResultUnreadable, "stored response type "+strconv.Quote(r.TypeName)+" is not known to this server")
 	}
 	m := mt.New().Interface()
 	if err := proto.Unmarshal(r.Response, m); err != nil {
-		return nil, statusErr(codes.Internal, ReasonResultUnreadable, "stored response does not decode as "+r.TypeName)
+		return nil, statusErr(ReasonResultUnreadable, "stored response does not decode as "+r.TypeName)
 	}
 	return m, nil
 }

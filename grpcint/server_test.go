@@ -194,13 +194,16 @@ func TestFinalErrorSaysAttempts(t *testing.T) {
 	// server's own.
 	_, err := pc.Transfer(context.Background(), transfer("x", 1))
 	wantStatus(t, err, codes.Unauthenticated, grpcint.ReasonNoCaller)
-	if grpcint.Attempts(err) != 0 {
-		t.Errorf("single attempt annotated: %v", err)
+	if ci, ok := grpcint.CallInfoOf(err); !ok || ci.Attempts != 1 || ci.Next != policy.DoNotRetry || ci.Key == "" || ci.Resolves != 0 {
+		t.Errorf("CallInfo of a keyed call refused by the server: %+v %v; want 1 attempt, do-not-retry, the key", ci, ok)
 	}
 	// GetTransfer of a missing id: NOT_FOUND, never retried.
 	_, err = pc.GetTransfer(context.Background(), &paymentspb.GetTransferRequest{TransferId: 999})
 	if status.Code(err) != codes.NotFound {
 		t.Fatalf("err %v", err)
+	}
+	if _, ok := grpcint.CallInfoOf(err); ok {
+		t.Errorf("a call that is not keyed and was not retried is annotated: %v", err)
 	}
 
 	// Nothing listens: UNAVAILABLE before sending is retried up to the
@@ -208,7 +211,17 @@ func TestFinalErrorSaysAttempts(t *testing.T) {
 	_, dead := appClient(t, "127.0.0.1:1", grpcint.WithMaxAttempts(3),
 		grpcint.WithBackoff(policy.Backoff{Initial: time.Millisecond, Max: 2 * time.Millisecond}))
 	_, err = dead.GetTransfer(context.Background(), &paymentspb.GetTransferRequest{TransferId: 1})
-	if status.Code(err) != codes.Unavailable || grpcint.Attempts(err) != 3 || !strings.Contains(err.Error(), "after 3 attempts") {
-		t.Errorf("err %v (attempts %d), want UNAVAILABLE after 3 attempts", err, grpcint.Attempts(err))
+	ci, _ := grpcint.CallInfoOf(err)
+	if status.Code(err) != codes.Unavailable || ci.Attempts != 3 || !strings.Contains(err.Error(), "after 3 attempts") ||
+		ci.Reason != grpcint.ReasonNotSent || ci.Decision != "max-attempts" {
+		t.Errorf("err %v (%+v), want UNAVAILABLE after 3 attempts, not sent, max-attempts", err, ci)
+	}
+	// The same for a keyed call: nothing was ever sent, so the error is
+	// definite (nothing committed; calling again is safe) and carries the
+	// key.
+	_, err = dead.Transfer(as(context.Background(), "alice", "k-dead"), transfer("dead", 1))
+	ci, _ = grpcint.CallInfoOf(err)
+	if status.Code(err) != codes.Unavailable || ci.Attempts != 3 || ci.Reason != grpcint.ReasonNotSent || ci.Next != policy.Retry || ci.Key != "k-dead" {
+		t.Errorf("keyed call to a dead address: %v (%+v), want 3 attempts, not sent, retry, key k-dead", err, ci)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/opledger/opledger/policy"
 )
 
 // Metadata keys the kit reads and writes. gRPC metadata keys are lower case.
@@ -22,17 +24,23 @@ const (
 	// response is a stored outcome (a replay or a resolve), not a new
 	// execution.
 	ReplayedHeader = "idempotency-replayed"
+	// ReplayedCodeHeader comes with ReplayedHeader and holds the status
+	// code of the replayed outcome in decimal ("0" for a stored response),
+	// so that a client can tell a replayed error from a replayed response
+	// whose answer was lost below it.
+	ReplayedCodeHeader = "idempotency-replayed-code"
 )
 
 // ErrorDomain is the ErrorInfo domain of every error detail the kit adds.
 const ErrorDomain = "opledger.grpcint"
 
 // Reason is the stable ErrorInfo reason of a status the kit returns. The
-// string values do not change between releases; docs/grpc.md lists them
-// with what a client should do.
+// string values do not change between releases. [ErrorMap] gives each
+// reason's status code, cause and what a client does next; docs/grpc.md
+// prints that table.
 type Reason string
 
-// Reasons, each with the status code it comes with.
+// Reasons the server interceptor returns.
 const (
 	// ReasonMissingKey: a keyed method was called without an
 	// idempotency-key header (INVALID_ARGUMENT). Fix the client.
@@ -52,28 +60,66 @@ const (
 	ReasonKeyReused Reason = "IDEMPOTENCY_KEY_REUSED"
 	// ReasonInProgress: another attempt with the same key is still running
 	// (ABORTED, with grpc-retry-pushback-ms). Retry with the same key after
-	// the pushback, or resolve.
+	// the pushback: the retry waits for that attempt or replays it.
 	ReasonInProgress Reason = "OPERATION_IN_PROGRESS"
 	// ReasonIncomplete: the key's entry was committed without a result, so
 	// its outcome is unknown until the entry expires (FAILED_PRECONDITION).
 	ReasonIncomplete Reason = "OPERATION_INCOMPLETE"
-	// ReasonStorageUnavailable: the ledger's database failed (UNAVAILABLE).
-	// Retry with the same key; a kit client resolves first, since a
-	// driver may not report a connection lost during COMMIT as such.
+	// ReasonTransactionAborted: serialization failures or deadlocks
+	// outlasted the server's transaction attempts; nothing was committed
+	// (ABORTED). Retry with the same key.
+	ReasonTransactionAborted Reason = "TRANSACTION_ABORTED"
+	// ReasonStorageUnavailable: the database failed before COMMIT was
+	// sent; nothing was committed (UNAVAILABLE). Retry with the same key.
 	ReasonStorageUnavailable Reason = "STORAGE_UNAVAILABLE"
 	// ReasonOutcomeUnknown: the commit was sent but its outcome is unknown
 	// (UNAVAILABLE). Resolve with the same key before running it again.
 	ReasonOutcomeUnknown Reason = "COMMIT_OUTCOME_UNKNOWN"
-	// ReasonNotFound: a resolve found nothing committed for the key
-	// (NOT_FOUND). Running the call again with the same key is safe.
-	ReasonNotFound Reason = "OPERATION_NOT_FOUND"
+	// ReasonResultNotStorable: the handler's response cannot be stored
+	// (over the ledger's size limit); nothing was committed, and running
+	// the call again would fail again (INTERNAL).
+	ReasonResultNotStorable Reason = "RESULT_NOT_STORABLE"
+	// ReasonLedgerMisuse: the ledger refused to complete a claim it had
+	// returned, a defect of the ledger implementation; nothing was
+	// committed (INTERNAL).
+	ReasonLedgerMisuse Reason = "LEDGER_MISUSE"
 	// ReasonResultUnreadable: a stored result cannot be decoded, e.g. its
 	// message type is not linked into the server (INTERNAL).
 	ReasonResultUnreadable Reason = "STORED_RESULT_UNREADABLE"
-	// ReasonAttempts is added by the client interceptor to the final error
-	// of a call it retried; its metadata holds "attempts" and "decision".
-	ReasonAttempts Reason = "CLIENT_ATTEMPTS"
+	// ReasonNotFound: a resolve found nothing committed for the key
+	// (NOT_FOUND). Running the call again with the same key is safe.
+	ReasonNotFound Reason = "OPERATION_NOT_FOUND"
+	// ReasonNotExecuted: an interceptor in front of the handler refused
+	// the call without running it (see [NotExecuted]). Retry with the
+	// same key when you like.
+	ReasonNotExecuted Reason = "REQUEST_NOT_EXECUTED"
 )
+
+// Reasons the client interceptor gives the error it returns for a keyed
+// call when the last attempt's status carries no reason of the kit's.
+const (
+	// ReasonNotSent: the last attempt never left the client, and no
+	// earlier attempt can have committed. Nothing was committed.
+	ReasonNotSent Reason = "REQUEST_NOT_SENT"
+	// ReasonHandlerError: the server answered with a status of its own:
+	// the handler's error (recorded and replayed to every retry when it
+	// is final) or gRPC's (UNIMPLEMENTED, …). It is the answer.
+	ReasonHandlerError Reason = "SERVER_ANSWERED"
+	// ReasonCallOutcomeUnknown: the deadline (without one, the resolve
+	// window) or a cancellation ended the call before its outcome could be
+	// learned, or the channel's owner (mesh, none) does not resolve.
+	// Resolve later with the key (see [CallInfo]).
+	ReasonCallOutcomeUnknown Reason = "CALL_OUTCOME_UNKNOWN"
+)
+
+// NotExecuted returns an error with code c, message msg and reason
+// [ReasonNotExecuted], for an interceptor that runs before the kit's server
+// interceptor and refuses a keyed call without running it (load shedding,
+// maintenance, rate limits). The kit's client then knows that nothing was
+// committed and needs no resolve. Never return it after the handler ran.
+func NotExecuted(c codes.Code, msg string) error {
+	return newStatus(c, ReasonNotExecuted, msg, nil).Err()
+}
 
 // newStatus builds a status with an ErrorInfo detail. meta may be nil.
 func newStatus(c codes.Code, reason Reason, msg string, meta map[string]string) *status.Status {
@@ -84,70 +130,134 @@ func newStatus(c codes.Code, reason Reason, msg string, meta map[string]string) 
 	return st
 }
 
-func statusErr(c codes.Code, reason Reason, msg string) error {
-	return newStatus(c, reason, msg, nil).Err()
+// statusErr builds the server's error for reason, with the code the error
+// map gives it.
+func statusErr(reason Reason, msg string) error {
+	m, _ := mapping(reason)
+	return newStatus(m.Code, reason, msg, nil).Err()
+}
+
+// kitInfos returns the kit's ErrorInfo details in err's status, in order.
+func kitInfos(err error) []*errdetails.ErrorInfo {
+	st, ok := status.FromError(err)
+	if !ok {
+		return nil
+	}
+	var out []*errdetails.ErrorInfo
+	for _, d := range st.Details() {
+		if ei, ok := d.(*errdetails.ErrorInfo); ok && ei.GetDomain() == ErrorDomain {
+			out = append(out, ei)
+		}
+	}
+	return out
 }
 
 // ReasonOf returns the kit's ErrorInfo reason in err's status, or "" if
-// err carries none. It looks at the last such detail, which is the one
-// the server or the client interceptor added.
+// err carries none. For an error the client interceptor returned it is the
+// client's reading of the call (see [CallInfo]); for a status the server
+// returned, the server's reason.
 func ReasonOf(err error) Reason {
-	st, ok := status.FromError(err)
-	if !ok {
+	infos := kitInfos(err)
+	if len(infos) == 0 {
 		return ""
 	}
-	var r Reason
-	for _, d := range st.Details() {
-		if ei, ok := d.(*errdetails.ErrorInfo); ok && ei.GetDomain() == ErrorDomain && ei.GetReason() != string(ReasonAttempts) {
-			r = Reason(ei.GetReason())
-		}
-	}
-	return r
+	return Reason(infos[len(infos)-1].GetReason())
 }
 
-// Attempts returns how many attempts the client interceptor made for the
-// call that returned err, or 0 if err does not say (the call was not made
-// through the kit's retrying interceptor).
-func Attempts(err error) int {
-	st, ok := status.FromError(err)
-	if !ok {
-		return 0
-	}
-	for _, d := range st.Details() {
-		if ei, ok := d.(*errdetails.ErrorInfo); ok && ei.GetDomain() == ErrorDomain && ei.GetReason() == string(ReasonAttempts) {
-			n, _ := strconv.Atoi(ei.GetMetadata()["attempts"])
-			return n
-		}
-	}
-	return 0
+// CallInfo is what the client interceptor adds to the error it returns
+// for a call it retried or resolved, and to every error of a keyed call.
+type CallInfo struct {
+	// Reason is the kit's reading of the call (as ReasonOf returns it).
+	Reason Reason
+	// Next is what the caller can do: policy.Retry (nothing was
+	// committed: calling again with Key is safe), policy.ResolveFirst
+	// (the outcome is unknown: resolve with Key before anything else, see
+	// [Resolve]) or policy.DoNotRetry (the error is the answer).
+	Next policy.Action
+	// Key is the call's idempotency key ("" for a method that is not
+	// keyed). It is never part of the error's message.
+	Key string
+	// Attempts counts the attempts made, resolves included.
+	Attempts int
+	// Resolves counts the resolve requests among them.
+	Resolves int
+	// Decision says why the client stopped: a policy.DecisionReason
+	// ("code-not-retryable", …) or "budget-exhausted", "max-attempts",
+	// "deadline", "pushback-stop", "resolved", "canceled".
+	Decision string
 }
 
-// withAttempts returns err with its code, message suffixed with the
-// attempt count, its details, and an ErrorInfo saying how many attempts
-// were made and why the last was not retried.
-func withAttempts(err error, attempts int, why string) error {
+// Metadata keys of the client's ErrorInfo.
+const (
+	metaAttempts = "attempts"
+	metaResolves = "resolves"
+	metaNext     = "next"
+	metaKey      = "key"
+	metaDecision = "decision"
+)
+
+// CallInfoOf returns what the client interceptor recorded in err, and
+// false when err did not come from it.
+func CallInfoOf(err error) (CallInfo, bool) {
+	infos := kitInfos(err)
+	for i := len(infos) - 1; i >= 0; i-- {
+		md := infos[i].GetMetadata()
+		if _, ok := md[metaAttempts]; !ok {
+			continue
+		}
+		ci := CallInfo{Reason: Reason(infos[i].GetReason()), Key: md[metaKey], Decision: md[metaDecision]}
+		ci.Attempts, _ = strconv.Atoi(md[metaAttempts])
+		ci.Resolves, _ = strconv.Atoi(md[metaResolves])
+		switch md[metaNext] {
+		case policy.Retry.String():
+			ci.Next = policy.Retry
+		case policy.ResolveFirst.String():
+			ci.Next = policy.ResolveFirst
+		default:
+			ci.Next = policy.DoNotRetry
+		}
+		return ci, true
+	}
+	return CallInfo{}, false
+}
+
+// withCallInfo returns err (its code and details, its message followed by
+// the attempt count and the decision) with the client's ErrorInfo
+// appended.
+func withCallInfo(err error, ci CallInfo) error {
 	st, ok := status.FromError(err)
 	if !ok {
 		st = status.FromContextError(err)
 	}
 	p := st.Proto()
-	msg := p.GetMessage()
-	suffix := " (after " + strconv.Itoa(attempts) + " attempt"
-	if attempts != 1 {
+	suffix := " (after " + strconv.Itoa(ci.Attempts) + " attempt"
+	if ci.Attempts != 1 {
 		suffix += "s"
 	}
-	suffix += ": " + why + ")"
-	if !strings.HasSuffix(msg, suffix) {
-		p.Message = msg + suffix
+	if ci.Resolves > 0 {
+		suffix += ", " + strconv.Itoa(ci.Resolves) + " of them resolve"
+		if ci.Resolves != 1 {
+			suffix += "s"
+		}
 	}
-	out := status.FromProto(p)
-	if d, derr := out.WithDetails(&errdetails.ErrorInfo{
-		Reason: string(ReasonAttempts), Domain: ErrorDomain,
-		Metadata: map[string]string{"attempts": strconv.Itoa(attempts), "decision": why},
-	}); derr == nil {
-		out = d
+	suffix += ": " + ci.Decision + ")"
+	if !strings.HasSuffix(p.GetMessage(), suffix) {
+		p.Message = p.GetMessage() + suffix
 	}
-	return out.Err()
+	st = status.FromProto(p)
+	meta := map[string]string{
+		metaAttempts: strconv.Itoa(ci.Attempts),
+		metaResolves: strconv.Itoa(ci.Resolves),
+		metaNext:     ci.Next.String(),
+		metaDecision: ci.Decision,
+	}
+	if ci.Key != "" {
+		meta[metaKey] = ci.Key
+	}
+	if d, derr := st.WithDetails(&errdetails.ErrorInfo{Reason: string(ci.Reason), Domain: ErrorDomain, Metadata: meta}); derr == nil {
+		st = d
+	}
+	return st.Err()
 }
 
 // ErrInvalidConfig is returned (wrapped) by constructors given a

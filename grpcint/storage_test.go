@@ -44,7 +44,13 @@ func TestStorageUnavailable(t *testing.T) {
 	db.Close() // the database goes away
 	_, err = pc.Transfer(as(ctx, "alice", "k2"), transfer("s2", 1))
 	wantStatus(t, err, codes.Unavailable, grpcint.ReasonStorageUnavailable)
+	// Resolve asks again while the database fails, until its context ends.
 	var got paymentspb.TransferReply
-	err = grpcint.Resolve(as(ctx, "alice", ""), conn, paymentspb.TransferMethod, "k1", &paymentspb.TransferRequest{}, &got)
+	rctx, cancel := context.WithTimeout(as(ctx, "alice", ""), 500*time.Millisecond)
+	defer cancel()
+	err = grpcint.Resolve(rctx, conn, paymentspb.TransferMethod, "k1", &paymentspb.TransferRequest{}, &got)
 	wantStatus(t, err, codes.Unavailable, grpcint.ReasonStorageUnavailable)
+	if resolves := e.server.Stats().Resolves; resolves < 2 {
+		t.Errorf("the server saw %d resolves; Resolve should have asked again while the database failed", resolves)
+	}
 }

@@ -29,4 +29,15 @@
 // The ledger knows nothing of gRPC: result codes are plain integers. SQL
 // text and error classification come from a dialect (see package
 // dialects); the table comes from package migrations.
+//
+// # Implementing Ledger
+//
+// [Store] is the kit's implementation. Anyone may implement [Ledger]
+// elsewhere (over another schema, or wrapping a Store to add metrics): the
+// kit's txmiddleware, grpcint and conformance packages depend only on the
+// interface. An implementation returns claims built with [NewAcquired] and
+// [NewReplay], and accepts in Complete only a claim it returned for the
+// same transaction (see [Claim.Tx]). The conformance suite is the
+// contract: an implementation is correct when it passes it on the
+// databases it is used with.
 package ledger

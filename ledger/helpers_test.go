@@ -21,8 +21,12 @@ type env struct {
 	l *ledger.Store
 }
 
-func forEachTarget(t *testing.T, maxConns int, f func(t *testing.T, e *env)) {
-	testdb.ForEach(t, maxConns, func(t *testing.T, te *testdb.Env) { f(t, withStore(t, te)) })
+// forEachTarget runs f in a parallel subtest per target whose family is in
+// families (every target when none is given), each with a pool of
+// maxConns, fresh tables and a Store on them.
+func forEachTarget(t *testing.T, maxConns int, f func(t *testing.T, e *env), families ...string) {
+	t.Helper()
+	testdb.ForEachParallel(t, maxConns, func(t *testing.T, te *testdb.Env) { f(t, withStore(t, te)) }, families...)
 }
 
 func newEnv(t testing.TB, name string, d dialects.Dialect, db *sql.DB) *env {
@@ -46,15 +50,6 @@ func (e *env) store(t *testing.T, opts ...ledger.Option) *ledger.Store {
 		t.Fatal(err)
 	}
 	return l
-}
-
-func mustID(t testing.TB, caller, method, key string) ledger.Identity {
-	t.Helper()
-	id, err := ledger.NewIdentity(caller, method, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return id
 }
 
 func fp(s string) ledger.Fingerprint { return ledger.FingerprintOf([]byte(s)) }

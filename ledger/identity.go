@@ -7,6 +7,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/opledger/opledger/internal/methodname"
 )
 
 // Limits on the parts of an identity.
@@ -119,45 +121,13 @@ func checkCaller(caller string) error {
 
 // CheckMethod reports whether method is a full gRPC method name,
 // "/package.Service/Method": a leading slash, a service name of dotted
-// identifiers, a slash and a method identifier. Errors wrap [ErrInvalid].
+// identifiers, a slash and a method identifier, at most [MaxMethodLen]
+// bytes in all. Errors wrap [ErrInvalid].
 func CheckMethod(method string) error {
-	if len(method) > MaxMethodLen {
-		return invalid("method", "longer than 512 bytes")
-	}
-	if len(method) < 4 || method[0] != '/' {
-		return invalid("method", "want the full form /package.Service/Method")
-	}
-	rest := method[1:]
-	slash := strings.IndexByte(rest, '/')
-	if slash <= 0 || slash == len(rest)-1 {
-		return invalid("method", "want the full form /package.Service/Method")
-	}
-	service, name := rest[:slash], rest[slash+1:]
-	for _, part := range strings.Split(service, ".") {
-		if !isIdent(part) {
-			return invalid("method", "service name is not a dotted identifier")
-		}
-	}
-	if !isIdent(name) {
-		return invalid("method", "method name is not an identifier")
+	if err := methodname.Check(method); err != nil {
+		return invalid("method", err.Error())
 	}
 	return nil
-}
-
-func isIdent(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '_', 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z':
-		case '0' <= c && c <= '9' && i > 0:
-		default:
-			return false
-		}
-	}
-	return true
 }
 
 func checkKey(key string) error {

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/opledger/opledger/internal/testdb"
 	"github.com/opledger/opledger/ledger"
 )
 
@@ -53,15 +54,15 @@ func TestNewIdentityValidation(t *testing.T) {
 
 func TestIdentityPartsAreSeparated(t *testing.T) {
 	// Moving bytes between parts must change the identity.
-	a := mustID(t, "ab", "/c.D/E", "k")
-	b := mustID(t, "a", "/c.D/E", "k")
-	c := mustID(t, "ab", "/c.D/E", "k2")
-	d := mustID(t, "ab", "/c.D/F", "k")
+	a := testdb.ID(t, "ab", "/c.D/E", "k")
+	b := testdb.ID(t, "a", "/c.D/E", "k")
+	c := testdb.ID(t, "ab", "/c.D/E", "k2")
+	d := testdb.ID(t, "ab", "/c.D/F", "k")
 	ids := map[[32]byte]bool{a.ID(): true, b.ID(): true, c.ID(): true, d.ID(): true}
 	if len(ids) != 4 {
 		t.Fatal("distinct triples share an id")
 	}
-	if a.ID() != mustID(t, "ab", "/c.D/E", "k").ID() {
+	if a.ID() != testdb.ID(t, "ab", "/c.D/E", "k").ID() {
 		t.Fatal("identity is not deterministic")
 	}
 	if strings.Contains(a.String(), "k ") || a.Caller() != "ab" || a.Method() != "/c.D/E" {

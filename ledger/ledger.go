@@ -12,17 +12,26 @@ import (
 	"unicode/utf8"
 
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/options"
 )
 
 // Ledger is the port the rest of the kit depends on. The SQL
-// implementation is [Store]; the conformance suite proves any other.
+// implementation is [Store]; the conformance suite proves any other (see
+// the package documentation). Implementations must be safe for
+// concurrent use.
 type Ledger interface {
 	// Claim claims req's identity inside tx. See [Store.Claim].
 	Claim(ctx context.Context, tx *sql.Tx, req ClaimRequest) (*Claim, error)
 	// Complete records the result of an acquired claim in the same tx.
+	// See [Store.Complete].
 	Complete(ctx context.Context, tx *sql.Tx, c *Claim, r Result) error
 	// Lookup reads committed state for an identity without claiming it.
+	// See [Store.Lookup].
 	Lookup(ctx context.Context, q Querier, id Identity) (*Entry, error)
+	// Dialect returns the dialect of the database the ledger's table is
+	// in: txmiddleware classifies the failures of the whole transaction
+	// with it and bounds its lock waits through it.
+	Dialect() dialects.Dialect
 }
 
 // Querier is what Lookup reads through: *sql.DB, *sql.Conn and *sql.Tx all
@@ -91,7 +100,9 @@ func (o Outcome) String() string {
 	return fmt.Sprintf("Outcome(%d)", int(o))
 }
 
-// Claim is the outcome of a successful Store.Claim.
+// Claim is the outcome of a successful Claim: read its fields, never
+// build one as a literal; a Ledger implementation builds it with
+// [NewAcquired] or [NewReplay].
 type Claim struct {
 	// Outcome is Acquired or Replay.
 	Outcome Outcome
@@ -107,8 +118,29 @@ type Claim struct {
 	completed bool
 }
 
+// NewAcquired returns the claim of a Ledger implementation whose Claim
+// acquired id in tx. Its Complete should refuse it for any other
+// transaction (compare [Claim.Tx]) with ErrNotAcquired.
+func NewAcquired(id Identity, tx *sql.Tx) *Claim {
+	return &Claim{Outcome: Acquired, Identity: id, tx: tx}
+}
+
+// NewReplay returns the claim of a Ledger implementation whose Claim
+// found id completed with r at completedAt.
+func NewReplay(id Identity, r Result, completedAt time.Time) *Claim {
+	return &Claim{Outcome: Replay, Identity: id, Result: r, CompletedAt: completedAt}
+}
+
 // Acquired reports whether this transaction owns the identity.
 func (c *Claim) Acquired() bool { return c != nil && c.Outcome == Acquired }
+
+// Tx returns the transaction that acquired the claim, or nil for a replay.
+func (c *Claim) Tx() *sql.Tx {
+	if c == nil {
+		return nil
+	}
+	return c.tx
+}
 
 // State says whether a committed entry has a result.
 type State int
@@ -138,54 +170,62 @@ const (
 	DefaultMaxResultSize = 1 << 20
 )
 
-// Option configures a Store.
-type Option func(*Store) error
+// Option configures a Store; the With functions build them. Giving the
+// same option twice is an error.
+type Option struct{ o options.Option[config] }
+
+type config struct {
+	table     string
+	retention time.Duration
+	maxResult int
+	now       func() time.Time
+}
 
 // WithTable sets the ledger's table (default "opledger_operations"): a
 // plain identifier, always quoted in SQL. It must match the table the
 // migrations created.
 func WithTable(name string) Option {
-	return func(s *Store) error {
+	return Option{options.New("WithTable", func(c *config) error {
 		if err := dialects.CheckTableName(name); err != nil {
-			return &InputError{Field: "table", Reason: err.Error(), Err: err}
+			return err
 		}
-		s.table = name
+		c.table = name
 		return nil
-	}
+	})}
 }
 
 // WithRetention sets how long an entry lives after it is claimed (default
 // 24h). Past it, a claim re-acquires the entry and Sweep deletes it.
 func WithRetention(d time.Duration) Option {
-	return func(s *Store) error {
+	return Option{options.New("WithRetention", func(c *config) error {
 		if d <= 0 {
-			return invalid("option", "retention must be positive")
+			return errors.New("retention must be positive")
 		}
-		s.retention = d
+		c.retention = d
 		return nil
-	}
+	})}
 }
 
 // WithMaxResultSize bounds Result.Response in bytes (default 1 MiB).
 func WithMaxResultSize(n int) Option {
-	return func(s *Store) error {
+	return Option{options.New("WithMaxResultSize", func(c *config) error {
 		if n < 0 {
-			return invalid("option", "maximum result size must not be negative")
+			return errors.New("maximum result size must not be negative")
 		}
-		s.maxResult = n
+		c.maxResult = n
 		return nil
-	}
+	})}
 }
 
 // WithClock replaces time.Now, for tests.
 func WithClock(now func() time.Time) Option {
-	return func(s *Store) error {
+	return Option{options.New("WithClock", func(c *config) error {
 		if now == nil {
-			return invalid("option", "clock must not be nil")
+			return errors.New("clock must not be nil")
 		}
-		s.now = now
+		c.now = now
 		return nil
-	}
+	})}
 }
 
 // Store is the database/sql implementation of Ledger. It holds no
@@ -204,20 +244,17 @@ type Store struct {
 	afterConflict func()
 }
 
-// New returns a Store for dialect d.
+// New returns a Store for dialect d. Bad options are an *InputError
+// with Field "option", matching ErrInvalid.
 func New(d dialects.Dialect, opts ...Option) (*Store, error) {
 	if d == nil {
 		return nil, invalid("option", "dialect must not be nil")
 	}
-	s := &Store{d: d, table: DefaultTable, retention: DefaultRetention, maxResult: DefaultMaxResultSize, now: time.Now}
-	for _, o := range opts {
-		if o == nil {
-			continue
-		}
-		if err := o(s); err != nil {
-			return nil, err
-		}
+	c := config{table: DefaultTable, retention: DefaultRetention, maxResult: DefaultMaxResultSize, now: time.Now}
+	if err := options.Apply(&c, opts, func(o Option) options.Option[config] { return o.o }); err != nil {
+		return nil, &InputError{Field: "option", Reason: err.Error(), Err: err}
 	}
+	s := &Store{d: d, table: c.table, retention: c.retention, maxResult: c.maxResult, now: c.now}
 	s.q = d.Queries(s.table)
 	return s, nil
 }
@@ -273,7 +310,7 @@ func (s *Store) Claim(ctx context.Context, tx *sql.Tx, req ClaimRequest) (*Claim
 		} else if n, err := res.RowsAffected(); err != nil {
 			return nil, s.fail(ctx, "claim", err)
 		} else if n == 1 {
-			return &Claim{Outcome: Acquired, Identity: req.Identity, tx: tx, owner: s}, nil
+			return s.acquired(req.Identity, tx), nil
 		}
 
 		// Conflict: read the entry that is there.
@@ -297,7 +334,7 @@ func (s *Store) Claim(ctx context.Context, tx *sql.Tx, req ClaimRequest) (*Claim
 				return nil, s.fail(ctx, "claim", err)
 			}
 			if n == 1 {
-				return &Claim{Outcome: Acquired, Identity: req.Identity, tx: tx, owner: s}, nil
+				return s.acquired(req.Identity, tx), nil
 			}
 			continue // another claimant re-acquired it first: read again
 		}
@@ -307,9 +344,15 @@ func (s *Store) Claim(ctx context.Context, tx *sql.Tx, req ClaimRequest) (*Claim
 		if e.completedAt == nil {
 			return nil, ErrIncomplete
 		}
-		return &Claim{Outcome: Replay, Identity: req.Identity, Result: e.result, CompletedAt: fromMicros(*e.completedAt)}, nil
+		return NewReplay(req.Identity, e.result, fromMicros(*e.completedAt)), nil
 	}
 	return nil, fmt.Errorf("ledger: claim: entry changed under the claim %d times: %w", maxClaimLoops, ErrRetryable)
+}
+
+func (s *Store) acquired(id Identity, tx *sql.Tx) *Claim {
+	c := NewAcquired(id, tx)
+	c.owner = s
+	return c
 }
 
 // Complete records r as the result of c in tx, which must be the

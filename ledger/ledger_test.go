@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/testdb"
 	"github.com/opledger/opledger/ledger"
 )
 
@@ -22,6 +23,7 @@ const method = "/pay.v1.Payments/Transfer"
 // at once; exactly one acquires and writes, all others replay its result
 // byte for byte; one ledger row and one business row per key.
 func TestHerd(t *testing.T) {
+	t.Parallel()
 	const workers = 32
 	keys := 100
 	if testing.Short() {
@@ -34,7 +36,7 @@ func TestHerd(t *testing.T) {
 				ctx := context.Background()
 				for k := 0; k < keys; k++ {
 					key := fmt.Sprintf("%s-herd-%d", level, k)
-					id := mustID(t, "tenant-a", method, key)
+					id := testdb.ID(t, "tenant-a", method, key)
 					var (
 						acquired, replayed atomic.Int64
 						mu                 sync.Mutex
@@ -143,9 +145,10 @@ func claimOnce(t *testing.T, e *env, l *ledger.Store, id ledger.Identity, f ledg
 }
 
 func TestRollbackAfterClaimLeavesNothing(t *testing.T) {
+	t.Parallel()
 	forEachTarget(t, 4, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		id := mustID(t, "tenant-a", method, "rollback-1")
+		id := testdb.ID(t, "tenant-a", method, "rollback-1")
 		tx, err := e.DB.BeginTx(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -183,9 +186,10 @@ func TestRollbackAfterClaimLeavesNothing(t *testing.T) {
 // must not poison the caller's transaction (PostgreSQL aborts a
 // transaction on a plain INSERT's 23505).
 func TestReplayKeepsTransactionUsable(t *testing.T) {
+	t.Parallel()
 	forEachTarget(t, 4, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		id := mustID(t, "tenant-a", method, "poison-1")
+		id := testdb.ID(t, "tenant-a", method, "poison-1")
 		if _, err := claimOnce(t, e, e.l, id, fp("p"), "first"); err != nil {
 			t.Fatal(err)
 		}
@@ -213,11 +217,12 @@ func TestReplayKeepsTransactionUsable(t *testing.T) {
 }
 
 func TestIdentityParts(t *testing.T) {
+	t.Parallel()
 	forEachTarget(t, 4, func(t *testing.T, e *env) {
 		key := "shared-key"
-		base := mustID(t, "tenant-a", method, key)
-		otherCaller := mustID(t, "tenant-b", method, key)
-		otherMethod := mustID(t, "tenant-a", "/pay.v1.Payments/Refund", key)
+		base := testdb.ID(t, "tenant-a", method, key)
+		otherCaller := testdb.ID(t, "tenant-b", method, key)
+		otherMethod := testdb.ID(t, "tenant-a", "/pay.v1.Payments/Refund", key)
 		for i, id := range []ledger.Identity{base, otherCaller, otherMethod} {
 			c, err := claimOnce(t, e, e.l, id, fp("req"), fmt.Sprintf("result-%d", i))
 			if err != nil || !c.Acquired() {
@@ -250,14 +255,13 @@ func TestIdentityParts(t *testing.T) {
 // TestDeleteBetweenConflictAndRead: an entry removed between the conflict
 // and the read-back is claimed again, never replayed as nothing.
 func TestDeleteBetweenConflictAndRead(t *testing.T) {
+	t.Parallel()
+	// PostgreSQL only: SQLite serialises writers, so no other connection
+	// can delete inside the claim's window, and InnoDB's 1062 leaves a
+	// shared lock on the duplicate row, so no other transaction can delete
+	// it there (TestMySQLDeleteBlockedAfterConflict).
 	forEachTarget(t, 4, func(t *testing.T, e *env) {
-		switch e.Dialect.Name() {
-		case "sqlite":
-			t.Skip("SQLite serialises writers: no other connection can delete inside the claim's window")
-		case "mysql":
-			t.Skip("InnoDB's 1062 leaves a shared lock on the duplicate row: no other transaction can delete it inside the claim's window (TestMySQLDeleteBlockedAfterConflict)")
-		}
-		id := mustID(t, "tenant-a", method, "delete-race")
+		id := testdb.ID(t, "tenant-a", method, "delete-race")
 		if _, err := claimOnce(t, e, e.l, id, fp("d"), "old"); err != nil {
 			t.Fatal(err)
 		}
@@ -277,17 +281,18 @@ func TestDeleteBetweenConflictAndRead(t *testing.T) {
 		if err != nil || string(got.Result.Response) != "new" {
 			t.Fatalf("lookup: %+v %v", got, err)
 		}
-	})
+	}, "postgres")
 }
 
 // TestExpiry: an expired entry is re-acquired by exactly one of 16
 // concurrent claimants; Sweep removes only expired entries.
 func TestExpiry(t *testing.T) {
+	t.Parallel()
 	forEachTarget(t, 16, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 		old := e.store(t, ledger.WithRetention(time.Hour), ledger.WithClock(func() time.Time { return t0 }))
-		id := mustID(t, "tenant-a", method, "expiring")
+		id := testdb.ID(t, "tenant-a", method, "expiring")
 		if _, err := claimOnce(t, e, old, id, fp("first request"), "old result"); err != nil {
 			t.Fatal(err)
 		}
@@ -341,7 +346,7 @@ func TestExpiry(t *testing.T) {
 
 		// Sweep: entries created at t0 expire at t0+1h; sweep at t0+90m.
 		for i := 0; i < 25; i++ {
-			if _, err := claimOnce(t, e, old, mustID(t, "tenant-a", method, fmt.Sprintf("sweep-%d", i)), fp("s"), "r"); err != nil {
+			if _, err := claimOnce(t, e, old, testdb.ID(t, "tenant-a", method, fmt.Sprintf("sweep-%d", i)), fp("s"), "r"); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -360,9 +365,10 @@ func TestExpiry(t *testing.T) {
 }
 
 func TestCompleteMisuse(t *testing.T) {
+	t.Parallel()
 	forEachTarget(t, 4, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		id := mustID(t, "tenant-a", method, "misuse")
+		id := testdb.ID(t, "tenant-a", method, "misuse")
 		tx, err := e.DB.BeginTx(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -415,6 +421,7 @@ func TestCompleteMisuse(t *testing.T) {
 }
 
 func TestDoneTransaction(t *testing.T) {
+	t.Parallel()
 	forEachTarget(t, 4, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		for _, end := range []string{"commit", "rollback"} {
@@ -430,12 +437,12 @@ func TestDoneTransaction(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = e.l.Claim(ctx, tx, ledger.ClaimRequest{Identity: mustID(t, "c", method, "done"), Fingerprint: fp("x")})
+			_, err = e.l.Claim(ctx, tx, ledger.ClaimRequest{Identity: testdb.ID(t, "c", method, "done"), Fingerprint: fp("x")})
 			if !errors.Is(err, sql.ErrTxDone) {
 				t.Fatalf("claim on a transaction after %s: %v, want sql.ErrTxDone", end, err)
 			}
 		}
-		if _, err := e.l.Claim(ctx, nil, ledger.ClaimRequest{Identity: mustID(t, "c", method, "done"), Fingerprint: fp("x")}); !errors.Is(err, ledger.ErrInvalid) {
+		if _, err := e.l.Claim(ctx, nil, ledger.ClaimRequest{Identity: testdb.ID(t, "c", method, "done"), Fingerprint: fp("x")}); !errors.Is(err, ledger.ErrInvalid) {
 			t.Fatalf("nil tx: %v", err)
 		}
 		if n := e.LedgerRows(t); n != 0 {
@@ -447,6 +454,7 @@ func TestDoneTransaction(t *testing.T) {
 // TestReplayFidelity: code, bytes and type name come back exactly,
 // including an empty response and one of exactly the maximum size.
 func TestReplayFidelity(t *testing.T) {
+	t.Parallel()
 	forEachTarget(t, 4, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		l := e.store(t, ledger.WithMaxResultSize(64<<10))
@@ -462,7 +470,7 @@ func TestReplayFidelity(t *testing.T) {
 			{Code: 0, Response: big, TypeName: "pay.v1.Big"},
 		}
 		for i, want := range cases {
-			id := mustID(t, "tenant-a", method, fmt.Sprintf("fidelity-%d", i))
+			id := testdb.ID(t, "tenant-a", method, fmt.Sprintf("fidelity-%d", i))
 			tx, err := e.DB.BeginTx(ctx, nil)
 			if err != nil {
 				t.Fatal(err)
@@ -499,9 +507,10 @@ func TestReplayFidelity(t *testing.T) {
 // TestCommittedWithoutResult: a claim committed without Complete is
 // reported as incomplete, never as a replay of nothing.
 func TestCommittedWithoutResult(t *testing.T) {
+	t.Parallel()
 	forEachTarget(t, 4, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		id := mustID(t, "tenant-a", method, "incomplete")
+		id := testdb.ID(t, "tenant-a", method, "incomplete")
 		tx, err := e.DB.BeginTx(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -533,11 +542,72 @@ func TestNewRejectsBadOptions(t *testing.T) {
 			t.Errorf("table %q: %v, want ErrInvalid", tg, err)
 		}
 	}
-	for _, o := range []ledger.Option{ledger.WithRetention(0), ledger.WithMaxResultSize(-1), ledger.WithClock(nil)} {
-		if _, err := ledger.New(fakeDialect{}, o); !errors.Is(err, ledger.ErrInvalid) {
-			t.Errorf("option: %v, want ErrInvalid", err)
+	bad := map[string][]ledger.Option{
+		"zero retention":      {ledger.WithRetention(0)},
+		"negative retention":  {ledger.WithRetention(-time.Second)},
+		"negative max result": {ledger.WithMaxResultSize(-1)},
+		"nil clock":           {ledger.WithClock(nil)},
+		"zero option":         {{}},
+		"table twice":         {ledger.WithTable("a"), ledger.WithTable("b")},
+		"retention twice":     {ledger.WithRetention(time.Hour), ledger.WithRetention(time.Hour)},
+		"max result twice":    {ledger.WithMaxResultSize(1), ledger.WithMaxResultSize(2)},
+		"clock twice":         {ledger.WithClock(time.Now), ledger.WithClock(time.Now)},
+	}
+	for name, opts := range bad {
+		_, err := ledger.New(fakeDialect{}, opts...)
+		var ie *ledger.InputError
+		if !errors.Is(err, ledger.ErrInvalid) || !errors.As(err, &ie) || ie.Field != "option" {
+			t.Errorf("%s: %v, want an *InputError on option matching ErrInvalid", name, err)
 		}
 	}
+	l, err := ledger.New(fakeDialect{}, ledger.WithTable("a"), ledger.WithRetention(time.Hour), ledger.WithMaxResultSize(0), ledger.WithClock(time.Now))
+	if err != nil || l.Table() != "a" {
+		t.Fatalf("every option once: %v %v", l, err)
+	}
+	l, err = ledger.New(fakeDialect{})
+	if err != nil || l.Table() != ledger.DefaultTable {
+		t.Fatalf("defaults: %v %v", l, err)
+	}
+	var _ ledger.Ledger = l
+	if _, ok := l.Dialect().(fakeDialect); !ok {
+		t.Fatalf("Dialect() = %T, want the dialect New was given", l.Dialect())
+	}
+}
+
+// TestClaimConstructors: the claims a Ledger implementation outside the
+// package builds, and that a Store refuses as not its own.
+func TestClaimConstructors(t *testing.T) {
+	t.Parallel()
+	id := testdb.ID(t, "c", method, "ctor")
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	r := ledger.NewReplay(id, ledger.Result{Code: 3, Response: []byte("r"), TypeName: "t.R"}, at)
+	if r.Outcome != ledger.Replay || r.Acquired() || r.Identity != id || r.Result.Code != 3 || string(r.Result.Response) != "r" || !r.CompletedAt.Equal(at) || r.Tx() != nil {
+		t.Fatalf("NewReplay: %+v", r)
+	}
+	var nilClaim *ledger.Claim
+	if nilClaim.Acquired() || nilClaim.Tx() != nil {
+		t.Fatal("nil claim")
+	}
+	forEachTarget(t, 2, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		tx, err := e.DB.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		a := ledger.NewAcquired(id, tx)
+		if a.Outcome != ledger.Acquired || !a.Acquired() || a.Identity != id || a.Tx() != tx {
+			t.Fatalf("NewAcquired: %+v", a)
+		}
+		// A Store completes only the claims it acquired itself.
+		if err := e.l.Complete(ctx, tx, a, ledger.Result{}); !errors.Is(err, ledger.ErrNotAcquired) {
+			t.Fatalf("Store.Complete of a NewAcquired claim: %v, want ErrNotAcquired", err)
+		}
+		c, err := e.l.Claim(ctx, tx, ledger.ClaimRequest{Identity: id, Fingerprint: fp("x")})
+		if err != nil || c.Tx() != tx {
+			t.Fatalf("Store claim: %+v %v, want its Tx to be the claiming transaction", c, err)
+		}
+	}, "sqlite")
 }
 
 // fakeDialect is only for option validation, which runs no SQL.
@@ -545,6 +615,7 @@ type fakeDialect struct{}
 
 func (fakeDialect) Name() string                    { return "fake" }
 func (fakeDialect) QuoteIdent(s string) string      { return s }
+func (fakeDialect) Placeholder(int) string          { return "?" }
 func (fakeDialect) Queries(string) dialects.Queries { return dialects.Queries{} }
 func (fakeDialect) Classify(error) dialects.Class   { return dialects.ClassOther }
 
@@ -553,13 +624,14 @@ func (fakeDialect) Classify(error) dialects.Class   { return dialects.ClassOther
 // which surfaces as ErrRetryable (never a hang, never a wrong answer); the
 // other acquires both.
 func TestOppositeOrderClaimsDeadlockIsRetryable(t *testing.T) {
+	t.Parallel()
 	forEachTarget(t, 4, func(t *testing.T, e *env) {
-		if e.Dialect.Name() == "sqlite" {
-			t.Skip("SQLite serialises writers: two claiming transactions never interleave")
+		if dialects.TraitsOf(e.Dialect).SerialWriters {
+			t.Skip("serial writers (SQLite): two claiming transactions never interleave")
 		}
 		ctx := context.Background()
-		k1 := ledger.ClaimRequest{Identity: mustID(t, "c", method, "order-1"), Fingerprint: fp("1")}
-		k2 := ledger.ClaimRequest{Identity: mustID(t, "c", method, "order-2"), Fingerprint: fp("2")}
+		k1 := ledger.ClaimRequest{Identity: testdb.ID(t, "c", method, "order-1"), Fingerprint: fp("1")}
+		k2 := ledger.ClaimRequest{Identity: testdb.ID(t, "c", method, "order-2"), Fingerprint: fp("2")}
 		a, err := e.DB.BeginTx(ctx, nil)
 		if err != nil {
 			t.Fatal(err)

@@ -19,7 +19,8 @@ import (
 
 // forEachMySQL runs f on the MySQL target, with a pool of conns.
 func forEachMySQL(t *testing.T, conns int, f func(t *testing.T, e *env)) {
-	testdb.ForEach(t, conns, func(t *testing.T, te *testdb.Env) { f(t, withStore(t, te)) }, "mysql")
+	t.Helper()
+	forEachTarget(t, conns, f, "mysql")
 }
 
 var mysqlLevels = []sql.IsolationLevel{sql.LevelReadCommitted, sql.LevelRepeatableRead}
@@ -54,15 +55,13 @@ func sessionLockWait(t *testing.T, db *sql.DB, seconds int) *sql.Conn {
 // commits, the waiter's 1062 rolls back only the statement and the
 // locking read-back sees the winner, at both levels.
 func TestMySQLWaitThenCommit(t *testing.T) {
+	t.Parallel()
 	forEachMySQL(t, 8, func(t *testing.T, e *env) {
 		for _, level := range mysqlLevels {
-			r, waited := holdAndRace(t, e, "wait-commit-"+level.String(), level, (*sql.Tx).Commit)
+			r := holdAndRace(t, e, "wait-commit-"+level.String(), level, (*sql.Tx).Commit)
 			if r.err != nil || r.c.Outcome != ledger.Replay || string(r.c.Result.Response) != "A's result" {
 				r.tx.Rollback()
 				t.Fatalf("%s: B: %+v %v, want replay of A's result", level, r.c, r.err)
-			}
-			if waited < 300*time.Millisecond {
-				t.Fatalf("%s: B returned after %v, before A committed", level, waited)
 			}
 			if err := e.WriteBiz(context.Background(), r.tx, "after-wait-"+level.String(), 1); err != nil {
 				t.Fatal(err)
@@ -78,9 +77,10 @@ func TestMySQLWaitThenCommit(t *testing.T) {
 }
 
 func TestMySQLWaitThenRollback(t *testing.T) {
+	t.Parallel()
 	forEachMySQL(t, 8, func(t *testing.T, e *env) {
 		for _, level := range mysqlLevels {
-			r, _ := holdAndRace(t, e, "wait-rollback-"+level.String(), level, (*sql.Tx).Rollback)
+			r := holdAndRace(t, e, "wait-rollback-"+level.String(), level, (*sql.Tx).Rollback)
 			if r.err != nil || !r.c.Acquired() {
 				r.tx.Rollback()
 				t.Fatalf("%s: B: %+v %v, want acquired after A rolled back", level, r.c, r.err)
@@ -102,6 +102,7 @@ func TestMySQLWaitThenRollback(t *testing.T) {
 // wait, as a replay once the winner commits. Never as a second owner or an
 // empty replay.
 func TestMySQLThreeWaiterRollback(t *testing.T) {
+	t.Parallel()
 	forEachMySQL(t, 8, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		deadlocks := 0
@@ -109,7 +110,7 @@ func TestMySQLThreeWaiterRollback(t *testing.T) {
 		for _, level := range mysqlLevels {
 			for round := 0; round < rounds; round++ {
 				key := fmt.Sprintf("three-%s-%d", level, round)
-				id := mustID(t, "tenant-a", method, key)
+				id := testdb.ID(t, "tenant-a", method, key)
 				req := ledger.ClaimRequest{Identity: id, Fingerprint: fp(key)}
 				a, err := e.DB.BeginTx(ctx, nil)
 				if err != nil {
@@ -118,7 +119,10 @@ func TestMySQLThreeWaiterRollback(t *testing.T) {
 				if c, err := e.l.Claim(ctx, a, req); err != nil || !c.Acquired() {
 					t.Fatalf("A: %+v %v", c, err)
 				}
+				holder := testdb.SessionID(t, e.Dialect, a)
 				done := make(chan claimResult, 2)
+				returned := make(chan struct{})
+				var once sync.Once
 				for w := 0; w < 2; w++ {
 					tx, err := e.DB.BeginTx(ctx, &sql.TxOptions{Isolation: level})
 					if err != nil {
@@ -127,13 +131,11 @@ func TestMySQLThreeWaiterRollback(t *testing.T) {
 					go func() {
 						c, err := e.l.Claim(ctx, tx, req)
 						done <- claimResult{c: c, err: err, tx: tx, at: time.Now()}
+						once.Do(func() { close(returned) })
 					}()
 				}
-				select {
-				case r := <-done:
-					t.Fatalf("a waiter did not wait for A: %+v", r)
-				case <-time.After(300 * time.Millisecond):
-				}
+				// Both waiters queue behind A, as InnoDB shows, before A rolls back.
+				testdb.WaitBlocked(t, e.DB, e.Dialect, holder, 2, returned)
 				if err := a.Rollback(); err != nil {
 					t.Fatal(err)
 				}
@@ -208,12 +210,13 @@ func TestMySQLThreeWaiterRollback(t *testing.T) {
 // since. The claim's locking read-back must still return the committed
 // row (replay), never "absent".
 func TestMySQLPriorReadRepeatableRead(t *testing.T) {
+	t.Parallel()
 	forEachMySQL(t, 8, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		tbl := e.Dialect.QuoteIdent(e.Table)
 
 		// Committed before the claim.
-		id := mustID(t, "tenant-a", method, "prior-read")
+		id := testdb.ID(t, "tenant-a", method, "prior-read")
 		b, err := e.DB.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
 		if err != nil {
 			t.Fatal(err)
@@ -242,7 +245,7 @@ func TestMySQLPriorReadRepeatableRead(t *testing.T) {
 		}
 
 		// Read first, then wait on a holder that commits.
-		id2 := mustID(t, "tenant-a", method, "prior-read-wait")
+		id2 := testdb.ID(t, "tenant-a", method, "prior-read-wait")
 		b2, err := e.DB.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
 		if err != nil {
 			t.Fatal(err)
@@ -264,15 +267,13 @@ func TestMySQLPriorReadRepeatableRead(t *testing.T) {
 			t.Fatal(err)
 		}
 		done := make(chan claimResult, 1)
+		returned := make(chan struct{})
 		go func() {
+			defer close(returned)
 			c, err := e.l.Claim(ctx, b2, ledger.ClaimRequest{Identity: id2, Fingerprint: fp("w")})
 			done <- claimResult{c: c, err: err}
 		}()
-		select {
-		case r := <-done:
-			t.Fatalf("B did not wait: %+v", r)
-		case <-time.After(300 * time.Millisecond):
-		}
+		testdb.WaitBlocked(t, e.DB, e.Dialect, testdb.SessionID(t, e.Dialect, a), 1, returned)
 		if err := a.Commit(); err != nil {
 			t.Fatal(err)
 		}
@@ -289,11 +290,13 @@ func TestMySQLPriorReadRepeatableRead(t *testing.T) {
 // is the same; ownership of a new claim is told by the INSERT's 1062,
 // never by a count.
 func TestMySQLClientFoundRows(t *testing.T) {
+	t.Parallel()
 	for _, tg := range testdb.Targets() {
-		if tg.Dialect.Name() != "mysql" {
+		if tg.Family() != "mysql" {
 			continue
 		}
 		t.Run(tg.Name, func(t *testing.T) {
+			testdb.Parallel(t, "mysql", 4)
 			db := testdb.OpenMySQL(func(c *gomysql.Config) { c.ClientFoundRows = true })(t, 4)
 			e := newEnv(t, tg.Name, tg.Dialect, db)
 			ctx := context.Background()
@@ -310,7 +313,7 @@ func TestMySQLClientFoundRows(t *testing.T) {
 				t.Fatalf("no-op UPDATE affected %d rows with clientFoundRows=true, want 1 (matched)", n)
 			}
 
-			id := mustID(t, "tenant-a", method, "found-rows")
+			id := testdb.ID(t, "tenant-a", method, "found-rows")
 			c, err := claimOnce(t, e, e.l, id, fp("f"), "first")
 			if err != nil || !c.Acquired() {
 				t.Fatalf("first claim: %+v %v, want acquired", c, err)
@@ -326,7 +329,7 @@ func TestMySQLClientFoundRows(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer tx.Rollback()
-			c2, err := e.l.Claim(ctx, tx, ledger.ClaimRequest{Identity: mustID(t, "tenant-a", method, "found-rows-2"), Fingerprint: fp("g")})
+			c2, err := e.l.Claim(ctx, tx, ledger.ClaimRequest{Identity: testdb.ID(t, "tenant-a", method, "found-rows-2"), Fingerprint: fp("g")})
 			if err != nil || !c2.Acquired() {
 				t.Fatal(c2, err)
 			}
@@ -343,7 +346,7 @@ func TestMySQLClientFoundRows(t *testing.T) {
 			// Re-acquiring an expired entry, and not re-acquiring a live one.
 			t0 := time.Now().Add(-3 * time.Hour)
 			old := e.store(t, ledger.WithRetention(time.Hour), ledger.WithClock(func() time.Time { return t0 }))
-			exp := mustID(t, "tenant-a", method, "found-rows-expired")
+			exp := testdb.ID(t, "tenant-a", method, "found-rows-expired")
 			if _, err := claimOnce(t, e, old, exp, fp("old"), "old"); err != nil {
 				t.Fatal(err)
 			}
@@ -363,16 +366,17 @@ func TestMySQLClientFoundRows(t *testing.T) {
 // or trailing spaces get independent entries, and the stored caller
 // matches only itself.
 func TestMySQLCallerBytes(t *testing.T) {
+	t.Parallel()
 	forEachMySQL(t, 4, func(t *testing.T, e *env) {
 		callers := []string{"tenant-a", "Tenant-A", "TENANT-A", "tenant-a ", "tenant-a  "}
 		for i, caller := range callers {
-			c, err := claimOnce(t, e, e.l, mustID(t, caller, method, "same-key"), fp("req"), fmt.Sprintf("result-%d", i))
+			c, err := claimOnce(t, e, e.l, testdb.ID(t, caller, method, "same-key"), fp("req"), fmt.Sprintf("result-%d", i))
 			if err != nil || !c.Acquired() {
 				t.Fatalf("caller %q: %+v %v, want acquired (independent entry)", caller, c, err)
 			}
 		}
 		for i, caller := range callers {
-			c, err := claimOnce(t, e, e.l, mustID(t, caller, method, "same-key"), fp("req"), "never")
+			c, err := claimOnce(t, e, e.l, testdb.ID(t, caller, method, "same-key"), fp("req"), "never")
 			if err != nil || c.Outcome != ledger.Replay || string(c.Result.Response) != fmt.Sprintf("result-%d", i) {
 				t.Fatalf("caller %q: %+v %v, want its own result", caller, c, err)
 			}
@@ -384,7 +388,7 @@ func TestMySQLCallerBytes(t *testing.T) {
 			t.Fatalf("%d rows, want %d", n, len(callers))
 		}
 		// Methods differing by case are distinct too.
-		c, err := claimOnce(t, e, e.l, mustID(t, "tenant-a", "/pay.v1.Payments/transfer", "same-key"), fp("req"), "lower")
+		c, err := claimOnce(t, e, e.l, testdb.ID(t, "tenant-a", "/pay.v1.Payments/transfer", "same-key"), fp("req"), "lower")
 		if err != nil || !c.Acquired() {
 			t.Fatalf("method differing by case: %+v %v, want acquired", c, err)
 		}
@@ -394,9 +398,10 @@ func TestMySQLCallerBytes(t *testing.T) {
 // Lock wait timeout 1205 maps to ErrInProgress and rolls back only the
 // statement: the transaction's earlier write is still there and commits.
 func TestMySQLLockWaitTimeout(t *testing.T) {
+	t.Parallel()
 	forEachMySQL(t, 4, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		id := mustID(t, "tenant-a", method, "lock-wait")
+		id := testdb.ID(t, "tenant-a", method, "lock-wait")
 		a, err := e.DB.BeginTx(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -445,10 +450,11 @@ func TestMySQLLockWaitTimeout(t *testing.T) {
 // over cannot happen here: a DELETE from another session waits (and with a
 // 1 s bound times out), and the claim replays.
 func TestMySQLDeleteBlockedAfterConflict(t *testing.T) {
+	t.Parallel()
 	forEachMySQL(t, 4, func(t *testing.T, e *env) {
 		conn := sessionLockWait(t, e.DB, 1)
 		for _, level := range mysqlLevels {
-			id := mustID(t, "tenant-a", method, "delete-blocked-"+level.String())
+			id := testdb.ID(t, "tenant-a", method, "delete-blocked-"+level.String())
 			if _, err := claimOnce(t, e, e.l, id, fp("d"), "old"); err != nil {
 				t.Fatal(err)
 			}
@@ -483,19 +489,22 @@ var errAbortAttempt = errors.New("test: owner rolls back")
 // Every attempt still resolves: exactly one committed owner and one
 // business row per key, everyone else replays its result.
 func TestMySQLHerdWithRollbacks(t *testing.T) {
+	t.Parallel()
 	const workers, aborts = 16, 2
 	keys := 30
 	if testing.Short() {
 		keys = 5
 	}
-	forEachMySQL(t, workers, func(t *testing.T, e *env) {
+	// One more connection than workers: the owner reads InnoDB's lock waits
+	// while every worker holds a transaction.
+	forEachMySQL(t, workers+1, func(t *testing.T, e *env) {
 		for _, level := range mysqlLevels {
 			t.Run(level.String(), func(t *testing.T) {
 				ctx := context.Background()
 				var retries, deadlocks atomic.Int64
 				for k := 0; k < keys; k++ {
 					key := fmt.Sprintf("%s-abort-herd-%d", level, k)
-					id := mustID(t, "tenant-a", method, key)
+					id := testdb.ID(t, "tenant-a", method, key)
 					var aborted, committed, replayed atomic.Int64
 					var wg sync.WaitGroup
 					start := make(chan struct{})
@@ -527,7 +536,15 @@ func TestMySQLHerdWithRollbacks(t *testing.T) {
 										return err
 									}
 									if aborted.Add(1) <= aborts {
-										time.Sleep(20 * time.Millisecond) // let the others queue up behind this owner
+										// Let the others queue up behind this owner, as
+										// InnoDB shows, then roll back under them.
+										sid, err := e.Dialect.(dialects.Sessions).SessionID(ctx, tx)
+										if err != nil {
+											return err
+										}
+										if err := testdb.AwaitBlocked(ctx, e.DB, e.Dialect, sid, workers-1, 20*time.Second); err != nil {
+											return err
+										}
 										return errAbortAttempt
 									}
 									acquired = true
@@ -570,15 +587,16 @@ func TestMySQLHerdWithRollbacks(t *testing.T) {
 
 // TestMySQLBoundLockWaitClaim: the dialect's LockWaiter bounds a claim's
 // wait on a held key (ErrInProgress after about a second, not 50 s) and
-// restores the connection's setting afterwards.
+// release restores the connection's setting afterwards.
 func TestMySQLBoundLockWaitClaim(t *testing.T) {
+	t.Parallel()
 	forEachMySQL(t, 4, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		lw, ok := e.Dialect.(dialects.LockWaiter)
 		if !ok {
 			t.Fatal("the MySQL dialect is not a dialects.LockWaiter")
 		}
-		id := mustID(t, "tenant-a", method, "bounded")
+		id := testdb.ID(t, "tenant-a", method, "bounded")
 		a, err := e.DB.BeginTx(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -587,36 +605,31 @@ func TestMySQLBoundLockWaitClaim(t *testing.T) {
 		if c, err := e.l.Claim(ctx, a, ledger.ClaimRequest{Identity: id, Fingerprint: fp("b")}); err != nil || !c.Acquired() {
 			t.Fatalf("A: %+v %v", c, err)
 		}
-		conn, err := e.DB.Conn(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
 		var before int64
-		if err := conn.QueryRowContext(ctx, "SELECT @@SESSION.innodb_lock_wait_timeout").Scan(&before); err != nil {
+		if err := e.DB.QueryRowContext(ctx, "SELECT @@SESSION.innodb_lock_wait_timeout").Scan(&before); err != nil {
 			t.Fatal(err)
 		}
-		restore, err := lw.BoundLockWait(ctx, conn, 200*time.Millisecond)
+		b, release, err := lw.BeginBounded(ctx, e.DB, nil, 200*time.Millisecond)
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := conn.BeginTx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		sid := testdb.SessionID(t, e.Dialect, b)
 		start := time.Now()
 		_, err = e.l.Claim(ctx, b, ledger.ClaimRequest{Identity: id, Fingerprint: fp("b")})
 		took := time.Since(start)
 		b.Rollback()
+		release()
 		if !errors.Is(err, ledger.ErrInProgress) || took > 2500*time.Millisecond {
 			t.Fatalf("bounded claim: %v after %v, want ErrInProgress after about 1 s", err, took)
 		}
-		if err := restore(ctx); err != nil {
-			t.Fatal(err)
+		a.Rollback()
+		conn, ok := testdb.PooledConns(t, e.DB, e.Dialect)[sid]
+		if !ok {
+			t.Fatalf("the bounded session %d did not come back to the pool", sid)
 		}
 		var after int64
 		if err := conn.QueryRowContext(ctx, "SELECT @@SESSION.innodb_lock_wait_timeout").Scan(&after); err != nil || after != before {
-			t.Fatalf("after restore: %d %v, want %d", after, err, before)
+			t.Fatalf("after release: %d %v, want %d", after, err, before)
 		}
 	})
 }

@@ -15,7 +15,8 @@ import (
 
 // forEachPostgres runs f on PostgreSQL through both drivers.
 func forEachPostgres(t *testing.T, f func(t *testing.T, e *env)) {
-	testdb.ForEach(t, 8, func(t *testing.T, te *testdb.Env) { f(t, withStore(t, te)) }, "postgres")
+	t.Helper()
+	forEachTarget(t, 8, f, "postgres")
 }
 
 type claimResult struct {
@@ -26,12 +27,13 @@ type claimResult struct {
 }
 
 // holdAndRace: A claims in an open transaction; B claims (at level) and
-// must block; A ends with end(); B's outcome is returned with how long it
-// was blocked.
-func holdAndRace(t *testing.T, e *env, key string, level sql.IsolationLevel, end func(*sql.Tx) error) (claimResult, time.Duration) {
+// must block, which the database shows (B waiting for A's session); A
+// ends with end(); B's outcome is returned. B returning before A ended
+// fails the test.
+func holdAndRace(t *testing.T, e *env, key string, level sql.IsolationLevel, end func(*sql.Tx) error) claimResult {
 	t.Helper()
 	ctx := context.Background()
-	id := mustID(t, "tenant-a", method, key)
+	id := testdb.ID(t, "tenant-a", method, key)
 	a, err := e.DB.BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -43,39 +45,40 @@ func holdAndRace(t *testing.T, e *env, key string, level sql.IsolationLevel, end
 	if err := e.l.Complete(ctx, a, ca, ledger.Result{Response: []byte("A's result")}); err != nil {
 		t.Fatal(err)
 	}
+	holder := testdb.SessionID(t, e.Dialect, a)
 	b, err := e.DB.BeginTx(ctx, &sql.TxOptions{Isolation: level})
 	if err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan claimResult, 1)
-	started := time.Now()
+	returned := make(chan struct{})
 	go func() {
+		defer close(returned)
 		c, err := e.l.Claim(ctx, b, ledger.ClaimRequest{Identity: id, Fingerprint: fp(key)})
 		done <- claimResult{c: c, err: err, tx: b, at: time.Now()}
 	}()
-	select {
-	case r := <-done:
-		t.Fatalf("B did not wait for A's uncommitted claim: %+v", r)
-	case <-time.After(300 * time.Millisecond):
-	}
+	testdb.WaitBlocked(t, e.DB, e.Dialect, holder, 1, returned)
+	ending := time.Now()
 	if err := end(a); err != nil {
 		t.Fatal(err)
 	}
 	r := <-done
-	return r, r.at.Sub(started)
+	if r.at.Before(ending) {
+		r.tx.Rollback()
+		t.Fatalf("B returned %v before A ended: %+v %v", ending.Sub(r.at), r.c, r.err)
+	}
+	return r
 }
 
 // PostgreSQL's INSERT … ON CONFLICT DO NOTHING waits on an uncommitted
 // duplicate; under READ COMMITTED the follow-up read sees the winner.
 func TestPostgresWaitThenCommit(t *testing.T) {
+	t.Parallel()
 	forEachPostgres(t, func(t *testing.T, e *env) {
-		r, waited := holdAndRace(t, e, "wait-commit", sql.LevelReadCommitted, (*sql.Tx).Commit)
+		r := holdAndRace(t, e, "wait-commit", sql.LevelReadCommitted, (*sql.Tx).Commit)
 		defer r.tx.Rollback()
 		if r.err != nil || r.c.Outcome != ledger.Replay || string(r.c.Result.Response) != "A's result" {
 			t.Fatalf("B: %+v %v, want replay of A's result", r.c, r.err)
-		}
-		if waited < 300*time.Millisecond {
-			t.Fatalf("B returned after %v, before A committed", waited)
 		}
 		if err := e.WriteBiz(context.Background(), r.tx, "after-wait", 1); err != nil {
 			t.Fatal(err)
@@ -87,9 +90,10 @@ func TestPostgresWaitThenCommit(t *testing.T) {
 }
 
 func TestPostgresWaitThenRollback(t *testing.T) {
+	t.Parallel()
 	forEachPostgres(t, func(t *testing.T, e *env) {
 		for _, level := range e.IsolationLevels() {
-			r, _ := holdAndRace(t, e, "wait-rollback-"+level.String(), level, (*sql.Tx).Rollback)
+			r := holdAndRace(t, e, "wait-rollback-"+level.String(), level, (*sql.Tx).Rollback)
 			if r.err != nil || !r.c.Acquired() {
 				t.Fatalf("%s: B: %+v %v, want acquired after A rolled back", level, r.c, r.err)
 			}
@@ -104,10 +108,11 @@ func TestPostgresWaitThenRollback(t *testing.T) {
 // B's snapshot surfaces as a retryable error, never as absent or replay;
 // the retry replays.
 func TestPostgresSnapshotConflictIsRetryable(t *testing.T) {
+	t.Parallel()
 	forEachPostgres(t, func(t *testing.T, e *env) {
 		for _, level := range []sql.IsolationLevel{sql.LevelRepeatableRead, sql.LevelSerializable} {
 			// Waiting case: B blocks on A, A commits.
-			r, _ := holdAndRace(t, e, "snap-wait-"+level.String(), level, (*sql.Tx).Commit)
+			r := holdAndRace(t, e, "snap-wait-"+level.String(), level, (*sql.Tx).Commit)
 			r.tx.Rollback()
 			if !errors.Is(r.err, ledger.ErrRetryable) {
 				t.Fatalf("%s waiting: %v, want ErrRetryable", level, r.err)
@@ -120,7 +125,7 @@ func TestPostgresSnapshotConflictIsRetryable(t *testing.T) {
 			// Snapshot case: B reads first, then A claims and commits, then B claims.
 			ctx := context.Background()
 			key := "snap-read-" + level.String()
-			id := mustID(t, "tenant-a", method, key)
+			id := testdb.ID(t, "tenant-a", method, key)
 			b, err := e.DB.BeginTx(ctx, &sql.TxOptions{Isolation: level})
 			if err != nil {
 				t.Fatal(err)
@@ -150,9 +155,10 @@ func TestPostgresSnapshotConflictIsRetryable(t *testing.T) {
 // claim uses two statements; the test pins the fact and that Claim is not
 // fooled by it (TestPostgresWaitThenCommit).
 func TestPostgresSingleStatementCTEMissesWinner(t *testing.T) {
+	t.Parallel()
 	forEachPostgres(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		id := mustID(t, "tenant-a", method, "cte")
+		id := testdb.ID(t, "tenant-a", method, "cte")
 		a, err := e.DB.BeginTx(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -165,7 +171,9 @@ func TestPostgresSingleStatementCTEMissesWinner(t *testing.T) {
 			VALUES ($1, 'tenant-a', $2, $3, 0, 9223372036854775807) ON CONFLICT (id) DO NOTHING RETURNING request_fp)
 			SELECT request_fp FROM ins UNION ALL SELECT request_fp FROM ` + tbl + ` WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM ins)`
 		rows := make(chan int, 1)
+		returned := make(chan struct{})
 		go func() {
+			defer close(returned)
 			idb := id.ID()
 			f := fp("c")
 			r, err := e.DB.QueryContext(ctx, cte, idb[:], method, f[:])
@@ -181,7 +189,7 @@ func TestPostgresSingleStatementCTEMissesWinner(t *testing.T) {
 			r.Close()
 			rows <- n
 		}()
-		time.Sleep(200 * time.Millisecond)
+		testdb.WaitBlocked(t, e.DB, e.Dialect, testdb.SessionID(t, e.Dialect, a), 1, returned)
 		if err := a.Commit(); err != nil {
 			t.Fatal(err)
 		}
@@ -194,9 +202,10 @@ func TestPostgresSingleStatementCTEMissesWinner(t *testing.T) {
 // A holder that keeps its transaction open makes a claimant with a lock
 // timeout fail with ErrInProgress within the bound; no hang.
 func TestPostgresInProgress(t *testing.T) {
+	t.Parallel()
 	forEachPostgres(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		id := mustID(t, "tenant-a", method, "in-progress")
+		id := testdb.ID(t, "tenant-a", method, "in-progress")
 		a, err := e.DB.BeginTx(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -221,12 +230,26 @@ func TestPostgresInProgress(t *testing.T) {
 		if errors.Is(err, ledger.ErrRetryable) {
 			t.Fatal("in-progress must not also read as retryable")
 		}
+
+		// The same through the dialect's LockWaiter.
+		c, release, err := e.Dialect.(dialects.LockWaiter).BeginBounded(ctx, e.DB, nil, 500*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer release()
+		defer c.Rollback()
+		start = time.Now()
+		_, err = e.l.Claim(ctx, c, ledger.ClaimRequest{Identity: id, Fingerprint: fp("p")})
+		if took := time.Since(start); !errors.Is(err, ledger.ErrInProgress) || took > 1500*time.Millisecond {
+			t.Fatalf("bounded claim: %v after %v, want ErrInProgress within 1.5s", err, took)
+		}
 	})
 }
 
 // TestPostgresDBErrorKeepsDriverError: a failure that is not a conflict
 // comes back as a *DBError through which the driver's error is reachable.
 func TestPostgresDBErrorKeepsDriverError(t *testing.T) {
+	t.Parallel()
 	forEachPostgres(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		tx, err := e.DB.BeginTx(ctx, nil)
@@ -238,7 +261,7 @@ func TestPostgresDBErrorKeepsDriverError(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = bad.Claim(ctx, tx, ledger.ClaimRequest{Identity: mustID(t, "c", method, "k"), Fingerprint: fp("x")})
+		_, err = bad.Claim(ctx, tx, ledger.ClaimRequest{Identity: testdb.ID(t, "c", method, "k"), Fingerprint: fp("x")})
 		var dbe *ledger.DBError
 		var st interface{ SQLState() string }
 		if !errors.As(err, &dbe) || !errors.As(err, &st) || st.SQLState() != "42P01" || !strings.Contains(err.Error(), "claim") {

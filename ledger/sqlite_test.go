@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/dialects/sqlite"
+	"github.com/opledger/opledger/internal/testdb"
 	"github.com/opledger/opledger/ledger"
 )
 
@@ -37,6 +38,7 @@ func openSQLiteFile(t *testing.T, dsn string, conns int) *sql.DB {
 // immediate transactions) 16 pooled connections that read before every
 // claim see no BUSY error at all.
 func TestSQLitePriorReadNoBusy(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "prior.db")
 	db := openSQLiteFile(t, sqlite.DSN(path, 10*time.Second), 16)
 	e := newEnv(t, "sqlite", sqlite.New(), db)
@@ -60,7 +62,7 @@ func TestSQLitePriorReadNoBusy(t *testing.T) {
 					if err := tx.QueryRow("SELECT COUNT(*) FROM " + e.Biz).Scan(&n); err != nil {
 						return err
 					}
-					c, err := e.l.Claim(ctx, tx, ledger.ClaimRequest{Identity: mustID(t, "c", method, key), Fingerprint: fp(key)})
+					c, err := e.l.Claim(ctx, tx, ledger.ClaimRequest{Identity: testdb.ID(t, "c", method, key), Fingerprint: fp(key)})
 					if err != nil {
 						return err
 					}
@@ -99,6 +101,7 @@ func TestSQLitePriorReadNoBusy(t *testing.T) {
 // The same reads with plain deferred transactions do hit BUSY: this is the
 // fact the DSN exists for, and the dialect classifies it.
 func TestSQLiteDeferredPriorReadIsBusy(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "deferred.db")
 	good := openSQLiteFile(t, sqlite.DSN(path, time.Second), 2)
 	e := newEnv(t, "sqlite", sqlite.New(), good)
@@ -113,11 +116,11 @@ func TestSQLiteDeferredPriorReadIsBusy(t *testing.T) {
 	if err := b.QueryRow("SELECT COUNT(*) FROM " + e.Biz).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := claimOnce(t, e, e.l, mustID(t, "c", method, "k1"), fp("1"), "r"); err != nil {
+	if _, err := claimOnce(t, e, e.l, testdb.ID(t, "c", method, "k1"), fp("1"), "r"); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	_, err = e.l.Claim(ctx, b, ledger.ClaimRequest{Identity: mustID(t, "c", method, "k2"), Fingerprint: fp("2")})
+	_, err = e.l.Claim(ctx, b, ledger.ClaimRequest{Identity: testdb.ID(t, "c", method, "k2"), Fingerprint: fp("2")})
 	if !errors.Is(err, ledger.ErrRetryable) || time.Since(start) > time.Second {
 		t.Fatalf("claim after a stale read in a deferred transaction: %v after %v, want an immediate retryable BUSY_SNAPSHOT", err, time.Since(start))
 	}
@@ -127,12 +130,13 @@ func TestSQLiteDeferredPriorReadIsBusy(t *testing.T) {
 // first statement of a deferred transaction waits the busy timeout, then
 // gets ErrInProgress.
 func TestSQLiteInProgress(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "inprogress.db")
 	good := openSQLiteFile(t, sqlite.DSN(path, time.Second), 2)
 	e := newEnv(t, "sqlite", sqlite.New(), good)
 	short := openSQLiteFile(t, "file:"+path+"?_journal_mode=WAL&_busy_timeout=500&_txlock=deferred", 1)
 	ctx := context.Background()
-	id := mustID(t, "c", method, "held")
+	id := testdb.ID(t, "c", method, "held")
 	a, err := good.BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)

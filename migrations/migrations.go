@@ -1,111 +1,104 @@
 // Package migrations creates and removes the ledger's table with goose.
 //
-// The SQL files live under migrations/<dialect>/ and are embedded. Their
-// table name is a template parameter, so one set of files serves any table
-// name the ledger is configured with. They run through goose's Provider
-// with the kit's own version table (never the application's
-// goose_db_version), without goose's global registry, and on PostgreSQL
-// under a session advisory lock with the kit's own lock id. Users of other
-// migration tools can [Export] the rendered files instead.
+// The SQL files belong to each dialect (see dialects.Schema): the kit's
+// dialects embed theirs, and a dialect written elsewhere brings its own.
+// Their table name is a template parameter, so one set of files serves any
+// table name the ledger is configured with. They run through goose's
+// Provider with the kit's own version table (never the application's
+// goose_db_version), without goose's global registry, and under the
+// dialect's session lock (PostgreSQL: an advisory lock with the kit's own
+// id; MySQL: a named lock). Users of other migration tools can [Export]
+// the rendered files instead.
 package migrations
 
 import (
 	"bytes"
 	"context"
 	"database/sql"
-	"embed"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
-	"sort"
-	"strings"
-	"testing/fstest"
 	"text/template"
 	"time"
 
 	"github.com/pressly/goose/v3"
-	"github.com/pressly/goose/v3/lock"
 
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/memfs"
+	"github.com/opledger/opledger/internal/options"
+	"github.com/opledger/opledger/ledger"
 )
 
-//go:embed postgres/*.sql sqlite/*.sql mysql/*.sql
-var embedded embed.FS
-
-// LockID is the PostgreSQL advisory lock id the kit's migrations take
-// ("opledger" in ASCII), distinct from goose's default.
-const LockID int64 = 0x6f706c6564676572
-
-// DefaultTable is the ledger's default table, as in package ledger.
-const DefaultTable = "opledger_operations"
-
-// ErrUnknownDialect is returned (wrapped) for a dialect with no migrations.
-var ErrUnknownDialect = errors.New("migrations: no migrations for dialect")
-
-// known maps a dialect name to its identifier quoting and goose dialect.
-// The quoting is repeated here (it matches each dialect's QuoteIdent,
-// which a test checks) so that importing migrations never links a driver:
-// the MySQL dialect imports go-sql-driver/mysql for its error type.
-var known = map[string]struct {
-	quote func(string) string
-	g     goose.Dialect
-}{
-	"postgres": {doubleQuote, goose.DialectPostgres},
-	"sqlite":   {doubleQuote, goose.DialectSQLite3},
-	"mysql":    {backQuote, goose.DialectMySQL},
-}
-
-func doubleQuote(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
-
-func backQuote(s string) string { return "`" + strings.ReplaceAll(s, "`", "``") + "`" }
-
-// Dialects lists the dialect names that have migrations.
-func Dialects() []string {
-	names := make([]string, 0, len(known))
-	for n := range known {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
-}
+var (
+	// ErrNoMigrations is returned (wrapped) for a dialect that ships no
+	// migrations: it does not implement dialects.Schema.
+	ErrNoMigrations = errors.New("migrations: the dialect ships no migrations (dialects.Schema)")
+	// ErrInvalidConfig is returned (wrapped) by New for a nil database or
+	// dialect, or a bad option.
+	ErrInvalidConfig = errors.New("migrations: invalid configuration")
+)
 
 // VersionTable returns the goose version table used for a ledger table:
 // the table's name followed by "_db_version".
 func VersionTable(table string) string { return table + "_db_version" }
 
-// Files returns the migrations for dialect with table rendered in, as a
-// file system of NNNNN_name.sql files at its root.
-func Files(dialect, table string) (fs.FS, error) {
-	k, ok := known[dialect]
+// schema returns d's migrations.
+func schema(d dialects.Dialect) (dialects.Migrations, error) {
+	sc, ok := d.(dialects.Schema)
 	if !ok {
-		return nil, fmt.Errorf("%w %q (have %s)", ErrUnknownDialect, dialect, strings.Join(Dialects(), ", "))
+		name := "<nil>"
+		if d != nil {
+			name = d.Name()
+		}
+		return dialects.Migrations{}, fmt.Errorf("%w: dialect %q", ErrNoMigrations, name)
 	}
+	m := sc.Migrations()
+	if m.FS == nil || m.Goose == "" {
+		return dialects.Migrations{}, fmt.Errorf("%w: dialect %q returns no files or no goose dialect", ErrNoMigrations, d.Name())
+	}
+	return m, nil
+}
+
+// Files returns d's migrations with table rendered in, as a file system
+// of NNNNN_name.sql files at its root.
+func Files(d dialects.Dialect, table string) (fs.FS, error) {
+	m, err := schema(d)
+	if err != nil {
+		return nil, err
+	}
+	return render(d, m.FS, table)
+}
+
+func render(d dialects.Dialect, src fs.FS, table string) (fs.FS, error) {
 	if err := dialects.CheckTableName(table); err != nil {
 		return nil, fmt.Errorf("migrations: %w", err)
 	}
-	entries, err := fs.ReadDir(embedded, dialect)
+	names, err := fs.Glob(src, "*.sql")
 	if err != nil {
 		return nil, fmt.Errorf("migrations: %w", err)
 	}
-	vars := templateVars{quote: k.quote, table: table}
-	out := fstest.MapFS{}
-	for _, e := range entries {
-		src, err := fs.ReadFile(embedded, path.Join(dialect, e.Name()))
+	if len(names) == 0 {
+		return nil, fmt.Errorf("%w: dialect %q has no .sql files", ErrNoMigrations, d.Name())
+	}
+	vars := templateVars{quote: d.QuoteIdent, table: table}
+	out := memfs.FS{}
+	for _, n := range names {
+		text, err := fs.ReadFile(src, n)
 		if err != nil {
 			return nil, fmt.Errorf("migrations: %w", err)
 		}
-		t, err := template.New(e.Name()).Option("missingkey=error").Parse(string(src))
+		t, err := template.New(n).Option("missingkey=error").Parse(string(text))
 		if err != nil {
-			return nil, fmt.Errorf("migrations: %s: %w", e.Name(), err)
+			return nil, fmt.Errorf("migrations: %s: %w", n, err)
 		}
 		var buf bytes.Buffer
 		if err := t.Execute(&buf, vars); err != nil {
-			return nil, fmt.Errorf("migrations: %s: %w", e.Name(), err)
+			return nil, fmt.Errorf("migrations: %s: %w", n, err)
 		}
-		out[e.Name()] = &fstest.MapFile{Data: buf.Bytes(), Mode: 0o644}
+		out[n] = buf.Bytes()
 	}
 	return out, nil
 }
@@ -121,11 +114,11 @@ func (v templateVars) Table() string { return v.quote(v.table) }
 // Ident is a quoted name derived from the table: "<table>_<suffix>".
 func (v templateVars) Ident(suffix string) string { return v.quote(v.table + "_" + suffix) }
 
-// Export writes the rendered migrations for dialect and table into dir
-// (created if missing) for users of other migration tools, and returns the
-// paths written. Existing files of the same name are overwritten.
-func Export(dir, dialect, table string) ([]string, error) {
-	fsys, err := Files(dialect, table)
+// Export writes d's migrations with table rendered in into dir (created
+// if missing), for users of other migration tools, and returns the paths
+// written. Existing files of the same name are overwritten.
+func Export(dir string, d dialects.Dialect, table string) ([]string, error) {
+	fsys, err := Files(d, table)
 	if err != nil {
 		return nil, err
 	}
@@ -151,14 +144,24 @@ func Export(dir, dialect, table string) ([]string, error) {
 	return written, nil
 }
 
-// Option configures a Migrator.
-type Option func(*config)
+// Option configures a Migrator; the With functions build them. Giving
+// the same option twice is an error.
+type Option struct{ o options.Option[config] }
 
 type config struct{ table string }
 
-// WithTable sets the ledger table to create (default "opledger_operations").
-// The version table is VersionTable(name).
-func WithTable(name string) Option { return func(c *config) { c.table = name } }
+// WithTable sets the ledger table to create (default
+// ledger.DefaultTable, "opledger_operations"). The version table is
+// VersionTable(name).
+func WithTable(name string) Option {
+	return Option{options.New("WithTable", func(c *config) error {
+		if err := dialects.CheckTableName(name); err != nil {
+			return err
+		}
+		c.table = name
+		return nil
+	})}
+}
 
 // Migrator applies the ledger's migrations to one database.
 type Migrator struct {
@@ -166,19 +169,20 @@ type Migrator struct {
 	table string
 }
 
-// New returns a Migrator for db in dialect d.
+// New returns a Migrator for db with d's migrations.
 func New(db *sql.DB, d dialects.Dialect, opts ...Option) (*Migrator, error) {
 	if db == nil || d == nil {
-		return nil, errors.New("migrations: db and dialect must not be nil")
+		return nil, fmt.Errorf("%w: db and dialect must not be nil", ErrInvalidConfig)
 	}
-	dialect := d.Name()
-	cfg := config{table: DefaultTable}
-	for _, o := range opts {
-		if o != nil {
-			o(&cfg)
-		}
+	cfg := config{table: ledger.DefaultTable}
+	if err := options.Apply(&cfg, opts, func(o Option) options.Option[config] { return o.o }); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	fsys, err := Files(dialect, cfg.table)
+	sc, err := schema(d)
+	if err != nil {
+		return nil, err
+	}
+	fsys, err := render(d, sc.FS, cfg.table)
 	if err != nil {
 		return nil, err
 	}
@@ -186,21 +190,12 @@ func New(db *sql.DB, d dialects.Dialect, opts ...Option) (*Migrator, error) {
 		goose.WithDisableGlobalRegistry(true),
 		goose.WithTableName(VersionTable(cfg.table)),
 	}
-	if dialect == "postgres" {
-		// Retry the advisory lock every second (goose's default is every
-		// 5 s) for up to 5 minutes, so concurrent migrations of different
-		// ledger tables do not stall each other for long.
-		locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(LockID), lock.WithLockTimeout(1, 300))
-		if err != nil {
-			return nil, fmt.Errorf("migrations: %w", err)
+	if sc.Lock != nil {
+		if l := sc.Lock(cfg.table); l != nil {
+			popts = append(popts, goose.WithSessionLocker(l))
 		}
-		popts = append(popts, goose.WithSessionLocker(locker))
 	}
-	if dialect == "mysql" {
-		// A named lock, not goose's goose_lock table: see mysqlLocker.
-		popts = append(popts, goose.WithSessionLocker(newMySQLLocker(cfg.table)))
-	}
-	p, err := goose.NewProvider(known[dialect].g, db, fsys, popts...)
+	p, err := goose.NewProvider(goose.Dialect(sc.Goose), db, fsys, popts...)
 	if err != nil {
 		return nil, fmt.Errorf("migrations: %w", err)
 	}
@@ -210,8 +205,8 @@ func New(db *sql.DB, d dialects.Dialect, opts ...Option) (*Migrator, error) {
 // Table returns the ledger table this Migrator manages.
 func (m *Migrator) Table() string { return m.table }
 
-// Result is one migration applied or rolled back.
-type Result struct {
+// MigrationResult is one migration applied or rolled back.
+type MigrationResult struct {
 	Version   int64
 	Name      string
 	Direction string // "up" or "down"
@@ -228,14 +223,14 @@ type Status struct {
 
 // Up applies every pending migration. With none pending it does nothing
 // and returns no results.
-func (m *Migrator) Up(ctx context.Context) ([]Result, error) {
+func (m *Migrator) Up(ctx context.Context) ([]MigrationResult, error) {
 	rs, err := m.p.Up(ctx)
 	return results(rs), wrap(err)
 }
 
 // Down rolls back every applied migration, removing the ledger table.
 // The version table stays, recording version 0.
-func (m *Migrator) Down(ctx context.Context) ([]Result, error) {
+func (m *Migrator) Down(ctx context.Context) ([]MigrationResult, error) {
 	rs, err := m.p.DownTo(ctx, 0)
 	return results(rs), wrap(err)
 }
@@ -263,13 +258,13 @@ func (m *Migrator) HasPending(ctx context.Context) (bool, error) {
 	return ok, wrap(err)
 }
 
-func results(rs []*goose.MigrationResult) []Result {
-	out := make([]Result, 0, len(rs))
+func results(rs []*goose.MigrationResult) []MigrationResult {
+	out := make([]MigrationResult, 0, len(rs))
 	for _, r := range rs {
 		if r == nil || r.Source == nil {
 			continue
 		}
-		out = append(out, Result{Version: r.Source.Version, Name: path.Base(r.Source.Path), Direction: r.Direction, Duration: r.Duration})
+		out = append(out, MigrationResult{Version: r.Source.Version, Name: path.Base(r.Source.Path), Direction: r.Direction, Duration: r.Duration})
 	}
 	return out
 }

@@ -2,21 +2,44 @@ package migrations_test
 
 import (
 	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
 	"errors"
 	"io/fs"
+	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"testing/fstest"
+	"time"
 
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/dialects/mysql"
+	"github.com/opledger/opledger/dialects/postgres"
+	"github.com/opledger/opledger/dialects/sqlite"
 	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/migrations"
 )
 
+// kitDialects are the dialects that ship migrations.
+var kitDialects = []dialects.Dialect{postgres.New(), mysql.New(), sqlite.New()}
+
+func uniqueTable(prefix string) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
 // TestUpDownCycle: up, up again (no-op), status, down, up, on every
-// target; an application's own goose_db_version is left untouched.
+// target; an application's own goose_db_version is left untouched. The
+// targets run one after another: the two PostgreSQL drivers share the
+// server's goose_db_version.
 func TestUpDownCycle(t *testing.T) {
+	testdb.ParallelOn(t, map[string]int{"postgres": 4, "mysql": 4})
 	for _, tg := range testdb.Targets() {
 		t.Run(tg.Name, func(t *testing.T) {
 			ctx := context.Background()
@@ -24,38 +47,50 @@ func TestUpDownCycle(t *testing.T) {
 			d := tg.Dialect
 			// The application's own goose history, which must survive.
 			appTable := "goose_db_version"
+			rowID, err := rand.Int(rand.Reader, big.NewInt(1<<30))
+			if err != nil {
+				t.Fatal(err)
+			}
+			appRow := 1<<30 + rowID.Int64()
 			if _, err := db.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS "+d.QuoteIdent(appTable)+" (id INTEGER, version_id BIGINT, is_applied BOOLEAN)"); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := db.ExecContext(ctx, "INSERT INTO "+d.QuoteIdent(appTable)+" (id, version_id, is_applied) VALUES (424242, 7, TRUE)"); err != nil {
+			if _, err := db.ExecContext(ctx, "INSERT INTO "+d.QuoteIdent(appTable)+" (id, version_id, is_applied) VALUES ("+d.Placeholder(1)+", 7, TRUE)", appRow); err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() {
-				db.ExecContext(context.Background(), "DELETE FROM "+d.QuoteIdent(appTable)+" WHERE id = 424242")
+				db.ExecContext(context.Background(), "DELETE FROM "+d.QuoteIdent(appTable)+" WHERE id = "+d.Placeholder(1), appRow)
 			})
 
-			table := "opl_migr_" + strings.ReplaceAll(strings.ReplaceAll(tg.Name, "/", "_"), "-", "_")
+			table := uniqueTable("opl_migr_")
 			m, err := migrations.New(db, d, migrations.WithTable(table))
 			if err != nil {
 				t.Fatal(err)
+			}
+			if m.Table() != table {
+				t.Fatalf("Table() = %q", m.Table())
 			}
 			t.Cleanup(func() {
 				ctx := context.Background()
 				m.Down(ctx)
 				db.ExecContext(ctx, "DROP TABLE IF EXISTS "+d.QuoteIdent(migrations.VersionTable(table)))
 			})
-			count := func(q string) int {
+			count := func(q string, args ...any) int {
 				t.Helper()
 				var n int
-				if err := db.QueryRowContext(ctx, q).Scan(&n); err != nil {
+				if err := db.QueryRowContext(ctx, q, args...).Scan(&n); err != nil {
 					t.Fatalf("%s: %v", q, err)
 				}
 				return n
 			}
 			rows := "SELECT COUNT(*) FROM " + d.QuoteIdent(table)
 
+			pending, err := m.HasPending(ctx)
+			if err != nil || !pending {
+				t.Fatalf("pending before up: %v %v", pending, err)
+			}
 			rs, err := m.Up(ctx)
-			if err != nil || len(rs) != 1 || rs[0].Direction != "up" {
+			if err != nil || len(rs) != 1 || rs[0].Direction != "up" || rs[0].Version != 1 || rs[0].Name != "00001_create_operations.sql" {
 				t.Fatalf("up: %+v %v", rs, err)
 			}
 			if count(rows) != 0 {
@@ -65,7 +100,7 @@ func TestUpDownCycle(t *testing.T) {
 			if err != nil || len(rs) != 0 {
 				t.Fatalf("second up: %+v %v, want a no-op", rs, err)
 			}
-			pending, err := m.HasPending(ctx)
+			pending, err = m.HasPending(ctx)
 			if err != nil || pending {
 				t.Fatalf("pending after up: %v %v", pending, err)
 			}
@@ -81,7 +116,7 @@ func TestUpDownCycle(t *testing.T) {
 				t.Fatal("table still there after down")
 			}
 			st, err = m.Status(ctx)
-			if err != nil || st[0].Applied {
+			if err != nil || st[0].Applied || !st[0].AppliedAt.IsZero() {
 				t.Fatalf("status after down: %+v %v", st, err)
 			}
 			if _, err := m.Up(ctx); err != nil {
@@ -90,7 +125,7 @@ func TestUpDownCycle(t *testing.T) {
 			if count(rows) != 0 {
 				t.Fatal("table not recreated")
 			}
-			if n := count("SELECT COUNT(*) FROM " + d.QuoteIdent(appTable) + " WHERE id = 424242 AND version_id = 7"); n != 1 {
+			if n := count("SELECT COUNT(*) FROM "+d.QuoteIdent(appTable)+" WHERE id = "+d.Placeholder(1)+" AND version_id = 7", appRow); n != 1 {
 				t.Fatalf("application's goose_db_version was touched: %d rows", n)
 			}
 		})
@@ -98,8 +133,8 @@ func TestUpDownCycle(t *testing.T) {
 }
 
 func TestFilesAndExport(t *testing.T) {
-	for _, name := range migrations.Dialects() {
-		fsys, err := migrations.Files(name, "my_ops")
+	for _, d := range kitDialects {
+		fsys, err := migrations.Files(d, "my_ops")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -109,48 +144,249 @@ func TestFilesAndExport(t *testing.T) {
 		}
 		s := string(b)
 		if !strings.Contains(s, "my_ops") || strings.Contains(s, "{{") || !strings.Contains(s, "-- +goose Up") || !strings.Contains(s, "-- +goose Down") {
-			t.Fatalf("%s: badly rendered:\n%s", name, s)
+			t.Fatalf("%s: badly rendered:\n%s", d.Name(), s)
 		}
 	}
 	dir := t.TempDir()
-	paths, err := migrations.Export(dir, "postgres", "ops")
-	if err != nil || len(paths) != 1 {
+	paths, err := migrations.Export(dir, postgres.New(), "ops")
+	if err != nil || len(paths) != 1 || paths[0] != filepath.Join(dir, "00001_create_operations.sql") {
 		t.Fatalf("export: %v %v", paths, err)
 	}
 	b, err := os.ReadFile(filepath.Join(dir, "00001_create_operations.sql"))
 	if err != nil || !strings.Contains(string(b), `CREATE TABLE "ops"`) {
 		t.Fatalf("exported: %s %v", b, err)
 	}
-}
-
-func TestBadInput(t *testing.T) {
-	if _, err := migrations.Files("oracle", "x"); !errors.Is(err, migrations.ErrUnknownDialect) {
-		t.Fatalf("unknown dialect: %v", err)
+	// Exporting again, for another dialect, overwrites the file.
+	if _, err := migrations.Export(dir, mysql.New(), "ops"); err != nil {
+		t.Fatal(err)
 	}
-	for _, name := range []string{"x; DROP TABLE y", "", "a.b", "we\"ird"} {
-		if _, err := migrations.Files("postgres", name); !errors.Is(err, dialects.ErrBadTableName) {
-			t.Fatalf("table %q: %v", name, err)
-		}
-	}
-	if _, err := migrations.New(nil, nil); err == nil {
-		t.Fatal("nil db accepted")
-	}
-	if _, err := migrations.Export(t.TempDir(), "postgres", "x y"); !errors.Is(err, dialects.ErrBadTableName) {
-		t.Fatalf("export bad table: %v", err)
+	b, err = os.ReadFile(filepath.Join(dir, "00001_create_operations.sql"))
+	if err != nil || !strings.Contains(string(b), "CREATE TABLE `ops`") {
+		t.Fatalf("exported again: %s %v", b, err)
 	}
 }
 
-// TestQuotingMatchesDialects: the rendered files quote the table exactly
-// as each dialect's queries do.
-func TestQuotingMatchesDialects(t *testing.T) {
-	for _, tg := range testdb.Targets() {
-		fsys, err := migrations.Files(tg.Dialect.Name(), "weird_Name")
+// bracketed is SQLite with identifiers quoted in brackets (which SQLite
+// also accepts): a dialect that wraps one of the kit's, as the dialects
+// package documents, and brings its migrations along.
+type bracketed struct{ sqlite.Dialect }
+
+func (bracketed) QuoteIdent(s string) string { return "[" + s + "]" }
+
+// TestFilesUseDialectQuoting: each dialect's migrations are rendered with
+// that dialect's QuoteIdent (the table and the names derived from it), so
+// a dialect's files can never quote differently from its queries.
+func TestFilesUseDialectQuoting(t *testing.T) {
+	for _, d := range append(kitDialects, bracketed{}) {
+		fsys, err := migrations.Files(d, "weird_Name")
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, _ := fs.ReadFile(fsys, "00001_create_operations.sql")
-		if !strings.Contains(string(b), "CREATE TABLE "+tg.Dialect.QuoteIdent("weird_Name")+" (") {
-			t.Fatalf("%s: table quoted differently from the dialect:\n%s", tg.Name, b)
+		b, err := fs.ReadFile(fsys, "00001_create_operations.sql")
+		if err != nil {
+			t.Fatal(err)
 		}
+		s := string(b)
+		if !strings.Contains(s, "CREATE TABLE "+d.QuoteIdent("weird_Name")+" (") || !strings.Contains(s, "DROP TABLE "+d.QuoteIdent("weird_Name")+";") {
+			t.Fatalf("%T: table quoted differently from the dialect:\n%s", d, s)
+		}
+		if !strings.Contains(s, d.QuoteIdent("weird_Name_expires_idx")) {
+			t.Fatalf("%T: index name quoted differently from the dialect:\n%s", d, s)
+		}
+	}
+	// The wrapper's files run.
+	db, err := sql.Open("sqlite3", sqlite.DSN(filepath.Join(t.TempDir(), "b.db"), 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	m, err := migrations.New(db, bracketed{}, migrations.WithTable("weird_Name"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Up(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := db.QueryRow(`SELECT COUNT(*) FROM "weird_Name"`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("table made through the wrapper: %d %v", n, err)
+	}
+}
+
+// bare is a dialect without dialects.Schema.
+type bare struct{}
+
+func (bare) Name() string                    { return "bare" }
+func (bare) QuoteIdent(s string) string      { return `"` + s + `"` }
+func (bare) Placeholder(int) string          { return "?" }
+func (bare) Queries(string) dialects.Queries { return dialects.Queries{} }
+func (bare) Classify(error) dialects.Class   { return dialects.ClassOther }
+
+// schema is SQLite with migrations of the test's own.
+type schema struct {
+	sqlite.Dialect
+	m dialects.Migrations
+}
+
+func (s schema) Migrations() dialects.Migrations { return s.m }
+
+func TestNoMigrations(t *testing.T) {
+	db, err := sql.Open("sqlite3", sqlite.DSN(filepath.Join(t.TempDir(), "n.db"), 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	sqlFile := fstest.MapFS{"00001_x.sql": {Data: []byte("-- +goose Up\nCREATE TABLE {{.Table}} (a INTEGER);\n-- +goose Down\nDROP TABLE {{.Table}};\n")}}
+	for name, d := range map[string]dialects.Dialect{
+		"no Schema":    bare{},
+		"nil":          nil,
+		"no files":     schema{m: dialects.Migrations{Goose: "sqlite3"}},
+		"no goose":     schema{m: dialects.Migrations{FS: sqlFile}},
+		"no .sql file": schema{m: dialects.Migrations{FS: fstest.MapFS{"README": {Data: []byte("x")}}, Goose: "sqlite3"}},
+	} {
+		if _, err := migrations.Files(d, "x"); !errors.Is(err, migrations.ErrNoMigrations) {
+			t.Errorf("%s: Files: %v, want ErrNoMigrations", name, err)
+		}
+		if _, err := migrations.Export(t.TempDir(), d, "x"); !errors.Is(err, migrations.ErrNoMigrations) {
+			t.Errorf("%s: Export: %v, want ErrNoMigrations", name, err)
+		}
+		if d == nil {
+			continue // New refuses a nil dialect as a configuration error
+		}
+		if _, err := migrations.New(db, d); !errors.Is(err, migrations.ErrNoMigrations) {
+			t.Errorf("%s: New: %v, want ErrNoMigrations", name, err)
+		}
+	}
+}
+
+// recordingLock is a SessionLocker that records its calls.
+type recordingLock struct {
+	mu            sync.Mutex
+	table         string
+	locked, freed []*sql.Conn
+}
+
+func (l *recordingLock) SessionLock(_ context.Context, c *sql.Conn) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.locked = append(l.locked, c)
+	return nil
+}
+
+func (l *recordingLock) SessionUnlock(_ context.Context, c *sql.Conn) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.freed = append(l.freed, c)
+	return nil
+}
+
+// TestDialectSchema: migrations.New runs a dialect's own files, rendered
+// with {{.Table}} and {{.Ident}}, under the dialect's session lock for the
+// table, taken and released on one connection.
+func TestDialectSchema(t *testing.T) {
+	db, err := sql.Open("sqlite3", sqlite.DSN(filepath.Join(t.TempDir(), "s.db"), 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	lock := &recordingLock{}
+	d := schema{m: dialects.Migrations{
+		FS: fstest.MapFS{
+			"00001_a.sql": {Data: []byte("-- +goose Up\nCREATE TABLE {{.Table}} (a INTEGER);\nCREATE INDEX {{.Ident \"a_idx\"}} ON {{.Table}} (a);\n-- +goose Down\nDROP TABLE {{.Table}};\n")},
+			"00002_b.sql": {Data: []byte("-- +goose Up\nALTER TABLE {{.Table}} ADD COLUMN b INTEGER;\n-- +goose Down\nALTER TABLE {{.Table}} DROP COLUMN b;\n")},
+		},
+		Goose: "sqlite3",
+		Lock:  func(table string) dialects.SessionLocker { lock.table = table; return lock },
+	}}
+	m, err := migrations.New(db, d, migrations.WithTable("custom_ops"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lock.table != "custom_ops" {
+		t.Fatalf("Lock asked for table %q", lock.table)
+	}
+	rs, err := m.Up(context.Background())
+	if err != nil || len(rs) != 2 || rs[1].Name != "00002_b.sql" {
+		t.Fatalf("up: %+v %v", rs, err)
+	}
+	var idx string
+	if err := db.QueryRow(`SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'custom_ops'`).Scan(&idx); err != nil || idx != "custom_ops_a_idx" {
+		t.Fatalf("index %q %v", idx, err)
+	}
+	if _, err := db.Exec(`INSERT INTO custom_ops (a, b) VALUES (1, 2)`); err != nil {
+		t.Fatal(err)
+	}
+	if len(lock.locked) != 1 || len(lock.freed) != 1 || lock.locked[0] != lock.freed[0] {
+		t.Fatalf("session lock: locked %d times, released %d times, on the same connection: %v", len(lock.locked), len(lock.freed), len(lock.locked) == 1 && len(lock.freed) == 1 && lock.locked[0] == lock.freed[0])
+	}
+
+	// A template that names an unknown field is refused.
+	bad := schema{m: dialects.Migrations{FS: fstest.MapFS{"00001_a.sql": {Data: []byte("-- +goose Up\nCREATE TABLE {{.Nope}} (a INTEGER);\n")}}, Goose: "sqlite3"}}
+	if _, err := migrations.Files(bad, "x"); err == nil {
+		t.Fatal("a template with an unknown field rendered")
+	}
+	if _, err := migrations.New(db, bad); err == nil {
+		t.Fatal("New accepted a template with an unknown field")
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	for _, name := range []string{"x; DROP TABLE y", "", "a.b", "we\"ird", strings.Repeat("a", dialects.MaxTableNameLen+1)} {
+		if _, err := migrations.Files(postgres.New(), name); !errors.Is(err, dialects.ErrBadTableName) {
+			t.Fatalf("table %q: %v", name, err)
+		}
+	}
+	if _, err := migrations.New(nil, nil); !errors.Is(err, migrations.ErrInvalidConfig) {
+		t.Fatalf("nil db and dialect: %v", err)
+	}
+	db, err := sql.Open("sqlite3", sqlite.DSN(filepath.Join(t.TempDir(), "x.db"), 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	d := sqlite.New()
+	if _, err := migrations.New(db, nil); !errors.Is(err, migrations.ErrInvalidConfig) {
+		t.Fatalf("nil dialect: %v", err)
+	}
+	if _, err := migrations.New(nil, d); !errors.Is(err, migrations.ErrInvalidConfig) {
+		t.Fatalf("nil db: %v", err)
+	}
+	if _, err := migrations.New(db, d, migrations.WithTable("x y")); !errors.Is(err, migrations.ErrInvalidConfig) || !errors.Is(err, dialects.ErrBadTableName) {
+		t.Fatalf("bad table option: %v", err)
+	}
+	if _, err := migrations.New(db, d, migrations.WithTable("a"), migrations.WithTable("b")); !errors.Is(err, migrations.ErrInvalidConfig) {
+		t.Fatalf("WithTable twice: %v", err)
+	}
+	if _, err := migrations.New(db, d, migrations.Option{}); !errors.Is(err, migrations.ErrInvalidConfig) {
+		t.Fatalf("zero option: %v", err)
+	}
+	m, err := migrations.New(db, d)
+	if err != nil || m.Table() != ledger.DefaultTable {
+		t.Fatalf("default table: %v %v", m, err)
+	}
+	if _, err := migrations.Export(t.TempDir(), postgres.New(), "x y"); !errors.Is(err, dialects.ErrBadTableName) {
+		t.Fatalf("export bad table: %v", err)
+	}
+	if got := migrations.VersionTable("ops"); got != "ops_db_version" {
+		t.Fatalf("VersionTable: %q", got)
+	}
+}
+
+// Migrations honour the caller's context.
+func TestUpRespectsCancelledContext(t *testing.T) {
+	db, err := sql.Open("sqlite3", sqlite.DSN(filepath.Join(t.TempDir(), "c.db"), 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	m, err := migrations.New(db, sqlite.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	start := time.Now()
+	if _, err := m.Up(ctx); !errors.Is(err, context.Canceled) || time.Since(start) > time.Second {
+		t.Fatalf("Up with a cancelled context: %v", err)
 	}
 }

@@ -20,13 +20,15 @@ import (
 // identity columns on InnoDB, serialise concurrent runs with a named lock
 // of their own, and create no goose_lock table.
 func TestMySQLSchemaAndLock(t *testing.T) {
-	db := testdb.OpenMySQL(nil)(t, 6)
+	testdb.Parallel(t, "mysql", 8)
+	open := testdb.OpenMySQL(nil)
+	db := open(t, 6)
 	d := mysql.New()
 	ctx := context.Background()
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	table := "opl_mlock_" + hex.EncodeToString(b[:])
-	newM := func() *migrations.Migrator {
+	newM := func(db *sql.DB) *migrations.Migrator {
 		m, err := migrations.New(db, d, migrations.WithTable(table))
 		if err != nil {
 			t.Fatal(err)
@@ -34,12 +36,15 @@ func TestMySQLSchemaAndLock(t *testing.T) {
 		return m
 	}
 	t.Cleanup(func() {
-		newM().Down(context.Background())
+		newM(db).Down(context.Background())
 		db.Exec("DROP TABLE IF EXISTS " + d.QuoteIdent(migrations.VersionTable(table)))
 	})
 	lockName := "opledger:" + table
 
-	// Another session holds the kit's lock: Up waits for it.
+	// Another session holds the kit's lock: two Migrators, each on a pool
+	// of one connection (so the session it migrates on is known), wait for
+	// it, as the server shows; once it is released both succeed and
+	// exactly one applies the migration.
 	holder, err := db.Conn(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -48,27 +53,53 @@ func TestMySQLSchemaAndLock(t *testing.T) {
 	if err := holder.QueryRowContext(ctx, "SELECT GET_LOCK(?, 0)", lockName).Scan(&got); err != nil || got.Int64 != 1 {
 		t.Fatalf("GET_LOCK: %v %v", got, err)
 	}
-	done := make(chan error, 1)
-	go func() {
-		_, err := newM().Up(ctx)
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		t.Fatalf("Up did not wait for the migration lock: %v", err)
-	case <-time.After(300 * time.Millisecond):
+	type upResult struct {
+		n   int
+		err error
+	}
+	results := make(chan upResult, 2)
+	done := make(chan struct{})
+	var once sync.Once
+	var sessions []int64
+	for range 2 {
+		pool := open(t, 1)
+		var id int64
+		if err := pool.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		sessions = append(sessions, id)
+		m := newM(pool)
+		go func() {
+			rs, err := m.Up(ctx)
+			once.Do(func() { close(done) })
+			results <- upResult{len(rs), err}
+		}()
+	}
+	for _, id := range sessions {
+		testdb.WaitUserLock(t, db, id, done)
 	}
 	if err := holder.QueryRowContext(ctx, "SELECT RELEASE_LOCK(?)", lockName).Scan(&got); err != nil || got.Int64 != 1 {
 		t.Fatalf("RELEASE_LOCK: %v %v", got, err)
 	}
 	holder.Close()
-	if err := <-done; err != nil {
-		t.Fatalf("Up after the lock was released: %v", err)
+	total := 0
+	for range 2 {
+		r := <-results
+		if r.err != nil {
+			t.Fatalf("Up after the lock was released: %v", r.err)
+		}
+		total += r.n
+	}
+	if total != 1 {
+		t.Fatalf("two Ups applied %d migrations in all, want 1", total)
+	}
+	if err := db.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?)", lockName).Scan(&got); err != nil || got.Valid {
+		t.Fatalf("lock still held after Up: %v %v", got, err)
 	}
 
 	// Concurrent Ups on a fresh table: one applies, the other finds
 	// nothing to do; neither fails.
-	if _, err := newM().Down(ctx); err != nil {
+	if _, err := newM(db).Down(ctx); err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
@@ -76,14 +107,15 @@ func TestMySQLSchemaAndLock(t *testing.T) {
 	errs := make([]error, 4)
 	for i := range applied {
 		wg.Add(1)
+		m := newM(db)
 		go func() {
 			defer wg.Done()
-			rs, err := newM().Up(ctx)
+			rs, err := m.Up(ctx)
 			applied[i], errs[i] = len(rs), err
 		}()
 	}
 	wg.Wait()
-	total := 0
+	total = 0
 	for i := range applied {
 		if errs[i] != nil {
 			t.Fatalf("concurrent Up %d: %v", i, errs[i])
@@ -142,10 +174,13 @@ func TestMySQLSchemaAndLock(t *testing.T) {
 // A lock another session never releases makes Up fail with the caller's
 // context, not hang.
 func TestMySQLLockRespectsContext(t *testing.T) {
+	testdb.Parallel(t, "mysql", 4)
 	db := testdb.OpenMySQL(nil)(t, 4)
 	d := mysql.New()
 	ctx := context.Background()
-	table := "opl_mlock_ctx"
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	table := "opl_mlock_ctx_" + hex.EncodeToString(b[:])
 	holder, err := db.Conn(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -173,19 +173,3 @@ func (b Backoff) Next(ctx context.Context, n int, pushback []string) (wait time.
 	}
 	return wait, next, nil
 }
-
-// Sleep waits for d or until ctx is done, whichever comes first, and returns
-// the context's error in the second case.
-func Sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}

@@ -147,17 +147,3 @@ func TestBackoffNext(t *testing.T) {
 		t.Fatalf("cancelled: %v", err)
 	}
 }
-
-func TestSleep(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if err := Sleep(ctx, time.Hour); !errors.Is(err, context.Canceled) {
-		t.Errorf("Sleep on a cancelled context: %v", err)
-	}
-	if err := Sleep(context.Background(), 0); err != nil {
-		t.Errorf("Sleep(0): %v", err)
-	}
-	if err := Sleep(context.Background(), time.Microsecond); err != nil {
-		t.Errorf("Sleep(1µs): %v", err)
-	}
-}

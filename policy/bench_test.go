@@ -55,29 +55,6 @@ func BenchmarkBudget(b *testing.B) {
 	})
 }
 
-func BenchmarkThrottle(b *testing.B) {
-	th, err := NewThrottle(10, 0.1)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Run("RecordFailure+RecordSuccess", func(b *testing.B) {
-		b.ReportAllocs()
-		for i := 0; i < b.N; i++ {
-			th.RecordFailure()
-			th.RecordSuccess()
-		}
-	})
-	b.Run("RecordFailure+RecordSuccess/parallel", func(b *testing.B) {
-		b.ReportAllocs()
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				th.RecordFailure()
-				th.RecordSuccess()
-			}
-		})
-	})
-}
-
 func BenchmarkEligible(b *testing.B) {
 	p := MethodPolicy{FullMethod: "/shop.v1.Orders/Create", Kind: KindKeyed, DurableLedger: true}
 	ev := Evidence{Sent: true, HasKey: true}
@@ -93,16 +70,5 @@ func BenchmarkBackoffDelay(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
 		bo.Delay(i%8 + 1)
-	}
-}
-
-func BenchmarkValidate(b *testing.B) {
-	c := testCatalog(b)
-	js := []byte(`{"methodConfig":[{"name":[{"service":"shop.v1.Orders","method":"Get"},{"service":"shop.v1.Orders","method":"Put"}],` + goodRetry + `}],"retryThrottling":{"maxTokens":10,"tokenRatio":0.1}}`)
-	b.ReportAllocs()
-	for i := 0; i < b.N; i++ {
-		if _, err := Validate(js, c, OwnerServiceConfig); err != nil {
-			b.Fatal(err)
-		}
 	}
 }

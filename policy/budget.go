@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -162,82 +161,3 @@ func (b *Budget) Available() int {
 	}
 	return int(n)
 }
-
-// throttleScale is the fixed-point unit of a token: A6 ignores decimals past
-// the third.
-const throttleScale = 1000
-
-// Throttle is the gRPC retry-throttling token bucket of gRFC A6, with exact
-// fixed-point arithmetic. It starts full at maxTokens; each failed attempt
-// takes one token (never below zero), each successful call adds tokenRatio
-// (never above maxTokens), and retries are allowed only while the tokens are
-// above half of maxTokens. It is safe for concurrent use and does not
-// allocate.
-type Throttle struct {
-	tokens atomic.Int64 // thousandths of a token
-	max    int64
-	ratio  int64
-}
-
-// NewThrottle returns a full token bucket. maxTokens must be in (0, 1000]
-// and tokenRatio positive, as in the service config's retryThrottling;
-// decimals past the third are ignored. Anything else is an error wrapping
-// ErrInvalidSettings.
-func NewThrottle(maxTokens, tokenRatio float64) (*Throttle, error) {
-	m, r := fixed3(maxTokens), fixed3(tokenRatio)
-	if !(maxTokens > 0 && maxTokens <= 1000) || m <= 0 {
-		return nil, fmt.Errorf("%w: throttle maxTokens %v outside (0, 1000]", ErrInvalidSettings, maxTokens)
-	}
-	if !(tokenRatio > 0 && tokenRatio <= 1000) || r <= 0 {
-		return nil, fmt.Errorf("%w: throttle tokenRatio %v must be in [0.001, 1000]", ErrInvalidSettings, tokenRatio)
-	}
-	t := &Throttle{max: m, ratio: r}
-	t.tokens.Store(m)
-	return t, nil
-}
-
-// fixed3 converts x to thousandths, dropping further decimals.
-func fixed3(x float64) int64 {
-	if !(x > 0) || x > 1e6 {
-		return 0
-	}
-	return int64(math.Floor(x*throttleScale + 1e-6))
-}
-
-// RecordFailure records a failed attempt (a retryable code, or pushback that
-// says not to retry) and reports whether a retry may follow, as grpc-go's
-// throttle does: it takes a token and allows a retry only if more than half
-// of maxTokens remain.
-func (t *Throttle) RecordFailure() (retryAllowed bool) {
-	for {
-		cur := t.tokens.Load()
-		next := cur - throttleScale
-		if next < 0 {
-			next = 0
-		}
-		if t.tokens.CompareAndSwap(cur, next) {
-			return 2*next > t.max
-		}
-	}
-}
-
-// RecordSuccess records a successful call, adding tokenRatio tokens.
-func (t *Throttle) RecordSuccess() {
-	for {
-		cur := t.tokens.Load()
-		next := cur + t.ratio
-		if next > t.max {
-			next = t.max
-		}
-		if next == cur || t.tokens.CompareAndSwap(cur, next) {
-			return
-		}
-	}
-}
-
-// Allowed reports whether retries are currently allowed: more than half of
-// maxTokens remain.
-func (t *Throttle) Allowed() bool { return 2*t.tokens.Load() > t.max }
-
-// Tokens returns the current number of tokens.
-func (t *Throttle) Tokens() float64 { return float64(t.tokens.Load()) / throttleScale }

@@ -3,7 +3,8 @@ package policy
 import (
 	"fmt"
 	"sort"
-	"strings"
+
+	"github.com/opledger/opledger/internal/methodname"
 )
 
 // Kind classifies what repeating a method does.
@@ -126,49 +127,11 @@ func (p MethodPolicy) Method() string {
 
 // SplitFullMethod splits "/pkg.Service/Method" into "pkg.Service" and
 // "Method". ok is false unless the name has exactly that form, with a
-// service made of dot-separated identifiers and a method identifier.
+// service made of dot-separated identifiers and a method identifier, and
+// is at most 512 bytes long (the grammar the ledger also enforces).
 func SplitFullMethod(fullMethod string) (service, method string, ok bool) {
-	if !strings.HasPrefix(fullMethod, "/") {
-		return "", "", false
-	}
-	rest := fullMethod[1:]
-	i := strings.IndexByte(rest, '/')
-	if i < 0 {
-		return "", "", false
-	}
-	service, method = rest[:i], rest[i+1:]
-	if !validServiceName(service) || !validIdent(method) {
-		return "", "", false
-	}
-	return service, method, true
-}
-
-func validIdent(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '_', c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z':
-		case c >= '0' && c <= '9' && i > 0:
-		default:
-			return false
-		}
-	}
-	return true
-}
-
-func validServiceName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for _, part := range strings.Split(s, ".") {
-		if !validIdent(part) {
-			return false
-		}
-	}
-	return true
+	service, method, err := methodname.Split(fullMethod)
+	return service, method, err == nil
 }
 
 // Catalog maps full method names to method policies. A Catalog is immutable
@@ -196,8 +159,8 @@ func NewCatalog(policies ...MethodPolicy) (*Catalog, error) {
 }
 
 func checkPolicy(p MethodPolicy) error {
-	if _, _, ok := SplitFullMethod(p.FullMethod); !ok {
-		return fmt.Errorf("%w: %q (want /package.Service/Method)", ErrInvalidMethodName, p.FullMethod)
+	if _, _, err := methodname.Split(p.FullMethod); err != nil {
+		return fmt.Errorf("%w: %q: %w", ErrInvalidMethodName, truncate(p.FullMethod), err)
 	}
 	if p.Kind > KindKeyed {
 		return fmt.Errorf("%w: %q has unknown kind %d", ErrInvalidSettings, p.FullMethod, uint8(p.Kind))

@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -78,6 +79,17 @@ func TestNewCatalog(t *testing.T) {
 		if _, err := NewCatalog(MethodPolicy{FullMethod: bad}); !errors.Is(err, ErrInvalidMethodName) {
 			t.Errorf("NewCatalog(%q) error %v, want ErrInvalidMethodName", bad, err)
 		}
+	}
+	// The grammar is the ledger's, including its 512-byte cap.
+	longest := "/a.B/" + strings.Repeat("x", 512-len("/a.B/"))
+	if _, err := NewCatalog(MethodPolicy{FullMethod: longest}); err != nil {
+		t.Errorf("512-byte name: %v", err)
+	}
+	if _, err := NewCatalog(MethodPolicy{FullMethod: longest + "x"}); !errors.Is(err, ErrInvalidMethodName) {
+		t.Errorf("513-byte name: error %v, want ErrInvalidMethodName", err)
+	}
+	if _, _, ok := SplitFullMethod(longest + "x"); ok {
+		t.Error("SplitFullMethod accepts a 513-byte name")
 	}
 	if _, err := NewCatalog(MethodPolicy{FullMethod: "/a.B/X"}, MethodPolicy{FullMethod: "/a.B/X"}); !errors.Is(err, ErrDuplicateMethod) {
 		t.Errorf("duplicate: %v", err)

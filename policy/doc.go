@@ -15,26 +15,25 @@
 //     code ([NewCatalog]) or from proto descriptors ([CatalogFromFiles],
 //     [CatalogFromDescriptorSet], [LoadDescriptorSetFile]) by reading the
 //     standard idempotency_level method option.
-//   - [ServiceConfig] is a typed form of the gRPC service config that
-//     marshals to the JSON grpc-go accepts. [GenerateServiceConfig] derives
-//     it from a catalog and an owner; [CheckOwnership] refuses any retry or
-//     hedging entry on a channel that the service config does not own.
-//   - [Validate] checks a service config file against a catalog and an owner,
-//     more strictly than grpc-go does, and reports every problem as a
-//     [Finding] naming the exact entry.
 //   - [Eligible] decides, from the method, the [Evidence] and the status
-//     code, whether to retry, not to retry (with a [Reason]) or to resolve
-//     the outcome of a keyed mutation first.
+//     code, whether to retry, not to retry (with a [DecisionReason]) or to
+//     resolve the outcome of a keyed mutation first.
 //   - [Budget] bounds retries to a fraction of traffic over a sliding window
-//     with a small floor; [Throttle] is the gRPC retry-throttling token
-//     bucket (gRFC A6). Both are safe for concurrent use and do not allocate.
+//     with a small floor. It is safe for concurrent use and does not
+//     allocate.
 //   - [Backoff] computes the gRFC A6 exponential backoff with jitter, honours
 //     server pushback (grpc-retry-pushback-ms) and never waits past the
 //     call's deadline.
 //
-// The package depends only on the standard library, grpc-go (codes, status)
-// and the protobuf runtime (descriptors). It knows nothing of SQL: a keyed
-// method states in its [MethodPolicy] whether a durable ledger records its
+// The channel's service config is the business of the sub-package
+// policy/serviceconfig: a typed form of the gRPC service config, its
+// generation from a catalog and an owner, the ownership check, and a
+// validator that reports every problem of a service config file. It
+// imports this package; this package does not import it.
+//
+// The package depends only on the standard library, grpc-go (codes) and the
+// protobuf runtime (descriptors). It knows nothing of SQL: a keyed method
+// states in its [MethodPolicy] whether a durable ledger records its
 // completions. It keeps no global mutable state, logs nothing and returns
 // errors that wrap the sentinel errors declared here, for use with
 // [errors.Is] and [errors.As].

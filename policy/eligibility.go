@@ -11,10 +11,16 @@ type Evidence struct {
 	// Sent reports that the request may have reached the server: some of it
 	// was written to a connection. False means the attempt provably never
 	// left the client (no connection, picker failure, refused stream).
+	// HeadersReceived or MessageReceived imply it.
 	Sent bool
-	// PrefixDelivered reports that response headers or at least one response
-	// message already reached the caller, so a retry would deliver them again.
-	PrefixDelivered bool
+	// HeadersReceived reports that response headers reached the client. For
+	// a streaming method the caller may have acted on them, so they are a
+	// delivered prefix; for a unary method they are not (see Eligible).
+	HeadersReceived bool
+	// MessageReceived reports that at least one response message reached
+	// the client. For a streaming method a retry would deliver it again; a
+	// unary call that failed after it returned nothing to its caller.
+	MessageReceived bool
 	// HasKey reports that the caller attached an idempotency key to the call.
 	HasKey bool
 }
@@ -48,34 +54,36 @@ func (a Action) String() string {
 	}
 }
 
-// Reason explains a Decision with a stable, machine-readable string.
-type Reason string
+// DecisionReason explains a Decision with a stable, machine-readable
+// string.
+type DecisionReason string
 
 // Reasons.
 const (
 	// ReasonSucceeded: the status is OK; there is nothing to retry.
-	ReasonSucceeded Reason = "succeeded"
-	// ReasonPrefixDelivered: part of the response already reached the caller.
-	ReasonPrefixDelivered Reason = "prefix-delivered"
+	ReasonSucceeded DecisionReason = "succeeded"
+	// ReasonPrefixDelivered: part of the response already reached the
+	// caller: a response message, or the headers of a streaming call.
+	ReasonPrefixDelivered DecisionReason = "prefix-delivered"
 	// ReasonNonIdempotent: the method is not idempotent.
-	ReasonNonIdempotent Reason = "non-idempotent"
+	ReasonNonIdempotent DecisionReason = "non-idempotent"
 	// ReasonNoKey: a keyed mutation was called without a key.
-	ReasonNoKey Reason = "no-key"
+	ReasonNoKey DecisionReason = "no-key"
 	// ReasonNoLedger: a keyed mutation has no durable ledger behind it.
-	ReasonNoLedger Reason = "no-ledger"
+	ReasonNoLedger DecisionReason = "no-ledger"
 	// ReasonNotRetryable: the code will not change on a retry (a caller
 	// error, a permission problem, a cancelled call…).
-	ReasonNotRetryable Reason = "code-not-retryable"
+	ReasonNotRetryable DecisionReason = "code-not-retryable"
 	// ReasonNotExecuted: the request never reached the server.
-	ReasonNotExecuted Reason = "not-executed"
+	ReasonNotExecuted DecisionReason = "not-executed"
 	// ReasonIdempotent: the call may have run, and running it again is safe.
-	ReasonIdempotent Reason = "idempotent"
+	ReasonIdempotent DecisionReason = "idempotent"
 	// ReasonKeyedReplay: the call may have failed before committing; the
 	// ledger turns a repeat of a committed call into a replay.
-	ReasonKeyedReplay Reason = "keyed-replay"
+	ReasonKeyedReplay DecisionReason = "keyed-replay"
 	// ReasonMayHaveRun: the keyed call may still be running or may have
 	// committed; resolve its outcome before running it again.
-	ReasonMayHaveRun Reason = "may-have-run"
+	ReasonMayHaveRun DecisionReason = "may-have-run"
 )
 
 // Decision is the outcome of Eligible.
@@ -83,7 +91,7 @@ type Decision struct {
 	// Action is what to do.
 	Action Action
 	// Reason says why.
-	Reason Reason
+	Reason DecisionReason
 }
 
 // String returns "action (reason)".
@@ -93,8 +101,15 @@ func (d Decision) String() string { return d.Action.String() + " (" + string(d.R
 // The rules, in order:
 //
 //  1. OK is never retried (ReasonSucceeded).
-//  2. A call that delivered part of its response is never retried
-//     (ReasonPrefixDelivered).
+//  2. A streaming call that delivered response headers or a message is
+//     never retried (ReasonPrefixDelivered): the caller may already have
+//     acted on them. A unary call delivers nothing to its caller before it
+//     returns, so for a unary method headers and a message only prove that
+//     the request was sent: grpc-go's unary server sends the headers
+//     together with the message after the handler returned, so headers
+//     without a message mean that the answer was lost on the way back, and
+//     a message without a status (or thrown away below the caller) means
+//     the same; a keyed mutation then resolves its outcome (rule 7).
 //  3. A non-idempotent method is never retried (ReasonNonIdempotent); gRPC's
 //     transparent retries already cover attempts that never left the client.
 //  4. A keyed mutation without a key (ReasonNoKey) or without a durable
@@ -103,9 +118,9 @@ func (d Decision) String() string { return d.Action.String() + " (" + string(d.R
 //     (ReasonNotRetryable): CANCELLED, INVALID_ARGUMENT, NOT_FOUND,
 //     ALREADY_EXISTS, PERMISSION_DENIED, FAILED_PRECONDITION, OUT_OF_RANGE,
 //     UNIMPLEMENTED, DATA_LOSS, UNAUTHENTICATED and any unknown value.
-//  6. UNAVAILABLE for a request that was never sent means "not executed"
-//     and is retried for every kind that passed rules 3 and 4
-//     (ReasonNotExecuted).
+//  6. UNAVAILABLE for a request that was never sent (neither Sent nor any
+//     response headers or message) means "not executed" and is retried for
+//     every kind that passed rules 3 and 4 (ReasonNotExecuted).
 //  7. A keyed mutation that failed with DEADLINE_EXCEEDED, or with
 //     UNAVAILABLE after the request was sent, may still be running or may
 //     have committed: resolve first (ReasonMayHaveRun).
@@ -117,14 +132,15 @@ func (d Decision) String() string { return d.Action.String() + " (" + string(d.R
 //     rule 7).
 //
 // Eligible does not consult a budget, the attempt count or the deadline; see
-// Budget, Throttle and Backoff.
+// Budget and Backoff.
 func Eligible(p MethodPolicy, ev Evidence, code codes.Code) Decision {
 	if code == codes.OK {
 		return Decision{DoNotRetry, ReasonSucceeded}
 	}
-	if ev.PrefixDelivered {
+	if (ev.MessageReceived || ev.HeadersReceived) && p.Shape != ShapeUnary {
 		return Decision{DoNotRetry, ReasonPrefixDelivered}
 	}
+	sent := ev.Sent || ev.HeadersReceived || ev.MessageReceived
 	keyed := false
 	switch p.Kind {
 	case KindNoSideEffects, KindIdempotent:
@@ -141,7 +157,7 @@ func Eligible(p MethodPolicy, ev Evidence, code codes.Code) Decision {
 	}
 	switch code {
 	case codes.Unavailable:
-		if !ev.Sent {
+		if !sent {
 			return Decision{Retry, ReasonNotExecuted}
 		}
 		if keyed {

@@ -8,8 +8,9 @@ import (
 )
 
 // TestEligibleTable checks every code (0–16) against every kind (keyed split
-// by ledger) and every evidence combination (sent × prefix × key): 17 × 5 × 8
-// = 680 cases, against a table written out by hand.
+// by ledger), every shape and every evidence combination (sent × headers ×
+// message × key): 17 × 5 × 4 × 16 = 5440 cases, against a table written out
+// by hand.
 func TestEligibleTable(t *testing.T) {
 	const (
 		R = "retry"
@@ -46,7 +47,7 @@ func TestEligibleTable(t *testing.T) {
 		name string
 		p    MethodPolicy
 		col  int // column offset in row, or -1 for "never"
-		why  Reason
+		why  DecisionReason
 	}
 	variants := []variant{
 		{"no-side-effects", MethodPolicy{Kind: KindNoSideEffects}, 0, ""},
@@ -55,53 +56,64 @@ func TestEligibleTable(t *testing.T) {
 		{"keyed-no-ledger", MethodPolicy{Kind: KindKeyed}, -1, ReasonNoLedger},
 		{"non-idempotent", MethodPolicy{Kind: KindNonIdempotent}, -1, ReasonNonIdempotent},
 	}
+	shapes := []Shape{ShapeUnary, ShapeClientStream, ShapeServerStream, ShapeBidiStream}
+	bools := []bool{false, true}
 	n := 0
 	for code := codes.Code(0); code < 17; code++ {
 		for _, v := range variants {
-			for _, sent := range []bool{false, true} {
-				for _, prefix := range []bool{false, true} {
-					for _, key := range []bool{false, true} {
-						ev := Evidence{Sent: sent, PrefixDelivered: prefix, HasKey: key}
-						got := Eligible(v.p, ev, code)
-						name := fmt.Sprintf("%s/%s/sent=%v,prefix=%v,key=%v", CodeName(code), v.name, sent, prefix, key)
-						n++
-						var want string
-						var wantReason Reason
-						switch {
-						case code == codes.OK:
-							want, wantReason = N, ReasonSucceeded
-						case prefix:
-							want, wantReason = N, ReasonPrefixDelivered
-						case v.col < 0:
-							want, wantReason = N, v.why
-							if v.p.Kind == KindKeyed && !key {
-								wantReason = ReasonNoKey
+			for _, shape := range shapes {
+				p := v.p
+				p.Shape = shape
+				for _, sent := range bools {
+					for _, headers := range bools {
+						for _, message := range bools {
+							for _, key := range bools {
+								ev := Evidence{Sent: sent, HeadersReceived: headers, MessageReceived: message, HasKey: key}
+								got := Eligible(p, ev, code)
+								name := fmt.Sprintf("%v/%s/%s/sent=%v,headers=%v,message=%v,key=%v", code, v.name, shape, sent, headers, message, key)
+								n++
+								var want string
+								var wantReason DecisionReason
+								switch {
+								case code == codes.OK:
+									want, wantReason = N, ReasonSucceeded
+								case (message || headers) && shape != ShapeUnary:
+									want, wantReason = N, ReasonPrefixDelivered
+								case v.col < 0:
+									want, wantReason = N, v.why
+									if v.p.Kind == KindKeyed && !key {
+										wantReason = ReasonNoKey
+									}
+								case v.p.Kind == KindKeyed && !key:
+									want, wantReason = N, ReasonNoKey
+								default:
+									// Headers or a message of a unary call: not
+									// a prefix, but proof that the request was
+									// sent.
+									col := v.col
+									if sent || headers || message {
+										col++
+									}
+									want = table[code][col]
+								}
+								if got.Action.String() != want {
+									t.Errorf("%s: got %v, want %s", name, got, want)
+									continue
+								}
+								if wantReason != "" && got.Reason != wantReason {
+									t.Errorf("%s: reason %q, want %q", name, got.Reason, wantReason)
+								}
+								if got.Reason == "" {
+									t.Errorf("%s: empty reason", name)
+								}
 							}
-						case v.p.Kind == KindKeyed && !key:
-							want, wantReason = N, ReasonNoKey
-						default:
-							col := v.col
-							if sent {
-								col++
-							}
-							want = table[code][col]
-						}
-						if got.Action.String() != want {
-							t.Errorf("%s: got %v, want %s", name, got, want)
-							continue
-						}
-						if wantReason != "" && got.Reason != wantReason {
-							t.Errorf("%s: reason %q, want %q", name, got.Reason, wantReason)
-						}
-						if got.Reason == "" {
-							t.Errorf("%s: empty reason", name)
 						}
 					}
 				}
 			}
 		}
 	}
-	if n != 17*5*8 {
+	if n != 17*5*4*16 {
 		t.Fatalf("ran %d cases", n)
 	}
 }
@@ -109,6 +121,7 @@ func TestEligibleTable(t *testing.T) {
 func TestEligibleReasons(t *testing.T) {
 	idem := MethodPolicy{Kind: KindIdempotent}
 	keyed := MethodPolicy{Kind: KindKeyed, DurableLedger: true}
+	watch := MethodPolicy{Kind: KindNoSideEffects, Shape: ShapeServerStream}
 	cases := []struct {
 		p    MethodPolicy
 		ev   Evidence
@@ -124,10 +137,39 @@ func TestEligibleReasons(t *testing.T) {
 		{keyed, Evidence{Sent: true, HasKey: true}, codes.InvalidArgument, Decision{DoNotRetry, ReasonNotRetryable}},
 		{idem, Evidence{Sent: true}, codes.Code(99), Decision{DoNotRetry, ReasonNotRetryable}},
 		{MethodPolicy{Kind: Kind(42)}, Evidence{}, codes.Unavailable, Decision{DoNotRetry, ReasonNonIdempotent}},
+
+		// Response headers without a message: for a unary method the
+		// handler finished and the answer was lost on the way back, so a
+		// keyed mutation resolves (the server returns the stored answer).
+		{keyed, Evidence{Sent: true, HeadersReceived: true, HasKey: true}, codes.Unavailable, Decision{ResolveFirst, ReasonMayHaveRun}},
+		{keyed, Evidence{Sent: true, HeadersReceived: true, HasKey: true}, codes.DeadlineExceeded, Decision{ResolveFirst, ReasonMayHaveRun}},
+		{keyed, Evidence{Sent: true, HeadersReceived: true, HasKey: true}, codes.Internal, Decision{Retry, ReasonKeyedReplay}},
+		{keyed, Evidence{Sent: true, HeadersReceived: true}, codes.Unavailable, Decision{DoNotRetry, ReasonNoKey}},
+		{idem, Evidence{Sent: true, HeadersReceived: true}, codes.Unavailable, Decision{Retry, ReasonIdempotent}},
+		{MethodPolicy{Kind: KindNonIdempotent}, Evidence{Sent: true, HeadersReceived: true}, codes.Unavailable, Decision{DoNotRetry, ReasonNonIdempotent}},
+		// Headers imply that the request was sent: never "not executed".
+		{keyed, Evidence{HeadersReceived: true, HasKey: true}, codes.Unavailable, Decision{ResolveFirst, ReasonMayHaveRun}},
+		{idem, Evidence{HeadersReceived: true}, codes.Unavailable, Decision{Retry, ReasonIdempotent}},
+		// A unary response message that did not reach the caller (its status
+		// was lost, or something below the caller failed the call after it)
+		// is no prefix either: a keyed mutation resolves.
+		{keyed, Evidence{MessageReceived: true, HasKey: true}, codes.Unavailable, Decision{ResolveFirst, ReasonMayHaveRun}},
+		{keyed, Evidence{Sent: true, HeadersReceived: true, MessageReceived: true, HasKey: true}, codes.Unavailable, Decision{ResolveFirst, ReasonMayHaveRun}},
+		{idem, Evidence{Sent: true, MessageReceived: true}, codes.Unavailable, Decision{Retry, ReasonIdempotent}},
+		// For a stream a message is a delivered prefix.
+		{watch, Evidence{Sent: true, HeadersReceived: true, MessageReceived: true}, codes.Unavailable, Decision{DoNotRetry, ReasonPrefixDelivered}},
+		{watch, Evidence{Sent: true, MessageReceived: true}, codes.Unavailable, Decision{DoNotRetry, ReasonPrefixDelivered}},
+		// For a stream, headers alone are a delivered prefix: the caller
+		// may already have acted on them.
+		{watch, Evidence{Sent: true, HeadersReceived: true}, codes.Unavailable, Decision{DoNotRetry, ReasonPrefixDelivered}},
+		{MethodPolicy{Kind: KindIdempotent, Shape: ShapeBidiStream}, Evidence{Sent: true, HeadersReceived: true}, codes.Internal, Decision{DoNotRetry, ReasonPrefixDelivered}},
+		{MethodPolicy{Kind: KindKeyed, DurableLedger: true, Shape: ShapeClientStream}, Evidence{HeadersReceived: true, HasKey: true}, codes.Unavailable, Decision{DoNotRetry, ReasonPrefixDelivered}},
+		{watch, Evidence{Sent: true}, codes.Unavailable, Decision{Retry, ReasonIdempotent}},
+		{watch, Evidence{}, codes.Unavailable, Decision{Retry, ReasonNotExecuted}},
 	}
 	for _, c := range cases {
 		if got := Eligible(c.p, c.ev, c.code); got != c.want {
-			t.Errorf("Eligible(%v, %+v, %v) = %v, want %v", c.p.Kind, c.ev, c.code, got, c.want)
+			t.Errorf("Eligible(%v %v, %+v, %v) = %v, want %v", c.p.Kind, c.p.Shape, c.ev, c.code, got, c.want)
 		}
 	}
 	if s := (Decision{ResolveFirst, ReasonMayHaveRun}).String(); s != "resolve-first (may-have-run)" {

@@ -1,9 +1,6 @@
 package policy
 
-import (
-	"errors"
-	"fmt"
-)
+import "errors"
 
 // Sentinel errors. Errors returned by this package wrap one of them, so that
 // callers can test with errors.Is.
@@ -20,14 +17,8 @@ var (
 	ErrInvalidOwner = errors.New("policy: invalid retry owner")
 	// ErrInvalidDescriptors reports proto descriptors that cannot be read.
 	ErrInvalidDescriptors = errors.New("policy: invalid descriptors")
-	// ErrInvalidServiceConfig reports a service config that grpc-go would
-	// reject, or that cannot be represented.
-	ErrInvalidServiceConfig = errors.New("policy: invalid service config")
-	// ErrRetryNotOwned reports a retry or hedging entry in the service config
-	// of a channel whose retry owner is not the service config.
-	ErrRetryNotOwned = errors.New("policy: retry entry on a channel the service config does not own")
-	// ErrInvalidSettings reports settings (budget, throttle, backoff) that are
-	// out of range.
+	// ErrInvalidSettings reports settings (budget, backoff, or the retry
+	// settings of a generated service config) that are out of range.
 	ErrInvalidSettings = errors.New("policy: invalid settings")
 	// ErrPushbackStop reports server pushback that says not to retry: a
 	// negative, unparseable or repeated grpc-retry-pushback-ms value.
@@ -37,25 +28,11 @@ var (
 	ErrDeadlineTooClose = errors.New("policy: retry wait would pass the call deadline")
 )
 
-// OwnershipError is returned by CheckOwnership when a service config carries
-// a retry or hedging entry that its channel's owner forbids. It wraps
-// ErrRetryNotOwned.
-type OwnershipError struct {
-	// Owner is the channel's retry owner.
-	Owner RetryOwner
-	// Name is the first offending method config name, in the form grpc-go
-	// uses for lookups: "/pkg.Service/Method", "/pkg.Service/" or "" for the
-	// channel default.
-	Name string
-	// Policy is "retryPolicy" or "hedgingPolicy".
-	Policy string
+// truncate shortens untrusted text quoted in an error message.
+func truncate(s string) string {
+	const max = 64
+	if len(s) > max {
+		return s[:max] + "…"
+	}
+	return s
 }
-
-// Error implements error.
-func (e *OwnershipError) Error() string {
-	return fmt.Sprintf("policy: %s for name %q on a channel whose retry owner is %s: only the %s owner may retry in the service config",
-		e.Policy, e.Name, e.Owner, OwnerServiceConfig)
-}
-
-// Unwrap returns ErrRetryNotOwned.
-func (e *OwnershipError) Unwrap() error { return ErrRetryNotOwned }

@@ -8,8 +8,9 @@ import (
 	"github.com/opledger/opledger/policy"
 )
 
-// Generate the service config for a channel whose retries the service
-// config owns, and check another config against the catalog.
+// Look a method up in the catalog and decide what to do after an attempt
+// failed. The service config of a channel is generated and checked by the
+// policy/serviceconfig package.
 func Example() {
 	cat, err := policy.NewCatalog(
 		policy.MethodPolicy{FullMethod: "/shop.v1.Orders/Get", Kind: policy.KindNoSideEffects},
@@ -19,22 +20,15 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	sc, err := policy.GenerateServiceConfig(cat, policy.OwnerServiceConfig, policy.RetrySettings{})
-	if err != nil {
-		panic(err)
-	}
-	js, _ := sc.JSON()
-	fmt.Println(js) // pass to grpc.WithDefaultServiceConfig
-
-	findings, _ := policy.Validate([]byte(`{"methodConfig":[{"name":[{"service":"shop.v1.Orders"}],
-		"retryPolicy":{"maxAttempts":3,"initialBackoff":"0.1s","maxBackoff":"1s","backoffMultiplier":2,"retryableStatusCodes":["UNAVAILABLE"]}}]}`),
-		cat, policy.OwnerServiceConfig)
-	for _, f := range findings {
-		fmt.Println(f.Kind, f.Name, f.Method)
+	sent := policy.Evidence{Sent: true, HasKey: true}
+	for _, m := range []string{"/shop.v1.Orders/Get", "/shop.v1.Orders/Create", "/shop.v1.Orders/Upload"} {
+		p, _ := cat.Lookup(m)
+		fmt.Println(p.Method(), policy.Eligible(p, sent, codes.Unavailable))
 	}
 	// Output:
-	// {"methodConfig":[{"name":[{"service":"shop.v1.Orders","method":"Get"}],"retryPolicy":{"maxAttempts":3,"initialBackoff":"0.1s","maxBackoff":"1s","backoffMultiplier":2,"retryableStatusCodes":["UNAVAILABLE"]}}],"retryThrottling":{"maxTokens":10,"tokenRatio":0.1}}
-	// retry-non-idempotent /shop.v1.Orders/ /shop.v1.Orders/Upload
+	// Get retry (idempotent)
+	// Create resolve-first (may-have-run)
+	// Upload do-not-retry (non-idempotent)
 }
 
 // Decide what to do after a keyed mutation's attempt timed out.
@@ -43,10 +37,14 @@ func ExampleEligible() {
 	fmt.Println(policy.Eligible(create, policy.Evidence{Sent: true, HasKey: true}, codes.DeadlineExceeded))
 	fmt.Println(policy.Eligible(create, policy.Evidence{Sent: false, HasKey: true}, codes.Unavailable))
 	fmt.Println(policy.Eligible(create, policy.Evidence{Sent: true}, codes.Unavailable))
+	// A unary call whose response headers arrived without the message:
+	// the server committed and the answer was lost, so resolve.
+	fmt.Println(policy.Eligible(create, policy.Evidence{HeadersReceived: true, HasKey: true}, codes.Unavailable))
 	// Output:
 	// resolve-first (may-have-run)
 	// retry (not-executed)
 	// do-not-retry (no-key)
+	// resolve-first (may-have-run)
 }
 
 // A budget funded by requests: Deposit per call, TryWithdraw per retry.

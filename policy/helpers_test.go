@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -104,5 +103,3 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.t = c.t.Add(d)
 	c.mu.Unlock()
 }
-
-func sprintf(format string, args ...any) string { return fmt.Sprintf(format, args...) }

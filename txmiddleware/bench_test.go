@@ -22,7 +22,10 @@ const benchWorkers = 16
 // BenchmarkRunner compares the runner with a hand-written transaction
 // doing the same claim, business insert and completion, with 16 parallel
 // workers on a pool of 16 connections. "acquire" uses a new key per
-// operation; "replay" claims one completed key over and over.
+// operation; "replay" claims one completed key over and over. "runner"
+// has an ErrorCodec and takes a savepoint on every acquired call;
+// "runner-no-codec" has none, so it records no error and takes no
+// savepoint.
 //
 //	OPLEDGER_TEST_POSTGRES_DSN=… go test -run '^$' -bench BenchmarkRunner -benchtime 3s ./txmiddleware/
 func BenchmarkRunner(b *testing.B) {
@@ -32,12 +35,12 @@ func BenchmarkRunner(b *testing.B) {
 			e := withStore(b, testdb.NewEnv(b, tg.Name, tg.Dialect, db))
 			variants := []variant{
 				{"hand", e.handWritten},
-				{"runner", e.viaRunner(b)},
-				{"runner-savepoint-on-final-error", e.viaRunner(b, txmiddleware.WithSavepoint(txmiddleware.SavepointOnFinalError))},
-				{"runner-no-final-errors", e.viaRunner(b, txmiddleware.WithFinalErrors(nil))},
+				{"runner", e.viaRunner(e.runner(b))},
+				{"runner-savepoint-on-final-error", e.viaRunner(e.runner(b, txmiddleware.WithSavepoint(txmiddleware.SavepointOnFinalError)))},
+				{"runner-no-codec", e.viaRunner(e.noCodecRunner(b))},
 			}
 			if _, ok := e.Dialect.(dialects.LockWaiter); ok {
-				variants = append(variants, variant{"runner-lockwait", e.viaRunner(b, txmiddleware.WithLockWait(10*time.Second))})
+				variants = append(variants, variant{"runner-lockwait", e.viaRunner(e.runner(b, txmiddleware.WithLockWait(10*time.Second)))})
 			}
 			var seq atomic.Int64
 			for _, v := range variants {
@@ -116,8 +119,7 @@ func (e *env) handWritten(ctx context.Context, req ledger.ClaimRequest, key stri
 	return fmt.Errorf("too many retries")
 }
 
-func (e *env) viaRunner(b *testing.B, opts ...txmiddleware.Option) func(context.Context, ledger.ClaimRequest, string) error {
-	r := e.runner(b, opts...)
+func (e *env) viaRunner(r *txmiddleware.Runner) func(context.Context, ledger.ClaimRequest, string) error {
 	return func(ctx context.Context, req ledger.ClaimRequest, key string) error {
 		_, err := r.Run(ctx, req, func(ctx context.Context, tx *sql.Tx) (ledger.Result, error) {
 			if err := e.WriteBiz(ctx, tx, key, 1); err != nil {
@@ -131,8 +133,11 @@ func (e *env) viaRunner(b *testing.B, opts ...txmiddleware.Option) func(context.
 
 // BenchmarkExtraStatements measures, on one connection with no
 // concurrency, what the runner's optional statements cost: the savepoint
-// (every acquired call unless disabled), PostgreSQL's SET LOCAL for the
-// wait bound, and SQLite's three busy_timeout pragmas with db.Conn.
+// (every acquired call with an ErrorCodec, unless SavepointOnFinalError),
+// against a plain statement, and the bounded begin of WithLockWait
+// (PostgreSQL's SET LOCAL; MySQL's SET SESSION and its restore, SQLite's
+// busy_timeout pragmas, on a connection of their own), against a plain
+// begin; both begins end with a rollback.
 func BenchmarkExtraStatements(b *testing.B) {
 	for _, tg := range testdb.Targets() {
 		b.Run(tg.Name, func(b *testing.B) {
@@ -161,39 +166,32 @@ func BenchmarkExtraStatements(b *testing.B) {
 			}
 			b.Run("select-1", func(b *testing.B) { inTx(b, "SELECT 1") })
 			b.Run("savepoint", func(b *testing.B) { inTx(b, "SAVEPOINT opledger_work") })
+			b.Run("begin", func(b *testing.B) {
+				for range b.N {
+					tx, err := db.BeginTx(ctx, nil)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if err := tx.Rollback(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
 			lw, ok := tg.Dialect.(dialects.LockWaiter)
 			if !ok {
 				return
 			}
-			b.Run("lockwait", func(b *testing.B) {
+			b.Run("begin-bounded", func(b *testing.B) {
 				for range b.N {
-					if lw.LockWaitScope() == dialects.LockWaitTransaction {
-						b.StopTimer()
-						tx, err := db.BeginTx(ctx, nil)
-						if err != nil {
-							b.Fatal(err)
-						}
-						b.StartTimer()
-						if _, err := lw.BoundLockWait(ctx, tx, time.Second); err != nil {
-							b.Fatal(err)
-						}
-						b.StopTimer()
-						tx.Rollback()
-						b.StartTimer()
-						continue
-					}
-					conn, err := db.Conn(ctx)
+					tx, release, err := lw.BeginBounded(ctx, db, nil, time.Second)
 					if err != nil {
 						b.Fatal(err)
 					}
-					restore, err := lw.BoundLockWait(ctx, conn, time.Second)
+					err = tx.Rollback()
+					release()
 					if err != nil {
 						b.Fatal(err)
 					}
-					if err := restore(ctx); err != nil {
-						b.Fatal(err)
-					}
-					conn.Close()
 				}
 			})
 		})
@@ -202,25 +200,26 @@ func BenchmarkExtraStatements(b *testing.B) {
 
 // BenchmarkRunnerInterleaved compares the same variants as
 // BenchmarkRunner on a machine whose load is not under control: 16
-// workers each cycle through the variants one operation at a time and
-// time every operation, so that load from elsewhere falls on all variants
-// alike. It reports each variant's median latency and its ratio to the
-// hand-written transaction's (above 1 is slower). Run it once:
+// workers share the phase's operations, b.N per variant, each worker
+// cycling through the variants one operation at a time and timing every
+// operation, so that load from elsewhere falls on all variants alike. It
+// reports each variant's median latency and its ratio to the
+// hand-written transaction's (above 1 is slower). A few thousand
+// operations per variant give stable medians:
 //
-//	go test -run '^$' -bench BenchmarkRunnerInterleaved -benchtime 1x ./txmiddleware/
+//	go test -run '^$' -bench BenchmarkRunnerInterleaved -benchtime 5000x ./txmiddleware/
 func BenchmarkRunnerInterleaved(b *testing.B) {
-	const perPhase = 10 * time.Second
 	for _, tg := range testdb.Targets() {
 		b.Run(tg.Name, func(b *testing.B) {
 			db := tg.Open(b, benchWorkers)
 			e := withStore(b, testdb.NewEnv(b, tg.Name, tg.Dialect, db))
 			variants := []variant{
 				{"hand", e.handWritten},
-				{"runner", e.viaRunner(b)},
-				{"sp-on-final", e.viaRunner(b, txmiddleware.WithSavepoint(txmiddleware.SavepointOnFinalError))},
+				{"runner", e.viaRunner(e.runner(b))},
+				{"sp-on-final", e.viaRunner(e.runner(b, txmiddleware.WithSavepoint(txmiddleware.SavepointOnFinalError)))},
 			}
 			if _, ok := e.Dialect.(dialects.LockWaiter); ok {
-				variants = append(variants, variant{"lockwait", e.viaRunner(b, txmiddleware.WithLockWait(10*time.Second))})
+				variants = append(variants, variant{"lockwait", e.viaRunner(e.runner(b, txmiddleware.WithLockWait(10*time.Second)))})
 			}
 			replayKey := "bench-replay"
 			if err := e.handWritten(context.Background(), req(b, replayKey), replayKey); err != nil {
@@ -228,40 +227,43 @@ func BenchmarkRunnerInterleaved(b *testing.B) {
 			}
 			replayReq := req(b, replayKey)
 			var seq atomic.Int64
+			b.ResetTimer()
 			for _, phase := range []string{"acquire", "replay"} {
 				var mu sync.Mutex
 				lat := make([][]time.Duration, len(variants))
-				for range b.N {
-					ctx := context.Background()
-					stop := time.Now().Add(perPhase)
-					var wg sync.WaitGroup
-					for w := range benchWorkers {
-						wg.Add(1)
-						go func() {
-							defer wg.Done()
-							mine := make([][]time.Duration, len(variants))
-							for n := w; time.Now().Before(stop); n++ {
-								i := n % len(variants)
-								r, key := replayReq, replayKey
-								if phase == "acquire" {
-									key = fmt.Sprintf("il-%d", seq.Add(1))
-									r = req(b, key)
-								}
-								t0 := time.Now()
-								if err := variants[i].run(ctx, r, key); err != nil {
-									b.Error(err)
-									return
-								}
-								mine[i] = append(mine[i], time.Since(t0))
+				total := int64(b.N * len(variants))
+				var next atomic.Int64 // operations of the phase handed out
+				ctx := context.Background()
+				var wg sync.WaitGroup
+				for range benchWorkers {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						mine := make([][]time.Duration, len(variants))
+						for n := next.Add(1) - 1; n < total; n = next.Add(1) - 1 {
+							i := int(n % int64(len(variants)))
+							r, key := replayReq, replayKey
+							if phase == "acquire" {
+								key = fmt.Sprintf("il-%d", seq.Add(1))
+								r = req(b, key)
 							}
-							mu.Lock()
-							for i := range variants {
-								lat[i] = append(lat[i], mine[i]...)
+							t0 := time.Now()
+							if err := variants[i].run(ctx, r, key); err != nil {
+								b.Error(err)
+								return
 							}
-							mu.Unlock()
-						}()
-					}
-					wg.Wait()
+							mine[i] = append(mine[i], time.Since(t0))
+						}
+						mu.Lock()
+						for i := range variants {
+							lat[i] = append(lat[i], mine[i]...)
+						}
+						mu.Unlock()
+					}()
+				}
+				wg.Wait()
+				if b.Failed() {
+					return
 				}
 				// The median, not the mean: under contention SQLite's busy
 				// handler lets a few waiters starve for seconds, and those
@@ -269,7 +271,7 @@ func BenchmarkRunnerInterleaved(b *testing.B) {
 				median := make([]float64, len(variants))
 				for i := range variants {
 					slices.Sort(lat[i])
-					median[i] = float64(lat[i][len(lat[i])/2].Microseconds())
+					median[i] = float64(lat[i][len(lat[i])/2].Nanoseconds()) / 1e3
 				}
 				for i, v := range variants {
 					b.ReportMetric(median[i], phase+"-"+v.name+"-p50-µs")

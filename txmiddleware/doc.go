@@ -3,7 +3,7 @@
 // result, commit. A retry of the same request replays the recorded result
 // instead of running the work again.
 //
-//	r, err := txmiddleware.New(db, store, dialect, txmiddleware.WithLockWait(2*time.Second))
+//	r, err := txmiddleware.New(db, store, txmiddleware.WithLockWait(2*time.Second))
 //	...
 //	out, err := r.Run(ctx, ledger.ClaimRequest{Identity: id, Fingerprint: fp},
 //		func(ctx context.Context, tx *sql.Tx) (ledger.Result, error) {
@@ -14,13 +14,16 @@
 //
 // What the work returns decides what is recorded:
 //   - a result: recorded and committed with the work's writes;
-//   - a final error (by default a gRPC status with code InvalidArgument,
+//   - a final error, as the [ErrorCodec] given with [WithErrorCodec]
+//     decides (grpcint's codec: a gRPC status with code InvalidArgument,
 //     FailedPrecondition, OutOfRange, NotFound, AlreadyExists or
-//     PermissionDenied; see [FinalRule]): the work's writes are undone to a
-//     savepoint, the status is recorded and committed, and every retry gets
-//     the same error back, code, message and details;
+//     PermissionDenied): the work's writes are undone to a savepoint, the
+//     error's encoding is recorded and committed, and every retry gets the
+//     same error back;
 //   - any other error: the whole transaction rolls back, nothing is
 //     recorded, and a retry runs the work again.
+//
+// The package knows nothing of gRPC or HTTP: the codec is the transport's.
 //
 // Transient database failures (serialization failure, deadlock, a
 // connection lost before COMMIT) run the whole unit again, a bounded

@@ -3,6 +3,7 @@ package txmiddleware_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"log"
 	"os"
@@ -10,8 +11,6 @@ import (
 	"time"
 
 	_ "github.com/mattn/go-sqlite3"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/opledger/opledger/dialects/sqlite"
 	"github.com/opledger/opledger/ledger"
@@ -19,9 +18,34 @@ import (
 	"github.com/opledger/opledger/txmiddleware"
 )
 
+// rejected is the application's final error: a definite "no" to the
+// request, which a retry must get again rather than run the work again.
+type rejected struct{ reason string }
+
+func (r rejected) Error() string { return r.reason }
+
+// rejectedCodec tells the runner that a rejected error is final and how
+// to store it: code 3 with the reason as the response. Decode rebuilds
+// the error when a retry replays it. Any other error is not final: the
+// transaction rolls back and nothing is recorded.
+type rejectedCodec struct{}
+
+func (rejectedCodec) Encode(err error) (ledger.Result, bool) {
+	var r rejected
+	if !errors.As(err, &r) {
+		return ledger.Result{}, false
+	}
+	return ledger.Result{Code: 3, Response: []byte(r.reason), TypeName: "example.Rejected"}, true
+}
+
+func (rejectedCodec) Decode(res ledger.Result) error {
+	return rejected{reason: string(res.Response)}
+}
+
 // A transfer keyed by the client's idempotency key: the first call runs
 // the work, a retry with the same key replays its result, and a final
-// error is recorded and replayed like a result.
+// error (a rejected error, as rejectedCodec decides) is recorded and
+// replayed like a result.
 func Example() {
 	dir, err := os.MkdirTemp("", "txmiddleware-example")
 	if err != nil {
@@ -49,7 +73,9 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	runner, err := txmiddleware.New(db, store, d, txmiddleware.WithLockWait(2*time.Second))
+	runner, err := txmiddleware.New(db, store,
+		txmiddleware.WithErrorCodec(rejectedCodec{}),
+		txmiddleware.WithLockWait(2*time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -62,7 +88,7 @@ func Example() {
 		req := ledger.ClaimRequest{Identity: id, Fingerprint: ledger.FingerprintOf(fmt.Append(nil, amount))}
 		out, err := runner.Run(ctx, req, func(ctx context.Context, tx *sql.Tx) (ledger.Result, error) {
 			if amount <= 0 {
-				return ledger.Result{}, status.Error(codes.InvalidArgument, "amount must be positive")
+				return ledger.Result{}, rejected{"amount must be positive"}
 			}
 			res, err := tx.ExecContext(ctx, `INSERT INTO transfers (amount) VALUES (?)`, amount)
 			if err != nil {
@@ -74,9 +100,10 @@ func Example() {
 			}
 			return ledger.Result{Response: fmt.Appendf(nil, "transfer #%d", n), TypeName: "example.Receipt"}, nil
 		})
+		var rej rejected
 		switch {
-		case status.Code(err) == codes.InvalidArgument:
-			fmt.Printf("%s: %v (replayed %v)\n", key, status.Convert(err).Message(), out.Replayed)
+		case errors.As(err, &rej):
+			fmt.Printf("%s: %s (replayed %v)\n", key, rej.reason, out.Replayed)
 		case err != nil:
 			log.Fatal(err)
 		default:

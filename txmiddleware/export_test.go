@@ -3,25 +3,25 @@ package txmiddleware
 import (
 	"context"
 	"time"
+
+	"github.com/opledger/opledger/internal/options"
 )
 
 // WithBeforeCommit sets a function that runs after Complete and just
 // before the context check that precedes COMMIT (tests only).
 func WithBeforeCommit(f func(ctx context.Context)) Option {
-	return func(c *config) error {
+	return option("WithBeforeCommit", func(c *config) error {
 		c.beforeCommit = f
 		return nil
-	}
+	})
 }
 
 // BackoffDelay returns the delay after the given number of failed
 // attempts under opts.
 func BackoffDelay(failed int, opts ...Option) (time.Duration, error) {
 	c := defaults()
-	for _, o := range opts {
-		if err := o(&c); err != nil {
-			return 0, err
-		}
+	if err := options.Apply(&c, opts, func(o Option) options.Option[config] { return o.o }); err != nil {
+		return 0, err
 	}
 	return c.delay(failed), nil
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,6 +19,68 @@ import (
 
 const method = "/pay.v1.Payments/Transfer"
 
+// finalErr is the tests' final error, what a transport's status would be:
+// a code and a message. testCodec records it and rebuilds it on replay.
+type finalErr struct {
+	code uint32
+	msg  string
+}
+
+func (e *finalErr) Error() string { return e.msg }
+
+// finalTypeName is the TypeName under which testCodec records a finalErr.
+const finalTypeName = "test.Final"
+
+// Codes the tests give finalErr, numbered like gRPC's.
+const (
+	codeNotFound           = 5
+	codeFailedPrecondition = 9
+)
+
+// testCodec is the tests' ErrorCodec: an error is final when a *finalErr
+// with a non-zero code is in its chain. It records the code and the whole
+// error's text (as gRPC's status.FromError does for a wrapped status), so
+// that a replay returns an error with the same code and the same message
+// as the first call's.
+type testCodec struct{}
+
+var _ txmiddleware.ErrorCodec = testCodec{}
+
+func (testCodec) Encode(err error) (ledger.Result, bool) {
+	var f *finalErr
+	if !errors.As(err, &f) || f.code == 0 {
+		return ledger.Result{}, false
+	}
+	return ledger.Result{Code: f.code, Response: []byte(err.Error()), TypeName: finalTypeName}, true
+}
+
+func (testCodec) Decode(r ledger.Result) error {
+	if r.TypeName != finalTypeName {
+		return fmt.Errorf("test codec: cannot decode a %q result (code %d)", r.TypeName, r.Code)
+	}
+	return &finalErr{code: r.Code, msg: string(r.Response)}
+}
+
+// codecFuncs is an ErrorCodec made of two functions, for codecs that
+// misbehave on purpose.
+type codecFuncs struct {
+	encode func(error) (ledger.Result, bool)
+	decode func(ledger.Result) error
+}
+
+func (c codecFuncs) Encode(err error) (ledger.Result, bool) { return c.encode(err) }
+func (c codecFuncs) Decode(r ledger.Result) error           { return c.decode(r) }
+
+// assertFinal fails unless err is a *finalErr with the given code and
+// message.
+func assertFinal(t testing.TB, what string, err error, code uint32, msg string) {
+	t.Helper()
+	var f *finalErr
+	if !errors.As(err, &f) || f.code != code || err.Error() != msg {
+		t.Fatalf("%s: error %v (%T), want a final error with code %d and message %q", what, err, err, code, msg)
+	}
+}
+
 // env is one target with a fresh ledger table, a business table and a
 // Store on them.
 type env struct {
@@ -24,14 +88,87 @@ type env struct {
 	l *ledger.Store
 }
 
-func forEachTarget(t *testing.T, maxConns int, f func(t *testing.T, e *env)) {
-	t.Helper()
-	testdb.ForEach(t, maxConns, func(t *testing.T, te *testdb.Env) { f(t, withStore(t, te)) })
+// herdCallers is how many concurrent calls the herd tests make.
+const herdCallers = 64
+
+// familyConns is how many connections the parallel subtests of this
+// package hold at once on one database family: the largest pool a test
+// asks for, a herd's 64 callers and one connection for the test's own
+// queries (the package's peak when its tests ran one after another was
+// 64). So pq and pgx herds never run together against a PostgreSQL that
+// allows 100 connections and that other packages' tests use too, and a
+// large -parallel cannot exhaust a server.
+const familyConns = herdCallers + 1
+
+// connBudget hands out a family's connections to subtests.
+type connBudget struct {
+	mu   sync.Mutex // one acquirer at a time: two herds never hold half each
+	free chan struct{}
 }
 
+var (
+	budgetsMu sync.Mutex
+	budgets   = map[string]*connBudget{}
+)
+
+func budgetOf(family string) *connBudget {
+	budgetsMu.Lock()
+	defer budgetsMu.Unlock()
+	b, ok := budgets[family]
+	if !ok {
+		b = &connBudget{free: make(chan struct{}, familyConns)}
+		for range familyConns {
+			b.free <- struct{}{}
+		}
+		budgets[family] = b
+	}
+	return b
+}
+
+func (b *connBudget) acquire(n int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for range n {
+		<-b.free
+	}
+}
+
+func (b *connBudget) release(n int) {
+	for range n {
+		b.free <- struct{}{}
+	}
+}
+
+// forEachTarget runs f in a parallel subtest per target of the given
+// families (every target when none is given) with a pool of maxConns
+// connections. Each subtest closes its pool's idle connection while it
+// waits for its turn and then waits for maxConns connections of its
+// family's budget (see familyConns), so that -parallel cannot exhaust
+// the database servers.
+func forEachTarget(t *testing.T, maxConns int, f func(t *testing.T, e *env), families ...string) {
+	t.Helper()
+	testdb.ForEach(t, maxConns, func(t *testing.T, te *testdb.Env) {
+		te.DB.SetMaxIdleConns(0) // the pool opened and migrated; hold nothing while paused
+		t.Parallel()
+		n := min(maxConns, familyConns)
+		b := budgetOf(testdb.Target{Name: te.Name}.Family())
+		b.acquire(n)
+		t.Cleanup(func() {
+			// Give the connections back before the next subtest opens
+			// its own: close them (testdb's cleanup, which runs after
+			// this one, checks that none is left in use).
+			te.DB.SetMaxIdleConns(0)
+			b.release(n)
+		})
+		te.DB.SetMaxIdleConns(maxConns)
+		f(t, withStore(t, te))
+	}, families...)
+}
+
+// forEachPostgres runs f on the PostgreSQL targets (lib/pq and pgx).
 func forEachPostgres(t *testing.T, maxConns int, f func(t *testing.T, e *env)) {
 	t.Helper()
-	testdb.ForEach(t, maxConns, func(t *testing.T, te *testdb.Env) { f(t, withStore(t, te)) }, "postgres")
+	forEachTarget(t, maxConns, f, "postgres")
 }
 
 func withStore(t testing.TB, te *testdb.Env) *env {
@@ -43,9 +180,19 @@ func withStore(t testing.TB, te *testdb.Env) *env {
 	return &env{Env: te, l: l}
 }
 
+// runner returns a Runner on the target with the test codec (so that a
+// *finalErr is final and every acquired call takes a savepoint unless
+// opts say otherwise) and opts.
 func (e *env) runner(t testing.TB, opts ...txmiddleware.Option) *txmiddleware.Runner {
 	t.Helper()
-	r, err := txmiddleware.New(e.DB, e.l, e.Dialect, opts...)
+	return e.noCodecRunner(t, append([]txmiddleware.Option{txmiddleware.WithErrorCodec(testCodec{})}, opts...)...)
+}
+
+// noCodecRunner returns a Runner with opts only: without an ErrorCodec,
+// unless opts give one.
+func (e *env) noCodecRunner(t testing.TB, opts ...txmiddleware.Option) *txmiddleware.Runner {
+	t.Helper()
+	r, err := txmiddleware.New(e.DB, e.l, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,27 +224,94 @@ func (e *env) assertNothing(t testing.TB, key string) {
 	}
 }
 
-// waitIdle fails unless every connection is back in the pool within a
-// second (a transaction whose context ended is rolled back by database/sql
-// in the background).
-func waitIdle(t testing.TB, db *sql.DB) {
+// claimWaiters lists, per database family, SQL that counts the
+// transactions whose claim waits for a lock (one argument: the start of
+// the claim's statement), for a family whose dialects.Sessions view
+// undercounts a herd: MariaDB's INNODB_LOCK_WAITS, which
+// dialects.Sessions.BlockedBy reads, at times leaves out a few of 63
+// waits on one record for as long as they last (seen: 60 of 63 for 20
+// s), while INNODB_TRX lists every waiting transaction. Empty means
+// waitQueued's own way.
+var claimWaiters = []struct{ family, query string }{
+	{"sqlite", ""},
+	{"postgres", ""},
+	{"mysql", "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT' AND LOCATE(?, trx_query) = 1"},
+}
+
+// waitQueued waits until n other callers' claims are queued behind the
+// holder, the transaction that holds an identity (holder is its session
+// id, 0 where the dialect shows no sessions). Where the dialect
+// implements dialects.Sessions, that is when the database shows n
+// sessions waiting for the holder's locks, or, with a waiting query (see
+// claimWaiters), when it shows one session waiting for the holder and n
+// claims waiting. On a database with serial writers (SQLite), whose
+// callers wait for the write lock at BEGIN on a pooled connection each,
+// it is when n+1 connections of the pool are in use. It fails after 20
+// seconds, or when done closes first (a caller returned instead of
+// waiting).
+func (e *env) waitQueued(t testing.TB, holder int64, n int, done <-chan struct{}, waiting string) {
 	t.Helper()
-	deadline := time.Now().Add(time.Second)
-	for db.Stats().InUse != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d connections still in use", db.Stats().InUse)
+	count := func() (int, error) { return e.DB.Stats().InUse - 1, nil }
+	switch _, sessions := e.Dialect.(dialects.Sessions); {
+	case sessions && waiting == "":
+		testdb.WaitBlocked(t, e.DB, e.Dialect, holder, n, done)
+		return
+	case sessions:
+		testdb.WaitBlocked(t, e.DB, e.Dialect, holder, 1, done)
+		claim := "INSERT INTO " + e.Dialect.QuoteIdent(e.Table)
+		count = func() (int, error) {
+			var got int
+			err := e.DB.QueryRow(waiting, claim).Scan(&got)
+			return got, err
 		}
-		time.Sleep(5 * time.Millisecond)
+	case !dialects.TraitsOf(e.Dialect).SerialWriters:
+		t.Fatalf("dialect %s neither shows sessions nor has serial writers: no way to see callers wait", e.Dialect.Name())
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		got, err := count()
+		if err != nil {
+			t.Fatalf("count the waiting callers: %v", err)
+		}
+		if got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 20s the database shows %d of %d callers waiting behind the holder", got, n)
+		}
+		select {
+		case <-done:
+			t.Fatal("a caller returned while the holder held the identity")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// warm opens n connections of the pool, at once, and leaves them idle in
+// it: a herd then starts on open connections, and the test's own queries
+// still find one when every caller holds its own.
+func (e *env) warm(t testing.TB, n int) {
+	t.Helper()
+	conns := make([]*sql.Conn, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { conns[i], errs[i] = e.DB.Conn(context.Background()) })
+	}
+	wg.Wait()
+	for _, c := range conns {
+		if c != nil {
+			c.Close()
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("open %d connections: %v", n, err)
 	}
 }
 
 func mustID(t testing.TB, key string) ledger.Identity {
 	t.Helper()
-	id, err := ledger.NewIdentity("tenant-a", method, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return id
+	return testdb.ID(t, "tenant-a", method, key)
 }
 
 func req(t testing.TB, key string) ledger.ClaimRequest {

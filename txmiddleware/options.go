@@ -7,13 +7,15 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
+
+	"github.com/opledger/opledger/internal/options"
 )
 
 // Defaults for a Runner's options.
 const (
-	DefaultMaxAttempts = 10
-	DefaultBackoffBase = 5 * time.Millisecond
-	DefaultBackoffCap  = 500 * time.Millisecond
+	DefaultMaxTxAttempts = 10
+	DefaultTxBackoffBase = 5 * time.Millisecond
+	DefaultTxBackoffCap  = 500 * time.Millisecond
 )
 
 // SavepointMode says when the work runs inside a savepoint, which is what
@@ -44,8 +46,13 @@ func (m SavepointMode) String() string {
 	return fmt.Sprintf("SavepointMode(%d)", int(m))
 }
 
-// Option configures a Runner.
-type Option func(*config) error
+// Option configures a Runner; the With functions build them. Giving the
+// same option twice is an error.
+type Option struct{ o options.Option[config] }
+
+func option(name string, f func(*config) error) Option {
+	return Option{options.New(name, f)}
+}
 
 type config struct {
 	iso         sql.IsolationLevel
@@ -53,7 +60,7 @@ type config struct {
 	base, cap   time.Duration
 	random      func() float64
 	lockWait    time.Duration
-	final       FinalRule
+	codec       ErrorCodec
 	savepoint   SavepointMode
 	onRetry     func(ctx context.Context, attempt int, err error, delay time.Duration)
 
@@ -65,11 +72,10 @@ type config struct {
 func defaults() config {
 	return config{
 		iso:         sql.LevelDefault,
-		maxAttempts: DefaultMaxAttempts,
-		base:        DefaultBackoffBase,
-		cap:         DefaultBackoffCap,
+		maxAttempts: DefaultMaxTxAttempts,
+		base:        DefaultTxBackoffBase,
+		cap:         DefaultTxBackoffCap,
 		random:      rand.Float64,
-		final:       DefaultFinal,
 		savepoint:   SavepointAlways,
 	}
 }
@@ -81,50 +87,50 @@ func defaults() config {
 // first surfaces as a serialization failure, which the runner retries; the
 // retry replays.
 func WithIsolation(level sql.IsolationLevel) Option {
-	return func(c *config) error {
+	return option("WithIsolation", func(c *config) error {
 		c.iso = level
 		return nil
-	}
+	})
 }
 
-// WithMaxAttempts bounds how many times the unit runs when it keeps
-// failing transiently (default 10). n must be at least 1; 1 disables
-// retries.
-func WithMaxAttempts(n int) Option {
-	return func(c *config) error {
+// WithMaxTxAttempts bounds how many times the transaction runs when it
+// keeps failing transiently (default 10). n must be at least 1; 1
+// disables retries.
+func WithMaxTxAttempts(n int) Option {
+	return option("WithMaxTxAttempts", func(c *config) error {
 		if n < 1 {
-			return errors.New("txmiddleware: max attempts must be at least 1")
+			return errors.New("max attempts must be at least 1")
 		}
 		c.maxAttempts = n
 		return nil
-	}
+	})
 }
 
-// WithBackoff sets the delay before a retry: base doubled for each attempt
-// already made, at most max, then jittered to between half and all of it
-// (defaults 5ms and 500ms). A retry whose delay would end past the
-// context's deadline is not made.
-func WithBackoff(base, max time.Duration) Option {
-	return func(c *config) error {
+// WithTxBackoff sets the delay before a transaction is run again: base
+// doubled for each attempt already made, at most max, then jittered to
+// between half and all of it (defaults 5ms and 500ms). A retry whose delay
+// would end past the context's deadline is not made.
+func WithTxBackoff(base, max time.Duration) Option {
+	return option("WithTxBackoff", func(c *config) error {
 		if base <= 0 || max < base {
-			return errors.New("txmiddleware: backoff needs 0 < base <= max")
+			return errors.New("backoff needs 0 < base <= max")
 		}
 		c.base, c.cap = base, max
 		return nil
-	}
+	})
 }
 
 // WithRandom replaces the jitter source, a function returning a number in
 // [0, 1) that must be safe for concurrent use (default math/rand/v2's
 // Float64). Tests pass a fixed function.
 func WithRandom(f func() float64) Option {
-	return func(c *config) error {
+	return option("WithRandom", func(c *config) error {
 		if f == nil {
-			return errors.New("txmiddleware: random source must not be nil")
+			return errors.New("random source must not be nil")
 		}
 		c.random = f
 		return nil
-	}
+	})
 }
 
 // WithLockWait bounds how long a claim waits for another transaction that
@@ -136,46 +142,50 @@ func WithRandom(f func() float64) Option {
 // context. The bound applies to every statement of the transaction,
 // including the work's own.
 func WithLockWait(d time.Duration) Option {
-	return func(c *config) error {
+	return option("WithLockWait", func(c *config) error {
 		if d < 0 {
-			return errors.New("txmiddleware: lock wait must not be negative")
+			return errors.New("lock wait must not be negative")
 		}
 		c.lockWait = d
 		return nil
-	}
+	})
 }
 
-// WithFinalErrors replaces the rule that decides which errors of the work
-// are final, that is recorded and replayed (default [DefaultFinal]). Nil
-// records no error at all: every error of the work rolls back, and no
-// savepoint is taken.
-func WithFinalErrors(rule FinalRule) Option {
-	return func(c *config) error {
-		c.final = rule
+// WithErrorCodec sets which errors of the work are final, recorded and
+// replayed, and how (see [ErrorCodec]). Without one (the default) no error
+// is final: every error of the work rolls back, nothing is recorded, and
+// no savepoint is taken; a replayed result with a non-zero Code comes back
+// without an error.
+func WithErrorCodec(codec ErrorCodec) Option {
+	return option("WithErrorCodec", func(c *config) error {
+		if codec == nil {
+			return errors.New("codec must not be nil")
+		}
+		c.codec = codec
 		return nil
-	}
+	})
 }
 
 // WithSavepoint chooses when the work runs inside a savepoint (default
-// [SavepointAlways]). It has no effect when no error is final.
+// [SavepointAlways]). It has no effect without an [ErrorCodec].
 func WithSavepoint(m SavepointMode) Option {
-	return func(c *config) error {
+	return option("WithSavepoint", func(c *config) error {
 		if m != SavepointAlways && m != SavepointOnFinalError {
-			return fmt.Errorf("txmiddleware: unknown savepoint mode %d", int(m))
+			return fmt.Errorf("unknown savepoint mode %d", int(m))
 		}
 		c.savepoint = m
 		return nil
-	}
+	})
 }
 
 // WithOnRetry sets a function called before each retry with the attempt
 // that failed (1 for the first), its error and the delay before the next
 // one: a place for metrics or logs. It must be safe for concurrent use.
 func WithOnRetry(f func(ctx context.Context, attempt int, err error, delay time.Duration)) Option {
-	return func(c *config) error {
+	return option("WithOnRetry", func(c *config) error {
 		c.onRetry = f
 		return nil
-	}
+	})
 }
 
 // delay returns the jittered backoff after the given number of failed

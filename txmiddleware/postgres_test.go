@@ -5,15 +5,14 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/testdb"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/txmiddleware"
 )
@@ -27,20 +26,51 @@ func (e *env) terminate(t *testing.T, pid int) {
 	}
 }
 
+// backendWait bounds how long awaitBackend polls pg_stat_activity.
+const backendWait = 20 * time.Second
+
+// awaitBackend polls pg_stat_activity, from another connection of the
+// pool, until it shows want rows for backend pid that satisfy cond (SQL
+// over pg_stat_activity's columns, "true" for any row): want 0 and cond
+// "true" wait until the backend has exited. It returns an error after
+// backendWait rather than failing the test, so that goroutines can use it.
+func (e *env) awaitBackend(pid int, cond string, want int) error {
+	deadline := time.Now().Add(backendWait)
+	for {
+		var n int
+		if err := e.DB.QueryRow("SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND ("+cond+")", pid).Scan(&n); err != nil {
+			return fmt.Errorf("pg_stat_activity: %w", err)
+		}
+		if n == want {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("after %v pg_stat_activity shows %d rows for backend %d where %s, want %d", backendWait, n, pid, cond, want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// inPgSleep is the pg_stat_activity condition of a backend running
+// pg_sleep.
+const inPgSleep = "state = 'active' AND wait_event = 'PgSleep'"
+
 // The work's backend is killed while the work runs, either between two
 // statements or in the middle of one: the call is retried to a single
 // execution, or fails cleanly; the work's writes never commit twice.
 func TestPostgresBackendKilledDuringWork(t *testing.T) {
+	t.Parallel()
 	forEachPostgres(t, 4, func(t *testing.T, e *env) {
 		for _, during := range []string{"between statements", "inside a statement"} {
 			t.Run(during, func(t *testing.T) {
 				key := "killed-" + during
 				var runs atomic.Int64
 				var retried []error
-				r := e.runner(t, txmiddleware.WithBackoff(time.Millisecond, 10*time.Millisecond),
+				r := e.runner(t, txmiddleware.WithTxBackoff(time.Millisecond, 10*time.Millisecond),
 					txmiddleware.WithOnRetry(func(_ context.Context, _ int, err error, _ time.Duration) { retried = append(retried, err) }))
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				defer cancel()
+				var killer sync.WaitGroup
 				out, err := r.Run(ctx, req(t, key), func(ctx context.Context, tx *sql.Tx) (ledger.Result, error) {
 					n := runs.Add(1)
 					if err := e.WriteBiz(ctx, tx, key, int(n)); err != nil {
@@ -53,13 +83,20 @@ func TestPostgresBackendKilledDuringWork(t *testing.T) {
 						}
 						if during == "between statements" {
 							e.terminate(t, pid)
-							time.Sleep(50 * time.Millisecond) // let the FATAL arrive
+							// The backend sends its FATAL before it exits.
+							if err := e.awaitBackend(pid, "true", 0); err != nil {
+								t.Fatalf("terminated backend: %v", err)
+							}
 						} else {
-							go func() {
-								time.Sleep(200 * time.Millisecond)
+							killer.Go(func() {
+								// Killed once inside pg_sleep, which would
+								// otherwise outlast the test.
+								if err := e.awaitBackend(pid, inPgSleep, 1); err != nil {
+									t.Errorf("the work's statement: %v", err)
+								}
 								e.terminate(t, pid)
-							}()
-							if _, err := tx.ExecContext(ctx, "SELECT pg_sleep(5)"); err != nil {
+							})
+							if _, err := tx.ExecContext(ctx, "SELECT pg_sleep(60)"); err != nil {
 								return ledger.Result{}, fmt.Errorf("sleeping: %w", err)
 							}
 						}
@@ -69,6 +106,7 @@ func TestPostgresBackendKilledDuringWork(t *testing.T) {
 					}
 					return ledger.Result{Response: fmt.Appendf(nil, "run %d", n)}, nil
 				})
+				killer.Wait()
 				rows := e.BizRows(t, key)
 				t.Logf("%s: outcome %+v, err %v, work ran %d times, retried after %v, %d business rows", e.Name, out, err, runs.Load(), retried, rows)
 				switch {
@@ -85,10 +123,33 @@ func TestPostgresBackendKilledDuringWork(t *testing.T) {
 					}
 					e.assertNothing(t, key)
 				}
-				waitIdle(t, e.DB)
+				testdb.WaitIdle(t, e.DB)
 			})
 		}
 	})
+}
+
+// slowCommitTable creates a table whose inserted rows make COMMIT sleep
+// for seconds (a deferred constraint trigger runs pg_sleep at commit
+// time), dropped when the test ends, and returns its quoted name.
+func (e *env) slowCommitTable(t *testing.T, seconds int) string {
+	t.Helper()
+	slow := e.Dialect.QuoteIdent(e.Table + "_slow")
+	fn := e.Dialect.QuoteIdent(e.Table + "_slow_commit")
+	for _, q := range []string{
+		"CREATE TABLE " + slow + " (k text NOT NULL)",
+		"CREATE FUNCTION " + fn + "() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(" + strconv.Itoa(seconds) + "); RETURN NULL; END $$",
+		"CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON " + slow + " DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION " + fn + "()",
+	} {
+		if _, err := e.DB.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		e.DB.Exec("DROP TABLE " + slow)
+		e.DB.Exec("DROP FUNCTION " + fn + "()")
+	})
+	return slow
 }
 
 // The backend is killed while COMMIT runs (a deferred constraint trigger
@@ -96,27 +157,14 @@ func TestPostgresBackendKilledDuringWork(t *testing.T) {
 // says so with ErrCommitUnknown, never success or a plain failure. The
 // caller resolves with Lookup, then runs again.
 func TestPostgresCommitUnknown(t *testing.T) {
+	t.Parallel()
 	forEachPostgres(t, 4, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		slow := e.Dialect.QuoteIdent(e.Table + "_slow")
-		fn := e.Dialect.QuoteIdent(e.Table + "_slow_commit")
-		for _, q := range []string{
-			"CREATE TABLE " + slow + " (k text NOT NULL)",
-			"CREATE FUNCTION " + fn + "() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(3); RETURN NULL; END $$",
-			"CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON " + slow + " DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION " + fn + "()",
-		} {
-			if _, err := e.DB.Exec(q); err != nil {
-				t.Fatal(err)
-			}
-		}
-		t.Cleanup(func() {
-			e.DB.Exec("DROP TABLE " + slow)
-			e.DB.Exec("DROP FUNCTION " + fn + "()")
-		})
+		slow := e.slowCommitTable(t, 60)
 
 		key := "commit-unknown"
 		var runs atomic.Int64
-		killed := make(chan struct{})
+		var killer sync.WaitGroup
 		out, err := e.runner(t).Run(ctx, req(t, key), func(ctx context.Context, tx *sql.Tx) (ledger.Result, error) {
 			runs.Add(1)
 			var pid int
@@ -126,24 +174,17 @@ func TestPostgresCommitUnknown(t *testing.T) {
 			if _, err := tx.ExecContext(ctx, "INSERT INTO "+slow+" (k) VALUES ($1)", key); err != nil {
 				return ledger.Result{}, err
 			}
-			go func() {
-				defer close(killed)
-				for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-					var n int
-					if err := e.DB.QueryRow("SELECT COUNT(*) FROM pg_stat_activity WHERE pid = $1 AND state = 'active' AND lower(query) = 'commit'", pid).Scan(&n); err != nil {
-						t.Error(err)
-						return
-					}
-					if n == 1 {
-						e.terminate(t, pid)
-						return
-					}
+			killer.Go(func() {
+				// COMMIT runs the deferred trigger, whose pg_sleep only
+				// the kill ends.
+				if err := e.awaitBackend(pid, "lower(query) = 'commit' AND "+inPgSleep, 1); err != nil {
+					t.Errorf("COMMIT: %v", err)
 				}
-				t.Error("COMMIT never showed up in pg_stat_activity")
-			}()
+				e.terminate(t, pid)
+			})
 			return ledger.Result{Response: []byte("done")}, e.WriteBiz(ctx, tx, key, 1)
 		})
-		<-killed
+		killer.Wait()
 		if !errors.Is(err, txmiddleware.ErrCommitUnknown) || out.Executed || out.Attempts != 1 || runs.Load() != 1 {
 			t.Fatalf("%+v %v; want ErrCommitUnknown after one attempt", out, err)
 		}
@@ -151,7 +192,7 @@ func TestPostgresCommitUnknown(t *testing.T) {
 			t.Fatalf("the driver's error is not reachable: %v", err)
 		}
 		t.Logf("%s: %v", e.Name, err)
-		waitIdle(t, e.DB)
+		testdb.WaitIdle(t, e.DB)
 		// Resolve: the commit had not happened.
 		e.assertNothing(t, key)
 		if _, err := e.DB.Exec("DROP TRIGGER slow_commit ON " + slow); err != nil {
@@ -164,10 +205,56 @@ func TestPostgresCommitUnknown(t *testing.T) {
 	})
 }
 
+// The context ends while COMMIT runs (a deferred constraint trigger
+// sleeps at commit time). pgx gives up on COMMIT's answer, so the outcome
+// is unknown: Run says ErrCommitUnknown (matching the context's error
+// too), never a plain context error that would read as "not committed".
+// lib/pq cancels the statement instead, and the database answers with a
+// rollback (57014): that is a definite "not committed", the context's
+// error, and never a lock timeout that would read as "in progress".
+func TestPostgresDeadlineDuringCommit(t *testing.T) {
+	t.Parallel()
+	forEachPostgres(t, 4, func(t *testing.T, e *env) {
+		slow := e.slowCommitTable(t, 1)
+		key := "deadline-in-commit"
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		var watcher sync.WaitGroup
+		out, err := e.runner(t).Run(ctx, req(t, key), func(ctx context.Context, tx *sql.Tx) (ledger.Result, error) {
+			var pid int
+			if err := tx.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+				return ledger.Result{}, err
+			}
+			if _, err := tx.ExecContext(ctx, "INSERT INTO "+slow+" (k) VALUES ($1)", key); err != nil {
+				return ledger.Result{}, err
+			}
+			watcher.Go(func() {
+				// Cancel once COMMIT is in the trigger's pg_sleep.
+				if err := e.awaitBackend(pid, "lower(query) = 'commit' AND "+inPgSleep, 1); err != nil {
+					t.Errorf("COMMIT: %v", err)
+				}
+				cancel()
+			})
+			return ledger.Result{Response: []byte("done")}, e.WriteBiz(ctx, tx, key, 1)
+		})
+		watcher.Wait()
+		if !errors.Is(err, context.Canceled) || out.Executed || errors.Is(err, ledger.ErrInProgress) {
+			t.Fatalf("%+v %v; want an error matching context.Canceled", out, err)
+		}
+		testdb.WaitIdle(t, e.DB)
+		committed := e.BizRows(t, key) == 1
+		if unknown := errors.Is(err, txmiddleware.ErrCommitUnknown); !unknown && committed {
+			t.Fatalf("%v: said not committed, but the transfer committed", err)
+		}
+		t.Logf("%s: %v (committed: %v)", e.Name, err, committed)
+	})
+}
+
 // A final error after a statement that aborted the PostgreSQL transaction
 // (25P02 follows): ROLLBACK TO SAVEPOINT makes the transaction usable, and
 // the error is recorded and replayed.
 func TestPostgresFinalErrorAfterAbortedStatement(t *testing.T) {
+	t.Parallel()
 	forEachPostgres(t, 2, func(t *testing.T, e *env) {
 		for _, mode := range []txmiddleware.SavepointMode{txmiddleware.SavepointAlways, txmiddleware.SavepointOnFinalError} {
 			ctx := context.Background()
@@ -181,21 +268,23 @@ func TestPostgresFinalErrorAfterAbortedStatement(t *testing.T) {
 				if err := tx.QueryRowContext(ctx, "SELECT 1/0").Scan(&x); err == nil {
 					return ledger.Result{}, errors.New("1/0 succeeded")
 				}
-				return ledger.Result{}, status.Error(codes.NotFound, "account 7 not found")
+				return ledger.Result{}, &finalErr{codeNotFound, "account 7 not found"}
 			}
 			out, err := r.Run(ctx, req(t, key), work)
-			if status.Code(err) != codes.NotFound || !out.Executed {
+			assertFinal(t, mode.String(), err, codeNotFound, "account 7 not found")
+			if !out.Executed {
 				t.Fatalf("%s: %+v %v", mode, out, err)
 			}
 			out, err = r.Run(ctx, req(t, key), work)
-			if s, _ := status.FromError(err); !out.Replayed || s.Code() != codes.NotFound || s.Message() != "account 7 not found" {
+			assertFinal(t, mode.String()+" replay", err, codeNotFound, "account 7 not found")
+			if !out.Replayed {
 				t.Fatalf("%s replay: %+v %v", mode, out, err)
 			}
 			if n := e.BizRows(t, key); n != 0 {
 				t.Fatalf("%d business rows", n)
 			}
 		}
-		waitIdle(t, e.DB)
+		testdb.WaitIdle(t, e.DB)
 	})
 }
 
@@ -204,6 +293,7 @@ func TestPostgresFinalErrorAfterAbortedStatement(t *testing.T) {
 // collide on business rows (write skew under SERIALIZABLE; opposite lock
 // order under READ COMMITTED); both end executed, one after a retry.
 func TestPostgresWorkConflictsRetried(t *testing.T) {
+	t.Parallel()
 	forEachPostgres(t, 4, func(t *testing.T, e *env) {
 		for _, c := range []struct {
 			name  string
@@ -223,7 +313,7 @@ func TestPostgresWorkConflictsRetried(t *testing.T) {
 				}
 				var mu sync.Mutex
 				var classes []dialects.Class
-				r := e.runner(t, txmiddleware.WithIsolation(c.level), txmiddleware.WithBackoff(time.Millisecond, 5*time.Millisecond),
+				r := e.runner(t, txmiddleware.WithIsolation(c.level), txmiddleware.WithTxBackoff(time.Millisecond, 5*time.Millisecond),
 					txmiddleware.WithOnRetry(func(_ context.Context, _ int, err error, _ time.Duration) {
 						mu.Lock()
 						classes = append(classes, e.Dialect.Classify(err))
@@ -232,7 +322,7 @@ func TestPostgresWorkConflictsRetried(t *testing.T) {
 				var barrier sync.WaitGroup
 				barrier.Add(2)
 				var wg sync.WaitGroup
-				outs := make([]txmiddleware.Outcome, 2)
+				outs := make([]txmiddleware.RunResult, 2)
 				errs := make([]error, 2)
 				for w := range 2 {
 					wg.Add(1)
@@ -290,7 +380,7 @@ func TestPostgresWorkConflictsRetried(t *testing.T) {
 						t.Fatalf("write skew committed: %d distinct counts", n)
 					}
 				}
-				waitIdle(t, e.DB)
+				testdb.WaitIdle(t, e.DB)
 			})
 		}
 	})

@@ -9,15 +9,20 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/options"
 	"github.com/opledger/opledger/ledger"
 )
 
-// ErrCommitUnknown means the connection broke while COMMIT was in flight:
-// the unit may or may not have committed. It is neither success nor a
-// plain failure. Resolve it before retrying: read the identity with
-// ledger's Lookup (a completed entry means it committed; ErrNotFound
-// means it did not, and running it again is safe), or retry with the same
-// key, which replays if it had committed.
+// ErrInvalidConfig is returned (wrapped) by New for a nil database or
+// ledger, or a bad option.
+var ErrInvalidConfig = errors.New("txmiddleware: invalid configuration")
+
+// ErrCommitUnknown means COMMIT was in flight when the connection broke
+// or the context ended: the unit may or may not have committed. It is
+// neither success nor a plain failure. Resolve it before retrying: read
+// the identity with ledger's Lookup (a completed entry means it committed;
+// ErrNotFound means it did not, and running it again is safe), or retry
+// with the same key, which replays if it had committed.
 var ErrCommitUnknown = errors.New("txmiddleware: commit outcome unknown; resolve before retrying")
 
 // Work is the caller's mutation. It runs in tx, the transaction that holds
@@ -32,11 +37,11 @@ var ErrCommitUnknown = errors.New("txmiddleware: commit outcome unknown; resolve
 // ctx carries tx for deeper code (see [TxFromContext]).
 type Work func(ctx context.Context, tx *sql.Tx) (ledger.Result, error)
 
-// Outcome is what Run did.
-type Outcome struct {
-	// Result is the recorded result: the work's, or for a final error the
-	// encoded status (see [StatusTypeName]), or the stored one on replay.
-	// Zero when nothing was recorded.
+// RunResult is what Run did.
+type RunResult struct {
+	// Result is the recorded result: the work's, or for a final error its
+	// encoding by the [ErrorCodec], or the stored one on replay. Zero when
+	// nothing was recorded.
 	Result ledger.Result
 	// Executed is true when this call ran the work and committed its
 	// result (a success or a final error).
@@ -61,38 +66,29 @@ type Runner struct {
 	cfg config
 }
 
-// New returns a Runner for db, with ledger l (built for dialect d).
-func New(db *sql.DB, l ledger.Ledger, d dialects.Dialect, opts ...Option) (*Runner, error) {
-	if db == nil || l == nil || d == nil {
-		return nil, errors.New("txmiddleware: database, ledger and dialect must not be nil")
+// New returns a Runner for db, the database that holds both the ledger's
+// table and the work's tables, with ledger l. It classifies failures with
+// l's dialect. Configuration errors match [ErrInvalidConfig].
+func New(db *sql.DB, l ledger.Ledger, opts ...Option) (*Runner, error) {
+	if db == nil || l == nil {
+		return nil, fmt.Errorf("%w: database and ledger must not be nil", ErrInvalidConfig)
+	}
+	d := l.Dialect()
+	if d == nil {
+		return nil, fmt.Errorf("%w: the ledger has no dialect", ErrInvalidConfig)
 	}
 	r := &Runner{db: db, l: l, d: d, cfg: defaults()}
-	for _, o := range opts {
-		if o == nil {
-			continue
-		}
-		if err := o(&r.cfg); err != nil {
-			return nil, err
-		}
+	if err := options.Apply(&r.cfg, opts, func(o Option) options.Option[config] { return o.o }); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	if r.cfg.lockWait > 0 {
 		lw, ok := d.(dialects.LockWaiter)
 		if !ok {
-			return nil, fmt.Errorf("txmiddleware: dialect %s cannot bound lock waits (no dialects.LockWaiter)", d.Name())
+			return nil, fmt.Errorf("%w: WithLockWait: dialect %s cannot bound lock waits (no dialects.LockWaiter)", ErrInvalidConfig, d.Name())
 		}
 		r.lw = lw
 	}
 	return r, nil
-}
-
-// Run builds a Runner with opts and runs one unit with it. A service that
-// runs many units builds its Runner once with [New].
-func Run(ctx context.Context, db *sql.DB, l ledger.Ledger, d dialects.Dialect, req ledger.ClaimRequest, work Work, opts ...Option) (Outcome, error) {
-	r, err := New(db, l, d, opts...)
-	if err != nil {
-		return Outcome{}, err
-	}
-	return r.Run(ctx, req, work)
 }
 
 type txKey struct{}
@@ -112,11 +108,12 @@ func TxFromContext(ctx context.Context) (*sql.Tx, bool) {
 // It returns:
 //   - the work's result with Executed set, once it committed;
 //   - the stored result with Replayed set, when an earlier call completed
-//     the operation (the work does not run). A stored final error comes
-//     back as the error too, rebuilt by [ReplayError];
-//   - for a final error of the work (see [FinalRule]): its partial writes
-//     are undone (ROLLBACK TO SAVEPOINT), the status is recorded and
-//     committed, and the work's error is returned with Executed set;
+//     the operation (the work does not run). A stored final error (a
+//     non-zero Code) comes back as the error too, rebuilt by the
+//     [ErrorCodec]'s Decode;
+//   - for a final error of the work (see [WithErrorCodec]): its partial
+//     writes are undone (ROLLBACK TO SAVEPOINT), its encoding is recorded
+//     and committed, and the work's error is returned with Executed set;
 //   - for any other error of the work: everything is rolled back, nothing
 //     is recorded, and that error is returned (a later call runs the work
 //     again);
@@ -125,7 +122,8 @@ func TxFromContext(ctx context.Context) (*sql.Tx, bool) {
 //     the wait bound (on SQLite, when BEGIN could not get the write lock
 //     within the busy timeout);
 //   - an error matching [ErrCommitUnknown] when the connection broke during
-//     COMMIT;
+//     COMMIT, or the context ended while COMMIT was in flight (the error
+//     then matches the context's error too);
 //   - the context's error (matching errors.Is) when it ended first;
 //     nothing is then committed unless COMMIT had already been sent.
 //
@@ -135,12 +133,12 @@ func TxFromContext(ctx context.Context) (*sql.Tx, bool) {
 // bound, with jittered backoff that never sleeps past the context's
 // deadline. When attempts run out the last error is returned, matching
 // ledger.ErrRetryable. A panic in work rolls back and propagates.
-func (r *Runner) Run(ctx context.Context, req ledger.ClaimRequest, work Work) (Outcome, error) {
+func (r *Runner) Run(ctx context.Context, req ledger.ClaimRequest, work Work) (RunResult, error) {
 	if work == nil {
-		return Outcome{}, errors.New("txmiddleware: work must not be nil")
+		return RunResult{}, errors.New("txmiddleware: work must not be nil")
 	}
-	savepoint := r.cfg.final != nil && r.cfg.savepoint == SavepointAlways
-	var out Outcome
+	savepoint := r.cfg.codec != nil && r.cfg.savepoint == SavepointAlways
+	var out RunResult
 	for {
 		out.Attempts++
 		o, err := r.once(ctx, req, work, savepoint)
@@ -234,43 +232,28 @@ func ctxErr(ctx context.Context, op string, err error) error {
 }
 
 const (
-	savepointSQL   = "SAVEPOINT opledger_work"
-	rollbackToSQL  = "ROLLBACK TO SAVEPOINT opledger_work"
-	cleanupTimeout = 5 * time.Second
+	savepointSQL  = "SAVEPOINT opledger_work"
+	rollbackToSQL = "ROLLBACK TO SAVEPOINT opledger_work"
 )
 
-type beginner interface {
-	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
+// begin starts one attempt's transaction, with the lock-wait bound when
+// one is configured. release is never nil.
+func (r *Runner) begin(ctx context.Context) (*sql.Tx, func(), error) {
+	opts := &sql.TxOptions{Isolation: r.cfg.iso}
+	if r.lw != nil {
+		tx, release, err := r.lw.BeginBounded(ctx, r.db, opts, r.cfg.lockWait)
+		if err != nil {
+			return nil, func() {}, err
+		}
+		return tx, release, nil
+	}
+	tx, err := r.db.BeginTx(ctx, opts)
+	return tx, func() {}, err
 }
 
 // once runs the unit one time.
-func (r *Runner) once(ctx context.Context, req ledger.ClaimRequest, work Work, savepoint bool) (out Outcome, err error) {
-	var b beginner = r.db
-	if r.lw != nil && r.lw.LockWaitScope() == dialects.LockWaitSession {
-		conn, err := r.db.Conn(ctx)
-		if err != nil {
-			if cerr := ctxErr(ctx, "connect", err); cerr != nil {
-				return out, cerr
-			}
-			return out, fmt.Errorf("txmiddleware: connect: %w", err)
-		}
-		var restore func(context.Context) error
-		// Registered before the transaction's own deferred rollback, so it
-		// runs after it: the setting is restored once the transaction has
-		// ended, then the connection goes back to the pool.
-		defer func() { release(ctx, conn, restore) }()
-		restore, err = r.lw.BoundLockWait(ctx, conn, r.cfg.lockWait)
-		if err != nil {
-			restore = discard
-			if cerr := ctxErr(ctx, "bound lock wait", err); cerr != nil {
-				return out, cerr
-			}
-			return out, fmt.Errorf("txmiddleware: bound lock wait: %w", err)
-		}
-		b = conn
-	}
-
-	tx, err := b.BeginTx(ctx, &sql.TxOptions{Isolation: r.cfg.iso})
+func (r *Runner) once(ctx context.Context, req ledger.ClaimRequest, work Work, savepoint bool) (out RunResult, err error) {
+	tx, release, err := r.begin(ctx)
 	if err != nil {
 		if cerr := ctxErr(ctx, "begin", err); cerr != nil {
 			return out, cerr
@@ -283,18 +266,16 @@ func (r *Runner) once(ctx context.Context, req ledger.ClaimRequest, work Work, s
 		}
 		return out, fmt.Errorf("txmiddleware: begin: %w", err)
 	}
+	// Registered before the transaction's own deferred rollback, so it
+	// runs after it: a session setting is restored once the transaction
+	// has ended, then the connection goes back to the pool.
+	defer release()
 	ended := false
 	defer func() {
 		if !ended {
 			_ = tx.Rollback() // also when work panics; the panic goes on
 		}
 	}()
-
-	if r.lw != nil && r.lw.LockWaitScope() == dialects.LockWaitTransaction {
-		if _, err := r.lw.BoundLockWait(ctx, tx, r.cfg.lockWait); err != nil {
-			return out, r.stmtErr(ctx, "bound lock wait", err)
-		}
-	}
 
 	c, err := r.l.Claim(ctx, tx, req)
 	if err != nil {
@@ -308,7 +289,7 @@ func (r *Runner) once(ctx context.Context, req ledger.ClaimRequest, work Work, s
 		ended = true
 		_ = tx.Rollback()
 		out.Result, out.Replayed, out.CompletedAt = c.Result, true, c.CompletedAt
-		return out, ReplayError(c.Result)
+		return out, r.replayErr(c.Result)
 	}
 
 	if savepoint {
@@ -325,12 +306,9 @@ func (r *Runner) once(ctx context.Context, req ledger.ClaimRequest, work Work, s
 			return out, werr
 		}
 		final := false
-		if r.cfg.final != nil {
-			if st, ok := r.cfg.final(werr); ok && st != nil {
-				final = true
-				if res, err = encodeStatus(st); err != nil {
-					return out, err
-				}
+		if r.cfg.codec != nil {
+			if enc, ok := r.cfg.codec.Encode(werr); ok && enc.Code != 0 {
+				final, res = true, enc
 			}
 		}
 		if !final {
@@ -371,38 +349,38 @@ func (r *Runner) stmtErr(ctx context.Context, op string, err error) error {
 	return &ledger.DBError{Op: op, Class: r.d.Classify(err), Err: err}
 }
 
-// commitErr sorts a failed COMMIT: not sent (context), refused by the
-// database (a definite rollback, retried when transient), or unknown.
+// commitErr sorts a failed COMMIT: not sent (the transaction was already
+// rolled back), refused by the database (a definite rollback, retried
+// when transient), or unknown.
 func (r *Runner) commitErr(ctx context.Context, err error) error {
 	switch {
-	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, sql.ErrTxDone):
-		// database/sql checks the context before sending COMMIT, and a
-		// transaction whose context ended was rolled back: not committed.
+	case errors.Is(err, sql.ErrTxDone):
+		// database/sql rolled the transaction back when its context ended,
+		// before COMMIT could be sent: not committed.
 		if cerr := ctxErr(ctx, "commit", err); cerr != nil {
 			return cerr
 		}
 		return fmt.Errorf("txmiddleware: commit: %w", err)
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		// The context was live just before COMMIT and ended during it: the
+		// driver may have sent COMMIT and given up waiting for its answer.
+		// The error matches the context's error too.
+		return fmt.Errorf("%w: %w", ErrCommitUnknown, err)
 	case errors.Is(err, driver.ErrBadConn) || r.d.Classify(err) == dialects.ClassConnection:
 		return fmt.Errorf("%w: %w", ErrCommitUnknown, err)
+	case ctx.Err() != nil:
+		// The database answered COMMIT with an error after the context
+		// ended (lib/pq cancels the statement: 57014): it rolled back.
+		return ctxErr(ctx, "commit", err)
 	}
 	return &ledger.DBError{Op: "commit", Class: r.d.Classify(err), Err: err}
 }
 
-// discard is a restore func that cannot restore: the connection is dropped.
-func discard(context.Context) error { return errors.New("txmiddleware: connection state unknown") }
-
-// release restores a session setting and returns conn to the pool, or
-// drops the connection when the setting could not be restored.
-func release(ctx context.Context, conn *sql.Conn, restore func(context.Context) error) {
-	if restore != nil {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		err := restore(rctx)
-		cancel()
-		if err != nil {
-			// Returning driver.ErrBadConn from Raw makes database/sql close
-			// the connection instead of pooling it with the bound still set.
-			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
-		}
+// replayErr is the error a replayed result stands for: the codec's
+// decoding of a non-zero code, or nil.
+func (r *Runner) replayErr(res ledger.Result) error {
+	if res.Code == 0 || r.cfg.codec == nil {
+		return nil
 	}
-	_ = conn.Close()
+	return r.cfg.codec.Decode(res)
 }

@@ -11,12 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/wrapperspb"
-
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/testdb"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/txmiddleware"
 )
@@ -25,7 +21,9 @@ import (
 // the dialect offers: the work runs exactly once, one call executes, 63
 // replay, all return the same result byte for byte, one business row.
 func TestHerd(t *testing.T) {
-	const callers = 64
+	// Not parallel with the other tests: each target takes a herd's pool
+	// (see familyConns), and its 64 callers load the machine.
+	const callers = herdCallers
 	keys := 5
 	if testing.Short() {
 		keys = 2
@@ -34,7 +32,7 @@ func TestHerd(t *testing.T) {
 		for _, level := range e.IsolationLevels() {
 			t.Run(level.String(), func(t *testing.T) {
 				var retries atomic.Int64
-				r := e.runner(t, txmiddleware.WithIsolation(level), txmiddleware.WithBackoff(time.Millisecond, 20*time.Millisecond),
+				r := e.runner(t, txmiddleware.WithIsolation(level), txmiddleware.WithTxBackoff(time.Millisecond, 20*time.Millisecond),
 					txmiddleware.WithOnRetry(func(context.Context, int, error, time.Duration) { retries.Add(1) }))
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				defer cancel()
@@ -45,7 +43,7 @@ func TestHerd(t *testing.T) {
 						runs               atomic.Int64
 						start              = make(chan struct{})
 						wg                 sync.WaitGroup
-						outs               = make([]txmiddleware.Outcome, callers)
+						outs               = make([]txmiddleware.RunResult, callers)
 						errs               = make([]error, callers)
 						executed, replayed int
 					)
@@ -84,7 +82,7 @@ func TestHerd(t *testing.T) {
 					if n := e.BizRows(t, key); n != 1 {
 						t.Fatalf("key %s: %d business rows", key, n)
 					}
-					waitIdle(t, e.DB)
+					testdb.WaitIdle(t, e.DB)
 				}
 				if int(retries.Load()) != totalAttempts-keys*callers {
 					t.Fatalf("retry hook saw %d retries, outcomes report %d", retries.Load(), totalAttempts-keys*callers)
@@ -96,27 +94,25 @@ func TestHerd(t *testing.T) {
 	})
 }
 
-// A final error: the work's writes are undone, the status is committed,
-// and every later call gets the same error back, byte for byte, without
-// the work running again. Under both savepoint modes.
+// A final error: the work's writes are undone to the savepoint, the
+// codec's encoding is committed, and every later call gets the same error
+// back, code and message, and the same stored result byte for byte,
+// without the work running again. Under both savepoint modes; under
+// SavepointOnFinalError the work runs twice on this path.
 func TestFinalErrorReplayed(t *testing.T) {
+	t.Parallel()
 	forEachTarget(t, 4, func(t *testing.T, e *env) {
 		for _, mode := range []txmiddleware.SavepointMode{txmiddleware.SavepointAlways, txmiddleware.SavepointOnFinalError} {
 			t.Run(mode.String(), func(t *testing.T) {
 				ctx := context.Background()
 				key := "final-" + mode.String()
-				st, err := status.New(codes.FailedPrecondition, "insufficient funds: balance 10 < 25").
-					WithDetails(wrapperspb.String("account 42"), wrapperspb.Int64(25))
-				if err != nil {
-					t.Fatal(err)
-				}
 				var runs atomic.Int64
 				work := func(ctx context.Context, tx *sql.Tx) (ledger.Result, error) {
 					runs.Add(1)
 					if err := e.WriteBiz(ctx, tx, key, 1); err != nil { // a partial write
 						return ledger.Result{}, err
 					}
-					return ledger.Result{}, fmt.Errorf("transfer: %w", st.Err())
+					return ledger.Result{}, fmt.Errorf("transfer: %w", &finalErr{codeFailedPrecondition, "insufficient funds: balance 10 < 25"})
 				}
 				r := e.runner(t, txmiddleware.WithSavepoint(mode))
 				out, err1 := r.Run(ctx, req(t, key), work)
@@ -127,17 +123,17 @@ func TestFinalErrorReplayed(t *testing.T) {
 				if !out.Executed || out.Replayed || out.Attempts != wantAttempts || runs.Load() != wantRuns {
 					t.Fatalf("first call: %+v, work ran %d times; want executed in %d attempts, %d runs", out, runs.Load(), wantAttempts, wantRuns)
 				}
-				s1, ok := status.FromError(err1)
-				if !ok || s1.Code() != codes.FailedPrecondition {
-					t.Fatalf("first call: %v, want the work's FailedPrecondition", err1)
+				const msg = "transfer: insufficient funds: balance 10 < 25"
+				assertFinal(t, "first call", err1, codeFailedPrecondition, msg)
+				if want := (ledger.Result{Code: codeFailedPrecondition, Response: []byte(msg), TypeName: finalTypeName}); !sameResult(out.Result, want) {
+					t.Fatalf("first call recorded %+v, want the codec's encoding %+v", out.Result, want)
 				}
 				if n := e.BizRows(t, key); n != 0 {
 					t.Fatalf("the final error's partial write persisted: %d rows", n)
 				}
 				entry, err := e.lookup(t, key)
-				if err != nil || entry.State != ledger.Completed || entry.Result.Code != uint32(codes.FailedPrecondition) ||
-					entry.Result.TypeName != txmiddleware.StatusTypeName || !bytes.Equal(entry.Result.Response, out.Result.Response) {
-					t.Fatalf("recorded entry: %+v %v", entry, err)
+				if err != nil || entry.State != ledger.Completed || !sameResult(entry.Result, out.Result) {
+					t.Fatalf("recorded entry: %+v %v, want %+v", entry, err, out.Result)
 				}
 
 				for i := range 3 {
@@ -145,58 +141,162 @@ func TestFinalErrorReplayed(t *testing.T) {
 					if !out2.Replayed || out2.Executed || out2.Attempts != 1 {
 						t.Fatalf("replay %d: %+v", i, out2)
 					}
-					s2, ok := status.FromError(err2)
-					if !ok {
-						t.Fatalf("replay %d: %v is not a status", i, err2)
-					}
-					b1, _ := proto.MarshalOptions{Deterministic: true}.Marshal(s1.Proto())
-					b2, _ := proto.MarshalOptions{Deterministic: true}.Marshal(s2.Proto())
-					if !bytes.Equal(b1, b2) || !bytes.Equal(b2, out2.Result.Response) || s2.Message() != err1.Error() || len(s2.Details()) != 2 {
-						t.Fatalf("replay %d: %v (%d details), first call %v", i, s2.Proto(), len(s2.Details()), s1.Proto())
-					}
-					if d := s2.Details()[0].(*wrapperspb.StringValue); d.GetValue() != "account 42" {
-						t.Fatalf("detail %v", d)
+					assertFinal(t, fmt.Sprintf("replay %d", i), err2, codeFailedPrecondition, err1.Error())
+					if !sameResult(out2.Result, out.Result) {
+						t.Fatalf("replay %d: result %+v, first call %+v", i, out2.Result, out.Result)
 					}
 				}
 				if runs.Load() != wantRuns {
 					t.Fatalf("the work ran on replay: %d runs", runs.Load())
 				}
-				waitIdle(t, e.DB)
+				testdb.WaitIdle(t, e.DB)
 			})
 		}
 	})
 }
 
+// sameResult compares two results byte for byte.
+func sameResult(a, b ledger.Result) bool {
+	return a.Code == b.Code && a.TypeName == b.TypeName && bytes.Equal(a.Response, b.Response)
+}
+
 // A work error that is not final rolls everything back and records
-// nothing; the next call runs the work and succeeds.
+// nothing; the next call runs the work and succeeds. Not final: an error
+// the codec does not encode, an encoding with code 0 from a codec that
+// calls it final, and, without a codec, every error, a *finalErr too.
 func TestNonFinalErrorRecordsNothing(t *testing.T) {
+	t.Parallel()
+	zeroCode := codecFuncs{
+		encode: func(err error) (ledger.Result, bool) { return ledger.Result{Response: []byte(err.Error())}, true },
+		decode: func(ledger.Result) error { return errors.New("never decoded") },
+	}
 	forEachTarget(t, 4, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		for i, werr := range []error{
-			errors.New("downstream unavailable"),
-			status.Error(codes.Unavailable, "try later"),
-			status.Error(codes.Internal, "bug"),
+		for i, c := range []struct {
+			name string
+			opts []txmiddleware.Option
+			werr error
+		}{
+			{"plain error", []txmiddleware.Option{txmiddleware.WithErrorCodec(testCodec{})}, errors.New("downstream unavailable")},
+			{"code 0", []txmiddleware.Option{txmiddleware.WithErrorCodec(testCodec{})}, &finalErr{0, "no code"}},
+			{"codec says final with code 0", []txmiddleware.Option{txmiddleware.WithErrorCodec(zeroCode)}, errors.New("try later")},
+			{"no codec, plain error", nil, errors.New("bug")},
+			{"no codec, final error", nil, &finalErr{codeFailedPrecondition, "insufficient funds"}},
+			{"no codec, final error, SavepointOnFinalError", []txmiddleware.Option{txmiddleware.WithSavepoint(txmiddleware.SavepointOnFinalError)}, &finalErr{codeNotFound, "no such account"}},
 		} {
 			key := fmt.Sprintf("nonfinal-%d", i)
 			var runs atomic.Int64
-			r := e.runner(t)
+			r := e.noCodecRunner(t, c.opts...)
 			out, err := r.Run(ctx, req(t, key), func(ctx context.Context, tx *sql.Tx) (ledger.Result, error) {
 				runs.Add(1)
 				if err := e.WriteBiz(ctx, tx, key, 1); err != nil {
 					return ledger.Result{}, err
 				}
-				return ledger.Result{}, werr
+				return ledger.Result{}, c.werr
 			})
-			if !errors.Is(err, werr) || out.Executed || out.Replayed || out.Attempts != 1 || runs.Load() != 1 {
-				t.Fatalf("%v: %+v %v", werr, out, err)
+			if !errors.Is(err, c.werr) || out.Executed || out.Replayed || out.Attempts != 1 || runs.Load() != 1 || out.Result.Code != 0 || out.Result.Response != nil {
+				t.Fatalf("%s: %+v %v, work ran %d times; want the work's error after one run, nothing recorded", c.name, out, err, runs.Load())
 			}
 			e.assertNothing(t, key)
 			out, err = r.Run(ctx, req(t, key), e.bizWork(key, 2, &runs))
 			if err != nil || !out.Executed || runs.Load() != 2 || e.BizRows(t, key) != 1 {
-				t.Fatalf("next call: %+v %v, %d runs", out, err, runs.Load())
+				t.Fatalf("%s: next call: %+v %v, %d runs", c.name, out, err, runs.Load())
 			}
 		}
-		waitIdle(t, e.DB)
+		testdb.WaitIdle(t, e.DB)
+	})
+}
+
+// The runner takes its savepoint only where a final error can happen:
+// with a codec under SavepointAlways. The work proves it by releasing
+// the savepoint, which fails on every database when none was taken.
+func TestSavepointOnlyWithCodec(t *testing.T) {
+	t.Parallel()
+	errRelease := errors.New("RELEASE SAVEPOINT failed")
+	forEachTarget(t, 2, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		for i, c := range []struct {
+			name      string
+			opts      []txmiddleware.Option
+			savepoint bool
+		}{
+			{"no codec", nil, false},
+			{"no codec, SavepointAlways", []txmiddleware.Option{txmiddleware.WithSavepoint(txmiddleware.SavepointAlways)}, false},
+			{"codec", []txmiddleware.Option{txmiddleware.WithErrorCodec(testCodec{})}, true},
+			{"codec, SavepointOnFinalError", []txmiddleware.Option{txmiddleware.WithErrorCodec(testCodec{}), txmiddleware.WithSavepoint(txmiddleware.SavepointOnFinalError)}, false},
+		} {
+			key := fmt.Sprintf("savepoint-%d", i)
+			var runs atomic.Int64
+			out, err := e.noCodecRunner(t, c.opts...).Run(ctx, req(t, key), func(ctx context.Context, tx *sql.Tx) (ledger.Result, error) {
+				runs.Add(1)
+				if err := e.WriteBiz(ctx, tx, key, 1); err != nil {
+					return ledger.Result{}, err
+				}
+				if _, err := tx.ExecContext(ctx, "RELEASE SAVEPOINT opledger_work"); err != nil {
+					return ledger.Result{}, fmt.Errorf("%w: %w", errRelease, err)
+				}
+				return ledger.Result{Response: []byte("released")}, nil
+			})
+			if c.savepoint {
+				if err != nil || !out.Executed || out.Attempts != 1 || e.BizRows(t, key) != 1 {
+					t.Fatalf("%s: %+v %v; want the savepoint released and the work committed", c.name, out, err)
+				}
+				continue
+			}
+			if !errors.Is(err, errRelease) || out.Executed || out.Attempts != 1 || runs.Load() != 1 {
+				t.Fatalf("%s: %+v %v, work ran %d times; want RELEASE SAVEPOINT to fail (no savepoint taken)", c.name, out, err, runs.Load())
+			}
+			e.assertNothing(t, key)
+		}
+		testdb.WaitIdle(t, e.DB)
+	})
+}
+
+// A stored final error replayed by a runner without a codec comes back as
+// the stored Result with a nil error; a codec's Decode error comes back as
+// it is.
+func TestReplayWithoutCodec(t *testing.T) {
+	t.Parallel()
+	forEachTarget(t, 2, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		key := "replay-no-codec"
+		var runs atomic.Int64
+		work := func(context.Context, *sql.Tx) (ledger.Result, error) {
+			runs.Add(1)
+			return ledger.Result{}, &finalErr{codeNotFound, "account 7 not found"}
+		}
+		first, err := e.runner(t).Run(ctx, req(t, key), work)
+		assertFinal(t, "first call", err, codeNotFound, "account 7 not found")
+		if !first.Executed || first.Result.Code != codeNotFound {
+			t.Fatalf("first call: %+v", first)
+		}
+		out, err := e.noCodecRunner(t).Run(ctx, req(t, key), work)
+		if err != nil || !out.Replayed || out.Executed || out.Attempts != 1 || !sameResult(out.Result, first.Result) || out.CompletedAt.IsZero() {
+			t.Fatalf("replay without a codec: %+v %v; want a nil error and the stored result %+v", out, err, first.Result)
+		}
+		errUndecodable := errors.New("undecodable")
+		refuses := codecFuncs{
+			encode: testCodec{}.Encode,
+			decode: func(r ledger.Result) error { return fmt.Errorf("%w: %d %q", errUndecodable, r.Code, r.Response) },
+		}
+		out, err = e.noCodecRunner(t, txmiddleware.WithErrorCodec(refuses)).Run(ctx, req(t, key), work)
+		if !errors.Is(err, errUndecodable) || !out.Replayed || !sameResult(out.Result, first.Result) {
+			t.Fatalf("replay with a codec that cannot decode: %+v %v", out, err)
+		}
+		// A successful result replays without an error, with or without a codec.
+		if _, err := e.noCodecRunner(t).Run(ctx, req(t, "replay-ok"), e.bizWork("replay-ok", 1, &runs)); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range []*txmiddleware.Runner{e.noCodecRunner(t), e.runner(t)} {
+			out, err := r.Run(ctx, req(t, "replay-ok"), e.bizWork("replay-ok", 2, &runs))
+			if err != nil || !out.Replayed || string(out.Result.Response) != "done replay-ok by 1" {
+				t.Fatalf("replay of a success: %+v %v", out, err)
+			}
+		}
+		if runs.Load() != 2 {
+			t.Fatalf("the work ran %d times, want 2 (once per key)", runs.Load())
+		}
+		testdb.WaitIdle(t, e.DB)
 	})
 }
 
@@ -204,11 +304,12 @@ func TestNonFinalErrorRecordsNothing(t *testing.T) {
 // two runs) rolls back, leaves nothing, and the unit runs again; the
 // attempts are reported. Past the bound the error matches ErrRetryable.
 func TestTransientRetried(t *testing.T) {
+	t.Parallel()
 	forEachTarget(t, 4, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		var runs atomic.Int64
 		var hook []int
-		r := e.runner(t, txmiddleware.WithBackoff(time.Millisecond, 2*time.Millisecond),
+		r := e.runner(t, txmiddleware.WithTxBackoff(time.Millisecond, 2*time.Millisecond),
 			txmiddleware.WithOnRetry(func(_ context.Context, attempt int, err error, d time.Duration) {
 				hook = append(hook, attempt)
 				if !errors.Is(err, ledger.ErrRetryable) || d <= 0 {
@@ -233,7 +334,7 @@ func TestTransientRetried(t *testing.T) {
 			t.Fatalf("%d business rows", n)
 		}
 
-		r = e.runner(t, txmiddleware.WithMaxAttempts(3), txmiddleware.WithBackoff(time.Millisecond, time.Millisecond))
+		r = e.runner(t, txmiddleware.WithMaxTxAttempts(3), txmiddleware.WithTxBackoff(time.Millisecond, time.Millisecond))
 		runs.Store(0)
 		out, err = r.Run(ctx, req(t, "always-transient"), func(ctx context.Context, tx *sql.Tx) (ledger.Result, error) {
 			runs.Add(1)
@@ -246,14 +347,15 @@ func TestTransientRetried(t *testing.T) {
 			t.Fatalf("exhausted: %+v %v, %d runs", out, err, runs.Load())
 		}
 		e.assertNothing(t, "always-transient")
-		waitIdle(t, e.DB)
+		testdb.WaitIdle(t, e.DB)
 	})
 }
 
 // A retry that would sleep past the context's deadline is not made.
 func TestBackoffRespectsDeadline(t *testing.T) {
+	t.Parallel()
 	forEachTarget(t, 2, func(t *testing.T, e *env) {
-		r := e.runner(t, txmiddleware.WithBackoff(time.Second, time.Second))
+		r := e.runner(t, txmiddleware.WithTxBackoff(time.Second, time.Second))
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		defer cancel()
 		start := time.Now()
@@ -270,6 +372,7 @@ func TestBackoffRespectsDeadline(t *testing.T) {
 // The context ends before the claim, inside the work, or just before
 // COMMIT: nothing is recorded, nothing leaks, and a later call runs.
 func TestContextCancelled(t *testing.T) {
+	t.Parallel()
 	forEachTarget(t, 4, func(t *testing.T, e *env) {
 		var runs atomic.Int64
 		t.Run("before claim", func(t *testing.T) {
@@ -279,7 +382,7 @@ func TestContextCancelled(t *testing.T) {
 			if !errors.Is(err, context.Canceled) || out.Executed || runs.Load() != 0 {
 				t.Fatalf("%+v %v", out, err)
 			}
-			waitIdle(t, e.DB)
+			testdb.WaitIdle(t, e.DB)
 			e.assertNothing(t, "cancel-before")
 		})
 		t.Run("inside work", func(t *testing.T) {
@@ -298,7 +401,7 @@ func TestContextCancelled(t *testing.T) {
 			if !errors.Is(err, context.Canceled) || out.Executed {
 				t.Fatalf("%+v %v", out, err)
 			}
-			waitIdle(t, e.DB)
+			testdb.WaitIdle(t, e.DB)
 			e.assertNothing(t, "cancel-work")
 		})
 		t.Run("before commit", func(t *testing.T) {
@@ -309,7 +412,7 @@ func TestContextCancelled(t *testing.T) {
 			if !errors.Is(err, context.Canceled) || out.Executed {
 				t.Fatalf("%+v %v", out, err)
 			}
-			waitIdle(t, e.DB)
+			testdb.WaitIdle(t, e.DB)
 			e.assertNothing(t, "cancel-commit")
 		})
 		for _, key := range []string{"cancel-before", "cancel-work", "cancel-commit"} {
@@ -318,13 +421,14 @@ func TestContextCancelled(t *testing.T) {
 				t.Fatalf("%s afterwards: %+v %v", key, out, err)
 			}
 		}
-		waitIdle(t, e.DB)
+		testdb.WaitIdle(t, e.DB)
 	})
 }
 
 // A panic in the work rolls back and propagates; the connection returns
 // to the pool and the next call runs the work.
 func TestPanicRollsBack(t *testing.T) {
+	t.Parallel()
 	forEachTarget(t, 2, func(t *testing.T, e *env) {
 		for _, lockWait := range []time.Duration{0, time.Second} {
 			if _, ok := e.Dialect.(dialects.LockWaiter); !ok && lockWait > 0 {
@@ -346,7 +450,7 @@ func TestPanicRollsBack(t *testing.T) {
 				})
 				t.Fatal("Run returned")
 			}()
-			waitIdle(t, e.DB)
+			testdb.WaitIdle(t, e.DB)
 			e.assertNothing(t, key)
 			var runs atomic.Int64
 			out, err := r.Run(context.Background(), req(t, key), e.bizWork(key, 2, &runs))
@@ -360,6 +464,7 @@ func TestPanicRollsBack(t *testing.T) {
 // The key reused for another request is ledger.ErrKeyReused; the work
 // does not run.
 func TestKeyReused(t *testing.T) {
+	t.Parallel()
 	forEachTarget(t, 2, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		var runs atomic.Int64
@@ -373,12 +478,13 @@ func TestKeyReused(t *testing.T) {
 		if !errors.Is(err, ledger.ErrKeyReused) || out.Executed || out.Replayed || runs.Load() != 1 {
 			t.Fatalf("%+v %v", out, err)
 		}
-		waitIdle(t, e.DB)
+		testdb.WaitIdle(t, e.DB)
 	})
 }
 
 // TxFromContext gives deeper code the work's transaction.
 func TestTxFromContext(t *testing.T) {
+	t.Parallel()
 	forEachTarget(t, 2, func(t *testing.T, e *env) {
 		if _, ok := txmiddleware.TxFromContext(context.Background()); ok {
 			t.Fatal("a transaction in a bare context")
@@ -396,48 +502,59 @@ func TestTxFromContext(t *testing.T) {
 	})
 }
 
+// lockWaitSettings lists, per database family, the statement that reads
+// a session's lock wait setting: genuinely database-specific SQL.
+var lockWaitSettings = []struct{ family, query string }{
+	{"sqlite", "PRAGMA busy_timeout"},
+	{"postgres", "SHOW lock_timeout"},
+	{"mysql", "SELECT @@SESSION.innodb_lock_wait_timeout"},
+}
+
 // A duplicate that arrives while another transaction holds the identity
 // uncommitted waits at most the bound, then gets ErrInProgress; the
 // connection's settings are as before afterwards.
 func TestLockWaitInProgress(t *testing.T) {
-	forEachTarget(t, 3, func(t *testing.T, e *env) {
-		e.requireLockWaiter(t)
-		ctx := context.Background()
-		before := e.sessionTimeouts(t)
-		holder, err := e.DB.BeginTx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := e.l.Claim(ctx, holder, req(t, "held"))
-		if err != nil || !c.Acquired() {
+	t.Parallel()
+	for _, setting := range lockWaitSettings {
+		forEachTarget(t, 3, func(t *testing.T, e *env) {
+			e.requireLockWaiter(t)
+			ctx := context.Background()
+			before := e.sessionSettings(t, setting.query)
+			holder, err := e.DB.BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := e.l.Claim(ctx, holder, req(t, "held"))
+			if err != nil || !c.Acquired() {
+				holder.Rollback()
+				t.Fatalf("holder: %v %v", c, err)
+			}
+			var runs atomic.Int64
+			r := e.runner(t, txmiddleware.WithLockWait(300*time.Millisecond))
+			start := time.Now()
+			out, err := r.Run(ctx, req(t, "held"), e.bizWork("held", 1, &runs))
+			took := time.Since(start)
 			holder.Rollback()
-			t.Fatalf("holder: %v %v", c, err)
-		}
-		var runs atomic.Int64
-		r := e.runner(t, txmiddleware.WithLockWait(300*time.Millisecond))
-		start := time.Now()
-		out, err := r.Run(ctx, req(t, "held"), e.bizWork("held", 1, &runs))
-		took := time.Since(start)
-		holder.Rollback()
-		if !errors.Is(err, ledger.ErrInProgress) || errors.Is(err, ledger.ErrRetryable) || out.Attempts != 1 || runs.Load() != 0 {
-			t.Fatalf("%+v %v, want ErrInProgress after one attempt", out, err)
-		}
-		if took < 250*time.Millisecond || took > 2*time.Second {
-			t.Fatalf("returned after %v, want about the 300ms bound", took)
-		}
-		waitIdle(t, e.DB)
-		if after := e.sessionTimeouts(t); fmt.Sprint(after) != fmt.Sprint(before) {
-			t.Fatalf("session settings changed: before %v, after %v", before, after)
-		}
-		out, err = r.Run(ctx, req(t, "held"), e.bizWork("held", 2, &runs))
-		if err != nil || !out.Executed {
-			t.Fatalf("after the holder rolled back: %+v %v", out, err)
-		}
-	})
+			if !errors.Is(err, ledger.ErrInProgress) || errors.Is(err, ledger.ErrRetryable) || out.Attempts != 1 || runs.Load() != 0 {
+				t.Fatalf("%+v %v, want ErrInProgress after one attempt", out, err)
+			}
+			if took < 250*time.Millisecond || took > 2*time.Second {
+				t.Fatalf("returned after %v, want about the 300ms bound", took)
+			}
+			testdb.WaitIdle(t, e.DB)
+			if after := e.sessionSettings(t, setting.query); fmt.Sprint(after) != fmt.Sprint(before) {
+				t.Fatalf("session settings changed: before %v, after %v", before, after)
+			}
+			out, err = r.Run(ctx, req(t, "held"), e.bizWork("held", 2, &runs))
+			if err != nil || !out.Executed {
+				t.Fatalf("after the holder rolled back: %+v %v", out, err)
+			}
+		}, setting.family)
+	}
 }
 
-// sessionTimeouts reads the lock wait setting of every pooled connection.
-func (e *env) sessionTimeouts(t *testing.T) []string {
+// sessionSettings reads a setting with query on every pooled connection.
+func (e *env) sessionSettings(t *testing.T, query string) []string {
 	t.Helper()
 	ctx := context.Background()
 	n := e.DB.Stats().MaxOpenConnections
@@ -454,15 +571,8 @@ func (e *env) sessionTimeouts(t *testing.T) []string {
 			t.Fatal(err)
 		}
 		conns = append(conns, c)
-		q := "SHOW lock_timeout"
-		switch e.Dialect.Name() {
-		case "sqlite":
-			q = "PRAGMA busy_timeout"
-		case "mysql":
-			q = "SELECT @@SESSION.innodb_lock_wait_timeout"
-		}
 		var v string
-		if err := c.QueryRowContext(ctx, q).Scan(&v); err != nil {
+		if err := c.QueryRowContext(ctx, query).Scan(&v); err != nil {
 			t.Fatal(err)
 		}
 		out = append(out, v)
@@ -470,23 +580,86 @@ func (e *env) sessionTimeouts(t *testing.T) []string {
 	return out
 }
 
+// plainDialect hides every optional interface of the dialect it wraps
+// (LockWaiter, Sessions, Described, Schema).
+type plainDialect struct{ dialects.Dialect }
+
+// dialectLedger is a Store that reports another dialect (nil included).
+type dialectLedger struct {
+	*ledger.Store
+	d dialects.Dialect
+}
+
+func (l dialectLedger) Dialect() dialects.Dialect { return l.d }
+
+// Bad configurations fail New with ErrInvalidConfig: a bad value, an
+// option given twice, a zero Option, a nil database or ledger, a ledger
+// without a dialect, and a lock wait bound the dialect cannot enforce.
 func TestOptions(t *testing.T) {
+	t.Parallel()
 	forEachTarget(t, 1, func(t *testing.T, e *env) {
-		for i, o := range []txmiddleware.Option{
-			txmiddleware.WithMaxAttempts(0),
-			txmiddleware.WithBackoff(0, time.Second),
-			txmiddleware.WithBackoff(time.Second, time.Millisecond),
-			txmiddleware.WithRandom(nil),
-			txmiddleware.WithLockWait(-1),
-			txmiddleware.WithSavepoint(0),
+		onRetry := func(context.Context, int, error, time.Duration) {}
+		random := func() float64 { return 0.5 }
+		for _, c := range []struct {
+			name string
+			opts []txmiddleware.Option
+		}{
+			{"WithMaxTxAttempts(0)", []txmiddleware.Option{txmiddleware.WithMaxTxAttempts(0)}},
+			{"WithTxBackoff(0, 1s)", []txmiddleware.Option{txmiddleware.WithTxBackoff(0, time.Second)}},
+			{"WithTxBackoff(1s, 1ms)", []txmiddleware.Option{txmiddleware.WithTxBackoff(time.Second, time.Millisecond)}},
+			{"WithRandom(nil)", []txmiddleware.Option{txmiddleware.WithRandom(nil)}},
+			{"WithLockWait(-1)", []txmiddleware.Option{txmiddleware.WithLockWait(-1)}},
+			{"WithSavepoint(0)", []txmiddleware.Option{txmiddleware.WithSavepoint(0)}},
+			{"WithErrorCodec(nil)", []txmiddleware.Option{txmiddleware.WithErrorCodec(nil)}},
+			{"zero Option", []txmiddleware.Option{{}}},
+			{"WithIsolation twice", []txmiddleware.Option{txmiddleware.WithIsolation(sql.LevelDefault), txmiddleware.WithIsolation(sql.LevelDefault)}},
+			{"WithMaxTxAttempts twice", []txmiddleware.Option{txmiddleware.WithMaxTxAttempts(3), txmiddleware.WithMaxTxAttempts(4)}},
+			{"WithTxBackoff twice", []txmiddleware.Option{txmiddleware.WithTxBackoff(time.Millisecond, time.Second), txmiddleware.WithTxBackoff(time.Millisecond, time.Second)}},
+			{"WithRandom twice", []txmiddleware.Option{txmiddleware.WithRandom(random), txmiddleware.WithRandom(random)}},
+			{"WithLockWait twice", []txmiddleware.Option{txmiddleware.WithLockWait(0), txmiddleware.WithLockWait(time.Second)}},
+			{"WithSavepoint twice", []txmiddleware.Option{txmiddleware.WithSavepoint(txmiddleware.SavepointAlways), txmiddleware.WithSavepoint(txmiddleware.SavepointOnFinalError)}},
+			{"WithOnRetry twice", []txmiddleware.Option{txmiddleware.WithOnRetry(onRetry), txmiddleware.WithOnRetry(onRetry)}},
+			{"WithErrorCodec twice", []txmiddleware.Option{txmiddleware.WithErrorCodec(testCodec{}), txmiddleware.WithErrorCodec(testCodec{})}},
+			{"WithBeforeCommit twice", []txmiddleware.Option{txmiddleware.WithBeforeCommit(nil), txmiddleware.WithBeforeCommit(nil)}},
 		} {
-			if _, err := txmiddleware.New(e.DB, e.l, e.Dialect, o); err == nil {
-				t.Errorf("option %d accepted", i)
+			if r, err := txmiddleware.New(e.DB, e.l, c.opts...); !errors.Is(err, txmiddleware.ErrInvalidConfig) || r != nil {
+				t.Errorf("%s: %v %v, want ErrInvalidConfig", c.name, r, err)
 			}
 		}
-		if _, err := txmiddleware.New(nil, e.l, e.Dialect); err == nil {
-			t.Error("nil db accepted")
+		// Every option once is fine.
+		if _, err := txmiddleware.New(e.DB, e.l,
+			txmiddleware.WithIsolation(sql.LevelDefault), txmiddleware.WithMaxTxAttempts(3),
+			txmiddleware.WithTxBackoff(time.Millisecond, time.Second), txmiddleware.WithRandom(random),
+			txmiddleware.WithLockWait(time.Second), txmiddleware.WithSavepoint(txmiddleware.SavepointOnFinalError),
+			txmiddleware.WithOnRetry(onRetry), txmiddleware.WithErrorCodec(testCodec{})); err != nil {
+			t.Errorf("every option once: %v", err)
 		}
+
+		if _, err := txmiddleware.New(nil, e.l); !errors.Is(err, txmiddleware.ErrInvalidConfig) {
+			t.Errorf("nil db: %v, want ErrInvalidConfig", err)
+		}
+		if _, err := txmiddleware.New(e.DB, nil); !errors.Is(err, txmiddleware.ErrInvalidConfig) {
+			t.Errorf("nil ledger: %v, want ErrInvalidConfig", err)
+		}
+		if _, err := txmiddleware.New(e.DB, dialectLedger{e.l, nil}); !errors.Is(err, txmiddleware.ErrInvalidConfig) {
+			t.Errorf("a ledger without a dialect: %v, want ErrInvalidConfig", err)
+		}
+
+		// A dialect without dialects.LockWaiter cannot take a bound, but
+		// runs without one.
+		plain := dialectLedger{e.l, plainDialect{e.Dialect}}
+		if _, err := txmiddleware.New(e.DB, plain, txmiddleware.WithLockWait(time.Second)); !errors.Is(err, txmiddleware.ErrInvalidConfig) {
+			t.Errorf("WithLockWait on a dialect without LockWaiter: %v, want ErrInvalidConfig", err)
+		}
+		r, err := txmiddleware.New(e.DB, plain, txmiddleware.WithLockWait(0), txmiddleware.WithErrorCodec(testCodec{}))
+		if err != nil {
+			t.Fatalf("WithLockWait(0) on a dialect without LockWaiter: %v", err)
+		}
+		var runs atomic.Int64
+		if out, err := r.Run(context.Background(), req(t, "plain-dialect"), e.bizWork("plain-dialect", 1, &runs)); err != nil || !out.Executed || e.BizRows(t, "plain-dialect") != 1 {
+			t.Errorf("run on a dialect without optional interfaces: %+v %v", out, err)
+		}
+
 		if _, err := e.runner(t).Run(context.Background(), req(t, "nil-work"), nil); err == nil {
 			t.Error("nil work accepted")
 		}
@@ -494,6 +667,7 @@ func TestOptions(t *testing.T) {
 }
 
 func TestBackoffDelay(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		failed   int
 		rnd      float64
@@ -506,108 +680,128 @@ func TestBackoffDelay(t *testing.T) {
 		{40, 0.999, 250 * time.Millisecond, 500 * time.Millisecond},
 	} {
 		d, err := txmiddleware.BackoffDelay(c.failed, txmiddleware.WithRandom(func() float64 { return c.rnd }),
-			txmiddleware.WithBackoff(10*time.Millisecond, 500*time.Millisecond))
+			txmiddleware.WithTxBackoff(10*time.Millisecond, 500*time.Millisecond))
 		if err != nil || d < c.min || d > c.max {
 			t.Errorf("failed %d rnd %v: %v %v, want [%v, %v]", c.failed, c.rnd, d, err, c.min, c.max)
 		}
 	}
-}
-
-func TestReplayError(t *testing.T) {
-	if err := txmiddleware.ReplayError(ledger.Result{Response: []byte("x")}); err != nil {
-		t.Fatal(err)
-	}
-	if s, _ := status.FromError(txmiddleware.ReplayError(ledger.Result{Code: 5, TypeName: "x.Y"})); s.Code() != codes.NotFound {
-		t.Fatal(s)
-	}
-	if err := txmiddleware.ReplayError(ledger.Result{Code: 5, Response: []byte{0xff}, TypeName: txmiddleware.StatusTypeName}); err == nil {
-		t.Fatal("garbage decoded")
-	}
-	st := status.New(codes.OutOfRange, "page 9 of 3")
-	b, _ := proto.Marshal(st.Proto())
-	if s, _ := status.FromError(txmiddleware.ReplayError(ledger.Result{Code: 11, Response: b, TypeName: txmiddleware.StatusTypeName})); !proto.Equal(s.Proto(), st.Proto()) {
-		t.Fatal(s)
-	}
-	if _, ok := txmiddleware.FinalCodes(codes.Aborted)(status.Error(codes.Aborted, "x")); !ok {
-		t.Fatal("FinalCodes")
-	}
-	if _, ok := txmiddleware.DefaultFinal(status.Error(codes.Aborted, "x")); ok {
-		t.Fatal("Aborted is not final by default")
-	}
-	if _, ok := txmiddleware.DefaultFinal(errors.New("plain")); ok {
-		t.Fatal("a plain error is not final")
+	if _, err := txmiddleware.BackoffDelay(1, txmiddleware.WithTxBackoff(time.Millisecond, time.Second), txmiddleware.WithTxBackoff(time.Millisecond, time.Second)); err == nil {
+		t.Error("WithTxBackoff twice accepted")
 	}
 }
 
 // TestHerdWinnerRollsBack: 64 concurrent calls with one key, and the
-// first run of the work fails (not finally) after the others have piled
-// up behind it. That caller gets its error; of the other 63 exactly one
-// runs the work and the rest replay its result. On InnoDB the waiters
-// deadlock when the holder rolls back (1213), and the runner retries them.
+// first run of the work fails (not finally) once the database shows the
+// 63 others queued behind it. That caller gets its error; of the other 63
+// exactly one runs the work and the rest replay its result. On InnoDB the
+// waiters deadlock when the holder rolls back (1213), and the runner
+// retries them.
 func TestHerdWinnerRollsBack(t *testing.T) {
-	const callers = 64
+	// Not parallel with the other tests: each target takes a herd's pool
+	// (see familyConns), and its 64 callers load the machine.
+	const callers = herdCallers
 	boom := errors.New("first run fails")
-	forEachTarget(t, callers, func(t *testing.T, e *env) {
-		for _, level := range e.IsolationLevels() {
-			t.Run(level.String(), func(t *testing.T) {
-				var retries atomic.Int64
-				r := e.runner(t, txmiddleware.WithIsolation(level), txmiddleware.WithBackoff(time.Millisecond, 20*time.Millisecond),
-					txmiddleware.WithOnRetry(func(context.Context, int, error, time.Duration) { retries.Add(1) }))
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				defer cancel()
-				key := "herd-rollback-" + level.String()
-				var runs atomic.Int64
-				work := func(ctx context.Context, tx *sql.Tx) (ledger.Result, error) {
-					n := runs.Add(1)
-					if err := e.WriteBiz(ctx, tx, key, int(n)); err != nil {
-						return ledger.Result{}, err
+	for _, view := range claimWaiters {
+		// callers+1: the test's own queries while every caller holds a
+		// connection.
+		forEachTarget(t, callers+1, func(t *testing.T, e *env) {
+			_, sessions := e.Dialect.(dialects.Sessions)
+			for _, level := range e.IsolationLevels() {
+				t.Run(level.String(), func(t *testing.T) {
+					var retries atomic.Int64
+					r := e.runner(t, txmiddleware.WithIsolation(level), txmiddleware.WithTxBackoff(time.Millisecond, 20*time.Millisecond),
+						txmiddleware.WithOnRetry(func(context.Context, int, error, time.Duration) { retries.Add(1) }))
+					ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+					defer cancel()
+					key := "herd-rollback-" + level.String()
+					e.warm(t, callers+1)
+
+					// The first run tells the test its session and holds the
+					// claim until the test has seen the others wait for it.
+					type holding struct {
+						sid int64
+						err error
 					}
-					if n == 1 {
-						time.Sleep(200 * time.Millisecond)
-						return ledger.Result{}, boom
+					held := make(chan holding, 1)
+					release := make(chan struct{})
+					var runs atomic.Int64
+					work := func(ctx context.Context, tx *sql.Tx) (ledger.Result, error) {
+						n := runs.Add(1)
+						if err := e.WriteBiz(ctx, tx, key, int(n)); err != nil {
+							return ledger.Result{}, err
+						}
+						if n == 1 {
+							var h holding
+							if sessions {
+								h.sid, h.err = e.Dialect.(dialects.Sessions).SessionID(ctx, tx)
+							}
+							held <- h
+							<-release
+							return ledger.Result{}, boom
+						}
+						return ledger.Result{Response: fmt.Appendf(nil, "run %d", n)}, nil
 					}
-					return ledger.Result{Response: fmt.Appendf(nil, "run %d", n)}, nil
-				}
-				var wg sync.WaitGroup
-				start := make(chan struct{})
-				outs := make([]txmiddleware.Outcome, callers)
-				errs := make([]error, callers)
-				for w := range callers {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						<-start
-						outs[w], errs[w] = r.Run(ctx, req(t, key), work)
-					}()
-				}
-				close(start)
-				wg.Wait()
-				failed, executed, replayed, attempts := 0, 0, 0, 0
-				for w := range callers {
-					attempts += outs[w].Attempts
-					switch {
-					case errors.Is(errs[w], boom):
-						failed++
-					case errs[w] != nil:
-						t.Fatalf("caller %d: %v", w, errs[w])
-					case outs[w].Executed:
-						executed++
-					case outs[w].Replayed:
-						replayed++
-						if string(outs[w].Result.Response) != "run 2" {
-							t.Fatalf("caller %d replayed %q", w, outs[w].Result.Response)
+					var wg sync.WaitGroup
+					start := make(chan struct{})
+					returned := make(chan struct{}) // closed when the first call returns
+					var returnedOnce, releaseOnce sync.Once
+					outs := make([]txmiddleware.RunResult, callers)
+					errs := make([]error, callers)
+					for w := range callers {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							<-start
+							outs[w], errs[w] = r.Run(ctx, req(t, key), work)
+							returnedOnce.Do(func() { close(returned) })
+						}()
+					}
+					finish := func() {
+						releaseOnce.Do(func() { close(release) })
+						wg.Wait()
+					}
+					defer finish() // also when the test fails while the holder holds
+					close(start)
+					var h holding
+					select {
+					case h = <-held:
+					case <-returned:
+						finish()
+						t.Fatalf("a call returned before the work first ran: %v", errors.Join(errs...))
+					}
+					if h.err != nil {
+						t.Fatalf("the holder's session id: %v", h.err)
+					}
+					e.waitQueued(t, h.sid, callers-1, returned, view.query)
+					finish()
+
+					failed, executed, replayed, attempts := 0, 0, 0, 0
+					for w := range callers {
+						attempts += outs[w].Attempts
+						switch {
+						case errors.Is(errs[w], boom):
+							failed++
+						case errs[w] != nil:
+							t.Fatalf("caller %d: %v", w, errs[w])
+						case outs[w].Executed:
+							executed++
+						case outs[w].Replayed:
+							replayed++
+							if string(outs[w].Result.Response) != "run 2" {
+								t.Fatalf("caller %d replayed %q", w, outs[w].Result.Response)
+							}
 						}
 					}
-				}
-				if failed != 1 || executed != 1 || replayed != callers-2 || runs.Load() != 2 {
-					t.Fatalf("%d failed, %d executed, %d replayed, work ran %d times; want 1, 1, %d, 2", failed, executed, replayed, runs.Load(), callers-2)
-				}
-				if n := e.BizRows(t, key); n != 1 {
-					t.Fatalf("%d business rows", n)
-				}
-				waitIdle(t, e.DB)
-				t.Logf("%s %s: %d attempts for %d callers, %d retries", e.Name, level, attempts, callers, retries.Load())
-			})
-		}
-	})
+					if failed != 1 || executed != 1 || replayed != callers-2 || runs.Load() != 2 {
+						t.Fatalf("%d failed, %d executed, %d replayed, work ran %d times; want 1, 1, %d, 2", failed, executed, replayed, runs.Load(), callers-2)
+					}
+					if n := e.BizRows(t, key); n != 1 {
+						t.Fatalf("%d business rows", n)
+					}
+					testdb.WaitIdle(t, e.DB)
+					t.Logf("%s %s: %d attempts for %d callers, %d retries", e.Name, level, attempts, callers, retries.Load())
+				})
+			}
+		}, view.family)
+	}
 }

@@ -122,7 +122,7 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 	if !*asJSON {
 		fmt.Fprintf(stdout, "conformance suite on %s (%s), %d claimants, %d keys\n\n", tgt.display, tgt.dialect.Name(), *concurrency, *keys)
 		fmt.Fprintf(stdout, "%-*s  %-7s  %9s  %s\n", width, "CASE", "VERDICT", "DURATION", "FIGURES")
-		opts = append(opts, conformance.WithProgress(func(r conformance.Result) { printCase(stdout, width, r) }))
+		opts = append(opts, conformance.WithProgress(func(r conformance.CaseResult) { printCase(stdout, width, r) }))
 	}
 	rep := conformance.Check(ctx, conformance.StoreTarget(tgt.display, db, tgt.dialect), opts...)
 	if msg, ok := setupFailure(rep); ok {
@@ -159,7 +159,7 @@ func nameWidth() int {
 	return w
 }
 
-func printCase(w io.Writer, width int, r conformance.Result) {
+func printCase(w io.Writer, width int, r conformance.CaseResult) {
 	fig := r.Figures
 	if r.Verdict == conformance.Skip && len(r.Messages) > 0 {
 		fig = r.Messages[0]

@@ -126,15 +126,15 @@ func TestConformanceUsageErrors(t *testing.T) {
 // TestConformanceExitCodes: a failed case is exit 1; a report in which
 // every case failed to create its scratch table is a set-up error.
 func TestConformanceExitCodes(t *testing.T) {
-	pass := conformance.Report{Results: []conformance.Result{{Name: "herd", Verdict: conformance.Pass}, {Name: "snapshot", Verdict: conformance.Skip}}}
-	failed := conformance.Report{Results: []conformance.Result{{Name: "herd", Verdict: conformance.Fail, Messages: []string{"key herd-0: 2 claimants acquired"}}}}
+	pass := conformance.Report{Results: []conformance.CaseResult{{Name: "herd", Verdict: conformance.Pass}, {Name: "snapshot", Verdict: conformance.Skip}}}
+	failed := conformance.Report{Results: []conformance.CaseResult{{Name: "herd", Verdict: conformance.Fail, Messages: []string{"key herd-0: 2 claimants acquired"}}}}
 	if conformanceExit(pass) != 0 || conformanceExit(failed) != 1 {
 		t.Fatal("exit codes")
 	}
 	if _, ok := setupFailure(failed); ok {
 		t.Fatal("a failed case read as a set-up error")
 	}
-	noTable := conformance.Report{Results: []conformance.Result{
+	noTable := conformance.Report{Results: []conformance.CaseResult{
 		{Name: "herd", Verdict: conformance.Fail, Messages: []string{"set-up: create scratch table opl_conf_1: permission denied"}},
 		{Name: "snapshot", Verdict: conformance.Skip},
 	}}

@@ -24,7 +24,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("demo", stderr)
 	dsn := fs.String("dsn", "", "database for the ledger and the example's table (default: a SQLite file in a temporary directory)")
 	calls := fs.Int("calls", 1000, "logical transfers in the faulty phase")
-	loss := fs.Float64("loss", 0.3, "probability that a response is dropped after the server committed")
+	loss := fs.Float64("loss", 0.3, "probability that an answer is lost after the server committed (a third each: on the server, after the response headers, after the whole response)")
 	outage := fs.Int("outage-calls", 200, "logical transfers during the total outage (0 skips it)")
 	concurrency := fs.Int("concurrency", 32, "transfers in flight at once")
 	ownerName := fs.String("owner", "application", "retry owner of the client's channel: application or service-config (grpc-go's own retries)")
@@ -84,14 +84,15 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	sc := payments.Scenario{
 		DB: db, Dialect: t.dialect, LedgerTable: ledger.DefaultTable, BusinessTable: table,
 		Owner: owner, Calls: *calls, Concurrency: *concurrency, OutageCalls: *outage,
-		Faults: payments.FaultSettings{FailBeforeSend: 0.05, DropAfterCommit: *loss, Delay: 0.05},
+		Faults: payments.FaultSettings{FailBeforeSend: 0.05, Delay: 0.05,
+			DropAfterCommit: *loss / 3, LoseAfterHeaders: *loss / 3, LoseAfterResponse: *loss / 3},
 		ClientOptions: []grpcint.ClientOption{
 			grpcint.WithBudget(budget), grpcint.WithBudgetFundedBySuccess(), grpcint.WithMaxAttempts(8),
 			grpcint.WithBackoff(policy.Backoff{Initial: 10 * time.Millisecond, Max: 200 * time.Millisecond}),
 		},
 		OutagePause: 2 * time.Second,
 	}
-	fmt.Fprintf(stdout, "opledger demo: %d transfers on %s, loopback gRPC, retries owned by %s; %.0f%% of responses dropped after commit, 5%% failed before send, 5%% delayed; then %d transfers in a total outage\n\n",
+	fmt.Fprintf(stdout, "opledger demo: %d transfers on %s, loopback gRPC, retries owned by %s; %.0f%% of answers lost after commit (on the server, after the headers, after the response), 5%% failed before send, 5%% delayed; then %d transfers in a total outage\n\n",
 		*calls, t.display, owner, *loss*100, *outage)
 	rep, err := sc.Run(ctx)
 	if err != nil {
@@ -99,9 +100,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	rep.Print(stdout)
 	if !rep.OK() {
-		fmt.Fprintln(stdout, "\nFAIL: a duplicate or lost effect, or a wrong response")
+		fmt.Fprintln(stdout, "\nFAIL: a duplicate or lost effect, a wrong response, a wrong failure reason or an ambiguous answer")
 		return 1
 	}
-	fmt.Fprintln(stdout, "\nOK: every logical call took effect at most once, and every answered call exactly once")
+	fmt.Fprintln(stdout, "\nOK: every logical call took effect at most once, every answered call exactly once, and every error was definite and true")
 	return 0
 }

@@ -58,7 +58,11 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			fmt.Fprintln(stderr, help)
 			return 2
 		}
-		paths, err := migrations.Export(*dir, *dialect, *table)
+		d, err := dialectByName(*dialect)
+		if err != nil {
+			return fail(stderr, "migrate export", err)
+		}
+		paths, err := migrations.Export(*dir, d, *table)
 		if err != nil {
 			return fail(stderr, "migrate export", err)
 		}
@@ -78,7 +82,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	switch sub {
 	case "up", "down":
-		var rs []migrations.Result
+		var rs []migrations.MigrationResult
 		if sub == "up" {
 			rs, err = m.Up(ctx)
 		} else {

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/opledger/opledger/policy"
+	"github.com/opledger/opledger/policy/serviceconfig"
 )
 
 func init() {
@@ -118,7 +119,7 @@ func runPolicyCheck(_ context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return fail("%v", err)
 	}
-	findings, err := policy.Validate(data, cat, owner)
+	findings, err := serviceconfig.Validate(data, cat, owner)
 	if err != nil {
 		return fail("%v", err)
 	}

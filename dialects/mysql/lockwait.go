@@ -2,30 +2,30 @@ package mysql
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strconv"
 	"time"
 
+	gomysql "github.com/go-sql-driver/mysql"
+
 	"github.com/opledger/opledger/dialects"
 )
 
-var _ dialects.LockWaiter = Dialect{}
+var (
+	_ dialects.LockWaiter = Dialect{}
+	_ dialects.Sessions   = Dialect{}
+	_ dialects.Described  = Dialect{}
+)
 
 // maxLockWaitSeconds is the largest innodb_lock_wait_timeout MySQL and
 // MariaDB accept.
 const maxLockWaitSeconds = 1073741824
 
-// LockWaitScope returns [dialects.LockWaitSession]: InnoDB's lock wait
-// bound, innodb_lock_wait_timeout, is a session variable. (SET SESSION
-// inside a transaction would work too, but it would outlive the
-// transaction on the pooled connection all the same, so it needs the
-// restore either way.)
-func (Dialect) LockWaitScope() dialects.LockWaitScope { return dialects.LockWaitSession }
-
-// LockWaitSeconds returns d as innodb_lock_wait_timeout takes it: whole
+// lockWaitSeconds returns d as innodb_lock_wait_timeout takes it: whole
 // seconds, rounded up, at least 1 and at most 1073741824.
-func LockWaitSeconds(d time.Duration) int64 {
+func lockWaitSeconds(d time.Duration) int64 {
 	s := int64((d + time.Second - 1) / time.Second)
 	switch {
 	case d > time.Duration(maxLockWaitSeconds)*time.Second || s > maxLockWaitSeconds:
@@ -36,32 +36,109 @@ func LockWaitSeconds(d time.Duration) int64 {
 	return s
 }
 
-// BoundLockWait sets innodb_lock_wait_timeout on the connection ex to d in
-// whole seconds (see [LockWaitSeconds]) and returns a restore function
-// that sets the session's previous value back. Call it on the *sql.Conn
-// before BEGIN and call restore on the same connection after the
-// transaction has ended. A statement that waits longer fails with 1205,
-// classified [dialects.ClassLockTimeout]; it rolls back only that
-// statement.
-func (Dialect) BoundLockWait(ctx context.Context, ex dialects.Execer, d time.Duration) (func(context.Context) error, error) {
-	if ex == nil {
-		return nil, errors.New("mysql: bound lock wait: nil connection")
-	}
+// BeginBounded sets innodb_lock_wait_timeout to d in whole seconds
+// (rounded up) on a connection of its own and begins the transaction
+// there; release sets the session's previous value back, or discards the
+// connection when it cannot. InnoDB's bound is a session variable (SET
+// SESSION inside a transaction would outlive it all the same). A
+// statement that waits longer fails with 1205, classified
+// [dialects.ClassLockTimeout]; it rolls back only that statement.
+func (Dialect) BeginBounded(ctx context.Context, db *sql.DB, opts *sql.TxOptions, d time.Duration) (*sql.Tx, func(), error) {
 	if d <= 0 {
-		return nil, fmt.Errorf("mysql: bound lock wait: duration %v is not positive", d)
+		return nil, nil, fmt.Errorf("mysql: lock wait bound %v is not positive", d)
 	}
-	var prev int64
-	if err := ex.QueryRowContext(ctx, "SELECT @@SESSION.innodb_lock_wait_timeout").Scan(&prev); err != nil {
-		return nil, fmt.Errorf("mysql: read innodb_lock_wait_timeout: %w", err)
-	}
-	if _, err := ex.ExecContext(ctx, "SET SESSION innodb_lock_wait_timeout = "+strconv.FormatInt(LockWaitSeconds(d), 10)); err != nil {
-		return nil, fmt.Errorf("mysql: set innodb_lock_wait_timeout: %w", err)
-	}
-	restore := func(ctx context.Context) error {
-		if _, err := ex.ExecContext(ctx, "SET SESSION innodb_lock_wait_timeout = "+strconv.FormatInt(prev, 10)); err != nil {
-			return fmt.Errorf("mysql: restore innodb_lock_wait_timeout: %w", err)
+	return dialects.BeginOnConn(ctx, db, opts, func(ctx context.Context, conn *sql.Conn) (func(context.Context) error, error) {
+		var prev int64
+		if err := conn.QueryRowContext(ctx, "SELECT @@SESSION.innodb_lock_wait_timeout").Scan(&prev); err != nil {
+			return nil, fmt.Errorf("mysql: read innodb_lock_wait_timeout: %w", err)
 		}
-		return nil
+		if err := setLockWait(ctx, conn, lockWaitSeconds(d)); err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context) error { return setLockWait(ctx, conn, prev) }, nil
+	})
+}
+
+func setLockWait(ctx context.Context, conn *sql.Conn, seconds int64) error {
+	if _, err := conn.ExecContext(ctx, "SET SESSION innodb_lock_wait_timeout = "+strconv.FormatInt(seconds, 10)); err != nil {
+		return fmt.Errorf("mysql: set innodb_lock_wait_timeout: %w", err)
 	}
-	return restore, nil
+	return nil
+}
+
+// Traits: REPEATABLE READ (InnoDB's default) and READ COMMITTED.
+func (Dialect) Traits() dialects.Traits {
+	return dialects.Traits{IsolationLevels: []sql.IsolationLevel{sql.LevelRepeatableRead, sql.LevelReadCommitted}}
+}
+
+// SessionID returns the connection id (CONNECTION_ID()).
+func (Dialect) SessionID(ctx context.Context, tx *sql.Tx) (int64, error) {
+	var id int64
+	err := tx.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id)
+	return id, err
+}
+
+// Lock-wait views: MariaDB and MySQL 5.7 have
+// information_schema.INNODB_LOCK_WAITS; MySQL 8 moved it to
+// performance_schema.data_lock_waits.
+const (
+	blockedByMariaDB = `SELECT COUNT(DISTINCT w.requesting_trx_id) FROM information_schema.INNODB_LOCK_WAITS w ` +
+		`JOIN information_schema.INNODB_TRX b ON b.trx_id = w.blocking_trx_id WHERE b.trx_mysql_thread_id = ?`
+	blockedByMySQL8 = `SELECT COUNT(DISTINCT w.REQUESTING_ENGINE_TRANSACTION_ID) FROM performance_schema.data_lock_waits w ` +
+		`JOIN information_schema.INNODB_TRX b ON b.trx_id = w.BLOCKING_ENGINE_TRANSACTION_ID WHERE b.trx_mysql_thread_id = ?`
+	erUnknownTable = 1109 // ER_UNKNOWN_TABLE
+)
+
+// InnoDB serves INNODB_TRX and INNODB_LOCK_WAITS from a cache that the
+// server refreshes only for a read that comes more than 100 ms after the
+// previous read by anyone: polled faster, from one process or from
+// several, the view never changes again. BlockedBy therefore reads it under
+// a named lock that serialises the kit's readers on the server, after
+// viewIdle without a read. The name holds a character no ledger table name
+// has, so it never meets a migration lock ("opledger:" and the table).
+const (
+	viewLock        = "opledger/innodb-lock-view"
+	viewLockSeconds = 30
+	viewIdle        = 110 * time.Millisecond
+)
+
+// BlockedBy counts the InnoDB lock waits on locks that connection id's
+// transaction holds (the user needs the PROCESS privilege). Each call
+// takes at least 110 ms, and waits while another BlockedBy on the server
+// reads (see above).
+func (Dialect) BlockedBy(ctx context.Context, db *sql.DB, id int64) (int, error) {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	var got sql.NullInt64
+	if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, ?)", viewLock, viewLockSeconds).Scan(&got); err != nil {
+		return 0, fmt.Errorf("mysql: lock the lock-wait view: %w", err)
+	}
+	if !got.Valid || got.Int64 != 1 {
+		return 0, fmt.Errorf("mysql: lock the lock-wait view: not granted within %d s", viewLockSeconds)
+	}
+	defer conn.ExecContext(context.WithoutCancel(ctx), "DO RELEASE_LOCK(?)", viewLock)
+	idle := time.NewTimer(viewIdle)
+	select {
+	case <-ctx.Done():
+		idle.Stop()
+		return 0, ctx.Err()
+	case <-idle.C:
+	}
+	var n int
+	err = conn.QueryRowContext(ctx, blockedByMariaDB, id).Scan(&n)
+	var me *gomysql.MySQLError
+	if errors.As(err, &me) && me.Number == erUnknownTable {
+		err = conn.QueryRowContext(ctx, blockedByMySQL8, id).Scan(&n)
+	}
+	return n, err
+}
+
+// Kill ends connection id with KILL (the user needs CONNECTION_ADMIN or
+// SUPER, or to own the connection).
+func (Dialect) Kill(ctx context.Context, db *sql.DB, id int64) error {
+	_, err := db.ExecContext(ctx, "KILL "+strconv.FormatInt(id, 10))
+	return err
 }

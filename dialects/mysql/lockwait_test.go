@@ -2,8 +2,8 @@ package mysql_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
+	"database/sql"
+	"fmt"
 	"testing"
 	"time"
 
@@ -12,82 +12,70 @@ import (
 	"github.com/opledger/opledger/internal/testdb"
 )
 
-func TestLockWaitSeconds(t *testing.T) {
-	cases := map[time.Duration]int64{
-		time.Nanosecond:                1,
-		300 * time.Millisecond:         1,
-		time.Second:                    1,
-		time.Second + time.Millisecond: 2,
-		90 * time.Second:               90,
-		1 << 62:                        1073741824,
+// lockWait reads innodb_lock_wait_timeout of q's session.
+func lockWait(t *testing.T, q interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}) int64 {
+	t.Helper()
+	var s int64
+	if err := q.QueryRowContext(context.Background(), "SELECT @@SESSION.innodb_lock_wait_timeout").Scan(&s); err != nil {
+		t.Fatal(err)
 	}
-	for d, want := range cases {
-		if got := mysql.LockWaitSeconds(d); got != want {
-			t.Errorf("LockWaitSeconds(%v) = %d, want %d", d, got, want)
-		}
-	}
+	return s
 }
 
-// TestBoundLockWait: the bound applies to the connection it was set on,
-// a wait past it fails with a lock timeout, and restore puts the
-// session's previous value back. Other pooled connections are untouched.
-func TestBoundLockWait(t *testing.T) {
+// TestBeginBounded: the bound applies inside the transaction (whole
+// seconds, at least 1), a wait past it fails with a lock timeout, release
+// puts the session's previous value back on that connection, and the
+// pool's other connections never see it.
+func TestBeginBounded(t *testing.T) {
+	testdb.Parallel(t, "mysql", 3)
 	var d dialects.Dialect = mysql.New()
 	lw, ok := d.(dialects.LockWaiter)
-	if !ok || lw.LockWaitScope() != dialects.LockWaitSession {
-		t.Fatal("the MySQL dialect must be a session-scoped LockWaiter")
+	if !ok {
+		t.Fatal("the MySQL dialect is not a LockWaiter")
 	}
-	db := testdb.OpenMySQL(nil)(t, 4)
+	open := testdb.OpenMySQL(nil)
+	db, other := open(t, 2), open(t, 1)
 	ctx := context.Background()
-	if _, err := lw.BoundLockWait(ctx, nil, time.Second); err == nil {
-		t.Fatal("nil connection accepted")
-	}
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	tbl := "opl_lockwait_" + hex.EncodeToString(b[:])
-	if _, err := db.ExecContext(ctx, "CREATE TABLE "+tbl+" (k INT PRIMARY KEY, v INT NOT NULL)"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Exec("DROP TABLE " + tbl) })
-	if _, err := db.ExecContext(ctx, "INSERT INTO "+tbl+" VALUES (1, 0)"); err != nil {
+	tbl := testdb.ScratchTable(t, other, d, "(k INT PRIMARY KEY, v INT NOT NULL)")
+	if _, err := other.ExecContext(ctx, "INSERT INTO "+tbl+" VALUES (1, 0)"); err != nil {
 		t.Fatal(err)
 	}
 
-	conn, err := db.Conn(ctx)
-	if err != nil {
+	// Each pooled connection gets a session value of its own (not the
+	// global one), which release must put back.
+	var global int64
+	if err := other.QueryRowContext(ctx, "SELECT @@GLOBAL.innodb_lock_wait_timeout").Scan(&global); err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
-	var before, during int64
-	if err := conn.QueryRowContext(ctx, "SELECT @@SESSION.innodb_lock_wait_timeout").Scan(&before); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := lw.BoundLockWait(ctx, conn, 0); err == nil {
-		t.Fatal("zero duration accepted")
-	}
-	restore, err := lw.BoundLockWait(ctx, conn, 300*time.Millisecond)
-	if err != nil || restore == nil {
-		t.Fatalf("BoundLockWait: %v", err)
-	}
-	if err := conn.QueryRowContext(ctx, "SELECT @@SESSION.innodb_lock_wait_timeout").Scan(&during); err != nil || during != 1 {
-		t.Fatalf("session value %d %v, want 1 (whole seconds, at least 1)", during, err)
-	}
-	// conn is out of the pool, so this runs on another connection.
-	var otherSession, global int64
-	if err := db.QueryRowContext(ctx, "SELECT @@SESSION.innodb_lock_wait_timeout, @@GLOBAL.innodb_lock_wait_timeout").Scan(&otherSession, &global); err != nil || otherSession != global {
-		t.Fatalf("another connection's bound is %d (global %d) %v: the bound leaked", otherSession, global, err)
+	prev := global + 7
+	for _, conn := range testdb.PooledConns(t, db, d) {
+		if _, err := conn.ExecContext(ctx, fmt.Sprintf("SET SESSION innodb_lock_wait_timeout = %d", prev)); err != nil {
+			t.Fatal(err)
+		}
+		conn.Close()
 	}
 
-	holder, err := db.BeginTx(ctx, nil)
+	tx, release, err := lw.BeginBounded(ctx, db, nil, 300*time.Millisecond)
+	if err != nil || release == nil {
+		t.Fatalf("BeginBounded: %v (release %v)", err, release != nil)
+	}
+	sid := testdb.SessionID(t, d, tx)
+	if during := lockWait(t, tx); during != 1 {
+		t.Fatalf("bound in the transaction %d, want 1 (whole seconds, at least 1)", during)
+	}
+	// The bounded connection is out of the pool: this runs on the other.
+	if s := lockWait(t, db); s != prev {
+		t.Fatalf("another pooled connection's bound is %d, want its own %d: the bound leaked", s, prev)
+	}
+
+	holder, err := other.BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer holder.Rollback()
 	if _, err := holder.ExecContext(ctx, "UPDATE "+tbl+" SET v = 1 WHERE k = 1"); err != nil {
-		t.Fatal(err)
-	}
-	tx, err := conn.BeginTx(ctx, nil)
-	if err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
@@ -98,12 +86,74 @@ func TestBoundLockWait(t *testing.T) {
 		t.Fatalf("wait past the bound: %v after %v, want a lock timeout after about 1 s", err, took)
 	}
 	holder.Rollback()
+	release()
 
-	if err := restore(ctx); err != nil {
+	pooled := testdb.PooledConns(t, db, d)
+	conn, ok := pooled[sid]
+	if !ok || len(pooled) != 2 {
+		t.Fatalf("the pool holds sessions %v, want the bounded session %d back among two", keys(pooled), sid)
+	}
+	for id, c := range pooled {
+		if s := lockWait(t, c); s != prev {
+			t.Fatalf("session %d (bounded: %v): innodb_lock_wait_timeout %d after release, want %d", id, id == sid, s, prev)
+		}
+		if c != conn {
+			c.Close()
+		}
+	}
+	conn.Close()
+
+	for _, bad := range []time.Duration{0, -time.Second} {
+		if _, _, err := lw.BeginBounded(ctx, db, nil, bad); err == nil {
+			t.Fatalf("bound %v accepted", bad)
+		}
+	}
+}
+
+// TestBeginBoundedDiscardsUnrestored: when release cannot put the value
+// back (here because the session was killed under the transaction), the
+// connection is discarded: it never returns to the pool with the bound set.
+func TestBeginBoundedDiscardsUnrestored(t *testing.T) {
+	testdb.Parallel(t, "mysql", 3)
+	d := mysql.New()
+	open := testdb.OpenMySQL(nil)
+	db, other := open(t, 2), open(t, 1)
+	ctx := context.Background()
+	tx, release, err := d.BeginBounded(ctx, db, nil, time.Second)
+	if err != nil {
 		t.Fatal(err)
 	}
-	var after int64
-	if err := conn.QueryRowContext(ctx, "SELECT @@SESSION.innodb_lock_wait_timeout").Scan(&after); err != nil || after != before {
-		t.Fatalf("after restore %d %v, want %d", after, err, before)
+	sid := testdb.SessionID(t, d, tx)
+	if err := d.Kill(ctx, other, sid); err != nil {
+		t.Fatal(err)
 	}
+	if err := tx.Commit(); err == nil {
+		t.Fatal("commit on a killed session succeeded")
+	}
+	release()
+	if n := db.Stats().OpenConnections; n != 0 {
+		t.Fatalf("%d connections open after release of a killed session, want it discarded", n)
+	}
+	pooled := testdb.PooledConns(t, db, d)
+	if _, ok := pooled[sid]; ok {
+		t.Fatalf("the killed session %d came back to the pool", sid)
+	}
+	for id, c := range pooled {
+		var global int64
+		if err := c.QueryRowContext(ctx, "SELECT @@GLOBAL.innodb_lock_wait_timeout").Scan(&global); err != nil {
+			t.Fatal(err)
+		}
+		if s := lockWait(t, c); s != global {
+			t.Fatalf("new session %d: innodb_lock_wait_timeout %d, want the global %d", id, s, global)
+		}
+		c.Close()
+	}
+}
+
+func keys(m map[int64]*sql.Conn) []int64 {
+	var out []int64
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
 }

@@ -61,6 +61,9 @@ func New() Dialect { return Dialect{} }
 // Name returns "mysql".
 func (Dialect) Name() string { return "mysql" }
 
+// Placeholder returns "?".
+func (Dialect) Placeholder(int) string { return "?" }
+
 // QuoteIdent quotes name with backticks.
 func (Dialect) QuoteIdent(name string) string {
 	return "`" + strings.ReplaceAll(name, "`", "``") + "`"
@@ -175,6 +178,13 @@ var ErrBadDSN = errors.New("mysql: invalid DSN")
 //
 // Every other option is left as given; the dialect is correct with
 // clientFoundRows on or off and at READ COMMITTED or REPEATABLE READ.
+//
+// An '@' in a URL's user name or password must be percent-encoded (%40),
+// as must '/', '?' and '#': a URL with an '@' after its host is refused,
+// since it most likely holds a password that did not parse as one. So is
+// a driver DSN with an '@' after its last '/', and a password=…
+// parameter, which the driver would send as SET password=…. The errors,
+// all matching [ErrBadDSN], never contain the password.
 func Config(dsn string) (*gomysql.Config, error) {
 	dsn = strings.TrimSpace(dsn)
 	if dsn == "" {
@@ -187,6 +197,14 @@ func Config(dsn string) (*gomysql.Config, error) {
 	if scheme, _, ok := strings.Cut(dsn, "://"); ok && (strings.EqualFold(scheme, "mysql") || strings.EqualFold(scheme, "mariadb")) {
 		cfg, err = fromURL(dsn)
 	} else {
+		// The driver takes the password to end at the last '@' before the
+		// last '/'. An '@' after it (which the driver's format wants
+		// escaped, %40, in the database name and the parameters) is most
+		// likely a password's: /x:pw@host parses as database "x:pw@host",
+		// which Display would print.
+		if at, slash := strings.LastIndexByte(dsn, '@'), strings.LastIndexByte(dsn, '/'); slash >= 0 && at > slash {
+			return nil, fmt.Errorf("%w: an '@' after the last '/' (escape it as %%40 in the database name and the parameters)", ErrBadDSN)
+		}
 		cfg, err = gomysql.ParseDSN(dsn)
 		if err != nil {
 			err = fmt.Errorf("%w: %s", ErrBadDSN, redactString(err.Error(), dsn))
@@ -194,6 +212,13 @@ func Config(dsn string) (*gomysql.Config, error) {
 	}
 	if err != nil {
 		return nil, err
+	}
+	for k := range cfg.Params {
+		if strings.EqualFold(k, "password") {
+			// Unknown parameters are system variables to the driver.
+			return nil, fmt.Errorf("%w: a password parameter (the driver has none, and would run SET password=…): "+
+				"give the password before the '@'", ErrBadDSN)
+		}
 	}
 	cfg.ParseTime = true
 	return cfg, nil
@@ -243,6 +268,14 @@ func fromURL(dsn string) (*gomysql.Config, error) {
 	if u.Opaque != "" || u.Fragment != "" {
 		return nil, fmt.Errorf("%w: want mysql://user:password@host:port/dbname?params", ErrBadDSN)
 	}
+	// An '@' after the authority (which ends at the first '/', '?' or '#')
+	// is most likely a password's: mysql://u:12/34@h parses as host u,
+	// port 12 and database "34@h", which Display would print.
+	if _, rest, ok := strings.Cut(dsn, "://"); ok {
+		if i := strings.IndexAny(rest, "/?#"); i >= 0 && strings.Contains(rest[i:], "@") {
+			return nil, fmt.Errorf("%w: an '@' after the host (percent-encode '@', '/', '?' and '#' in the user name and password)", ErrBadDSN)
+		}
+	}
 	base := gomysql.NewConfig()
 	if u.User != nil {
 		base.User = u.User.Username()
@@ -253,7 +286,7 @@ func fromURL(dsn string) (*gomysql.Config, error) {
 	}
 	db := strings.TrimPrefix(u.Path, "/")
 	if strings.Contains(db, "/") {
-		return nil, fmt.Errorf("%w: database name %q contains '/'", ErrBadDSN, db)
+		return nil, fmt.Errorf("%w: the database name contains '/'", ErrBadDSN)
 	}
 	base.DBName = db
 	q := u.Query()
@@ -297,26 +330,47 @@ func fromURL(dsn string) (*gomysql.Config, error) {
 	}
 	cfg, err := gomysql.ParseDSN(s)
 	if err != nil {
-		msg := err.Error()
-		if base.Passwd != "" {
-			msg = strings.ReplaceAll(msg, base.Passwd, "xxxxx")
-		}
-		return nil, fmt.Errorf("%w: %s", ErrBadDSN, msg)
+		return nil, fmt.Errorf("%w: %s", ErrBadDSN, redactString(err.Error(), s, base.Passwd))
 	}
 	return cfg, nil
 }
 
-// redactString removes the password of a driver DSN that did not parse
-// from msg: the password is taken to be what lies between the first ':'
-// and the last '@'.
-func redactString(msg, secret string) string {
-	if i := strings.LastIndex(secret, "@"); i > 0 {
-		if j := strings.Index(secret[:i], ":"); j >= 0 {
-			secret = secret[j+1 : i]
+// redactString returns msg, the driver's error for the driver DSN dsn,
+// without the password: the one the driver reads from dsn (what lies
+// between the first ':' and the last '@' before the last '/') and each of
+// passwords. When dsn has an '@' after its last '/' (or has no '/') that
+// password's extent is unclear, and so is what the driver may have quoted;
+// msg is then kept only if it is one of the driver's fixed "invalid DSN:"
+// messages. A fixed message also replaces msg when msg holds a password
+// shorter than four bytes (replacing it would garble msg) or still holds
+// one after the replacing.
+func redactString(msg, dsn string, passwords ...string) string {
+	const withheld = "want [user[:password]@][net[(addr)]]/dbname[?param=value] " +
+		"(the driver's message is withheld: it may contain the password)"
+	if at := strings.LastIndexByte(dsn, '@'); at >= 0 {
+		if at > strings.LastIndexByte(dsn, '/') {
+			if strings.HasPrefix(msg, "invalid DSN: ") && !strings.ContainsAny(msg, "\"'`") {
+				return msg
+			}
+			return withheld
+		}
+		if _, pw, ok := strings.Cut(dsn[:at], ":"); ok {
+			passwords = append(passwords, pw)
 		}
 	}
-	if secret == "" {
-		return msg
+	for _, pw := range passwords {
+		if pw == "" || !strings.Contains(msg, pw) {
+			continue
+		}
+		if len(pw) < 4 {
+			return withheld
+		}
+		msg = strings.ReplaceAll(msg, pw, "xxxxx")
 	}
-	return strings.ReplaceAll(msg, secret, "xxxxx")
+	for _, pw := range passwords {
+		if pw != "" && strings.Contains(msg, pw) {
+			return withheld
+		}
+	}
+	return msg
 }

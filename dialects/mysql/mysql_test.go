@@ -94,6 +94,7 @@ func TestClassifySynthetic(t *testing.T) {
 
 // TestClassifyRealErrors provokes each error on the real server.
 func TestClassifyRealErrors(t *testing.T) {
+	testdb.Parallel(t, "mysql", 6)
 	d := mysql.New()
 	db := testdb.OpenMySQL(nil)(t, 6)
 	ctx := context.Background()
@@ -184,17 +185,34 @@ func TestClassifyRealErrors(t *testing.T) {
 		check("statement timeout", err, dialects.ClassLockTimeout)
 	}
 
-	// A killed connection.
-	var id int64
-	if err := conn.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
+	// A killed connection: a statement waits for holder's row lock (as the
+	// server shows) when its session is killed.
+	holder, err = db.BeginTx(ctx, nil)
+	if err != nil {
 		t.Fatal(err)
 	}
+	defer holder.Rollback()
+	if _, err := holder.ExecContext(ctx, "UPDATE "+tbl+" SET v = 9 WHERE k = 2"); err != nil {
+		t.Fatal(err)
+	}
+	victim, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer victim.Rollback()
+	id := testdb.SessionID(t, d, victim)
+	done := make(chan struct{})
+	var killed error
 	go func() {
-		time.Sleep(200 * time.Millisecond)
-		db.Exec(fmt.Sprintf("KILL CONNECTION %d", id))
+		defer close(done)
+		_, killed = victim.ExecContext(ctx, "UPDATE "+tbl+" SET v = 8 WHERE k = 2")
 	}()
-	_, err = conn.ExecContext(ctx, "SELECT SLEEP(5)")
-	check("killed connection", err, dialects.ClassConnection)
+	testdb.WaitBlocked(t, db, d, testdb.SessionID(t, d, holder), 1, done)
+	if err := d.Kill(ctx, db, id); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	check("killed connection", killed, dialects.ClassConnection)
 }
 
 func TestDSN(t *testing.T) {
@@ -256,6 +274,7 @@ func TestDisplay(t *testing.T) {
 
 // The URL form works against the real server.
 func TestURLFormConnects(t *testing.T) {
+	testdb.Parallel(t, "mysql", 2)
 	db := testdb.OpenMySQL(nil)(t, 1)
 	var one int
 	if err := db.QueryRow("SELECT 1").Scan(&one); err != nil || one != 1 {

@@ -18,6 +18,7 @@ package postgres
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 
 	"github.com/opledger/opledger/dialects"
@@ -33,6 +34,9 @@ func New() Dialect { return Dialect{} }
 
 // Name returns "postgres".
 func (Dialect) Name() string { return "postgres" }
+
+// Placeholder returns "$n".
+func (Dialect) Placeholder(n int) string { return "$" + strconv.Itoa(n) }
 
 // QuoteIdent quotes name with double quotes.
 func (Dialect) QuoteIdent(name string) string {

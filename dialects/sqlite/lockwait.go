@@ -2,43 +2,44 @@ package sqlite
 
 import (
 	"context"
-	"errors"
+	"database/sql"
+	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/dialects/internal/units"
 )
 
 var _ dialects.LockWaiter = Dialect{}
 
-// LockWaitScope returns dialects.LockWaitSession: SQLite's busy_timeout is
-// a setting of the connection, and with immediate transactions (see [DSN])
-// the wait happens at BEGIN, so it must be set before BEGIN.
-func (Dialect) LockWaitScope() dialects.LockWaitScope { return dialects.LockWaitSession }
-
-// BoundLockWait sets PRAGMA busy_timeout on ex (a *sql.Conn, before BEGIN)
-// to d and returns a restore func that puts the previous value back. With
-// _txlock=immediate, a BEGIN that cannot take the write lock within d
-// fails with SQLITE_BUSY (classified as a lock timeout). The busy timeout
-// bounds every wait for the database's write lock, not only a wait on the
-// same identity: SQLite has one writer at a time.
-func (Dialect) BoundLockWait(ctx context.Context, ex dialects.Execer, d time.Duration) (func(context.Context) error, error) {
+// BeginBounded sets PRAGMA busy_timeout to d on a connection of its own
+// and begins the transaction there; release puts the previous value back.
+// SQLite's busy_timeout is a setting of the connection and, with the
+// immediate transactions of [DSN], the wait happens at BEGIN, so it is set
+// before BEGIN: a BEGIN that cannot take the write lock within d fails
+// with SQLITE_BUSY (classified as a lock timeout). The busy timeout bounds
+// every wait for the database's write lock, not only a wait on the same
+// identity: SQLite has one writer at a time.
+func (Dialect) BeginBounded(ctx context.Context, db *sql.DB, opts *sql.TxOptions, d time.Duration) (*sql.Tx, func(), error) {
 	if d <= 0 {
-		return nil, errors.New("sqlite: lock wait bound must be positive")
+		return nil, nil, fmt.Errorf("sqlite: lock wait bound %v is not positive", d)
 	}
-	var prev int64
-	if err := ex.QueryRowContext(ctx, `PRAGMA busy_timeout`).Scan(&prev); err != nil {
-		return nil, err
-	}
-	if err := setBusyTimeout(ctx, ex, dialects.Millis(d)); err != nil {
-		return nil, err
-	}
-	return func(ctx context.Context) error { return setBusyTimeout(ctx, ex, prev) }, nil
+	return dialects.BeginOnConn(ctx, db, opts, func(ctx context.Context, conn *sql.Conn) (func(context.Context) error, error) {
+		var prev int64
+		if err := conn.QueryRowContext(ctx, `PRAGMA busy_timeout`).Scan(&prev); err != nil {
+			return nil, err
+		}
+		if err := setBusyTimeout(ctx, conn, units.Millis(d)); err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context) error { return setBusyTimeout(ctx, conn, prev) }, nil
+	})
 }
 
 // setBusyTimeout runs PRAGMA busy_timeout = ms. PRAGMA takes no bound
 // parameters; ms is an integer formatted here.
-func setBusyTimeout(ctx context.Context, ex dialects.Execer, ms int64) error {
+func setBusyTimeout(ctx context.Context, conn *sql.Conn, ms int64) error {
 	var got int64
-	return ex.QueryRowContext(ctx, `PRAGMA busy_timeout = `+strconv.FormatInt(ms, 10)).Scan(&got)
+	return conn.QueryRowContext(ctx, `PRAGMA busy_timeout = `+strconv.FormatInt(ms, 10)).Scan(&got)
 }

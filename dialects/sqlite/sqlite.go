@@ -34,6 +34,9 @@ func New() Dialect { return Dialect{} }
 // Name returns "sqlite".
 func (Dialect) Name() string { return "sqlite" }
 
+// Placeholder returns "?".
+func (Dialect) Placeholder(int) string { return "?" }
+
 // QuoteIdent quotes name with double quotes.
 func (Dialect) QuoteIdent(name string) string {
 	return `"` + strings.ReplaceAll(name, `"`, `""`) + `"`

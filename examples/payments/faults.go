@@ -2,6 +2,7 @@ package payments
 
 import (
 	"context"
+	"io"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -10,16 +11,31 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/emptypb"
+
+	"github.com/opledger/opledger/grpcint"
 )
 
 // FaultSettings are the probabilities of each injected fault, in [0, 1].
+// The three losses each let the server run and commit the call and then
+// lose its answer, at a different place.
 type FaultSettings struct {
 	// FailBeforeSend fails an attempt in the client before it is sent
 	// (UNAVAILABLE; the stats handler sees no payload go out).
 	FailBeforeSend float64
-	// DropAfterCommit lets the server run and commit the call, then replaces
-	// its response with UNAVAILABLE, as a connection lost on the way back.
+	// DropAfterCommit loses the answer on the server, before the response
+	// is written: the call ran and committed, and the client gets
+	// UNAVAILABLE, as from a proxy that lost the response.
 	DropAfterCommit float64
+	// LoseAfterHeaders loses the answer in the client after the response
+	// headers arrived and before the message: the attempt is cancelled once
+	// its headers are in, and fails with UNAVAILABLE, as a connection cut
+	// between the two.
+	LoseAfterHeaders float64
+	// LoseAfterResponse loses the answer in the client after the whole
+	// response arrived: it is thrown away and the attempt fails with
+	// UNAVAILABLE, as a client that lost it before the application saw it.
+	LoseAfterResponse float64
 	// Delay holds a request in the server for DelayFor before running it.
 	Delay float64
 	// DelayFor is how long a delayed request waits; default 20ms.
@@ -32,9 +48,12 @@ type FaultSettings struct {
 type FaultCounts struct {
 	// FailedBeforeSend counts attempts failed in the client.
 	FailedBeforeSend int64
-	// DroppedAfterRun counts responses replaced by UNAVAILABLE after the
-	// server ran the call.
+	// DroppedAfterRun counts answers lost after the server ran the call,
+	// at any of the three places.
 	DroppedAfterRun int64
+	// LostAfterHeaders and LostAfterResponse count the client-side ones
+	// among them.
+	LostAfterHeaders, LostAfterResponse int64
 	// Delayed counts requests held before running.
 	Delayed int64
 	// RefusedInOutage counts calls refused during the outage.
@@ -55,7 +74,7 @@ type Faults struct {
 	mu      sync.Mutex
 	rng     *rand.Rand
 
-	failed, dropped, delayed, refused, returned atomic.Int64
+	failed, dropped, afterHeaders, afterResponse, delayed, refused, returned atomic.Int64
 }
 
 // NewFaults returns an enabled injector.
@@ -81,7 +100,8 @@ func (f *Faults) SetOutage(on bool) { f.outage.Store(on) }
 
 // Counts returns how many faults were injected so far.
 func (f *Faults) Counts() FaultCounts {
-	return FaultCounts{FailedBeforeSend: f.failed.Load(), DroppedAfterRun: f.dropped.Load(), Delayed: f.delayed.Load(),
+	return FaultCounts{FailedBeforeSend: f.failed.Load(), DroppedAfterRun: f.dropped.Load() + f.afterHeaders.Load() + f.afterResponse.Load(),
+		LostAfterHeaders: f.afterHeaders.Load(), LostAfterResponse: f.afterResponse.Load(), Delayed: f.delayed.Load(),
 		RefusedInOutage: f.refused.Load(), ResponsesReturned: f.returned.Load()}
 }
 
@@ -97,24 +117,83 @@ func (f *Faults) roll(p float64) bool {
 
 // UnaryClientInterceptor fails attempts before they are sent (not
 // during an outage, so that every attempt of the outage reaches the
-// server and is counted).
+// server and is counted) and loses answers after the response headers or
+// after the whole response. Chain it inside the kit's interceptor, so that
+// each attempt passes through it.
 func (f *Faults) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		if !f.outage.Load() && f.roll(f.set.FailBeforeSend) {
+		if f.outage.Load() {
+			return invoker(ctx, method, req, reply, cc, opts...)
+		}
+		if f.roll(f.set.FailBeforeSend) {
 			f.failed.Add(1)
 			return status.Error(codes.Unavailable, "injected: failed before send")
 		}
-		return invoker(ctx, method, req, reply, cc, opts...)
+		if f.roll(f.set.LoseAfterHeaders) {
+			return f.loseAfterHeaders(ctx, method, req, cc, opts)
+		}
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		if err == nil && f.roll(f.set.LoseAfterResponse) {
+			f.afterResponse.Add(1)
+			return status.Error(codes.Unavailable, "injected: response lost after it arrived")
+		}
+		return err
 	}
 }
 
-// UnaryServerInterceptor refuses calls during an outage, delays some and
-// drops the responses of others after they ran.
+// loseAfterHeaders makes the unary call as a stream, waits for the
+// response headers and cancels the attempt before reading the message.
+// The caller's grpc.Header and grpc.Trailer options are left out: the
+// cancelled stream would fill them after this returns, and a lost answer
+// has no trailer. When the server answers without headers (an error is
+// trailers only), that answer is returned as it is.
+func (f *Faults) loseAfterHeaders(ctx context.Context, method string, req any, cc *grpc.ClientConn, opts []grpc.CallOption) error {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var sopts []grpc.CallOption
+	for _, o := range opts {
+		switch o.(type) {
+		case grpc.TrailerCallOption, grpc.HeaderCallOption:
+		default:
+			sopts = append(sopts, o)
+		}
+	}
+	cs, err := cc.NewStream(sctx, &grpc.StreamDesc{StreamName: method}, method, sopts...)
+	if err != nil {
+		return err
+	}
+	if err := cs.SendMsg(req); err != nil {
+		return err
+	}
+	if err := cs.CloseSend(); err != nil {
+		return err
+	}
+	md, err := cs.Header()
+	if err != nil {
+		return err
+	}
+	if md == nil {
+		// No headers: the server answered with an error alone (trailers
+		// only), which RecvMsg returns.
+		if err := cs.RecvMsg(&emptypb.Empty{}); err != io.EOF {
+			return err
+		}
+		return status.Error(codes.Internal, "payments: stream ended without headers or status")
+	}
+	cancel()
+	f.afterHeaders.Add(1)
+	return status.Error(codes.Unavailable, "injected: connection lost after the response headers")
+}
+
+// UnaryServerInterceptor refuses calls during an outage without running
+// them (telling the client so with grpcint.NotExecuted, as a load
+// shedder does), delays some and drops the answers of others after they
+// ran.
 func (f *Faults) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if f.enabled.Load() && f.outage.Load() {
 			f.refused.Add(1)
-			return nil, status.Error(codes.Unavailable, "injected: outage")
+			return nil, grpcint.NotExecuted(codes.Unavailable, "injected: outage; the call was not run")
 		}
 		if f.roll(f.set.Delay) {
 			f.delayed.Add(1)

@@ -21,9 +21,9 @@ import (
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
+	"github.com/opledger/opledger/internal/wait"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/policy"
-	"github.com/opledger/opledger/txmiddleware"
 )
 
 // CallerHeader is the metadata header the example trusts as the caller's
@@ -80,8 +80,10 @@ type Report struct {
 	Calls          int            // logical calls in the faulty phase
 	Succeeded      int            // of those, how many returned a response
 	Failed         int            // of those, how many returned an error
+	Definite       int            // errors, both phases, whose CallInfo says what happened (not ReasonCallOutcomeUnknown)
+	Ambiguous      int            // errors, both phases, whose outcome the client could not learn (must be 0)
 	Reconciled     int            // failed calls whose outcome a later Resolve found committed
-	FailedBy       map[string]int // failed calls by final status code and reason
+	FailedBy       map[string]int // errors by final status code and reason, both phases
 	Attempts       int64          // attempts on the wire, faulty phase
 	Executed       int64          // handler runs that committed (server)
 	Replayed       int64          // calls answered from the ledger (server)
@@ -90,6 +92,7 @@ type Report struct {
 	Duplicates     int            // logical calls with more than one transfer row
 	Lost           int            // logical calls answered with success but no (or another) row
 	WrongResponses int            // responses that differ from the committed row
+	WrongOutcomes  int            // definite errors whose reason disagrees with the business table
 	OutageCalls    int            // logical calls during the outage
 	OutageAttempts int64          // attempts on the wire during the outage
 	Faults         FaultCounts
@@ -104,9 +107,11 @@ func (r Report) Amplification() float64 {
 	return float64(r.OutageAttempts) / float64(r.OutageCalls)
 }
 
-// OK reports whether no effect was duplicated or lost and every response
-// matched the committed row.
-func (r Report) OK() bool { return r.Duplicates == 0 && r.Lost == 0 && r.WrongResponses == 0 }
+// OK reports whether no effect was duplicated or lost, every response
+// matched the committed row, every error was definite and told the truth.
+func (r Report) OK() bool {
+	return r.Duplicates == 0 && r.Lost == 0 && r.WrongResponses == 0 && r.WrongOutcomes == 0 && r.Ambiguous == 0
+}
 
 // Print writes the report as a table.
 func (r Report) Print(w io.Writer) {
@@ -116,6 +121,8 @@ func (r Report) Print(w io.Writer) {
 	row("logical calls", r.Calls)
 	row("succeeded", r.Succeeded)
 	row("failed (of which resolve found committed)", fmt.Sprintf("%d (%d)", r.Failed, r.Reconciled))
+	row("returned a definite failure", r.Definite)
+	row("returned ambiguous (must be 0)", r.Ambiguous)
 	row("attempts", r.Attempts)
 	row("executed", r.Executed)
 	row("replayed", r.Replayed)
@@ -123,9 +130,10 @@ func (r Report) Print(w io.Writer) {
 	row("duplicate effects (must be 0)", r.Duplicates)
 	row("lost effects (must be 0)", r.Lost)
 	row("wrong responses (must be 0)", r.WrongResponses)
+	row("wrong failure reasons (must be 0)", r.WrongOutcomes)
 	row("budget refusals", r.BudgetRefusals)
 	row("faults: failed before send", r.Faults.FailedBeforeSend)
-	row("faults: dropped after commit", r.Faults.DroppedAfterRun)
+	row("faults: answers lost after commit", r.Faults.DroppedAfterRun)
 	row("faults: delayed", r.Faults.Delayed)
 	if r.OutageCalls > 0 {
 		row("outage: logical calls", r.OutageCalls)
@@ -167,7 +175,7 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 	}
 	if sc.LockWait <= 0 {
 		sc.LockWait = 2 * time.Second
-		if sc.Dialect.Name() == "sqlite" {
+		if dialects.TraitsOf(sc.Dialect).SerialWriters {
 			sc.LockWait = 10 * time.Second
 		}
 	}
@@ -196,11 +204,8 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 		return Report{}, err
 	}
 	faults := NewFaults(sc.Faults)
-	kitServer, err := grpcint.NewServer(append([]grpcint.ServerOption{
-		grpcint.WithDB(sc.DB), grpcint.WithLedger(store), grpcint.WithCatalog(cat),
-		grpcint.WithCaller(grpcint.CallerFromTrustedHeader(CallerHeader)),
-		grpcint.WithTxOptions(txmiddleware.WithLockWait(sc.LockWait)),
-	}, sc.ServerOptions...)...)
+	kitServer, err := grpcint.NewServer(sc.DB, store, cat, grpcint.CallerFromTrustedHeader(CallerHeader),
+		append([]grpcint.ServerOption{grpcint.WithLockWait(sc.LockWait)}, sc.ServerOptions...)...)
 	if err != nil {
 		return Report{}, err
 	}
@@ -261,7 +266,7 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 
 	var outage []callResult
 	if sc.OutageCalls > 0 {
-		if err := policy.Sleep(ctx, sc.OutagePause); err != nil {
+		if err := wait.Sleep(ctx, sc.OutagePause); err != nil {
 			return rep, err
 		}
 		faults.SetOutage(true)
@@ -291,10 +296,23 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 			if r.err != nil {
 				if faulty {
 					rep.Failed++
-					if rep.FailedBy == nil {
-						rep.FailedBy = make(map[string]int)
+				}
+				if rep.FailedBy == nil {
+					rep.FailedBy = make(map[string]int)
+				}
+				ci, ok := grpcint.CallInfoOf(r.err)
+				rep.FailedBy[status.Code(r.err).String()+" "+string(grpcint.ReasonOf(r.err))+" "+ci.Decision]++
+				switch {
+				case !ok || ci.Reason == grpcint.ReasonCallOutcomeUnknown:
+					rep.Ambiguous++
+				default:
+					rep.Definite++
+					// A definite failure of a valid transfer has no
+					// effect: nothing committed (Next is Retry), or a final
+					// answer that undid its writes.
+					if got.n != 0 {
+						rep.WrongOutcomes++
 					}
-					rep.FailedBy[status.Code(r.err).String()+" "+string(grpcint.ReasonOf(r.err))]++
 				}
 				var stored paymentspb.TransferReply
 				rctx, cancel := context.WithTimeout(callerCtx, sc.CallTimeout)

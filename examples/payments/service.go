@@ -2,9 +2,10 @@ package payments
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
+	"encoding/binary"
 	"errors"
-	"fmt"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -12,8 +13,8 @@ import (
 
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/examples/payments/paymentspb"
-	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/policy"
+	"github.com/opledger/opledger/txmiddleware"
 )
 
 // DefaultTable is the business table of the example.
@@ -37,14 +38,13 @@ func Catalog() (*policy.Catalog, error) {
 // Service implements paymentspb.PaymentsServer over a SQL table.
 type Service struct {
 	db      *sql.DB
-	d       dialects.Dialect
 	table   string
 	insert  string
 	selectQ string
 }
 
 // NewService returns the service for a table in db (created by
-// CreateTable). d names the database family; table must be a plain
+// CreateTable). d is the database's dialect; table must be a plain
 // identifier.
 func NewService(db *sql.DB, d dialects.Dialect, table string) (*Service, error) {
 	if db == nil || d == nil {
@@ -54,47 +54,29 @@ func NewService(db *sql.DB, d dialects.Dialect, table string) (*Service, error) 
 		return nil, err
 	}
 	q := d.QuoteIdent(table)
-	s := &Service{db: db, d: d, table: table}
-	switch d.Name() {
-	case "postgres":
-		s.insert = "INSERT INTO " + q + " (from_account, to_account, amount_cents, reference) VALUES ($1, $2, $3, $4) RETURNING id"
-		s.selectQ = "SELECT id, from_account, to_account, amount_cents, reference FROM " + q + " WHERE id = $1"
-	case "sqlite":
-		s.insert = "INSERT INTO " + q + " (from_account, to_account, amount_cents, reference) VALUES (?, ?, ?, ?) RETURNING id"
-		s.selectQ = "SELECT id, from_account, to_account, amount_cents, reference FROM " + q + " WHERE id = ?"
-	case "mysql":
-		s.insert = "INSERT INTO " + q + " (from_account, to_account, amount_cents, reference) VALUES (?, ?, ?, ?)"
-		s.selectQ = "SELECT id, from_account, to_account, amount_cents, reference FROM " + q + " WHERE id = ?"
-	default:
-		return nil, fmt.Errorf("payments: no SQL for dialect %q", d.Name())
-	}
-	return s, nil
+	ph := d.Placeholder
+	return &Service{db: db, table: table,
+		insert: "INSERT INTO " + q + " (id, from_account, to_account, amount_cents, reference) VALUES (" +
+			ph(1) + ", " + ph(2) + ", " + ph(3) + ", " + ph(4) + ", " + ph(5) + ")",
+		selectQ: "SELECT id, from_account, to_account, amount_cents, reference FROM " + q + " WHERE id = " + ph(1),
+	}, nil
 }
 
 // Table returns the business table's name.
 func (s *Service) Table() string { return s.table }
 
-// CreateTable creates the business table if it does not exist. The
-// reference column is deliberately not unique: the ledger, not the
-// business schema, is what keeps a retried transfer from being recorded
-// twice, and the demo counts rows per reference to prove it.
+// CreateTable creates the business table if it does not exist, in SQL
+// every supported database accepts. The reference column is deliberately
+// not unique: the ledger, not the business schema, is what keeps a
+// retried transfer from being recorded twice, and the demo counts rows per
+// reference to prove it.
 func CreateTable(ctx context.Context, db *sql.DB, d dialects.Dialect, table string) error {
 	if err := dialects.CheckTableName(table); err != nil {
 		return err
 	}
-	q := d.QuoteIdent(table)
-	var ddl string
-	switch d.Name() {
-	case "postgres":
-		ddl = "CREATE TABLE IF NOT EXISTS " + q + " (id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, from_account TEXT NOT NULL, to_account TEXT NOT NULL, amount_cents BIGINT NOT NULL, reference TEXT NOT NULL)"
-	case "sqlite":
-		ddl = "CREATE TABLE IF NOT EXISTS " + q + " (id INTEGER PRIMARY KEY AUTOINCREMENT, from_account TEXT NOT NULL, to_account TEXT NOT NULL, amount_cents INTEGER NOT NULL, reference TEXT NOT NULL)"
-	case "mysql":
-		ddl = "CREATE TABLE IF NOT EXISTS " + q + " (id BIGINT AUTO_INCREMENT PRIMARY KEY, from_account VARCHAR(64) NOT NULL, to_account VARCHAR(64) NOT NULL, amount_cents BIGINT NOT NULL, reference VARCHAR(128) NOT NULL) ENGINE=InnoDB"
-	default:
-		return fmt.Errorf("payments: no SQL for dialect %q", d.Name())
-	}
-	_, err := db.ExecContext(ctx, ddl)
+	_, err := db.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS "+d.QuoteIdent(table)+
+		" (id BIGINT NOT NULL PRIMARY KEY, from_account VARCHAR(64) NOT NULL, to_account VARCHAR(64) NOT NULL,"+
+		" amount_cents BIGINT NOT NULL, reference VARCHAR(128) NOT NULL)")
 	return err
 }
 
@@ -105,6 +87,15 @@ func DropTable(ctx context.Context, db *sql.DB, d dialects.Dialect, table string
 	}
 	_, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+d.QuoteIdent(table))
 	return err
+}
+
+// newTransferID returns a random positive 63-bit id: the service picks its
+// ids itself, so one INSERT works on every database (no RETURNING, no
+// LAST_INSERT_ID).
+func newTransferID() int64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return int64(binary.BigEndian.Uint64(b[:]) >> 1)
 }
 
 // Transfer records one transfer in the transaction of the ledger claim.
@@ -119,20 +110,12 @@ func (s *Service) Transfer(ctx context.Context, req *paymentspb.TransferRequest)
 	case req.GetFromAccount() == req.GetToAccount():
 		return nil, status.Error(codes.InvalidArgument, "from_account and to_account must differ")
 	}
-	tx, ok := grpcint.TxFromContext(ctx)
+	tx, ok := txmiddleware.TxFromContext(ctx)
 	if !ok {
 		return nil, status.Error(codes.Internal, "payments: Transfer must run behind the grpcint server interceptor")
 	}
-	var id int64
-	if s.d.Name() == "mysql" {
-		res, err := tx.ExecContext(ctx, s.insert, req.GetFromAccount(), req.GetToAccount(), req.GetAmountCents(), req.GetReference())
-		if err != nil {
-			return nil, err
-		}
-		if id, err = res.LastInsertId(); err != nil {
-			return nil, err
-		}
-	} else if err := tx.QueryRowContext(ctx, s.insert, req.GetFromAccount(), req.GetToAccount(), req.GetAmountCents(), req.GetReference()).Scan(&id); err != nil {
+	id := newTransferID()
+	if _, err := tx.ExecContext(ctx, s.insert, id, req.GetFromAccount(), req.GetToAccount(), req.GetAmountCents(), req.GetReference()); err != nil {
 		return nil, err
 	}
 	return &paymentspb.TransferReply{

@@ -3,7 +3,6 @@ package testdb
 import (
 	"context"
 	"database/sql"
-	"strconv"
 	"testing"
 
 	"github.com/opledger/opledger/dialects"
@@ -35,12 +34,13 @@ func NewEnv(t testing.TB, name string, d dialects.Dialect, db *sql.DB) *Env {
 	return &Env{Name: name, Dialect: d, DB: db, Table: table, Biz: biz}
 }
 
-// ForEach runs f in a subtest per target whose dialect is named in
-// dialectNames (every target when none is named), with a pool of maxConns.
-func ForEach(t *testing.T, maxConns int, f func(t *testing.T, e *Env), dialectNames ...string) {
+// ForEach runs f in a subtest per target whose family (the part of its
+// name before "/": "sqlite", "postgres", "mysql") is in families (every
+// target when none is given), with a pool of maxConns.
+func ForEach(t *testing.T, maxConns int, f func(t *testing.T, e *Env), families ...string) {
 	t.Helper()
 	for _, tg := range Targets() {
-		if len(dialectNames) > 0 && !contains(dialectNames, tg.Dialect.Name()) {
+		if len(families) > 0 && !contains(families, tg.Family()) {
 			continue
 		}
 		t.Run(tg.Name, func(t *testing.T) {
@@ -59,12 +59,7 @@ func contains(list []string, s string) bool {
 }
 
 // Ph returns the n-th placeholder for the dialect.
-func (e *Env) Ph(n int) string {
-	if e.Dialect.Name() == "postgres" {
-		return "$" + strconv.Itoa(n)
-	}
-	return "?"
-}
+func (e *Env) Ph(n int) string { return e.Dialect.Placeholder(n) }
 
 // WriteBiz inserts one business row in tx.
 func (e *Env) WriteBiz(ctx context.Context, tx *sql.Tx, key string, worker int) error {
@@ -94,13 +89,8 @@ func (e *Env) BizRows(t testing.TB, key string) int {
 	return e.Count(t, "SELECT COUNT(*) FROM "+e.Biz+" WHERE k = "+e.Ph(1), key)
 }
 
-// IsolationLevels lists the levels the dialect is tested under.
+// IsolationLevels lists the levels the dialect is tested under: those of
+// its dialects.Traits.
 func (e *Env) IsolationLevels() []sql.IsolationLevel {
-	switch e.Dialect.Name() {
-	case "postgres":
-		return []sql.IsolationLevel{sql.LevelReadCommitted, sql.LevelRepeatableRead, sql.LevelSerializable}
-	case "mysql":
-		return []sql.IsolationLevel{sql.LevelReadCommitted, sql.LevelRepeatableRead}
-	}
-	return []sql.IsolationLevel{sql.LevelDefault}
+	return dialects.TraitsOf(e.Dialect).IsolationLevels
 }

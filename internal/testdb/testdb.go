@@ -18,6 +18,7 @@ import (
 	"encoding/hex"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,6 +49,13 @@ type Target struct {
 	// Open returns a new pool with at most maxConns connections, closed
 	// when the test ends.
 	Open func(t testing.TB, maxConns int) *sql.DB
+}
+
+// Family returns the target's database family, the part of its name
+// before "/": "sqlite", "postgres" or "mysql".
+func (tg Target) Family() string {
+	f, _, _ := strings.Cut(tg.Name, "/")
+	return f
 }
 
 // Targets returns every target: SQLite always, PostgreSQL (both drivers)

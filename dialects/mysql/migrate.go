@@ -1,12 +1,35 @@
-package migrations
+package mysql
 
 import (
 	"context"
 	"database/sql"
+	"embed"
 	"errors"
 	"fmt"
+	"io/fs"
 	"time"
+
+	"github.com/opledger/opledger/dialects"
 )
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+var _ dialects.Schema = Dialect{}
+
+// Migrations returns the ledger's MySQL/MariaDB migrations, serialised
+// across processes by a named lock (GET_LOCK) per ledger table.
+func (Dialect) Migrations() dialects.Migrations {
+	sub, err := fs.Sub(migrationFiles, "migrations")
+	if err != nil {
+		panic(err) // the embedded folder always exists
+	}
+	return dialects.Migrations{
+		FS:    sub,
+		Goose: "mysql",
+		Lock:  func(table string) dialects.SessionLocker { return newMySQLLocker(table) },
+	}
+}
 
 // mysqlLockTimeout bounds how long the kit's migrations wait for another
 // process migrating the same ledger table, as goose's own lockers do.

@@ -1,4 +1,4 @@
-package policy
+package serviceconfig
 
 import (
 	"encoding/json"
@@ -10,6 +10,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/opledger/opledger/policy"
 )
 
 // grpcAccepts builds a real client with js as its default service config and
@@ -50,9 +52,9 @@ func appliedMethodConfig(t *testing.T, js, method string) grpc.MethodConfig {
 	}
 }
 
-func TestGenerateServiceConfigForServiceConfigOwner(t *testing.T) {
+func TestGenerateForServiceConfigOwner(t *testing.T) {
 	c := testCatalog(t)
-	sc, err := GenerateServiceConfig(c, OwnerServiceConfig, RetrySettings{})
+	sc, err := Generate(c, policy.OwnerServiceConfig, RetrySettings{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,12 +86,12 @@ func TestGenerateServiceConfigForServiceConfigOwner(t *testing.T) {
 		}
 	}
 	// The validator finds nothing in what the generator writes.
-	findings, err := Validate([]byte(js), c, OwnerServiceConfig)
+	findings, err := Validate([]byte(js), c, policy.OwnerServiceConfig)
 	if err != nil || len(findings) != 0 {
 		t.Errorf("Validate(generated) = %v, %v", findings, err)
 	}
 	// And the typed parser reads it back unchanged.
-	back, err := ParseServiceConfig([]byte(js))
+	back, err := Parse([]byte(js))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,9 +101,9 @@ func TestGenerateServiceConfigForServiceConfigOwner(t *testing.T) {
 	}
 }
 
-func TestGenerateServiceConfigSettings(t *testing.T) {
+func TestGenerateSettings(t *testing.T) {
 	c := testCatalog(t)
-	sc, err := GenerateServiceConfig(c, OwnerServiceConfig, RetrySettings{
+	sc, err := Generate(c, policy.OwnerServiceConfig, RetrySettings{
 		MaxAttempts:          5,
 		InitialBackoff:       250 * time.Millisecond,
 		MaxBackoff:           1500 * time.Millisecond,
@@ -130,22 +132,22 @@ func TestGenerateServiceConfigSettings(t *testing.T) {
 		{BackoffMultiplier: 0.5}, {RetryableStatusCodes: []codes.Code{codes.InvalidArgument}},
 		{RetryableStatusCodes: []codes.Code{codes.OK}}, {Throttling: &RetryThrottling{MaxTokens: 2000, TokenRatio: 1}},
 	} {
-		if _, err := GenerateServiceConfig(c, OwnerServiceConfig, bad); !errors.Is(err, ErrInvalidSettings) {
+		if _, err := Generate(c, policy.OwnerServiceConfig, bad); !errors.Is(err, policy.ErrInvalidSettings) {
 			t.Errorf("settings %+v: error %v, want ErrInvalidSettings", bad, err)
 		}
 	}
 	// A catalog without retryable methods gets throttling only.
-	empty, _ := NewCatalog(MethodPolicy{FullMethod: "/a.B/Do"})
-	sc, err = GenerateServiceConfig(empty, OwnerServiceConfig, RetrySettings{})
+	empty, _ := policy.NewCatalog(policy.MethodPolicy{FullMethod: "/a.B/Do"})
+	sc, err = Generate(empty, policy.OwnerServiceConfig, RetrySettings{})
 	if err != nil || len(sc.MethodConfig) != 0 || sc.RetryThrottling == nil {
 		t.Errorf("empty catalog: %+v, %v", sc, err)
 	}
 }
 
-func TestGenerateServiceConfigOtherOwners(t *testing.T) {
+func TestGenerateOtherOwners(t *testing.T) {
 	c := testCatalog(t)
-	for _, o := range []RetryOwner{OwnerApplication, OwnerMesh, OwnerNone} {
-		sc, err := GenerateServiceConfig(c, o, RetrySettings{MaxAttempts: 5})
+	for _, o := range []policy.RetryOwner{policy.OwnerApplication, policy.OwnerMesh, policy.OwnerNone} {
+		sc, err := Generate(c, o, RetrySettings{MaxAttempts: 5})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -160,18 +162,18 @@ func TestGenerateServiceConfigOtherOwners(t *testing.T) {
 			t.Errorf("owner %v: CheckOwnership: %v", o, err)
 		}
 	}
-	if _, err := GenerateServiceConfig(c, 0, RetrySettings{}); !errors.Is(err, ErrInvalidOwner) {
+	if _, err := Generate(c, 0, RetrySettings{}); !errors.Is(err, policy.ErrInvalidOwner) {
 		t.Errorf("zero owner: %v", err)
 	}
 }
 
 func TestCheckOwnership(t *testing.T) {
-	retry := &ServiceConfig{MethodConfig: []MethodConfig{
+	retry := &Config{MethodConfig: []MethodConfig{
 		{Name: []Name{{Service: "shop.v1.Orders"}}, WaitForReady: new(bool)},
 		{Name: []Name{{Service: "shop.v1.Orders", Method: "Get"}}, RetryPolicy: &RetryPolicy{MaxAttempts: 2}},
 	}}
-	hedge := &ServiceConfig{MethodConfig: []MethodConfig{{Name: []Name{{}}, HedgingPolicy: &HedgingPolicy{MaxAttempts: 2}}}}
-	for _, o := range []RetryOwner{OwnerApplication, OwnerMesh, OwnerNone} {
+	hedge := &Config{MethodConfig: []MethodConfig{{Name: []Name{{}}, HedgingPolicy: &HedgingPolicy{MaxAttempts: 2}}}}
+	for _, o := range []policy.RetryOwner{policy.OwnerApplication, policy.OwnerMesh, policy.OwnerNone} {
 		err := CheckOwnership(o, retry)
 		var oe *OwnershipError
 		if !errors.Is(err, ErrRetryNotOwned) || !errors.As(err, &oe) || oe.Name != "/shop.v1.Orders/Get" || oe.Policy != "retryPolicy" || oe.Owner != o {
@@ -185,10 +187,10 @@ func TestCheckOwnership(t *testing.T) {
 			t.Errorf("message %q does not name the owner", err)
 		}
 	}
-	if err := CheckOwnership(OwnerServiceConfig, retry); err != nil {
+	if err := CheckOwnership(policy.OwnerServiceConfig, retry); err != nil {
 		t.Errorf("service-config owner: %v", err)
 	}
-	if err := CheckOwnership(RetryOwner(7), retry); !errors.Is(err, ErrInvalidOwner) {
+	if err := CheckOwnership(policy.RetryOwner(7), retry); !errors.Is(err, policy.ErrInvalidOwner) {
 		t.Errorf("invalid owner: %v", err)
 	}
 }
@@ -221,12 +223,12 @@ func TestDuration(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"", "s", "-s", ".s", "100ms", "1", "1.2.3s", "1.0000000001s", "+1s", "1.-5s", "--1s", "1e3s", " 1s", "315576000001s", "9999999999999s"} {
-		if _, err := ParseDuration(bad); !errors.Is(err, ErrInvalidServiceConfig) {
-			t.Errorf("ParseDuration(%q) error %v, want ErrInvalidServiceConfig", bad, err)
+		if _, err := ParseDuration(bad); !errors.Is(err, ErrInvalid) {
+			t.Errorf("ParseDuration(%q) error %v, want ErrInvalid", bad, err)
 		}
 	}
 	var d Duration
-	if err := json.Unmarshal([]byte(`0.1`), &d); !errors.Is(err, ErrInvalidServiceConfig) {
+	if err := json.Unmarshal([]byte(`0.1`), &d); !errors.Is(err, ErrInvalid) {
 		t.Errorf("number duration: %v", err)
 	}
 }
@@ -267,9 +269,9 @@ func TestStatusCode(t *testing.T) {
 	}
 }
 
-// TestParseServiceConfigRejectsWhatGRPCRejects runs the inputs grpc-go is
-// known to reject through ParseServiceConfig and through a real client.
-func TestParseServiceConfigRejectsWhatGRPCRejects(t *testing.T) {
+// TestParseRejectsWhatGRPCRejects runs the inputs grpc-go is
+// known to reject through Parse and through a real client.
+func TestParseRejectsWhatGRPCRejects(t *testing.T) {
 	rp := `"retryPolicy":{"maxAttempts":%s,"initialBackoff":%s,"maxBackoff":"1s","backoffMultiplier":2,"retryableStatusCodes":[%s]}`
 	mk := func(name, attempts, backoff, code string) string {
 		return `{"methodConfig":[{"name":[` + name + `],` + sprintf(rp, attempts, backoff, code) + `}]}`
@@ -292,8 +294,8 @@ func TestParseServiceConfigRejectsWhatGRPCRejects(t *testing.T) {
 		if err := grpcAccepts(t, js); err == nil {
 			t.Errorf("%s: grpc-go accepted %s (the test's premise is wrong)", name, js)
 		}
-		if _, err := ParseServiceConfig([]byte(js)); !errors.Is(err, ErrInvalidServiceConfig) {
-			t.Errorf("%s: ParseServiceConfig error %v, want ErrInvalidServiceConfig", name, err)
+		if _, err := Parse([]byte(js)); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: Parse error %v, want ErrInvalid", name, err)
 		}
 	}
 	// Stricter than grpc-go: unknown fields and throttling without methodConfig.
@@ -306,16 +308,16 @@ func TestParseServiceConfigRejectsWhatGRPCRejects(t *testing.T) {
 		if err := grpcAccepts(t, js); err != nil && !strings.HasPrefix(name, "trailing") {
 			t.Errorf("%s: grpc-go rejected %s: %v", name, js, err)
 		}
-		if _, err := ParseServiceConfig([]byte(js)); !errors.Is(err, ErrInvalidServiceConfig) {
-			t.Errorf("%s: ParseServiceConfig error %v, want ErrInvalidServiceConfig", name, err)
+		if _, err := Parse([]byte(js)); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: Parse error %v, want ErrInvalid", name, err)
 		}
 	}
 	// Lower-case codes: A6 allows them, so the parser does; Validate reports them.
-	sc, err := ParseServiceConfig([]byte(mk(get, "3", `"0.1s"`, `"unavailable"`)))
+	sc, err := Parse([]byte(mk(get, "3", `"0.1s"`, `"unavailable"`)))
 	if err != nil || sc.MethodConfig[0].RetryPolicy.RetryableStatusCodes[0] != StatusCode(codes.Unavailable) {
 		t.Errorf("lower-case code: %+v, %v", sc, err)
 	}
-	if _, err := (&ServiceConfig{MethodConfig: []MethodConfig{{Name: []Name{{Method: "X"}}}}}).JSON(); !errors.Is(err, ErrInvalidServiceConfig) {
+	if _, err := (&Config{MethodConfig: []MethodConfig{{Name: []Name{{Method: "X"}}}}}).JSON(); !errors.Is(err, ErrInvalid) {
 		t.Errorf("JSON of invalid config: %v", err)
 	}
 }

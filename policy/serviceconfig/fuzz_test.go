@@ -1,9 +1,11 @@
-package policy
+package serviceconfig
 
 import (
 	"bytes"
 	"strings"
 	"testing"
+
+	"github.com/opledger/opledger/policy"
 )
 
 var fuzzSeeds = []string{
@@ -28,15 +30,15 @@ var fuzzSeeds = []string{
 	`{"methodConfig":[{"name":[{"service":"shop.v1.Orders","method":"Get"}],"retryPolicy":{"maxAttempts":99999999999999999999,"initialBackoff":"0.1s","maxBackoff":"1s","backoffMultiplier":1e999,"retryableStatusCodes":["UNAVAILABLE"]}}]}`,
 }
 
-// FuzzParseServiceConfig checks that the typed parser never panics, that
+// FuzzParse checks that the typed parser never panics, that
 // what it accepts marshals back to a config it reads identically, and that
 // grpc-go accepts that output.
-func FuzzParseServiceConfig(f *testing.F) {
+func FuzzParse(f *testing.F) {
 	for _, s := range fuzzSeeds {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		sc, err := ParseServiceConfig(data)
+		sc, err := Parse(data)
 		if err != nil {
 			return
 		}
@@ -44,7 +46,7 @@ func FuzzParseServiceConfig(f *testing.F) {
 		if err != nil {
 			t.Fatalf("accepted config does not marshal: %v", err)
 		}
-		back, err := ParseServiceConfig([]byte(js))
+		back, err := Parse([]byte(js))
 		if err != nil {
 			t.Fatalf("marshalled config does not parse: %v\n%s", err, js)
 		}
@@ -54,7 +56,7 @@ func FuzzParseServiceConfig(f *testing.F) {
 		}
 		if sc.LoadBalancingConfig == nil { // this package does not check load-balancing configs
 			if err := grpcAccepts(t, js); err != nil {
-				t.Fatalf("grpc-go rejects what ParseServiceConfig accepted: %v\n%s", err, js)
+				t.Fatalf("grpc-go rejects what Parse accepted: %v\n%s", err, js)
 			}
 		}
 	})
@@ -65,12 +67,12 @@ func FuzzParseServiceConfig(f *testing.F) {
 // grpc-go rejects gets at least one finding.
 func FuzzValidate(f *testing.F) {
 	for _, s := range fuzzSeeds {
-		f.Add([]byte(s), uint8(OwnerServiceConfig))
-		f.Add([]byte(s), uint8(OwnerMesh))
+		f.Add([]byte(s), uint8(policy.OwnerServiceConfig))
+		f.Add([]byte(s), uint8(policy.OwnerMesh))
 	}
 	c := testCatalog(f)
 	f.Fuzz(func(t *testing.T, data []byte, owner uint8) {
-		o := RetryOwner(owner%4 + 1)
+		o := policy.RetryOwner(owner%4 + 1)
 		findings, err := Validate(data, c, o)
 		if err != nil {
 			t.Fatalf("Validate error: %v", err)

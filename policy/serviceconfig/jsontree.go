@@ -1,4 +1,4 @@
-package policy
+package serviceconfig
 
 import (
 	"bytes"
@@ -20,6 +20,7 @@ const (
 	jsonObject
 )
 
+// String returns the kind's JSON name, as findings spell it: "number".
 func (k jsonKind) String() string {
 	return [...]string{"null", "boolean", "number", "string", "array", "object"}[k]
 }

@@ -1,4 +1,4 @@
-package policy
+package serviceconfig
 
 import (
 	"bytes"
@@ -13,17 +13,15 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+
+	"github.com/opledger/opledger/policy"
 )
 
-// grpcMaxAttempts is grpc-go's default cap on attempts per call; larger
-// maxAttempts values are clamped to it without error.
-const grpcMaxAttempts = 5
-
-// ServiceConfig is the typed form of a gRPC service config, limited to the
-// parts that concern retries plus the other keys grpc-go reads (so that a
-// parsed config marshals back without loss). Marshal it with encoding/json
+// Config is the typed form of a gRPC service config, limited to the parts
+// that concern retries plus the other keys grpc-go reads (so that a parsed
+// config marshals back without loss). Marshal it with encoding/json
 // or JSON to get the string for grpc.WithDefaultServiceConfig.
-type ServiceConfig struct {
+type Config struct {
 	// LoadBalancingPolicy is the deprecated load-balancing policy name.
 	LoadBalancingPolicy string `json:"loadBalancingPolicy,omitempty"`
 	// LoadBalancingConfig is kept verbatim; this package does not read it.
@@ -74,11 +72,11 @@ type Name struct {
 
 // Path returns the key grpc-go uses for lookups: "/pkg.Service/Method",
 // "/pkg.Service/" for a whole service, or "" for the channel default. A
-// method without a service is an error wrapping ErrInvalidServiceConfig.
+// method without a service is an error wrapping ErrInvalid.
 func (n Name) Path() (string, error) {
 	if n.Service == "" {
 		if n.Method != "" {
-			return "", fmt.Errorf("%w: cannot combine empty 'service' and non-empty 'method' (%q)", ErrInvalidServiceConfig, n.Method)
+			return "", fmt.Errorf("%w: cannot combine empty 'service' and non-empty 'method' (%q)", ErrInvalid, n.Method)
 		}
 		return "", nil
 	}
@@ -103,26 +101,18 @@ type RetryPolicy struct {
 
 // Validate reports the problems grpc-go rejects a retry policy for: fewer
 // than 2 attempts, a backoff or multiplier that is not positive, or no
-// codes. The error wraps ErrInvalidServiceConfig.
+// codes (the rules the package-level Validate applies too). The error wraps
+// ErrInvalid and lists every problem.
 func (p *RetryPolicy) Validate() error {
-	var probs []string
-	if p.MaxAttempts < 2 {
-		probs = append(probs, fmt.Sprintf("maxAttempts %d < 2", p.MaxAttempts))
-	}
-	if p.InitialBackoff <= 0 {
-		probs = append(probs, fmt.Sprintf("initialBackoff %s <= 0", p.InitialBackoff))
-	}
-	if p.MaxBackoff <= 0 {
-		probs = append(probs, fmt.Sprintf("maxBackoff %s <= 0", p.MaxBackoff))
-	}
-	if !(p.BackoffMultiplier > 0) || math.IsInf(p.BackoffMultiplier, 0) {
-		probs = append(probs, fmt.Sprintf("backoffMultiplier %v <= 0", p.BackoffMultiplier))
-	}
-	if len(p.RetryableStatusCodes) == 0 {
-		probs = append(probs, "retryableStatusCodes is empty")
-	}
+	probs := problems(
+		maxAttemptsRule.problem(int64(p.MaxAttempts), strconv.Itoa(p.MaxAttempts)),
+		initialBackoffRule.problem(time.Duration(p.InitialBackoff), p.InitialBackoff.String()),
+		maxBackoffRule.problem(time.Duration(p.MaxBackoff), p.MaxBackoff.String()),
+		backoffMultiplierRule.problem(p.BackoffMultiplier, strconv.FormatFloat(p.BackoffMultiplier, 'g', -1, 64)),
+		retryableCodesRule.problem(len(p.RetryableStatusCodes), ""),
+	)
 	if len(probs) > 0 {
-		return fmt.Errorf("%w: invalid retry policy: %s", ErrInvalidServiceConfig, strings.Join(probs, ", "))
+		return fmt.Errorf("%w: invalid retry policy: %s", ErrInvalid, strings.Join(probs, ", "))
 	}
 	return nil
 }
@@ -138,8 +128,10 @@ type HedgingPolicy struct {
 	NonFatalStatusCodes []StatusCode `json:"nonFatalStatusCodes,omitempty"`
 }
 
-// RetryThrottling is the service config's retryThrottling object: a token
-// bucket per server name (see Throttle).
+// RetryThrottling is the service config's retryThrottling object: the
+// gRFC A6 token bucket grpc-go keeps per server name. Each failed attempt
+// takes a token, each successful call adds TokenRatio, and grpc-go retries
+// only while more than half of MaxTokens remain.
 type RetryThrottling struct {
 	// MaxTokens is the bucket size, in (0, 1000].
 	MaxTokens float64 `json:"maxTokens"`
@@ -148,14 +140,16 @@ type RetryThrottling struct {
 	TokenRatio float64 `json:"tokenRatio"`
 }
 
-// Validate reports the problems grpc-go rejects throttling for. The error
-// wraps ErrInvalidServiceConfig.
+// Validate reports the problems grpc-go rejects throttling for (the rules
+// the package-level Validate applies too). The error wraps ErrInvalid and
+// lists every problem.
 func (t *RetryThrottling) Validate() error {
-	if !(t.MaxTokens > 0 && t.MaxTokens <= 1000) {
-		return fmt.Errorf("%w: retryThrottling maxTokens %v out of range (0, 1000]", ErrInvalidServiceConfig, t.MaxTokens)
-	}
-	if !(t.TokenRatio > 0) || math.IsInf(t.TokenRatio, 0) {
-		return fmt.Errorf("%w: retryThrottling tokenRatio %v must be positive", ErrInvalidServiceConfig, t.TokenRatio)
+	probs := problems(
+		maxTokensRule.problem(t.MaxTokens, strconv.FormatFloat(t.MaxTokens, 'g', -1, 64)),
+		tokenRatioRule.problem(t.TokenRatio, strconv.FormatFloat(t.TokenRatio, 'g', -1, 64)),
+	)
+	if len(probs) > 0 {
+		return fmt.Errorf("%w: invalid retryThrottling: %s", ErrInvalid, strings.Join(probs, ", "))
 	}
 	return nil
 }
@@ -196,7 +190,7 @@ func (d Duration) MarshalJSON() ([]byte, error) {
 func (d *Duration) UnmarshalJSON(b []byte) error {
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("%w: duration must be a string like \"0.1s\": %s", ErrInvalidServiceConfig, truncate(string(b)))
+		return fmt.Errorf("%w: duration must be a string like \"0.1s\": %s", ErrInvalid, truncate(string(b)))
 	}
 	v, err := ParseDuration(s)
 	if err != nil {
@@ -212,10 +206,10 @@ const maxProtoSeconds = 315_576_000_000
 // ParseDuration parses a protobuf JSON duration ("0.1s"): an optional minus
 // sign, decimal seconds with at most nine decimals, and the suffix "s".
 // Values outside time.Duration's range are errors. Errors wrap
-// ErrInvalidServiceConfig.
+// ErrInvalid.
 func ParseDuration(s string) (time.Duration, error) {
 	bad := func(why string) (time.Duration, error) {
-		return 0, fmt.Errorf("%w: malformed duration %q: %s", ErrInvalidServiceConfig, truncate(s), why)
+		return 0, fmt.Errorf("%w: malformed duration %q: %s", ErrInvalid, truncate(s), why)
 	}
 	body, ok := strings.CutSuffix(s, "s")
 	if !ok {
@@ -296,20 +290,20 @@ func CodeName(c codes.Code) string {
 
 // ParseCode parses a gRPC code name in any letter case (gRFC A6 allows it;
 // grpc-go does not) or its integer value. Errors wrap
-// ErrInvalidServiceConfig.
+// ErrInvalid.
 func ParseCode(s string) (codes.Code, error) {
 	if n, err := strconv.ParseUint(s, 10, 32); err == nil {
 		if n < uint64(numCodes) {
 			return codes.Code(n), nil
 		}
-		return 0, fmt.Errorf("%w: invalid code: %d", ErrInvalidServiceConfig, n)
+		return 0, fmt.Errorf("%w: invalid code: %d", ErrInvalid, n)
 	}
 	for i, name := range codeNames {
 		if strings.EqualFold(s, name) {
 			return codes.Code(i), nil
 		}
 	}
-	return 0, fmt.Errorf("%w: invalid code: %q", ErrInvalidServiceConfig, truncate(s))
+	return 0, fmt.Errorf("%w: invalid code: %q", ErrInvalid, truncate(s))
 }
 
 // String returns the code's upper-case name.
@@ -318,7 +312,7 @@ func (c StatusCode) String() string { return CodeName(codes.Code(c)) }
 // MarshalJSON implements json.Marshaler. A code outside 0–16 is an error.
 func (c StatusCode) MarshalJSON() ([]byte, error) {
 	if uint32(c) >= uint32(numCodes) {
-		return nil, fmt.Errorf("%w: invalid code: %d", ErrInvalidServiceConfig, uint32(c))
+		return nil, fmt.Errorf("%w: invalid code: %d", ErrInvalid, uint32(c))
 	}
 	return []byte(`"` + codeNames[c] + `"`), nil
 }
@@ -329,10 +323,10 @@ func (c *StatusCode) UnmarshalJSON(b []byte) error {
 	var s string
 	if len(b) > 0 && b[0] == '"' {
 		if err := json.Unmarshal(b, &s); err != nil {
-			return fmt.Errorf("%w: invalid code: %s", ErrInvalidServiceConfig, truncate(string(b)))
+			return fmt.Errorf("%w: invalid code: %s", ErrInvalid, truncate(string(b)))
 		}
 		if _, err := strconv.ParseUint(s, 10, 32); err == nil {
-			return fmt.Errorf("%w: invalid code: %q (a number must not be quoted)", ErrInvalidServiceConfig, s)
+			return fmt.Errorf("%w: invalid code: %q (a number must not be quoted)", ErrInvalid, s)
 		}
 	} else {
 		s = string(b)
@@ -345,6 +339,7 @@ func (c *StatusCode) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// truncate shortens untrusted text quoted in an error message or finding.
 func truncate(s string) string {
 	const max = 64
 	if len(s) > max {
@@ -353,30 +348,30 @@ func truncate(s string) string {
 	return s
 }
 
-// maxServiceConfigBytes bounds the input of ParseServiceConfig and Validate.
-const maxServiceConfigBytes = 4 << 20
+// maxConfigBytes bounds the input of Parse and Validate.
+const maxConfigBytes = 4 << 20
 
-// ParseServiceConfig decodes a service config and checks it the way grpc-go
-// does, and a little more strictly: unknown fields are errors (grpc-go drops
-// them silently), retryThrottling is checked even without methodConfig, and
+// Parse decodes a service config and checks it the way grpc-go does, and a
+// little more strictly: unknown fields are errors (grpc-go drops them
+// silently), retryThrottling is checked even without methodConfig, and
 // durations must be well formed. Status code names are accepted in any
 // letter case, as gRFC A6 allows; Validate reports the lower-case ones that
-// grpc-go rejects. Errors wrap ErrInvalidServiceConfig.
-func ParseServiceConfig(data []byte) (*ServiceConfig, error) {
-	if len(data) > maxServiceConfigBytes {
-		return nil, fmt.Errorf("%w: larger than %d bytes", ErrInvalidServiceConfig, maxServiceConfigBytes)
+// grpc-go rejects. Errors wrap ErrInvalid.
+func Parse(data []byte) (*Config, error) {
+	if len(data) > maxConfigBytes {
+		return nil, fmt.Errorf("%w: larger than %d bytes", ErrInvalid, maxConfigBytes)
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
-	var sc ServiceConfig
+	var sc Config
 	if err := dec.Decode(&sc); err != nil {
-		if errors.Is(err, ErrInvalidServiceConfig) {
+		if errors.Is(err, ErrInvalid) {
 			return nil, err
 		}
-		return nil, fmt.Errorf("%w: %w", ErrInvalidServiceConfig, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return nil, fmt.Errorf("%w: trailing data after the JSON object", ErrInvalidServiceConfig)
+		return nil, fmt.Errorf("%w: trailing data after the JSON object", ErrInvalid)
 	}
 	if err := sc.Validate(); err != nil {
 		return nil, err
@@ -388,8 +383,8 @@ func ParseServiceConfig(data []byte) (*ServiceConfig, error) {
 // method without a service, a name listed twice, an invalid retry policy or
 // invalid throttling. It does not judge ownership or idempotency; see
 // CheckOwnership and the package-level Validate. The error wraps
-// ErrInvalidServiceConfig.
-func (sc *ServiceConfig) Validate() error {
+// ErrInvalid.
+func (sc *Config) Validate() error {
 	seen := make(map[string]bool)
 	for i, mc := range sc.MethodConfig {
 		if mc.Name == nil {
@@ -406,7 +401,7 @@ func (sc *ServiceConfig) Validate() error {
 				return fmt.Errorf("methodConfig[%d].name[%d]: %w", i, j, err)
 			}
 			if seen[path] {
-				return fmt.Errorf("methodConfig[%d].name[%d]: %w: duplicated name %q", i, j, ErrInvalidServiceConfig, path)
+				return fmt.Errorf("methodConfig[%d].name[%d]: %w: duplicated name %q", i, j, ErrInvalid, path)
 			}
 			seen[path] = true
 		}
@@ -421,22 +416,22 @@ func (sc *ServiceConfig) Validate() error {
 
 // JSON validates the config and returns its JSON encoding, ready for
 // grpc.WithDefaultServiceConfig.
-func (sc *ServiceConfig) JSON() (string, error) {
+func (sc *Config) JSON() (string, error) {
 	if err := sc.Validate(); err != nil {
 		return "", err
 	}
 	b, err := json.Marshal(sc)
 	if err != nil {
-		if errors.Is(err, ErrInvalidServiceConfig) {
+		if errors.Is(err, ErrInvalid) {
 			return "", err
 		}
-		return "", fmt.Errorf("%w: %w", ErrInvalidServiceConfig, err)
+		return "", fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return string(b), nil
 }
 
-// RetrySettings shape the retry policy GenerateServiceConfig writes. A zero
-// field takes its default.
+// RetrySettings shape the retry policy Generate writes. A zero field takes
+// its default.
 type RetrySettings struct {
 	// MaxAttempts counts the original call: 2 to 5; default 3.
 	MaxAttempts int
@@ -447,8 +442,8 @@ type RetrySettings struct {
 	// BackoffMultiplier defaults to 2.
 	BackoffMultiplier float64
 	// RetryableStatusCodes defaults to UNAVAILABLE. Every code must be one
-	// that Eligible retries for an idempotent method after the request was
-	// sent (UNAVAILABLE, DEADLINE_EXCEEDED, UNKNOWN, INTERNAL, ABORTED,
+	// that policy.Eligible retries for an idempotent method after the
+	// request was sent (UNAVAILABLE, DEADLINE_EXCEEDED, UNKNOWN, INTERNAL, ABORTED,
 	// RESOURCE_EXHAUSTED).
 	RetryableStatusCodes []codes.Code
 	// Throttling defaults to maxTokens 10, tokenRatio 0.1.
@@ -475,45 +470,43 @@ func (s RetrySettings) withDefaults() (RetrySettings, error) {
 		s.Throttling = &RetryThrottling{MaxTokens: 10, TokenRatio: 0.1}
 	}
 	switch {
-	case s.MaxAttempts < 2 || s.MaxAttempts > grpcMaxAttempts:
-		return s, fmt.Errorf("%w: MaxAttempts %d outside [2, %d]", ErrInvalidSettings, s.MaxAttempts, grpcMaxAttempts)
+	case !maxAttemptsRule.ok(int64(s.MaxAttempts)) || attemptsClamped(int64(s.MaxAttempts)):
+		return s, fmt.Errorf("%w: MaxAttempts %d outside [%d, %d]", policy.ErrInvalidSettings, s.MaxAttempts, minAttempts, grpcMaxAttempts)
 	case s.InitialBackoff <= 0 || s.MaxBackoff <= 0 || s.MaxBackoff < s.InitialBackoff:
-		return s, fmt.Errorf("%w: backoff %s..%s must be positive and ordered", ErrInvalidSettings, s.InitialBackoff, s.MaxBackoff)
+		return s, fmt.Errorf("%w: backoff %s..%s must be positive and ordered", policy.ErrInvalidSettings, s.InitialBackoff, s.MaxBackoff)
 	case !(s.BackoffMultiplier >= 1) || math.IsInf(s.BackoffMultiplier, 0):
-		return s, fmt.Errorf("%w: BackoffMultiplier %v must be >= 1", ErrInvalidSettings, s.BackoffMultiplier)
+		return s, fmt.Errorf("%w: BackoffMultiplier %v must be >= 1", policy.ErrInvalidSettings, s.BackoffMultiplier)
 	}
-	sent := Evidence{Sent: true}
-	idem := MethodPolicy{Kind: KindIdempotent}
 	for _, c := range s.RetryableStatusCodes {
-		if d := Eligible(idem, sent, c); d.Action != Retry {
-			return s, fmt.Errorf("%w: %s is not retryable (%s)", ErrInvalidSettings, CodeName(c), d.Reason)
+		if d := retryable(c); d.Action != policy.Retry {
+			return s, fmt.Errorf("%w: %s is not retryable (%s)", policy.ErrInvalidSettings, CodeName(c), d.Reason)
 		}
 	}
 	if err := s.Throttling.Validate(); err != nil {
-		return s, fmt.Errorf("%w: %w", ErrInvalidSettings, err)
+		return s, fmt.Errorf("%w: %w", policy.ErrInvalidSettings, err)
 	}
 	return s, nil
 }
 
-// GenerateServiceConfig derives a channel's service config from a catalog.
+// Generate derives a channel's service config from a catalog.
 //
-// For OwnerServiceConfig it writes one method config naming every
+// For policy.OwnerServiceConfig it writes one method config naming every
 // no-side-effects and idempotent method of the catalog individually (never a
 // whole service, so that a method added later is not covered by accident),
 // with a retry policy from settings, plus retryThrottling. Keyed and
 // non-idempotent methods get no retry entry: a keyed mutation needs the
 // application's resolve step, which grpc-go cannot do.
 //
-// For OwnerApplication, OwnerMesh and OwnerNone it returns a config with no
-// retry or hedging entry at all: the service config must not retry on a
-// channel it does not own. An invalid owner is ErrInvalidOwner; invalid
-// settings are ErrInvalidSettings.
-func GenerateServiceConfig(c *Catalog, owner RetryOwner, settings RetrySettings) (*ServiceConfig, error) {
+// For policy.OwnerApplication, policy.OwnerMesh and policy.OwnerNone it
+// returns a config with no retry or hedging entry at all: the service config
+// must not retry on a channel it does not own. An invalid owner is
+// policy.ErrInvalidOwner; invalid settings are policy.ErrInvalidSettings.
+func Generate(c *policy.Catalog, owner policy.RetryOwner, settings RetrySettings) (*Config, error) {
 	if !owner.Valid() {
-		return nil, fmt.Errorf("%w: %d", ErrInvalidOwner, uint8(owner))
+		return nil, fmt.Errorf("%w: %d", policy.ErrInvalidOwner, uint8(owner))
 	}
-	if owner != OwnerServiceConfig {
-		return &ServiceConfig{}, nil
+	if owner != policy.OwnerServiceConfig {
+		return &Config{}, nil
 	}
 	s, err := settings.withDefaults()
 	if err != nil {
@@ -521,13 +514,13 @@ func GenerateServiceConfig(c *Catalog, owner RetryOwner, settings RetrySettings)
 	}
 	var names []Name
 	for _, p := range c.Methods() {
-		if p.Kind != KindNoSideEffects && p.Kind != KindIdempotent {
+		if p.Kind != policy.KindNoSideEffects && p.Kind != policy.KindIdempotent {
 			continue
 		}
-		svc, m, _ := SplitFullMethod(p.FullMethod)
+		svc, m, _ := policy.SplitFullMethod(p.FullMethod)
 		names = append(names, Name{Service: svc, Method: m})
 	}
-	sc := &ServiceConfig{RetryThrottling: &RetryThrottling{MaxTokens: s.Throttling.MaxTokens, TokenRatio: s.Throttling.TokenRatio}}
+	sc := &Config{RetryThrottling: &RetryThrottling{MaxTokens: s.Throttling.MaxTokens, TokenRatio: s.Throttling.TokenRatio}}
 	if len(names) == 0 {
 		return sc, nil
 	}
@@ -555,15 +548,15 @@ func GenerateServiceConfig(c *Catalog, owner RetryOwner, settings RetrySettings)
 
 // CheckOwnership refuses a service config that retries or hedges on a
 // channel it does not own: any retryPolicy or hedgingPolicy entry when owner
-// is not OwnerServiceConfig is an *OwnershipError (wrapping
+// is not policy.OwnerServiceConfig is an *OwnershipError (wrapping
 // ErrRetryNotOwned) naming the first offending entry. With the application
 // as owner the channel's retries are disabled, so an entry would either be
 // ignored or, on a channel built without the kit, stack a second layer.
-func CheckOwnership(owner RetryOwner, sc *ServiceConfig) error {
+func CheckOwnership(owner policy.RetryOwner, sc *Config) error {
 	if !owner.Valid() {
-		return fmt.Errorf("%w: %d", ErrInvalidOwner, uint8(owner))
+		return fmt.Errorf("%w: %d", policy.ErrInvalidOwner, uint8(owner))
 	}
-	if owner == OwnerServiceConfig || sc == nil {
+	if owner == policy.OwnerServiceConfig || sc == nil {
 		return nil
 	}
 	for _, mc := range sc.MethodConfig {

@@ -1,9 +1,11 @@
-package policy
+package serviceconfig
 
 import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/opledger/opledger/policy"
 )
 
 const goodRetry = `"retryPolicy":{"maxAttempts":3,"initialBackoff":"0.1s","maxBackoff":"1s","backoffMultiplier":2,"retryableStatusCodes":["UNAVAILABLE"]}`
@@ -64,57 +66,57 @@ func TestValidate(t *testing.T) {
 	}
 	cases := []struct {
 		name  string
-		owner RetryOwner
+		owner policy.RetryOwner
 		js    string
 		want  []wantFinding
 	}{
-		{"clean", OwnerServiceConfig, doc(mc(n("shop.v1.Orders", "Get")+","+n("shop.v1.Orders", "Put"), goodRetry)), nil},
-		{"clean without retries", OwnerNone, doc(mc(n("shop.v1.Orders", ""), `"waitForReady":true,"timeout":"2s"`)), nil},
-		{"empty", OwnerMesh, `{}`, nil},
-		{"renamed method", OwnerServiceConfig, doc(mc(n("shop.v1.Orders", "Fetch"), goodRetry)),
+		{"clean", policy.OwnerServiceConfig, doc(mc(n("shop.v1.Orders", "Get")+","+n("shop.v1.Orders", "Put"), goodRetry)), nil},
+		{"clean without retries", policy.OwnerNone, doc(mc(n("shop.v1.Orders", ""), `"waitForReady":true,"timeout":"2s"`)), nil},
+		{"empty", policy.OwnerMesh, `{}`, nil},
+		{"renamed method", policy.OwnerServiceConfig, doc(mc(n("shop.v1.Orders", "Fetch"), goodRetry)),
 			[]wantFinding{{FindingUnknownMethod, "methodConfig[0].name[0]", "/shop.v1.Orders/Fetch", ""}}},
-		{"misspelled method", OwnerServiceConfig, doc(mc(n("shop.v1.Orders", "Gett"), goodRetry)),
+		{"misspelled method", policy.OwnerServiceConfig, doc(mc(n("shop.v1.Orders", "Gett"), goodRetry)),
 			[]wantFinding{{FindingUnknownMethod, "methodConfig[0].name[0]", "/shop.v1.Orders/Gett", ""}}},
-		{"wrong case method", OwnerServiceConfig, doc(mc(n("shop.v1.Orders", "get"), goodRetry)),
+		{"wrong case method", policy.OwnerServiceConfig, doc(mc(n("shop.v1.Orders", "get"), goodRetry)),
 			[]wantFinding{{FindingUnknownMethod, "methodConfig[0].name[0]", "/shop.v1.Orders/get", ""}}},
-		{"unknown service", OwnerServiceConfig, doc(mc(n("shop.v1.orders", ""), goodRetry)),
+		{"unknown service", policy.OwnerServiceConfig, doc(mc(n("shop.v1.orders", ""), goodRetry)),
 			[]wantFinding{{FindingUnknownService, "methodConfig[0].name[0]", "/shop.v1.orders/", ""}}},
-		{"method of unknown service", OwnerServiceConfig, doc(mc(n("shop.v2.Orders", "Get"), goodRetry)),
+		{"method of unknown service", policy.OwnerServiceConfig, doc(mc(n("shop.v2.Orders", "Get"), goodRetry)),
 			[]wantFinding{{FindingUnknownMethod, "methodConfig[0].name[0]", "/shop.v2.Orders/Get", ""}}},
-		{"method without service", OwnerServiceConfig, doc(mc(`{"method":"Get"}`, goodRetry)),
+		{"method without service", policy.OwnerServiceConfig, doc(mc(`{"method":"Get"}`, goodRetry)),
 			[]wantFinding{{FindingMethodWithoutService, "methodConfig[0].name[0]", "Get", ""}}},
-		{"duplicate name", OwnerServiceConfig, doc(mc(n("shop.v1.Orders", "Get"), goodRetry), mc(n("shop.v1.Orders", "Get"), `"timeout":"1s"`)),
+		{"duplicate name", policy.OwnerServiceConfig, doc(mc(n("shop.v1.Orders", "Get"), goodRetry), mc(n("shop.v1.Orders", "Get"), `"timeout":"1s"`)),
 			[]wantFinding{{FindingDuplicateName, "methodConfig[1].name[0]", "/shop.v1.Orders/Get", ""}}},
-		{"unknown field", OwnerServiceConfig, doc(mc(n("shop.v1.Orders", "Get"), strings.Replace(goodRetry, "retryPolicy", "retryPolicyy", 1))),
+		{"unknown field", policy.OwnerServiceConfig, doc(mc(n("shop.v1.Orders", "Get"), strings.Replace(goodRetry, "retryPolicy", "retryPolicyy", 1))),
 			[]wantFinding{{FindingUnknownField, "methodConfig[0].retryPolicyy", "-", ""}}},
-		{"key with a newline", OwnerServiceConfig, `{"method\nConfig":[]}`,
+		{"key with a newline", policy.OwnerServiceConfig, `{"method\nConfig":[]}`,
 			[]wantFinding{{FindingUnknownField, `["method\nConfig"]`, "-", ""}}},
-		{"unknown top-level field", OwnerServiceConfig, `{"methodConfigs":[]}`,
+		{"unknown top-level field", policy.OwnerServiceConfig, `{"methodConfigs":[]}`,
 			[]wantFinding{{FindingUnknownField, "methodConfigs", "-", ""}}},
-		{"retryPolicy without the methodConfig wrapper", OwnerServiceConfig, `{` + goodRetry + `}`,
+		{"retryPolicy without the methodConfig wrapper", policy.OwnerServiceConfig, `{` + goodRetry + `}`,
 			[]wantFinding{{FindingUnknownField, "retryPolicy", "-", ""}}},
-		{"wrong-case key", OwnerServiceConfig, doc(mc(n("shop.v1.Orders", "Get"), strings.Replace(goodRetry, "maxAttempts", "MaxAttempts", 1))),
+		{"wrong-case key", policy.OwnerServiceConfig, doc(mc(n("shop.v1.Orders", "Get"), strings.Replace(goodRetry, "maxAttempts", "MaxAttempts", 1))),
 			[]wantFinding{{FindingKeyCase, "methodConfig[0].retryPolicy.MaxAttempts", "-", ""}}},
-		{"duplicate key", OwnerServiceConfig, doc(mc(n("shop.v1.Orders", "Get"), goodRetry+`,"timeout":"1s","timeout":"2s"`)),
+		{"duplicate key", policy.OwnerServiceConfig, doc(mc(n("shop.v1.Orders", "Get"), goodRetry+`,"timeout":"1s","timeout":"2s"`)),
 			[]wantFinding{{FindingDuplicateKey, "methodConfig[0].timeout", "-", ""}}},
-		{"lower-case code", OwnerServiceConfig, doc(mc(n("shop.v1.Orders", "Get"), strings.Replace(goodRetry, `"UNAVAILABLE"`, `"unavailable"`, 1))),
+		{"lower-case code", policy.OwnerServiceConfig, doc(mc(n("shop.v1.Orders", "Get"), strings.Replace(goodRetry, `"UNAVAILABLE"`, `"unavailable"`, 1))),
 			[]wantFinding{{FindingCodeCase, "methodConfig[0].retryPolicy.retryableStatusCodes[0]", "-", ""}}},
-		{"invalid codes", OwnerServiceConfig, doc(mc(n("shop.v1.Orders", "Get"), strings.Replace(goodRetry, `"UNAVAILABLE"`, `"UNAVAILABLE",17,"NOPE",true,"14",14`, 1))),
+		{"invalid codes", policy.OwnerServiceConfig, doc(mc(n("shop.v1.Orders", "Get"), strings.Replace(goodRetry, `"UNAVAILABLE"`, `"UNAVAILABLE",17,"NOPE",true,"14",14`, 1))),
 			[]wantFinding{
 				{FindingInvalidCode, "methodConfig[0].retryPolicy.retryableStatusCodes[1]", "-", ""},
 				{FindingInvalidCode, "methodConfig[0].retryPolicy.retryableStatusCodes[2]", "-", ""},
 				{FindingInvalidCode, "methodConfig[0].retryPolicy.retryableStatusCodes[3]", "-", ""},
 				{FindingInvalidCode, "methodConfig[0].retryPolicy.retryableStatusCodes[4]", "-", ""},
 			}},
-		{"code not retryable", OwnerServiceConfig, doc(mc(n("shop.v1.Orders", "Get"), strings.Replace(goodRetry, `"UNAVAILABLE"`, `"UNAVAILABLE","INVALID_ARGUMENT"`, 1))),
+		{"code not retryable", policy.OwnerServiceConfig, doc(mc(n("shop.v1.Orders", "Get"), strings.Replace(goodRetry, `"UNAVAILABLE"`, `"UNAVAILABLE","INVALID_ARGUMENT"`, 1))),
 			[]wantFinding{{FindingCodeNotRetryable, "methodConfig[0].retryPolicy.retryableStatusCodes[1]", "-", ""}}},
-		{"maxAttempts above 5", OwnerServiceConfig, doc(mc(n("shop.v1.Orders", "Get"), strings.Replace(goodRetry, `"maxAttempts":3`, `"maxAttempts":10`, 1))),
+		{"maxAttempts above 5", policy.OwnerServiceConfig, doc(mc(n("shop.v1.Orders", "Get"), strings.Replace(goodRetry, `"maxAttempts":3`, `"maxAttempts":10`, 1))),
 			[]wantFinding{{FindingMaxAttemptsClamped, "methodConfig[0].retryPolicy.maxAttempts", "-", ""}}},
-		{"maxAttempts 1", OwnerServiceConfig, doc(mc(n("shop.v1.Orders", "Get"), strings.Replace(goodRetry, `"maxAttempts":3`, `"maxAttempts":1`, 1))),
+		{"maxAttempts 1", policy.OwnerServiceConfig, doc(mc(n("shop.v1.Orders", "Get"), strings.Replace(goodRetry, `"maxAttempts":3`, `"maxAttempts":1`, 1))),
 			[]wantFinding{{FindingInvalidRetryPolicy, "methodConfig[0].retryPolicy.maxAttempts", "-", ""}}},
-		{"maxAttempts 2.5", OwnerServiceConfig, doc(mc(n("shop.v1.Orders", "Get"), strings.Replace(goodRetry, `"maxAttempts":3`, `"maxAttempts":2.5`, 1))),
+		{"maxAttempts 2.5", policy.OwnerServiceConfig, doc(mc(n("shop.v1.Orders", "Get"), strings.Replace(goodRetry, `"maxAttempts":3`, `"maxAttempts":2.5`, 1))),
 			[]wantFinding{{FindingInvalidRetryPolicy, "methodConfig[0].retryPolicy.maxAttempts", "-", ""}}},
-		{"bad durations and multiplier", OwnerServiceConfig, doc(mc(n("shop.v1.Orders", "Get"),
+		{"bad durations and multiplier", policy.OwnerServiceConfig, doc(mc(n("shop.v1.Orders", "Get"),
 			`"retryPolicy":{"maxAttempts":3,"initialBackoff":"100ms","maxBackoff":"0s","backoffMultiplier":0,"retryableStatusCodes":[]}`)),
 			[]wantFinding{
 				{FindingInvalidDuration, "methodConfig[0].retryPolicy.initialBackoff", "-", ""},
@@ -122,59 +124,59 @@ func TestValidate(t *testing.T) {
 				{FindingInvalidRetryPolicy, "methodConfig[0].retryPolicy.backoffMultiplier", "-", ""},
 				{FindingInvalidRetryPolicy, "methodConfig[0].retryPolicy.retryableStatusCodes", "-", ""},
 			}},
-		{"missing retry fields", OwnerServiceConfig, doc(mc(n("shop.v1.Orders", "Get"), `"retryPolicy":{"maxAttempts":3}`)),
+		{"missing retry fields", policy.OwnerServiceConfig, doc(mc(n("shop.v1.Orders", "Get"), `"retryPolicy":{"maxAttempts":3}`)),
 			[]wantFinding{{FindingInvalidRetryPolicy, "methodConfig[0].retryPolicy", "-", ""}}},
-		{"hedging", OwnerServiceConfig, doc(mc(n("shop.v1.Orders", "Get"), `"hedgingPolicy":{"maxAttempts":3,"hedgingDelay":"0.05s","nonFatalStatusCodes":["UNAVAILABLE"]}`)),
+		{"hedging", policy.OwnerServiceConfig, doc(mc(n("shop.v1.Orders", "Get"), `"hedgingPolicy":{"maxAttempts":3,"hedgingDelay":"0.05s","nonFatalStatusCodes":["UNAVAILABLE"]}`)),
 			[]wantFinding{{FindingHedgingPolicy, "methodConfig[0].hedgingPolicy", "-", ""}}},
-		{"retry on non-idempotent", OwnerServiceConfig, doc(mc(n("shop.v1.Orders", "Upload"), goodRetry)),
+		{"retry on non-idempotent", policy.OwnerServiceConfig, doc(mc(n("shop.v1.Orders", "Upload"), goodRetry)),
 			[]wantFinding{{FindingRetryNonIdempotent, "methodConfig[0].name[0]", "/shop.v1.Orders/Upload", "/shop.v1.Orders/Upload"}}},
-		{"retry on keyed without ledger", OwnerServiceConfig, doc(mc(n("shop.v1.Orders", "Cancel")+","+n("shop.v1.Orders", "Create"), goodRetry)),
+		{"retry on keyed without ledger", policy.OwnerServiceConfig, doc(mc(n("shop.v1.Orders", "Cancel")+","+n("shop.v1.Orders", "Create"), goodRetry)),
 			[]wantFinding{{FindingRetryKeyedWithoutLedger, "methodConfig[0].name[0]", "/shop.v1.Orders/Cancel", "/shop.v1.Orders/Cancel"}}},
-		{"service-level name covers every method", OwnerServiceConfig, doc(mc(n("shop.v1.Orders", ""), goodRetry)),
+		{"service-level name covers every method", policy.OwnerServiceConfig, doc(mc(n("shop.v1.Orders", ""), goodRetry)),
 			[]wantFinding{
 				{FindingRetryKeyedWithoutLedger, "methodConfig[0].name[0]", "/shop.v1.Orders/", "/shop.v1.Orders/Cancel"},
 				{FindingRetryNonIdempotent, "methodConfig[0].name[0]", "/shop.v1.Orders/", "/shop.v1.Orders/Chat"},
 				{FindingRetryNonIdempotent, "methodConfig[0].name[0]", "/shop.v1.Orders/", "/shop.v1.Orders/Upload"},
 			}},
-		{"more specific entry wins over the service entry", OwnerServiceConfig,
+		{"more specific entry wins over the service entry", policy.OwnerServiceConfig,
 			doc(mc(n("shop.v1.Orders", ""), goodRetry), mc(n("shop.v1.Orders", "Cancel")+","+n("shop.v1.Orders", "Chat")+","+n("shop.v1.Orders", "Upload"), `"timeout":"1s"`)), nil},
-		{"channel default covers every service", OwnerServiceConfig, doc(mc(`{}`, goodRetry)),
+		{"channel default covers every service", policy.OwnerServiceConfig, doc(mc(`{}`, goodRetry)),
 			[]wantFinding{
 				{FindingRetryKeyedWithoutLedger, "methodConfig[0].name[0]", "", "/shop.v1.Orders/Cancel"},
 				{FindingRetryNonIdempotent, "methodConfig[0].name[0]", "", "/shop.v1.Orders/Chat"},
 				{FindingRetryNonIdempotent, "methodConfig[0].name[0]", "", "/shop.v1.Orders/Upload"},
 			}},
-		{"retry when the mesh owns retries", OwnerMesh, doc(mc(n("shop.v1.Orders", "Get")+","+n("shop.v1.Catalog", ""), goodRetry)),
+		{"retry when the mesh owns retries", policy.OwnerMesh, doc(mc(n("shop.v1.Orders", "Get")+","+n("shop.v1.Catalog", ""), goodRetry)),
 			[]wantFinding{
 				{FindingRetryNotOwned, "methodConfig[0].retryPolicy", "/shop.v1.Orders/Get", ""},
 				{FindingRetryNotOwned, "methodConfig[0].retryPolicy", "/shop.v1.Catalog/", ""},
 			}},
-		{"hedging when nobody retries", OwnerNone, doc(mc(n("shop.v1.Orders", "Get"), `"hedgingPolicy":{"maxAttempts":2}`)),
+		{"hedging when nobody retries", policy.OwnerNone, doc(mc(n("shop.v1.Orders", "Get"), `"hedgingPolicy":{"maxAttempts":2}`)),
 			[]wantFinding{
 				{FindingHedgingPolicy, "methodConfig[0].hedgingPolicy", "-", ""},
 				{FindingRetryNotOwned, "methodConfig[0].hedgingPolicy", "/shop.v1.Orders/Get", ""},
 			}},
-		{"retry when the application owns retries", OwnerApplication, doc(mc(n("shop.v1.Orders", "Get"), goodRetry)),
+		{"retry when the application owns retries", policy.OwnerApplication, doc(mc(n("shop.v1.Orders", "Get"), goodRetry)),
 			[]wantFinding{{FindingRetryNotOwned, "methodConfig[0].retryPolicy", "/shop.v1.Orders/Get", ""}}},
-		{"missing name", OwnerServiceConfig, `{"methodConfig":[{` + goodRetry + `}]}`,
+		{"missing name", policy.OwnerServiceConfig, `{"methodConfig":[{` + goodRetry + `}]}`,
 			[]wantFinding{{FindingMissingName, "methodConfig[0]", "-", ""}}},
-		{"throttling without methodConfig", OwnerServiceConfig, `{"retryThrottling":{"maxTokens":1001,"tokenRatio":-1}}`,
+		{"throttling without methodConfig", policy.OwnerServiceConfig, `{"retryThrottling":{"maxTokens":1001,"tokenRatio":-1}}`,
 			[]wantFinding{
 				{FindingInvalidThrottling, "retryThrottling.maxTokens", "-", ""},
 				{FindingInvalidThrottling, "retryThrottling.tokenRatio", "-", ""},
 			}},
-		{"throttling missing field", OwnerServiceConfig, `{"retryThrottling":{"maxTokens":10}}`,
+		{"throttling missing field", policy.OwnerServiceConfig, `{"retryThrottling":{"maxTokens":10}}`,
 			[]wantFinding{{FindingInvalidThrottling, "retryThrottling.tokenRatio", "-", ""}}},
-		{"wrong types", OwnerServiceConfig, `{"methodConfig":{},"loadBalancingPolicy":1,"retryThrottling":[]}`,
+		{"wrong types", policy.OwnerServiceConfig, `{"methodConfig":{},"loadBalancingPolicy":1,"retryThrottling":[]}`,
 			[]wantFinding{
 				{FindingWrongType, "methodConfig", "-", ""},
 				{FindingWrongType, "loadBalancingPolicy", "-", ""},
 				{FindingWrongType, "retryThrottling", "-", ""},
 			}},
-		{"not json", OwnerServiceConfig, `{"methodConfig":[`, []wantFinding{{FindingSyntax, "", "-", ""}}},
-		{"not an object", OwnerServiceConfig, `[]`, []wantFinding{{FindingSyntax, "", "-", ""}}},
-		{"trailing data", OwnerServiceConfig, `{} x`, []wantFinding{{FindingSyntax, "", "-", ""}}},
-		{"too deep", OwnerServiceConfig, `{"loadBalancingConfig":` + strings.Repeat("[", 100) + strings.Repeat("]", 100) + `}`,
+		{"not json", policy.OwnerServiceConfig, `{"methodConfig":[`, []wantFinding{{FindingSyntax, "", "-", ""}}},
+		{"not an object", policy.OwnerServiceConfig, `[]`, []wantFinding{{FindingSyntax, "", "-", ""}}},
+		{"trailing data", policy.OwnerServiceConfig, `{} x`, []wantFinding{{FindingSyntax, "", "-", ""}}},
+		{"too deep", policy.OwnerServiceConfig, `{"loadBalancingConfig":` + strings.Repeat("[", 100) + strings.Repeat("]", 100) + `}`,
 			[]wantFinding{{FindingSyntax, "", "-", ""}}},
 	}
 	for _, tc := range cases {
@@ -184,11 +186,11 @@ func TestValidate(t *testing.T) {
 		}
 		checkFindings(t, tc.name, got, tc.want)
 	}
-	if _, err := Validate([]byte(`{}`), c, 0); !errors.Is(err, ErrInvalidOwner) {
+	if _, err := Validate([]byte(`{}`), c, 0); !errors.Is(err, policy.ErrInvalidOwner) {
 		t.Errorf("invalid owner: %v", err)
 	}
 	// A nil catalog knows no method.
-	got, err := Validate([]byte(doc(mc(n("a.B", "C"), goodRetry))), nil, OwnerServiceConfig)
+	got, err := Validate([]byte(doc(mc(n("a.B", "C"), goodRetry))), nil, policy.OwnerServiceConfig)
 	if err != nil || len(got) != 1 || got[0].Kind != FindingUnknownMethod {
 		t.Errorf("nil catalog: %v, %v", got, err)
 	}
@@ -198,7 +200,7 @@ func TestFindingMessages(t *testing.T) {
 	c := testCatalog(t)
 	js := `{"methodConfig":[{"name":[{"service":"shop.v1.Orders","method":"get"},{"service":"shop.v1.Orders","method":"Putt"},{"service":"shop.v1.orders"}],` +
 		strings.Replace(goodRetry, "retryPolicy", "retryPolicyy", 1) + `}]}`
-	got, err := Validate([]byte(js), c, OwnerServiceConfig)
+	got, err := Validate([]byte(js), c, policy.OwnerServiceConfig)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,12 +1,16 @@
-package policy
+package serviceconfig
 
 import (
 	"fmt"
 	"math"
 	"strconv"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc/codes"
+
+	"github.com/opledger/opledger/internal/methodname"
+	"github.com/opledger/opledger/policy"
 )
 
 // FindingKind is a stable, machine-readable name for a kind of problem the
@@ -56,7 +60,7 @@ const (
 	// grpc-go rejects it.
 	FindingCodeCase FindingKind = "code-case"
 	// FindingCodeNotRetryable: a retryable code that will not change on a
-	// retry (INVALID_ARGUMENT, PERMISSION_DENIED…) or OK; see Eligible.
+	// retry (INVALID_ARGUMENT, PERMISSION_DENIED…) or OK; see policy.Eligible.
 	FindingCodeNotRetryable FindingKind = "code-not-retryable"
 	// FindingMaxAttemptsClamped: maxAttempts above 5; grpc-go clamps it to 5
 	// silently.
@@ -127,18 +131,21 @@ func (f Finding) String() string {
 // grpc.WithDefaultServiceConfig or served by a resolver) against a catalog
 // and the channel's retry owner, and returns every finding: problems in the
 // document in document order, then retry policies that cover methods they
-// must not, in catalog order. It is stricter than grpc-go: besides what grpc-go rejects, it
-// reports what grpc-go accepts silently but is almost certainly a mistake
-// (see the Finding kinds). A nil catalog is an empty catalog. An invalid
-// owner is an error wrapping ErrInvalidOwner; everything wrong with the
-// document itself is a finding, never an error, and Validate never panics.
-func Validate(data []byte, c *Catalog, owner RetryOwner) ([]Finding, error) {
+// must not, in catalog order. It is stricter than grpc-go: besides what
+// grpc-go rejects, it reports what grpc-go accepts silently but is almost
+// certainly a mistake (see the Finding kinds). The range rules of retry
+// policies and throttling are those of RetryPolicy.Validate and
+// RetryThrottling.Validate. A nil catalog is an empty catalog. An invalid
+// owner is an error wrapping policy.ErrInvalidOwner; everything wrong with
+// the document itself is a finding, never an error, and Validate never
+// panics.
+func Validate(data []byte, c *policy.Catalog, owner policy.RetryOwner) ([]Finding, error) {
 	if !owner.Valid() {
-		return nil, fmt.Errorf("%w: %d", ErrInvalidOwner, uint8(owner))
+		return nil, fmt.Errorf("%w: %d", policy.ErrInvalidOwner, uint8(owner))
 	}
 	v := &validator{cat: c, owner: owner, names: make(map[string]*nameEntry)}
-	if len(data) > maxServiceConfigBytes {
-		v.add(Finding{Kind: FindingSyntax, Message: fmt.Sprintf("larger than %d bytes", maxServiceConfigBytes)})
+	if len(data) > maxConfigBytes {
+		v.add(Finding{Kind: FindingSyntax, Message: fmt.Sprintf("larger than %d bytes", maxConfigBytes)})
 		return v.findings, nil
 	}
 	root, err := parseJSONTree(data)
@@ -165,8 +172,8 @@ type entryInfo struct {
 }
 
 type validator struct {
-	cat      *Catalog
-	owner    RetryOwner
+	cat      *policy.Catalog
+	owner    policy.RetryOwner
 	findings []Finding
 	names    map[string]*nameEntry
 	entries  []entryInfo
@@ -312,12 +319,12 @@ func (v *validator) methodConfig(mc *jsonValue, path string) {
 	if hasHedge {
 		v.hedgingPolicy(hp, joinPath(path, "hedgingPolicy"))
 	}
-	if v.owner != OwnerServiceConfig && (hasRetry || hasHedge) {
+	if v.owner != policy.OwnerServiceConfig && (hasRetry || hasHedge) {
 		pol := "retryPolicy"
 		if !hasRetry {
 			pol = "hedgingPolicy"
 		}
-		msg := fmt.Sprintf("%s on a channel whose retry owner is %s; only the %s owner may retry in the service config, otherwise retries multiply across layers", pol, v.owner, OwnerServiceConfig)
+		msg := fmt.Sprintf("%s on a channel whose retry owner is %s; only the %s owner may retry in the service config, otherwise retries multiply across layers", pol, v.owner, policy.OwnerServiceConfig)
 		if len(names) == 0 {
 			v.at(FindingRetryNotOwned, joinPath(path, pol), "%s", msg)
 		}
@@ -441,35 +448,36 @@ func (v *validator) retryPolicy(rp *jsonValue, path string) {
 			switch {
 			case err != nil:
 				v.at(FindingInvalidRetryPolicy, p, "maxAttempts %s is not an integer; grpc-go rejects the config", truncate(ma.num.String()))
-			case n < 2:
-				v.at(FindingInvalidRetryPolicy, p, "maxAttempts %d counts the original call and must be at least 2; grpc-go rejects the config", n)
-			case n > grpcMaxAttempts:
+			case !maxAttemptsRule.ok(n):
+				v.at(FindingInvalidRetryPolicy, p, "%s; grpc-go rejects the config", maxAttemptsRule.problem(n, strconv.FormatInt(n, 10)))
+			case attemptsClamped(n):
 				v.at(FindingMaxAttemptsClamped, p, "maxAttempts %d is above %d; grpc-go clamps it to %d silently", n, grpcMaxAttempts, grpcMaxAttempts)
 			}
 		}
 	}
-	for _, k := range []string{"initialBackoff", "maxBackoff"} {
-		if d := f[k]; d != nil && d.kind != jsonNull {
-			p := joinPath(path, k)
-			if dur, ok := v.duration(d, p); ok && dur <= 0 {
-				v.at(FindingInvalidRetryPolicy, p, "%s %s must be positive; grpc-go rejects the config", k, Duration(dur))
+	for _, r := range []rule[time.Duration]{initialBackoffRule, maxBackoffRule} {
+		if d := f[r.field]; d != nil && d.kind != jsonNull {
+			p := joinPath(path, r.field)
+			if dur, ok := v.duration(d, p); ok {
+				if prob := r.problem(dur, Duration(dur).String()); prob != "" {
+					v.at(FindingInvalidRetryPolicy, p, "%s; grpc-go rejects the config", prob)
+				}
 			}
 		}
 	}
-	if bm := f["backoffMultiplier"]; bm != nil && bm.kind != jsonNull {
-		p := joinPath(path, "backoffMultiplier")
-		if v.expect(bm, p, jsonNumber) {
-			x, err := strconv.ParseFloat(bm.num.String(), 64)
-			if err != nil || !(x > 0) || math.IsInf(x, 0) {
-				v.at(FindingInvalidRetryPolicy, p, "backoffMultiplier %s must be a positive number; grpc-go rejects the config", truncate(bm.num.String()))
+	if bm := f[backoffMultiplierRule.field]; bm != nil && bm.kind != jsonNull {
+		p := joinPath(path, backoffMultiplierRule.field)
+		if x, ok := v.number(bm, p); ok {
+			if prob := backoffMultiplierRule.problem(x, truncate(bm.num.String())); prob != "" {
+				v.at(FindingInvalidRetryPolicy, p, "%s; grpc-go rejects the config", prob)
 			}
 		}
 	}
-	if cs := f["retryableStatusCodes"]; cs != nil && cs.kind != jsonNull {
-		p := joinPath(path, "retryableStatusCodes")
+	if cs := f[retryableCodesRule.field]; cs != nil && cs.kind != jsonNull {
+		p := joinPath(path, retryableCodesRule.field)
 		if v.expect(cs, p, jsonArray) {
-			if len(cs.elems) == 0 {
-				v.at(FindingInvalidRetryPolicy, p, "retryableStatusCodes is empty; grpc-go rejects the config")
+			if prob := retryableCodesRule.problem(len(cs.elems), ""); prob != "" {
+				v.at(FindingInvalidRetryPolicy, p, "%s; grpc-go rejects the config", prob)
 			}
 			v.codes(cs, p, true)
 		}
@@ -493,7 +501,10 @@ func (v *validator) hedgingPolicy(hp *jsonValue, path string) {
 	}
 }
 
-func (v *validator) codes(cs *jsonValue, path string, retryable bool) {
+// codes checks a list of status codes; retryableCodes marks the
+// retryableStatusCodes of a retry policy, whose every code must be worth
+// retrying.
+func (v *validator) codes(cs *jsonValue, path string, retryableCodes bool) {
 	seen := make(map[codes.Code]bool)
 	for i, c := range cs.elems {
 		p := fmt.Sprintf("%s[%d]", path, i)
@@ -524,9 +535,8 @@ func (v *validator) codes(cs *jsonValue, path string, retryable bool) {
 			continue
 		}
 		seen[code] = true
-		if retryable {
-			d := Eligible(MethodPolicy{Kind: KindIdempotent}, Evidence{Sent: true}, code)
-			if d.Action != Retry {
+		if retryableCodes {
+			if d := retryable(code); d.Action != policy.Retry {
 				v.at(FindingCodeNotRetryable, p, "%s is not worth retrying even for an idempotent method (%s)", CodeName(code), d.Reason)
 			}
 		}
@@ -535,7 +545,7 @@ func (v *validator) codes(cs *jsonValue, path string, retryable bool) {
 
 func isDigits(s string) bool { return s != "" && allDigits(s) }
 
-func (v *validator) duration(d *jsonValue, path string) (dur int64, ok bool) {
+func (v *validator) duration(d *jsonValue, path string) (dur time.Duration, ok bool) {
 	if d.kind != jsonString {
 		v.at(FindingInvalidDuration, path, "want a duration string like \"0.1s\", got %s; grpc-go rejects the config", d.kind)
 		return 0, false
@@ -545,31 +555,41 @@ func (v *validator) duration(d *jsonValue, path string) (dur int64, ok bool) {
 		v.at(FindingInvalidDuration, path, "%q is not a duration like \"0.1s\" (seconds with an \"s\" suffix); grpc-go rejects the config", truncate(d.str))
 		return 0, false
 	}
-	return int64(t), true
+	return t, true
+}
+
+// number reads a JSON number as a float64, reporting a value of another
+// type. A number out of float64's range reads as NaN, which no rule
+// accepts.
+func (v *validator) number(x *jsonValue, path string) (float64, bool) {
+	if !v.expect(x, path, jsonNumber) {
+		return 0, false
+	}
+	n, err := strconv.ParseFloat(x.num.String(), 64)
+	if err != nil {
+		return math.NaN(), true
+	}
+	return n, true
 }
 
 func (v *validator) throttling(rt *jsonValue, path string) {
 	if !v.expect(rt, path, jsonObject) {
 		return
 	}
-	f := v.fields(rt, path, "maxTokens", "tokenRatio")
-	check := func(k string, ok func(float64) bool, want string) {
-		p := joinPath(path, k)
-		x := f[k]
+	f := v.fields(rt, path, maxTokensRule.field, tokenRatioRule.field)
+	for _, r := range []rule[float64]{maxTokensRule, tokenRatioRule} {
+		p := joinPath(path, r.field)
+		x := f[r.field]
 		if x == nil || x.kind == jsonNull {
-			v.at(FindingInvalidThrottling, p, "%s is missing; it must be %s", k, want)
-			return
+			v.at(FindingInvalidThrottling, p, "%s is missing; it must %s", r.field, r.want)
+			continue
 		}
-		if !v.expect(x, p, jsonNumber) {
-			return
-		}
-		n, err := strconv.ParseFloat(x.num.String(), 64)
-		if err != nil || !ok(n) {
-			v.at(FindingInvalidThrottling, p, "%s %s must be %s", k, truncate(x.num.String()), want)
+		if n, ok := v.number(x, p); ok {
+			if prob := r.problem(n, truncate(x.num.String())); prob != "" {
+				v.at(FindingInvalidThrottling, p, "%s", prob)
+			}
 		}
 	}
-	check("maxTokens", func(x float64) bool { return x > 0 && x <= 1000 }, "in (0, 1000]")
-	check("tokenRatio", func(x float64) bool { return x > 0 && !math.IsInf(x, 0) }, "positive")
 }
 
 // coverage applies grpc-go's lookup (exact name, then service, then channel
@@ -577,7 +597,7 @@ func (v *validator) throttling(rt *jsonValue, path string) {
 // methods they must not.
 func (v *validator) coverage() {
 	for _, p := range v.cat.Methods() {
-		svc, _, _ := SplitFullMethod(p.FullMethod)
+		svc, _, _ := policy.SplitFullMethod(p.FullMethod)
 		var key string
 		var ne *nameEntry
 		for _, k := range []string{p.FullMethod, "/" + svc + "/", ""} {
@@ -597,10 +617,10 @@ func (v *validator) coverage() {
 			}
 		}
 		switch {
-		case p.Kind == KindKeyed && !p.DurableLedger:
+		case p.Kind == policy.KindKeyed && !p.DurableLedger:
 			v.add(Finding{Kind: FindingRetryKeyedWithoutLedger, Path: ne.path, Name: key, HasName: true, Method: p.FullMethod,
 				Message: fmt.Sprintf("keyed method %s is retried by %s but has no durable ledger behind it, so a retry after a lost response runs the mutation twice", p.FullMethod, scope)})
-		case p.Kind != KindKeyed && p.Kind != KindIdempotent && p.Kind != KindNoSideEffects:
+		case p.Kind != policy.KindKeyed && p.Kind != policy.KindIdempotent && p.Kind != policy.KindNoSideEffects:
 			v.add(Finding{Kind: FindingRetryNonIdempotent, Path: ne.path, Name: key, HasName: true, Method: p.FullMethod,
 				Message: fmt.Sprintf("non-idempotent method %s is retried by %s; a retry after a lost response runs it twice (mark it idempotency_level = IDEMPOTENT only if that is true)", p.FullMethod, scope)})
 		}
@@ -610,7 +630,7 @@ func (v *validator) coverage() {
 // joinPath appends an object key to a JSON path; a key that is not a plain
 // identifier is quoted, so that a path never spans lines.
 func joinPath(path, key string) string {
-	if !validIdent(key) {
+	if !methodname.IsIdent(key) {
 		return path + "[" + strconv.Quote(truncate(key)) + "]"
 	}
 	if path == "" {

@@ -1,0 +1,123 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"fmt"
+	"io/fs"
+	"time"
+
+	"github.com/opledger/opledger/dialects"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+var (
+	_ dialects.Schema    = Dialect{}
+	_ dialects.Described = Dialect{}
+	_ dialects.Sessions  = Dialect{}
+)
+
+// Migrations returns the ledger's PostgreSQL migrations, run under a
+// session advisory lock with the kit's own id (0x6f706c6564676572,
+// "opledger"), distinct from goose's default, retried every second for up
+// to five minutes.
+func (Dialect) Migrations() dialects.Migrations {
+	sub, err := fs.Sub(migrationFiles, "migrations")
+	if err != nil {
+		panic(err) // the embedded folder always exists
+	}
+	return dialects.Migrations{
+		FS:    sub,
+		Goose: "postgres",
+		Lock:  func(string) dialects.SessionLocker { return advisoryLock{} },
+	}
+}
+
+// lockID is the advisory lock the kit's migrations take ("opledger" in
+// ASCII), distinct from goose's default, so the kit's migrations never
+// wait on the application's.
+const lockID int64 = 0x6f706c6564676572
+
+// Lock timing: try every second for five minutes, as a migration of
+// another process normally takes well under a second.
+const (
+	lockRetry   = time.Second
+	lockTimeout = 5 * time.Minute
+)
+
+// advisoryLock is a session-level advisory lock with the kit's id. A
+// session that dies releases it.
+type advisoryLock struct{}
+
+// SessionLock takes the advisory lock on conn, trying once a second for
+// five minutes or until ctx ends.
+func (advisoryLock) SessionLock(ctx context.Context, conn *sql.Conn) error {
+	deadline := time.Now().Add(lockTimeout)
+	for {
+		var got bool
+		if err := conn.QueryRowContext(ctx, "SELECT pg_try_advisory_lock($1)", lockID).Scan(&got); err != nil {
+			return fmt.Errorf("postgres: migration lock: %w", err)
+		}
+		if got {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("postgres: migration lock not granted within %v (another process is migrating an opledger table)", lockTimeout)
+		}
+		t := time.NewTimer(lockRetry)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("postgres: migration lock: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// SessionUnlock releases the advisory lock on conn.
+func (advisoryLock) SessionUnlock(ctx context.Context, conn *sql.Conn) error {
+	var released bool
+	if err := conn.QueryRowContext(ctx, "SELECT pg_advisory_unlock($1)", lockID).Scan(&released); err != nil {
+		return fmt.Errorf("postgres: migration unlock: %w", err)
+	}
+	if !released {
+		return fmt.Errorf("postgres: migration unlock: the lock was not held by this session")
+	}
+	return nil
+}
+
+// Traits: READ COMMITTED (the default), REPEATABLE READ and SERIALIZABLE.
+func (Dialect) Traits() dialects.Traits {
+	return dialects.Traits{IsolationLevels: []sql.IsolationLevel{sql.LevelReadCommitted, sql.LevelRepeatableRead, sql.LevelSerializable}}
+}
+
+// SessionID returns the backend's pid (pg_backend_pid()).
+func (Dialect) SessionID(ctx context.Context, tx *sql.Tx) (int64, error) {
+	var id int64
+	err := tx.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&id)
+	return id, err
+}
+
+// BlockedBy counts the backends whose lock waits pg_blocking_pids
+// attributes to backend id.
+func (Dialect) BlockedBy(ctx context.Context, db *sql.DB, id int64) (int, error) {
+	var n int
+	err := db.QueryRowContext(ctx, "SELECT count(*) FROM pg_stat_activity WHERE $1::int = ANY(pg_blocking_pids(pid))", id).Scan(&n)
+	return n, err
+}
+
+// Kill terminates backend id with pg_terminate_backend (the user needs
+// pg_signal_backend or to own the session).
+func (Dialect) Kill(ctx context.Context, db *sql.DB, id int64) error {
+	var ok bool
+	if err := db.QueryRowContext(ctx, "SELECT pg_terminate_backend($1::int)", id).Scan(&ok); err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("postgres: pg_terminate_backend(%d) found no such backend", id)
+	}
+	return nil
+}

@@ -1,0 +1,104 @@
+package postgres_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"io/fs"
+	"testing"
+	"time"
+
+	"github.com/opledger/opledger/dialects/postgres"
+	"github.com/opledger/opledger/internal/testdb"
+)
+
+// kitLockID is the advisory lock the kit's PostgreSQL migrations take
+// ("opledger" in ASCII): every version of the kit must use the same one.
+const kitLockID int64 = 0x6f706c6564676572
+
+// heldAdvisory counts the advisory locks with the kit's id that backend
+// pid holds.
+func heldAdvisory(t *testing.T, db *sql.DB, pid int64) int {
+	t.Helper()
+	var n int
+	err := db.QueryRow(`SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid = $1
+		AND objsubid = 1 AND ((classid::bigint << 32) | objid::bigint) = $2`, pid, kitLockID).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestMigrationsFiles(t *testing.T) {
+	m := postgres.New().Migrations()
+	if m.Goose != "postgres" || m.FS == nil || m.Lock == nil {
+		t.Fatalf("migrations %+v", m)
+	}
+	names, err := fs.Glob(m.FS, "*.sql")
+	if err != nil || len(names) != 1 || names[0] != "00001_create_operations.sql" {
+		t.Fatalf("files %v %v", names, err)
+	}
+	if m.Lock("a") == nil || m.Lock("a") != m.Lock("b") {
+		t.Fatal("one advisory lock for every table")
+	}
+}
+
+// TestAdvisoryLock: the migrations' session lock is a session advisory lock
+// with the kit's id, held by the session that took it and released by
+// SessionUnlock; releasing it unheld fails; a session waiting for it
+// retries, and ends its wait with its context.
+func TestAdvisoryLock(t *testing.T) {
+	t.Parallel()
+	lock := postgres.New().Migrations().Lock("ops")
+	testdb.ForEachTarget(t, 3, func(t *testing.T, tg testdb.Target) {
+		db := tg.Open(t, 3)
+		ctx := context.Background()
+		conn := func() (*sql.Conn, int64) {
+			t.Helper()
+			c, err := db.Conn(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close() })
+			var pid int64
+			if err := c.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+				t.Fatal(err)
+			}
+			return c, pid
+		}
+		a, apid := conn()
+		if err := lock.SessionUnlock(ctx, a); err == nil {
+			t.Fatal("SessionUnlock of a lock the session does not hold succeeded")
+		}
+		if err := lock.SessionLock(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		if n := heldAdvisory(t, db, apid); n != 1 {
+			t.Fatalf("session %d holds %d advisory locks with the kit's id, want 1", apid, n)
+		}
+
+		// Another session tries while a holds it, and gives up with its
+		// context; it never got the lock.
+		b, bpid := conn()
+		bctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		err := lock.SessionLock(bctx, b)
+		if took := time.Since(start); !errors.Is(err, context.DeadlineExceeded) || took > 5*time.Second {
+			t.Fatalf("SessionLock while another session holds the lock: %v after %v, want the context's deadline", err, took)
+		}
+		var last string
+		if err := db.QueryRow("SELECT query FROM pg_stat_activity WHERE pid = $1", bpid).Scan(&last); err == nil && last != "SELECT pg_try_advisory_lock($1)" {
+			t.Errorf("the waiting session's last statement %q, want the try", last)
+		}
+		if n := heldAdvisory(t, db, bpid); n != 0 {
+			t.Fatalf("the session that gave up holds %d kit locks", n)
+		}
+		if err := lock.SessionUnlock(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		if n := heldAdvisory(t, db, apid); n != 0 {
+			t.Fatalf("session %d still holds the kit's lock after SessionUnlock", apid)
+		}
+	}, "postgres")
+}

@@ -1,0 +1,109 @@
+package grpcint_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/opledger/opledger/examples/payments"
+	"github.com/opledger/opledger/examples/payments/paymentspb"
+	"github.com/opledger/opledger/grpcint"
+	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/ledger"
+)
+
+// FuzzServerMetadata drives the server interceptor with any idempotency
+// key, caller header and resolve marker: it never panics, every error is a
+// status with a reason of the kit's (or the handler's own), no message
+// contains the key, and a call that succeeded replays when sent again.
+func FuzzServerMetadata(f *testing.F) {
+	tg := testdb.Targets()[0] // SQLite
+	db := tg.Open(f, 4)
+	table, biz := newTables(f, db, tg.Dialect)
+	store, err := ledger.New(tg.Dialect, ledger.WithTable(table))
+	if err != nil {
+		f.Fatal(err)
+	}
+	cat, err := payments.Catalog()
+	if err != nil {
+		f.Fatal(err)
+	}
+	svc, err := payments.NewService(db, tg.Dialect, biz)
+	if err != nil {
+		f.Fatal(err)
+	}
+	s, err := grpcint.NewServer(db, store, cat, grpcint.CallerFromTrustedHeader(callerHeader))
+	if err != nil {
+		f.Fatal(err)
+	}
+	ic := s.UnaryServerInterceptor()
+	info := &grpc.UnaryServerInfo{FullMethod: paymentspb.TransferMethod}
+	handler := func(ctx context.Context, req any) (any, error) {
+		return svc.Transfer(ctx, req.(*paymentspb.TransferRequest))
+	}
+	for _, seed := range []struct {
+		key, caller string
+		resolve     bool
+	}{
+		{"K7XQ2M4PLD3RTY6WZ5NB8VC9HJ", "alice", false},
+		{"", "alice", false},
+		{"k", "", false},
+		{"k", "alice", true},
+		{strings.Repeat("k", 256), "alice", false},
+		{"key with spaces", "bob\x00", false},
+		{"ünïcode", "alice", false},
+	} {
+		f.Add(seed.key, seed.caller, seed.resolve)
+	}
+	f.Fuzz(func(t *testing.T, key, caller string, resolve bool) {
+		md := metadata.MD{}
+		if key != "" {
+			md.Append(grpcint.KeyHeader, key)
+		}
+		if caller != "" {
+			md.Append(callerHeader, caller)
+		}
+		if resolve {
+			md.Append(grpcint.ResolveHeader, "1")
+		}
+		ctx, cancel := context.WithTimeout(metadata.NewIncomingContext(context.Background(), md), 10*time.Second)
+		defer cancel()
+		req := &paymentspb.TransferRequest{FromAccount: "a", ToAccount: "b", AmountCents: 1, Reference: "fuzz"}
+		call := func() (any, error) { return ic(ctx, req, info, handler) }
+		resp, err := call()
+		if err != nil {
+			st, ok := status.FromError(err)
+			if !ok {
+				t.Fatalf("not a status: %v", err)
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("key %q caller %q resolve %v: the call did not end: %v (pool %+v)", key, caller, resolve, err, db.Stats())
+			}
+			if grpcint.ReasonOf(err) == "" {
+				t.Fatalf("a keyed call's error without the kit's reason: %v", err)
+			}
+			if len(key) >= 4 && strings.Contains(st.Message(), key) {
+				t.Fatalf("the message contains the key: %q", st.Message())
+			}
+			return
+		}
+		if resolve {
+			return // a resolve that found a stored response
+		}
+		again, err := call()
+		if err != nil || !sameReply(resp, again) {
+			t.Fatalf("retry of a call that succeeded: %v, %v; want the same response", again, err)
+		}
+	})
+}
+
+func sameReply(a, b any) bool {
+	ra, ok1 := a.(*paymentspb.TransferReply)
+	rb, ok2 := b.(*paymentspb.TransferReply)
+	return ok1 && ok2 && ra.GetTransferId() == rb.GetTransferId() && ra.GetReference() == rb.GetReference()
+}

@@ -1,0 +1,135 @@
+package grpcint
+
+import (
+	"context"
+	"io"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+
+	"github.com/opledger/opledger/policy"
+)
+
+// StreamClientInterceptor returns the channel's streaming interceptor, as
+// DialOptions installs it. For policy.OwnerApplication it retries a
+// server-streaming call of an idempotent or no-side-effects method only
+// while no response header or message has arrived, by reopening the
+// stream and resending the request; once anything arrived, a failure is
+// returned as it is. Client-streaming and bidirectional calls are never
+// retried, and for the other owners streams pass through (counted).
+func (c *Client) StreamClientInterceptor() grpc.StreamClientInterceptor {
+	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		c.c.calls.Add(1)
+		p := c.policyOf(method)
+		if c.owner != policy.OwnerApplication || desc.ClientStreams || !desc.ServerStreams ||
+			(p.Kind != policy.KindIdempotent && p.Kind != policy.KindNoSideEffects) {
+			return streamer(ctx, desc, cc, method, opts...)
+		}
+		if !c.cfg.fundBySuccess {
+			c.cfg.budget.Deposit()
+		}
+		rs := &retryStream{c: c, p: p, ctx: ctx, desc: desc, cc: cc, method: method, streamer: streamer, opts: opts}
+		if err := rs.open(); err != nil {
+			return nil, err
+		}
+		return rs, nil
+	}
+}
+
+// retryStream is a server-streaming call that can be reopened until its
+// first response arrives.
+type retryStream struct {
+	grpc.ClientStream
+	c        *Client
+	p        policy.MethodPolicy
+	ctx      context.Context
+	desc     *grpc.StreamDesc
+	cc       *grpc.ClientConn
+	method   string
+	streamer grpc.Streamer
+	opts     []grpc.CallOption
+	ev       *evidence
+	req      any
+	sent     bool
+	closed   bool
+	received bool
+	attempts int
+	step     int
+}
+
+func (s *retryStream) open() error {
+	s.ev = &evidence{}
+	s.attempts++
+	cs, err := s.streamer(context.WithValue(s.ctx, evidenceKey{}, s.ev), s.desc, s.cc, s.method, s.opts...)
+	if err != nil {
+		return err
+	}
+	s.ClientStream = cs
+	return nil
+}
+
+// SendMsg records the request so that it can be resent.
+func (s *retryStream) SendMsg(m any) error {
+	s.req, s.sent = m, true
+	return s.ClientStream.SendMsg(m)
+}
+
+// CloseSend records that the request is complete.
+func (s *retryStream) CloseSend() error {
+	s.closed = true
+	return s.ClientStream.CloseSend()
+}
+
+// stopped returns err with the client's reading: the stream delivered
+// nothing, and it was not retried for the reason why.
+func (s *retryStream) stopped(err error, why string) error {
+	ci := CallInfo{Reason: ReasonCallOutcomeUnknown, Next: policy.Retry, Attempts: s.attempts, Decision: why}
+	if !s.ev.reached() {
+		ci.Reason = ReasonNotSent
+	}
+	return withCallInfo(err, ci)
+}
+
+// RecvMsg retries a failure that comes before the first message.
+func (s *retryStream) RecvMsg(m any) error {
+	for {
+		err := s.ClientStream.RecvMsg(m)
+		if err == nil {
+			if !s.received && s.c.cfg.fundBySuccess {
+				s.c.cfg.budget.Deposit()
+			}
+			s.received = true
+			return nil
+		}
+		if err == io.EOF || s.received || !s.sent || !s.closed {
+			return err
+		}
+		d := policy.Eligible(s.p, policy.Evidence{Sent: s.ev.sent.Load(), HeadersReceived: s.ev.header.Load(), MessageReceived: s.ev.message.Load()}, status.Code(err))
+		if d.Action != policy.Retry {
+			if s.attempts == 1 {
+				return err
+			}
+			return s.stopped(err, string(d.Reason))
+		}
+		if s.attempts >= s.c.cfg.maxAttempts {
+			return s.stopped(err, "max-attempts")
+		}
+		if !s.c.cfg.budget.TryWithdraw() {
+			s.c.c.refusals.Add(1)
+			return s.stopped(err, "budget-exhausted")
+		}
+		if why := s.c.pause(s.ctx, &s.step, s.Trailer().Get(policy.PushbackHeader), nil); why != "" {
+			return s.stopped(err, why)
+		}
+		s.c.c.retries.Add(1)
+		if oerr := s.open(); oerr != nil {
+			return oerr
+		}
+		if serr := s.ClientStream.SendMsg(s.req); serr != nil && serr != io.EOF {
+			return serr
+		}
+		if cerr := s.ClientStream.CloseSend(); cerr != nil {
+			return cerr
+		}
+	}
+}
