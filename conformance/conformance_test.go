@@ -42,7 +42,7 @@ func TestStore(t *testing.T) {
 	for _, tg := range testdb.Targets() {
 		t.Run(tg.Name, func(t *testing.T) {
 			t.Parallel()
-			db := openPool(t, tg, conformance.DefaultConcurrency+4)
+			db := tg.Open(t, conformance.DefaultConcurrency+4)
 			start := time.Now()
 			conformance.Run(t, conformance.StoreTarget(tg.Name, db, tg.Dialect), conformance.WithKeys(keys(t)))
 			t.Logf("suite took %v", time.Since(start).Round(time.Millisecond))
@@ -149,7 +149,7 @@ func TestSuiteHasTeeth(t *testing.T) {
 		}
 		t.Run(tg.Name, func(t *testing.T) {
 			t.Parallel()
-			db := openPool(t, tg, conformance.DefaultConcurrency+4)
+			db := tg.Open(t, conformance.DefaultConcurrency+4)
 			opts := []conformance.Option{conformance.WithKeys(8), conformance.WithCaseTimeout(20 * time.Second)}
 			for _, kind := range []string{"naive", "own-tx"} {
 				base := conformance.StoreTarget(tg.Name, db, tg.Dialect)

@@ -83,7 +83,7 @@ func TestOutsideDialect(t *testing.T) {
 		t.Fatalf("capabilities derived from the wrapper: %+v; want levels %v and KillConnections", caps, wantLevels)
 	}
 
-	db := openPool(t, postgresTarget(t), conformance.DefaultConcurrency+4)
+	db := postgresTarget(t).Open(t, conformance.DefaultConcurrency+4)
 	ctx := context.Background()
 
 	t.Run("migrations", func(t *testing.T) {
@@ -242,7 +242,7 @@ func TestBareDialect(t *testing.T) {
 		t.Fatalf("capabilities of a bare dialect: %+v; want the default level only, no kill, no bounded begin", caps)
 	}
 	const conc = 6
-	db := openPool(t, postgresTarget(t), conc+2)
+	db := postgresTarget(t).Open(t, conc+2)
 	if _, err := migrations.New(db, d); !errors.Is(err, migrations.ErrNoMigrations) {
 		t.Fatalf("migrations.New: %v, want ErrNoMigrations", err)
 	}

@@ -98,73 +98,80 @@ func TestPostgresClassifiesRealErrors(t *testing.T) {
 	})
 }
 
-// TestSQLiteClassifiesRealErrors provokes the codes with mattn/go-sqlite3.
+// TestSQLiteClassifiesRealErrors provokes the codes through both SQLite
+// drivers: mattn/go-sqlite3 (its sqlite3.Error, read by reflection) and
+// modernc.org/sqlite (an error with Code() int).
 func TestSQLiteClassifiesRealErrors(t *testing.T) {
 	t.Parallel()
-	d := sqlite.New()
-	path := filepath.Join(t.TempDir(), "c.db")
-	db, err := sql.Open("sqlite3", sqlite.DSN(path, 100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	ctx := context.Background()
-	mustExec := func(q string) {
-		if _, err := db.ExecContext(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	mustExec("CREATE TABLE pk (a INTEGER, b INTEGER, PRIMARY KEY (a, b)) WITHOUT ROWID")
-	mustExec("CREATE TABLE uq (a INTEGER UNIQUE)")
-	mustExec("INSERT INTO pk VALUES (1, 1)")
-	mustExec("INSERT INTO uq VALUES (1)")
-	_, errPK := db.ExecContext(ctx, "INSERT INTO pk VALUES (1, 1)")
-	_, errUQ := db.ExecContext(ctx, "INSERT INTO uq VALUES (1)")
-	_, errNN := db.ExecContext(ctx, "INSERT INTO pk VALUES (NULL, 1)")
-	if got := d.Classify(errPK); got != dialects.ClassUniqueViolation {
-		t.Errorf("composite primary key (1555): %v → %v", errPK, got)
-	}
-	if got := d.Classify(errUQ); got != dialects.ClassUniqueViolation {
-		t.Errorf("unique (2067): %v → %v", errUQ, got)
-	}
-	if got := d.Classify(errNN); got != dialects.ClassOther {
-		t.Errorf("not null: %v → %v", errNN, got)
-	}
+	for _, driver := range []string{"sqlite3", "sqlite"} {
+		t.Run(driver, func(t *testing.T) {
+			t.Parallel()
+			d := sqlite.New()
+			path := filepath.Join(t.TempDir(), "c.db")
+			db, err := sql.Open(driver, sqlite.DSN(path, 100*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			ctx := context.Background()
+			mustExec := func(q string) {
+				if _, err := db.ExecContext(ctx, q); err != nil {
+					t.Fatal(err)
+				}
+			}
+			mustExec("CREATE TABLE pk (a INTEGER, b INTEGER, PRIMARY KEY (a, b)) WITHOUT ROWID")
+			mustExec("CREATE TABLE uq (a INTEGER UNIQUE)")
+			mustExec("INSERT INTO pk VALUES (1, 1)")
+			mustExec("INSERT INTO uq VALUES (1)")
+			_, errPK := db.ExecContext(ctx, "INSERT INTO pk VALUES (1, 1)")
+			_, errUQ := db.ExecContext(ctx, "INSERT INTO uq VALUES (1)")
+			_, errNN := db.ExecContext(ctx, "INSERT INTO pk VALUES (NULL, 1)")
+			if got := d.Classify(errPK); got != dialects.ClassUniqueViolation {
+				t.Errorf("composite primary key (1555): %v → %v", errPK, got)
+			}
+			if got := d.Classify(errUQ); got != dialects.ClassUniqueViolation {
+				t.Errorf("unique (2067): %v → %v", errUQ, got)
+			}
+			if got := d.Classify(errNN); got != dialects.ClassOther {
+				t.Errorf("not null: %v → %v", errNN, got)
+			}
 
-	// BUSY: a second immediate transaction waits the busy timeout, then fails.
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback()
-	_, errBusy := db.BeginTx(ctx, nil)
-	if got := d.Classify(errBusy); got != dialects.ClassLockTimeout {
-		t.Errorf("busy: %v → %v", errBusy, got)
-	}
-	tx.Rollback()
+			// BUSY: a second immediate transaction waits the busy timeout, then fails.
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback()
+			_, errBusy := db.BeginTx(ctx, nil)
+			if got := d.Classify(errBusy); got != dialects.ClassLockTimeout {
+				t.Errorf("busy: %v → %v", errBusy, got)
+			}
+			tx.Rollback()
 
-	// BUSY_SNAPSHOT: a deferred transaction reads, another commits, it writes.
-	deferred, err := sql.Open("sqlite3", "file:"+path+"?_txlock=deferred&_busy_timeout=100")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer deferred.Close()
-	dtx, err := deferred.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dtx.Rollback()
-	var n int
-	if err := dtx.QueryRow("SELECT COUNT(*) FROM uq").Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	mustExec("INSERT INTO uq VALUES (2)")
-	_, errSnap := dtx.Exec("INSERT INTO uq VALUES (3)")
-	if got := d.Classify(errSnap); got != dialects.ClassSerialization {
-		t.Errorf("busy snapshot: %v → %v", errSnap, got)
-	}
-	if d.Classify(errors.New("plain")) != dialects.ClassOther || d.Classify(nil) != dialects.ClassOther {
-		t.Fatal("foreign errors")
+			// BUSY_SNAPSHOT: a deferred transaction reads, another commits, it writes.
+			deferred, err := sql.Open(driver, "file:"+path+"?_txlock=deferred&_busy_timeout=100")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer deferred.Close()
+			dtx, err := deferred.BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer dtx.Rollback()
+			var n int
+			if err := dtx.QueryRow("SELECT COUNT(*) FROM uq").Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			mustExec("INSERT INTO uq VALUES (2)")
+			_, errSnap := dtx.Exec("INSERT INTO uq VALUES (3)")
+			if got := d.Classify(errSnap); got != dialects.ClassSerialization {
+				t.Errorf("busy snapshot: %v → %v", errSnap, got)
+			}
+			if d.Classify(errors.New("plain")) != dialects.ClassOther || d.Classify(nil) != dialects.ClassOther {
+				t.Fatal("foreign errors")
+			}
+		})
 	}
 }
 

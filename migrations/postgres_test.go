@@ -45,22 +45,22 @@ func kitLocksHeld(t *testing.T, db *sql.DB, pids ...int64) int {
 	return total
 }
 
-// waitTrying waits until PostgreSQL shows backend pid's last statement as
-// the advisory locker's try (it is waiting for its next try), or fails
-// when done receives first.
+// waitTrying waits until PostgreSQL shows backend pid waiting for the
+// advisory lock (pg_advisory_lock, wait event type Lock), or fails when
+// done receives first.
 func waitTrying(t *testing.T, db *sql.DB, pid int64, done <-chan struct{}) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		var n int
-		if err := db.QueryRow("SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND query = 'SELECT pg_try_advisory_lock($1)'", pid).Scan(&n); err != nil {
+		if err := db.QueryRow("SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND query = 'SELECT pg_advisory_lock($1)' AND wait_event_type = 'Lock'", pid).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		if n == 1 {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("backend %d has not tried the migration lock after 20s", pid)
+			t.Fatalf("backend %d is not waiting for the migration lock after 20s", pid)
 		}
 		select {
 		case <-done:

@@ -91,78 +91,14 @@ type env struct {
 // herdCallers is how many concurrent calls the herd tests make.
 const herdCallers = 64
 
-// familyConns is how many connections the parallel subtests of this
-// package hold at once on one database family: the largest pool a test
-// asks for, a herd's 64 callers and one connection for the test's own
-// queries (the package's peak when its tests ran one after another was
-// 64). So pq and pgx herds never run together against a PostgreSQL that
-// allows 100 connections and that other packages' tests use too, and a
-// large -parallel cannot exhaust a server.
-const familyConns = herdCallers + 1
-
-// connBudget hands out a family's connections to subtests.
-type connBudget struct {
-	mu   sync.Mutex // one acquirer at a time: two herds never hold half each
-	free chan struct{}
-}
-
-var (
-	budgetsMu sync.Mutex
-	budgets   = map[string]*connBudget{}
-)
-
-func budgetOf(family string) *connBudget {
-	budgetsMu.Lock()
-	defer budgetsMu.Unlock()
-	b, ok := budgets[family]
-	if !ok {
-		b = &connBudget{free: make(chan struct{}, familyConns)}
-		for range familyConns {
-			b.free <- struct{}{}
-		}
-		budgets[family] = b
-	}
-	return b
-}
-
-func (b *connBudget) acquire(n int) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for range n {
-		<-b.free
-	}
-}
-
-func (b *connBudget) release(n int) {
-	for range n {
-		b.free <- struct{}{}
-	}
-}
-
 // forEachTarget runs f in a parallel subtest per target of the given
 // families (every target when none is given) with a pool of maxConns
-// connections. Each subtest closes its pool's idle connection while it
-// waits for its turn and then waits for maxConns connections of its
-// family's budget (see familyConns), so that -parallel cannot exhaust
-// the database servers.
+// connections, reserved from the server's budget before the pool opens
+// (see testdb.Reserve), so that -parallel and the other packages' tests
+// cannot exhaust the database servers.
 func forEachTarget(t *testing.T, maxConns int, f func(t *testing.T, e *env), families ...string) {
 	t.Helper()
-	testdb.ForEach(t, maxConns, func(t *testing.T, te *testdb.Env) {
-		te.DB.SetMaxIdleConns(0) // the pool opened and migrated; hold nothing while paused
-		t.Parallel()
-		n := min(maxConns, familyConns)
-		b := budgetOf(testdb.Target{Name: te.Name}.Family())
-		b.acquire(n)
-		t.Cleanup(func() {
-			// Give the connections back before the next subtest opens
-			// its own: close them (testdb's cleanup, which runs after
-			// this one, checks that none is left in use).
-			te.DB.SetMaxIdleConns(0)
-			b.release(n)
-		})
-		te.DB.SetMaxIdleConns(maxConns)
-		f(t, withStore(t, te))
-	}, families...)
+	testdb.ForEachParallel(t, maxConns, func(t *testing.T, te *testdb.Env) { f(t, withStore(t, te)) }, families...)
 }
 
 // forEachPostgres runs f on the PostgreSQL targets (lib/pq and pgx).

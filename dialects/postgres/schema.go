@@ -6,6 +6,7 @@ import (
 	"embed"
 	"fmt"
 	"io/fs"
+	"strconv"
 	"time"
 
 	"github.com/opledger/opledger/dialects"
@@ -22,8 +23,8 @@ var (
 
 // Migrations returns the ledger's PostgreSQL migrations, run under a
 // session advisory lock with the kit's own id (0x6f706c6564676572,
-// "opledger"), distinct from goose's default, retried every second for up
-// to five minutes.
+// "opledger"), distinct from goose's default, waited for up to five
+// minutes.
 func (Dialect) Migrations() dialects.Migrations {
 	sub, err := fs.Sub(migrationFiles, "migrations")
 	if err != nil {
@@ -41,10 +42,11 @@ func (Dialect) Migrations() dialects.Migrations {
 // wait on the application's.
 const lockID int64 = 0x6f706c6564676572
 
-// Lock timing: try every second for five minutes, as a migration of
-// another process normally takes well under a second.
+// Lock timing: wait in steps of one second (the server's lock_timeout),
+// for five minutes in all, as a migration of another process normally
+// takes well under a second.
 const (
-	lockRetry   = time.Second
+	lockStep    = time.Second
 	lockTimeout = 5 * time.Minute
 )
 
@@ -52,30 +54,51 @@ const (
 // session that dies releases it.
 type advisoryLock struct{}
 
-// SessionLock takes the advisory lock on conn, trying once a second for
-// five minutes or until ctx ends.
+// SessionLock takes the advisory lock on conn: pg_advisory_lock in a
+// transaction whose lock_timeout is one second, so that the server either
+// grants it or gives up, and never a cancelled statement leaves the lock
+// granted without the caller knowing. It tries again for five minutes in
+// all, or until ctx ends; it is granted as soon as the holder releases it.
 func (advisoryLock) SessionLock(ctx context.Context, conn *sql.Conn) error {
 	deadline := time.Now().Add(lockTimeout)
+	wctx := context.WithoutCancel(ctx) // see above: never cancel mid-grant
 	for {
-		var got bool
-		if err := conn.QueryRowContext(ctx, "SELECT pg_try_advisory_lock($1)", lockID).Scan(&got); err != nil {
+		err := tryAdvisoryLock(wctx, conn)
+		if err == nil {
+			return nil
+		}
+		if classifyStateOf(err) != dialects.ClassLockTimeout {
 			return fmt.Errorf("postgres: migration lock: %w", err)
 		}
-		if got {
-			return nil
+		if cerr := ctx.Err(); cerr != nil {
+			return fmt.Errorf("postgres: migration lock: %w", cerr)
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("postgres: migration lock not granted within %v (another process is migrating an opledger table)", lockTimeout)
 		}
-		t := time.NewTimer(lockRetry)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("postgres: migration lock: %w", ctx.Err())
-		case <-t.C:
-		}
 	}
 }
+
+// tryAdvisoryLock waits at most lockStep for the lock.
+func tryAdvisoryLock(ctx context.Context, conn *sql.Conn) error {
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, "SET LOCAL lock_timeout = "+strconv.FormatInt(lockStep.Milliseconds(), 10)); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_lock($1)", lockID); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	// The session lock outlives the transaction.
+	return tx.Commit()
+}
+
+// classifyStateOf classifies err by its SQLSTATE.
+func classifyStateOf(err error) dialects.Class { return Dialect{}.Classify(err) }
 
 // SessionUnlock releases the advisory lock on conn.
 func (advisoryLock) SessionUnlock(ctx context.Context, conn *sql.Conn) error {

@@ -1,9 +1,11 @@
 // Package sqlite is the ledger dialect for SQLite 3.35 or later.
 //
-// It imports no driver, so it never forces cgo on anyone: errors are
-// classified by their result code, read from mattn/go-sqlite3's
-// sqlite3.Error (fields Code and ExtendedCode) or from any error with a
-// Code() int method (modernc.org/sqlite).
+// It imports no driver, so it never forces cgo on anyone: use
+// mattn/go-sqlite3 (cgo) or modernc.org/sqlite (pure Go); the tests and the
+// conformance suite run through both. Errors are classified by their
+// result code, read from mattn/go-sqlite3's sqlite3.Error (fields Code and
+// ExtendedCode) or from any error with a Code() int method
+// (modernc.org/sqlite).
 //
 // SQLite allows one writer at a time. A deferred transaction that has read
 // before it writes cannot wait for the writer: it fails at once with
@@ -147,11 +149,12 @@ func fieldCode(err error) (int, bool) {
 	return 0, false
 }
 
-// DSN returns a data source name for mattn/go-sqlite3 that every pooled
-// connection applies: WAL journal, the given busy timeout (5 s when zero
-// or negative) and immediate transactions (_txlock=immediate), so a
-// transaction takes the write lock at BEGIN and never fails with
-// SQLITE_BUSY on upgrade after a read.
+// DSN returns a data source name that every pooled connection applies,
+// for mattn/go-sqlite3 (driver "sqlite3") and modernc.org/sqlite (driver
+// "sqlite", pure Go; it reads the same parameters): WAL journal, the given
+// busy timeout (5 s when zero or negative) and immediate transactions
+// (_txlock=immediate), so a transaction takes the write lock at BEGIN and
+// never fails with SQLITE_BUSY on upgrade after a read.
 func DSN(path string, busyTimeout time.Duration) string {
 	if busyTimeout <= 0 {
 		busyTimeout = defaultBusyTimeout

@@ -7,65 +7,20 @@ import (
 	"encoding/hex"
 	"fmt"
 	"sort"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/opledger/opledger/dialects"
 )
 
-// Connection budgets: at most this many connections to one database server
-// are reserved at once by the parallel tests of one test binary (see
-// [Parallel]). PostgreSQL allows 100 connections by default and MariaDB
-// 151, and `go test ./...` runs several test binaries, each with its own
-// parallel tests, at the same time: the budget keeps one binary from
-// taking them all, however many CPUs (and so parallel tests) there are. A
-// reservation larger than the budget is granted alone.
-const (
-	PostgresBudget = 40
-	MySQLBudget    = 48
-)
-
-var budgets = map[string]*budget{
-	"postgres": {limit: PostgresBudget},
-	"mysql":    {limit: MySQLBudget},
-}
-
-type budget struct {
-	mu    sync.Mutex
-	cond  *sync.Cond
-	limit int
-	used  int
-}
-
-func (b *budget) acquire(n int) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.cond == nil {
-		b.cond = sync.NewCond(&b.mu)
-	}
-	for b.used > 0 && b.used+n > b.limit {
-		b.cond.Wait()
-	}
-	b.used += n
-}
-
-func (b *budget) release(n int) {
-	b.mu.Lock()
-	b.used -= n
-	if b.cond != nil {
-		b.cond.Broadcast()
-	}
-	b.mu.Unlock()
-}
-
 // Parallel marks t as a parallel test (t.Parallel) and then reserves n
-// connections of the family's budget (family "postgres" or "mysql"; any
-// other family, such as "sqlite", has none) until t and its subtests have
-// ended, waiting while other tests of the binary hold too much of it. Call
-// it once, first in the test, before any pool is opened, with the sum of
-// the sizes of the pools the test opens on that family's server; a test
-// that uses several servers calls [ParallelOn] instead.
+// connections of the family's server budget (family "postgres" or
+// "mysql"; any other family, such as "sqlite", has none) until t and its
+// subtests have ended, waiting while other tests, of this binary or any
+// other, hold too much of it (see [Reserve]). Call it once, first in the
+// test, before any pool is opened, with the sum of the sizes of the pools
+// the test opens on that family's server; a test that uses several servers
+// calls [ParallelOn] instead.
 func Parallel(t *testing.T, family string, n int) {
 	t.Helper()
 	ParallelOn(t, map[string]int{family: n})
@@ -84,13 +39,7 @@ func ParallelOn(t *testing.T, conns map[string]int) {
 	}
 	sort.Strings(families)
 	for _, f := range families {
-		b, ok := budgets[f]
-		n := conns[f]
-		if !ok || n <= 0 {
-			continue
-		}
-		b.acquire(n)
-		t.Cleanup(func() { b.release(n) })
+		Reserve(t, f, conns[f])
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"encoding/hex"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -43,7 +44,8 @@ const (
 
 // Target is one database the tests run against.
 type Target struct {
-	// Name is "sqlite", "postgres/pq", "postgres/pgx" or "mysql".
+	// Name is "sqlite", "sqlite/modernc", "postgres/pq", "postgres/pgx" or
+	// "mysql".
 	Name    string
 	Dialect dialects.Dialect
 	// Open returns a new pool with at most maxConns connections, closed
@@ -61,13 +63,20 @@ func (tg Target) Family() string {
 // Targets returns every target: SQLite always, PostgreSQL (both drivers)
 // and MySQL when their DSNs are set. A missing DSN skips (or, with EnvRequire, fails)
 // only the subtests that use it: call Require in the subtest.
+//
+// A test binary that links modernc.org/sqlite (driver "sqlite", pure Go)
+// also gets the target "sqlite/modernc", right after "sqlite" (which is
+// mattn/go-sqlite3): the same dialect and DSN through the second driver.
 func Targets() []Target {
-	return []Target{
-		{Name: "sqlite", Dialect: sqlite.New(), Open: openSQLite},
-		{Name: "postgres/pq", Dialect: postgres.New(), Open: openPostgres("postgres")},
-		{Name: "postgres/pgx", Dialect: postgres.New(), Open: openPostgres("pgx")},
-		{Name: "mysql", Dialect: mysql.New(), Open: OpenMySQL(nil)},
+	out := []Target{{Name: "sqlite", Dialect: sqlite.New(), Open: openSQLite("sqlite3")}}
+	if slices.Contains(sql.Drivers(), "sqlite") {
+		out = append(out, Target{Name: "sqlite/modernc", Dialect: sqlite.New(), Open: openSQLite("sqlite")})
 	}
+	return append(out,
+		Target{Name: "postgres/pq", Dialect: postgres.New(), Open: openPostgres("postgres")},
+		Target{Name: "postgres/pgx", Dialect: postgres.New(), Open: openPostgres("pgx")},
+		Target{Name: "mysql", Dialect: mysql.New(), Open: OpenMySQL(nil)},
+	)
 }
 
 // Skip skips the test for a database that is not configured, naming the
@@ -80,10 +89,15 @@ func Skip(t testing.TB, env string) {
 	t.Skipf("set %s to run this test against a real database", env)
 }
 
-func openSQLite(t testing.TB, maxConns int) *sql.DB {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "ledger.db")
-	return open(t, "sqlite3", sqlite.DSN(path, 10*time.Second), maxConns)
+// openSQLite opens a new SQLite file through driver ("sqlite3" for
+// mattn/go-sqlite3, "sqlite" for modernc.org/sqlite: both read the
+// dialect's DSN).
+func openSQLite(driver string) func(testing.TB, int) *sql.DB {
+	return func(t testing.TB, maxConns int) *sql.DB {
+		t.Helper()
+		path := filepath.Join(t.TempDir(), "ledger.db")
+		return open(t, driver, sqlite.DSN(path, 10*time.Second), maxConns)
+	}
 }
 
 func openPostgres(driver string) func(testing.TB, int) *sql.DB {
@@ -93,6 +107,7 @@ func openPostgres(driver string) func(testing.TB, int) *sql.DB {
 		if dsn == "" {
 			Skip(t, EnvPostgres)
 		}
+		reserveForOpen(t, "postgres", maxConns)
 		return open(t, driver, dsn, maxConns)
 	}
 }
@@ -116,6 +131,7 @@ func OpenMySQL(configure func(*gomysql.Config)) func(testing.TB, int) *sql.DB {
 		if configure != nil {
 			configure(cfg)
 		}
+		reserveForOpen(t, "mysql", maxConns)
 		return open(t, "mysql", cfg.FormatDSN(), maxConns)
 	}
 }
