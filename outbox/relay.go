@@ -215,6 +215,34 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 }
 
+// Drain publishes batches until one finds the outbox empty, backing off
+// after a failed batch, and returns nil then, or ctx's error: for a
+// command that relays what is there and exits, and for tests.
+func (r *Relay) Drain(ctx context.Context) error {
+	failed := 0
+	for {
+		read, published, err := r.once(ctx)
+		if cerr := ctx.Err(); cerr != nil {
+			return cerr
+		}
+		var d time.Duration
+		switch {
+		case err != nil:
+			failed++
+			d = r.backoff(failed)
+		case read == 0:
+			return nil
+		case published == 0:
+			failed, d = 0, r.cfg.poll // held by other relays
+		default:
+			failed = 0
+		}
+		if err := wait.Sleep(ctx, d); err != nil {
+			return err
+		}
+	}
+}
+
 func (r *Relay) backoff(failed int) time.Duration {
 	d := r.cfg.base
 	for i := 1; i < failed && d < r.cfg.max; i++ {
@@ -236,76 +264,76 @@ type row struct {
 // published before it are deleted, or published again later if even
 // that failed).
 func (r *Relay) RunOnce(ctx context.Context) (int, error) {
-	r.batches.Add(1)
-	var (
-		n   int
-		err error
-	)
-	if r.ob.q.Locking {
-		n, err = r.lockedBatch(ctx)
-	} else {
-		n, err = r.plainBatch(ctx)
-	}
-	r.published.Add(int64(n))
-	if err != nil {
-		r.failures.Add(1)
-	}
+	_, n, err := r.once(ctx)
 	return n, err
 }
 
+// once is one batch: how many messages it read and how many it published.
+func (r *Relay) once(ctx context.Context) (read, published int, err error) {
+	r.batches.Add(1)
+	if r.ob.q.Locking {
+		read, published, err = r.lockedBatch(ctx)
+	} else {
+		read, published, err = r.plainBatch(ctx)
+	}
+	r.published.Add(int64(published))
+	if err != nil {
+		r.failures.Add(1)
+	}
+	return read, published, err
+}
+
 // lockedBatch is one batch on a dialect whose Batch locks rows.
-func (r *Relay) lockedBatch(ctx context.Context) (int, error) {
+func (r *Relay) lockedBatch(ctx context.Context) (int, int, error) {
 	tx, err := r.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
-		return 0, fmt.Errorf("outbox relay: begin: %w", err)
+		return 0, 0, fmt.Errorf("outbox relay: begin: %w", err)
 	}
 	defer tx.Rollback()
 	rows, err := r.read(ctx, tx)
 	if err != nil || len(rows) == 0 {
-		return 0, err
+		return 0, 0, err
 	}
 	ready, err := r.firstInKey(ctx, tx, rows)
 	if err != nil {
-		return 0, err
+		return len(rows), 0, err
 	}
 	r.held.Add(int64(len(rows) - len(ready)))
 	done, perr := r.publish(ctx, ready)
-	for _, m := range done {
-		if _, err := tx.ExecContext(ctx, r.ob.q.Delete, m.Seq); err != nil {
-			return 0, fmt.Errorf("outbox relay: delete: %w", err)
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		return 0, fmt.Errorf("outbox relay: commit: %w", err)
-	}
-	return len(done), perr
+	return len(rows), len(done), r.delete(ctx, tx, done, perr)
 }
 
 // plainBatch is one batch on a dialect without row locks (one relay per
 // database): read, publish, then delete in a short transaction.
-func (r *Relay) plainBatch(ctx context.Context) (int, error) {
+func (r *Relay) plainBatch(ctx context.Context) (int, int, error) {
 	rows, err := r.read(ctx, r.db)
 	if err != nil || len(rows) == 0 {
-		return 0, err
+		return 0, 0, err
 	}
 	done, perr := r.publish(ctx, rows)
 	if len(done) == 0 {
-		return 0, perr
+		return len(rows), 0, perr
 	}
 	tx, err := r.db.BeginTx(ctx, nil)
 	if err != nil {
-		return 0, fmt.Errorf("outbox relay: begin: %w", err)
+		return len(rows), 0, fmt.Errorf("outbox relay: begin: %w", err)
 	}
 	defer tx.Rollback()
+	return len(rows), len(done), r.delete(ctx, tx, done, perr)
+}
+
+// delete removes the published rows in tx and commits it; it returns the
+// publish error perr when that is all that went wrong.
+func (r *Relay) delete(ctx context.Context, tx *sql.Tx, done []row, perr error) error {
 	for _, m := range done {
 		if _, err := tx.ExecContext(ctx, r.ob.q.Delete, m.Seq); err != nil {
-			return 0, fmt.Errorf("outbox relay: delete: %w", err)
+			return fmt.Errorf("outbox relay: delete: %w", err)
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		return 0, fmt.Errorf("outbox relay: commit: %w", err)
+		return fmt.Errorf("outbox relay: commit: %w", err)
 	}
-	return len(done), perr
+	return perr
 }
 
 type querier interface {

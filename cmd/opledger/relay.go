@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -14,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/opledger/opledger/internal/wait"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/outbox"
 	"github.com/opledger/opledger/outbox/natsjs"
@@ -94,7 +92,7 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	fmt.Fprintf(stdout, "opledger relay: %s table %s → %s\n", t.display, ob.Table(), u.Redacted())
 	if *drainOnly {
-		err = drainOutbox(ctx, db, ob, r)
+		err = r.Drain(ctx)
 	} else {
 		err = r.Run(ctx)
 		if errors.Is(err, context.Canceled) {
@@ -107,40 +105,4 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return fail(stderr, "relay", err)
 	}
 	return 0
-}
-
-// drainOutbox runs batches until the outbox is empty, backing off after a
-// failed batch, for at most a minute of failures in a row.
-func drainOutbox(ctx context.Context, db *sql.DB, ob *outbox.Outbox, r *outbox.Relay) error {
-	q := "SELECT COUNT(*) FROM " + ob.Dialect().QuoteIdent(ob.Table())
-	var since time.Time
-	for {
-		n, err := r.RunOnce(ctx)
-		switch {
-		case err != nil:
-			if since.IsZero() {
-				since = time.Now()
-			}
-			if time.Since(since) > time.Minute {
-				return err
-			}
-			if err := wait.Sleep(ctx, 200*time.Millisecond); err != nil {
-				return err
-			}
-			continue
-		case n > 0:
-			since = time.Time{}
-			continue
-		}
-		var left int
-		if err := db.QueryRowContext(ctx, q).Scan(&left); err != nil {
-			return err
-		}
-		if left == 0 {
-			return nil
-		}
-		if err := wait.Sleep(ctx, 50*time.Millisecond); err != nil {
-			return err
-		}
-	}
 }

@@ -470,8 +470,12 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 	}
 	if sc.Events != nil {
 		rec := &eventRecorder{next: sc.Events, ids: map[string]string{}}
-		if err := drain(ctx, sc.DB, ob, rec); err != nil {
+		relay, err := outbox.NewRelay(sc.DB, ob, rec)
+		if err != nil {
 			return rep, err
+		}
+		if err := relay.Drain(ctx); err != nil {
+			return rep, fmt.Errorf("payments: relay the outbox: %w", err)
 		}
 		rep.Evented, rep.EventResends = true, rec.resends
 		perRef := map[string]int{}
@@ -601,37 +605,6 @@ func (e *eventRecorder) Publish(ctx context.Context, env outbox.Envelope) error 
 	}
 	e.ids[env.ID] = ev.GetReference()
 	return nil
-}
-
-// drain relays the outbox to pub until it is empty, within ctx.
-func drain(ctx context.Context, db *sql.DB, ob *outbox.Outbox, pub outbox.Publisher) error {
-	r, err := outbox.NewRelay(db, ob, pub)
-	if err != nil {
-		return err
-	}
-	q := "SELECT COUNT(*) FROM " + ob.Dialect().QuoteIdent(ob.Table())
-	for failures := 0; ; {
-		n, err := r.RunOnce(ctx)
-		if err != nil {
-			if failures++; failures > 20 {
-				return fmt.Errorf("payments: relay the outbox: %w", err)
-			}
-			if err := wait.Sleep(ctx, 50*time.Millisecond); err != nil {
-				return err
-			}
-			continue
-		}
-		if n > 0 {
-			continue
-		}
-		var left int
-		if err := db.QueryRowContext(ctx, q).Scan(&left); err != nil {
-			return err
-		}
-		if left == 0 {
-			return nil
-		}
-	}
 }
 
 type rowCount struct {
