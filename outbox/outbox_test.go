@@ -25,7 +25,9 @@ type env struct {
 	runner *txmiddleware.Runner
 }
 
-func newEnv(t *testing.T, te *testdb.Env) *env {
+func newEnv(t *testing.T, te *testdb.Env) *env { return newEnvB(t, te) }
+
+func newEnvB(t testing.TB, te *testdb.Env) *env {
 	t.Helper()
 	store, err := ledger.New(te.Dialect, ledger.WithTable(te.Table))
 	if err != nil {
