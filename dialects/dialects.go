@@ -6,8 +6,9 @@
 // What only some databases need is an optional interface, found with a type
 // assertion: [LockWaiter] (a bound on lock waits), [Schema] (the ledger's
 // table as migrations), [Sessions] (the database's own view of sessions and
-// lock waits, for tests) and [Described] (how the database behaves under
-// concurrency, for the conformance suite). Nothing outside this package
+// lock waits, for tests), [Described] (how the database behaves under
+// concurrency, for the conformance suite) and [Outboxer] (the SQL of the
+// transactional outbox). Nothing outside this package
 // and its sub-packages looks at a dialect's name to decide anything.
 //
 // Implementations for PostgreSQL, SQLite and MySQL/MariaDB live in the

@@ -86,6 +86,7 @@ type clientConfig struct {
 	serviceConfig    string
 	hasServiceConfig bool
 	retrySettings    *serviceconfig.RetrySettings
+	downstreamKeys   bool
 }
 
 func clientOption(name string, f func(*clientConfig) error) ClientOption {
@@ -158,6 +159,23 @@ func WithResolveWindow(d time.Duration) ClientOption {
 			return fmt.Errorf("resolve window %v under 1ms", d)
 		}
 		c.resolveWindow = d
+		return nil
+	})
+}
+
+// WithDownstreamKeys makes the client attach a derived key to a keyed
+// method called from inside a keyed call (a context that carries an
+// operation, as a keyed handler's does) without a key of its own:
+// DownstreamKey(ctx, method), with the called full method as the step,
+// instead of a new random key. The downstream call then has the same key
+// on every retry of the upstream call, so a chain of keyed services
+// behaves as one. A handler that calls the same method more than once per
+// operation gives each call its own key with WithKey(ctx,
+// DownstreamKey(ctx, step)). Outside a keyed call, and with a key set
+// (WithKey), the client behaves as without the option.
+func WithDownstreamKeys() ClientOption {
+	return clientOption("WithDownstreamKeys", func(c *clientConfig) error {
+		c.downstreamKeys = true
 		return nil
 	})
 }
@@ -236,8 +254,9 @@ func (c *Client) policyOf(method string) policy.MethodPolicy {
 }
 
 // withKeyFor returns ctx carrying an idempotency key when method is keyed:
-// the caller's key if set, else a new one. It returns the key ("" for a
-// method that is not keyed and has no key).
+// the caller's key if set, else (WithDownstreamKeys, inside a keyed call)
+// the derived one, else a new one. It returns the key ("" for a method
+// that is not keyed and has no key).
 func (c *Client) withKeyFor(ctx context.Context, p policy.MethodPolicy) (context.Context, string) {
 	if k := keyOf(ctx); k != "" {
 		return ctx, k
@@ -245,7 +264,13 @@ func (c *Client) withKeyFor(ctx context.Context, p policy.MethodPolicy) (context
 	if p.Kind != policy.KindKeyed {
 		return ctx, ""
 	}
-	k := NewKey()
+	k := ""
+	if c.cfg.downstreamKeys {
+		k, _ = DownstreamKey(ctx, p.FullMethod) // "" outside a keyed call
+	}
+	if k == "" {
+		k = NewKey()
+	}
 	return metadata.AppendToOutgoingContext(ctx, KeyHeader, k), k
 }
 

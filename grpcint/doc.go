@@ -25,6 +25,11 @@
 // and nobody, retries off. Each logical call of a keyed method carries one
 // key on every attempt.
 //
+// A keyed handler that calls another service gives the call a key derived
+// from its own operation (DownstreamKey, or the client option
+// WithDownstreamKeys): the same on every retry, so a chain of keyed
+// services behaves as one; see docs/beyond-the-transaction.md.
+//
 // The package keeps no global state and logs nothing. The raw key never
 // appears in an error, a status message or the ledger. See docs/grpc.md.
 package grpcint

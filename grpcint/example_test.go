@@ -187,3 +187,28 @@ func ExampleReasonOf() {
 	// ""
 	// REQUEST_NOT_EXECUTED
 }
+
+// chargeProvider stands for a payment provider's API outside the kit,
+// which takes its own idempotency key.
+type chargeProvider interface {
+	Charge(ctx context.Context, idempotencyKey string, amountCents int64) (chargeID string, err error)
+}
+
+// A keyed handler that calls a system outside the kit sends it the key
+// derived from its own operation: the same on every retry of the upstream
+// call and every run of the handler, so the provider charges once.
+func ExampleDownstreamKey() {
+	var provider chargeProvider // your provider's client
+	handler := func(ctx context.Context, req *paymentspb.TransferRequest) (*paymentspb.TransferReply, error) {
+		key, err := grpcint.DownstreamKey(ctx, "charge")
+		if err != nil {
+			return nil, err // not inside a keyed call (ledger.ErrNoOperation)
+		}
+		chargeID, err := provider.Charge(ctx, key, req.GetAmountCents())
+		if err != nil {
+			return nil, status.Error(codes.Unavailable, "the provider failed; retry with the same key")
+		}
+		return &paymentspb.TransferReply{Reference: chargeID}, nil
+	}
+	_ = handler
+}

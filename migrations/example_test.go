@@ -50,6 +50,7 @@ func Example() {
 	}
 	// Output:
 	// up 00001_create_operations.sql
+	// up 00002_create_outbox.sql
 	// second up: 0 <nil>
 	// version table: payments_ledger_db_version
 }
@@ -70,4 +71,5 @@ func ExampleExport() {
 	}
 	// Output:
 	// 00001_create_operations.sql
+	// 00002_create_outbox.sql
 }

@@ -90,7 +90,8 @@ func TestUpDownCycle(t *testing.T) {
 				t.Fatalf("pending before up: %v %v", pending, err)
 			}
 			rs, err := m.Up(ctx)
-			if err != nil || len(rs) != 1 || rs[0].Direction != "up" || rs[0].Version != 1 || rs[0].Name != "00001_create_operations.sql" {
+			if err != nil || len(rs) != 2 || rs[0].Direction != "up" || rs[0].Version != 1 || rs[0].Name != "00001_create_operations.sql" ||
+				rs[1].Version != 2 || rs[1].Name != "00002_create_outbox.sql" {
 				t.Fatalf("up: %+v %v", rs, err)
 			}
 			if count(rows) != 0 {
@@ -105,15 +106,18 @@ func TestUpDownCycle(t *testing.T) {
 				t.Fatalf("pending after up: %v %v", pending, err)
 			}
 			st, err := m.Status(ctx)
-			if err != nil || len(st) != 1 || !st[0].Applied || st[0].Name != "00001_create_operations.sql" || st[0].AppliedAt.IsZero() {
+			if err != nil || len(st) != 2 || !st[0].Applied || st[0].Name != "00001_create_operations.sql" || st[0].AppliedAt.IsZero() || !st[1].Applied {
 				t.Fatalf("status: %+v %v", st, err)
 			}
 			rs, err = m.Down(ctx)
-			if err != nil || len(rs) != 1 || rs[0].Direction != "down" {
+			if err != nil || len(rs) != 2 || rs[0].Direction != "down" {
 				t.Fatalf("down: %+v %v", rs, err)
 			}
 			if _, err := db.ExecContext(ctx, rows); err == nil {
 				t.Fatal("table still there after down")
+			}
+			if _, err := db.ExecContext(ctx, "SELECT COUNT(*) FROM "+d.QuoteIdent(table+"_outbox")); err == nil {
+				t.Fatal("outbox table still there after down")
 			}
 			st, err = m.Status(ctx)
 			if err != nil || st[0].Applied || !st[0].AppliedAt.IsZero() {
@@ -149,7 +153,7 @@ func TestFilesAndExport(t *testing.T) {
 	}
 	dir := t.TempDir()
 	paths, err := migrations.Export(dir, postgres.New(), "ops")
-	if err != nil || len(paths) != 1 || paths[0] != filepath.Join(dir, "00001_create_operations.sql") {
+	if err != nil || len(paths) != 2 || paths[0] != filepath.Join(dir, "00001_create_operations.sql") || paths[1] != filepath.Join(dir, "00002_create_outbox.sql") {
 		t.Fatalf("export: %v %v", paths, err)
 	}
 	b, err := os.ReadFile(filepath.Join(dir, "00001_create_operations.sql"))
@@ -192,6 +196,13 @@ func TestFilesUseDialectQuoting(t *testing.T) {
 		}
 		if !strings.Contains(s, d.QuoteIdent("weird_Name_expires_idx")) {
 			t.Fatalf("%T: index name quoted differently from the dialect:\n%s", d, s)
+		}
+		b, err = fs.ReadFile(fsys, "00002_create_outbox.sql")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := string(b); !strings.Contains(s, "CREATE TABLE "+d.QuoteIdent("weird_Name_outbox")+" (") || !strings.Contains(s, "DROP TABLE "+d.QuoteIdent("weird_Name_outbox")+";") {
+			t.Fatalf("%T: outbox table quoted differently from the dialect:\n%s", d, s)
 		}
 	}
 	// The wrapper's files run.

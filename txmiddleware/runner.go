@@ -94,7 +94,9 @@ func New(db *sql.DB, l ledger.Ledger, opts ...Option) (*Runner, error) {
 type txKey struct{}
 
 // TxFromContext returns the transaction that Run passes to the work, from
-// the work's context or one derived from it.
+// the work's context or one derived from it. The work's context also
+// carries the operation's identity (ledger.OperationFromContext), from
+// which downstream keys and outbox message ids are derived.
 func TxFromContext(ctx context.Context) (*sql.Tx, bool) {
 	tx, ok := ctx.Value(txKey{}).(*sql.Tx)
 	return tx, ok && tx != nil
@@ -297,7 +299,7 @@ func (r *Runner) once(ctx context.Context, req ledger.ClaimRequest, work Work, s
 			return out, r.stmtErr(ctx, "savepoint", err)
 		}
 	}
-	res, werr := work(context.WithValue(ctx, txKey{}, tx), tx)
+	res, werr := work(ledger.ContextWithOperation(context.WithValue(ctx, txKey{}, tx), req.Identity), tx)
 	if werr != nil {
 		if cerr := ctxErr(ctx, "work", werr); cerr != nil {
 			return out, cerr

@@ -28,6 +28,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	outage := fs.Int("outage-calls", 200, "logical transfers during the total outage (0 skips it)")
 	concurrency := fs.Int("concurrency", 32, "transfers in flight at once")
 	ownerName := fs.String("owner", "application", "retry owner of the client's channel: application or service-config (grpc-go's own retries)")
+	chain := fs.Bool("chain", false, "every transfer calls the ledger-backed fraud check service (faults on that hop too, 10% of the transfers' transactions failed after the check) and emits TransferCompleted through the outbox")
+	to := fs.String("to", "", "with --chain: publish the events to NATS JetStream (nats://host:port, stream OPLEDGER_DEMO) instead of an in-memory broker")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -50,13 +52,16 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if owner != policy.OwnerApplication && owner != policy.OwnerServiceConfig {
 		return fail(stderr, "demo", fmt.Errorf("--owner %s: the demo retries through application or service-config", owner))
 	}
+	if *to != "" && !*chain {
+		return fail(stderr, "demo", errors.New("--to needs --chain"))
+	}
+	dir, err := os.MkdirTemp("", "opledger-demo-")
+	if err != nil {
+		return fail(stderr, "demo", err)
+	}
+	defer os.RemoveAll(dir)
 	d := *dsn
 	if d == "" {
-		dir, err := os.MkdirTemp("", "opledger-demo-")
-		if err != nil {
-			return fail(stderr, "demo", err)
-		}
-		defer os.RemoveAll(dir)
 		d = "sqlite:" + filepath.Join(dir, "demo.db")
 	}
 	db, t, err := openDB(ctx, d)
@@ -72,7 +77,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return fail(stderr, "demo", err)
 	}
 	// The business table is the demo's own, fresh for every run.
-	table := fmt.Sprintf("opledger_demo_transfers_%d", time.Now().UnixNano()%1_000_000_000)
+	run := time.Now().UnixNano() % 1_000_000_000
+	table := fmt.Sprintf("opledger_demo_transfers_%d", run)
 	defer payments.DropTable(context.WithoutCancel(ctx), db, t.dialect, table)
 
 	// A budget funded by successes with a short window: generous while
@@ -92,15 +98,24 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		},
 		OutagePause: 2 * time.Second,
 	}
-	fmt.Fprintf(stdout, "opledger demo: %d transfers on %s, loopback gRPC, retries owned by %s; %.0f%% of answers lost after commit (on the server, after the headers, after the response), 5%% failed before send, 5%% delayed; then %d transfers in a total outage\n\n",
+	fmt.Fprintf(stdout, "opledger demo: %d transfers on %s, loopback gRPC, retries owned by %s; %.0f%% of answers lost after commit (on the server, after the headers, after the response), 5%% failed before send, 5%% delayed; then %d transfers in a total outage\n",
 		*calls, t.display, owner, *loss*100, *outage)
+	if *chain {
+		stop, err := setUpChain(ctx, &sc, d, dir, t, run, *to, *loss)
+		if err != nil {
+			return fail(stderr, "demo", err)
+		}
+		defer stop()
+		fmt.Fprintf(stdout, "chain: every transfer calls the fraud check service (its own ledger; the same faults on that hop) with the key derived from the transfer; 10%% of the transfers' transactions fail after the check committed; every transfer emits TransferCompleted through the outbox, relayed to %s\n", eventsTarget(*to))
+	}
+	fmt.Fprintln(stdout)
 	rep, err := sc.Run(ctx)
 	if err != nil {
 		return fail(stderr, "demo", err)
 	}
 	rep.Print(stdout)
 	if !rep.OK() {
-		fmt.Fprintln(stdout, "\nFAIL: a duplicate or lost effect, a wrong response, a wrong failure reason or an ambiguous answer")
+		fmt.Fprintln(stdout, "\nFAIL: a duplicate or lost effect (a transfer, a fraud check or an event), a wrong response, a wrong failure reason or an ambiguous answer")
 		return 1
 	}
 	fmt.Fprintln(stdout, "\nOK: every logical call took effect at most once, every answered call exactly once, and every error was definite and true")

@@ -1,7 +1,9 @@
 // Command opledger operates the opledger operation ledger: it migrates the
-// ledger's table, sweeps expired entries, inspects entries, runs the
-// concurrency conformance suite against a database, checks retry
-// ownership in a service config, and runs a demo.
+// ledger's table (and its outbox), sweeps expired entries, inspects
+// entries, relays the outbox to NATS JetStream, runs the concurrency
+// conformance suite against a database, checks retry ownership in a
+// service config, and runs a demo (with --chain: a chain of keyed services
+// and the outbox).
 //
 // Usage:
 //

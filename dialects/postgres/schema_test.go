@@ -35,7 +35,7 @@ func TestMigrationsFiles(t *testing.T) {
 		t.Fatalf("migrations %+v", m)
 	}
 	names, err := fs.Glob(m.FS, "*.sql")
-	if err != nil || len(names) != 1 || names[0] != "00001_create_operations.sql" {
+	if err != nil || len(names) != 2 || names[0] != "00001_create_operations.sql" || names[1] != "00002_create_outbox.sql" {
 		t.Fatalf("files %v %v", names, err)
 	}
 	if m.Lock("a") == nil || m.Lock("a") != m.Lock("b") {

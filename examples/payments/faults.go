@@ -2,6 +2,7 @@ package payments
 
 import (
 	"context"
+	"database/sql"
 	"io"
 	"math/rand/v2"
 	"sync"
@@ -13,7 +14,10 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
 
+	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/grpcint"
+	"github.com/opledger/opledger/internal/wait"
+	"github.com/opledger/opledger/txmiddleware"
 )
 
 // FaultSettings are the probabilities of each injected fault, in [0, 1].
@@ -40,6 +44,13 @@ type FaultSettings struct {
 	Delay float64
 	// DelayFor is how long a delayed request waits; default 20ms.
 	DelayFor time.Duration
+	// FailTransaction fails the service's transaction after its handler
+	// ran (and, in the chain, after the fraud check committed), before
+	// COMMIT: on a database with dialects.Sessions its connection is
+	// killed; elsewhere (SQLite) the handler returns a serialization
+	// failure. Either way the kit runs the transaction again. It needs
+	// TxInterceptor chained after the kit's server interceptor.
+	FailTransaction float64
 	// Seed makes the fault sequence reproducible; 0 picks a random seed.
 	Seed uint64
 }
@@ -56,6 +67,8 @@ type FaultCounts struct {
 	LostAfterHeaders, LostAfterResponse int64
 	// Delayed counts requests held before running.
 	Delayed int64
+	// FailedTransactions counts transactions failed by TxInterceptor.
+	FailedTransactions int64
 	// RefusedInOutage counts calls refused during the outage.
 	RefusedInOutage int64
 	// ResponsesReturned counts responses (or errors) passed on unchanged.
@@ -74,7 +87,7 @@ type Faults struct {
 	mu      sync.Mutex
 	rng     *rand.Rand
 
-	failed, dropped, afterHeaders, afterResponse, delayed, refused, returned atomic.Int64
+	failed, dropped, afterHeaders, afterResponse, delayed, refused, returned, txFailed atomic.Int64
 }
 
 // NewFaults returns an enabled injector.
@@ -102,7 +115,7 @@ func (f *Faults) SetOutage(on bool) { f.outage.Store(on) }
 func (f *Faults) Counts() FaultCounts {
 	return FaultCounts{FailedBeforeSend: f.failed.Load(), DroppedAfterRun: f.dropped.Load() + f.afterHeaders.Load() + f.afterResponse.Load(),
 		LostAfterHeaders: f.afterHeaders.Load(), LostAfterResponse: f.afterResponse.Load(), Delayed: f.delayed.Load(),
-		RefusedInOutage: f.refused.Load(), ResponsesReturned: f.returned.Load()}
+		RefusedInOutage: f.refused.Load(), ResponsesReturned: f.returned.Load(), FailedTransactions: f.txFailed.Load()}
 }
 
 func (f *Faults) roll(p float64) bool {
@@ -214,3 +227,50 @@ func (f *Faults) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 		return resp, err
 	}
 }
+
+// TxInterceptor fails the transaction of a keyed call after its handler
+// ran, as FaultSettings.FailTransaction says: chain it after the kit's
+// server interceptor, so that it runs inside the call's transaction. db
+// is the pool of that transaction, d its dialect.
+func (f *Faults) TxInterceptor(db *sql.DB, d dialects.Dialect) grpc.UnaryServerInterceptor {
+	sessions, canKill := d.(dialects.Sessions)
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		resp, err := handler(ctx, req)
+		tx, ok := txmiddleware.TxFromContext(ctx)
+		if err != nil || !ok || !f.roll(f.set.FailTransaction) {
+			return resp, err
+		}
+		f.txFailed.Add(1)
+		if !canKill {
+			return nil, serializationFailure{}
+		}
+		id, err := sessions.SessionID(ctx, tx)
+		if err != nil {
+			return nil, err
+		}
+		if err := sessions.Kill(ctx, db, id); err != nil {
+			return nil, err
+		}
+		// The connection is gone once the database says so: a statement on
+		// it fails.
+		for range 200 {
+			if _, err := tx.ExecContext(ctx, "SELECT 1"); err != nil {
+				return nil, err
+			}
+			if err := wait.Sleep(ctx, 5*time.Millisecond); err != nil {
+				return nil, err
+			}
+		}
+		return nil, serializationFailure{}
+	}
+}
+
+// serializationFailure is SQLite's SQLITE_BUSY_SNAPSHOT as a result code
+// (what the sqlite dialect classifies as a serialization failure).
+type serializationFailure struct{}
+
+func (serializationFailure) Error() string { return "injected: serialization failure before COMMIT" }
+func (serializationFailure) Code() int     { return 517 }
+
+// SQLState is PostgreSQL's serialization_failure.
+func (serializationFailure) SQLState() string { return "40001" }

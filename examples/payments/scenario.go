@@ -23,6 +23,7 @@ import (
 	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/wait"
 	"github.com/opledger/opledger/ledger"
+	"github.com/opledger/opledger/outbox"
 	"github.com/opledger/opledger/policy"
 )
 
@@ -72,6 +73,39 @@ type Scenario struct {
 	// OutagePause is a quiet time before the outage, letting the retry
 	// budget's window move past the faulty phase.
 	OutagePause time.Duration
+	// Chain, when not nil, puts the fraud check service behind every
+	// transfer (a keyed downstream called with the derived key), with
+	// faults of its own on that hop, and checks its table too.
+	Chain *Chain
+	// Events, when not nil, makes every transfer emit TransferCompleted
+	// through the outbox (the ledger table's, migrated), relays the outbox
+	// to Events once the calls are done, and checks that every committed
+	// transfer's event was published and no other.
+	Events outbox.Publisher
+}
+
+// Chain is the fraud check service of a chained Scenario.
+type Chain struct {
+	// DB holds the fraud service's ledger table (already migrated) and
+	// its checks table. On SQLite use another file than the payments
+	// service's: a transfer holds its database's write lock while it calls
+	// the fraud check.
+	DB *sql.DB
+	// Dialect is the database family of DB.
+	Dialect dialects.Dialect
+	// LedgerTable is the fraud service's ledger table (default
+	// ledger.DefaultTable).
+	LedgerTable string
+	// Table is the checks table (default DefaultFraudTable); it is created
+	// if missing.
+	Table string
+	// Faults are the faults on the hop from the payments service to the
+	// fraud service: in the payments service's client and in the fraud
+	// server.
+	Faults FaultSettings
+	// ClientOptions are added to the payments service's client of the
+	// fraud service (DialFraud).
+	ClientOptions []grpcint.ClientOption
 }
 
 // Report is what a Scenario run observed.
@@ -96,7 +130,23 @@ type Report struct {
 	OutageCalls    int            // logical calls during the outage
 	OutageAttempts int64          // attempts on the wire during the outage
 	Faults         FaultCounts
-	Elapsed        time.Duration
+	// The chain (Scenario.Chain): the fraud service's counters, faults and
+	// table.
+	Chained         bool
+	FraudExecuted   int64       // checks whose handler ran and committed (fraud server)
+	FraudReplayed   int64       // checks answered from the fraud service's ledger
+	FraudFaults     FaultCounts // faults on the payments → fraud hop
+	FraudDuplicates int         // logical transfers with more than one check row
+	FraudMissing    int         // committed transfers without a check row
+	FraudOrphans    int         // checks of transfers that never committed (allowed: at most one each)
+	// The outbox (Scenario.Events).
+	Evented         bool
+	Events          int // distinct TransferCompleted messages published
+	EventResends    int // publishes of a message already published (the broker drops them)
+	EventDuplicates int // committed transfers with more than one distinct event
+	EventsMissing   int // committed transfers without an event
+	EventsForFailed int // events of transfers that never committed
+	Elapsed         time.Duration
 }
 
 // Amplification is attempts per logical call during the outage.
@@ -110,7 +160,8 @@ func (r Report) Amplification() float64 {
 // OK reports whether no effect was duplicated or lost, every response
 // matched the committed row, every error was definite and told the truth.
 func (r Report) OK() bool {
-	return r.Duplicates == 0 && r.Lost == 0 && r.WrongResponses == 0 && r.WrongOutcomes == 0 && r.Ambiguous == 0
+	return r.Duplicates == 0 && r.Lost == 0 && r.WrongResponses == 0 && r.WrongOutcomes == 0 && r.Ambiguous == 0 &&
+		r.FraudDuplicates == 0 && r.FraudMissing == 0 && r.EventDuplicates == 0 && r.EventsMissing == 0 && r.EventsForFailed == 0
 }
 
 // Print writes the report as a table.
@@ -135,6 +186,22 @@ func (r Report) Print(w io.Writer) {
 	row("faults: failed before send", r.Faults.FailedBeforeSend)
 	row("faults: answers lost after commit", r.Faults.DroppedAfterRun)
 	row("faults: delayed", r.Faults.Delayed)
+	if r.Chained {
+		row("chain: fraud checks executed", r.FraudExecuted)
+		row("chain: fraud checks replayed", r.FraudReplayed)
+		row("chain: failed transactions after the check", r.Faults.FailedTransactions)
+		row("chain: answers lost on the fraud hop", r.FraudFaults.DroppedAfterRun)
+		row("chain: duplicate checks (must be 0)", r.FraudDuplicates)
+		row("chain: transfers without a check (must be 0)", r.FraudMissing)
+		row("chain: checks of transfers that never committed", r.FraudOrphans)
+	}
+	if r.Evented {
+		row("outbox: TransferCompleted events published", r.Events)
+		row("outbox: re-sends dropped by id", r.EventResends)
+		row("outbox: duplicate events (must be 0)", r.EventDuplicates)
+		row("outbox: missing events (must be 0)", r.EventsMissing)
+		row("outbox: events of uncommitted transfers (must be 0)", r.EventsForFailed)
+	}
 	if r.OutageCalls > 0 {
 		row("outage: logical calls", r.OutageCalls)
 		row("outage: attempts", r.OutageAttempts)
@@ -195,7 +262,30 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
-	svc, err := NewService(sc.DB, sc.Dialect, sc.BusinessTable)
+	var (
+		svcOpts     []ServiceOption
+		chainFaults *Faults
+		fraudServer *grpcint.Server
+		fraudTable  string
+		ob          *outbox.Outbox
+	)
+	if c := sc.Chain; c != nil {
+		stop, fc, err := sc.startFraud(ctx)
+		if err != nil {
+			return Report{}, err
+		}
+		defer stop()
+		chainFaults, fraudServer, fraudTable = fc.faults, fc.server, fc.table
+		svcOpts = append(svcOpts, WithFraudCheck(fc.client))
+	}
+	if sc.Events != nil {
+		ob, err = outbox.New(sc.Dialect, outbox.WithTable(outbox.TableFor(sc.LedgerTable)))
+		if err != nil {
+			return Report{}, err
+		}
+		svcOpts = append(svcOpts, WithEvents(ob))
+	}
+	svc, err := NewService(sc.DB, sc.Dialect, sc.BusinessTable, svcOpts...)
 	if err != nil {
 		return Report{}, err
 	}
@@ -209,7 +299,8 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(faults.UnaryServerInterceptor(), kitServer.UnaryServerInterceptor()))
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(faults.UnaryServerInterceptor(), kitServer.UnaryServerInterceptor(),
+		faults.TxInterceptor(sc.DB, sc.Dialect)))
 	paymentspb.RegisterPaymentsServer(srv, svc)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -281,6 +372,9 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 	// Check every logical call against the business table. Faults are off,
 	// so a failed call can be resolved to its real outcome.
 	faults.SetEnabled(false)
+	if chainFaults != nil {
+		chainFaults.SetEnabled(false)
+	}
 	rows, err := countRows(ctx, sc.DB, sc.Dialect, sc.BusinessTable)
 	if err != nil {
 		return rep, err
@@ -353,8 +447,164 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 	if err := check(outage, false); err != nil {
 		return rep, err
 	}
+	all := append(append([]callResult(nil), results...), outage...)
+	if sc.Chain != nil {
+		fs := fraudServer.Stats()
+		rep.Chained, rep.FraudExecuted, rep.FraudReplayed, rep.FraudFaults = true, fs.Executed, fs.Replayed, chainFaults.Counts()
+		checks, err := countChecks(ctx, sc.Chain.DB, sc.Chain.Dialect, fraudTable)
+		if err != nil {
+			return rep, err
+		}
+		for _, r := range all {
+			ref := r.req.GetReference()
+			n := checks[ref]
+			switch {
+			case n > 1:
+				rep.FraudDuplicates++
+			case n == 0 && rows[ref].n == 1:
+				rep.FraudMissing++
+			case n == 1 && rows[ref].n == 0:
+				rep.FraudOrphans++
+			}
+		}
+	}
+	if sc.Events != nil {
+		rec := &eventRecorder{next: sc.Events, ids: map[string]string{}}
+		relay, err := outbox.NewRelay(sc.DB, ob, rec)
+		if err != nil {
+			return rep, err
+		}
+		if err := relay.Drain(ctx); err != nil {
+			return rep, fmt.Errorf("payments: relay the outbox: %w", err)
+		}
+		rep.Evented, rep.EventResends = true, rec.resends
+		perRef := map[string]int{}
+		for _, ref := range rec.ids {
+			perRef[ref]++
+		}
+		rep.Events = len(rec.ids)
+		for _, r := range all {
+			ref := r.req.GetReference()
+			committed := rows[ref].n == 1
+			switch n := perRef[ref]; {
+			case n > 1:
+				rep.EventDuplicates++
+			case n == 0 && committed:
+				rep.EventsMissing++
+			case n > 0 && !committed:
+				rep.EventsForFailed++
+			}
+		}
+	}
 	rep.Elapsed = time.Since(start)
 	return rep, nil
+}
+
+// fraudChain is the running fraud check service of a chained scenario.
+type fraudChain struct {
+	faults *Faults
+	server *grpcint.Server
+	client paymentspb.FraudClient
+	table  string
+}
+
+// startFraud serves the fraud check service on a loopback port and dials
+// it the way the payments service does (DialFraud), with the chain's
+// faults at both ends of the hop.
+func (sc Scenario) startFraud(ctx context.Context) (func(), fraudChain, error) {
+	c := sc.Chain
+	if c.DB == nil || c.Dialect == nil {
+		return nil, fraudChain{}, errors.New("payments: the chain needs the fraud service's database and dialect")
+	}
+	lt, table := c.LedgerTable, c.Table
+	if lt == "" {
+		lt = ledger.DefaultTable
+	}
+	if table == "" {
+		table = DefaultFraudTable
+	}
+	if err := CreateFraudTable(ctx, c.DB, c.Dialect, table); err != nil {
+		return nil, fraudChain{}, fmt.Errorf("payments: create the fraud table: %w", err)
+	}
+	store, err := ledger.New(c.Dialect, ledger.WithTable(lt))
+	if err != nil {
+		return nil, fraudChain{}, err
+	}
+	fsvc, err := NewFraudService(c.Dialect, table)
+	if err != nil {
+		return nil, fraudChain{}, err
+	}
+	cat, err := Catalog()
+	if err != nil {
+		return nil, fraudChain{}, err
+	}
+	kit, err := grpcint.NewServer(c.DB, store, cat, grpcint.CallerFromTrustedHeader(CallerHeader), grpcint.WithLockWait(sc.LockWait))
+	if err != nil {
+		return nil, fraudChain{}, err
+	}
+	faults := NewFaults(c.Faults)
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(faults.UnaryServerInterceptor(), kit.UnaryServerInterceptor()))
+	paymentspb.RegisterFraudServer(srv, fsvc)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fraudChain{}, err
+	}
+	served := make(chan struct{})
+	go func() { _ = srv.Serve(lis); close(served) }()
+	conn, _, err := DialFraud(lis.Addr().String(), c.ClientOptions,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithChainUnaryInterceptor(faults.UnaryClientInterceptor()))
+	if err != nil {
+		srv.Stop()
+		<-served
+		return nil, fraudChain{}, err
+	}
+	stop := func() { conn.Close(); srv.Stop(); <-served }
+	return stop, fraudChain{faults: faults, server: kit, client: paymentspb.NewFraudClient(conn), table: table}, nil
+}
+
+func countChecks(ctx context.Context, db *sql.DB, d dialects.Dialect, table string) (map[string]int, error) {
+	rs, err := db.QueryContext(ctx, "SELECT reference, COUNT(*) FROM "+d.QuoteIdent(table)+" GROUP BY reference")
+	if err != nil {
+		return nil, err
+	}
+	defer rs.Close()
+	out := make(map[string]int)
+	for rs.Next() {
+		var ref string
+		var n int
+		if err := rs.Scan(&ref, &n); err != nil {
+			return nil, err
+		}
+		out[ref] = n
+	}
+	return out, rs.Err()
+}
+
+// eventRecorder passes the relay's publishes on and records each
+// acknowledged message id with its transfer's reference.
+type eventRecorder struct {
+	next    outbox.Publisher
+	mu      sync.Mutex
+	ids     map[string]string
+	resends int
+}
+
+func (e *eventRecorder) Publish(ctx context.Context, env outbox.Envelope) error {
+	if err := e.next.Publish(ctx, env); err != nil {
+		return err
+	}
+	var ev paymentspb.TransferCompleted
+	if err := proto.Unmarshal(env.Payload, &ev); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, ok := e.ids[env.ID]; ok {
+		e.resends++
+	}
+	e.ids[env.ID] = ev.GetReference()
+	return nil
 }
 
 type rowCount struct {

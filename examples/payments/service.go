@@ -6,13 +6,17 @@ import (
 	"database/sql"
 	"encoding/binary"
 	"errors"
+	"fmt"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/examples/payments/paymentspb"
+	"github.com/opledger/opledger/internal/options"
+	"github.com/opledger/opledger/outbox"
 	"github.com/opledger/opledger/policy"
 	"github.com/opledger/opledger/txmiddleware"
 )
@@ -20,9 +24,14 @@ import (
 // DefaultTable is the business table of the example.
 const DefaultTable = "payments_transfers"
 
-// Catalog returns the method catalog of the Payments service, read from
-// its descriptors (GetTransfer is NO_SIDE_EFFECTS there), with Transfer
-// marked as a keyed mutation backed by a durable ledger.
+// TransferCompletedTopic is the topic of the TransferCompleted events
+// (the NATS subject, with the publisher's prefix).
+const TransferCompletedTopic = "payments.transfers.completed"
+
+// Catalog returns the method catalog of the Payments and Fraud services,
+// read from their descriptors (GetTransfer is NO_SIDE_EFFECTS there), with
+// Transfer and Fraud.Check marked as keyed mutations backed by a durable
+// ledger.
 func Catalog() (*policy.Catalog, error) {
 	files := new(protoregistry.Files)
 	if err := files.RegisterFile(paymentspb.File_payments_proto); err != nil {
@@ -32,7 +41,10 @@ func Catalog() (*policy.Catalog, error) {
 	if err != nil {
 		return nil, err
 	}
-	return c.WithKeyed(paymentspb.TransferMethod, true)
+	if c, err = c.WithKeyed(paymentspb.TransferMethod, true); err != nil {
+		return nil, err
+	}
+	return c.WithKeyed(paymentspb.FraudCheckMethod, true)
 }
 
 // Service implements paymentspb.PaymentsServer over a SQL table.
@@ -41,12 +53,46 @@ type Service struct {
 	table   string
 	insert  string
 	selectQ string
+	fraud   paymentspb.FraudClient
+	events  *outbox.Outbox
+}
+
+// ServiceOption configures a Service; the With functions build them.
+// Giving the same option twice is an error.
+type ServiceOption struct{ o options.Option[Service] }
+
+// WithFraudCheck makes every transfer call the fraud check service first
+// (the chain): a declined check is the transfer's final answer,
+// FAILED_PRECONDITION. Dial fc with DialFraud, whose client attaches the
+// key derived from the transfer's own operation (grpcint.DownstreamKey),
+// so that a retried transfer replays its check.
+func WithFraudCheck(fc paymentspb.FraudClient) ServiceOption {
+	return ServiceOption{options.New("WithFraudCheck", func(s *Service) error {
+		if fc == nil {
+			return errors.New("nil fraud client")
+		}
+		s.fraud = fc
+		return nil
+	})}
+}
+
+// WithEvents makes every transfer emit a TransferCompleted event through
+// ob, in the transfer's transaction (topic TransferCompletedTopic,
+// partition key the source account).
+func WithEvents(ob *outbox.Outbox) ServiceOption {
+	return ServiceOption{options.New("WithEvents", func(s *Service) error {
+		if ob == nil {
+			return errors.New("nil outbox")
+		}
+		s.events = ob
+		return nil
+	})}
 }
 
 // NewService returns the service for a table in db (created by
 // CreateTable). d is the database's dialect; table must be a plain
 // identifier.
-func NewService(db *sql.DB, d dialects.Dialect, table string) (*Service, error) {
+func NewService(db *sql.DB, d dialects.Dialect, table string, opts ...ServiceOption) (*Service, error) {
 	if db == nil || d == nil {
 		return nil, errors.New("payments: database and dialect must not be nil")
 	}
@@ -55,11 +101,15 @@ func NewService(db *sql.DB, d dialects.Dialect, table string) (*Service, error) 
 	}
 	q := d.QuoteIdent(table)
 	ph := d.Placeholder
-	return &Service{db: db, table: table,
+	s := &Service{db: db, table: table,
 		insert: "INSERT INTO " + q + " (id, from_account, to_account, amount_cents, reference) VALUES (" +
 			ph(1) + ", " + ph(2) + ", " + ph(3) + ", " + ph(4) + ", " + ph(5) + ")",
 		selectQ: "SELECT id, from_account, to_account, amount_cents, reference FROM " + q + " WHERE id = " + ph(1),
-	}, nil
+	}
+	if err := options.Apply(s, opts, func(o ServiceOption) options.Option[Service] { return o.o }); err != nil {
+		return nil, fmt.Errorf("payments: %w", err)
+	}
+	return s, nil
 }
 
 // Table returns the business table's name.
@@ -110,6 +160,25 @@ func (s *Service) Transfer(ctx context.Context, req *paymentspb.TransferRequest)
 	case req.GetFromAccount() == req.GetToAccount():
 		return nil, status.Error(codes.InvalidArgument, "from_account and to_account must differ")
 	}
+	var checkID int64
+	if s.fraud != nil {
+		// The chain: the client from DialFraud sends the key derived from
+		// this transfer's operation, the same on every run of this
+		// handler, so the fraud service replays a check it already made.
+		check, err := s.fraud.Check(ctx, &paymentspb.FraudCheckRequest{Reference: req.GetReference(),
+			FromAccount: req.GetFromAccount(), ToAccount: req.GetToAccount(), AmountCents: req.GetAmountCents()})
+		switch c := status.Code(err); {
+		case err == nil:
+		case c == codes.InvalidArgument || c == codes.FailedPrecondition:
+			return nil, status.Error(codes.FailedPrecondition, "the fraud check refused the transfer: "+status.Convert(err).Message())
+		default:
+			return nil, status.Error(codes.Unavailable, "payments: the fraud check failed; nothing was committed: "+status.Convert(err).Message())
+		}
+		if !check.GetApproved() {
+			return nil, status.Error(codes.FailedPrecondition, "declined by the fraud check: "+check.GetReason())
+		}
+		checkID = check.GetCheckId()
+	}
 	tx, ok := txmiddleware.TxFromContext(ctx)
 	if !ok {
 		return nil, status.Error(codes.Internal, "payments: Transfer must run behind the grpcint server interceptor")
@@ -117,6 +186,17 @@ func (s *Service) Transfer(ctx context.Context, req *paymentspb.TransferRequest)
 	id := newTransferID()
 	if _, err := tx.ExecContext(ctx, s.insert, id, req.GetFromAccount(), req.GetToAccount(), req.GetAmountCents(), req.GetReference()); err != nil {
 		return nil, err
+	}
+	if s.events != nil {
+		ev, err := proto.Marshal(&paymentspb.TransferCompleted{TransferId: id, FromAccount: req.GetFromAccount(),
+			ToAccount: req.GetToAccount(), AmountCents: req.GetAmountCents(), Reference: req.GetReference(), FraudCheckId: checkID})
+		if err != nil {
+			return nil, err
+		}
+		if _, err := s.events.Enqueue(ctx, tx, outbox.Message{Name: "TransferCompleted", Topic: TransferCompletedTopic,
+			Key: req.GetFromAccount(), Payload: ev}); err != nil {
+			return nil, err
+		}
 	}
 	return &paymentspb.TransferReply{
 		TransferId: id, FromAccount: req.GetFromAccount(), ToAccount: req.GetToAccount(),

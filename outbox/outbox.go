@@ -1,0 +1,234 @@
+package outbox
+
+import (
+	"context"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/options"
+	"github.com/opledger/opledger/ledger"
+)
+
+// DefaultTable is the outbox's table beside the ledger's default table:
+// TableFor(ledger.DefaultTable).
+const DefaultTable = ledger.DefaultTable + "_outbox"
+
+// Limits on a message.
+const (
+	// MaxTopicLen is the longest Message.Topic accepted, in bytes.
+	MaxTopicLen = 255
+	// MaxKeyLen is the longest Message.Key accepted, in bytes.
+	MaxKeyLen = 255
+	// MaxPayloadSize is the largest Message.Payload accepted, in bytes
+	// (1 MiB, NATS's default maximum payload).
+	MaxPayloadSize = 1 << 20
+)
+
+var (
+	// ErrInvalid marks a message or an option that cannot be used: an
+	// empty name or topic, a part over its limit, a nil transaction.
+	// Nothing was written.
+	ErrInvalid = errors.New("outbox: invalid input")
+	// ErrDuplicate means the operation already enqueued a message with
+	// this name (in this transaction, or in a committed one whose ledger
+	// entry has since expired): each message of an operation needs a name
+	// of its own. The transaction is still usable.
+	ErrDuplicate = errors.New("outbox: the operation already enqueued a message with this name")
+	// ErrNoOutbox is returned (wrapped) by New for a dialect that has no
+	// outbox (it does not implement dialects.Outboxer).
+	ErrNoOutbox = errors.New("outbox: the dialect has no outbox (dialects.Outboxer)")
+)
+
+// TableFor returns the outbox table that the migrations create beside
+// the ledger table ledgerTable: "<ledgerTable>_outbox".
+func TableFor(ledgerTable string) string { return ledgerTable + "_outbox" }
+
+// Message is what a handler enqueues.
+type Message struct {
+	// Name names the message within its operation ("TransferCompleted"):
+	// with the operation's identity it makes the message's id, so a
+	// handler that enqueues several messages gives each its own name. 1
+	// to ledger.MaxNameLen bytes of UTF-8 without control characters.
+	Name string
+	// Topic is where the relay publishes the message (for NATS, the
+	// subject). 1 to MaxTopicLen bytes of UTF-8 without control
+	// characters.
+	Topic string
+	// Key is the partition key: messages with the same key are published
+	// in the order they were enqueued. At most MaxKeyLen bytes of UTF-8
+	// without control characters; "" is a key like any other.
+	Key string
+	// Payload is the message body, at most MaxPayloadSize bytes.
+	Payload []byte
+}
+
+// Option configures an Outbox; the With functions build them. Giving the
+// same option twice is an error.
+type Option struct{ o options.Option[config] }
+
+type config struct {
+	table string
+	now   func() time.Time
+}
+
+// WithTable sets the outbox's table (default [DefaultTable]): a plain
+// identifier, the table the migrations created beside the ledger's
+// (TableFor of the ledger table).
+func WithTable(name string) Option {
+	return Option{options.New("WithTable", func(c *config) error {
+		if err := dialects.CheckTableName(name); err != nil {
+			return err
+		}
+		c.table = name
+		return nil
+	})}
+}
+
+// WithClock replaces time.Now (the enqueue time stored with a message),
+// for tests.
+func WithClock(now func() time.Time) Option {
+	return Option{options.New("WithClock", func(c *config) error {
+		if now == nil {
+			return errors.New("clock must not be nil")
+		}
+		c.now = now
+		return nil
+	})}
+}
+
+// Outbox writes messages into the outbox table inside the caller's
+// transaction. It holds no connection and is safe for concurrent use.
+type Outbox struct {
+	d     dialects.Dialect
+	table string
+	q     dialects.OutboxQueries
+	now   func() time.Time
+}
+
+// New returns the outbox of dialect d. A dialect without an outbox is an
+// error matching ErrNoOutbox; a bad option matches ErrInvalid.
+func New(d dialects.Dialect, opts ...Option) (*Outbox, error) {
+	if d == nil {
+		return nil, fmt.Errorf("%w: nil dialect", ErrInvalid)
+	}
+	ob, ok := d.(dialects.Outboxer)
+	if !ok {
+		return nil, fmt.Errorf("%w: dialect %q", ErrNoOutbox, d.Name())
+	}
+	c := config{table: DefaultTable, now: time.Now}
+	if err := options.Apply(&c, opts, func(o Option) options.Option[config] { return o.o }); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return &Outbox{d: d, table: c.table, q: ob.OutboxQueries(c.table), now: c.now}, nil
+}
+
+// Table returns the outbox's table name.
+func (o *Outbox) Table() string { return o.table }
+
+// Dialect returns the outbox's dialect.
+func (o *Outbox) Dialect() dialects.Dialect { return o.d }
+
+// MessageID returns the id of the message called name of the operation
+// id: hex of id.Derive("outbox-message", name), 64 characters. It is what
+// Enqueue stores and what the relay hands the publisher (the NATS
+// publisher sends it as Nats-Msg-Id).
+func MessageID(id ledger.Identity, name string) (string, error) {
+	raw, err := messageID(id, name)
+	if err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(raw[:]), nil
+}
+
+func messageID(id ledger.Identity, name string) ([32]byte, error) {
+	raw, err := id.Derive("outbox-message", name)
+	if err != nil {
+		return [32]byte{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return raw, nil
+}
+
+// Enqueue writes msg in tx, the transaction that holds the operation's
+// ledger claim (inside a keyed call: txmiddleware.TxFromContext), and
+// returns the message's id. The id is derived from the operation that ctx
+// carries (ledger.OperationFromContext: every keyed handler's context
+// does) and msg.Name, and inserted first against a unique constraint, as
+// the ledger's claim is: a replayed operation does not run its handler,
+// and a handler run again after a rollback writes the same id, so one
+// operation never produces two messages of one name. The message commits
+// or rolls back with the transaction; the relay publishes it only once it
+// has committed.
+//
+// Errors: ledger.ErrNoOperation outside a keyed call, ErrInvalid for a bad
+// message, ErrDuplicate for a name already enqueued by the operation, or
+// the database's error (wrapped; txmiddleware classifies it as it does
+// the handler's own statements).
+func (o *Outbox) Enqueue(ctx context.Context, tx *sql.Tx, msg Message) (string, error) {
+	if tx == nil {
+		return "", fmt.Errorf("%w: nil transaction", ErrInvalid)
+	}
+	op, ok := ledger.OperationFromContext(ctx)
+	if !ok {
+		return "", fmt.Errorf("outbox: enqueue: %w", ledger.ErrNoOperation)
+	}
+	if err := checkMessage(msg); err != nil {
+		return "", err
+	}
+	raw, err := messageID(op, msg.Name)
+	if err != nil {
+		return "", err
+	}
+	payload := msg.Payload
+	if payload == nil {
+		payload = []byte{}
+	}
+	res, err := tx.ExecContext(ctx, o.q.Insert, raw[:], msg.Key, msg.Topic, msg.Name, payload, o.now().UnixMicro())
+	if err != nil {
+		if o.d.Classify(err) == dialects.ClassUniqueViolation {
+			return "", fmt.Errorf("%w: %q", ErrDuplicate, msg.Name)
+		}
+		return "", fmt.Errorf("outbox: enqueue: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return "", fmt.Errorf("outbox: enqueue: %w", err)
+	}
+	if n != 1 {
+		return "", fmt.Errorf("%w: %q", ErrDuplicate, msg.Name)
+	}
+	return hex.EncodeToString(raw[:]), nil
+}
+
+func checkMessage(m Message) error {
+	if err := checkText("topic", m.Topic, MaxTopicLen, false); err != nil {
+		return err
+	}
+	if err := checkText("key", m.Key, MaxKeyLen, true); err != nil {
+		return err
+	}
+	if len(m.Payload) > MaxPayloadSize {
+		return fmt.Errorf("%w: payload of %d bytes exceeds %d", ErrInvalid, len(m.Payload), MaxPayloadSize)
+	}
+	return nil // the name is checked by the derivation
+}
+
+func checkText(field, s string, max int, emptyOK bool) error {
+	switch {
+	case s == "" && !emptyOK:
+		return fmt.Errorf("%w: %s must not be empty", ErrInvalid, field)
+	case len(s) > max:
+		return fmt.Errorf("%w: %s longer than %d bytes", ErrInvalid, field, max)
+	case !utf8.ValidString(s):
+		return fmt.Errorf("%w: %s is not valid UTF-8", ErrInvalid, field)
+	case strings.IndexFunc(s, unicode.IsControl) >= 0:
+		return fmt.Errorf("%w: %s contains a control character", ErrInvalid, field)
+	}
+	return nil
+}
