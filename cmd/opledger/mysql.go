@@ -41,7 +41,9 @@ func mysqlTarget(dsn string) (target, error) {
 	// URL or driver DSN: the same test as mysql.Config's.
 	form := "DSN"
 	var candidates []string // what may be the password, for scrubbing
-	if scheme, _, ok := strings.Cut(dsn, "://"); ok && (strings.EqualFold(scheme, "mysql") || strings.EqualFold(scheme, "mariadb") || strings.EqualFold(scheme, "tidb")) {
+	scheme, _, isURL := strings.Cut(dsn, "://")
+	scheme = strings.ToLower(scheme)
+	if isURL && (scheme == "mysql" || scheme == "mariadb" || scheme == "tidb") {
 		form = "URL"
 		if u, err := url.Parse(dsn); err == nil && u.User != nil {
 			pw, _ := u.User.Password()
@@ -64,9 +66,9 @@ func mysqlTarget(dsn string) (target, error) {
 		msg := target{secrets: long}.scrub(err.Error())
 		return target{}, fmt.Errorf("bad mysql %s: %s", form, msg)
 	}
-	d := mysql.SchemeDialect(dsn)
-	t := target{driver: "mysql", dsn: cfg.FormatDSN(), dialect: d, display: mysql.Display(dsn)}
-	if !d.TiDB() {
+	t := target{driver: "mysql", dsn: cfg.FormatDSN(), dialect: mysql.SchemeDialect(dsn), display: mysql.Display(dsn)}
+	if form != "URL" || scheme != "tidb" {
+		// The DSN does not name its server: ask it.
 		t.detect = detectTiDB(cfg)
 	}
 	if cfg.Passwd != "" {

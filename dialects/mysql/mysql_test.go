@@ -78,11 +78,14 @@ func TestForVersion(t *testing.T) {
 		"8.0.11-TiDB-v8.5.3":            true,
 		"8.0.11-TiDB-v7.5.2-serverless": true,
 		"5.7.25-TiDB-v6.5.0":            true,
-		"10.11.6-MariaDB-0+deb12u1":     false,
-		"8.0.36":                        false,
-		"8.0.36-0ubuntu0.22.04.1":       false,
-		"5.7.44-log":                    false,
-		"":                              false,
+		"TiDB Server (Apache License 2.0) Community Edition, MySQL 8.0 compatible": true,
+		"MySQL Community Server - GPL":                                             false,
+		"mariadb.org binary distribution":                                          false,
+		"10.11.6-MariaDB-0+deb12u1":                                                false,
+		"8.0.36":                                                                   false,
+		"8.0.36-0ubuntu0.22.04.1":                                                  false,
+		"5.7.44-log":                                                               false,
+		"":                                                                         false,
 	} {
 		if got := mysql.ForVersion(v); got.TiDB() != tidb {
 			t.Errorf("ForVersion(%q) = %s, want TiDB %v", v, got.Name(), tidb)

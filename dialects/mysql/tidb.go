@@ -17,23 +17,30 @@ type Querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// Detect asks the server behind q for VERSION() and returns the dialect
-// for it (see [ForVersion]): [NewTiDB] for TiDB, [New] for MySQL and
-// MariaDB. A Dialect holds no connection, so a program that does not know
-// which server it will meet calls Detect once, after opening the pool.
+// Detect asks the server behind q for VERSION() and @@version_comment and
+// returns the dialect for it (see [ForVersion]): [NewTiDB] for TiDB, [New]
+// for MySQL and MariaDB. (TiDB's server-version setting can make VERSION()
+// look like MySQL's; its version comment still names TiDB.) A Dialect
+// holds no connection, so a program that does not know which server it
+// will meet calls Detect once, after opening the pool.
 func Detect(ctx context.Context, q Querier) (Dialect, error) {
-	var v string
-	if err := q.QueryRowContext(ctx, "SELECT VERSION()").Scan(&v); err != nil {
-		return Dialect{}, fmt.Errorf("mysql: detect the server (SELECT VERSION()): %w", err)
+	var v, comment sql.NullString
+	if err := q.QueryRowContext(ctx, "SELECT VERSION(), @@version_comment").Scan(&v, &comment); err != nil {
+		return Dialect{}, fmt.Errorf("mysql: detect the server (SELECT VERSION(), @@version_comment): %w", err)
 	}
-	return ForVersion(v), nil
+	if d := ForVersion(v.String); d.tidb {
+		return d, nil
+	}
+	return ForVersion(comment.String), nil
 }
 
-// ForVersion returns the dialect for a server whose VERSION() is v:
-// [NewTiDB] when v names TiDB (TiDB answers "8.0.11-TiDB-v8.5.3"), [New]
-// otherwise (MySQL "8.0.36", MariaDB "10.11.6-MariaDB-0+deb12u1").
+// ForVersion returns the dialect for a server whose VERSION() (or
+// @@version_comment) is v: [NewTiDB] when v names TiDB (TiDB answers
+// "8.0.11-TiDB-v8.5.3", and "TiDB Server (Apache License 2.0) Community
+// Edition, MySQL 8.0 compatible"), [New] otherwise (MySQL "8.0.36",
+// MariaDB "10.11.6-MariaDB-0+deb12u1").
 func ForVersion(v string) Dialect {
-	if strings.Contains(strings.ToLower(v), "-tidb-") {
+	if strings.Contains(strings.ToLower(v), "tidb") {
 		return NewTiDB()
 	}
 	return New()
