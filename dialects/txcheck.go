@@ -18,8 +18,10 @@ var ErrUnsuitableTx = errors.New("transaction unsuitable for the ledger")
 // check the unique key only at COMMIT, so a claim on a key that another
 // transaction holds or has committed would "acquire" it.
 //
-// The ledger calls CheckTx in Claim before its insert, and in Sweep in
-// each batch's transaction before the delete. It is optional: check for it
+// The ledger calls CheckTx in Claim before its insert and, in Sweep, in
+// each batch's transaction before the delete: for such a dialect Sweep
+// runs each batch in an explicit transaction, never as an autocommit
+// statement (which TiDB runs optimistically). It is optional: check for it
 // with a type assertion. Implementations are stateless and safe for
 // concurrent use.
 type TxChecker interface {

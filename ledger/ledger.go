@@ -479,14 +479,16 @@ type beginner interface {
 }
 
 // Sweep deletes expired entries, at most batch per statement, until a
-// batch comes back short. It returns how many it deleted. Each batch is a
-// transaction of its own, begun explicitly on db and committed (TiDB runs
-// an autocommit DELETE optimistically, which ignores the lock wait bound),
-// so no lock is held for longer than one batch: pass a *sql.DB or a
-// *sql.Conn. Given a *sql.Tx, the batches run inside it, and nothing
-// commits until the caller does. On PostgreSQL it skips rows another
-// transaction has locked; elsewhere a batch waits for such a row, at most
-// the session's lock wait timeout.
+// batch comes back short. It returns how many it deleted. Each batch
+// commits on its own, so no lock is held for longer than one batch: pass a
+// *sql.DB or a *sql.Conn. For a dialect that implements
+// dialects.TxChecker (MySQL, TiDB) each batch is an explicit transaction,
+// begun on db, checked, and committed (TiDB runs an autocommit DELETE
+// optimistically, which ignores the lock wait bound); for the others it
+// is one autocommit statement. Given a *sql.Tx, the batches run inside
+// it, and nothing commits until the caller does. On PostgreSQL it skips
+// rows another transaction has locked; elsewhere a batch waits for such a
+// row, at most the session's lock wait timeout.
 func (s *Store) Sweep(ctx context.Context, db Execer, batch int) (int64, error) {
 	if db == nil {
 		return 0, invalid("tx", "database must not be nil")
@@ -510,11 +512,11 @@ func (s *Store) Sweep(ctx context.Context, db Execer, batch int) (int64, error) 
 	}
 }
 
-// sweepBatch deletes one batch, in a transaction of its own when db can
-// begin one.
+// sweepBatch deletes one batch: for a dialect with a TxChecker in a
+// transaction of its own when db can begin one, else in one statement.
 func (s *Store) sweepBatch(ctx context.Context, db Execer, batch int) (int64, error) {
 	b, ok := db.(beginner)
-	if !ok {
+	if !ok || s.checker == nil {
 		if tx, isTx := db.(*sql.Tx); isTx {
 			if err := s.check(ctx, "sweep", tx); err != nil {
 				return 0, err

@@ -106,10 +106,10 @@ func TestTxChecker(t *testing.T) {
 	})
 }
 
-// TestSweepTransactions: each sweep batch runs in a transaction of its own,
-// begun on the *sql.DB or *sql.Conn it is given and shown to the dialect's
-// TxChecker; a refusal stops the sweep with nothing deleted. Given a
-// *sql.Tx, the batches run inside it.
+// TestSweepTransactions: for a dialect with a TxChecker each sweep batch
+// runs in a transaction of its own, begun on the *sql.DB or *sql.Conn it
+// is given and shown to the checker; a refusal stops the sweep with
+// nothing deleted. Given a *sql.Tx, the batches run inside it.
 func TestSweepTransactions(t *testing.T) {
 	t.Parallel()
 	forEachTarget(t, 4, func(t *testing.T, e *env) {

@@ -155,6 +155,8 @@ func TestConformancePostgres(t *testing.T) {
 	if dsn == "" {
 		testdb.Skip(t, testdb.EnvPostgres)
 	}
+	// The command opens its own pool: --concurrency (32) + 4 connections.
+	testdb.Reserve(t, "postgres", conformance.DefaultConcurrency+4)
 	code, out, errs := runConformanceCmd(t, "--dsn", dsn, "--keys", "5", "--cases", "herd,snapshot,in-progress,faults")
 	if code != 0 {
 		t.Fatalf("exit %d: %s\n%s", code, errs, out)

@@ -60,8 +60,8 @@ func (d Dialect) BeginBounded(ctx context.Context, db *sql.DB, opts *sql.TxOptio
 	if wait <= 0 {
 		return nil, nil, fmt.Errorf("mysql: lock wait bound %v is not positive", wait)
 	}
-	seconds := lockWaitSeconds(wait)
 	if !d.tidb {
+		seconds := lockWaitSeconds(wait)
 		return dialects.BeginOnConn(ctx, db, opts, func(ctx context.Context, conn *sql.Conn) (func(context.Context) error, error) {
 			var prev int64
 			if err := conn.QueryRowContext(ctx, "SELECT @@SESSION.innodb_lock_wait_timeout").Scan(&prev); err != nil {
@@ -73,7 +73,7 @@ func (d Dialect) BeginBounded(ctx context.Context, db *sql.DB, opts *sql.TxOptio
 			return func(ctx context.Context) error { return setLockWait(ctx, conn, prev) }, nil
 		})
 	}
-	seconds = tidbLockWaitSeconds(wait)
+	seconds := tidbLockWaitSeconds(wait)
 	return dialects.BeginOnConn(ctx, db, opts, func(ctx context.Context, conn *sql.Conn) (func(context.Context) error, error) {
 		var prev int64
 		var mode string
