@@ -7,12 +7,13 @@
 // assertion: [LockWaiter] (a bound on lock waits), [Schema] (the ledger's
 // table as migrations), [Sessions] (the database's own view of sessions and
 // lock waits, for tests), [Described] (how the database behaves under
-// concurrency, for the conformance suite) and [Outboxer] (the SQL of the
-// transactional outbox). Nothing outside this package
+// concurrency, for the conformance suite), [Outboxer] (the SQL of the
+// transactional outbox) and [TxChecker] (a transaction mode in which a
+// claim is unsafe, refused before the claim). Nothing outside this package
 // and its sub-packages looks at a dialect's name to decide anything.
 //
-// Implementations for PostgreSQL, SQLite and MySQL/MariaDB live in the
-// sub-packages postgres, sqlite and mysql. None of them imports a cgo
+// Implementations for PostgreSQL, SQLite and MySQL/MariaDB (and TiDB) live
+// in the sub-packages postgres, sqlite and mysql. None of them imports a cgo
 // driver, so a PostgreSQL or MySQL user never needs cgo.
 //
 // # Writing a dialect

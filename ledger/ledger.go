@@ -238,6 +238,7 @@ type Store struct {
 	maxResult int
 	now       func() time.Time
 	q         dialects.Queries
+	checker   dialects.TxChecker // the dialect's, when it has one
 
 	// afterConflict, when set (by tests only), runs between a conflicting
 	// insert and the read that follows it.
@@ -256,6 +257,7 @@ func New(d dialects.Dialect, opts ...Option) (*Store, error) {
 	}
 	s := &Store{d: d, table: c.table, retention: c.retention, maxResult: c.maxResult, now: c.now}
 	s.q = d.Queries(s.table)
+	s.checker, _ = d.(dialects.TxChecker)
 	return s, nil
 }
 
@@ -283,6 +285,10 @@ const maxClaimLoops = 4
 //   - ErrIncomplete: the entry was committed without a result;
 //   - an error matching ErrRetryable (serialization failure, deadlock):
 //     roll back and retry the whole transaction;
+//   - an error matching dialects.ErrUnsuitableTx, before any insert, when
+//     the dialect implements dialects.TxChecker and tx runs in a mode in
+//     which a claim is not safe (TiDB's optimistic transactions): its
+//     message names the setting to change;
 //   - ErrInvalid, a context error, sql.ErrTxDone, or another *DBError.
 //
 // An entry past its retention is re-acquired atomically: of many
@@ -296,6 +302,9 @@ func (s *Store) Claim(ctx context.Context, tx *sql.Tx, req ClaimRequest) (*Claim
 	}
 	if req.Fingerprint.IsZero() {
 		return nil, invalid("fingerprint", "must not be all zero")
+	}
+	if err := s.check(ctx, "claim", tx); err != nil {
+		return nil, err
 	}
 	id := req.Identity.id[:]
 	fp := req.Fingerprint[:]
@@ -442,16 +451,44 @@ func (s *Store) Lookup(ctx context.Context, q Querier, id Identity) (*Entry, err
 	return out, nil
 }
 
-// Execer is what Sweep deletes through: *sql.DB and *sql.Conn satisfy it.
+// check runs the dialect's dialects.TxChecker on tx, when it has one.
+func (s *Store) check(ctx context.Context, op string, tx *sql.Tx) error {
+	if s.checker == nil {
+		return nil
+	}
+	err := s.checker.CheckTx(ctx, tx)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, dialects.ErrUnsuitableTx):
+		return fmt.Errorf("ledger: %s: %w", op, err)
+	}
+	return s.fail(ctx, op, err)
+}
+
+// Execer is what Sweep deletes through: *sql.DB and *sql.Conn satisfy it,
+// and so does *sql.Tx.
 type Execer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
 
-// Sweep deletes expired entries, at most batch per statement, each
-// statement committing on its own, until a batch comes back short. It
-// returns how many it deleted. On PostgreSQL it skips rows another
-// transaction has locked. Pass a *sql.DB, not a transaction, so that no
-// lock is held for longer than one batch.
+// beginner is what Sweep begins each batch's transaction on: *sql.DB and
+// *sql.Conn.
+type beginner interface {
+	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
+}
+
+// Sweep deletes expired entries, at most batch per statement, until a
+// batch comes back short. It returns how many it deleted. Each batch
+// commits on its own, so no lock is held for longer than one batch: pass a
+// *sql.DB or a *sql.Conn. For a dialect that implements
+// dialects.TxChecker (MySQL, TiDB) each batch is an explicit transaction,
+// begun on db, checked, and committed (TiDB runs an autocommit DELETE
+// optimistically, which ignores the lock wait bound); for the others it
+// is one autocommit statement. Given a *sql.Tx, the batches run inside
+// it, and nothing commits until the caller does. On PostgreSQL it skips
+// rows another transaction has locked; elsewhere a batch waits for such a
+// row, at most the session's lock wait timeout.
 func (s *Store) Sweep(ctx context.Context, db Execer, batch int) (int64, error) {
 	if db == nil {
 		return 0, invalid("tx", "database must not be nil")
@@ -464,19 +501,57 @@ func (s *Store) Sweep(ctx context.Context, db Execer, batch int) (int64, error) 
 		if err := ctx.Err(); err != nil {
 			return total, err
 		}
-		res, err := db.ExecContext(ctx, s.q.Sweep, micros(s.now()), batch)
+		n, err := s.sweepBatch(ctx, db, batch)
 		if err != nil {
-			return total, s.fail(ctx, "sweep", err)
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return total, s.fail(ctx, "sweep", err)
+			return total, err
 		}
 		total += n
 		if n < int64(batch) {
 			return total, nil
 		}
 	}
+}
+
+// sweepBatch deletes one batch: for a dialect with a TxChecker in a
+// transaction of its own when db can begin one, else in one statement.
+func (s *Store) sweepBatch(ctx context.Context, db Execer, batch int) (int64, error) {
+	b, ok := db.(beginner)
+	if !ok || s.checker == nil {
+		if tx, isTx := db.(*sql.Tx); isTx {
+			if err := s.check(ctx, "sweep", tx); err != nil {
+				return 0, err
+			}
+		}
+		return s.sweepExec(ctx, db, batch)
+	}
+	tx, err := b.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, s.fail(ctx, "sweep", err)
+	}
+	defer tx.Rollback()
+	if err := s.check(ctx, "sweep", tx); err != nil {
+		return 0, err
+	}
+	n, err := s.sweepExec(ctx, tx, batch)
+	if err != nil {
+		return 0, err
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, s.fail(ctx, "sweep", err)
+	}
+	return n, nil
+}
+
+func (s *Store) sweepExec(ctx context.Context, db Execer, batch int) (int64, error) {
+	res, err := db.ExecContext(ctx, s.q.Sweep, micros(s.now()), batch)
+	if err != nil {
+		return 0, s.fail(ctx, "sweep", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, s.fail(ctx, "sweep", err)
+	}
+	return n, nil
 }
 
 // fail wraps a database error. A cancelled or expired context wins over

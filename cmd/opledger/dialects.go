@@ -17,6 +17,7 @@ var namedDialects = map[string]dialects.Dialect{
 	"postgres": postgres.New(),
 	"sqlite":   sqlite.New(),
 	"mysql":    mysql.New(),
+	"tidb":     mysql.NewTiDB(), // the same migrations as mysql
 }
 
 // dialectByName returns the dialect called name.

@@ -43,11 +43,15 @@ type target struct {
 	// secrets are the passwords dsn holds, as parsed; scrub removes them
 	// from the drivers' messages.
 	secrets []string
+	// detect, when set, asks the opened database which dialect it needs
+	// (a mysql:// URL may reach TiDB); openDB replaces dialect with its
+	// answer, and reopens the pool with dsn when that is not empty.
+	detect func(ctx context.Context, db *sql.DB) (d dialects.Dialect, dsn string, err error)
 }
 
 // acceptedForms names the DSN forms parseDSN takes, for its errors.
 const acceptedForms = "want postgres://user:pass@host:port/db, mysql://user:pass@host:port/db, " +
-	"user:pass@tcp(host:port)/db, sqlite:PATH or a file path"
+	"tidb://user:pass@host:port/db, user:pass@tcp(host:port)/db, sqlite:PATH or a file path"
 
 // errUnrecognised is parseDSN's error for a DSN it cannot place. Like every
 // error of parseDSN it quotes no part of the DSN, which may hold a password.
@@ -73,7 +77,7 @@ var errKeywordValue = errors.New("keyword/value connection strings are not suppo
 //     the user and password, and no '#': an '@' in a password must be
 //     written %40 (and '/', '?', '#' as %2F, %3F, %23), because net/url
 //     and pgx split an unencoded one differently.
-//   - Schemes added through extraSchemes (mysql://, mariadb://).
+//   - Schemes added through extraSchemes (mysql://, mariadb://, tidb://).
 //   - sqlite:PATH, sqlite3:PATH (also sqlite:///abs/path) and file:PATH:
 //     SQLite; a query (?...) after the path is dropped (after the checks
 //     below).
@@ -339,24 +343,49 @@ func postgresTarget(dsn, scheme string) (target, error) {
 	return t, nil
 }
 
-// openDB opens and pings the database named by dsn. Its errors never
-// contain the password: the drivers' messages pass through target.scrub.
+// openDB opens and pings the database named by dsn and, when the target
+// must ask the server which dialect it needs (t.detect), asks it. Its
+// errors never contain the password: the drivers' messages pass through
+// target.scrub.
 func openDB(ctx context.Context, dsn string) (*sql.DB, target, error) {
 	t, err := parseDSN(dsn)
 	if err != nil {
 		return nil, t, err
 	}
-	db, err := sql.Open(t.driver, t.dsn)
-	if err != nil {
-		return nil, t, fmt.Errorf("open %s: %s", t.display, t.scrub(err.Error()))
-	}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := db.PingContext(pctx); err != nil {
-		db.Close()
-		return nil, t, fmt.Errorf("cannot reach %s: %s", t.display, t.scrub(err.Error()))
+	db, err := t.open(pctx)
+	if err != nil || t.detect == nil {
+		return db, t, err
 	}
-	return db, t, nil
+	d, reopen, err := t.detect(pctx, db)
+	if err != nil {
+		db.Close()
+		return nil, t, fmt.Errorf("cannot tell which server %s is: %s", t.display, t.scrub(err.Error()))
+	}
+	t.dialect, t.detect = d, nil
+	if reopen == "" {
+		return db, t, nil
+	}
+	// The dialect needs settings on every connection (TiDB: pessimistic
+	// transactions): open the pool again with them.
+	db.Close()
+	t.dsn = reopen
+	db, err = t.open(pctx)
+	return db, t, err
+}
+
+// open opens and pings t's database.
+func (t target) open(ctx context.Context) (*sql.DB, error) {
+	db, err := sql.Open(t.driver, t.dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %s", t.display, t.scrub(err.Error()))
+	}
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("cannot reach %s: %s", t.display, t.scrub(err.Error()))
+	}
+	return db, nil
 }
 
 // scrubMask replaces a password in a message.

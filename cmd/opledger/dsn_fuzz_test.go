@@ -82,6 +82,10 @@ func FuzzParseDSN(f *testing.F) {
 		{0, "mysql", "u", pw, "127.0.0.1:1", "x"},
 		{0, "mariadb", "u", "12/" + pw, "h", "x"},
 		{0, "mysql", "u", pw, "h:port", "x"},
+		{0, "tidb", "u", pw, "127.0.0.1:4000", "test"},
+		{0, "TiDB", "u", "12/" + pw, "h", "x?tidb_txn_mode=optimistic"},
+		{4, "tidb", "u", pw, "h", "x"},
+		{9, "tidb", "u", pw, "h", ""},
 		{0, "sqlite", "u", pw, "h", "x"},
 		{0, "file", "u", pw, "h", "x"},
 		{0, "redis", "u", pw, "h", "x"},
@@ -116,6 +120,7 @@ func FuzzParseDSN(f *testing.F) {
 		"", "sqlite:", "bogus://x", "u:x@y", "postgres:x", "mysql:x", "mariadb:x", "host=x",
 		"postgres://u:p@h:x", "postgres://u:%zz@h", "postgres://h h", "postgres://u:p w@h", "postgres://a@b@h",
 		"postgres://[::1", "mysql://u:p@h:x", "mysql://u@h/a%2Fb", "mysql://u@h/#", "mysql://h/@",
+		"tidb:x", "tidb://u:p@h:x", "tidb://h/@",
 		"u:p@tcp(h/d", "u:p@tcp(h)/d?parseTime=x", "u:p@tcp(h)/d?tls=x", "u@tcp(h)/%zz", "u:p@tcp(h)",
 	} {
 		vocab.WriteString(parseDSNOutput(dsn) + "\n")

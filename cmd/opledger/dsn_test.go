@@ -28,6 +28,8 @@ func TestParseDSNAccepts(t *testing.T) {
 		{"postgres://u:p%40ss%2Fw@h/db", "pgx", "postgres://u:xxxxx@h/db"},
 		{"mysql://root@127.0.0.1/test", "mysql", "mysql://root@127.0.0.1:3306/test"},
 		{"MariaDB://u:" + testPassword + "@h/d", "mysql", "mysql://u:xxxxx@h:3306/d"},
+		{"tidb://root@127.0.0.1/test", "mysql", "tidb://root@127.0.0.1:4000/test"},
+		{"TiDB://u:" + testPassword + "@h:4001/d?tidb_txn_mode=%27optimistic%27", "mysql", "tidb://u:xxxxx@h:4001/d"},
 		// go-sql-driver's own format.
 		{"u:" + testPassword + "@tcp(127.0.0.1:1)/x", "mysql", "mysql://u:xxxxx@127.0.0.1:1/x"},
 		{"u:" + testPassword + "@tcp6([::1]:3306)/x", "mysql", ""},
@@ -69,6 +71,9 @@ func TestParseDSNAccepts(t *testing.T) {
 			t.Errorf("%q: driver %q, want %q", c.dsn, tg.driver, c.driver)
 		}
 		want := map[string]string{"pgx": "postgres", "mysql": "mysql", "sqlite3": "sqlite"}[c.driver]
+		if strings.HasPrefix(strings.ToLower(c.dsn), "tidb://") {
+			want = "tidb"
+		}
 		if tg.dialect == nil || tg.dialect.Name() != want {
 			t.Errorf("%q: dialect %v, want %s", c.dsn, tg.dialect, want)
 		}
@@ -136,6 +141,9 @@ func TestParseDSNRejects(t *testing.T) {
 		{"u:" + pw + "@tcp(h:1)/d?tls=" + pw, "bad mysql DSN"},
 		{"mysql://u@h/d?password=" + pw, "a password parameter"},
 		{"mysql://u@h/d?password=&" + pw, "a password parameter"},
+		{"tidb://u:" + pw + "@h:port/d", "bad mysql URL"},
+		{"tidb://u:12/" + pw + "@h/db", "after the host"},
+		{"tidb:u:" + pw + "@h/db", "a tidb DSN is a URL"},
 		// SQLite forms that may hold a password.
 		{"sqlite://u:" + pw + "@h/db", "with an '@' is refused"},
 		{"file:u:" + pw + "@h", "with an '@' is refused"},

@@ -10,10 +10,11 @@
 //	opledger <command> [flags]
 //
 // The database is chosen with --dsn or OPLEDGER_DSN: postgres:// (or
-// postgresql://) URLs, mysql:// (or mariadb://) URLs, the go-sql-driver
-// format user:pass@tcp(host:port)/db, sqlite: or file: names, or a plain
-// file path for SQLite. Without either, the embedded default is the SQLite
-// file opledger.db in the working directory. No error prints a password.
+// postgresql://) URLs, mysql:// (or mariadb://) URLs (TiDB behind one is
+// detected), tidb:// URLs, the go-sql-driver format
+// user:pass@tcp(host:port)/db, sqlite: or file: names, or a plain file
+// path for SQLite. Without either, the embedded default is the SQLite file
+// opledger.db in the working directory. No error prints a password.
 package main
 
 import (
@@ -85,7 +86,7 @@ func usage(w io.Writer, cmds map[string]command) {
 	for _, n := range names {
 		fmt.Fprintf(&b, "  %-12s %s\n", n, cmds[n].summary)
 	}
-	b.WriteString("\nThe database: --dsn or OPLEDGER_DSN (postgres://…, mysql://…, user:pass@tcp(host:port)/db, sqlite:PATH or a file path).\n" +
+	b.WriteString("\nThe database: --dsn or OPLEDGER_DSN (postgres://…, mysql://…, tidb://…, user:pass@tcp(host:port)/db, sqlite:PATH or a file path).\n" +
 		"Default: the SQLite file opledger.db in the working directory (migrate, sweep, inspect),\n" +
 		"or a temporary SQLite file (demo, conformance).\n")
 	io.WriteString(w, b.String())

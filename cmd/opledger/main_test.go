@@ -116,6 +116,7 @@ func TestParseDSN(t *testing.T) {
 		"opledger.db":                 "sqlite",
 		`C:\data\x.db`:                "sqlite",
 		"mysql://root@127.0.0.1/test": "mysql",
+		"tidb://root@127.0.0.1/test":  "tidb",
 	}
 	for dsn, want := range cases {
 		tg, err := parseDSN(dsn)

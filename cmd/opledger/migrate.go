@@ -30,7 +30,7 @@ func fail(stderr io.Writer, cmd string, err error) int {
 
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	const help = "usage: opledger migrate up|down|status [--dsn DSN] [--table NAME]\n" +
-		"       opledger migrate export --dialect postgres|sqlite|mysql --dir DIR [--table NAME]"
+		"       opledger migrate export --dialect postgres|sqlite|mysql|tidb --dir DIR [--table NAME]"
 	if len(args) == 0 {
 		fmt.Fprintln(stderr, help)
 		return 2

@@ -1,23 +1,30 @@
 package main
 
 import (
+	"context"
+	"database/sql"
 	"fmt"
 	"net/url"
 	"strings"
 
 	gomysql "github.com/go-sql-driver/mysql" // driver "mysql"
 
+	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/dialects/mysql"
 )
 
 // init adds mysql:// (and mariadb://) DSNs:
 // mysql://user:password@host:port/dbname?param=value, translated to
 // go-sql-driver's format with the options the dialect needs (parseTime),
-// and go-sql-driver's own format, user:password@tcp(host:port)/dbname
-// (see driverDSN).
+// tidb:// DSNs (the same, for TiDB: port 4000, the TiDB dialect and
+// pessimistic transactions), and go-sql-driver's own format,
+// user:password@tcp(host:port)/dbname (see driverDSN). Behind a mysql://
+// URL or a driver DSN the server may be TiDB all the same: openDB asks it
+// (see detectTiDB).
 func init() {
 	extraSchemes["mysql"] = mysqlTarget
 	extraSchemes["mariadb"] = mysqlTarget
+	extraSchemes["tidb"] = mysqlTarget
 	schemelessForms = append(schemelessForms, driverDSNTarget)
 	// The driver logs broken connections (packets.go: unexpected EOF) to
 	// stderr by itself; the command reports errors as one line instead.
@@ -28,13 +35,15 @@ type quietLogger struct{}
 
 func (quietLogger) Print(...any) {}
 
-// mysqlTarget reads a mysql:// or mariadb:// URL, or a DSN in the driver's
-// format.
+// mysqlTarget reads a mysql://, mariadb:// or tidb:// URL, or a DSN in the
+// driver's format.
 func mysqlTarget(dsn string) (target, error) {
 	// URL or driver DSN: the same test as mysql.Config's.
 	form := "DSN"
 	var candidates []string // what may be the password, for scrubbing
-	if scheme, _, ok := strings.Cut(dsn, "://"); ok && (strings.EqualFold(scheme, "mysql") || strings.EqualFold(scheme, "mariadb")) {
+	scheme, _, isURL := strings.Cut(dsn, "://")
+	scheme = strings.ToLower(scheme)
+	if isURL && (scheme == "mysql" || scheme == "mariadb" || scheme == "tidb") {
 		form = "URL"
 		if u, err := url.Parse(dsn); err == nil && u.User != nil {
 			pw, _ := u.User.Password()
@@ -57,7 +66,11 @@ func mysqlTarget(dsn string) (target, error) {
 		msg := target{secrets: long}.scrub(err.Error())
 		return target{}, fmt.Errorf("bad mysql %s: %s", form, msg)
 	}
-	t := target{driver: "mysql", dsn: cfg.FormatDSN(), dialect: mysql.New(), display: mysql.Display(dsn)}
+	t := target{driver: "mysql", dsn: cfg.FormatDSN(), dialect: mysql.SchemeDialect(dsn), display: mysql.Display(dsn)}
+	if form != "URL" || scheme != "tidb" {
+		// The DSN does not name its server: ask it.
+		t.detect = detectTiDB(cfg)
+	}
 	if cfg.Passwd != "" {
 		t.secrets = []string{cfg.Passwd}
 	}
@@ -72,6 +85,24 @@ func mysqlTarget(dsn string) (target, error) {
 		}
 	}
 	return t, nil
+}
+
+// detectTiDB returns the target's detect function for a DSN that does not
+// name its server (mysql://, mariadb://, the driver's format): it asks the
+// server for VERSION() and, on TiDB, returns the TiDB dialect and cfg's DSN
+// with what that dialect needs added (tidb_txn_mode = 'pessimistic').
+func detectTiDB(cfg *gomysql.Config) func(ctx context.Context, db *sql.DB) (dialects.Dialect, string, error) {
+	return func(ctx context.Context, db *sql.DB) (dialects.Dialect, string, error) {
+		d, err := mysql.Detect(ctx, db)
+		if err != nil {
+			return nil, "", err
+		}
+		c := cfg.Clone()
+		if d.Configure(c) {
+			return d, c.FormatDSN(), nil
+		}
+		return d, "", nil
+	}
 }
 
 // driverDSNTarget is the schemelessForms entry for driver DSNs.

@@ -35,6 +35,53 @@ func TestParseMySQLDSN(t *testing.T) {
 	}
 }
 
+// TestParseTiDBDSN: a tidb:// URL selects the TiDB dialect with
+// pessimistic transactions on every connection, and needs no detection; a
+// mysql:// URL or a driver DSN leaves the server to be asked.
+func TestParseTiDBDSN(t *testing.T) {
+	tg, err := parseDSN("tidb://app:s3cret@tidb.internal/orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tg.driver != "mysql" || tg.dialect != mysql.NewTiDB() || tg.detect != nil {
+		t.Fatalf("%+v", tg)
+	}
+	if tg.dsn != "app:s3cret@tcp(tidb.internal:4000)/orders?parseTime=true&tidb_txn_mode=%27pessimistic%27" {
+		t.Fatalf("driver DSN %q", tg.dsn)
+	}
+	if tg.display != "tidb://app:xxxxx@tidb.internal:4000/orders" {
+		t.Fatalf("display %q", tg.display)
+	}
+	for _, dsn := range []string{"mysql://root@127.0.0.1:4000/test", "root@tcp(127.0.0.1:4000)/test"} {
+		tg, err := parseDSN(dsn)
+		if err != nil || tg.dialect != mysql.New() || tg.detect == nil {
+			t.Fatalf("%s: %+v %v", dsn, tg, err)
+		}
+	}
+}
+
+// TestDetectMySQL: behind a mysql:// URL openDB asks the server; MariaDB
+// keeps the InnoDB dialect and the DSN as given.
+func TestDetectMySQL(t *testing.T) {
+	raw := os.Getenv(testdb.EnvMySQL)
+	if raw == "" {
+		testdb.Skip(t, testdb.EnvMySQL)
+	}
+	testdb.Reserve(t, "mysql", 2)
+	cfg, err := mysql.Config(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, tg, err := openDB(t.Context(), cfg.FormatDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if tg.dialect != mysql.New() || tg.detect != nil || tg.dsn != cfg.FormatDSN() {
+		t.Fatalf("%+v", tg)
+	}
+}
+
 // TestMigrateMySQL runs the command against the real server with a
 // mysql:// URL: up, status, down.
 func TestMigrateMySQL(t *testing.T) {

@@ -126,6 +126,9 @@ func FuzzConfigPassword(f *testing.F) {
 		{6, "", "u", pw, "/run/mysqld/mysqld.sock", "x"},
 		{7, "", "u", pw, "", "x"},
 		{8, "mysql", "u", pw, "h", ""},
+		{0, "tidb", "u", pw, "127.0.0.1:4000", "test"},
+		{0, "TiDB", "u", "12/" + pw, "h", "x?tidb_txn_mode=optimistic"},
+		{8, "tidb", "u", pw, "h", ""},
 	} {
 		f.Add(s.form, s.scheme, s.user, s.pw, s.host, s.db)
 	}
@@ -133,7 +136,7 @@ func FuzzConfigPassword(f *testing.F) {
 	for _, dsn := range []string{
 		"", "mysql://[::1", "mysql://u:p@h:x", "mysql://u@h/a%2Fb", "mysql://u@h/#", "mysql://h/@", "mysql:x",
 		"mysql://a%3Ab@h/d", "mysql://h/d?socket=/s", "u:p@tcp(h/d", "u:p@tcp(h)/d?parseTime=x", "u:p@tcp(h)/d?tls=x",
-		"u@tcp(h)/%zz", "u:p@tcp(h)", "u:p@foo/d", "u:p@tcp(h)/d?x=@",
+		"u@tcp(h)/%zz", "u:p@tcp(h)", "u:p@foo/d", "u:p@tcp(h)/d?x=@", "tidb://u@h/d", "tidb://[::1",
 	} {
 		vocab.WriteString(configOutput(dsn) + "\n")
 	}

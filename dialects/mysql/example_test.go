@@ -47,6 +47,7 @@ func ExampleDSN() {
 		"mariadb://app:p%40ss@db.internal/orders?clientFoundRows=true",
 		"mysql://app@/orders?socket=/run/mysqld/mysqld.sock",
 		"app:secret@tcp(db.internal:3306)/orders",
+		"tidb://app:secret@tidb.internal/orders",
 	} {
 		dsn, err := mysql.DSN(s)
 		if err != nil {
@@ -64,4 +65,39 @@ func ExampleDSN() {
 	//   shown as mysql://app@/orders?socket=%2Frun%2Fmysqld%2Fmysqld.sock
 	// app:secret@tcp(db.internal:3306)/orders?parseTime=true
 	//   shown as mysql://app:xxxxx@db.internal:3306/orders
+	// app:secret@tcp(tidb.internal:4000)/orders?parseTime=true&tidb_txn_mode=%27pessimistic%27
+	//   shown as tidb://app:xxxxx@tidb.internal:4000/orders
+}
+
+// Open a database that may be MySQL, MariaDB or TiDB, and let the server
+// say which dialect it needs. On TiDB, open the pool again with what the
+// TiDB dialect needs on every connection (pessimistic transactions); a
+// tidb:// URL through DSN has it from the start. This needs a server, so
+// it is compiled, not run.
+func ExampleDetect() {
+	ctx := context.Background()
+	cfg, err := mysql.Config("mysql://app:secret@db.internal:4000/orders")
+	if err != nil {
+		log.Fatal(err)
+	}
+	db, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		log.Fatal(err)
+	}
+	d, err := mysql.Detect(ctx, db) // mysql.NewTiDB() on TiDB, else mysql.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	if d.Configure(cfg) { // TiDB: tidb_txn_mode = 'pessimistic' on every connection
+		db.Close()
+		if db, err = sql.Open("mysql", cfg.FormatDSN()); err != nil {
+			log.Fatal(err)
+		}
+	}
+	defer db.Close()
+	store, err := ledger.New(d)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("ledger on", d.Name(), "in", store.Table())
 }

@@ -20,8 +20,11 @@ var (
 )
 
 // maxLockWaitSeconds is the largest innodb_lock_wait_timeout MySQL and
-// MariaDB accept.
-const maxLockWaitSeconds = 1073741824
+// MariaDB accept; TiDB accepts at most maxTiDBLockWaitSeconds.
+const (
+	maxLockWaitSeconds     = 1073741824
+	maxTiDBLockWaitSeconds = 3600
+)
 
 // lockWaitSeconds returns d as innodb_lock_wait_timeout takes it: whole
 // seconds, rounded up, at least 1 and at most 1073741824.
@@ -36,26 +39,54 @@ func lockWaitSeconds(d time.Duration) int64 {
 	return s
 }
 
+// tidbLockWaitSeconds is lockWaitSeconds within TiDB's range, at most
+// 3600.
+func tidbLockWaitSeconds(d time.Duration) int64 {
+	return min(lockWaitSeconds(d), maxTiDBLockWaitSeconds)
+}
+
 // BeginBounded sets innodb_lock_wait_timeout to d in whole seconds
-// (rounded up) on a connection of its own and begins the transaction
-// there; release sets the session's previous value back, or discards the
-// connection when it cannot. InnoDB's bound is a session variable (SET
-// SESSION inside a transaction would outlive it all the same). A
-// statement that waits longer fails with 1205, classified
+// (rounded up; on TiDB at most 3600) on a connection of its own and
+// begins the transaction there; release sets the session's previous value
+// back, or discards the connection when it cannot. InnoDB's bound is a
+// session variable (SET SESSION inside a transaction would outlive it all
+// the same). A statement that waits longer fails with 1205, classified
 // [dialects.ClassLockTimeout]; it rolls back only that statement.
-func (Dialect) BeginBounded(ctx context.Context, db *sql.DB, opts *sql.TxOptions, d time.Duration) (*sql.Tx, func(), error) {
-	if d <= 0 {
-		return nil, nil, fmt.Errorf("mysql: lock wait bound %v is not positive", d)
+//
+// On TiDB it also sets tidb_txn_mode = 'pessimistic' for the transaction
+// (and back afterwards), so that a claim in it is checked at the INSERT
+// whatever the server's default mode (see [NewTiDB]).
+func (d Dialect) BeginBounded(ctx context.Context, db *sql.DB, opts *sql.TxOptions, wait time.Duration) (*sql.Tx, func(), error) {
+	if wait <= 0 {
+		return nil, nil, fmt.Errorf("mysql: lock wait bound %v is not positive", wait)
 	}
+	if !d.tidb {
+		seconds := lockWaitSeconds(wait)
+		return dialects.BeginOnConn(ctx, db, opts, func(ctx context.Context, conn *sql.Conn) (func(context.Context) error, error) {
+			var prev int64
+			if err := conn.QueryRowContext(ctx, "SELECT @@SESSION.innodb_lock_wait_timeout").Scan(&prev); err != nil {
+				return nil, fmt.Errorf("mysql: read innodb_lock_wait_timeout: %w", err)
+			}
+			if err := setLockWait(ctx, conn, seconds); err != nil {
+				return nil, err
+			}
+			return func(ctx context.Context) error { return setLockWait(ctx, conn, prev) }, nil
+		})
+	}
+	seconds := tidbLockWaitSeconds(wait)
 	return dialects.BeginOnConn(ctx, db, opts, func(ctx context.Context, conn *sql.Conn) (func(context.Context) error, error) {
 		var prev int64
-		if err := conn.QueryRowContext(ctx, "SELECT @@SESSION.innodb_lock_wait_timeout").Scan(&prev); err != nil {
-			return nil, fmt.Errorf("mysql: read innodb_lock_wait_timeout: %w", err)
+		var mode string
+		if err := conn.QueryRowContext(ctx, "SELECT @@SESSION.innodb_lock_wait_timeout, @@SESSION.tidb_txn_mode").Scan(&prev, &mode); err != nil {
+			return nil, fmt.Errorf("mysql: read innodb_lock_wait_timeout and tidb_txn_mode: %w", err)
 		}
-		if err := setLockWait(ctx, conn, lockWaitSeconds(d)); err != nil {
+		if !isPlainWord(mode) {
+			return nil, fmt.Errorf("mysql: unexpected tidb_txn_mode %q", truncate(mode))
+		}
+		if err := setTiDBSession(ctx, conn, seconds, pessimistic); err != nil {
 			return nil, err
 		}
-		return func(ctx context.Context) error { return setLockWait(ctx, conn, prev) }, nil
+		return func(ctx context.Context) error { return setTiDBSession(ctx, conn, prev, mode) }, nil
 	})
 }
 
@@ -66,7 +97,29 @@ func setLockWait(ctx context.Context, conn *sql.Conn, seconds int64) error {
 	return nil
 }
 
-// Traits: REPEATABLE READ (InnoDB's default) and READ COMMITTED.
+// setTiDBSession sets TiDB's lock wait bound and transaction mode in one
+// statement. mode is a plain word (checked by the caller, or a constant).
+func setTiDBSession(ctx context.Context, conn *sql.Conn, seconds int64, mode string) error {
+	q := "SET SESSION innodb_lock_wait_timeout = " + strconv.FormatInt(seconds, 10) + ", SESSION tidb_txn_mode = '" + mode + "'"
+	if _, err := conn.ExecContext(ctx, q); err != nil {
+		return fmt.Errorf("mysql: set innodb_lock_wait_timeout and tidb_txn_mode: %w", err)
+	}
+	return nil
+}
+
+// isPlainWord reports whether s is empty or lower-case ASCII letters, as
+// every tidb_txn_mode value is: safe to put back between quotes.
+func isPlainWord(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 'a' || s[i] > 'z' {
+			return false
+		}
+	}
+	return true
+}
+
+// Traits: REPEATABLE READ (InnoDB's and TiDB's default) and READ
+// COMMITTED.
 func (Dialect) Traits() dialects.Traits {
 	return dialects.Traits{IsolationLevels: []sql.IsolationLevel{sql.LevelRepeatableRead, sql.LevelReadCommitted}}
 }
@@ -87,6 +140,10 @@ const (
 	blockedByMySQL8 = `SELECT COUNT(DISTINCT w.REQUESTING_ENGINE_TRANSACTION_ID) FROM performance_schema.data_lock_waits w ` +
 		`JOIN information_schema.INNODB_TRX b ON b.trx_id = w.BLOCKING_ENGINE_TRANSACTION_ID WHERE b.trx_mysql_thread_id = ?`
 	erUnknownTable = 1109 // ER_UNKNOWN_TABLE
+	// TiDB: DATA_LOCK_WAITS holds who waits (TRX_ID) for whom
+	// (CURRENT_HOLDING_TRX_ID); TIDB_TRX maps a transaction to its session.
+	blockedByTiDB = `SELECT COUNT(DISTINCT w.TRX_ID) FROM information_schema.DATA_LOCK_WAITS w ` +
+		`JOIN information_schema.TIDB_TRX b ON b.ID = w.CURRENT_HOLDING_TRX_ID WHERE b.SESSION_ID = ?`
 )
 
 // InnoDB serves INNODB_TRX and INNODB_LOCK_WAITS from a cache that the
@@ -102,11 +159,21 @@ const (
 	viewIdle        = 110 * time.Millisecond
 )
 
-// BlockedBy counts the InnoDB lock waits on locks that connection id's
-// transaction holds (the user needs the PROCESS privilege). Each call
-// takes at least 110 ms, and waits while another BlockedBy on the server
-// reads (see above).
-func (Dialect) BlockedBy(ctx context.Context, db *sql.DB, id int64) (int, error) {
+// BlockedBy counts the lock waits on locks that connection id's
+// transaction holds (the user needs the PROCESS privilege).
+//
+// On MySQL and MariaDB it reads InnoDB's views; each call takes at least
+// 110 ms, and waits while another BlockedBy on the server reads (see
+// above). On TiDB it reads information_schema.DATA_LOCK_WAITS (the
+// pessimistic lock waits TiKV reports) joined with TIDB_TRX (the
+// transactions of the TiDB server the query reaches, so behind a load
+// balancer it can miss a holder on another TiDB server and count 0).
+func (d Dialect) BlockedBy(ctx context.Context, db *sql.DB, id int64) (int, error) {
+	if d.tidb {
+		var n int
+		err := db.QueryRowContext(ctx, blockedByTiDB, id).Scan(&n)
+		return n, err
+	}
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return 0, err

@@ -1,5 +1,5 @@
-// Package mysql is the ledger dialect for MySQL and MariaDB (InnoDB), and
-// the starting point for TiDB and Vitess.
+// Package mysql is the ledger dialect for MySQL and MariaDB (InnoDB) and
+// for TiDB, and the starting point for Vitess.
 //
 // It reads errors through go-sql-driver/mysql's *MySQLError, which is pure
 // Go: importing this package never needs cgo.
@@ -32,6 +32,12 @@
 //     NULL), so one matched row is one affected row with and without
 //     clientFoundRows: the ledger may decide by RowsAffected.
 //
+// TiDB speaks the same protocol and SQL but is another server underneath,
+// and [NewTiDB] returns the dialect's TiDB variant (see its doc): a Dialect
+// value holds no connection, so which server it is for is chosen when it is
+// built, by the caller ([New] or [NewTiDB]), from a tidb:// URL, or by
+// [Detect], which asks the server.
+//
 // Times are stored as BIGINT Unix microseconds; open the database with a
 // DSN from [DSN] (or set parseTime=true yourself), which goose's version
 // table needs for its TIMESTAMP column.
@@ -50,16 +56,61 @@ import (
 	"github.com/opledger/opledger/dialects"
 )
 
-// Dialect is the MySQL/MariaDB dialect. The zero value is ready to use.
-type Dialect struct{}
+// Dialect is the MySQL/MariaDB dialect, or its TiDB variant ([NewTiDB]).
+// The zero value is the MySQL/MariaDB dialect, ready to use. Dialect values
+// are comparable: New() == Dialect{}.
+type Dialect struct {
+	tidb bool
+}
 
-var _ dialects.Dialect = Dialect{}
+var (
+	_ dialects.Dialect   = Dialect{}
+	_ dialects.TxChecker = Dialect{}
+)
 
-// New returns the MySQL/MariaDB dialect.
+// New returns the MySQL/MariaDB (InnoDB) dialect.
 func New() Dialect { return Dialect{} }
 
-// Name returns "mysql".
-func (Dialect) Name() string { return "mysql" }
+// NewTiDB returns the dialect's TiDB variant, for TiDB 6.5 and later. It
+// differs from [New] where TiDB differs from InnoDB:
+//
+//   - The read-back after a duplicate key is SELECT … FOR UPDATE. TiDB
+//     implements LOCK IN SHARE MODE and FOR SHARE only as no-ops, which
+//     it refuses by default (error 1235), and a 1062 leaves no lock behind
+//     on TiDB, so a plain read at REPEATABLE READ would not see the
+//     committed winner. FOR UPDATE reads the latest committed version in
+//     a pessimistic transaction. (On InnoDB FOR UPDATE would deadlock
+//     concurrent replays, which hold the shared lock of their 1062.)
+//   - The ledger's claims need pessimistic transactions with unique
+//     checks at the INSERT: an optimistic transaction (tidb_txn_mode =
+//     'optimistic') or a pessimistic one with
+//     tidb_constraint_check_in_place_pessimistic = OFF checks the key only
+//     at COMMIT, so a claim of a key another transaction holds or has
+//     committed would look acquired. The variant implements
+//     [dialects.TxChecker]: Claim (and each Sweep batch) reads those two
+//     session variables first, one round trip to the TiDB server, and
+//     refuses such a transaction with an error matching
+//     [dialects.ErrUnsuitableTx] that names the fix. BeginBounded (what
+//     txmiddleware.WithLockWait uses) sets tidb_txn_mode = 'pessimistic'
+//     for its transaction itself, and a tidb:// URL through [DSN] sets it
+//     on every connection.
+//   - Its lock-wait view ([Dialect.BlockedBy]) is TiDB's
+//     information_schema.DATA_LOCK_WAITS and TIDB_TRX, not InnoDB's.
+//
+// Classify is the same for both: TiDB's own codes do not occur on MySQL
+// or MariaDB.
+func NewTiDB() Dialect { return Dialect{tidb: true} }
+
+// TiDB reports whether d is the TiDB variant.
+func (d Dialect) TiDB() bool { return d.tidb }
+
+// Name returns "mysql", or "tidb" for the TiDB variant.
+func (d Dialect) Name() string {
+	if d.tidb {
+		return "tidb"
+	}
+	return "mysql"
+}
 
 // Placeholder returns "?".
 func (Dialect) Placeholder(int) string { return "?" }
@@ -77,7 +128,7 @@ func (d Dialect) Queries(table string) dialects.Queries {
 	return dialects.Queries{
 		Insert: `INSERT INTO ` + t + ` (id, caller, method, request_fp, created_at, expires_at) ` +
 			`VALUES (?, ?, ?, ?, ?, ?)`,
-		Select: `SELECT ` + columns + ` FROM ` + t + ` WHERE id = ? LOCK IN SHARE MODE`,
+		Select: `SELECT ` + columns + ` FROM ` + t + ` WHERE id = ? ` + d.readBackLock(),
 		Reacquire: `UPDATE ` + t + ` SET request_fp = ?, created_at = ?, expires_at = ?, ` +
 			`code = NULL, response = NULL, response_type = NULL, completed_at = NULL ` +
 			`WHERE id = ? AND expires_at <= ?`,
@@ -88,6 +139,15 @@ func (d Dialect) Queries(table string) dialects.Queries {
 		// statement, so no lock is held longer than one batch.
 		Sweep: `DELETE FROM ` + t + ` WHERE expires_at <= ? ORDER BY expires_at LIMIT ?`,
 	}
+}
+
+// readBackLock is the locking clause of the read-back after a conflict:
+// LOCK IN SHARE MODE on InnoDB, FOR UPDATE on TiDB (see NewTiDB).
+func (d Dialect) readBackLock() string {
+	if d.tidb {
+		return "FOR UPDATE"
+	}
+	return "LOCK IN SHARE MODE"
 }
 
 // MySQL, MariaDB and TiDB error numbers the dialect distinguishes.
@@ -109,24 +169,41 @@ const (
 	erClientTimeout       = 4031 // ER_CLIENT_INTERACTION_TIMEOUT (MySQL 8.0.24+)
 	crServerGone          = 2006 // CR_SERVER_GONE_ERROR
 	crServerLost          = 2013 // CR_SERVER_LOST
-	tidbWriteConflict     = 9007 // TiDB optimistic write conflict
-	tidbTxnRetryable      = 8022 // TiDB "transaction aborted, retry"
+	erUnknownError        = 1105 // ER_UNKNOWN_ERROR (TiDB: "execution result undetermined")
+
+	// TiDB's own codes (pkg/errno in TiDB's source).
+	tidbForUpdateCantRetry  = 8002 // ErrForUpdateCantRetry
+	tidbWriteConflictInTiDB = 8005 // ErrWriteConflictInTiDB: txnStartTS is stale
+	tidbTxnRetryable        = 8022 // ErrTxnRetryable: KV error safe to retry
+	tidbInfoSchemaExpired   = 8027 // ErrInfoSchemaExpired
+	tidbInfoSchemaChanged   = 8028 // ErrInfoSchemaChanged: a DDL ran during the transaction
+	tidbResolveLockTimeout  = 9004 // ErrResolveLockTimeout: waited on another transaction's lock
+	tidbWriteConflict       = 9007 // ErrWriteConflict
 )
 
+// tidbUndetermined is the message of TiDB's ErrResultUndetermined, sent
+// with code 1105 when TiDB cannot tell whether a COMMIT took effect (it
+// then closes the connection).
+const tidbUndetermined = "result undetermined"
+
 // Classify maps MySQL error numbers: 1062 and 1586 unique violation; 1213
-// deadlock; 1205 lock wait timeout, 3572 NOWAIT, and the statement
-// timeouts 3024 (MySQL) and 1969 (MariaDB) lock timeout; TiDB's write
-// conflicts (9007, 8022) and any other SQLSTATE 40001 serialization
-// failure; 1053, 1152, 1158–1161, 1927, 2006, 2013, 4031 and SQLSTATE
-// class 08 connection failures; and the driver's broken-connection errors
-// (driver.ErrBadConn, mysql.ErrInvalidConn, network errors) as connection
-// failures.
+// deadlock; 1205 lock wait timeout, 3572 NOWAIT, the statement timeouts
+// 3024 (MySQL) and 1969 (MariaDB) and TiDB's 9004 (resolve lock timeout)
+// lock timeout; TiDB's write conflicts and retryable aborts (9007, 8005,
+// 8002, 8022, 8027, 8028) and any other SQLSTATE 40001 serialization
+// failure; 1053, 1152, 1158–1161, 1927, 2006, 2013, 4031, SQLSTATE class 08
+// and TiDB's "execution result undetermined" (1105) connection failures;
+// and the driver's broken-connection errors (driver.ErrBadConn,
+// mysql.ErrInvalidConn, network errors) as connection failures.
 func (Dialect) Classify(err error) dialects.Class {
 	if err == nil {
 		return dialects.ClassOther
 	}
 	var me *gomysql.MySQLError
 	if errors.As(err, &me) && me != nil {
+		if me.Number == erUnknownError && strings.Contains(me.Message, tidbUndetermined) {
+			return dialects.ClassConnection
+		}
 		return classifyNumber(me.Number, string(me.SQLState[:]))
 	}
 	if errors.Is(err, gomysql.ErrInvalidConn) || errors.Is(err, gomysql.ErrPktSync) || errors.Is(err, gomysql.ErrPktSyncMul) {
@@ -141,9 +218,10 @@ func classifyNumber(n uint16, state string) dialects.Class {
 		return dialects.ClassUniqueViolation
 	case erLockDeadlock:
 		return dialects.ClassDeadlock
-	case erLockWaitTimeout, erLockNowait, erQueryTimeout, erStatementTimeout:
+	case erLockWaitTimeout, erLockNowait, erQueryTimeout, erStatementTimeout, tidbResolveLockTimeout:
 		return dialects.ClassLockTimeout
-	case tidbWriteConflict, tidbTxnRetryable:
+	case tidbWriteConflict, tidbWriteConflictInTiDB, tidbForUpdateCantRetry, tidbTxnRetryable,
+		tidbInfoSchemaExpired, tidbInfoSchemaChanged:
 		return dialects.ClassSerialization
 	case erServerShutdown, erAbortingConnection, erNetReadError, erNetReadInterrupted,
 		erNetErrorOnWrite, erNetWriteInterrupted, erConnectionKilled, erClientTimeout,
@@ -169,15 +247,21 @@ var ErrBadDSN = errors.New("mysql: invalid DSN")
 //
 //	mysql://user:password@host:port/dbname?param=value
 //
-// (scheme mysql or mariadb; port 3306 when omitted; user and password
-// percent-encoded; a socket=/path parameter selects a Unix socket instead
-// of host:port; other parameters are the driver's, such as
-// clientFoundRows=true or tls=true), or the driver's own format,
+// (scheme mysql, mariadb or tidb; port 3306, or 4000 for tidb, when
+// omitted; user and password percent-encoded; a socket=/path parameter
+// selects a Unix socket instead of host:port; other parameters are the
+// driver's, such as clientFoundRows=true or tls=true), or the driver's own
+// format,
 //
 //	user:password@tcp(host:port)/dbname?param=value
 //
 // Every other option is left as given; the dialect is correct with
 // clientFoundRows on or off and at READ COMMITTED or REPEATABLE READ.
+//
+// A tidb:// URL is a mysql:// URL for a TiDB server: its port defaults to
+// 4000, and it also gets what the TiDB dialect needs ([Dialect.Configure]
+// of [NewTiDB]: tidb_txn_mode = 'pessimistic' unless the URL sets
+// tidb_txn_mode itself). [SchemeDialect] gives the dialect a DSN names.
 //
 // An '@' in a URL's user name or password must be percent-encoded (%40),
 // as must '/', '?' and '#': a URL with an '@' after its host is refused,
@@ -194,8 +278,8 @@ func Config(dsn string) (*gomysql.Config, error) {
 		cfg *gomysql.Config
 		err error
 	)
-	if scheme, _, ok := strings.Cut(dsn, "://"); ok && (strings.EqualFold(scheme, "mysql") || strings.EqualFold(scheme, "mariadb")) {
-		cfg, err = fromURL(dsn)
+	if scheme, ok := urlScheme(dsn); ok {
+		cfg, err = fromURL(dsn, scheme)
 	} else {
 		// The driver takes the password to end at the last '@' before the
 		// last '/'. An '@' after it (which the driver's format wants
@@ -221,11 +305,41 @@ func Config(dsn string) (*gomysql.Config, error) {
 		}
 	}
 	cfg.ParseTime = true
+	if scheme, ok := urlScheme(dsn); ok && scheme == "tidb" {
+		NewTiDB().Configure(cfg)
+	}
 	return cfg, nil
 }
 
-// DSN returns dsn (a mysql:// URL or a driver DSN, see [Config]) in
-// go-sql-driver's format with parseTime=true, for sql.Open("mysql", …).
+// urlScheme returns the lower-case scheme of a mysql://, mariadb:// or
+// tidb:// URL.
+func urlScheme(dsn string) (string, bool) {
+	scheme, _, ok := strings.Cut(dsn, "://")
+	if !ok {
+		return "", false
+	}
+	scheme = strings.ToLower(scheme)
+	switch scheme {
+	case "mysql", "mariadb", "tidb":
+		return scheme, true
+	}
+	return "", false
+}
+
+// SchemeDialect returns the dialect a DSN names: [NewTiDB] for a tidb://
+// URL, [New] for a mysql:// or mariadb:// URL and for the driver's format.
+// Only tidb:// names the server; behind any other DSN it may still be
+// TiDB, which [Detect] finds out.
+func SchemeDialect(dsn string) Dialect {
+	if scheme, ok := urlScheme(strings.TrimSpace(dsn)); ok && scheme == "tidb" {
+		return NewTiDB()
+	}
+	return New()
+}
+
+// DSN returns dsn (a mysql://, mariadb:// or tidb:// URL or a driver DSN,
+// see [Config]) in go-sql-driver's format with parseTime=true (and, for
+// tidb://, tidb_txn_mode='pessimistic'), for sql.Open("mysql", …).
 func DSN(dsn string) (string, error) {
 	cfg, err := Config(dsn)
 	if err != nil {
@@ -235,15 +349,16 @@ func DSN(dsn string) (string, error) {
 }
 
 // Display returns dsn in a form safe to print: a URL without its password
-// (user@host:port/db). It returns "mysql://(invalid DSN)" for a DSN it
-// cannot read.
+// (user@host:port/db), with the scheme tidb:// for a tidb:// URL and
+// mysql:// for every other. It returns "mysql://(invalid DSN)" for a DSN
+// it cannot read.
 func Display(dsn string) string {
 	cfg, err := Config(dsn)
 	if err != nil {
 		return "mysql://(invalid DSN)"
 	}
 	var b strings.Builder
-	b.WriteString("mysql://")
+	b.WriteString(SchemeDialect(dsn).Name() + "://")
 	if cfg.User != "" {
 		b.WriteString(url.User(cfg.User).String())
 		if cfg.Passwd != "" {
@@ -259,7 +374,7 @@ func Display(dsn string) string {
 	return b.String()
 }
 
-func fromURL(dsn string) (*gomysql.Config, error) {
+func fromURL(dsn, scheme string) (*gomysql.Config, error) {
 	u, err := url.Parse(dsn)
 	if err != nil {
 		// url.Error quotes the whole URL, password included: say less.
@@ -303,6 +418,9 @@ func fromURL(dsn string) (*gomysql.Config, error) {
 		}
 		if port == "" {
 			port = "3306"
+			if scheme == "tidb" {
+				port = "4000"
+			}
 		}
 		base.Net, base.Addr = "tcp", net.JoinHostPort(host, port)
 	}

@@ -22,29 +22,123 @@ import (
 	"github.com/opledger/opledger/internal/testdb"
 )
 
+// TestQueries: both variants use the same statements but for the
+// read-back's lock: a shared lock on InnoDB (FOR UPDATE would deadlock
+// concurrent replays, which hold the shared lock their 1062 left), FOR
+// UPDATE on TiDB (which implements shared locks only as refused no-ops,
+// and whose 1062 leaves no lock).
 func TestQueries(t *testing.T) {
-	d := mysql.New()
-	if d.Name() != "mysql" {
-		t.Fatal(d.Name())
+	for _, c := range []struct {
+		d          mysql.Dialect
+		name, lock string
+		tidb       bool
+	}{
+		{mysql.New(), "mysql", "LOCK IN SHARE MODE", false},
+		{mysql.Dialect{}, "mysql", "LOCK IN SHARE MODE", false},
+		{mysql.NewTiDB(), "tidb", "FOR UPDATE", true},
+	} {
+		d := c.d
+		if d.Name() != c.name || d.TiDB() != c.tidb {
+			t.Fatal(d.Name(), d.TiDB())
+		}
+		if got := d.QuoteIdent("a`b"); got != "`a``b`" {
+			t.Fatal(got)
+		}
+		q := d.Queries("ops")
+		for name, s := range map[string]string{"insert": q.Insert, "select": q.Select, "reacquire": q.Reacquire, "complete": q.Complete, "lookup": q.Lookup, "sweep": q.Sweep} {
+			if !strings.Contains(s, "`ops`") || strings.Contains(s, "$1") {
+				t.Errorf("%s %s: %s", c.name, name, s)
+			}
+			up := strings.ToUpper(s)
+			if strings.Contains(up, "IGNORE") || strings.Contains(up, "ON DUPLICATE") {
+				t.Errorf("%s %s uses INSERT IGNORE or ON DUPLICATE KEY UPDATE: %s", c.name, name, s)
+			}
+		}
+		if !strings.HasSuffix(q.Select, " "+c.lock) {
+			t.Errorf("%s: the read-back must end in %s: %s", c.name, c.lock, q.Select)
+		}
+		if strings.Contains(q.Lookup, "LOCK") || strings.Contains(q.Lookup, "FOR ") {
+			t.Errorf("%s: Lookup must not lock: %s", c.name, q.Lookup)
+		}
+		other := mysql.New().Queries("ops")
+		if q.Insert != other.Insert || q.Reacquire != other.Reacquire || q.Complete != other.Complete ||
+			q.Lookup != other.Lookup || q.Sweep != other.Sweep {
+			t.Errorf("%s: statements other than the read-back differ from InnoDB's", c.name)
+		}
 	}
-	if got := d.QuoteIdent("a`b"); got != "`a``b`" {
+	if mysql.New() != (mysql.Dialect{}) || mysql.NewTiDB() == mysql.New() {
+		t.Error("Dialect values do not compare as documented")
+	}
+}
+
+// TestForVersion: the server kind comes from VERSION() as each server
+// answers it.
+func TestForVersion(t *testing.T) {
+	for v, tidb := range map[string]bool{
+		"8.0.11-TiDB-v8.5.3":            true,
+		"8.0.11-TiDB-v7.5.2-serverless": true,
+		"5.7.25-TiDB-v6.5.0":            true,
+		"TiDB Server (Apache License 2.0) Community Edition, MySQL 8.0 compatible": true,
+		"MySQL Community Server - GPL":                                             false,
+		"mariadb.org binary distribution":                                          false,
+		"10.11.6-MariaDB-0+deb12u1":                                                false,
+		"8.0.36":                                                                   false,
+		"8.0.36-0ubuntu0.22.04.1":                                                  false,
+		"5.7.44-log":                                                               false,
+		"":                                                                         false,
+	} {
+		if got := mysql.ForVersion(v); got.TiDB() != tidb {
+			t.Errorf("ForVersion(%q) = %s, want TiDB %v", v, got.Name(), tidb)
+		}
+	}
+}
+
+// TestDetect asks the real server (MariaDB here): not TiDB.
+func TestDetect(t *testing.T) {
+	testdb.Parallel(t, "mysql", 1)
+	db := testdb.OpenMySQL(nil)(t, 1)
+	d, err := mysql.Detect(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d != mysql.New() {
+		t.Fatalf("Detect on MariaDB: %s", d.Name())
+	}
+	// The InnoDB variant checks nothing and costs no round trip.
+	if err := d.CheckTx(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestConfigure: the TiDB variant adds tidb_txn_mode = 'pessimistic' to a
+// configuration that lacks it, and leaves one that sets it alone; the
+// InnoDB variant adds nothing (the variable is unknown there).
+func TestConfigure(t *testing.T) {
+	cfg, err := mysql.Config("mysql://root@127.0.0.1:4000/test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mysql.New().Configure(cfg) || len(cfg.Params) != 0 {
+		t.Fatalf("InnoDB variant changed the config: %v", cfg.Params)
+	}
+	if !mysql.NewTiDB().Configure(cfg) || cfg.Params["tidb_txn_mode"] != "'pessimistic'" {
+		t.Fatalf("TiDB variant: %v", cfg.Params)
+	}
+	if mysql.NewTiDB().Configure(cfg) {
+		t.Fatal("second Configure changed the config again")
+	}
+	if got := cfg.FormatDSN(); got != "root@tcp(127.0.0.1:4000)/test?parseTime=true&tidb_txn_mode=%27pessimistic%27" {
 		t.Fatal(got)
 	}
-	q := d.Queries("ops")
-	for name, s := range map[string]string{"insert": q.Insert, "select": q.Select, "reacquire": q.Reacquire, "complete": q.Complete, "lookup": q.Lookup, "sweep": q.Sweep} {
-		if !strings.Contains(s, "`ops`") || strings.Contains(s, "$1") {
-			t.Errorf("%s: %s", name, s)
-		}
-		up := strings.ToUpper(s)
-		if strings.Contains(up, "IGNORE") || strings.Contains(up, "ON DUPLICATE") {
-			t.Errorf("%s uses INSERT IGNORE or ON DUPLICATE KEY UPDATE: %s", name, s)
-		}
+	own, err := mysql.Config("mysql://root@h:4000/test?TiDB_Txn_Mode=%27optimistic%27")
+	if err != nil {
+		t.Fatal(err)
 	}
-	if !strings.HasSuffix(q.Select, "LOCK IN SHARE MODE") {
-		t.Errorf("the read-back must be a locking read: %s", q.Select)
+	if mysql.NewTiDB().Configure(own) || len(own.Params) != 1 {
+		t.Fatalf("a config that sets the mode was changed: %v", own.Params)
 	}
-	if strings.Contains(q.Lookup, "LOCK") {
-		t.Errorf("Lookup must not lock: %s", q.Lookup)
+	if mysql.NewTiDB().Configure(nil) {
+		t.Fatal("nil config")
 	}
 }
 
@@ -71,6 +165,24 @@ func TestClassifySynthetic(t *testing.T) {
 		{me(1969, "70100"), dialects.ClassLockTimeout},
 		{me(9007, "HY000"), dialects.ClassSerialization},
 		{me(8022, "HY000"), dialects.ClassSerialization},
+		// TiDB's own codes, with the messages TiDB sends.
+		{tidb(9007, "Write conflict, txnStartTS=459000000000000001, conflictStartTS=459000000000000002, conflictCommitTS=459000000000000003, key={tableID=104, handle=1} primary={tableID=104, handle=1}, reason=Optimistic [try again later]"), dialects.ClassSerialization},
+		{tidb(8005, "Write conflict, txnStartTS is stale [try again later]"), dialects.ClassSerialization},
+		{tidb(8002, "[1] can not retry select for update statement"), dialects.ClassSerialization},
+		{tidb(8022, "Error: KV error safe to retry Txn(Mvcc(WriteConflict)) [try again later]"), dialects.ClassSerialization},
+		{tidb(8027, "Information schema is out of date: schema failed to update in 1 lease, please make sure TiDB can connect to TiKV"), dialects.ClassSerialization},
+		{tidb(8028, "Information schema is changed during the execution of the statement(for example, table definition may be updated by other DDL ran in parallel). If you see this error often, try increasing `tidb_max_delta_schema_count`. [try again later]"), dialects.ClassSerialization},
+		{tidb(9004, "Resolve lock timeout[try again later]"), dialects.ClassLockTimeout},
+		{tidb(1205, "Lock wait timeout exceeded; try restarting transaction"), dialects.ClassLockTimeout},
+		{tidb(1213, "Deadlock found when trying to get lock; try restarting transaction"), dialects.ClassDeadlock},
+		{tidb(3572, "Statement aborted because lock(s) could not be acquired immediately and NOWAIT is set."), dialects.ClassLockTimeout},
+		{tidb(1062, "Duplicate entry '\\x01' for key 'opledger_operations.PRIMARY'"), dialects.ClassUniqueViolation},
+		{tidb(1105, "execution result undetermined"), dialects.ClassConnection},
+		{tidb(1105, "some other unknown error"), dialects.ClassOther},
+		// What the InnoDB variant's read-back gets on TiDB, and what a
+		// lazy unique check reports at COMMIT: neither is retryable.
+		{tidb(1235, "function LOCK IN SHARE MODE has only noop implementation in tidb now, use tidb_enable_noop_functions to enable these functions"), dialects.ClassOther},
+		{tidb(8147, "transaction aborted because lazy uniqueness check is enabled and an error occurred: [kv:1062]Duplicate entry '1' for key 't.PRIMARY'"), dialects.ClassOther},
 		{me(1105, "40001"), dialects.ClassSerialization},
 		{me(4031, "HY000"), dialects.ClassConnection},
 		{me(2006, "HY000"), dialects.ClassConnection},
@@ -89,7 +201,23 @@ func TestClassifySynthetic(t *testing.T) {
 		if got := d.Classify(c.err); got != c.want {
 			t.Errorf("%v: %v, want %v", c.err, got, c.want)
 		}
+		if got := mysql.NewTiDB().Classify(c.err); got != c.want {
+			t.Errorf("TiDB variant: %v: %v, want %v", c.err, got, c.want)
+		}
 	}
+}
+
+// tidb builds the error TiDB sends: its code, SQLSTATE HY000 (TiDB's
+// default for codes without a state of their own) or MySQL's for MySQL's
+// codes, and its message.
+func tidb(n uint16, msg string) error {
+	state := map[uint16]string{1062: "23000", 1213: "40001", 1235: "42000"}[n]
+	if state == "" {
+		state = "HY000"
+	}
+	e := &gomysql.MySQLError{Number: n, Message: msg}
+	copy(e.SQLState[:], state)
+	return fmt.Errorf("ledger: claim: %w", e)
 }
 
 // TestClassifyRealErrors provokes each error on the real server.
@@ -226,6 +354,13 @@ func TestDSN(t *testing.T) {
 		{"mysql://u@/d?socket=/run/mysqld/mysqld.sock", "u@unix(/run/mysqld/mysqld.sock)/d?parseTime=true"},
 		{"mysql://u@h/d?time_zone=%27%2B00%3A00%27", "u@tcp(h:3306)/d?parseTime=true&time_zone=%27%2B00%3A00%27"},
 		{"mysql://u@h/", "u@tcp(h:3306)/?parseTime=true"},
+		// tidb://: port 4000 and pessimistic transactions, unless set.
+		{"tidb://root@127.0.0.1/test", "root@tcp(127.0.0.1:4000)/test?parseTime=true&tidb_txn_mode=%27pessimistic%27"},
+		{"TiDB://u:p@h:4001/d?clientFoundRows=true", "u:p@tcp(h:4001)/d?clientFoundRows=true&parseTime=true&tidb_txn_mode=%27pessimistic%27"},
+		{"tidb://u@h/d?tidb_txn_mode=%27optimistic%27", "u@tcp(h:4000)/d?parseTime=true&tidb_txn_mode=%27optimistic%27"},
+		{"tidb://u@/d?socket=/tmp/tidb.sock", "u@unix(/tmp/tidb.sock)/d?parseTime=true&tidb_txn_mode=%27pessimistic%27"},
+		// mysql:// to a TiDB port stays as given: Detect finds TiDB.
+		{"mysql://root@127.0.0.1:4000/test", "root@tcp(127.0.0.1:4000)/test?parseTime=true"},
 	}
 	for _, c := range cases {
 		got, err := mysql.DSN(c.in)
@@ -245,7 +380,7 @@ func TestDSN(t *testing.T) {
 	for _, bad := range []string{
 		"", "   ", "mysql://u:s3cret@h/d?clientFoundRows=maybe", "mysql://u:s3cret@h/a/b",
 		"mysql://u:s3cret@h/d#frag", "mysql://u:s3cret@h/d?socket=/x.sock", "mysql://u:s3cret@h:port/d",
-		"u:s3cret@tcp(h/d", "u:s3cret@h",
+		"u:s3cret@tcp(h/d", "u:s3cret@h", "tidb://u:s3cret@h:port/d", "tidb://u:s3cret@h/a/b",
 	} {
 		_, err := mysql.DSN(bad)
 		if !errors.Is(err, mysql.ErrBadDSN) {
@@ -260,14 +395,25 @@ func TestDSN(t *testing.T) {
 
 func TestDisplay(t *testing.T) {
 	cases := map[string]string{
-		"mysql://u:s3cret@h:3307/d?clientFoundRows=true": "mysql://u:xxxxx@h:3307/d",
-		"root@tcp(127.0.0.1:3306)/test":                  "mysql://root@127.0.0.1:3306/test",
-		"mysql://u@/d?socket=/run/m.sock":                "mysql://u@/d?socket=%2Frun%2Fm.sock",
-		"mysql://u:s3cret@h:bad/d":                       "mysql://(invalid DSN)",
+		"mysql://u:s3cret@h:3307/d?clientFoundRows=true":   "mysql://u:xxxxx@h:3307/d",
+		"root@tcp(127.0.0.1:3306)/test":                    "mysql://root@127.0.0.1:3306/test",
+		"mysql://u@/d?socket=/run/m.sock":                  "mysql://u@/d?socket=%2Frun%2Fm.sock",
+		"mysql://u:s3cret@h:bad/d":                         "mysql://(invalid DSN)",
+		"tidb://u:s3cret@h/d":                              "tidb://u:xxxxx@h:4000/d",
+		"TIDB://u@h:4001/d?tidb_txn_mode=%27optimistic%27": "tidb://u@h:4001/d",
+		"tidb://u:s3cret@h:bad/d":                          "mysql://(invalid DSN)",
 	}
 	for in, want := range cases {
 		if got := mysql.Display(in); got != want {
 			t.Errorf("Display(%q) = %q, want %q", in, got, want)
+		}
+	}
+	for in, tidb := range map[string]bool{
+		"tidb://u@h/d": true, " TiDB://u@h/d": true, "mysql://u@h:4000/d": false,
+		"mariadb://u@h/d": false, "u@tcp(h:4000)/d": false, "tidb:x": false, "": false,
+	} {
+		if got := mysql.SchemeDialect(in); got.TiDB() != tidb {
+			t.Errorf("SchemeDialect(%q) = %s", in, got.Name())
 		}
 	}
 }
@@ -309,6 +455,7 @@ func FuzzConfig(f *testing.F) {
 	for _, s := range []string{
 		"root@tcp(127.0.0.1:3306)/test", "mysql://u:p@h:1/d?clientFoundRows=true", "mysql://u@/d?socket=/s",
 		"mysql://[::1", "mysql://u:%zz@h/d", "u:p@tcp(h/d", "/", "mariadb://", "mysql://u:p@h/d?loc=%",
+		"tidb://root@127.0.0.1:4000/test", "tidb://u@/d?socket=/s&tidb_txn_mode=x", "tidb://",
 	} {
 		f.Add(s)
 	}

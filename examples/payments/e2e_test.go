@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/dialects/sqlite"
 	"github.com/opledger/opledger/examples/payments"
 	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/testdb"
@@ -61,6 +63,10 @@ func checkDefinite(t *testing.T, rep payments.Report) {
 	}
 	if rep.Reconciled != 0 {
 		t.Errorf("%d calls returned an error although they had committed", rep.Reconciled)
+	}
+	// Answered calls sent again replay through the claim's read-back.
+	if rep.Resent == 0 || rep.ResendFailures != 0 {
+		t.Errorf("%d answered calls sent again, %d not replayed; want some, and 0", rep.Resent, rep.ResendFailures)
 	}
 	f := rep.Faults
 	for name, n := range map[string]int64{
@@ -176,5 +182,43 @@ func TestOutageAmplification(t *testing.T) {
 	}
 	if rep.Definite < rep.OutageCalls {
 		t.Errorf("%d definite errors, want at least the %d outage calls", rep.Definite, rep.OutageCalls)
+	}
+}
+
+// brokenReplay is SQLite with a read-back after a conflict that fails, as
+// the InnoDB dialect's LOCK IN SHARE MODE fails on TiDB: every claim of a
+// committed key errors instead of replaying.
+type brokenReplay struct{ sqlite.Dialect }
+
+func (d brokenReplay) Queries(table string) dialects.Queries {
+	q := d.Dialect.Queries(table)
+	q.Select = "SELECT no_such_column FROM " + d.QuoteIdent(table) + " WHERE id = ?"
+	return q
+}
+
+// TestResendCatchesBrokenReplay: a scenario without faults never reaches
+// the replay path before its resends; with a read-back that fails, the
+// resends find it and the report is not OK.
+func TestResendCatchesBrokenReplay(t *testing.T) {
+	tg := testdb.Targets()[0]
+	sc := scenario(t, tg, 40)
+	sc.Dialect = brokenReplay{sqlite.New()}
+	sc.Resends = 10
+	sc.ClientOptions = []grpcint.ClientOption{grpcint.WithMaxAttempts(2),
+		grpcint.WithBackoff(policy.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond})}
+	rep := run(t, sc)
+	if rep.Succeeded != rep.Calls || rep.Duplicates != 0 || rep.Lost != 0 {
+		t.Fatalf("the faulty phase without faults: %d of %d succeeded, %d duplicates, %d lost", rep.Succeeded, rep.Calls, rep.Duplicates, rep.Lost)
+	}
+	if rep.Resent != 10 || rep.ResendFailures < 10 || rep.OK() {
+		t.Fatalf("resent %d, %d not replayed, OK %v; want 10, at least 10, false", rep.Resent, rep.ResendFailures, rep.OK())
+	}
+
+	// The same on the real dialect replays every resend.
+	sc = scenario(t, tg, 40)
+	sc.Resends = 10
+	rep = run(t, sc)
+	if rep.Resent != 10 || rep.ResendFailures != 0 || !rep.OK() {
+		t.Fatalf("resent %d, %d not replayed, OK %v; want 10, 0, true", rep.Resent, rep.ResendFailures, rep.OK())
 	}
 }

@@ -82,6 +82,13 @@ type Scenario struct {
 	// to Events once the calls are done, and checks that every committed
 	// transfer's event was published and no other.
 	Events outbox.Publisher
+	// Resends is how many calls answered in the faulty phase are sent
+	// again, with their key and request, after the checks (default 100,
+	// or every answered call when fewer; negative sends none). Each must
+	// come back as a replay through the claim, with the committed answer
+	// and no second effect: a lost answer alone may be resolved without
+	// ever running the claim's read-back.
+	Resends int
 }
 
 // Chain is the fraud check service of a chained Scenario.
@@ -127,6 +134,8 @@ type Report struct {
 	Lost           int            // logical calls answered with success but no (or another) row
 	WrongResponses int            // responses that differ from the committed row
 	WrongOutcomes  int            // definite errors whose reason disagrees with the business table
+	Resent         int            // answered calls sent again with their key after the checks
+	ResendFailures int            // of those, not answered by a replay of the committed answer (must be 0)
 	OutageCalls    int            // logical calls during the outage
 	OutageAttempts int64          // attempts on the wire during the outage
 	Faults         FaultCounts
@@ -161,7 +170,8 @@ func (r Report) Amplification() float64 {
 // matched the committed row, every error was definite and told the truth.
 func (r Report) OK() bool {
 	return r.Duplicates == 0 && r.Lost == 0 && r.WrongResponses == 0 && r.WrongOutcomes == 0 && r.Ambiguous == 0 &&
-		r.FraudDuplicates == 0 && r.FraudMissing == 0 && r.EventDuplicates == 0 && r.EventsMissing == 0 && r.EventsForFailed == 0
+		r.FraudDuplicates == 0 && r.FraudMissing == 0 && r.EventDuplicates == 0 && r.EventsMissing == 0 && r.EventsForFailed == 0 &&
+		r.ResendFailures == 0
 }
 
 // Print writes the report as a table.
@@ -182,6 +192,8 @@ func (r Report) Print(w io.Writer) {
 	row("lost effects (must be 0)", r.Lost)
 	row("wrong responses (must be 0)", r.WrongResponses)
 	row("wrong failure reasons (must be 0)", r.WrongOutcomes)
+	row("answered calls sent again", r.Resent)
+	row("sent again, not replayed (must be 0)", r.ResendFailures)
 	row("budget refusals", r.BudgetRefusals)
 	row("faults: failed before send", r.Faults.FailedBeforeSend)
 	row("faults: answers lost after commit", r.Faults.DroppedAfterRun)
@@ -222,7 +234,8 @@ type callResult struct {
 // scenario's transfers through the fault injector, then an outage, then
 // checks the business table against every answer: one row per logical
 // call that committed, none for one that did not, and every response
-// equal to its row.
+// equal to its row. Last, it sends answered calls again (see Resends),
+// which the server must answer by replaying them.
 func (sc Scenario) Run(ctx context.Context) (Report, error) {
 	start := time.Now()
 	if sc.DB == nil || sc.Dialect == nil {
@@ -496,6 +509,9 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 			}
 		}
 	}
+	if err := sc.resend(ctx, callerCtx, pc, kitServer, results, rows, &rep); err != nil {
+		return rep, err
+	}
 	rep.Elapsed = time.Since(start)
 	return rep, nil
 }
@@ -604,6 +620,75 @@ func (e *eventRecorder) Publish(ctx context.Context, env outbox.Envelope) error 
 		e.resends++
 	}
 	e.ids[env.ID] = ev.GetReference()
+	return nil
+}
+
+// resend sends answered calls of the faulty phase again, as a client that
+// retries a call it already has the answer to, and counts in
+// rep.ResendFailures each one not answered by a replay of its committed
+// row: an error, another response, a new execution on the server or a
+// second row.
+func (sc Scenario) resend(ctx, callerCtx context.Context, pc paymentspb.PaymentsClient, kit *grpcint.Server,
+	results []callResult, rows map[string]rowCount, rep *Report) error {
+	n := sc.Resends
+	if n == 0 {
+		n = 100
+	}
+	var done []callResult
+	for _, r := range results {
+		if len(done) >= n {
+			break
+		}
+		if r.err == nil && rows[r.req.GetReference()].n == 1 {
+			done = append(done, r)
+		}
+	}
+	if len(done) == 0 {
+		return nil
+	}
+	before := kit.Stats()
+	failed := make([]bool, len(done))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, sc.Concurrency)
+	for i, r := range done {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			cctx, cancel := context.WithTimeout(grpcint.WithKey(callerCtx, r.key), sc.CallTimeout)
+			defer cancel()
+			reply, err := pc.Transfer(cctx, r.req)
+			got := rows[r.req.GetReference()]
+			want := &paymentspb.TransferReply{TransferId: got.id, FromAccount: r.req.GetFromAccount(), ToAccount: r.req.GetToAccount(),
+				AmountCents: r.req.GetAmountCents(), Reference: r.req.GetReference()}
+			failed[i] = err != nil || !proto.Equal(reply, want)
+		}()
+	}
+	wg.Wait()
+	after := kit.Stats()
+	rep.Resent = len(done)
+	for _, f := range failed {
+		if f {
+			rep.ResendFailures++
+		}
+	}
+	// Every answer must have come from a replay of the claim, none from a
+	// new execution; and no row may have been added.
+	if ran := int(after.Executed - before.Executed); ran > 0 {
+		rep.ResendFailures += ran
+	}
+	if short := len(done) - int(after.Replayed-before.Replayed); short > 0 {
+		rep.ResendFailures += short
+	}
+	now, err := countRows(ctx, sc.DB, sc.Dialect, sc.BusinessTable)
+	if err != nil {
+		return err
+	}
+	for _, r := range done {
+		if now[r.req.GetReference()].n != 1 {
+			rep.ResendFailures++
+		}
+	}
 	return nil
 }
 
