@@ -216,22 +216,37 @@ func TestNewRefuses(t *testing.T) {
 	}
 	caller := httpint.CallerFromTrustedHeader(callerHeader)
 	for name, f := range map[string]func() error{
-		"nil db":           func() error { _, err := httpint.New(nil, store, caller, routes); return err },
-		"nil ledger":       func() error { _, err := httpint.New(db, nil, caller, routes); return err },
-		"nil caller":       func() error { _, err := httpint.New(db, store, nil, routes); return err },
-		"no route":         func() error { _, err := httpint.New(db, store, caller, nil); return err },
-		"gRPC name":        func() error { _, err := httpint.New(db, store, caller, []string{"/pkg.S/M"}); return err },
-		"no method":        func() error { _, err := httpint.New(db, store, caller, []string{"/items"}); return err },
-		"lower case":       func() error { _, err := httpint.New(db, store, caller, []string{"post /items"}); return err },
-		"host":             func() error { _, err := httpint.New(db, store, caller, []string{"POST example.com/items"}); return err },
-		"bad pattern":      func() error { _, err := httpint.New(db, store, caller, []string{"POST /items/{a"}); return err },
-		"twice":            func() error { _, err := httpint.New(db, store, caller, []string{"POST /a", "POST /a"}); return err },
-		"option twice":     func() error { _, err := httpint.New(db, store, caller, routes, httpint.WithBareKeys(), httpint.WithBareKeys()); return err },
-		"zero option":      func() error { _, err := httpint.New(db, store, caller, routes, httpint.Option{}); return err },
-		"negative limit":   func() error { _, err := httpint.New(db, store, caller, routes, httpint.WithMaxRequestBody(-1)); return err },
-		"bad header name":  func() error { _, err := httpint.New(db, store, caller, routes, httpint.WithReplayHeaders("a b")); return err },
-		"lock wait twice":  func() error { _, err := httpint.New(db, store, caller, routes, httpint.WithTxOptions(txmiddleware.WithLockWait(time.Second))); return err },
-		"nil final":        func() error { _, err := httpint.New(db, store, caller, routes, httpint.WithFinalStatus(nil)); return err },
+		"nil db":      func() error { _, err := httpint.New(nil, store, caller, routes); return err },
+		"nil ledger":  func() error { _, err := httpint.New(db, nil, caller, routes); return err },
+		"nil caller":  func() error { _, err := httpint.New(db, store, nil, routes); return err },
+		"no route":    func() error { _, err := httpint.New(db, store, caller, nil); return err },
+		"gRPC name":   func() error { _, err := httpint.New(db, store, caller, []string{"/pkg.S/M"}); return err },
+		"no method":   func() error { _, err := httpint.New(db, store, caller, []string{"/items"}); return err },
+		"lower case":  func() error { _, err := httpint.New(db, store, caller, []string{"post /items"}); return err },
+		"host":        func() error { _, err := httpint.New(db, store, caller, []string{"POST example.com/items"}); return err },
+		"bad pattern": func() error { _, err := httpint.New(db, store, caller, []string{"POST /items/{a"}); return err },
+		"twice":       func() error { _, err := httpint.New(db, store, caller, []string{"POST /a", "POST /a"}); return err },
+		"option twice": func() error {
+			_, err := httpint.New(db, store, caller, routes, httpint.WithBareKeys(), httpint.WithBareKeys())
+			return err
+		},
+		"zero option": func() error { _, err := httpint.New(db, store, caller, routes, httpint.Option{}); return err },
+		"negative limit": func() error {
+			_, err := httpint.New(db, store, caller, routes, httpint.WithMaxRequestBody(-1))
+			return err
+		},
+		"bad header name": func() error {
+			_, err := httpint.New(db, store, caller, routes, httpint.WithReplayHeaders("a b"))
+			return err
+		},
+		"lock wait twice": func() error {
+			_, err := httpint.New(db, store, caller, routes, httpint.WithTxOptions(txmiddleware.WithLockWait(time.Second)))
+			return err
+		},
+		"nil final": func() error {
+			_, err := httpint.New(db, store, caller, routes, httpint.WithFinalStatus(nil))
+			return err
+		},
 		"zero retry-after": func() error { _, err := httpint.New(db, store, caller, routes, httpint.WithRetryAfter(0)); return err },
 	} {
 		if err := f(); !errors.Is(err, httpint.ErrInvalidConfig) {
