@@ -27,7 +27,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	loss := fs.Float64("loss", 0.3, "probability that an answer is lost after the server committed (a third each: on the server, after the response headers, after the whole response)")
 	outage := fs.Int("outage-calls", 200, "logical transfers during the total outage (0 skips it)")
 	concurrency := fs.Int("concurrency", 32, "transfers in flight at once")
-	ownerName := fs.String("owner", "application", "retry owner of the client's channel: application or service-config (grpc-go's own retries)")
+	ownerName := fs.String("owner", "application", "retry owner of the client's channel: application or service-config (grpc-go's own retries; gRPC only)")
+	transport := fs.String("transport", payments.TransportGRPC, "grpc (the gRPC Transfer through grpcint) or http (POST /transfers through httpint)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -49,6 +50,15 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if owner != policy.OwnerApplication && owner != policy.OwnerServiceConfig {
 		return fail(stderr, "demo", fmt.Errorf("--owner %s: the demo retries through application or service-config", owner))
+	}
+	switch *transport {
+	case payments.TransportGRPC:
+	case payments.TransportHTTP:
+		if owner != policy.OwnerApplication {
+			return fail(stderr, "demo", fmt.Errorf("--owner %s: over HTTP the application owns the retries", owner))
+		}
+	default:
+		return fail(stderr, "demo", fmt.Errorf("--transport %q: want grpc or http", *transport))
 	}
 	d := *dsn
 	if d == "" {
@@ -83,17 +93,19 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	sc := payments.Scenario{
 		DB: db, Dialect: t.dialect, LedgerTable: ledger.DefaultTable, BusinessTable: table,
-		Owner: owner, Calls: *calls, Concurrency: *concurrency, OutageCalls: *outage,
+		Owner: owner, Transport: *transport, Calls: *calls, Concurrency: *concurrency, OutageCalls: *outage,
 		Faults: payments.FaultSettings{FailBeforeSend: 0.05, Delay: 0.05,
 			DropAfterCommit: *loss / 3, LoseAfterHeaders: *loss / 3, LoseAfterResponse: *loss / 3},
 		ClientOptions: []grpcint.ClientOption{
 			grpcint.WithBudget(budget), grpcint.WithBudgetFundedBySuccess(), grpcint.WithMaxAttempts(8),
 			grpcint.WithBackoff(policy.Backoff{Initial: 10 * time.Millisecond, Max: 200 * time.Millisecond}),
 		},
+		HTTPClient: payments.HTTPClientSettings{Budget: budget, MaxAttempts: 8,
+			Backoff: policy.Backoff{Initial: 10 * time.Millisecond, Max: 200 * time.Millisecond}},
 		OutagePause: 2 * time.Second,
 	}
-	fmt.Fprintf(stdout, "opledger demo: %d transfers on %s, loopback gRPC, retries owned by %s; %.0f%% of answers lost after commit (on the server, after the headers, after the response), 5%% failed before send, 5%% delayed; then %d transfers in a total outage\n\n",
-		*calls, t.display, owner, *loss*100, *outage)
+	fmt.Fprintf(stdout, "opledger demo: %d transfers on %s, loopback %s, retries owned by %s; %.0f%% of answers lost after commit (on the server, after the headers, after the response), 5%% failed before send, 5%% delayed; then %d transfers in a total outage\n\n",
+		*calls, t.display, map[string]string{payments.TransportGRPC: "gRPC", payments.TransportHTTP: "HTTP"}[*transport], owner, *loss*100, *outage)
 	rep, err := sc.Run(ctx)
 	if err != nil {
 		return fail(stderr, "demo", err)

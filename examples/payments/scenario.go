@@ -43,8 +43,13 @@ type Scenario struct {
 	// created if missing.
 	BusinessTable string
 	// Owner is the channel's retry owner: OwnerApplication (default) or
-	// OwnerServiceConfig.
+	// OwnerServiceConfig (gRPC only).
 	Owner policy.RetryOwner
+	// Transport is TransportGRPC (default) or TransportHTTP: the same
+	// transfers, faults and checks over the HTTP route (see HTTPHandler).
+	Transport string
+	// HTTPClient configures the HTTP transport's client (TransportHTTP).
+	HTTPClient HTTPClientSettings
 	// Calls is the number of logical transfers in the faulty phase.
 	Calls int
 	// Concurrency is how many run at once (default 32).
@@ -76,6 +81,7 @@ type Scenario struct {
 
 // Report is what a Scenario run observed.
 type Report struct {
+	Transport      string // TransportGRPC or TransportHTTP
 	Owner          policy.RetryOwner
 	Calls          int            // logical calls in the faulty phase
 	Succeeded      int            // of those, how many returned a response
@@ -117,6 +123,7 @@ func (r Report) OK() bool {
 func (r Report) Print(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	row := func(k string, v any) { fmt.Fprintf(tw, "%s\t%v\t\n", k, v) }
+	row("transport", r.Transport)
 	row("retry owner", r.Owner)
 	row("logical calls", r.Calls)
 	row("succeeded", r.Succeeded)
@@ -204,6 +211,14 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 		return Report{}, err
 	}
 	faults := NewFaults(sc.Faults)
+	switch sc.Transport {
+	case "", TransportGRPC:
+		sc.Transport = TransportGRPC
+	case TransportHTTP:
+		return sc.runHTTP(ctx, start, store, svc, faults)
+	default:
+		return Report{}, fmt.Errorf("payments: unknown transport %q", sc.Transport)
+	}
 	kitServer, err := grpcint.NewServer(sc.DB, store, cat, grpcint.CallerFromTrustedHeader(CallerHeader),
 		append([]grpcint.ServerOption{grpcint.WithLockWait(sc.LockWait)}, sc.ServerOptions...)...)
 	if err != nil {
@@ -253,7 +268,7 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 		return out
 	}
 
-	rep := Report{Owner: sc.Owner, Calls: sc.Calls, OutageCalls: sc.OutageCalls}
+	rep := Report{Transport: sc.Transport, Owner: sc.Owner, Calls: sc.Calls, OutageCalls: sc.OutageCalls}
 	before := client.Stats()
 	results := run(sc.Calls, sc.RefPrefix)
 	mid := client.Stats()
@@ -281,9 +296,39 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 	// Check every logical call against the business table. Faults are off,
 	// so a failed call can be resolved to its real outcome.
 	faults.SetEnabled(false)
+	resolve := func(r callResult) (*paymentspb.TransferReply, bool, error) {
+		var stored paymentspb.TransferReply
+		rctx, cancel := context.WithTimeout(callerCtx, sc.CallTimeout)
+		defer cancel()
+		err := grpcint.Resolve(rctx, conn, paymentspb.TransferMethod, r.key, &paymentspb.TransferRequest{}, &stored)
+		switch {
+		case err == nil:
+			return &stored, true, nil
+		case grpcint.ReasonOf(err) == grpcint.ReasonNotFound:
+			return nil, false, nil
+		}
+		return nil, false, err
+	}
+	classify := func(err error) (string, bool) {
+		ci, ok := grpcint.CallInfoOf(err)
+		return status.Code(err).String() + " " + string(grpcint.ReasonOf(err)) + " " + ci.Decision, ok && ci.Reason != grpcint.ReasonCallOutcomeUnknown
+	}
+	if err := rep.check(ctx, sc, results, outage, resolve, classify); err != nil {
+		return rep, err
+	}
+	rep.Elapsed = time.Since(start)
+	return rep, nil
+}
+
+// check compares every logical call (the faulty phase's and the outage's)
+// with the business table: resolve asks for a failed call's stored
+// outcome (found false: nothing committed), classify names an error and
+// says whether it was definite.
+func (rep *Report) check(ctx context.Context, sc Scenario, results, outage []callResult,
+	resolve func(callResult) (*paymentspb.TransferReply, bool, error), classify func(error) (string, bool)) error {
 	rows, err := countRows(ctx, sc.DB, sc.Dialect, sc.BusinessTable)
 	if err != nil {
-		return rep, err
+		return err
 	}
 	check := func(rs []callResult, faulty bool) error {
 		for _, r := range rs {
@@ -300,12 +345,11 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 				if rep.FailedBy == nil {
 					rep.FailedBy = make(map[string]int)
 				}
-				ci, ok := grpcint.CallInfoOf(r.err)
-				rep.FailedBy[status.Code(r.err).String()+" "+string(grpcint.ReasonOf(r.err))+" "+ci.Decision]++
-				switch {
-				case !ok || ci.Reason == grpcint.ReasonCallOutcomeUnknown:
+				label, definite := classify(r.err)
+				rep.FailedBy[label]++
+				if !definite {
 					rep.Ambiguous++
-				default:
+				} else {
 					rep.Definite++
 					// A definite failure of a valid transfer has no
 					// effect: nothing committed (Next is Retry), or a final
@@ -314,24 +358,20 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 						rep.WrongOutcomes++
 					}
 				}
-				var stored paymentspb.TransferReply
-				rctx, cancel := context.WithTimeout(callerCtx, sc.CallTimeout)
-				rerr := grpcint.Resolve(rctx, conn, paymentspb.TransferMethod, r.key, &paymentspb.TransferRequest{}, &stored)
-				cancel()
+				stored, found, rerr := resolve(r)
 				switch {
-				case rerr == nil:
-					if faulty {
-						rep.Reconciled++
-					}
-					reply = &stored
-				case grpcint.ReasonOf(rerr) == grpcint.ReasonNotFound:
+				case rerr != nil:
+					return fmt.Errorf("payments: resolve %s: %w", r.req.GetReference(), rerr)
+				case !found:
 					if got.n != 0 {
 						rep.Lost++ // a row that the ledger does not know of
 					}
 					continue
-				default:
-					return fmt.Errorf("payments: resolve %s: %w", r.req.GetReference(), rerr)
 				}
+				if faulty {
+					rep.Reconciled++
+				}
+				reply = stored
 			} else if faulty {
 				rep.Succeeded++
 			}
@@ -348,13 +388,9 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 		return nil
 	}
 	if err := check(results, true); err != nil {
-		return rep, err
+		return err
 	}
-	if err := check(outage, false); err != nil {
-		return rep, err
-	}
-	rep.Elapsed = time.Since(start)
-	return rep, nil
+	return check(outage, false)
 }
 
 type rowCount struct {
