@@ -2,7 +2,6 @@ package httpint_test
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -246,26 +245,6 @@ func wantProblem(t testing.TB, r response, name, key string) httpint.Problem {
 		t.Errorf("the problem holds the key: %s", r.body)
 	}
 	return p
-}
-
-// faultyLedger makes Claim or Complete fail with a chosen error.
-type faultyLedger struct {
-	*ledger.Store
-	claimErr, completeErr error
-}
-
-func (l faultyLedger) Claim(ctx context.Context, tx *sql.Tx, r ledger.ClaimRequest) (*ledger.Claim, error) {
-	if l.claimErr != nil {
-		return nil, l.claimErr
-	}
-	return l.Store.Claim(ctx, tx, r)
-}
-
-func (l faultyLedger) Complete(ctx context.Context, tx *sql.Tx, c *ledger.Claim, r ledger.Result) error {
-	if l.completeErr != nil {
-		return l.completeErr
-	}
-	return l.Store.Complete(ctx, tx, c, r)
 }
 
 // sqliteEnv is an env on SQLite with a short lock wait.

@@ -185,13 +185,13 @@ func TestOutcomeRows(t *testing.T) {
 		},
 		httpint.OutcomeTxAborted: func(t *testing.T) {
 			serialization := &ledger.DBError{Op: "claim", Class: dialects.ClassSerialization, Err: errors.New("could not serialize")}
-			e := sqliteEnv(t, func(s *ledger.Store) ledger.Ledger { return faultyLedger{Store: s, claimErr: serialization} },
+			e := sqliteEnv(t, func(s *ledger.Store) ledger.Ledger { return testdb.FaultyLedger{Store: s, ClaimErr: serialization} },
 				httpint.WithTxOptions(txmiddleware.WithMaxTxAttempts(2), txmiddleware.WithTxBackoff(time.Millisecond, time.Millisecond)))
 			wantProblem(t, e.do(t, alice("k", "r")), httpint.OutcomeTxAborted, "")
 		},
 		httpint.OutcomeStorage: func(t *testing.T) {
 			conn := &ledger.DBError{Op: "claim", Class: dialects.ClassConnection, Err: errors.New("connection refused")}
-			e := sqliteEnv(t, func(s *ledger.Store) ledger.Ledger { return faultyLedger{Store: s, claimErr: conn} },
+			e := sqliteEnv(t, func(s *ledger.Store) ledger.Ledger { return testdb.FaultyLedger{Store: s, ClaimErr: conn} },
 				httpint.WithTxOptions(txmiddleware.WithMaxTxAttempts(1)))
 			wantProblem(t, e.do(t, alice("k", "r")), httpint.OutcomeStorage, "")
 		},
@@ -235,7 +235,9 @@ func TestOutcomeRows(t *testing.T) {
 			}
 		},
 		httpint.OutcomeLedgerMisuse: func(t *testing.T) {
-			e := sqliteEnv(t, func(s *ledger.Store) ledger.Ledger { return faultyLedger{Store: s, completeErr: ledger.ErrNotAcquired} })
+			e := sqliteEnv(t, func(s *ledger.Store) ledger.Ledger {
+				return testdb.FaultyLedger{Store: s, CompleteErr: ledger.ErrNotAcquired}
+			})
 			wantProblem(t, e.do(t, alice("k", "r")), httpint.OutcomeLedgerMisuse, "")
 		},
 		httpint.OutcomeUnreadable: func(t *testing.T) {

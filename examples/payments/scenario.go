@@ -244,54 +244,24 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 	pc := paymentspb.NewPaymentsClient(conn)
 	callerCtx := metadata.AppendToOutgoingContext(ctx, CallerHeader, sc.Caller)
 
-	run := func(n int, prefix string) []callResult {
-		out := make([]callResult, n)
-		var wg sync.WaitGroup
-		sem := make(chan struct{}, sc.Concurrency)
-		for i := range n {
-			wg.Add(1)
-			sem <- struct{}{}
-			go func() {
-				defer func() { <-sem; wg.Done() }()
-				req := &paymentspb.TransferRequest{
-					FromAccount: "acct-" + strconv.Itoa(i%17), ToAccount: "acct-" + strconv.Itoa(17+i%5),
-					AmountCents: int64(100 + i), Reference: prefix + "-" + strconv.Itoa(i),
-				}
-				key := grpcint.NewKey()
-				cctx, cancel := context.WithTimeout(grpcint.WithKey(callerCtx, key), sc.CallTimeout)
-				defer cancel()
-				reply, err := pc.Transfer(cctx, req)
-				out[i] = callResult{key: key, req: req, reply: reply, err: err}
-			}()
-		}
-		wg.Wait()
-		return out
-	}
-
 	rep := Report{Transport: sc.Transport, Owner: sc.Owner, Calls: sc.Calls, OutageCalls: sc.OutageCalls}
-	before := client.Stats()
-	results := run(sc.Calls, sc.RefPrefix)
-	mid := client.Stats()
-	rep.Attempts = mid.Attempts - before.Attempts
-	rep.Resolved = mid.Resolved - before.Resolved
-	rep.BudgetRefusals = mid.BudgetRefusals - before.BudgetRefusals
+	counts := func() clientCounts {
+		st := client.Stats()
+		return clientCounts{st.Attempts, st.Resolved, st.BudgetRefusals}
+	}
+	results, outage, err := sc.phases(ctx, &rep, faults, counts, func(i int, prefix string) callResult {
+		req := transferRequest(i, prefix)
+		key := grpcint.NewKey()
+		cctx, cancel := context.WithTimeout(grpcint.WithKey(callerCtx, key), sc.CallTimeout)
+		defer cancel()
+		reply, err := pc.Transfer(cctx, req)
+		return callResult{key: key, req: req, reply: reply, err: err}
+	})
+	if err != nil {
+		return rep, err
+	}
 	ss := kitServer.Stats()
 	rep.Executed, rep.Replayed = ss.Executed, ss.Replayed
-	rep.Faults = faults.Counts()
-
-	var outage []callResult
-	if sc.OutageCalls > 0 {
-		if err := wait.Sleep(ctx, sc.OutagePause); err != nil {
-			return rep, err
-		}
-		faults.SetOutage(true)
-		o0 := client.Stats()
-		outage = run(sc.OutageCalls, sc.RefPrefix+"-outage")
-		o1 := client.Stats()
-		faults.SetOutage(false)
-		rep.OutageAttempts = o1.Attempts - o0.Attempts
-		rep.BudgetRefusals += o1.BudgetRefusals - o0.BudgetRefusals
-	}
 
 	// Check every logical call against the business table. Faults are off,
 	// so a failed call can be resolved to its real outcome.
@@ -391,6 +361,60 @@ func (rep *Report) check(ctx context.Context, sc Scenario, results, outage []cal
 		return err
 	}
 	return check(outage, false)
+}
+
+// clientCounts are the client's counters a report needs.
+type clientCounts struct{ attempts, resolved, refusals int64 }
+
+// phases runs the faulty phase and then the outage, sc.Concurrency
+// logical calls at a time, call making the i-th call of a phase whose
+// references start with prefix, and fills in the client's counts and the
+// faults of the report.
+func (sc Scenario) phases(ctx context.Context, rep *Report, faults *Faults, counts func() clientCounts,
+	call func(i int, prefix string) callResult) (results, outage []callResult, err error) {
+	run := func(n int, prefix string) []callResult {
+		out := make([]callResult, n)
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, sc.Concurrency)
+		for i := range n {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				out[i] = call(i, prefix)
+			}()
+		}
+		wg.Wait()
+		return out
+	}
+	before := counts()
+	results = run(sc.Calls, sc.RefPrefix)
+	mid := counts()
+	rep.Attempts = mid.attempts - before.attempts
+	rep.Resolved = mid.resolved - before.resolved
+	rep.BudgetRefusals = mid.refusals - before.refusals
+	rep.Faults = faults.Counts()
+	if sc.OutageCalls > 0 {
+		if err := wait.Sleep(ctx, sc.OutagePause); err != nil {
+			return results, nil, err
+		}
+		faults.SetOutage(true)
+		o0 := counts()
+		outage = run(sc.OutageCalls, sc.RefPrefix+"-outage")
+		o1 := counts()
+		faults.SetOutage(false)
+		rep.OutageAttempts = o1.attempts - o0.attempts
+		rep.BudgetRefusals += o1.refusals - o0.refusals
+	}
+	return results, outage, nil
+}
+
+// transferRequest is the i-th transfer of a phase.
+func transferRequest(i int, prefix string) *paymentspb.TransferRequest {
+	return &paymentspb.TransferRequest{
+		FromAccount: "acct-" + strconv.Itoa(i%17), ToAccount: "acct-" + strconv.Itoa(17+i%5),
+		AmountCents: int64(100 + i), Reference: prefix + "-" + strconv.Itoa(i),
+	}
 }
 
 type rowCount struct {

@@ -9,13 +9,10 @@ import (
 	"log"
 	"net"
 	"net/http"
-	"strconv"
-	"sync"
 	"time"
 
 	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/httpint"
-	"github.com/opledger/opledger/internal/wait"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/policy"
 )
@@ -51,55 +48,29 @@ func (sc Scenario) runHTTP(ctx context.Context, start time.Time, store *ledger.S
 	defer tr.CloseIdleConnections()
 	client := NewHTTPClient("http://"+lis.Addr().String(), sc.Caller, faults.RoundTripper(tr), sc.HTTPClient)
 
-	run := func(n int, prefix string) []callResult {
-		out := make([]callResult, n)
-		var wg sync.WaitGroup
-		sem := make(chan struct{}, sc.Concurrency)
-		for i := range n {
-			wg.Add(1)
-			sem <- struct{}{}
-			go func() {
-				defer func() { <-sem; wg.Done() }()
-				t := TransferJSON{FromAccount: "acct-" + strconv.Itoa(i%17), ToAccount: "acct-" + strconv.Itoa(17+i%5),
-					AmountCents: int64(100 + i), Reference: prefix + "-" + strconv.Itoa(i)}
-				key := rand.Text() // 128 random bits, a fresh key per logical call
-				cctx, cancel := context.WithTimeout(ctx, sc.CallTimeout)
-				defer cancel()
-				got, err := client.Transfer(cctx, key, t)
-				out[i] = callResult{key: key, req: t.request(), err: err}
-				if err == nil {
-					out[i].reply = got.reply()
-				}
-			}()
-		}
-		wg.Wait()
-		return out
-	}
-
 	rep := Report{Transport: TransportHTTP, Owner: sc.Owner, Calls: sc.Calls, OutageCalls: sc.OutageCalls}
-	before := client.Stats()
-	results := run(sc.Calls, sc.RefPrefix)
-	mid := client.Stats()
-	rep.Attempts = mid.Attempts - before.Attempts
-	rep.Resolved = mid.Resolved - before.Resolved
-	rep.BudgetRefusals = mid.BudgetRefusals - before.BudgetRefusals
+	counts := func() clientCounts {
+		st := client.Stats()
+		return clientCounts{st.Attempts, st.Resolved, st.BudgetRefusals}
+	}
+	results, outage, err := sc.phases(ctx, &rep, faults, counts, func(i int, prefix string) callResult {
+		req := transferRequest(i, prefix)
+		key := rand.Text() // 128 random bits, a fresh key per logical call
+		cctx, cancel := context.WithTimeout(ctx, sc.CallTimeout)
+		defer cancel()
+		got, err := client.Transfer(cctx, key, TransferJSON{FromAccount: req.GetFromAccount(), ToAccount: req.GetToAccount(),
+			AmountCents: req.GetAmountCents(), Reference: req.GetReference()})
+		r := callResult{key: key, req: req, err: err}
+		if err == nil {
+			r.reply = got.reply()
+		}
+		return r
+	})
+	if err != nil {
+		return rep, err
+	}
 	ms := mw.Stats()
 	rep.Executed, rep.Replayed = ms.Executed, ms.Replayed
-	rep.Faults = faults.Counts()
-
-	var outage []callResult
-	if sc.OutageCalls > 0 {
-		if err := wait.Sleep(ctx, sc.OutagePause); err != nil {
-			return rep, err
-		}
-		faults.SetOutage(true)
-		o0 := client.Stats()
-		outage = run(sc.OutageCalls, sc.RefPrefix+"-outage")
-		o1 := client.Stats()
-		faults.SetOutage(false)
-		rep.OutageAttempts = o1.Attempts - o0.Attempts
-		rep.BudgetRefusals += o1.BudgetRefusals - o0.BudgetRefusals
-	}
 
 	faults.SetEnabled(false)
 	resolve := func(r callResult) (*paymentspb.TransferReply, bool, error) {
@@ -123,10 +94,6 @@ func (sc Scenario) runHTTP(ctx context.Context, start time.Time, store *ledger.S
 	}
 	rep.Elapsed = time.Since(start)
 	return rep, nil
-}
-
-func (t TransferJSON) request() *paymentspb.TransferRequest {
-	return &paymentspb.TransferRequest{FromAccount: t.FromAccount, ToAccount: t.ToAccount, AmountCents: t.AmountCents, Reference: t.Reference}
 }
 
 func (t TransferJSON) reply() *paymentspb.TransferReply {
