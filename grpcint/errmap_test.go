@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -20,6 +19,7 @@ import (
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
+	"github.com/opledger/opledger/internal/doccheck"
 	"github.com/opledger/opledger/internal/testdb"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/policy"
@@ -295,20 +295,7 @@ func TestErrorMapRows(t *testing.T) {
 
 // TestErrorMapIsTheDocTable: the table in docs/grpc.md is the error map.
 func TestErrorMapIsTheDocTable(t *testing.T) {
-	doc, err := os.ReadFile("../docs/grpc.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := errorMapTable()
-	start, end := "<!-- error-map:begin -->\n", "<!-- error-map:end -->"
-	s := string(doc)
-	i, j := strings.Index(s, start), strings.Index(s, end)
-	if i < 0 || j < i {
-		t.Fatalf("docs/grpc.md has no %q … %q section; it should hold:\n%s", strings.TrimSpace(start), end, want)
-	}
-	if got := s[i+len(start) : j]; got != want {
-		t.Errorf("docs/grpc.md's error map differs from grpcint.ErrorMap(); it should read:\n%s", want)
-	}
+	doccheck.WantSection(t, "../docs/grpc.md", "error-map", "grpcint.ErrorMap()", errorMapTable())
 }
 
 // errorMapTable renders the error map as docs/grpc.md prints it.

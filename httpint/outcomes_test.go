@@ -13,6 +13,7 @@ import (
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/dialects/postgres"
 	"github.com/opledger/opledger/httpint"
+	"github.com/opledger/opledger/internal/doccheck"
 	"github.com/opledger/opledger/internal/testdb"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/txmiddleware"
@@ -316,20 +317,7 @@ func commitUnknown(t *testing.T) {
 
 // TestOutcomeTableIsTheDoc: the table in docs/http.md is Outcomes().
 func TestOutcomeTableIsTheDoc(t *testing.T) {
-	doc, err := os.ReadFile("../docs/http.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := outcomeTable()
-	start, end := "<!-- outcome-table:begin -->\n", "<!-- outcome-table:end -->"
-	s := string(doc)
-	i, j := strings.Index(s, start), strings.Index(s, end)
-	if i < 0 || j < i {
-		t.Fatalf("docs/http.md has no %q … %q section; it should hold:\n%s", strings.TrimSpace(start), end, want)
-	}
-	if got := s[i+len(start) : j]; got != want {
-		t.Errorf("docs/http.md's outcome table differs from httpint.Outcomes(); it should read:\n%s", want)
-	}
+	doccheck.WantSection(t, "../docs/http.md", "outcome-table", "httpint.Outcomes()", outcomeTable())
 }
 
 // outcomeTable renders the outcome table as docs/http.md prints it: each
