@@ -30,7 +30,10 @@ type HTTPClientSettings struct {
 	MaxAttempts int
 }
 
-// HTTPClientStats are an HTTPClient's counters.
+// HTTPClientStats are an HTTPClient's counters: logical calls, requests
+// sent (resolves included), runs after the first, resolves, calls whose
+// outcome a resolve returned, replayed answers, retries the budget
+// refused, and calls that ended with their outcome unknown.
 type HTTPClientStats struct {
 	Calls, Attempts, Retries, Resolves, Resolved, Replays, BudgetRefusals, Ambiguous int64
 }
