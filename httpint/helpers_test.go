@@ -24,7 +24,7 @@ import (
 const callerHeader = "X-Test-Caller"
 
 // testHeader tells the test handler what to do: "panic", "block" (wait
-// for the gate), "big" (write more than the response limit),
+// for the gate or the end of the request's context), "big" (write more than the response limit),
 // "status:NNN" (write a business row, then answer NNN), "report:CLASS"
 // (report a database error and answer 500).
 const testHeader = "X-Test"
@@ -111,7 +111,10 @@ func (e *env) handle(w http.ResponseWriter, r *http.Request) {
 		panic("test handler panics")
 	case mode == "block":
 		e.entered <- struct{}{}
-		<-e.release
+		select {
+		case <-e.release:
+		case <-ctx.Done(): // the client went away: the write below fails
+		}
 	case mode == "big":
 		_, _ = w.Write([]byte(strings.Repeat("x", 64)))
 		_, _ = w.Write([]byte(strings.Repeat("x", 64)))

@@ -206,8 +206,7 @@ func TestOutcomeRows(t *testing.T) {
 			<-e.entered
 			cancel() // the client goes away; the server's request context ends
 			<-done
-			close(e.release)
-			testdb.WaitIdle(t, e.DB)
+			testdb.WaitIdle(t, e.DB) // the handler returns once the server saw it, and the transaction ends
 			if e.BizRows(t, "r") != 0 || e.LedgerRows(t) != 0 {
 				t.Fatal("a request whose context ended committed")
 			}
