@@ -26,7 +26,7 @@ func caseList() []caseDef {
 		{name: "in-progress", run: caseInProgress,
 			proves: "a claimant whose lock wait is bounded at 0.5 s gets ErrInProgress within 2.5 s while the holder stays open (on SQLite: BEGIN gives up within the bound); the holder then commits and a retry replays"},
 		{name: "identity-isolation", run: caseIdentity,
-			proves: "the same key from another caller or for another method is independent; with another request fingerprint it is ErrKeyReused, never a replay"},
+			proves: "the same key from another caller, for another method or for an HTTP route is independent; with another request fingerprint it is ErrKeyReused, never a replay"},
 		{name: "expiry", perLevel: true, run: caseExpiry,
 			proves: "an expired entry is re-acquired by exactly one of 16 concurrent claimants, and nobody replays the expired result (catches an unconditional re-acquire)"},
 		{name: "replay-fidelity", run: caseFidelity,

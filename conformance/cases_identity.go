@@ -68,6 +68,7 @@ func caseIdentity(e *env) {
 		vs := []variant{
 			{"another caller", mk("tenant-b", suiteMethod), f1, ledger.Result{Code: 2, Response: []byte("tenant-b " + key), TypeName: suiteType}, "acquire"},
 			{"another method", mk("tenant-a", "/opledger.conformance.v1.Suite/Other"), f1, ledger.Result{Code: 3, Response: []byte("other method " + key), TypeName: suiteType}, "acquire"},
+			{"an HTTP route", mk("tenant-a", "POST /opledger/conformance/{id}"), f1, ledger.Result{Code: 201, Response: []byte("http route " + key), TypeName: suiteType}, "acquire"},
 			{"another request", base, f2, ledger.Result{Response: []byte("must not be stored")}, "reused"},
 			{"the same request", base, f1, ledger.Result{Response: []byte("must not be stored")}, "replay"},
 		}
@@ -104,7 +105,7 @@ func caseIdentity(e *env) {
 				}
 			}
 		}
-		for _, v := range append([]variant{{"the original", base, f1, resBase, "acquire"}}, vs[:2]...) {
+		for _, v := range append([]variant{{"the original", base, f1, resBase, "acquire"}}, vs[:3]...) {
 			en, err := e.l.Lookup(e.ctx, e.db, v.id)
 			if err != nil || !sameResult(en.Result, v.res) || en.Fingerprint != v.fp {
 				e.t.Errorf("Lookup of %s: %+v, %v; want its own result %q", v.name, en, err, v.res.Response)
@@ -114,7 +115,7 @@ func caseIdentity(e *env) {
 			return
 		}
 	}
-	e.figure("%d rounds × 4 concurrent claims of one key: another caller and another method acquired independently, another request ErrKeyReused, the same request replayed", rounds)
+	e.figure("%d rounds × 5 concurrent claims of one key: another caller, another method and an HTTP route acquired independently, another request ErrKeyReused, the same request replayed", rounds)
 }
 
 func caseFidelity(e *env) {

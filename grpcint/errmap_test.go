@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -20,33 +19,12 @@ import (
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
+	"github.com/opledger/opledger/internal/doccheck"
 	"github.com/opledger/opledger/internal/testdb"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/policy"
 	"github.com/opledger/opledger/txmiddleware"
 )
-
-// faultyLedger wraps the real Store and makes Claim or Complete fail with
-// a chosen error, so that every ledger outcome can be produced through a
-// real server.
-type faultyLedger struct {
-	*ledger.Store
-	claimErr, completeErr error
-}
-
-func (l faultyLedger) Claim(ctx context.Context, tx *sql.Tx, req ledger.ClaimRequest) (*ledger.Claim, error) {
-	if l.claimErr != nil {
-		return nil, l.claimErr
-	}
-	return l.Store.Claim(ctx, tx, req)
-}
-
-func (l faultyLedger) Complete(ctx context.Context, tx *sql.Tx, c *ledger.Claim, r ledger.Result) error {
-	if l.completeErr != nil {
-		return l.completeErr
-	}
-	return l.Store.Complete(ctx, tx, c, r)
-}
 
 // sqliteEnv serves the example on SQLite with the given ledger wrapper,
 // front interceptor and options.
@@ -183,7 +161,7 @@ func TestErrorMapRows(t *testing.T) {
 		},
 		grpcint.ReasonTransactionAborted: func(t *testing.T) {
 			serialization := &ledger.DBError{Op: "claim", Class: dialects.ClassSerialization, Err: errors.New("could not serialize")}
-			e, _, _ := sqliteEnv(t, func(s *ledger.Store) ledger.Ledger { return faultyLedger{Store: s, claimErr: serialization} }, nil,
+			e, _, _ := sqliteEnv(t, func(s *ledger.Store) ledger.Ledger { return testdb.FaultyLedger{Store: s, ClaimErr: serialization} }, nil,
 				grpcint.WithTxOptions(txmiddleware.WithMaxTxAttempts(2), txmiddleware.WithTxBackoff(time.Millisecond, time.Millisecond)))
 			_, pc := appClient(t, e.addr, fastClient()...)
 			_, err := pc.Transfer(as(ctx, "alice", "k"), transfer("r", 1))
@@ -195,7 +173,7 @@ func TestErrorMapRows(t *testing.T) {
 		},
 		grpcint.ReasonStorageUnavailable: func(t *testing.T) {
 			conn := &ledger.DBError{Op: "claim", Class: dialects.ClassConnection, Err: errors.New("connection refused")}
-			e, _, _ := sqliteEnv(t, func(s *ledger.Store) ledger.Ledger { return faultyLedger{Store: s, claimErr: conn} }, nil,
+			e, _, _ := sqliteEnv(t, func(s *ledger.Store) ledger.Ledger { return testdb.FaultyLedger{Store: s, ClaimErr: conn} }, nil,
 				grpcint.WithTxOptions(txmiddleware.WithMaxTxAttempts(1)))
 			_, pc := appClient(t, e.addr, fastClient()...)
 			_, err := pc.Transfer(as(ctx, "alice", "k"), transfer("r", 1))
@@ -226,7 +204,9 @@ func TestErrorMapRows(t *testing.T) {
 			}
 		},
 		grpcint.ReasonLedgerMisuse: func(t *testing.T) {
-			e, _, _ := sqliteEnv(t, func(s *ledger.Store) ledger.Ledger { return faultyLedger{Store: s, completeErr: ledger.ErrNotAcquired} }, nil)
+			e, _, _ := sqliteEnv(t, func(s *ledger.Store) ledger.Ledger {
+				return testdb.FaultyLedger{Store: s, CompleteErr: ledger.ErrNotAcquired}
+			}, nil)
 			_, pc := appClient(t, e.addr, fastClient()...)
 			_, err := pc.Transfer(as(ctx, "alice", "k"), transfer("r", 1))
 			wantStatus(t, err, codes.Internal, grpcint.ReasonLedgerMisuse)
@@ -315,20 +295,7 @@ func TestErrorMapRows(t *testing.T) {
 
 // TestErrorMapIsTheDocTable: the table in docs/grpc.md is the error map.
 func TestErrorMapIsTheDocTable(t *testing.T) {
-	doc, err := os.ReadFile("../docs/grpc.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := errorMapTable()
-	start, end := "<!-- error-map:begin -->\n", "<!-- error-map:end -->"
-	s := string(doc)
-	i, j := strings.Index(s, start), strings.Index(s, end)
-	if i < 0 || j < i {
-		t.Fatalf("docs/grpc.md has no %q … %q section; it should hold:\n%s", strings.TrimSpace(start), end, want)
-	}
-	if got := s[i+len(start) : j]; got != want {
-		t.Errorf("docs/grpc.md's error map differs from grpcint.ErrorMap(); it should read:\n%s", want)
-	}
+	doccheck.WantSection(t, "../docs/grpc.md", "error-map", "grpcint.ErrorMap()", errorMapTable())
 }
 
 // errorMapTable renders the error map as docs/grpc.md prints it.

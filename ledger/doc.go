@@ -22,7 +22,8 @@
 // The claim inserts first and reads only on conflict, against a unique
 // constraint on the identity; it never reads-then-inserts, and it never
 // opens a transaction or connection of its own. Identity is the caller's
-// fingerprint, the full gRPC method and the SHA-256 of the caller's key;
+// fingerprint, the method (a full gRPC method name, or an HTTP method and
+// route pattern: see [CheckMethod]) and the SHA-256 of the caller's key;
 // the raw key is never stored. A key reused with a different request
 // fingerprint is [ErrKeyReused], never a replay.
 //

@@ -15,14 +15,16 @@ import (
 const (
 	// MaxCallerLen is the longest caller fingerprint accepted, in bytes.
 	MaxCallerLen = 512
-	// MaxMethodLen is the longest full method name accepted, in bytes.
+	// MaxMethodLen is the longest method (a full gRPC method name or an
+	// HTTP route) accepted, in bytes.
 	MaxMethodLen = 512
 	// MaxKeyLen is the longest idempotency key accepted, in bytes.
 	MaxKeyLen = 255
 )
 
 // Identity names one logical operation: who asked (the caller
-// fingerprint), what was asked (the full gRPC method) and which attempt
+// fingerprint), what was asked (the full gRPC method, or for HTTP the
+// method and route pattern) and which attempt
 // family (the SHA-256 of the caller's idempotency key). All three parts
 // are load-bearing: without the caller one tenant's key suppresses
 // another's write; without the method a key reused across operations
@@ -41,8 +43,9 @@ type Identity struct {
 //
 // caller must be non-empty, at most [MaxCallerLen] bytes of valid UTF-8
 // without control characters. method must be a full gRPC method name,
-// "/package.Service/Method". key must be 1 to [MaxKeyLen] bytes of
-// printable ASCII. Errors wrap [ErrInvalid]; they never contain the key.
+// "/package.Service/Method", or an HTTP route, "POST /orders/{id}" (see
+// [CheckMethod]). key must be 1 to [MaxKeyLen] bytes of printable ASCII.
+// Errors wrap [ErrInvalid]; they never contain the key.
 func NewIdentity(caller, method, key string) (Identity, error) {
 	if err := checkCaller(caller); err != nil {
 		return Identity{}, err
@@ -83,7 +86,7 @@ func digest(caller, method string, keyHash [32]byte) [32]byte {
 // Caller returns the caller fingerprint.
 func (i Identity) Caller() string { return i.caller }
 
-// Method returns the full gRPC method name.
+// Method returns the method: a full gRPC method name or an HTTP route.
 func (i Identity) Method() string { return i.method }
 
 // KeyHash returns the SHA-256 of the idempotency key.
@@ -119,12 +122,21 @@ func checkCaller(caller string) error {
 	return nil
 }
 
-// CheckMethod reports whether method is a full gRPC method name,
-// "/package.Service/Method": a leading slash, a service name of dotted
-// identifiers, a slash and a method identifier, at most [MaxMethodLen]
-// bytes in all. Errors wrap [ErrInvalid].
+// CheckMethod reports whether method is one of the two forms of an
+// identity's method, at most [MaxMethodLen] bytes in all:
+//
+//   - a full gRPC method name, "/package.Service/Method": a leading slash,
+//     a service name of dotted identifiers, a slash and a method
+//     identifier (what grpcint stores);
+//   - an HTTP route, "POST /orders/{id}": an HTTP method in capitals
+//     (A-Z, then A-Z, 0-9, "-" or "_", at most 32 bytes), one space, and
+//     a route pattern that starts with "/" and holds only visible ASCII
+//     (what httpint stores).
+//
+// A name that starts with "/" is checked as the first form, any other as
+// the second, so the two never overlap. Errors wrap [ErrInvalid].
 func CheckMethod(method string) error {
-	if err := methodname.Check(method); err != nil {
+	if err := methodname.CheckOperation(method); err != nil {
 		return invalid("method", err.Error())
 	}
 	return nil

@@ -23,6 +23,10 @@ func TestNewIdentityValidation(t *testing.T) {
 		{"bad service", "c", "/pay..Payments/Transfer", "k", "method"},
 		{"extra slash", "c", "/pay.Payments/Trans/fer", "k", "method"},
 		{"space", "c", "/pay.Payments/Trans fer", "k", "method"},
+		{"lower-case HTTP method", "c", "post /transfers", "k", "method"},
+		{"HTTP route without slash", "c", "POST transfers", "k", "method"},
+		{"HTTP route with a space", "c", "POST /a b", "k", "method"},
+		{"HTTP method alone", "c", "POST", "k", "method"},
 		{"empty key", "c", method, "", "key"},
 		{"long key", "c", method, long, "key"},
 		{"control in key", "c", method, "secret\x01key", "key"},
@@ -44,6 +48,8 @@ func TestNewIdentityValidation(t *testing.T) {
 		{"spiffe://prod/ns/pay/sa/api", method, "0a6f2c8e-3b1d-4e55-9c0f-7f1d2a3b4c5d"},
 		{"租户", "/Svc/M", "k"},
 		{strings.Repeat("c", 512), "/a.b.c.D_e/F1", strings.Repeat("~", 255)},
+		{"header:alice", "POST /transfers", "k"},
+		{"header:alice", "PATCH /orders/{id}/items/{rest...}", "k"},
 	}
 	for _, g := range good {
 		if _, err := ledger.NewIdentity(g.caller, g.method, g.key); err != nil {
@@ -58,8 +64,9 @@ func TestIdentityPartsAreSeparated(t *testing.T) {
 	b := testdb.ID(t, "a", "/c.D/E", "k")
 	c := testdb.ID(t, "ab", "/c.D/E", "k2")
 	d := testdb.ID(t, "ab", "/c.D/F", "k")
-	ids := map[[32]byte]bool{a.ID(): true, b.ID(): true, c.ID(): true, d.ID(): true}
-	if len(ids) != 4 {
+	h := testdb.ID(t, "ab", "POST /c/{d}", "k")
+	ids := map[[32]byte]bool{a.ID(): true, b.ID(): true, c.ID(): true, d.ID(): true, h.ID(): true}
+	if len(ids) != 5 {
 		t.Fatal("distinct triples share an id")
 	}
 	if a.ID() != testdb.ID(t, "ab", "/c.D/E", "k").ID() {
@@ -79,6 +86,9 @@ func FuzzNewIdentity(f *testing.F) {
 	f.Add("", "/", "")
 	f.Add("a\x00", "//x", "\x7f")
 	f.Add("spiffe://x", "/a.b/c/d", strings.Repeat("z", 300))
+	f.Add("header:alice", "POST /orders/{id}", "8e03978e-40d5-43e8-bc93-6894a57f9324")
+	f.Add("c", "post /x", "k")
+	f.Add("c", "POST /a b", "k")
 	f.Fuzz(func(t *testing.T, caller, method, key string) {
 		id, err := ledger.NewIdentity(caller, method, key)
 		if err != nil {
@@ -95,6 +105,12 @@ func FuzzNewIdentity(f *testing.F) {
 		}
 		if err := ledger.CheckMethod(method); err != nil {
 			t.Fatalf("accepted method fails CheckMethod: %v", err)
+		}
+		// Either form, never both: a gRPC name starts with "/", an HTTP
+		// route with a capital letter, a space and "/".
+		verb, route, isHTTP := strings.Cut(method, " ")
+		if isHTTP == strings.HasPrefix(method, "/") || isHTTP && (verb == "" || verb[0] < 'A' || verb[0] > 'Z' || !strings.HasPrefix(route, "/")) {
+			t.Fatalf("accepted method %q is neither form", method)
 		}
 		if len(key) >= 8 && strings.Contains(id.String(), key) {
 			t.Fatal("String contains the key")

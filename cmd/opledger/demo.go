@@ -27,8 +27,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	loss := fs.Float64("loss", 0.3, "probability that an answer is lost after the server committed (a third each: on the server, after the response headers, after the whole response)")
 	outage := fs.Int("outage-calls", 200, "logical transfers during the total outage (0 skips it)")
 	concurrency := fs.Int("concurrency", 32, "transfers in flight at once")
-	ownerName := fs.String("owner", "application", "retry owner of the client's channel: application or service-config (grpc-go's own retries)")
-	chain := fs.Bool("chain", false, "every transfer calls the ledger-backed fraud check service (faults on that hop too, 10% of the transfers' transactions failed after the check) and emits TransferCompleted through the outbox")
+	ownerName := fs.String("owner", "application", "retry owner of the client's channel: application or service-config (grpc-go's own retries; gRPC only)")
+	transport := fs.String("transport", payments.TransportGRPC, "grpc (the gRPC Transfer through grpcint) or http (POST /transfers through httpint)")
+	chain := fs.Bool("chain", false, "every transfer calls the ledger-backed fraud check service (faults on that hop too, 10% of the transfers' transactions failed after the check) and emits TransferCompleted through the outbox (gRPC only)")
 	to := fs.String("to", "", "with --chain: publish the events to NATS JetStream (nats://host:port, stream OPLEDGER_DEMO) instead of an in-memory broker")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -51,6 +52,18 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if owner != policy.OwnerApplication && owner != policy.OwnerServiceConfig {
 		return fail(stderr, "demo", fmt.Errorf("--owner %s: the demo retries through application or service-config", owner))
+	}
+	switch *transport {
+	case payments.TransportGRPC:
+	case payments.TransportHTTP:
+		if owner != policy.OwnerApplication {
+			return fail(stderr, "demo", fmt.Errorf("--owner %s: over HTTP the application owns the retries", owner))
+		}
+		if *chain {
+			return fail(stderr, "demo", errors.New("--chain runs over gRPC only"))
+		}
+	default:
+		return fail(stderr, "demo", fmt.Errorf("--transport %q: want grpc or http", *transport))
 	}
 	if *to != "" && !*chain {
 		return fail(stderr, "demo", errors.New("--to needs --chain"))
@@ -89,17 +102,19 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	sc := payments.Scenario{
 		DB: db, Dialect: t.dialect, LedgerTable: ledger.DefaultTable, BusinessTable: table,
-		Owner: owner, Calls: *calls, Concurrency: *concurrency, OutageCalls: *outage,
+		Owner: owner, Transport: *transport, Calls: *calls, Concurrency: *concurrency, OutageCalls: *outage,
 		Faults: payments.FaultSettings{FailBeforeSend: 0.05, Delay: 0.05,
 			DropAfterCommit: *loss / 3, LoseAfterHeaders: *loss / 3, LoseAfterResponse: *loss / 3},
 		ClientOptions: []grpcint.ClientOption{
 			grpcint.WithBudget(budget), grpcint.WithBudgetFundedBySuccess(), grpcint.WithMaxAttempts(8),
 			grpcint.WithBackoff(policy.Backoff{Initial: 10 * time.Millisecond, Max: 200 * time.Millisecond}),
 		},
+		HTTPClient: payments.HTTPClientSettings{Budget: budget, MaxAttempts: 8,
+			Backoff: policy.Backoff{Initial: 10 * time.Millisecond, Max: 200 * time.Millisecond}},
 		OutagePause: 2 * time.Second,
 	}
-	fmt.Fprintf(stdout, "opledger demo: %d transfers on %s, loopback gRPC, retries owned by %s; %.0f%% of answers lost after commit (on the server, after the headers, after the response), 5%% failed before send, 5%% delayed; then %d transfers in a total outage\n",
-		*calls, t.display, owner, *loss*100, *outage)
+	fmt.Fprintf(stdout, "opledger demo: %d transfers on %s, loopback %s, retries owned by %s; %.0f%% of answers lost after commit (on the server, after the headers, after the response), 5%% failed before send, 5%% delayed; then %d transfers in a total outage\n",
+		*calls, t.display, map[string]string{payments.TransportGRPC: "gRPC", payments.TransportHTTP: "HTTP"}[*transport], owner, *loss*100, *outage)
 	if *chain {
 		stop, err := setUpChain(ctx, &sc, d, dir, t, run, *to, *loss)
 		if err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -21,6 +22,25 @@ func TestDemo(t *testing.T) {
 	}
 }
 
+// TestDemoHTTP: the demo over HTTP, as the README runs it: 1,000
+// transfers with 30% of the answers lost after commit, then the outage;
+// it exits 0 only with no duplicate, lost or wrong effect and no
+// ambiguous answer.
+func TestDemoHTTP(t *testing.T) {
+	t.Chdir(t.TempDir())
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"demo", "--transport", "http", "--calls", "1000"}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
+	}
+	for _, want := range []string{`loopback HTTP`, `transport\s+http`, `logical calls\s+1000\n`, `duplicate effects \(must be 0\)\s+0\n`,
+		`lost effects \(must be 0\)\s+0\n`, `outage: amplification`, `OK:`} {
+		if !regexp.MustCompile(want).MatchString(out.String()) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
 func TestDemoBadFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"demo", "--calls", "0"},
@@ -30,6 +50,8 @@ func TestDemoBadFlags(t *testing.T) {
 		{"demo", "--dsn", "nosuch://x"},
 		{"demo", "--owner", "mesh"},
 		{"demo", "--owner", "bogus"},
+		{"demo", "--transport", "smtp"},
+		{"demo", "--transport", "http", "--owner", "service-config"},
 	} {
 		var out, errb bytes.Buffer
 		if code := run(context.Background(), args, &out, &errb); code != 2 {

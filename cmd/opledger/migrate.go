@@ -146,7 +146,7 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	dsn := fs.String("dsn", "", "database (default $OPLEDGER_DSN, else the SQLite file opledger.db)")
 	table := fs.String("table", ledger.DefaultTable, "ledger table name")
 	caller := fs.String("caller", "", "caller fingerprint")
-	method := fs.String("method", "", "full method, /pkg.Service/Method")
+	method := fs.String("method", "", "method: a full gRPC method, /pkg.Service/Method, or an HTTP route, \"POST /orders/{id}\"")
 	key := fs.String("key", "", "idempotency key (hashed before use; never printed)")
 	if err := fs.Parse(args); err != nil {
 		return 2

@@ -11,6 +11,11 @@
 // Dial builds the client side: a channel with one retry owner (see
 // grpcint.DialOptions).
 //
+// The same Transfer is served over HTTP too (HTTPHandler, TransferRoute),
+// behind the httpint middleware on the same ledger, and called through
+// HTTPClient, which owns the retries of its requests and resolves a lost
+// answer before anything else.
+//
 // The package also holds the fault injector and the scenario that
 // `opledger demo` runs: transfers whose requests fail before they are
 // sent, whose responses are dropped after the server committed or are

@@ -44,8 +44,13 @@ type Scenario struct {
 	// created if missing.
 	BusinessTable string
 	// Owner is the channel's retry owner: OwnerApplication (default) or
-	// OwnerServiceConfig.
+	// OwnerServiceConfig (gRPC only).
 	Owner policy.RetryOwner
+	// Transport is TransportGRPC (default) or TransportHTTP: the same
+	// transfers, faults and checks over the HTTP route (see HTTPHandler).
+	Transport string
+	// HTTPClient configures the HTTP transport's client (TransportHTTP).
+	HTTPClient HTTPClientSettings
 	// Calls is the number of logical transfers in the faulty phase.
 	Calls int
 	// Concurrency is how many run at once (default 32).
@@ -117,6 +122,7 @@ type Chain struct {
 
 // Report is what a Scenario run observed.
 type Report struct {
+	Transport      string // TransportGRPC or TransportHTTP
 	Owner          policy.RetryOwner
 	Calls          int            // logical calls in the faulty phase
 	Succeeded      int            // of those, how many returned a response
@@ -178,6 +184,7 @@ func (r Report) OK() bool {
 func (r Report) Print(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	row := func(k string, v any) { fmt.Fprintf(tw, "%s\t%v\t\n", k, v) }
+	row("transport", r.Transport)
 	row("retry owner", r.Owner)
 	row("logical calls", r.Calls)
 	row("succeeded", r.Succeeded)
@@ -307,6 +314,14 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 		return Report{}, err
 	}
 	faults := NewFaults(sc.Faults)
+	switch sc.Transport {
+	case "", TransportGRPC:
+		sc.Transport = TransportGRPC
+	case TransportHTTP:
+		return sc.runHTTP(ctx, start, store, svc, faults)
+	default:
+		return Report{}, fmt.Errorf("payments: unknown transport %q", sc.Transport)
+	}
 	kitServer, err := grpcint.NewServer(sc.DB, store, cat, grpcint.CallerFromTrustedHeader(CallerHeader),
 		append([]grpcint.ServerOption{grpcint.WithLockWait(sc.LockWait)}, sc.ServerOptions...)...)
 	if err != nil {
@@ -333,54 +348,24 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 	pc := paymentspb.NewPaymentsClient(conn)
 	callerCtx := metadata.AppendToOutgoingContext(ctx, CallerHeader, sc.Caller)
 
-	run := func(n int, prefix string) []callResult {
-		out := make([]callResult, n)
-		var wg sync.WaitGroup
-		sem := make(chan struct{}, sc.Concurrency)
-		for i := range n {
-			wg.Add(1)
-			sem <- struct{}{}
-			go func() {
-				defer func() { <-sem; wg.Done() }()
-				req := &paymentspb.TransferRequest{
-					FromAccount: "acct-" + strconv.Itoa(i%17), ToAccount: "acct-" + strconv.Itoa(17+i%5),
-					AmountCents: int64(100 + i), Reference: prefix + "-" + strconv.Itoa(i),
-				}
-				key := grpcint.NewKey()
-				cctx, cancel := context.WithTimeout(grpcint.WithKey(callerCtx, key), sc.CallTimeout)
-				defer cancel()
-				reply, err := pc.Transfer(cctx, req)
-				out[i] = callResult{key: key, req: req, reply: reply, err: err}
-			}()
-		}
-		wg.Wait()
-		return out
+	rep := Report{Transport: sc.Transport, Owner: sc.Owner, Calls: sc.Calls, OutageCalls: sc.OutageCalls}
+	counts := func() clientCounts {
+		st := client.Stats()
+		return clientCounts{st.Attempts, st.Resolved, st.BudgetRefusals}
 	}
-
-	rep := Report{Owner: sc.Owner, Calls: sc.Calls, OutageCalls: sc.OutageCalls}
-	before := client.Stats()
-	results := run(sc.Calls, sc.RefPrefix)
-	mid := client.Stats()
-	rep.Attempts = mid.Attempts - before.Attempts
-	rep.Resolved = mid.Resolved - before.Resolved
-	rep.BudgetRefusals = mid.BudgetRefusals - before.BudgetRefusals
+	results, outage, err := sc.phases(ctx, &rep, faults, counts, func(i int, prefix string) callResult {
+		req := transferRequest(i, prefix)
+		key := grpcint.NewKey()
+		cctx, cancel := context.WithTimeout(grpcint.WithKey(callerCtx, key), sc.CallTimeout)
+		defer cancel()
+		reply, err := pc.Transfer(cctx, req)
+		return callResult{key: key, req: req, reply: reply, err: err}
+	})
+	if err != nil {
+		return rep, err
+	}
 	ss := kitServer.Stats()
 	rep.Executed, rep.Replayed = ss.Executed, ss.Replayed
-	rep.Faults = faults.Counts()
-
-	var outage []callResult
-	if sc.OutageCalls > 0 {
-		if err := wait.Sleep(ctx, sc.OutagePause); err != nil {
-			return rep, err
-		}
-		faults.SetOutage(true)
-		o0 := client.Stats()
-		outage = run(sc.OutageCalls, sc.RefPrefix+"-outage")
-		o1 := client.Stats()
-		faults.SetOutage(false)
-		rep.OutageAttempts = o1.Attempts - o0.Attempts
-		rep.BudgetRefusals += o1.BudgetRefusals - o0.BudgetRefusals
-	}
 
 	// Check every logical call against the business table. Faults are off,
 	// so a failed call can be resolved to its real outcome.
@@ -388,76 +373,30 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 	if chainFaults != nil {
 		chainFaults.SetEnabled(false)
 	}
+	resolve := func(r callResult) (*paymentspb.TransferReply, bool, error) {
+		var stored paymentspb.TransferReply
+		rctx, cancel := context.WithTimeout(callerCtx, sc.CallTimeout)
+		defer cancel()
+		err := grpcint.Resolve(rctx, conn, paymentspb.TransferMethod, r.key, &paymentspb.TransferRequest{}, &stored)
+		switch {
+		case err == nil:
+			return &stored, true, nil
+		case grpcint.ReasonOf(err) == grpcint.ReasonNotFound:
+			return nil, false, nil
+		}
+		return nil, false, err
+	}
+	classify := func(err error) (string, bool) {
+		ci, ok := grpcint.CallInfoOf(err)
+		return status.Code(err).String() + " " + string(grpcint.ReasonOf(err)) + " " + ci.Decision, ok && ci.Reason != grpcint.ReasonCallOutcomeUnknown
+	}
+	if err := rep.check(ctx, sc, results, outage, resolve, classify); err != nil {
+		return rep, err
+	}
+	// The chain's and the outbox's effects, and the resends, against the
+	// business table as it is now.
 	rows, err := countRows(ctx, sc.DB, sc.Dialect, sc.BusinessTable)
 	if err != nil {
-		return rep, err
-	}
-	check := func(rs []callResult, faulty bool) error {
-		for _, r := range rs {
-			got := rows[r.req.GetReference()]
-			if got.n > 1 {
-				rep.Duplicates++
-				continue
-			}
-			reply := r.reply
-			if r.err != nil {
-				if faulty {
-					rep.Failed++
-				}
-				if rep.FailedBy == nil {
-					rep.FailedBy = make(map[string]int)
-				}
-				ci, ok := grpcint.CallInfoOf(r.err)
-				rep.FailedBy[status.Code(r.err).String()+" "+string(grpcint.ReasonOf(r.err))+" "+ci.Decision]++
-				switch {
-				case !ok || ci.Reason == grpcint.ReasonCallOutcomeUnknown:
-					rep.Ambiguous++
-				default:
-					rep.Definite++
-					// A definite failure of a valid transfer has no
-					// effect: nothing committed (Next is Retry), or a final
-					// answer that undid its writes.
-					if got.n != 0 {
-						rep.WrongOutcomes++
-					}
-				}
-				var stored paymentspb.TransferReply
-				rctx, cancel := context.WithTimeout(callerCtx, sc.CallTimeout)
-				rerr := grpcint.Resolve(rctx, conn, paymentspb.TransferMethod, r.key, &paymentspb.TransferRequest{}, &stored)
-				cancel()
-				switch {
-				case rerr == nil:
-					if faulty {
-						rep.Reconciled++
-					}
-					reply = &stored
-				case grpcint.ReasonOf(rerr) == grpcint.ReasonNotFound:
-					if got.n != 0 {
-						rep.Lost++ // a row that the ledger does not know of
-					}
-					continue
-				default:
-					return fmt.Errorf("payments: resolve %s: %w", r.req.GetReference(), rerr)
-				}
-			} else if faulty {
-				rep.Succeeded++
-			}
-			if got.n == 0 {
-				rep.Lost++
-				continue
-			}
-			want := &paymentspb.TransferReply{TransferId: got.id, FromAccount: r.req.GetFromAccount(), ToAccount: r.req.GetToAccount(),
-				AmountCents: r.req.GetAmountCents(), Reference: r.req.GetReference()}
-			if !proto.Equal(reply, want) {
-				rep.WrongResponses++
-			}
-		}
-		return nil
-	}
-	if err := check(results, true); err != nil {
-		return rep, err
-	}
-	if err := check(outage, false); err != nil {
 		return rep, err
 	}
 	all := append(append([]callResult(nil), results...), outage...)
@@ -509,11 +448,142 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 			}
 		}
 	}
-	if err := sc.resend(ctx, callerCtx, pc, kitServer, results, rows, &rep); err != nil {
+	again := func(ctx context.Context, r callResult) (*paymentspb.TransferReply, error) {
+		return pc.Transfer(grpcint.WithKey(metadata.AppendToOutgoingContext(ctx, CallerHeader, sc.Caller), r.key), r.req)
+	}
+	counted := func() (int64, int64) { st := kitServer.Stats(); return st.Executed, st.Replayed }
+	if err := sc.resend(ctx, results, rows, &rep, again, counted); err != nil {
 		return rep, err
 	}
 	rep.Elapsed = time.Since(start)
 	return rep, nil
+}
+
+// check compares every logical call (the faulty phase's and the outage's)
+// with the business table: resolve asks for a failed call's stored
+// outcome (found false: nothing committed), classify names an error and
+// says whether it was definite.
+func (rep *Report) check(ctx context.Context, sc Scenario, results, outage []callResult,
+	resolve func(callResult) (*paymentspb.TransferReply, bool, error), classify func(error) (string, bool)) error {
+	rows, err := countRows(ctx, sc.DB, sc.Dialect, sc.BusinessTable)
+	if err != nil {
+		return err
+	}
+	check := func(rs []callResult, faulty bool) error {
+		for _, r := range rs {
+			got := rows[r.req.GetReference()]
+			if got.n > 1 {
+				rep.Duplicates++
+				continue
+			}
+			reply := r.reply
+			if r.err != nil {
+				if faulty {
+					rep.Failed++
+				}
+				if rep.FailedBy == nil {
+					rep.FailedBy = make(map[string]int)
+				}
+				label, definite := classify(r.err)
+				rep.FailedBy[label]++
+				if !definite {
+					rep.Ambiguous++
+				} else {
+					rep.Definite++
+					// A definite failure of a valid transfer has no
+					// effect: nothing committed (Next is Retry), or a final
+					// answer that undid its writes.
+					if got.n != 0 {
+						rep.WrongOutcomes++
+					}
+				}
+				stored, found, rerr := resolve(r)
+				switch {
+				case rerr != nil:
+					return fmt.Errorf("payments: resolve %s: %w", r.req.GetReference(), rerr)
+				case !found:
+					if got.n != 0 {
+						rep.Lost++ // a row that the ledger does not know of
+					}
+					continue
+				}
+				if faulty {
+					rep.Reconciled++
+				}
+				reply = stored
+			} else if faulty {
+				rep.Succeeded++
+			}
+			if got.n == 0 {
+				rep.Lost++
+				continue
+			}
+			want := &paymentspb.TransferReply{TransferId: got.id, FromAccount: r.req.GetFromAccount(), ToAccount: r.req.GetToAccount(),
+				AmountCents: r.req.GetAmountCents(), Reference: r.req.GetReference()}
+			if !proto.Equal(reply, want) {
+				rep.WrongResponses++
+			}
+		}
+		return nil
+	}
+	if err := check(results, true); err != nil {
+		return err
+	}
+	return check(outage, false)
+}
+
+// clientCounts are the client's counters a report needs.
+type clientCounts struct{ attempts, resolved, refusals int64 }
+
+// phases runs the faulty phase and then the outage, sc.Concurrency
+// logical calls at a time, call making the i-th call of a phase whose
+// references start with prefix, and fills in the client's counts and the
+// faults of the report.
+func (sc Scenario) phases(ctx context.Context, rep *Report, faults *Faults, counts func() clientCounts,
+	call func(i int, prefix string) callResult) (results, outage []callResult, err error) {
+	run := func(n int, prefix string) []callResult {
+		out := make([]callResult, n)
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, sc.Concurrency)
+		for i := range n {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				out[i] = call(i, prefix)
+			}()
+		}
+		wg.Wait()
+		return out
+	}
+	before := counts()
+	results = run(sc.Calls, sc.RefPrefix)
+	mid := counts()
+	rep.Attempts = mid.attempts - before.attempts
+	rep.Resolved = mid.resolved - before.resolved
+	rep.BudgetRefusals = mid.refusals - before.refusals
+	rep.Faults = faults.Counts()
+	if sc.OutageCalls > 0 {
+		if err := wait.Sleep(ctx, sc.OutagePause); err != nil {
+			return results, nil, err
+		}
+		faults.SetOutage(true)
+		o0 := counts()
+		outage = run(sc.OutageCalls, sc.RefPrefix+"-outage")
+		o1 := counts()
+		faults.SetOutage(false)
+		rep.OutageAttempts = o1.attempts - o0.attempts
+		rep.BudgetRefusals += o1.refusals - o0.refusals
+	}
+	return results, outage, nil
+}
+
+// transferRequest is the i-th transfer of a phase.
+func transferRequest(i int, prefix string) *paymentspb.TransferRequest {
+	return &paymentspb.TransferRequest{
+		FromAccount: "acct-" + strconv.Itoa(i%17), ToAccount: "acct-" + strconv.Itoa(17+i%5),
+		AmountCents: int64(100 + i), Reference: prefix + "-" + strconv.Itoa(i),
+	}
 }
 
 // fraudChain is the running fraud check service of a chained scenario.
@@ -628,8 +698,11 @@ func (e *eventRecorder) Publish(ctx context.Context, env outbox.Envelope) error 
 // rep.ResendFailures each one not answered by a replay of its committed
 // row: an error, another response, a new execution on the server or a
 // second row.
-func (sc Scenario) resend(ctx, callerCtx context.Context, pc paymentspb.PaymentsClient, kit *grpcint.Server,
-	results []callResult, rows map[string]rowCount, rep *Report) error {
+//
+// call sends one call again (with its key and request); served returns
+// the server's counts of executed and replayed calls.
+func (sc Scenario) resend(ctx context.Context, results []callResult, rows map[string]rowCount, rep *Report,
+	call func(context.Context, callResult) (*paymentspb.TransferReply, error), served func() (executed, replayed int64)) error {
 	n := sc.Resends
 	if n == 0 {
 		n = 100
@@ -646,7 +719,7 @@ func (sc Scenario) resend(ctx, callerCtx context.Context, pc paymentspb.Payments
 	if len(done) == 0 {
 		return nil
 	}
-	before := kit.Stats()
+	executed0, replayed0 := served()
 	failed := make([]bool, len(done))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, sc.Concurrency)
@@ -655,9 +728,9 @@ func (sc Scenario) resend(ctx, callerCtx context.Context, pc paymentspb.Payments
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			cctx, cancel := context.WithTimeout(grpcint.WithKey(callerCtx, r.key), sc.CallTimeout)
+			cctx, cancel := context.WithTimeout(ctx, sc.CallTimeout)
 			defer cancel()
-			reply, err := pc.Transfer(cctx, r.req)
+			reply, err := call(cctx, r)
 			got := rows[r.req.GetReference()]
 			want := &paymentspb.TransferReply{TransferId: got.id, FromAccount: r.req.GetFromAccount(), ToAccount: r.req.GetToAccount(),
 				AmountCents: r.req.GetAmountCents(), Reference: r.req.GetReference()}
@@ -665,7 +738,7 @@ func (sc Scenario) resend(ctx, callerCtx context.Context, pc paymentspb.Payments
 		}()
 	}
 	wg.Wait()
-	after := kit.Stats()
+	executed1, replayed1 := served()
 	rep.Resent = len(done)
 	for _, f := range failed {
 		if f {
@@ -674,10 +747,10 @@ func (sc Scenario) resend(ctx, callerCtx context.Context, pc paymentspb.Payments
 	}
 	// Every answer must have come from a replay of the claim, none from a
 	// new execution; and no row may have been added.
-	if ran := int(after.Executed - before.Executed); ran > 0 {
+	if ran := int(executed1 - executed0); ran > 0 {
 		rep.ResendFailures += ran
 	}
-	if short := len(done) - int(after.Replayed-before.Replayed); short > 0 {
+	if short := len(done) - int(replayed1-replayed0); short > 0 {
 		rep.ResendFailures += short
 	}
 	now, err := countRows(ctx, sc.DB, sc.Dialect, sc.BusinessTable)

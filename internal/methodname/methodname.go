@@ -1,6 +1,8 @@
-// Package methodname is the one definition of the full gRPC method name
-// grammar used by the ledger (which stores the method as part of an
-// operation's identity) and by the retry policy catalog:
+// Package methodname is the one definition of the operation names the
+// kit uses: the full gRPC method name grammar used by the ledger (which
+// stores the method as part of an operation's identity) and by the retry
+// policy catalog, and the HTTP route form the ledger also accepts (see
+// SplitHTTP). A full gRPC method name is:
 //
 //	full    = "/" service "/" method
 //	service = ident { "." ident }

@@ -186,3 +186,11 @@ func NewTable(t testing.TB, db *sql.DB, d dialects.Dialect) string {
 	})
 	return table
 }
+
+// OpenDSN opens a pool of at most maxConns connections through driver to
+// dsn, pings it and closes it when the test ends, like a target's Open.
+// It reserves nothing: call Parallel (or Reserve) for the server first.
+func OpenDSN(t testing.TB, driver, dsn string, maxConns int) *sql.DB {
+	t.Helper()
+	return open(t, driver, dsn, maxConns)
+}

@@ -1,0 +1,242 @@
+package httpint
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/opledger/opledger/internal/options"
+	"github.com/opledger/opledger/txmiddleware"
+)
+
+// Defaults of the middleware's options.
+const (
+	// DefaultLockWait is how long a keyed request waits for another one
+	// with the same key that is still in flight before it answers 409.
+	DefaultLockWait = 2 * time.Second
+	// DefaultRetryAfter is the Retry-After sent with 409 and 503.
+	DefaultRetryAfter = time.Second
+	// DefaultMaxRequestBody is the largest request body of a keyed
+	// request, in bytes; a larger one is answered 413 before anything is
+	// claimed.
+	DefaultMaxRequestBody = 1 << 20
+	// DefaultMaxResponseBody is the largest response body a keyed
+	// route's handler may write, in bytes; past it the request fails with
+	// 500 and nothing is stored.
+	DefaultMaxResponseBody = 1 << 20
+)
+
+// DefaultReplayHeaders returns the response headers stored with a
+// response and replayed with it, as canonical names: the representation
+// and caching metadata of the body and where it is. Set-Cookie is never
+// among them (see WithSetCookieReplay).
+func DefaultReplayHeaders() []string {
+	return []string{"Cache-Control", "Content-Disposition", "Content-Encoding", "Content-Language",
+		"Content-Location", "Content-Type", "Etag", "Expires", "Last-Modified", "Link", "Location", "Vary"}
+}
+
+// DefaultFinalStatus reports whether an error status is final by default:
+// 400 to 499, except 401 (the credentials may be fixed), 408, 425 and 429
+// (the same request may succeed later).
+func DefaultFinalStatus(status int) bool {
+	switch status {
+	case http.StatusUnauthorized, http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests:
+		return false
+	}
+	return status >= 400 && status < 500
+}
+
+// Option configures a Middleware; the With functions build them. Giving
+// the same option twice is an error.
+type Option struct{ o options.Option[config] }
+
+func option(name string, f func(*config) error) Option { return Option{options.New(name, f)} }
+
+type config struct {
+	txOpts      []txmiddleware.Option
+	lockWait    time.Duration
+	retryAfter  time.Duration
+	maxRequest  int64
+	maxResponse int
+	final       func(int) bool
+	replay      []string
+	setCookie   bool
+	fpHeaders   []string
+	canon       func([]byte) ([]byte, error)
+	bareKeys    bool
+}
+
+func defaults() config {
+	return config{lockWait: DefaultLockWait, retryAfter: DefaultRetryAfter, maxRequest: DefaultMaxRequestBody,
+		maxResponse: DefaultMaxResponseBody, final: DefaultFinalStatus, replay: DefaultReplayHeaders()}
+}
+
+// WithTxOptions passes options to the middleware's txmiddleware runner:
+// isolation, transaction attempts and backoff, savepoint mode, a retry
+// hook. The lock-wait bound and the error codec are the middleware's own
+// (WithLockWait; the codec cannot be replaced); giving them here is an
+// error.
+func WithTxOptions(opts ...txmiddleware.Option) Option {
+	return option("WithTxOptions", func(c *config) error {
+		c.txOpts = append(c.txOpts, opts...)
+		return nil
+	})
+}
+
+// WithLockWait bounds how long a keyed request waits for another request
+// with the same key that is still in flight (default DefaultLockWait);
+// past it the answer is 409 with Retry-After. Within it, the request gets
+// the first one's stored response as soon as that commits. The dialect
+// must implement dialects.LockWaiter; zero sets no bound (the database's
+// own settings and the request's context bound the wait).
+func WithLockWait(d time.Duration) Option {
+	return option("WithLockWait", func(c *config) error {
+		if d < 0 {
+			return errors.New("lock wait must not be negative")
+		}
+		c.lockWait = d
+		return nil
+	})
+}
+
+// WithRetryAfter sets the Retry-After of 409 and 503 answers (default
+// DefaultRetryAfter), rounded up to whole seconds, at least 1.
+func WithRetryAfter(d time.Duration) Option {
+	return option("WithRetryAfter", func(c *config) error {
+		if d <= 0 {
+			return errors.New("retry-after must be positive")
+		}
+		c.retryAfter = d
+		return nil
+	})
+}
+
+// WithMaxRequestBody bounds a keyed request's body in bytes (default
+// DefaultMaxRequestBody). A larger body is answered 413 before anything
+// is claimed: the body is read whole to be fingerprinted.
+func WithMaxRequestBody(n int64) Option {
+	return option("WithMaxRequestBody", func(c *config) error {
+		if n < 0 {
+			return errors.New("request body limit must not be negative")
+		}
+		c.maxRequest = n
+		return nil
+	})
+}
+
+// WithMaxResponseBody bounds the response body a keyed route's handler
+// may write, in bytes (default DefaultMaxResponseBody). The response is
+// buffered until the handler returns; a handler that writes more fails
+// with 500 and nothing is stored. The ledger's own limit
+// (ledger.WithMaxResultSize) must leave room for it and the stored
+// headers.
+func WithMaxResponseBody(n int) Option {
+	return option("WithMaxResponseBody", func(c *config) error {
+		if n < 0 {
+			return errors.New("response body limit must not be negative")
+		}
+		c.maxResponse = n
+		return nil
+	})
+}
+
+// WithFinalStatus decides which error statuses, 400 and above, are final
+// (default DefaultFinalStatus): a final response is stored and replayed
+// to every retry with the key, the handler's writes undone. Any other
+// error status rolls everything back and stores nothing, so a retry runs
+// the handler again. Statuses below 400 are always stored with the
+// handler's writes.
+func WithFinalStatus(final func(status int) bool) Option {
+	return option("WithFinalStatus", func(c *config) error {
+		if final == nil {
+			return errors.New("final-status function must not be nil")
+		}
+		c.final = final
+		return nil
+	})
+}
+
+// WithReplayHeaders sets the response headers stored and replayed
+// (default DefaultReplayHeaders()). The first response gets every header
+// the handler set; a replay only these. Set-Cookie is refused here: use
+// WithSetCookieReplay.
+func WithReplayHeaders(names ...string) Option {
+	return option("WithReplayHeaders", func(c *config) error {
+		out := make([]string, 0, len(names))
+		for _, n := range names {
+			canon, err := headerName(n)
+			if err != nil {
+				return err
+			}
+			if canon == "Set-Cookie" {
+				return errors.New("Set-Cookie is replayed only with WithSetCookieReplay")
+			}
+			out = append(out, canon)
+		}
+		c.replay = out
+		return nil
+	})
+}
+
+// WithSetCookieReplay stores Set-Cookie with the response and replays it.
+// Without it a replay never sets a cookie: a cookie is often a session
+// granted to whoever sent the first request, and a replay may reach a
+// different client of the same caller.
+func WithSetCookieReplay() Option {
+	return option("WithSetCookieReplay", func(c *config) error {
+		c.setCookie = true
+		return nil
+	})
+}
+
+// WithFingerprintHeaders adds request headers to the fingerprint (by
+// default it holds the method, the path, the query and the body): a
+// request that differs from the first in one of them is a reused key
+// (422).
+func WithFingerprintHeaders(names ...string) Option {
+	return option("WithFingerprintHeaders", func(c *config) error {
+		for _, n := range names {
+			canon, err := headerName(n)
+			if err != nil {
+				return err
+			}
+			c.fpHeaders = append(c.fpHeaders, canon)
+		}
+		return nil
+	})
+}
+
+// WithBodyCanonicalizer transforms the body before it is fingerprinted
+// (not what the handler reads), for example CanonicalJSON, so that
+// encodings of the same document fingerprint alike. A body it refuses is
+// answered 400.
+func WithBodyCanonicalizer(canon func(body []byte) ([]byte, error)) Option {
+	return option("WithBodyCanonicalizer", func(c *config) error {
+		if canon == nil {
+			return errors.New("canonicaliser must not be nil")
+		}
+		c.canon = canon
+		return nil
+	})
+}
+
+// WithBareKeys also accepts an Idempotency-Key that is not a
+// structured-field string: a value without a leading double quote is the
+// key as it is, as clients written for Stripe's API send it. Quoted
+// values are parsed as strings either way, so "k" and k are one key.
+func WithBareKeys() Option {
+	return option("WithBareKeys", func(c *config) error {
+		c.bareKeys = true
+		return nil
+	})
+}
+
+func headerName(n string) (string, error) {
+	n = strings.TrimSpace(n)
+	if n == "" || !validName([]byte(n)) {
+		return "", fmt.Errorf("%q is not a header name", n)
+	}
+	return http.CanonicalHeaderKey(n), nil
+}

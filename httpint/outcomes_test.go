@@ -1,0 +1,356 @@
+package httpint_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/dialects/postgres"
+	"github.com/opledger/opledger/httpint"
+	"github.com/opledger/opledger/internal/doccheck"
+	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/ledger"
+	"github.com/opledger/opledger/txmiddleware"
+)
+
+// TestOutcomeRows produces every row of the outcome table through a real
+// server on SQLite (PostgreSQL for the cut COMMIT) and checks the answer.
+func TestOutcomeRows(t *testing.T) {
+	ctx := context.Background()
+	alice := func(key, body string) req { return req{caller: "alice", key: key, body: body} }
+	rows := map[string]func(t *testing.T){
+		httpint.OutcomeExecuted: func(t *testing.T) {
+			e := sqliteEnv(t, nil)
+			r := e.do(t, alice("k1", "r1"))
+			if r.status != 201 || r.replayed() || e.BizRows(t, "r1") != 1 {
+				t.Fatalf("status %d, replayed %v, rows %d", r.status, r.replayed(), e.BizRows(t, "r1"))
+			}
+			// A final error status: stored, the handler's write undone.
+			r = e.do(t, req{caller: "alice", key: "k2", body: "r2", header: map[string]string{testHeader: "status:409"}})
+			if r.status != 409 || e.BizRows(t, "r2") != 0 {
+				t.Fatalf("final status: %d, rows %d; want 409 and the write undone", r.status, e.BizRows(t, "r2"))
+			}
+			if s := e.mw.Stats(); s.Executed != 2 {
+				t.Errorf("stats %+v", s)
+			}
+		},
+		httpint.OutcomeReplayed: func(t *testing.T) {
+			e := sqliteEnv(t, nil)
+			first := e.do(t, alice("k", "r"))
+			again := e.do(t, alice("k", "r"))
+			if !again.replayed() || again.status != first.status || again.body != first.body || e.runs.Load() != 1 {
+				t.Fatalf("replay %d %q (replayed %v), first %d %q; handler ran %d times", again.status, again.body, again.replayed(), first.status, first.body, e.runs.Load())
+			}
+			// A stored final error replays too, without running again.
+			q := req{caller: "alice", key: "k409", body: "r409", header: map[string]string{testHeader: "status:409"}}
+			f409, a409 := e.do(t, q), e.do(t, q)
+			if !a409.replayed() || a409.status != 409 || a409.body != f409.body || e.runs.Load() != 2 {
+				t.Fatalf("replayed final error: %d %q, handler ran %d times", a409.status, a409.body, e.runs.Load())
+			}
+		},
+		httpint.OutcomeNotStored: func(t *testing.T) {
+			e := sqliteEnv(t, nil)
+			for _, status := range []string{"500", "503", "429", "401"} {
+				q := req{caller: "alice", key: "k" + status, body: "r" + status, header: map[string]string{testHeader: "status:" + status}}
+				r := e.do(t, q)
+				if r.status == 0 || fmt.Sprint(r.status) != status || r.replayed() || !strings.Contains(r.body, "handler says") || e.BizRows(t, "r"+status) != 0 {
+					t.Fatalf("status %d %q; want the handler's %s, rolled back", r.status, r.body, status)
+				}
+				q.header = nil
+				if r := e.do(t, q); r.status != 201 || r.replayed() || e.BizRows(t, "r"+status) != 1 {
+					t.Fatalf("retry after %s: %d (replayed %v); want the handler to run again", status, r.status, r.replayed())
+				}
+			}
+		},
+		httpint.OutcomePanic: func(t *testing.T) {
+			e := sqliteEnv(t, nil)
+			q := req{caller: "alice", key: "k", body: "r", header: map[string]string{testHeader: "panic"}}
+			if r, err := e.send(ctx, q); err == nil {
+				t.Fatalf("a panicking handler answered %d %q; want the response aborted", r.status, r.body)
+			}
+			if n := e.BizRows(t, "r"); n != 0 || e.LedgerRows(t) != 0 {
+				t.Fatalf("after a panic: %d business rows, %d ledger rows", n, e.LedgerRows(t))
+			}
+			q.header = nil
+			if r := e.do(t, q); r.status != 201 || r.replayed() {
+				t.Fatalf("retry after a panic: %d (replayed %v)", r.status, r.replayed())
+			}
+		},
+		httpint.OutcomeNoCaller: func(t *testing.T) {
+			e := sqliteEnv(t, nil)
+			wantProblem(t, e.do(t, req{key: "k", body: "r"}), httpint.OutcomeNoCaller, "")
+			bad := req{key: "k", body: "r", header: map[string]string{callerHeader: "a\x01b"}}
+			if r, err := e.send(ctx, bad); err == nil && r.status != 401 && r.status != 400 {
+				t.Fatalf("caller with a control character: %d", r.status)
+			}
+			if e.runs.Load() != 0 {
+				t.Fatal("the handler ran")
+			}
+		},
+		httpint.OutcomeMissingKey: func(t *testing.T) {
+			e := sqliteEnv(t, nil)
+			wantProblem(t, e.do(t, req{caller: "alice", body: "r"}), httpint.OutcomeMissingKey, "")
+			wantProblem(t, e.do(t, req{method: "PUT", path: "/orders/7", caller: "alice", body: "r"}), httpint.OutcomeMissingKey, "")
+		},
+		httpint.OutcomeInvalidKey: func(t *testing.T) {
+			e := sqliteEnv(t, nil)
+			for _, v := range []string{"unquoted-key", `""`, `"a" "b"`, `"` + strings.Repeat("k", 256) + `"`, `"a";1`} {
+				wantProblem(t, e.do(t, req{caller: "alice", key: v, rawKey: true, body: "r"}), httpint.OutcomeInvalidKey, "")
+			}
+			// Two header fields.
+			hr := e.rawRequest(t, "alice", "r")
+			hr.Header.Add(httpint.KeyHeader, `"one"`)
+			hr.Header.Add(httpint.KeyHeader, `"two"`)
+			wantProblem(t, e.doRaw(t, hr), httpint.OutcomeInvalidKey, "")
+			if e.runs.Load() != 0 || e.LedgerRows(t) != 0 {
+				t.Fatal("an invalid key reached the handler or the ledger")
+			}
+		},
+		httpint.OutcomeRequestTooLarge: func(t *testing.T) {
+			e := sqliteEnv(t, nil, httpint.WithMaxRequestBody(16))
+			wantProblem(t, e.do(t, alice("k", strings.Repeat("b", 17))), httpint.OutcomeRequestTooLarge, "")
+			// Without a Content-Length (chunked): read, then refused.
+			hr := e.rawRequest(t, "alice", "")
+			hr.Body, hr.ContentLength = ioNopCloser(strings.Repeat("b", 100)), -1
+			hr.Header.Set(httpint.KeyHeader, `"k2"`)
+			wantProblem(t, e.doRaw(t, hr), httpint.OutcomeRequestTooLarge, "")
+			if e.LedgerRows(t) != 0 || e.runs.Load() != 0 {
+				t.Fatal("something was claimed for a body over the limit")
+			}
+			if r := e.do(t, alice("k", strings.Repeat("b", 16))); r.status != 201 {
+				t.Fatalf("a body at the limit: %d", r.status)
+			}
+		},
+		httpint.OutcomeRequestUnreadable: func(t *testing.T) {
+			e := sqliteEnv(t, nil, httpint.WithBodyCanonicalizer(httpint.CanonicalJSON))
+			wantProblem(t, e.do(t, alice("k", "{not json")), httpint.OutcomeRequestUnreadable, "")
+		},
+		httpint.OutcomeNotKeyed: func(t *testing.T) {
+			e := sqliteEnv(t, nil)
+			for _, method := range []string{"GET", "POST"} {
+				q := req{method: method, path: "/items", caller: "alice", key: "k", header: map[string]string{httpint.ResolveHeader: "1"}}
+				if method == "GET" {
+					wantProblem(t, e.do(t, q), httpint.OutcomeNotKeyed, "")
+				}
+			}
+			q := req{method: "DELETE", path: "/items", caller: "alice", key: "k", header: map[string]string{httpint.ResolveHeader: "1"}}
+			wantProblem(t, e.do(t, q), httpint.OutcomeNotKeyed, "")
+			if e.runs.Load() != 0 {
+				t.Fatal("a resolve ran a handler")
+			}
+		},
+		httpint.OutcomeKeyReused: func(t *testing.T) {
+			e := sqliteEnv(t, nil)
+			e.do(t, alice("k", "r1"))
+			wantProblem(t, e.do(t, alice("k", "r2")), httpint.OutcomeKeyReused, "")
+			if e.BizRows(t, "r2") != 0 {
+				t.Fatal("a reused key ran the handler")
+			}
+		},
+		httpint.OutcomeInProgress: func(t *testing.T) {
+			e := sqliteEnv(t, nil)
+			q := req{caller: "alice", key: "k", body: "r", header: map[string]string{testHeader: "block"}}
+			done := make(chan response, 1)
+			go func() { r, _ := e.send(ctx, q); done <- r }()
+			<-e.entered
+			wantProblem(t, e.do(t, req{caller: "alice", key: "k", body: "r"}), httpint.OutcomeInProgress, "")
+			close(e.release)
+			if r := <-done; r.status != 201 {
+				t.Fatalf("the first request: %d", r.status)
+			}
+			if r := e.do(t, req{caller: "alice", key: "k", body: "r"}); !r.replayed() {
+				t.Fatal("after the first request committed, a retry does not replay")
+			}
+		},
+		httpint.OutcomeIncomplete: func(t *testing.T) {
+			e := sqliteEnv(t, nil)
+			// An entry committed without a result, outside the middleware.
+			tx, err := e.DB.Begin()
+			if err != nil {
+				t.Fatal(err)
+			}
+			id := testdb.ID(t, "header:alice", "POST /items", "k")
+			if _, err := e.store.Claim(ctx, tx, ledger.ClaimRequest{Identity: id, Fingerprint: ledger.FingerprintOf([]byte("x"))}); err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.Commit(); err != nil {
+				t.Fatal(err)
+			}
+			wantProblem(t, e.do(t, req{caller: "alice", key: "k", header: map[string]string{httpint.ResolveHeader: "1"}}), httpint.OutcomeIncomplete, "")
+		},
+		httpint.OutcomeTxAborted: func(t *testing.T) {
+			serialization := &ledger.DBError{Op: "claim", Class: dialects.ClassSerialization, Err: errors.New("could not serialize")}
+			e := sqliteEnv(t, func(s *ledger.Store) ledger.Ledger { return testdb.FaultyLedger{Store: s, ClaimErr: serialization} },
+				httpint.WithTxOptions(txmiddleware.WithMaxTxAttempts(2), txmiddleware.WithTxBackoff(time.Millisecond, time.Millisecond)))
+			wantProblem(t, e.do(t, alice("k", "r")), httpint.OutcomeTxAborted, "")
+		},
+		httpint.OutcomeStorage: func(t *testing.T) {
+			conn := &ledger.DBError{Op: "claim", Class: dialects.ClassConnection, Err: errors.New("connection refused")}
+			e := sqliteEnv(t, func(s *ledger.Store) ledger.Ledger { return testdb.FaultyLedger{Store: s, ClaimErr: conn} },
+				httpint.WithTxOptions(txmiddleware.WithMaxTxAttempts(1)))
+			wantProblem(t, e.do(t, alice("k", "r")), httpint.OutcomeStorage, "")
+		},
+		httpint.OutcomeCommitUnknown: func(t *testing.T) { commitUnknown(t) },
+		httpint.OutcomeRequestEnded: func(t *testing.T) {
+			e := sqliteEnv(t, nil)
+			q := req{caller: "alice", key: "k", body: "r", header: map[string]string{testHeader: "block"}}
+			cctx, cancel := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() { _, err := e.send(cctx, q); done <- err }()
+			<-e.entered
+			cancel() // the client goes away; the server's request context ends
+			<-done
+			testdb.WaitIdle(t, e.DB) // the handler returns once the server saw it, and the transaction ends
+			if e.BizRows(t, "r") != 0 || e.LedgerRows(t) != 0 {
+				t.Fatal("a request whose context ended committed")
+			}
+			// The answer the client no longer reads, seen from inside.
+			rec := newRecorderRequest(t, e, cctx)
+			wantProblem(t, rec, httpint.OutcomeRequestEnded, "")
+		},
+		httpint.OutcomeResponseTooLarge: func(t *testing.T) {
+			e := sqliteEnv(t, nil, httpint.WithMaxResponseBody(100))
+			wantProblem(t, e.do(t, req{caller: "alice", key: "k", body: "r", header: map[string]string{testHeader: "big"}}), httpint.OutcomeResponseTooLarge, "")
+			if e.LedgerRows(t) != 0 {
+				t.Fatal("a response over the limit was stored")
+			}
+		},
+		httpint.OutcomeNotStorable: func(t *testing.T) {
+			tg := testdb.Targets()[0]
+			te := testdb.NewEnv(t, tg.Name, tg.Dialect, tg.Open(t, 8))
+			store, err := ledger.New(tg.Dialect, ledger.WithTable(te.Table), ledger.WithMaxResultSize(16))
+			if err != nil {
+				t.Fatal(err)
+			}
+			e := newEnv(t, te, func(*ledger.Store) ledger.Ledger { return store })
+			wantProblem(t, e.do(t, alice("k", "r")), httpint.OutcomeNotStorable, "")
+			if e.BizRows(t, "r") != 0 {
+				t.Fatal("the write of a response that could not be stored committed")
+			}
+		},
+		httpint.OutcomeLedgerMisuse: func(t *testing.T) {
+			e := sqliteEnv(t, func(s *ledger.Store) ledger.Ledger {
+				return testdb.FaultyLedger{Store: s, CompleteErr: ledger.ErrNotAcquired}
+			})
+			wantProblem(t, e.do(t, alice("k", "r")), httpint.OutcomeLedgerMisuse, "")
+		},
+		httpint.OutcomeUnreadable: func(t *testing.T) {
+			e := sqliteEnv(t, nil)
+			// A result stored under the route's identity by something else.
+			tx, err := e.DB.Begin()
+			if err != nil {
+				t.Fatal(err)
+			}
+			id := testdb.ID(t, "header:alice", "POST /items", "k")
+			c, err := e.store.Claim(ctx, tx, ledger.ClaimRequest{Identity: id, Fingerprint: ledger.FingerprintOf([]byte("x"))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := e.store.Complete(ctx, tx, c, ledger.Result{Code: 200, Response: []byte("not ours"), TypeName: "pkg.Other"}); err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.Commit(); err != nil {
+				t.Fatal(err)
+			}
+			wantProblem(t, e.do(t, req{caller: "alice", key: "k", header: map[string]string{httpint.ResolveHeader: "1"}}), httpint.OutcomeUnreadable, "")
+		},
+		httpint.OutcomeNotFound: func(t *testing.T) {
+			e := sqliteEnv(t, nil)
+			resolve := req{caller: "alice", key: "never-sent", header: map[string]string{httpint.ResolveHeader: "1"}}
+			wantProblem(t, e.do(t, resolve), httpint.OutcomeNotFound, "never-sent")
+			first := e.do(t, alice("never-sent", "r"))
+			got := e.do(t, resolve)
+			if got.status != 201 || !got.replayed() || got.body != first.body || e.runs.Load() != 1 {
+				t.Fatalf("resolve after the request: %d %q (replayed %v), first %q", got.status, got.body, got.replayed(), first.body)
+			}
+		},
+	}
+	for _, o := range httpint.Outcomes() {
+		t.Run(o.Name, func(t *testing.T) {
+			f, ok := rows[o.Name]
+			if !ok {
+				t.Fatalf("the outcome table's row %s has no test", o.Name)
+			}
+			f(t)
+		})
+	}
+	if len(rows) != len(httpint.Outcomes()) {
+		t.Errorf("%d row tests for %d rows of the outcome table", len(rows), len(httpint.Outcomes()))
+	}
+}
+
+// commitUnknown cuts the connection while COMMIT is in flight, through
+// pgx: the answer is 503 commit-outcome-unknown, and a resolve finds the
+// committed response.
+func commitUnknown(t *testing.T) {
+	dsn := os.Getenv(testdb.EnvPostgres)
+	if dsn == "" {
+		testdb.Skip(t, testdb.EnvPostgres)
+	}
+	testdb.Parallel(t, "postgres", 4)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := testdb.NewCutProxy(t, u.Host)
+	u.Host = proxy.Addr()
+	db := testdb.OpenDSN(t, "pgx", u.String(), 4)
+	e := newEnv(t, testdb.NewEnv(t, "postgres/pgx", postgres.New(), db), nil)
+	proxy.Arm()
+	r := e.do(t, req{caller: "alice", key: "cut", body: "cut"})
+	wantProblem(t, r, httpint.OutcomeCommitUnknown, "")
+	if proxy.Cuts() != 1 {
+		t.Fatalf("proxy cut %d connections, want 1", proxy.Cuts())
+	}
+	got := e.do(t, req{caller: "alice", key: "cut", header: map[string]string{httpint.ResolveHeader: "1"}})
+	if got.status != 201 || !got.replayed() || e.BizRows(t, "cut") != 1 {
+		t.Fatalf("resolve after the cut: %d %q; rows %d", got.status, got.body, e.BizRows(t, "cut"))
+	}
+}
+
+// TestOutcomeTableIsTheDoc: the table in docs/http.md is Outcomes().
+func TestOutcomeTableIsTheDoc(t *testing.T) {
+	doccheck.WantSection(t, "../docs/http.md", "outcome-table", "httpint.Outcomes()", outcomeTable())
+}
+
+// outcomeTable renders the outcome table as docs/http.md prints it: each
+// problem's row has an anchor, the fragment of its type URI.
+func outcomeTable() string {
+	var b strings.Builder
+	b.WriteString("| outcome | status | cause | committed | client's next step |\n|---|---|---|---|---|\n")
+	for _, o := range httpint.Outcomes() {
+		name, status := "`"+o.Name+"`", "the handler's"
+		if o.Status != 0 {
+			name = `<a id="` + o.Name + `"></a>` + name
+			status = fmt.Sprint(o.Status)
+			if o.RetryAfter {
+				status += " + Retry-After"
+			}
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", name, status, o.Cause, o.Committed, o.Next)
+	}
+	return b.String()
+}
+
+func TestOutcomeOf(t *testing.T) {
+	for _, o := range httpint.Outcomes() {
+		got, ok := httpint.OutcomeOf(o.Type())
+		if ok != (o.Status != 0) || ok && got.Name != o.Name {
+			t.Errorf("OutcomeOf(%q) = %+v, %v", o.Type(), got, ok)
+		}
+	}
+	if _, ok := httpint.OutcomeOf("about:blank"); ok {
+		t.Error("OutcomeOf(about:blank)")
+	}
+	for _, n := range []httpint.Next{httpint.Stop, httpint.Retry, httpint.Resolve, 0} {
+		if n.String() == "" {
+			t.Errorf("Next(%d) has no name", int(n))
+		}
+	}
+}
