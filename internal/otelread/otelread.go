@@ -1,15 +1,19 @@
 // Package otelread reads what an OpenTelemetry SDK collected, for the
 // kit's tests and for opledger demo: a meter provider with a manual
-// reader whose data come back as flat points, and a tracer provider with
-// an in-memory exporter. It imports the SDK, so only tests and commands
+// reader whose data come back as flat points, a tracer provider with an
+// in-memory exporter, and a slog logger into memory. It imports the SDK, so only tests and commands
 // import it, never a library package.
 package otelread
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"log/slog"
 	"sort"
 	"strings"
+	"sync"
 
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -207,4 +211,68 @@ func SpanAttr(spans tracetest.SpanStubs, name string, key attribute.Key) string 
 		}
 	}
 	return ""
+}
+
+// Logs is a JSON slog logger that writes into memory, for tests that read
+// back the events the kit logged.
+type Logs struct {
+	// Logger logs at every level, Debug included.
+	Logger *slog.Logger
+	mu     sync.Mutex
+	buf    bytes.Buffer
+}
+
+// NewLogs returns an empty log.
+func NewLogs() *Logs {
+	l := &Logs{}
+	l.Logger = slog.New(slog.NewJSONHandler(lockedWriter{l}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	return l
+}
+
+type lockedWriter struct{ l *Logs }
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.l.mu.Lock()
+	defer w.l.mu.Unlock()
+	return w.l.buf.Write(p)
+}
+
+// Text returns everything logged so far.
+func (l *Logs) Text() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// Events returns the events logged so far, each as its JSON fields.
+func (l *Logs) Events() []map[string]any {
+	var out []map[string]any
+	for _, line := range strings.Split(l.Text(), "\n") {
+		if line == "" {
+			continue
+		}
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) == nil {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// Count returns how many events have all the given fields (as strings).
+func (l *Logs) Count(fields map[string]string) int {
+	n := 0
+	for _, e := range l.Events() {
+		ok := true
+		for k, v := range fields {
+			if fmt.Sprint(e[k]) != v {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			n++
+		}
+	}
+	return n
 }
