@@ -117,6 +117,16 @@ func scaleTarget(t testing.TB, tg testdb.Target, conns int, rows int64) (*sql.DB
 	if have >= rows {
 		return db, table
 	}
+	loadScale(t, db, tg, table, rows)
+	return db, table
+}
+
+// loadScale inserts the generated entries 1..rows into table, skipping
+// those already there.
+func loadScale(t testing.TB, db *sql.DB, tg testdb.Target, table string, rows int64) {
+	t.Helper()
+	ctx := context.Background()
+	q := tg.Dialect.QuoteIdent(table)
 	t0 := time.Now().UnixMicro()
 	start := time.Now()
 	if tg.Family() == "mysql" {
@@ -143,7 +153,7 @@ func scaleTarget(t testing.TB, tg testdb.Target, conns int, rows int64) (*sql.DB
 			}
 			t.Logf("%s: %.40s… done (%s)", tg.Name, stmt, time.Since(start).Round(time.Second))
 		}
-		return db, table
+		return
 	}
 	const chunk = 500_000
 	for lo := int64(1); lo <= rows; lo += chunk {
@@ -153,7 +163,6 @@ func scaleTarget(t testing.TB, tg testdb.Target, conns int, rows int64) (*sql.DB
 		}
 		t.Logf("%s: loaded up to %d of %d (%s)", tg.Name, hi, rows, time.Since(start).Round(time.Second))
 	}
-	return db, table
 }
 
 // scaleTargets are the databases measured: PostgreSQL through pgx and
