@@ -70,43 +70,17 @@ func (m *Metrics) Collect(ctx context.Context) ([]Point, error) {
 			base := Point{Scope: sm.Scope.Name, Name: md.Name, Unit: md.Unit}
 			switch d := md.Data.(type) {
 			case metricdata.Sum[int64]:
-				for _, dp := range d.DataPoints {
-					p := base
-					p.Attrs, p.Value = dp.Attributes, float64(dp.Value)
-					out = append(out, p)
-				}
+				out = values(out, base, d.DataPoints)
 			case metricdata.Sum[float64]:
-				for _, dp := range d.DataPoints {
-					p := base
-					p.Attrs, p.Value = dp.Attributes, dp.Value
-					out = append(out, p)
-				}
+				out = values(out, base, d.DataPoints)
 			case metricdata.Gauge[int64]:
-				for _, dp := range d.DataPoints {
-					p := base
-					p.Attrs, p.Value = dp.Attributes, float64(dp.Value)
-					out = append(out, p)
-				}
+				out = values(out, base, d.DataPoints)
 			case metricdata.Gauge[float64]:
-				for _, dp := range d.DataPoints {
-					p := base
-					p.Attrs, p.Value = dp.Attributes, dp.Value
-					out = append(out, p)
-				}
+				out = values(out, base, d.DataPoints)
 			case metricdata.Histogram[float64]:
-				for _, dp := range d.DataPoints {
-					p := base
-					p.Attrs, p.Value, p.Count, p.IsHist = dp.Attributes, dp.Sum, dp.Count, true
-					p.Bounds, p.Counts = dp.Bounds, dp.BucketCounts
-					out = append(out, p)
-				}
+				out = histograms(out, base, d.DataPoints)
 			case metricdata.Histogram[int64]:
-				for _, dp := range d.DataPoints {
-					p := base
-					p.Attrs, p.Value, p.Count, p.IsHist = dp.Attributes, float64(dp.Sum), dp.Count, true
-					p.Bounds, p.Counts = dp.Bounds, dp.BucketCounts
-					out = append(out, p)
-				}
+				out = histograms(out, base, d.DataPoints)
 			}
 		}
 	}
@@ -117,6 +91,25 @@ func (m *Metrics) Collect(ctx context.Context) ([]Point, error) {
 		return out[i].Attrs.Encoded(attribute.DefaultEncoder()) < out[j].Attrs.Encoded(attribute.DefaultEncoder())
 	})
 	return out, nil
+}
+
+func values[N int64 | float64](out []Point, base Point, dps []metricdata.DataPoint[N]) []Point {
+	for _, dp := range dps {
+		p := base
+		p.Attrs, p.Value = dp.Attributes, float64(dp.Value)
+		out = append(out, p)
+	}
+	return out
+}
+
+func histograms[N int64 | float64](out []Point, base Point, dps []metricdata.HistogramDataPoint[N]) []Point {
+	for _, dp := range dps {
+		p := base
+		p.Attrs, p.Value, p.Count, p.IsHist = dp.Attributes, float64(dp.Sum), dp.Count, true
+		p.Bounds, p.Counts = dp.Bounds, dp.BucketCounts
+		out = append(out, p)
+	}
+	return out
 }
 
 // Select returns the points of metric name whose attributes include all
