@@ -2,6 +2,8 @@ package grpcint_test
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +17,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/opledger/opledger/dialects/sqlite"
 	"github.com/opledger/opledger/examples/payments"
 	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
@@ -22,6 +25,7 @@ import (
 	"github.com/opledger/opledger/internal/testdb"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/policy"
+	"github.com/opledger/opledger/txmiddleware"
 )
 
 func kv(k, v string) attribute.KeyValue { return attribute.String(k, v) }
@@ -319,4 +323,25 @@ func dialKit(t *testing.T, c *grpcint.Client, addr string, inner grpc.UnaryClien
 	}
 	t.Cleanup(func() { conn.Close() })
 	return conn
+}
+
+// TestServerTelemetryOptionsNotTwice: the server gives its runners its
+// own telemetry, so the same options in WithTxOptions are a
+// configuration error, as for the lock-wait bound.
+func TestServerTelemetryOptionsNotTwice(t *testing.T) {
+	cat, err := payments.Catalog()
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := ledger.New(sqlite.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []txmiddleware.Option{txmiddleware.WithLogger(nil), txmiddleware.WithMeterProvider(otelread.NewMetrics().Provider),
+		txmiddleware.WithTracerProvider(otelread.NewSpans().Provider)} {
+		_, err := grpcint.NewServer(new(sql.DB), store, cat, grpcint.CallerFromTrustedHeader("x"), grpcint.WithTxOptions(o))
+		if !errors.Is(err, grpcint.ErrInvalidConfig) || !strings.Contains(err.Error(), "given twice") {
+			t.Errorf("%v, want ErrInvalidConfig for an option given twice", err)
+		}
+	}
 }

@@ -57,9 +57,10 @@ func serverOption(name string, f func(*serverConfig) error) ServerOption {
 
 // WithTxOptions passes options to the server's txmiddleware runner:
 // isolation, transaction attempts and backoff, savepoint mode, a retry
-// hook. The lock-wait bound and the error codec are the server's own
-// options (WithLockWait, WithErrorCodec); giving them here as well is an
-// error.
+// hook. The lock-wait bound, the error codec and the telemetry are the
+// server's own options (WithLockWait, WithErrorCodec,
+// WithServerMeterProvider, WithServerTracerProvider, WithServerLogger);
+// giving them here as well is an error.
 func WithTxOptions(opts ...txmiddleware.Option) ServerOption {
 	return serverOption("WithTxOptions", func(c *serverConfig) error {
 		c.txOpts = append(c.txOpts, opts...)
