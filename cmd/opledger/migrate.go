@@ -154,10 +154,34 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		sctx, cancel = context.WithTimeout(ctx, *maxDuration)
 		defer cancel()
 	}
+	// Progress: how many of the entries expired at the start are gone,
+	// counted once a second on another connection (the sweep itself runs
+	// as the ledger does it, each batch committing on its own).
 	p := newProgress(stderr, expired)
+	cutoff := time.Now()
+	stopProgress := make(chan struct{})
+	progressDone := make(chan struct{})
+	go func() {
+		defer close(progressDone)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stopProgress:
+				return
+			case <-tick.C:
+				if left, err := countExpired(sctx, db, t.dialect, *table, cutoff); err == nil {
+					p.set(expired - left)
+				}
+			}
+		}
+	}()
 	start := time.Now()
-	n, err := l.Sweep(sctx, progressExec{db: db, p: p}, *batch)
+	n, err := l.Sweep(sctx, db, *batch)
 	elapsed := time.Since(start)
+	close(stopProgress)
+	<-progressDone
+	p.set(n)
 	p.done()
 	stopped := errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil
 	if err != nil && !stopped {
@@ -186,22 +210,6 @@ func rate(n int64, d time.Duration) string {
 	return fmt.Sprintf("%.0f rows/s", float64(n)/d.Seconds())
 }
 
-// progressExec is the sweep's database: it reports every batch.
-type progressExec struct {
-	db *sql.DB
-	p  *progress
-}
-
-func (e progressExec) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	res, err := e.db.ExecContext(ctx, query, args...)
-	if err == nil {
-		if n, nerr := res.RowsAffected(); nerr == nil {
-			e.p.add(n)
-		}
-	}
-	return res, err
-}
-
 // progress shows a sweep's progress on stderr: a bar redrawn in place on
 // a terminal, otherwise a plain line at most once a second.
 type progress struct {
@@ -212,21 +220,18 @@ type progress struct {
 	start    time.Time
 	last     time.Time
 	drawn    bool
-	drawnN   int64 // n when last drawn
-	interval time.Duration
+	drawnN   int64         // n when last drawn
+	interval time.Duration // the least time between two drawings
 }
 
 func newProgress(w io.Writer, total int64) *progress {
-	tty := isTerminal(w)
-	iv := time.Second
-	if tty {
-		iv = 100 * time.Millisecond
-	}
-	return &progress{w: w, tty: tty, total: total, start: time.Now(), interval: iv}
+	return &progress{w: w, tty: isTerminal(w), total: total, start: time.Now()}
 }
 
-func (p *progress) add(n int64) {
-	p.n += n
+// set records that n entries are gone and draws, at most once per
+// interval.
+func (p *progress) set(n int64) {
+	p.n = max(n, 0)
 	if now := time.Now(); now.Sub(p.last) >= p.interval {
 		p.last = now
 		p.draw()

@@ -209,8 +209,8 @@ func TestOperatorCommands(t *testing.T) {
 func TestProgressBar(t *testing.T) {
 	var b strings.Builder
 	p := &progress{w: &b, tty: true, total: 10, start: time.Now(), interval: 0}
-	p.add(4)
-	p.add(6)
+	p.set(4)
+	p.set(10)
 	p.done()
 	out := b.String()
 	if strings.Count(out, "\r") != 2 || !strings.Contains(out, "100% 10/10") || !strings.HasSuffix(out, "\n") {
