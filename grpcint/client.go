@@ -5,9 +5,12 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
@@ -87,6 +90,9 @@ type clientConfig struct {
 	hasServiceConfig bool
 	retrySettings    *serviceconfig.RetrySettings
 	downstreamKeys   bool
+	mp               metric.MeterProvider
+	tp               trace.TracerProvider
+	logger           *slog.Logger
 }
 
 func clientOption(name string, f func(*clientConfig) error) ClientOption {
@@ -194,6 +200,7 @@ type Client struct {
 	owner   policy.RetryOwner
 	cfg     clientConfig
 	c       counters
+	obs     *clientObs
 }
 
 // NewClient returns a Client for a channel whose retries belong to owner.
@@ -231,6 +238,7 @@ func NewClient(catalog *policy.Catalog, owner policy.RetryOwner, opts ...ClientO
 		}
 		c.cfg.budget = b
 	}
+	c.obs = newClientObs(c)
 	return c, nil
 }
 
@@ -301,12 +309,19 @@ func (c *Client) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 		if isResolve(ctx) {
 			// An application's own resolve request (Resolve): pass it on.
 			c.c.resolves.Add(1)
-			return invoker(ctx, method, req, reply, cc, opts...)
+			key := keyOf(ctx)
+			ctx, span := c.obs.resolving(ctx, method, key)
+			var trl metadata.MD
+			err := invoker(ctx, method, req, reply, cc, append(opts, grpc.Trailer(&trl))...)
+			c.obs.resolved(ctx, span, method, key, err, trl)
+			return err
 		}
 		c.c.calls.Add(1)
 		p := c.policyOf(method)
 		ctx, key := c.withKeyFor(ctx, p)
 		call := &unaryCall{c: c, p: p, ctx: ctx, key: key, method: method, req: req, reply: reply, cc: cc, invoker: invoker, opts: opts}
-		return call.run()
+		err := call.run()
+		c.obs.callDone(ctx, cc, method, &call.stats, err)
+		return err
 	}
 }

@@ -11,10 +11,12 @@ import (
 // interceptor: of one attempt when the kit owns retries, of all of
 // grpc-go's attempts on a service-config-owned channel.
 type evidence struct {
-	begins  atomic.Int32
-	sent    atomic.Bool
-	header  atomic.Bool
-	message atomic.Bool
+	begins      atomic.Int32
+	transparent atomic.Int32 // begins that were grpc-go's transparent retries
+	sent        atomic.Bool
+	header      atomic.Bool
+	message     atomic.Bool
+	timing      *callTiming // the logical call's, when not nil
 }
 
 // reached reports that the request may have reached the server.
@@ -36,11 +38,21 @@ func (h *statsHandler) HandleRPC(ctx context.Context, s stats.RPCStats) {
 		return
 	}
 	ev, _ := ctx.Value(evidenceKey{}).(*evidence)
-	switch s.(type) {
+	switch st := s.(type) {
 	case *stats.Begin:
 		h.c.attempts.Add(1)
 		if ev != nil {
 			ev.begins.Add(1)
+			if st.IsTransparentRetryAttempt {
+				ev.transparent.Add(1)
+			}
+			if ev.timing != nil {
+				ev.timing.begin(st.BeginTime)
+			}
+		}
+	case *stats.End:
+		if ev != nil && ev.timing != nil {
+			ev.timing.end(st.EndTime)
 		}
 	case *stats.OutPayload:
 		if ev != nil {

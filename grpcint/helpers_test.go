@@ -161,22 +161,5 @@ func appClient(t *testing.T, addr string, opts ...grpcint.ClientOption) (*grpcin
 // ownerClient is a kit client for a channel whose retries belong to owner.
 func ownerClient(t *testing.T, addr string, owner policy.RetryOwner, opts ...grpcint.ClientOption) (*grpcint.Client, paymentspb.PaymentsClient) {
 	t.Helper()
-	cat, err := payments.Catalog()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := grpcint.NewClient(cat, owner, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dopts, err := c.DialOptions()
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := grpc.NewClient(addr, append(dopts, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return c, paymentspb.NewPaymentsClient(conn)
+	return lossyClient(t, addr, owner, nil, opts...)
 }

@@ -5,10 +5,13 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -43,6 +46,9 @@ type serverConfig struct {
 	codec    txmiddleware.ErrorCodec
 	pushback time.Duration
 	types    protoregistry.MessageTypeResolver
+	mp       metric.MeterProvider
+	tp       trace.TracerProvider
+	logger   *slog.Logger
 }
 
 func serverOption(name string, f func(*serverConfig) error) ServerOption {
@@ -51,9 +57,10 @@ func serverOption(name string, f func(*serverConfig) error) ServerOption {
 
 // WithTxOptions passes options to the server's txmiddleware runner:
 // isolation, transaction attempts and backoff, savepoint mode, a retry
-// hook. The lock-wait bound and the error codec are the server's own
-// options (WithLockWait, WithErrorCodec); giving them here as well is an
-// error.
+// hook. The lock-wait bound, the error codec and the telemetry are the
+// server's own options (WithLockWait, WithErrorCodec,
+// WithServerMeterProvider, WithServerTracerProvider, WithServerLogger);
+// giving them here as well is an error.
 func WithTxOptions(opts ...txmiddleware.Option) ServerOption {
 	return serverOption("WithTxOptions", func(c *serverConfig) error {
 		c.txOpts = append(c.txOpts, opts...)
@@ -147,6 +154,7 @@ type Server struct {
 	runner   *txmiddleware.Runner
 	probe    *txmiddleware.Runner
 	keyed    bool
+	obs      *serverObs
 
 	executed, replayed, resolves, refused, failed atomic.Int64
 }
@@ -181,7 +189,7 @@ func NewServer(db *sql.DB, l ledger.Ledger, catalog *policy.Catalog, caller Call
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	s := &Server{db: db, ledger: l, dialect: l.Dialect(), catalog: catalog, caller: caller,
-		codec: cfg.codec, pushback: cfg.pushback, types: cfg.types}
+		codec: cfg.codec, pushback: cfg.pushback, types: cfg.types, obs: newServerObs(&cfg)}
 	for _, p := range catalog.Methods() {
 		if p.Kind != policy.KindKeyed {
 			continue
@@ -195,14 +203,15 @@ func NewServer(db *sql.DB, l ledger.Ledger, catalog *policy.Catalog, caller Call
 	if cfg.lockWait > 0 {
 		base = append(base, txmiddleware.WithLockWait(cfg.lockWait))
 	}
-	r, err := txmiddleware.New(db, l, append(base, txmiddleware.WithErrorCodec(cfg.codec))...)
+	runnerTel, probeTel := cfg.runnerTelemetry()
+	r, err := txmiddleware.New(db, l, append(append(base, runnerTel...), txmiddleware.WithErrorCodec(cfg.codec))...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	s.runner = r
 	// The resolve probe records nothing (no codec): its claim always
 	// rolls back.
-	p, err := txmiddleware.New(db, l, base...)
+	p, err := txmiddleware.New(db, l, append(base, probeTel...)...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -260,6 +269,15 @@ func (s *Server) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 
 func (s *Server) keyedCall(ctx context.Context, req any, method string, handler grpc.UnaryHandler) (any, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
+	resolve, key := len(md.Get(ResolveHeader)) > 0, keyOfIncoming(md)
+	ctx, span, rec := s.obs.begin(ctx, method, resolve, key)
+	resp, err := s.serveKeyed(ctx, req, method, handler)
+	s.obs.done(ctx, span, rec, method, resolve, key, err)
+	return resp, err
+}
+
+func (s *Server) serveKeyed(ctx context.Context, req any, method string, handler grpc.UnaryHandler) (any, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
 	keys := md.Get(KeyHeader)
 	resolve := len(md.Get(ResolveHeader)) > 0
 	if resolve {
@@ -267,20 +285,20 @@ func (s *Server) keyedCall(ctx context.Context, req any, method string, handler 
 	}
 	switch {
 	case len(keys) == 0:
-		s.refused.Add(1)
+		note(ctx, &s.refused, outcomeRefused)
 		return nil, statusErr(ReasonMissingKey, method+" needs an idempotency-key header")
 	case len(keys) > 1:
-		s.refused.Add(1)
+		note(ctx, &s.refused, outcomeRefused)
 		return nil, statusErr(ReasonInvalidKey, "more than one idempotency-key header")
 	}
 	caller, ok := s.caller(ctx)
 	if !ok {
-		s.refused.Add(1)
+		note(ctx, &s.refused, outcomeRefused)
 		return nil, statusErr(ReasonNoCaller, "no authenticated caller for a keyed call")
 	}
 	id, err := ledger.NewIdentity(caller, method, keys[0])
 	if err != nil {
-		s.refused.Add(1)
+		note(ctx, &s.refused, outcomeRefused)
 		var ie *ledger.InputError
 		if errors.As(err, &ie) && ie.Field == "caller" {
 			return nil, statusErr(ReasonNoCaller, "caller fingerprint is not usable: "+ie.Reason)
@@ -292,7 +310,7 @@ func (s *Server) keyedCall(ctx context.Context, req any, method string, handler 
 	}
 	fp, err := RequestFingerprint(req)
 	if err != nil {
-		s.refused.Add(1)
+		note(ctx, &s.refused, outcomeRefused)
 		return nil, statusErr(ReasonInvalidRequest, "request cannot be fingerprinted")
 	}
 	creq := ledger.ClaimRequest{Identity: id, Fingerprint: fp}
@@ -315,10 +333,10 @@ func (s *Server) keyedCall(ctx context.Context, req any, method string, handler 
 	})
 	switch {
 	case out.Replayed:
-		s.replayed.Add(1)
+		note(ctx, &s.replayed, outcomeReplayed)
 		return s.replay(ctx, out.Result)
 	case out.Executed:
-		s.executed.Add(1)
+		note(ctx, &s.executed, outcomeExecuted)
 		if err != nil {
 			return nil, err // a recorded final error, as the handler returned it
 		}
@@ -332,17 +350,17 @@ func (s *Server) keyedCall(ctx context.Context, req any, method string, handler 
 func (s *Server) failure(ctx context.Context, err, workErr error) error {
 	switch {
 	case errors.Is(err, ledger.ErrKeyReused):
-		s.refused.Add(1)
+		note(ctx, &s.refused, outcomeRefused)
 		return statusErr(ReasonKeyReused, "idempotency key already used for a different request")
 	case errors.Is(err, ledger.ErrInProgress):
-		s.refused.Add(1)
+		note(ctx, &s.refused, outcomeRefused)
 		_ = grpc.SetTrailer(ctx, metadata.Pairs(policy.PushbackHeader, strconv.FormatInt(s.pushback.Milliseconds(), 10)))
 		return statusErr(ReasonInProgress, "another attempt with this idempotency key is in progress")
 	case errors.Is(err, ledger.ErrIncomplete):
-		s.refused.Add(1)
+		note(ctx, &s.refused, outcomeRefused)
 		return statusErr(ReasonIncomplete, "an earlier attempt committed without a result; its outcome is unknown")
 	}
-	s.failed.Add(1)
+	note(ctx, &s.failed, outcomeFailed)
 	switch {
 	case workErr != nil && errors.Is(err, workErr):
 		// The handler's own non-final error: nothing was recorded. A bare
@@ -372,8 +390,10 @@ func (s *Server) resolve(ctx context.Context, creq ledger.ClaimRequest) (any, er
 	e, err := s.ledger.Lookup(ctx, s.db, creq.Identity)
 	switch {
 	case err == nil && e.State == ledger.Completed:
+		setOutcome(ctx, outcomeFound)
 		return s.replay(ctx, e.Result)
 	case err == nil:
+		setOutcome(ctx, outcomeRefused)
 		return nil, statusErr(ReasonIncomplete, "an earlier attempt committed without a result; its outcome is unknown")
 	case !errors.Is(err, ledger.ErrNotFound):
 		return nil, s.failure(ctx, err, nil)
@@ -386,12 +406,15 @@ func (s *Server) resolve(ctx context.Context, creq ledger.ClaimRequest) (any, er
 	})
 	switch {
 	case errors.Is(err, errProbe):
+		setOutcome(ctx, outcomeNotFound)
 		return nil, statusErr(ReasonNotFound, "nothing was committed for this idempotency key; running the call again with it is safe")
 	case out.Replayed:
+		setOutcome(ctx, outcomeFound)
 		return s.replay(ctx, out.Result)
 	case errors.Is(err, ledger.ErrKeyReused):
 		// Committed meanwhile by a request with another fingerprint.
 		if e, lerr := s.ledger.Lookup(ctx, s.db, creq.Identity); lerr == nil && e.State == ledger.Completed {
+			setOutcome(ctx, outcomeFound)
 			return s.replay(ctx, e.Result)
 		}
 	}

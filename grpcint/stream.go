@@ -55,10 +55,15 @@ type retryStream struct {
 	received bool
 	attempts int
 	step     int
+	stats    callStats // gRFC A96's counts, recorded when the stream ends
+	recorded bool
 }
 
 func (s *retryStream) open() error {
-	s.ev = &evidence{}
+	if s.ev != nil {
+		s.stats.attempted(s.ev, true)
+	}
+	s.ev = &evidence{timing: &s.stats.timing}
 	s.attempts++
 	cs, err := s.streamer(context.WithValue(s.ctx, evidenceKey{}, s.ev), s.desc, s.cc, s.method, s.opts...)
 	if err != nil {
@@ -92,6 +97,22 @@ func (s *retryStream) stopped(err error, why string) error {
 
 // RecvMsg retries a failure that comes before the first message.
 func (s *retryStream) RecvMsg(m any) error {
+	err := s.recv(m)
+	if err != nil && !s.recorded {
+		// The stream has ended: record the call once.
+		s.recorded = true
+		s.stats.attempted(s.ev, false)
+		var callErr error
+		if err != io.EOF {
+			callErr = err
+		}
+		s.stats.result = "ok"
+		s.c.obs.callDone(s.ctx, s.cc, s.method, &s.stats, callErr)
+	}
+	return err
+}
+
+func (s *retryStream) recv(m any) error {
 	for {
 		err := s.ClientStream.RecvMsg(m)
 		if err == nil {
@@ -116,6 +137,7 @@ func (s *retryStream) RecvMsg(m any) error {
 		}
 		if !s.c.cfg.budget.TryWithdraw() {
 			s.c.c.refusals.Add(1)
+			s.c.obs.refused(s.ctx, s.method, "")
 			return s.stopped(err, "budget-exhausted")
 		}
 		if why := s.c.pause(s.ctx, &s.step, s.Trailer().Get(policy.PushbackHeader), nil); why != "" {

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -43,6 +44,7 @@ type unaryCall struct {
 	notFound bool
 	// noRuns says why the call may not run again ("" while it may).
 	noRuns string
+	stats  callStats // gRFC A96's counts, recorded when the call ends
 }
 
 // next is what to do after a failed attempt.
@@ -73,10 +75,12 @@ func (u *unaryCall) run() error {
 
 // attempt sends the call (or a resolve request for it) once.
 func (u *unaryCall) attempt(resolve bool) (error, *evidence, metadata.MD) {
-	ev := &evidence{}
+	ev := &evidence{timing: &u.stats.timing}
 	actx := context.WithValue(u.ctx, evidenceKey{}, ev)
+	var span trace.Span
 	if resolve {
 		actx = metadata.AppendToOutgoingContext(actx, ResolveHeader, "1")
+		actx, span = u.c.obs.resolving(actx, u.method, u.key)
 		u.resolves++
 		u.c.c.resolves.Add(1)
 	} else {
@@ -85,6 +89,10 @@ func (u *unaryCall) attempt(resolve bool) (error, *evidence, metadata.MD) {
 	var trl metadata.MD
 	err := u.invoker(actx, u.method, u.req, u.reply, u.cc, append(u.opts, grpc.Trailer(&trl))...)
 	u.attempts += max(1, int(ev.begins.Load()))
+	u.stats.attempted(ev, !resolve && u.runs > 1)
+	if resolve {
+		u.c.obs.resolved(actx, span, u.method, u.key, err, trl)
+	}
 	return err, ev, trl
 }
 
@@ -96,8 +104,12 @@ func (u *unaryCall) succeeded(resolve bool, trl metadata.MD) error {
 	switch {
 	case resolve:
 		u.c.c.resolved.Add(1)
+		u.stats.result = "resolved"
 	case isReplayed(trl):
 		u.c.c.replayed.Add(1)
+		u.stats.result = "replayed"
+	default:
+		u.stats.result = "ok"
 	}
 	return nil
 }
@@ -130,6 +142,7 @@ func (u *unaryCall) retrying() error {
 				u.noRuns = "max-attempts"
 			case !c.cfg.budget.TryWithdraw():
 				c.c.refusals.Add(1)
+				c.obs.refused(u.ctx, u.method, u.key)
 				u.noRuns = "budget-exhausted"
 			}
 		}

@@ -11,6 +11,9 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/internal/options"
 )
@@ -116,6 +119,7 @@ type Claim struct {
 	tx        *sql.Tx
 	owner     *Store
 	completed bool
+	tookOver  bool
 }
 
 // NewAcquired returns the claim of a Ledger implementation whose Claim
@@ -179,6 +183,8 @@ type config struct {
 	retention time.Duration
 	maxResult int
 	now       func() time.Time
+	mp        metric.MeterProvider
+	tp        trace.TracerProvider
 }
 
 // WithTable sets the ledger's table (default "opledger_operations"): a
@@ -239,6 +245,7 @@ type Store struct {
 	now       func() time.Time
 	q         dialects.Queries
 	checker   dialects.TxChecker // the dialect's, when it has one
+	obs       *observer
 
 	// afterConflict, when set (by tests only), runs between a conflicting
 	// insert and the read that follows it.
@@ -258,6 +265,7 @@ func New(d dialects.Dialect, opts ...Option) (*Store, error) {
 	s := &Store{d: d, table: c.table, retention: c.retention, maxResult: c.maxResult, now: c.now}
 	s.q = d.Queries(s.table)
 	s.checker, _ = d.(dialects.TxChecker)
+	s.obs = newObserver(d, s.table, c.mp, c.tp)
 	return s, nil
 }
 
@@ -294,6 +302,13 @@ const maxClaimLoops = 4
 // An entry past its retention is re-acquired atomically: of many
 // concurrent claimants exactly one acquires it.
 func (s *Store) Claim(ctx context.Context, tx *sql.Tx, req ClaimRequest) (*Claim, error) {
+	ctx, op := s.obs.begin(ctx, "opledger.claim", req.Identity)
+	c, err := s.claim(ctx, tx, req)
+	s.obs.claimed(ctx, op, req.Identity, c, err)
+	return c, err
+}
+
+func (s *Store) claim(ctx context.Context, tx *sql.Tx, req ClaimRequest) (*Claim, error) {
 	if tx == nil {
 		return nil, invalid("tx", "transaction must not be nil")
 	}
@@ -343,7 +358,7 @@ func (s *Store) Claim(ctx context.Context, tx *sql.Tx, req ClaimRequest) (*Claim
 				return nil, s.fail(ctx, "claim", err)
 			}
 			if n == 1 {
-				return s.acquired(req.Identity, tx), nil
+				return s.reacquired(req.Identity, tx), nil
 			}
 			continue // another claimant re-acquired it first: read again
 		}
@@ -369,6 +384,17 @@ func (s *Store) acquired(id Identity, tx *sql.Tx) *Claim {
 // claim from another transaction or store, or a claim already completed,
 // and ErrInvalid for a result over the size limit.
 func (s *Store) Complete(ctx context.Context, tx *sql.Tx, c *Claim, r Result) error {
+	var id Identity
+	if c != nil {
+		id = c.Identity
+	}
+	ctx, op := s.obs.begin(ctx, "opledger.complete", id)
+	err := s.complete(ctx, tx, c, r)
+	s.obs.completed(ctx, op, c, err)
+	return err
+}
+
+func (s *Store) complete(ctx context.Context, tx *sql.Tx, c *Claim, r Result) error {
 	if tx == nil {
 		return invalid("tx", "transaction must not be nil")
 	}

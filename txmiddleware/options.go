@@ -5,8 +5,12 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/opledger/opledger/internal/options"
 )
@@ -63,6 +67,9 @@ type config struct {
 	codec       ErrorCodec
 	savepoint   SavepointMode
 	onRetry     func(ctx context.Context, attempt int, err error, delay time.Duration)
+	mp          metric.MeterProvider
+	tp          trace.TracerProvider
+	logger      *slog.Logger
 
 	// beforeCommit, set by tests only, runs after Complete and before the
 	// context check that precedes COMMIT.

@@ -64,6 +64,7 @@ type Runner struct {
 	d   dialects.Dialect
 	lw  dialects.LockWaiter // set when a lock wait bound is configured
 	cfg config
+	obs *observer
 }
 
 // New returns a Runner for db, the database that holds both the ledger's
@@ -88,6 +89,7 @@ func New(db *sql.DB, l ledger.Ledger, opts ...Option) (*Runner, error) {
 		}
 		r.lw = lw
 	}
+	r.obs = newObserver(d, &r.cfg)
 	return r, nil
 }
 
@@ -136,6 +138,13 @@ func TxFromContext(ctx context.Context) (*sql.Tx, bool) {
 // deadline. When attempts run out the last error is returned, matching
 // ledger.ErrRetryable. A panic in work rolls back and propagates.
 func (r *Runner) Run(ctx context.Context, req ledger.ClaimRequest, work Work) (RunResult, error) {
+	ctx, op := r.obs.begin(ctx, req)
+	out, err := r.run(ctx, req, work)
+	r.obs.ran(ctx, op, req, out, err)
+	return out, err
+}
+
+func (r *Runner) run(ctx context.Context, req ledger.ClaimRequest, work Work) (RunResult, error) {
 	if work == nil {
 		return RunResult{}, errors.New("txmiddleware: work must not be nil")
 	}
@@ -286,6 +295,7 @@ func (r *Runner) once(ctx context.Context, req ledger.ClaimRequest, work Work, s
 		}
 		return out, err // the ledger's errors, unchanged
 	}
+	r.obs.claimed(ctx, req, c)
 	if !c.Acquired() {
 		// Nothing was written: end the transaction without a commit.
 		ended = true

@@ -11,6 +11,7 @@ import (
 
 	"github.com/opledger/opledger/examples/payments"
 	"github.com/opledger/opledger/grpcint"
+	"github.com/opledger/opledger/internal/otelread"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/migrations"
 	"github.com/opledger/opledger/policy"
@@ -113,6 +114,12 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			Backoff: policy.Backoff{Initial: 10 * time.Millisecond, Max: 200 * time.Millisecond}},
 		OutagePause: 2 * time.Second,
 	}
+	// The kit's own metrics, collected by an SDK meter provider with a
+	// manual reader and printed after the report.
+	kitMetrics := otelread.NewMetrics()
+	sc.LedgerOptions = append(sc.LedgerOptions, ledger.WithMeterProvider(kitMetrics.Provider))
+	sc.ServerOptions = append(sc.ServerOptions, grpcint.WithServerMeterProvider(kitMetrics.Provider))
+	sc.ClientOptions = append(sc.ClientOptions, grpcint.WithClientMeterProvider(kitMetrics.Provider))
 	fmt.Fprintf(stdout, "opledger demo: %d transfers on %s, loopback %s, retries owned by %s; %.0f%% of answers lost after commit (on the server, after the headers, after the response), 5%% failed before send, 5%% delayed; then %d transfers in a total outage\n",
 		*calls, t.display, map[string]string{payments.TransportGRPC: "gRPC", payments.TransportHTTP: "HTTP"}[*transport], owner, *loss*100, *outage)
 	if *chain {
@@ -129,6 +136,11 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return fail(stderr, "demo", err)
 	}
 	rep.Print(stdout)
+	points, err := kitMetrics.Collect(ctx)
+	if err != nil {
+		return fail(stderr, "demo", err)
+	}
+	printKitMetrics(stdout, points)
 	if !rep.OK() {
 		fmt.Fprintln(stdout, "\nFAIL: a duplicate or lost effect (a transfer, a fraud check or an event), a wrong response, a wrong failure reason or an ambiguous answer")
 		return 1

@@ -15,10 +15,18 @@ func TestDemo(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
 	}
-	for _, want := range []string{"logical calls", "duplicate effects (must be 0)", "lost effects (must be 0)", "budget refusals", "outage: amplification", "OK:"} {
+	for _, want := range []string{"logical calls", "duplicate effects (must be 0)", "lost effects (must be 0)", "budget refusals", "outage: amplification", "OK:",
+		"the kit's OpenTelemetry metrics (read from the SDK's manual reader", "grpc.client.call.retry_delay", "opledger.client.budget.balance"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
+	}
+	// The metrics are the run's: the server's executions as the SDK read
+	// them equal the report's.
+	executed := regexp.MustCompile(`(?m)^\s*executed\s+(\d+)\s*$`).FindStringSubmatch(out.String())
+	metric := regexp.MustCompile(`(?m)^\s*opledger\.server\.calls\s+executed\s+-\s+(\d+)\s*$`).FindStringSubmatch(out.String())
+	if executed == nil || metric == nil || executed[1] != metric[1] {
+		t.Errorf("report's executed %v, opledger.server.calls executed %v; want equal:\n%s", executed, metric, out.String())
 	}
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"encoding/hex"
 	"errors"
 	"flag"
@@ -11,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/migrations"
 )
@@ -120,9 +122,18 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs := newFlags("sweep", stderr)
 	dsn := fs.String("dsn", "", "database (default $OPLEDGER_DSN, else the SQLite file opledger.db)")
 	table := fs.String("table", ledger.DefaultTable, "ledger table name")
-	batch := fs.Int("batch", 1000, "entries deleted per statement")
+	batch := fs.Int("batch", 1000, "entries deleted per statement (each statement commits on its own)")
+	maxDuration := fs.Duration("max-duration", 0, "stop after this long, leaving the rest for the next run (0: until no expired entry is left)")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	switch {
+	case fs.NArg() > 0:
+		return fail(stderr, "sweep", fmt.Errorf("unexpected argument %q", fs.Arg(0)))
+	case *batch < 1 || *batch > 1_000_000:
+		return fail(stderr, "sweep", errors.New("--batch must be 1 to 1000000"))
+	case *maxDuration < 0:
+		return fail(stderr, "sweep", errors.New("--max-duration must not be negative"))
 	}
 	db, t, err := openDB(ctx, dsnFrom(*dsn))
 	if err != nil {
@@ -133,12 +144,125 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if err != nil {
 		return fail(stderr, "sweep", err)
 	}
-	n, err := l.Sweep(ctx, db, *batch)
+	expired, err := countExpired(ctx, db, t.dialect, *table, time.Now())
 	if err != nil {
-		return fail(stderr, "sweep", err)
+		return fail(stderr, "sweep", t.scrubErr(err))
 	}
-	fmt.Fprintf(stdout, "%s: swept %d expired entries from %s\n", t.display, n, *table)
+	sctx := ctx
+	if *maxDuration > 0 {
+		var cancel context.CancelFunc
+		sctx, cancel = context.WithTimeout(ctx, *maxDuration)
+		defer cancel()
+	}
+	// Progress: how many of the entries expired at the start are gone,
+	// counted once a second on another connection (the sweep itself runs
+	// as the ledger does it, each batch committing on its own).
+	p := newProgress(stderr, expired)
+	cutoff := time.Now()
+	stopProgress := make(chan struct{})
+	progressDone := make(chan struct{})
+	go func() {
+		defer close(progressDone)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stopProgress:
+				return
+			case <-tick.C:
+				if left, err := countExpired(sctx, db, t.dialect, *table, cutoff); err == nil {
+					p.set(expired - left)
+				}
+			}
+		}
+	}()
+	start := time.Now()
+	n, err := l.Sweep(sctx, db, *batch)
+	elapsed := time.Since(start)
+	close(stopProgress)
+	<-progressDone
+	p.set(n)
+	p.done()
+	stopped := errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil
+	if err != nil && !stopped {
+		return fail(stderr, "sweep", fmt.Errorf("after %d entries: %w", n, t.scrubErr(err)))
+	}
+	fmt.Fprintf(stdout, "%s: swept %d expired entries from %s in %s (%s)", t.display, n, *table, elapsed.Round(time.Millisecond), rate(n, elapsed))
+	if stopped {
+		fmt.Fprintf(stdout, "; stopped at --max-duration %s with about %d expired entries left for the next run", *maxDuration, max(expired-n, 0))
+	}
+	fmt.Fprintln(stdout)
 	return 0
+}
+
+// countExpired counts the entries a sweep at now deletes (through the
+// expires_at index).
+func countExpired(ctx context.Context, db *sql.DB, d dialects.Dialect, table string, now time.Time) (int64, error) {
+	var n int64
+	err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+d.QuoteIdent(table)+" WHERE expires_at <= "+d.Placeholder(1), now.UnixMicro()).Scan(&n)
+	return n, err
+}
+
+func rate(n int64, d time.Duration) string {
+	if d <= 0 {
+		return "- rows/s"
+	}
+	return fmt.Sprintf("%.0f rows/s", float64(n)/d.Seconds())
+}
+
+// progress shows a sweep's progress on stderr: a bar redrawn in place on
+// a terminal, otherwise a plain line at most once a second.
+type progress struct {
+	w        io.Writer
+	tty      bool
+	total    int64
+	n        int64
+	start    time.Time
+	last     time.Time
+	drawn    bool
+	drawnN   int64         // n when last drawn
+	interval time.Duration // the least time between two drawings
+}
+
+func newProgress(w io.Writer, total int64) *progress {
+	return &progress{w: w, tty: isTerminal(w), total: total, start: time.Now()}
+}
+
+// set records that n entries are gone and draws, at most once per
+// interval.
+func (p *progress) set(n int64) {
+	p.n = max(n, 0)
+	if now := time.Now(); now.Sub(p.last) >= p.interval {
+		p.last = now
+		p.draw()
+	}
+}
+
+func (p *progress) draw() {
+	p.drawn, p.drawnN = true, p.n
+	elapsed := time.Since(p.start)
+	total := max(p.total, p.n)
+	if !p.tty {
+		fmt.Fprintf(p.w, "sweep: %d of about %d expired entries deleted, %s\n", p.n, total, rate(p.n, elapsed))
+		return
+	}
+	const width = 30
+	frac := 1.0
+	if total > 0 {
+		frac = float64(p.n) / float64(total)
+	}
+	full := int(frac * width)
+	fmt.Fprintf(p.w, "\r[%s%s] %3.0f%% %d/%d %s ", strings.Repeat("#", full), strings.Repeat(".", width-full), frac*100, p.n, total, rate(p.n, elapsed))
+}
+
+// done draws the last state and ends the bar's line.
+func (p *progress) done() {
+	if !p.drawn || p.drawnN != p.n {
+		p.draw()
+	}
+	if p.tty {
+		fmt.Fprintln(p.w)
+	}
 }
 
 func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -146,10 +270,22 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	dsn := fs.String("dsn", "", "database (default $OPLEDGER_DSN, else the SQLite file opledger.db)")
 	table := fs.String("table", ledger.DefaultTable, "ledger table name")
 	caller := fs.String("caller", "", "caller fingerprint")
-	method := fs.String("method", "", "method: a full gRPC method, /pkg.Service/Method, or an HTTP route, \"POST /orders/{id}\"")
+	method := fs.String("method", "", "method: a full gRPC method, /pkg.Service/Method, or an HTTP route, \"POST /orders/{id}\" (alone: list that method's entries)")
 	key := fs.String("key", "", "idempotency key (hashed before use; never printed)")
+	pending := fs.Bool("pending", false, "list the entries committed without a result (stuck keys)")
+	olderThan := fs.Duration("older-than", 0, "with --pending: only entries at least this old")
+	limit := fs.Int("limit", 50, "most entries listed")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if fs.NArg() > 0 {
+		return fail(stderr, "inspect", fmt.Errorf("unexpected argument %q", fs.Arg(0)))
+	}
+	if *key == "" && *caller == "" && (*pending || *method != "") {
+		return listCommand(ctx, stdout, stderr, *dsn, *table, *pending, *olderThan, *method, *limit)
+	}
+	if *pending || *olderThan != 0 {
+		return fail(stderr, "inspect", errors.New("--pending lists entries: give it without --caller and --key"))
 	}
 	id, err := ledger.NewIdentity(*caller, *method, *key)
 	if err != nil {
@@ -185,6 +321,38 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		b.WriteString("state       committed without a result (incomplete)\n")
 	}
 	io.WriteString(stdout, b.String())
+	return 0
+}
+
+// listCommand is inspect --pending / --method.
+func listCommand(ctx context.Context, stdout, stderr io.Writer, dsn, table string, pending bool, olderThan time.Duration, method string, limit int) int {
+	switch {
+	case limit < 1 || limit > 100_000:
+		return fail(stderr, "inspect", errors.New("--limit must be 1 to 100000"))
+	case olderThan < 0:
+		return fail(stderr, "inspect", errors.New("--older-than must not be negative"))
+	case olderThan > 0 && !pending:
+		return fail(stderr, "inspect", errors.New("--older-than goes with --pending"))
+	}
+	if method != "" {
+		if err := ledger.CheckMethod(method); err != nil {
+			return fail(stderr, "inspect", err)
+		}
+	}
+	if err := dialects.CheckTableName(table); err != nil {
+		return fail(stderr, "inspect", err)
+	}
+	db, t, err := openDB(ctx, dsnFrom(dsn))
+	if err != nil {
+		return fail(stderr, "inspect", err)
+	}
+	defer db.Close()
+	now := time.Now()
+	ls, err := listEntries(ctx, db, t.dialect, table, now, pending, olderThan, method, limit)
+	if err != nil {
+		return fail(stderr, "inspect", t.scrubErr(err))
+	}
+	printListing(stdout, ls, now, limit)
 	return 0
 }
 

@@ -66,6 +66,11 @@ type Scenario struct {
 	ClientOptions []grpcint.ClientOption
 	// ServerOptions are added to the kit's server options.
 	ServerOptions []grpcint.ServerOption
+	// LedgerOptions are added to the ledger's options (after its table).
+	LedgerOptions []ledger.Option
+	// NewKey returns each logical call's idempotency key (default
+	// grpcint.NewKey).
+	NewKey func() string
 	// Caller is the caller identity the client presents (default "demo").
 	Caller string
 	// RefPrefix prefixes each transfer's reference (default "call").
@@ -275,10 +280,13 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 	if sc.RefPrefix == "" {
 		sc.RefPrefix = "call"
 	}
+	if sc.NewKey == nil {
+		sc.NewKey = grpcint.NewKey
+	}
 	if err := CreateTable(ctx, sc.DB, sc.Dialect, sc.BusinessTable); err != nil {
 		return Report{}, fmt.Errorf("payments: create table: %w", err)
 	}
-	store, err := ledger.New(sc.Dialect, ledger.WithTable(sc.LedgerTable))
+	store, err := ledger.New(sc.Dialect, append([]ledger.Option{ledger.WithTable(sc.LedgerTable)}, sc.LedgerOptions...)...)
 	if err != nil {
 		return Report{}, err
 	}
@@ -355,7 +363,7 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 	}
 	results, outage, err := sc.phases(ctx, &rep, faults, counts, func(i int, prefix string) callResult {
 		req := transferRequest(i, prefix)
-		key := grpcint.NewKey()
+		key := sc.NewKey()
 		cctx, cancel := context.WithTimeout(grpcint.WithKey(callerCtx, key), sc.CallTimeout)
 		defer cancel()
 		reply, err := pc.Transfer(cctx, req)

@@ -1,0 +1,502 @@
+package grpcint
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/opledger/opledger/internal/telemetry"
+	"github.com/opledger/opledger/txmiddleware"
+)
+
+// grpcMethod is gRFC A66's grpc.method: the full method without its
+// leading slash.
+func grpcMethod(fullMethod string) attribute.KeyValue {
+	return telemetry.GRPCMethod.String(strings.TrimPrefix(fullMethod, "/"))
+}
+
+// ---------------------------------------------------------------------------
+// Client
+
+// WithClientMeterProvider sets where the client's metrics go (default:
+// the global meter provider, a no-op until an SDK is installed). Per
+// logical unary call (and server-streaming call the client retries),
+// recorded when the call ends, with grpc.method and grpc.target:
+//
+//   - grpc.client.call.retries, grpc.client.call.transparent_retries and
+//     grpc.client.call.retry_delay, gRFC A96's histograms: the attempts
+//     after the first that ran the call again (the kit's own and, on a
+//     service-config-owned channel, grpc-go's; resolve requests are not
+//     retries), grpc-go's transparent retries, and the time in seconds
+//     during which no attempt was in flight. As A96 says, a call without
+//     retries records no 0 in the first two;
+//   - opledger.client.calls, a counter by opledger.outcome (ok, replayed,
+//     resolved, error) and, for an error, opledger.reason (the error's
+//     CallInfo reason).
+//
+// And, with grpc.method and opledger.owner:
+//
+//   - opledger.client.resolves, a counter of resolve requests by
+//     opledger.outcome (resolved, not-found, in-progress, lost, failed);
+//   - opledger.client.budget.refusals, a counter of retries the budget
+//     refused;
+//   - opledger.client.budget.balance, an observable gauge of the retries
+//     the budget would allow now (opledger.owner and, once a call has been
+//     made, grpc.target).
+//
+// Never a key or a caller.
+func WithClientMeterProvider(mp metric.MeterProvider) ClientOption {
+	return clientOption("WithClientMeterProvider", func(c *clientConfig) error {
+		if mp == nil {
+			return errors.New("meter provider must not be nil")
+		}
+		c.mp = mp
+		return nil
+	})
+}
+
+// WithClientTracerProvider sets where the client's spans go (default: the
+// global tracer provider): one opledger.resolve span per resolve request,
+// a child of the call's span, with grpc.method, the outcome and the key's
+// short hash (opledger.key_hash).
+func WithClientTracerProvider(tp trace.TracerProvider) ClientOption {
+	return clientOption("WithClientTracerProvider", func(c *clientConfig) error {
+		if tp == nil {
+			return errors.New("tracer provider must not be nil")
+		}
+		c.tp = tp
+		return nil
+	})
+}
+
+// WithClientLogger sets the logger of the client's events (default: none;
+// nil discards): one event per retry the budget refused and per resolve
+// request, with the method, the owner, the outcome and the short hash of
+// the key (key_hash: the first six bytes of its SHA-256, in hex); never
+// the key, the request or the response.
+func WithClientLogger(l *slog.Logger) ClientOption {
+	return clientOption("WithClientLogger", func(c *clientConfig) error {
+		c.logger = l
+		return nil
+	})
+}
+
+// clientObs holds a Client's instruments.
+type clientObs struct {
+	owner       attribute.KeyValue
+	tracer      trace.Tracer
+	log         *slog.Logger
+	retries     metric.Int64Histogram
+	transparent metric.Int64Histogram
+	retryDelay  metric.Float64Histogram
+	calls       metric.Int64Counter
+	resolves    metric.Int64Counter
+	refusals    metric.Int64Counter
+	target      *atomic.Pointer[string] // the first call's canonical target
+}
+
+func newClientObs(c *Client) *clientObs {
+	m := telemetry.MeterProvider(c.cfg.mp).Meter(telemetry.ScopePrefix + "grpcint")
+	o := &clientObs{
+		owner:  telemetry.Owner.String(c.owner.String()),
+		tracer: telemetry.TracerProvider(c.cfg.tp).Tracer(telemetry.ScopePrefix + "grpcint"),
+		log:    telemetry.Logger(c.cfg.logger),
+		retries: telemetry.Inst(m.Int64Histogram("grpc.client.call.retries", metric.WithUnit("{retry}"),
+			metric.WithDescription("Number of retries during the client call. If there were no retries, 0 is not reported."),
+			metric.WithExplicitBucketBoundaries(telemetry.RetryBounds...))),
+		transparent: telemetry.Inst(m.Int64Histogram("grpc.client.call.transparent_retries", metric.WithUnit("{transparent_retry}"),
+			metric.WithDescription("Number of transparent retries during the client call. If there were no transparent retries, 0 is not reported."),
+			metric.WithExplicitBucketBoundaries(telemetry.TransparentRetryBounds...))),
+		retryDelay: telemetry.Inst(m.Float64Histogram("grpc.client.call.retry_delay", metric.WithUnit("s"),
+			metric.WithDescription("Total time of delay while there is no active attempt during the client call."),
+			metric.WithExplicitBucketBoundaries(telemetry.LatencyBounds...))),
+		calls: telemetry.Inst(m.Int64Counter("opledger.client.calls", metric.WithUnit("{call}"),
+			metric.WithDescription("Logical calls through the kit's client interceptor, by outcome."))),
+		resolves: telemetry.Inst(m.Int64Counter("opledger.client.resolves", metric.WithUnit("{resolve}"),
+			metric.WithDescription("Resolve requests the client sent, by outcome."))),
+		refusals: telemetry.Inst(m.Int64Counter("opledger.client.budget.refusals", metric.WithUnit("{retry}"),
+			metric.WithDescription("Retries the retry budget refused."))),
+		target: new(atomic.Pointer[string]),
+	}
+	gauge := telemetry.Inst(m.Int64ObservableGauge("opledger.client.budget.balance", metric.WithUnit("{retry}"),
+		metric.WithDescription("Retries the client's retry budget would allow now.")))
+	budget, owner, target := c.cfg.budget, o.owner, o.target
+	reg, err := m.RegisterCallback(func(_ context.Context, obs metric.Observer) error {
+		attrs := []attribute.KeyValue{owner}
+		if t := target.Load(); t != nil {
+			attrs = append(attrs, telemetry.GRPCTarget.String(*t))
+		}
+		obs.ObserveInt64(gauge, int64(budget.Available()), metric.WithAttributes(attrs...))
+		return nil
+	}, gauge)
+	if err == nil {
+		// The callback holds the budget, not the Client: once the Client is
+		// unreachable its callback is unregistered.
+		runtime.AddCleanup(c, func(r metric.Registration) { _ = r.Unregister() }, reg)
+	}
+	return o
+}
+
+// callTiming is what the stats handler measures of one logical call: the
+// time between one attempt's end and the next one's begin.
+type callTiming struct {
+	mu      sync.Mutex
+	lastEnd time.Time
+	delay   time.Duration
+}
+
+func (t *callTiming) begin(at time.Time) {
+	t.mu.Lock()
+	if !t.lastEnd.IsZero() && at.After(t.lastEnd) {
+		t.delay += at.Sub(t.lastEnd)
+	}
+	t.mu.Unlock()
+}
+
+func (t *callTiming) end(at time.Time) {
+	t.mu.Lock()
+	t.lastEnd = at
+	t.mu.Unlock()
+}
+
+func (t *callTiming) total() time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.delay
+}
+
+// callStats are A96's counts of one logical call.
+type callStats struct {
+	retries, transparent int
+	timing               callTiming
+	result               string // "ok", "replayed" or "resolved" once the call succeeded
+}
+
+// attempted adds an attempt's evidence: grpc-go's transparent retries
+// and, on a channel whose retries grpc-go owns, its own retries.
+func (s *callStats) attempted(ev *evidence, rerun bool) {
+	tr := int(ev.transparent.Load())
+	s.transparent += tr
+	if own := int(ev.begins.Load()) - tr - 1; own > 0 {
+		s.retries += own
+	}
+	if rerun {
+		s.retries++
+	}
+}
+
+// callDone records a finished logical call.
+func (o *clientObs) callDone(ctx context.Context, cc *grpc.ClientConn, method string, s *callStats, err error) {
+	target := ""
+	if cc != nil {
+		target = cc.CanonicalTarget()
+		if o.target.Load() == nil {
+			o.target.Store(&target)
+		}
+	}
+	if !o.retryDelay.Enabled(ctx) && !o.calls.Enabled(ctx) && !o.retries.Enabled(ctx) && !o.transparent.Enabled(ctx) {
+		return
+	}
+	a96 := metric.WithAttributeSet(attribute.NewSet(grpcMethod(method), telemetry.GRPCTarget.String(target)))
+	if s.retries > 0 {
+		o.retries.Record(ctx, int64(s.retries), a96)
+	}
+	if s.transparent > 0 {
+		o.transparent.Record(ctx, int64(s.transparent), a96)
+	}
+	o.retryDelay.Record(ctx, s.timing.total().Seconds(), a96)
+	attrs := []attribute.KeyValue{grpcMethod(method), o.owner}
+	if err == nil {
+		attrs = append(attrs, telemetry.Outcome.String(s.result))
+	} else {
+		attrs = append(attrs, telemetry.Outcome.String("error"))
+		if r := ReasonOf(err); r != "" {
+			attrs = append(attrs, telemetry.Reason.String(string(r)))
+		}
+	}
+	o.calls.Add(ctx, 1, metric.WithAttributes(attrs...))
+}
+
+// resolveOutcome names what a resolve request found.
+func resolveOutcome(err error, trl metadata.MD) string {
+	m, kit := serverMapping(err)
+	switch {
+	case err == nil || replayedError(err, trl):
+		return "resolved"
+	case kit && m.Reason == ReasonNotFound:
+		return "not-found"
+	case kit && m.Reason == ReasonInProgress:
+		return "in-progress"
+	case !kit && mayHaveRun(status.Code(err)):
+		return "lost"
+	}
+	return "failed"
+}
+
+// resolving starts the span of a resolve request.
+func (o *clientObs) resolving(ctx context.Context, method, key string) (context.Context, trace.Span) {
+	ctx, span := o.tracer.Start(ctx, "opledger.resolve", trace.WithSpanKind(trace.SpanKindInternal))
+	if span.IsRecording() {
+		span.SetAttributes(grpcMethod(method), o.owner, telemetry.KeyHash.String(telemetry.KeyHashOf(key)))
+	}
+	return ctx, span
+}
+
+// resolved records a finished resolve request: counter, span, log event.
+func (o *clientObs) resolved(ctx context.Context, span trace.Span, method, key string, err error, trl metadata.MD) {
+	outcome := resolveOutcome(err, trl)
+	if o.resolves.Enabled(ctx) {
+		o.resolves.Add(ctx, 1, metric.WithAttributes(grpcMethod(method), o.owner, telemetry.Outcome.String(outcome)))
+	}
+	if span.IsRecording() {
+		span.SetAttributes(telemetry.Outcome.String(outcome))
+		if outcome == "failed" || outcome == "lost" {
+			span.SetStatus(otelcodes.Error, outcome)
+		}
+	}
+	span.End()
+	if o.log.Enabled(ctx, slog.LevelInfo) {
+		o.log.LogAttrs(ctx, slog.LevelInfo, "opledger: resolve", slog.String("method", method), slog.String("owner", o.owner.Value.AsString()),
+			slog.String("outcome", outcome), slog.String("key_hash", telemetry.KeyHashOf(key)))
+	}
+}
+
+// refused records a retry the budget refused.
+func (o *clientObs) refused(ctx context.Context, method, key string) {
+	if o.refusals.Enabled(ctx) {
+		o.refusals.Add(ctx, 1, metric.WithAttributes(grpcMethod(method), o.owner))
+	}
+	if o.log.Enabled(ctx, slog.LevelWarn) {
+		attrs := []slog.Attr{slog.String("method", method), slog.String("owner", o.owner.Value.AsString()), slog.String("outcome", "budget-exhausted")}
+		if key != "" {
+			attrs = append(attrs, slog.String("key_hash", telemetry.KeyHashOf(key)))
+		}
+		o.log.LogAttrs(ctx, slog.LevelWarn, "opledger: retry budget exhausted", attrs...)
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Server
+
+// WithServerMeterProvider sets where the server's metrics go (default:
+// the global meter provider), and its txmiddleware runner's (see
+// txmiddleware.WithMeterProvider; the resolve probe's transactions are not
+// measured):
+//
+//   - opledger.server.calls, a counter of keyed calls by opledger.outcome
+//     (executed, replayed, refused, failed), opledger.reason (the kit's
+//     reason, for a refusal or a failure) and grpc.status;
+//   - opledger.server.resolves, a counter of resolve requests by
+//     opledger.outcome (found, not-found, refused, failed), with the
+//     reason and grpc.status.
+//
+// Both carry grpc.method; never a key or a caller. The ledger's own
+// metrics are the ledger's option (ledger.WithMeterProvider).
+func WithServerMeterProvider(mp metric.MeterProvider) ServerOption {
+	return serverOption("WithServerMeterProvider", func(c *serverConfig) error {
+		if mp == nil {
+			return errors.New("meter provider must not be nil")
+		}
+		c.mp = mp
+		return nil
+	})
+}
+
+// WithServerTracerProvider sets where the server's spans go (default: the
+// global tracer provider): one opledger.keyed_call span per keyed call
+// (opledger.resolve for a resolve request), a child of the call's span
+// and the parent of the runner's and the ledger's, with grpc.method, the
+// outcome, the reason and the key's short hash.
+func WithServerTracerProvider(tp trace.TracerProvider) ServerOption {
+	return serverOption("WithServerTracerProvider", func(c *serverConfig) error {
+		if tp == nil {
+			return errors.New("tracer provider must not be nil")
+		}
+		c.tp = tp
+		return nil
+	})
+}
+
+// WithServerLogger sets the logger of the server's events and its
+// runner's (default: none; nil discards): one event per keyed call refused
+// before its claim (no key, a bad key, no caller, a request that cannot be
+// fingerprinted) and per resolve request, besides the runner's (see
+// txmiddleware.WithLogger: refusals by the ledger, take-overs of expired
+// entries, unknown commits); each with the method, the outcome and the
+// short hash of the key, never the key, the caller, the request or the
+// response.
+//
+// The server gives its runners its own meter and tracer providers and
+// logger: giving txmiddleware's WithMeterProvider, WithTracerProvider or
+// WithLogger in WithTxOptions as well is an error.
+func WithServerLogger(l *slog.Logger) ServerOption {
+	return serverOption("WithServerLogger", func(c *serverConfig) error {
+		c.logger = l
+		return nil
+	})
+}
+
+// runnerTelemetry returns the runner's and the resolve probe's telemetry
+// options: the server's providers and logger for the runner; for the
+// probe, whose transactions always roll back, the tracer only.
+func (c *serverConfig) runnerTelemetry() (runner, probe []txmiddleware.Option) {
+	tp := telemetry.TracerProvider(c.tp)
+	runner = []txmiddleware.Option{txmiddleware.WithMeterProvider(telemetry.MeterProvider(c.mp)),
+		txmiddleware.WithTracerProvider(tp), txmiddleware.WithLogger(c.logger)}
+	probe = []txmiddleware.Option{txmiddleware.WithMeterProvider(noop.NewMeterProvider()), txmiddleware.WithTracerProvider(tp)}
+	return runner, probe
+}
+
+// serverObs holds a Server's instruments.
+type serverObs struct {
+	tracer   trace.Tracer
+	log      *slog.Logger
+	calls    metric.Int64Counter
+	resolves metric.Int64Counter
+}
+
+func newServerObs(c *serverConfig) *serverObs {
+	m := telemetry.MeterProvider(c.mp).Meter(telemetry.ScopePrefix + "grpcint")
+	return &serverObs{
+		tracer: telemetry.TracerProvider(c.tp).Tracer(telemetry.ScopePrefix + "grpcint"),
+		log:    telemetry.Logger(c.logger),
+		calls: telemetry.Inst(m.Int64Counter("opledger.server.calls", metric.WithUnit("{call}"),
+			metric.WithDescription("Keyed calls the server interceptor handled, by outcome."))),
+		resolves: telemetry.Inst(m.Int64Counter("opledger.server.resolves", metric.WithUnit("{resolve}"),
+			metric.WithDescription("Resolve requests the server answered, by outcome."))),
+	}
+}
+
+// Server outcomes of a keyed call.
+const (
+	outcomeExecuted = "executed"
+	outcomeReplayed = "replayed"
+	outcomeRefused  = "refused"
+	outcomeFailed   = "failed"
+	outcomeFound    = "found"
+	outcomeNotFound = "not-found"
+)
+
+// callRecord is what one keyed call did, noted by the server's counters.
+type callRecord struct{ outcome string }
+
+type recordKey struct{}
+
+// note counts one keyed call's outcome in c and in the call's record.
+func note(ctx context.Context, c *atomic.Int64, outcome string) {
+	c.Add(1)
+	if r, ok := ctx.Value(recordKey{}).(*callRecord); ok {
+		r.outcome = outcome
+	}
+}
+
+// setOutcome notes a resolve's outcome, which no counter of its own has.
+func setOutcome(ctx context.Context, outcome string) {
+	if r, ok := ctx.Value(recordKey{}).(*callRecord); ok {
+		r.outcome = outcome
+	}
+}
+
+// refusedBeforeClaim are the reasons of a refusal the server decides
+// before any claim (the runner logs the ledger's refusals).
+var refusedBeforeClaim = map[Reason]bool{ReasonMissingKey: true, ReasonInvalidKey: true, ReasonNoCaller: true, ReasonInvalidRequest: true}
+
+// begin starts a keyed call's span and record.
+func (o *serverObs) begin(ctx context.Context, method string, resolve bool, key string) (context.Context, trace.Span, *callRecord) {
+	name := "opledger.keyed_call"
+	if resolve {
+		name = "opledger.resolve"
+	}
+	ctx, span := o.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindInternal))
+	if span.IsRecording() {
+		span.SetAttributes(grpcMethod(method))
+		if key != "" {
+			span.SetAttributes(telemetry.KeyHash.String(telemetry.KeyHashOf(key)))
+		}
+	}
+	r := &callRecord{}
+	return context.WithValue(ctx, recordKey{}, r), span, r
+}
+
+// done records a finished keyed call: counter, span and log event.
+func (o *serverObs) done(ctx context.Context, span trace.Span, r *callRecord, method string, resolve bool, key string, err error) {
+	outcome := r.outcome
+	if outcome == "" {
+		outcome = outcomeFailed
+	}
+	reason := ReasonOf(err)
+	attrs := []attribute.KeyValue{grpcMethod(method), telemetry.Outcome.String(outcome), telemetry.GRPCStatus.String(codeName(err))}
+	if reason != "" {
+		attrs = append(attrs, telemetry.Reason.String(string(reason)))
+	}
+	c := o.calls
+	if resolve {
+		c = o.resolves
+	}
+	if c.Enabled(ctx) {
+		c.Add(ctx, 1, metric.WithAttributes(attrs...))
+	}
+	if span.IsRecording() {
+		span.SetAttributes(attrs[1:]...)
+		if outcome == outcomeFailed {
+			span.SetStatus(otelcodes.Error, outcome)
+		}
+	}
+	span.End()
+	var msg string
+	switch {
+	case resolve:
+		msg = "opledger: resolve"
+	case outcome == outcomeRefused && refusedBeforeClaim[reason]:
+		msg = "opledger: keyed call refused"
+	default:
+		return
+	}
+	if o.log.Enabled(ctx, slog.LevelInfo) {
+		la := []slog.Attr{slog.String("method", method), slog.String("outcome", outcome)}
+		if reason != "" {
+			la = append(la, slog.String("reason", string(reason)))
+		}
+		if key != "" {
+			la = append(la, slog.String("key_hash", telemetry.KeyHashOf(key)))
+		}
+		o.log.LogAttrs(ctx, slog.LevelInfo, msg, la...)
+	}
+}
+
+// codeName is the status code of err in gRFC A66's grpc.status form
+// ("OK", "FAILED_PRECONDITION", …).
+func codeName(err error) string {
+	c := status.Code(err)
+	if int(c) < len(statusNames) {
+		return statusNames[c]
+	}
+	return c.String()
+}
+
+var statusNames = [...]string{"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
+	"ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
+	"UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"}
+
+// keyOfIncoming returns the single idempotency key of an incoming call,
+// or "".
+func keyOfIncoming(md metadata.MD) string {
+	if v := md.Get(KeyHeader); len(v) == 1 {
+		return v[0]
+	}
+	return ""
+}

@@ -1,0 +1,230 @@
+package ledger
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/options"
+	"github.com/opledger/opledger/internal/telemetry"
+)
+
+// Claim outcomes, the opledger.outcome attribute of the
+// opledger.ledger.claims counter and the opledger.ledger.claim.duration
+// histogram, and of the opledger.claim span.
+const (
+	OutcomeAcquired   = "acquired"           // the claim acquired a new entry
+	OutcomeTakenOver  = "taken-over-expired" // the claim took over an entry past its retention
+	OutcomeReplayed   = "replayed"           // the entry was completed: its result is replayed
+	OutcomeKeyReused  = "key-reused"         // ErrKeyReused
+	OutcomeInProgress = "in-progress"        // ErrInProgress
+	OutcomeIncomplete = "incomplete"         // ErrIncomplete
+	OutcomeRetryable  = "retryable"          // an error matching ErrRetryable
+	OutcomeFailed     = "failed"             // any other error (error.type says which)
+)
+
+// WithMeterProvider sets where the Store's metrics go (default: the
+// global meter provider, a no-op until an SDK is installed). The Store
+// records:
+//
+//   - opledger.ledger.claims, a counter of claims by opledger.outcome
+//     (acquired, taken-over-expired, replayed, key-reused, in-progress,
+//     incomplete, retryable, failed);
+//   - opledger.ledger.claim.duration and
+//     opledger.ledger.complete.duration, histograms in seconds, with the
+//     outcome ("ok" or "failed" for Complete).
+//
+// Every measurement carries db.system.name, db.collection.name (the
+// table) and opledger.method (the full method); a failure also carries
+// error.type and, when the database gave one, db.response.status_code
+// (the SQLSTATE or error number). Never a key or a caller.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return Option{options.New("WithMeterProvider", func(c *config) error {
+		if mp == nil {
+			return errors.New("meter provider must not be nil")
+		}
+		c.mp = mp
+		return nil
+	})}
+}
+
+// WithTracerProvider sets where the Store's spans go (default: the global
+// tracer provider). Claim and Complete each record a span,
+// opledger.claim and opledger.complete, a child of the span in their
+// context, with the metrics' attributes and the short hash of the key
+// (opledger.key_hash: the first six bytes of its SHA-256, in hex).
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return Option{options.New("WithTracerProvider", func(c *config) error {
+		if tp == nil {
+			return errors.New("tracer provider must not be nil")
+		}
+		c.tp = tp
+		return nil
+	})}
+}
+
+// observer holds a Store's instruments.
+type observer struct {
+	d           dialects.Dialect
+	tracer      trace.Tracer
+	claims      metric.Int64Counter
+	claimDur    metric.Float64Histogram
+	completeDur metric.Float64Histogram
+	base        []attribute.KeyValue // db.system.name, db.collection.name
+}
+
+func newObserver(d dialects.Dialect, table string, mp metric.MeterProvider, tp trace.TracerProvider) *observer {
+	m := telemetry.MeterProvider(mp).Meter(telemetry.ScopePrefix + "ledger")
+	o := &observer{
+		d:      d,
+		tracer: telemetry.TracerProvider(tp).Tracer(telemetry.ScopePrefix + "ledger"),
+		claims: telemetry.Inst(m.Int64Counter("opledger.ledger.claims",
+			metric.WithUnit("{claim}"), metric.WithDescription("Claims of the operation ledger, by outcome."))),
+		claimDur: telemetry.Inst(m.Float64Histogram("opledger.ledger.claim.duration",
+			metric.WithUnit("s"), metric.WithDescription("Duration of a claim of the operation ledger."),
+			metric.WithExplicitBucketBoundaries(telemetry.DurationBounds...))),
+		completeDur: telemetry.Inst(m.Float64Histogram("opledger.ledger.complete.duration",
+			metric.WithUnit("s"), metric.WithDescription("Duration of the completion of an acquired claim."),
+			metric.WithExplicitBucketBoundaries(telemetry.DurationBounds...))),
+		base: []attribute.KeyValue{
+			telemetry.DBSystemName.String(dialects.SystemNameOf(d)),
+			telemetry.DBCollectionName.String(table),
+		},
+	}
+	return o
+}
+
+// op is one observed ledger operation.
+type op struct {
+	start time.Time
+	span  trace.Span
+}
+
+func (o *observer) begin(ctx context.Context, name string, id Identity) (context.Context, op) {
+	ctx, span := o.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindInternal))
+	if span.IsRecording() {
+		span.SetAttributes(o.base...)
+		span.SetAttributes(telemetry.Method.String(id.Method()), telemetry.KeyHash.String(telemetry.ShortHash(id.KeyHash())))
+	}
+	return ctx, op{start: time.Now(), span: span}
+}
+
+// attrs returns the attributes of a finished operation.
+func (o *observer) attrs(method, outcome string, err error) []attribute.KeyValue {
+	a := append(append(make([]attribute.KeyValue, 0, 6), o.base...), telemetry.Method.String(method), telemetry.Outcome.String(outcome))
+	if outcome == OutcomeFailed || outcome == OutcomeRetryable || outcome == OutcomeInProgress {
+		if t := errorType(err); t != "" {
+			a = append(a, telemetry.ErrorType.String(t))
+		}
+		if code := dialects.StatusCodeOf(o.d, err); code != "" {
+			a = append(a, telemetry.DBStatusCode.String(code))
+		}
+	}
+	return a
+}
+
+// finish records a finished operation in h (and c, when not nil) and ends
+// its span. It builds no attributes when nothing records them.
+func (o *observer) finish(ctx context.Context, p op, h metric.Float64Histogram, c metric.Int64Counter, method, outcome string, err error, failed bool) {
+	metrics := h.Enabled(ctx) || (c != nil && c.Enabled(ctx))
+	if !metrics && !p.span.IsRecording() {
+		p.span.End()
+		return
+	}
+	a := o.attrs(method, outcome, err)
+	if metrics {
+		set := metric.WithAttributeSet(attribute.NewSet(a...))
+		h.Record(ctx, time.Since(p.start).Seconds(), set)
+		if c != nil {
+			c.Add(ctx, 1, set)
+		}
+	}
+	if p.span.IsRecording() {
+		p.span.SetAttributes(a[len(o.base)+1:]...) // the base and the method are set already
+		if failed {
+			p.span.SetStatus(codes.Error, outcome)
+		}
+	}
+	p.span.End()
+}
+
+// claimed records a finished Claim.
+func (o *observer) claimed(ctx context.Context, p op, id Identity, c *Claim, err error) {
+	outcome := ClaimOutcome(c, err)
+	o.finish(ctx, p, o.claimDur, o.claims, id.Method(), outcome, err, outcome == OutcomeFailed || outcome == OutcomeRetryable)
+}
+
+// completed records a finished Complete.
+func (o *observer) completed(ctx context.Context, p op, c *Claim, err error) {
+	outcome := "ok"
+	if err != nil {
+		outcome = OutcomeFailed
+	}
+	var method string
+	if c != nil {
+		method = c.Identity.Method()
+	}
+	o.finish(ctx, p, o.completeDur, nil, method, outcome, err, err != nil)
+}
+
+// ClaimOutcome names what a Claim returned, as the opledger.outcome of
+// the ledger's metrics: one of the Outcome constants.
+func ClaimOutcome(c *Claim, err error) string {
+	switch {
+	case err == nil && c.Acquired() && c.tookOver:
+		return OutcomeTakenOver
+	case err == nil && c.Acquired():
+		return OutcomeAcquired
+	case err == nil && c != nil:
+		return OutcomeReplayed
+	case errors.Is(err, ErrKeyReused):
+		return OutcomeKeyReused
+	case errors.Is(err, ErrInProgress):
+		return OutcomeInProgress
+	case errors.Is(err, ErrIncomplete):
+		return OutcomeIncomplete
+	case errors.Is(err, ErrRetryable):
+		return OutcomeRetryable
+	}
+	return OutcomeFailed
+}
+
+// errorType is the error.type of a ledger failure: bad input, the
+// database's class of failure, or the context's error.
+func errorType(err error) string {
+	var (
+		dbe   *DBError
+		class string
+	)
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, ErrInvalid):
+		class = "invalid_input"
+	case errors.Is(err, ErrNotAcquired):
+		class = "not_acquired"
+	case errors.As(err, &dbe):
+		class = strings.ReplaceAll(dbe.Class.String(), " ", "_")
+	}
+	return telemetry.ErrorTypeOf(err, class)
+}
+
+// TookOver reports whether the claim acquired an entry that was past its
+// retention (an earlier operation with the same identity had expired),
+// rather than a new one. Only a [Store]'s claims report it.
+func (c *Claim) TookOver() bool { return c != nil && c.tookOver }
+
+// reacquired is acquired for a claim that took over an expired entry.
+func (s *Store) reacquired(id Identity, tx *sql.Tx) *Claim {
+	c := s.acquired(id, tx)
+	c.tookOver = true
+	return c
+}

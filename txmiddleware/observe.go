@@ -1,0 +1,216 @@
+package txmiddleware
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/telemetry"
+	"github.com/opledger/opledger/ledger"
+)
+
+// Run outcomes, the opledger.outcome attribute of the runner's metrics
+// and span.
+const (
+	OutcomeExecuted      = "executed"       // the work ran and its result committed
+	OutcomeFinalError    = "final-error"    // the work's final error was recorded and committed
+	OutcomeReplayed      = "replayed"       // an earlier call's result was replayed
+	OutcomeKeyReused     = "key-reused"     // ledger.ErrKeyReused
+	OutcomeInProgress    = "in-progress"    // ledger.ErrInProgress
+	OutcomeIncomplete    = "incomplete"     // ledger.ErrIncomplete
+	OutcomeCommitUnknown = "commit-unknown" // ErrCommitUnknown
+	OutcomeRetryable     = "retryable"      // transient failures outlasted the attempts
+	OutcomeCanceled      = "canceled"       // the context ended first
+	OutcomeFailed        = "failed"         // any other error (error.type says which)
+)
+
+// WithMeterProvider sets where the runner's metrics go (default: the
+// global meter provider, a no-op until an SDK is installed):
+//
+//   - opledger.tx.duration, a histogram of the whole of Run in seconds
+//     (every attempt and the waits between them), by opledger.outcome
+//     (executed, final-error, replayed, key-reused, in-progress,
+//     incomplete, commit-unknown, retryable, canceled, failed);
+//   - opledger.tx.attempts, a histogram of the attempts per Run;
+//   - opledger.tx.commit_unknown, a counter of commits whose outcome is
+//     unknown.
+//
+// Every measurement carries db.system.name and opledger.method; a
+// failure also carries error.type. The claims themselves are counted by
+// the ledger (see ledger.WithMeterProvider).
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return option("WithMeterProvider", func(c *config) error {
+		if mp == nil {
+			return errors.New("meter provider must not be nil")
+		}
+		c.mp = mp
+		return nil
+	})
+}
+
+// WithTracerProvider sets where the runner's span goes (default: the
+// global tracer provider): one opledger.tx span per Run, a child of the
+// span in its context and the parent of the ledger's claim and complete
+// spans, with the outcome, the attempts and the short hash of the key.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return option("WithTracerProvider", func(c *config) error {
+		if tp == nil {
+			return errors.New("tracer provider must not be nil")
+		}
+		c.tp = tp
+		return nil
+	})
+}
+
+// WithLogger sets the logger of the runner's events (default: none; a nil
+// logger discards). One event is logged per refusal (key reused, in
+// progress, incomplete), take-over of an expired entry and commit whose
+// outcome is unknown, with the method, the outcome and the short hash of
+// the key (key_hash: the first six bytes of its SHA-256, in hex); never
+// the key, the caller, the request or the response.
+func WithLogger(l *slog.Logger) Option {
+	return option("WithLogger", func(c *config) error {
+		c.logger = l
+		return nil
+	})
+}
+
+// observer holds a runner's instruments.
+type observer struct {
+	d             dialects.Dialect
+	system        attribute.KeyValue
+	tracer        trace.Tracer
+	log           *slog.Logger
+	duration      metric.Float64Histogram
+	attempts      metric.Int64Histogram
+	commitUnknown metric.Int64Counter
+}
+
+func newObserver(d dialects.Dialect, c *config) *observer {
+	m := telemetry.MeterProvider(c.mp).Meter(telemetry.ScopePrefix + "txmiddleware")
+	return &observer{
+		d:      d,
+		system: telemetry.DBSystemName.String(dialects.SystemNameOf(d)),
+		tracer: telemetry.TracerProvider(c.tp).Tracer(telemetry.ScopePrefix + "txmiddleware"),
+		log:    telemetry.Logger(c.logger),
+		duration: telemetry.Inst(m.Float64Histogram("opledger.tx.duration", metric.WithUnit("s"),
+			metric.WithDescription("Duration of a keyed transaction, all its attempts included."),
+			metric.WithExplicitBucketBoundaries(telemetry.DurationBounds...))),
+		attempts: telemetry.Inst(m.Int64Histogram("opledger.tx.attempts", metric.WithUnit("{attempt}"),
+			metric.WithDescription("Attempts of the transaction per run."),
+			metric.WithExplicitBucketBoundaries(telemetry.AttemptBounds...))),
+		commitUnknown: telemetry.Inst(m.Int64Counter("opledger.tx.commit_unknown", metric.WithUnit("{commit}"),
+			metric.WithDescription("Commits whose outcome is unknown (the connection broke or the context ended during COMMIT)."))),
+	}
+}
+
+type runOp struct {
+	start time.Time
+	span  trace.Span
+}
+
+func (o *observer) begin(ctx context.Context, req ledger.ClaimRequest) (context.Context, runOp) {
+	ctx, span := o.tracer.Start(ctx, "opledger.tx", trace.WithSpanKind(trace.SpanKindInternal))
+	if span.IsRecording() {
+		span.SetAttributes(o.system, telemetry.Method.String(req.Identity.Method()),
+			telemetry.KeyHash.String(telemetry.ShortHash(req.Identity.KeyHash())))
+	}
+	return ctx, runOp{start: time.Now(), span: span}
+}
+
+// outcome names what Run returned.
+func (o *observer) outcome(out RunResult, err error) string {
+	switch {
+	case out.Executed && err == nil:
+		return OutcomeExecuted
+	case out.Executed:
+		return OutcomeFinalError
+	case out.Replayed:
+		return OutcomeReplayed
+	case errors.Is(err, ledger.ErrKeyReused):
+		return OutcomeKeyReused
+	case errors.Is(err, ledger.ErrInProgress):
+		return OutcomeInProgress
+	case errors.Is(err, ledger.ErrIncomplete):
+		return OutcomeIncomplete
+	case errors.Is(err, ErrCommitUnknown):
+		return OutcomeCommitUnknown
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		return OutcomeCanceled
+	case errors.Is(err, ledger.ErrRetryable):
+		return OutcomeRetryable
+	}
+	return OutcomeFailed
+}
+
+func (o *observer) errorType(err error) string {
+	class := ""
+	if c := o.d.Classify(err); c != dialects.ClassOther {
+		class = strings.ReplaceAll(c.String(), " ", "_")
+	}
+	return telemetry.ErrorTypeOf(err, class)
+}
+
+// ran records a finished Run and logs its event, if it has one.
+func (o *observer) ran(ctx context.Context, p runOp, req ledger.ClaimRequest, out RunResult, err error) {
+	outcome := o.outcome(out, err)
+	method := req.Identity.Method()
+	failed := outcome == OutcomeCommitUnknown || outcome == OutcomeRetryable || outcome == OutcomeFailed
+	metrics := o.duration.Enabled(ctx) || o.attempts.Enabled(ctx) || o.commitUnknown.Enabled(ctx)
+	if metrics || p.span.IsRecording() {
+		a := []attribute.KeyValue{o.system, telemetry.Method.String(method), telemetry.Outcome.String(outcome)}
+		if failed {
+			a = append(a, telemetry.ErrorType.String(o.errorType(err)))
+		}
+		if metrics {
+			set := metric.WithAttributeSet(attribute.NewSet(a...))
+			o.duration.Record(ctx, time.Since(p.start).Seconds(), set)
+			if out.Attempts > 0 {
+				o.attempts.Record(ctx, int64(out.Attempts), set)
+			}
+			if outcome == OutcomeCommitUnknown {
+				o.commitUnknown.Add(ctx, 1, metric.WithAttributes(o.system, telemetry.Method.String(method)))
+			}
+		}
+		if p.span.IsRecording() {
+			p.span.SetAttributes(append(a[2:], telemetry.Attempts.Int(out.Attempts))...)
+			if failed {
+				p.span.SetStatus(codes.Error, outcome)
+			}
+		}
+	}
+	p.span.End()
+
+	var level slog.Level
+	msg := "opledger: claim refused"
+	switch outcome {
+	case OutcomeKeyReused, OutcomeIncomplete:
+		level = slog.LevelWarn
+	case OutcomeInProgress:
+		level = slog.LevelInfo
+	case OutcomeCommitUnknown:
+		level, msg = slog.LevelError, "opledger: commit outcome unknown"
+	default:
+		return
+	}
+	if o.log.Enabled(ctx, level) {
+		o.log.LogAttrs(ctx, level, msg, slog.String("method", method), slog.String("outcome", outcome),
+			slog.String("key_hash", telemetry.ShortHash(req.Identity.KeyHash())), slog.Int("attempts", out.Attempts))
+	}
+}
+
+// claimed logs a claim that took over an expired entry.
+func (o *observer) claimed(ctx context.Context, req ledger.ClaimRequest, c *ledger.Claim) {
+	if c.TookOver() && o.log.Enabled(ctx, slog.LevelInfo) {
+		o.log.LogAttrs(ctx, slog.LevelInfo, "opledger: expired entry taken over", slog.String("method", req.Identity.Method()),
+			slog.String("outcome", ledger.OutcomeTakenOver), slog.String("key_hash", telemetry.ShortHash(req.Identity.KeyHash())))
+	}
+}
