@@ -56,7 +56,7 @@ func serverOption(name string, f func(*serverConfig) error) ServerOption {
 }
 
 // WithTxOptions passes options to the server's txmiddleware runner:
-// isolation, transaction attempts and backoff, savepoint mode, a retry
+// isolation, transaction attempts and backoff, a retry
 // hook. The lock-wait bound, the error codec and the telemetry are the
 // server's own options (WithLockWait, WithErrorCodec,
 // WithServerMeterProvider, WithServerTracerProvider, WithServerLogger);

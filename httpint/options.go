@@ -74,7 +74,7 @@ func defaults() config {
 }
 
 // WithTxOptions passes options to the middleware's txmiddleware runner:
-// isolation, transaction attempts and backoff, savepoint mode, a retry
+// isolation, transaction attempts and backoff, a retry
 // hook. The lock-wait bound and the error codec are the middleware's own
 // (WithLockWait; the codec cannot be replaced); giving them here is an
 // error.
