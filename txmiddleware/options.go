@@ -36,6 +36,7 @@ type config struct {
 	random      func() float64
 	lockWait    time.Duration
 	codec       ErrorCodec
+	atCommit    bool
 	onRetry     func(ctx context.Context, attempt int, err error, delay time.Duration)
 	mp          metric.MeterProvider
 	tp          trace.TracerProvider
@@ -142,6 +143,28 @@ func WithErrorCodec(codec ErrorCodec) Option {
 			return errors.New("codec must not be nil")
 		}
 		c.codec = codec
+		return nil
+	})
+}
+
+// WithClaimAtCommit runs the other order of the ledger's protocol: the
+// work first, then the operation recorded already completed as the last
+// statement before COMMIT (ledger.Recorder's Record, one statement instead
+// of a claim and a completion):
+//
+//	BEGIN → work → Record → COMMIT
+//
+// When the record conflicts, another call got there first: the whole
+// transaction rolls back (the work's writes vanish) and the stored result
+// is returned as a replay, or ledger.ErrKeyReused. Only one run of the
+// work can ever commit. The price: a retry of a completed call, and every
+// concurrent duplicate, runs the work before it finds out, so it suits
+// short work whose retries are rare and whose every effect is inside the
+// transaction (see docs/txmiddleware.md). The ledger must implement
+// ledger.Recorder.
+func WithClaimAtCommit() Option {
+	return option("WithClaimAtCommit", func(c *config) error {
+		c.atCommit = true
 		return nil
 	})
 }

@@ -47,7 +47,9 @@ type RunResult struct {
 	// result (a success or a final error).
 	Executed bool
 	// Replayed is true when an earlier call had completed the operation:
-	// the work did not run and Result is the stored result.
+	// Result is the stored result, and the work did not run (claim first)
+	// or ran and was rolled back (claim at commit, see
+	// [WithClaimAtCommit]).
 	Replayed bool
 	// CompletedAt is when the replayed result was recorded (Replayed only).
 	CompletedAt time.Time
@@ -63,6 +65,7 @@ type Runner struct {
 	l   ledger.Ledger
 	d   dialects.Dialect
 	lw  dialects.LockWaiter // set when a lock wait bound is configured
+	rec ledger.Recorder     // set in claim-at-commit mode
 	cfg config
 	obs *observer
 }
@@ -89,6 +92,13 @@ func New(db *sql.DB, l ledger.Ledger, opts ...Option) (*Runner, error) {
 		}
 		r.lw = lw
 	}
+	if r.cfg.atCommit {
+		rec, ok := l.(ledger.Recorder)
+		if !ok {
+			return nil, fmt.Errorf("%w: WithClaimAtCommit: the ledger (%T) does not implement ledger.Recorder", ErrInvalidConfig, l)
+		}
+		r.rec = rec
+	}
 	r.obs = newObserver(d, &r.cfg)
 	return r, nil
 }
@@ -108,6 +118,14 @@ func TxFromContext(ctx context.Context) (*sql.Tx, bool) {
 // records its result, all in one transaction:
 //
 //	BEGIN → Claim → work → Complete → COMMIT
+//
+// or, with [WithClaimAtCommit], the work first and the completed entry
+// recorded last:
+//
+//	BEGIN → work → Record → COMMIT
+//
+// in which a replay or a reused key is found only after the work ran: the
+// transaction then rolls back and the outcome is as below.
 //
 // It returns:
 //   - the work's result with Executed set, once it committed;
@@ -299,20 +317,22 @@ func (r *Runner) once(ctx context.Context, req ledger.ClaimRequest, work Work, f
 		}
 	}()
 
-	c, err := r.l.Claim(ctx, tx, req)
-	if err != nil {
-		if cerr := ctxErr(ctx, "claim", err); cerr != nil {
-			return out, cerr
+	var c *ledger.Claim
+	if r.rec == nil {
+		c, err = r.l.Claim(ctx, tx, req)
+		if err != nil {
+			if cerr := ctxErr(ctx, "claim", err); cerr != nil {
+				return out, cerr
+			}
+			return out, err // the ledger's errors, unchanged
 		}
-		return out, err // the ledger's errors, unchanged
-	}
-	r.obs.claimed(ctx, req, c)
-	if !c.Acquired() {
-		// Nothing was written: end the transaction without a commit.
-		ended = true
-		_ = tx.Rollback()
-		out.Result, out.Replayed, out.CompletedAt = c.Result, true, c.CompletedAt
-		return out, r.replayErr(c.Result)
+		r.obs.claimed(ctx, req, c)
+		if !c.Acquired() {
+			// Nothing was written: end the transaction without a commit.
+			ended = true
+			_ = tx.Rollback()
+			return r.replayed(out, c)
+		}
 	}
 
 	var (
@@ -340,7 +360,23 @@ func (r *Runner) once(ctx context.Context, req ledger.ClaimRequest, work Work, f
 		}
 		return out, werr
 	}
-	if err := r.l.Complete(ctx, tx, c, res); err != nil {
+	if r.rec != nil {
+		// Claim at commit: the completed entry, as the last statement.
+		rc, err := r.rec.Record(ctx, tx, req, res)
+		if err != nil {
+			if cerr := ctxErr(ctx, "record", err); cerr != nil {
+				return out, cerr
+			}
+			return out, err // the deferred rollback undoes the work
+		}
+		r.obs.claimed(ctx, req, rc)
+		if !rc.Recorded() {
+			// Another call completed it first: the work must not commit.
+			ended = true
+			_ = tx.Rollback()
+			return r.replayed(out, rc)
+		}
+	} else if err := r.l.Complete(ctx, tx, c, res); err != nil {
 		if cerr := ctxErr(ctx, "complete", err); cerr != nil {
 			return out, cerr
 		}
@@ -351,6 +387,12 @@ func (r *Runner) once(ctx context.Context, req ledger.ClaimRequest, work Work, f
 	}
 	out.Result, out.Executed = res, true
 	return out, werr
+}
+
+// replayed is the answer for a replay of c's stored result.
+func (r *Runner) replayed(out RunResult, c *ledger.Claim) (RunResult, error) {
+	out.Result, out.Replayed, out.CompletedAt = c.Result, true, c.CompletedAt
+	return out, r.replayErr(c.Result)
 }
 
 // final reports whether werr is final for the codec, with its encoding.

@@ -18,8 +18,10 @@ import (
 )
 
 // TestHerd: 64 concurrent calls with one key, under each isolation level
-// the dialect offers: the work runs exactly once, one call executes, 63
-// replay, all return the same result byte for byte, one business row.
+// the dialect offers, in both orders: one call executes, 63 replay, all
+// return the same result byte for byte, one business row. Claim first,
+// the work runs exactly once; claim at commit, concurrent duplicates run
+// it too, but only one run commits.
 func TestHerd(t *testing.T) {
 	// Not parallel with the other tests: each target takes a herd's pool
 	// (see familyConns), and its 64 callers load the machine.
@@ -29,69 +31,85 @@ func TestHerd(t *testing.T) {
 		keys = 2
 	}
 	forEachTarget(t, callers, func(t *testing.T, e *env) {
-		for _, level := range e.IsolationLevels() {
-			t.Run(level.String(), func(t *testing.T) {
-				var retries atomic.Int64
-				r := e.runner(t, txmiddleware.WithIsolation(level), txmiddleware.WithTxBackoff(time.Millisecond, 20*time.Millisecond),
-					txmiddleware.WithOnRetry(func(context.Context, int, error, time.Duration) { retries.Add(1) }))
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				defer cancel()
-				var maxAttempts, totalAttempts int
-				for k := range keys {
-					key := fmt.Sprintf("herd-%s-%d", level, k)
-					var (
-						runs               atomic.Int64
-						start              = make(chan struct{})
-						wg                 sync.WaitGroup
-						outs               = make([]txmiddleware.RunResult, callers)
-						errs               = make([]error, callers)
-						executed, replayed int
-					)
-					for w := range callers {
-						wg.Add(1)
-						go func() {
-							defer wg.Done()
-							<-start
-							outs[w], errs[w] = r.Run(ctx, req(t, key), e.bizWork(key, w, &runs))
-						}()
-					}
-					close(start)
-					wg.Wait()
-					for w := range callers {
-						if errs[w] != nil {
-							t.Fatalf("key %s caller %d: %v", key, w, errs[w])
+		for _, m := range runModes {
+			for _, level := range e.IsolationLevels() {
+				t.Run(m.name+"/"+level.String(), func(t *testing.T) {
+					var retries atomic.Int64
+					r := e.runner(t, append([]txmiddleware.Option{txmiddleware.WithIsolation(level), txmiddleware.WithTxBackoff(time.Millisecond, 20*time.Millisecond),
+						txmiddleware.WithOnRetry(func(context.Context, int, error, time.Duration) { retries.Add(1) })}, m.opts...)...)
+					ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+					defer cancel()
+					var maxAttempts, totalAttempts int
+					var workRuns int64
+					for k := range keys {
+						key := fmt.Sprintf("herd-%s-%s-%d", m.name, level, k)
+						var (
+							runs               atomic.Int64
+							start              = make(chan struct{})
+							wg                 sync.WaitGroup
+							outs               = make([]txmiddleware.RunResult, callers)
+							errs               = make([]error, callers)
+							executed, replayed int
+						)
+						for w := range callers {
+							wg.Add(1)
+							go func() {
+								defer wg.Done()
+								<-start
+								outs[w], errs[w] = r.Run(ctx, req(t, key), e.bizWork(key, w, &runs))
+							}()
 						}
-						o := outs[w]
-						switch {
-						case o.Executed && !o.Replayed:
-							executed++
-						case o.Replayed && !o.Executed:
-							replayed++
-						default:
-							t.Fatalf("caller %d: outcome %+v", w, o)
+						close(start)
+						wg.Wait()
+						for w := range callers {
+							if errs[w] != nil {
+								t.Fatalf("key %s caller %d: %v", key, w, errs[w])
+							}
+							o := outs[w]
+							switch {
+							case o.Executed && !o.Replayed:
+								executed++
+							case o.Replayed && !o.Executed:
+								replayed++
+							default:
+								t.Fatalf("caller %d: outcome %+v", w, o)
+							}
+							if !bytes.Equal(o.Result.Response, outs[0].Result.Response) || o.Result.TypeName != outs[0].Result.TypeName {
+								t.Fatalf("caller %d: result %q, caller 0: %q", w, o.Result.Response, outs[0].Result.Response)
+							}
+							maxAttempts = max(maxAttempts, o.Attempts)
+							totalAttempts += o.Attempts
 						}
-						if !bytes.Equal(o.Result.Response, outs[0].Result.Response) || o.Result.TypeName != outs[0].Result.TypeName {
-							t.Fatalf("caller %d: result %q, caller 0: %q", w, o.Result.Response, outs[0].Result.Response)
+						if executed != 1 || replayed != callers-1 || (!m.atCommit && runs.Load() != 1) {
+							t.Fatalf("key %s: %d executed, %d replayed, work ran %d times; want 1, %d, 1", key, executed, replayed, runs.Load(), callers-1)
 						}
-						maxAttempts = max(maxAttempts, o.Attempts)
-						totalAttempts += o.Attempts
+						workRuns += runs.Load()
+						if n := e.BizRows(t, key); n != 1 {
+							t.Fatalf("key %s: %d business rows", key, n)
+						}
+						testdb.WaitIdle(t, e.DB)
 					}
-					if executed != 1 || replayed != callers-1 || runs.Load() != 1 {
-						t.Fatalf("key %s: %d executed, %d replayed, work ran %d times; want 1, %d, 1", key, executed, replayed, runs.Load(), callers-1)
+					if int(retries.Load()) != totalAttempts-keys*callers {
+						t.Fatalf("retry hook saw %d retries, outcomes report %d", retries.Load(), totalAttempts-keys*callers)
 					}
-					if n := e.BizRows(t, key); n != 1 {
-						t.Fatalf("key %s: %d business rows", key, n)
-					}
-					testdb.WaitIdle(t, e.DB)
-				}
-				if int(retries.Load()) != totalAttempts-keys*callers {
-					t.Fatalf("retry hook saw %d retries, outcomes report %d", retries.Load(), totalAttempts-keys*callers)
-				}
-				t.Logf("%s %s: %d keys × %d callers: %d attempts in all, %d retries, at most %d attempts for one call",
-					e.Name, level, keys, callers, totalAttempts, retries.Load(), maxAttempts)
-			})
+					t.Logf("%s %s %s: %d keys × %d callers: %d attempts in all, %d retries, at most %d attempts for one call, the work ran %d times",
+						e.Name, m.name, level, keys, callers, totalAttempts, retries.Load(), maxAttempts, workRuns)
+				})
+			}
 		}
 	})
+}
+
+// runMode is one order of the protocol the runner can run.
+type runMode struct {
+	name     string
+	atCommit bool
+	opts     []txmiddleware.Option
+}
+
+var runModes = []runMode{
+	{name: "claim-first"},
+	{name: "claim-at-commit", atCommit: true, opts: []txmiddleware.Option{txmiddleware.WithClaimAtCommit()}},
 }
 
 // A final error: the work's transaction is rolled back whole, the
