@@ -56,6 +56,7 @@ func option(name string, f func(*config) error) Option { return Option{options.N
 
 type config struct {
 	txOpts      []txmiddleware.Option
+	atCommit    []string
 	lockWait    time.Duration
 	retryAfter  time.Duration
 	maxRequest  int64
@@ -81,6 +82,25 @@ func defaults() config {
 func WithTxOptions(opts ...txmiddleware.Option) Option {
 	return option("WithTxOptions", func(c *config) error {
 		c.txOpts = append(c.txOpts, opts...)
+		return nil
+	})
+}
+
+// WithClaimAtCommit runs the named keyed routes (as given to New, "POST
+// /transfers") claim at commit (see txmiddleware.WithClaimAtCommit): the
+// handler first, then its response recorded as the last statement of its
+// transaction; a retry of a completed request, or a concurrent duplicate,
+// runs the handler and rolls it back before replaying. Choose it for short
+// handlers whose every effect is in the transaction and whose retries are
+// rare. A name that is not one of New's routes is an error, and so is a
+// ledger that does not implement ledger.Recorder. The other keyed routes
+// claim first.
+func WithClaimAtCommit(routes ...string) Option {
+	return option("WithClaimAtCommit", func(c *config) error {
+		if len(routes) == 0 {
+			return errors.New("no route named")
+		}
+		c.atCommit = append([]string(nil), routes...)
 		return nil
 	})
 }
