@@ -34,7 +34,8 @@ import (
 //     Claim), a context error, sql.ErrTxDone, or another *DBError.
 //
 // An entry past its retention is taken over with r: in the insert itself
-// on PostgreSQL and SQLite, by one more statement on MySQL. What a
+// on SQLite, by one more statement after the read-back on PostgreSQL and
+// MySQL (see each dialect's RecordQueries). What a
 // concurrent duplicate does depends on the database: see docs/ledger.md.
 // For a dialect without [dialects.Recorder] it claims and completes (two
 // statements, the same outcomes).
