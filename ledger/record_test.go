@@ -349,3 +349,39 @@ func (e *env) raceRecord(t *testing.T, key string, level sql.IsolationLevel, com
 	r := <-done
 	return r.c, r.err
 }
+
+// plainDialect hides every optional interface of the dialect it wraps,
+// dialects.Recorder among them.
+type plainDialect struct{ dialects.Dialect }
+
+// A dialect without dialects.Recorder still supports Record: the store
+// claims and completes, with the same outcomes.
+func TestRecordWithoutRecorderDialect(t *testing.T) {
+	t.Parallel()
+	forEachTarget(t, 2, func(t *testing.T, e *env) {
+		if _, ok := e.Dialect.(dialects.TxChecker); ok {
+			t.Skip("the dialect checks transactions; hiding its TxChecker would change what Claim does")
+		}
+		ctx := context.Background()
+		l, err := ledger.New(plainDialect{e.Dialect}, ledger.WithTable(e.Table))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := ledger.ClaimRequest{Identity: testdb.ID(t, "tenant-a", method, "plain"), Fingerprint: fp("plain")}
+		res := ledger.Result{Code: 7, Response: []byte("plain result"), TypeName: "t.Resp"}
+		out, err := e.recordUnit(ctx, l, sql.LevelDefault, req, "plain", 1, res)
+		if err != nil || !out.recorded {
+			t.Fatalf("first record: %+v %v", out, err)
+		}
+		out, err = e.recordUnit(ctx, l, sql.LevelDefault, req, "plain", 2, ledger.Result{Response: []byte("other")})
+		if err != nil || out.recorded || !bytes.Equal(out.result.Response, res.Response) || out.result.Code != 7 {
+			t.Fatalf("second record: %+v %v, want a replay", out, err)
+		}
+		if _, err := e.recordUnit(ctx, l, sql.LevelDefault, ledger.ClaimRequest{Identity: req.Identity, Fingerprint: fp("x")}, "plain", 3, res); !errors.Is(err, ledger.ErrKeyReused) {
+			t.Fatalf("another fingerprint: %v, want ErrKeyReused", err)
+		}
+		if n := e.BizRows(t, "plain"); n != 1 {
+			t.Fatalf("%d business rows, want 1", n)
+		}
+	}, "sqlite", "postgres")
+}
