@@ -187,6 +187,43 @@ func (o ownTxLedger) Complete(ctx context.Context, tx *sql.Tx, c *ledger.Claim, 
 	return o.complete(ctx, tx, c, r)
 }
 
+// ownTxRecorder is a correct claim-first ledger (the Store's Claim and
+// Complete) whose claim-at-commit Record inserts the completed entry
+// correctly (insert first, read on conflict) but in a transaction of its
+// own, committed at once: the entry no longer commits or rolls back with
+// the caller's work.
+type ownTxRecorder struct {
+	*rawSQL
+	db *sql.DB
+}
+
+func (o ownTxRecorder) Claim(ctx context.Context, tx *sql.Tx, req ledger.ClaimRequest) (*ledger.Claim, error) {
+	return o.store.Claim(ctx, tx, req)
+}
+
+func (o ownTxRecorder) Complete(ctx context.Context, tx *sql.Tx, c *ledger.Claim, r ledger.Result) error {
+	return o.store.Complete(ctx, tx, c, r)
+}
+
+func (o ownTxRecorder) Record(ctx context.Context, tx *sql.Tx, req ledger.ClaimRequest, r ledger.Result) (*ledger.Claim, error) {
+	own, err := o.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, o.fail("record", err)
+	}
+	defer own.Rollback()
+	c, err := o.store.Record(ctx, own, req, r)
+	if err != nil {
+		return nil, err
+	}
+	if err := own.Commit(); err != nil {
+		return nil, o.fail("record", err)
+	}
+	if c.Recorded() {
+		return ledger.NewRecorded(req.Identity, tx), nil
+	}
+	return c, nil
+}
+
 // badTarget returns tg with its ledger replaced.
 func badTarget(tg conformance.Target, kind string) conformance.Target {
 	tg.Name += "/" + kind
@@ -201,6 +238,8 @@ func badTarget(tg conformance.Target, kind string) conformance.Target {
 			return naiveLedger{r}, nil
 		case "own-tx":
 			return ownTxLedger{r, db}, nil
+		case "own-tx-record":
+			return ownTxRecorder{r, db}, nil
 		}
 		return nil, fmt.Errorf("unknown ledger %q", kind)
 	}

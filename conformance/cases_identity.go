@@ -22,14 +22,12 @@ func (e *env) claimWith(id ledger.Identity, f ledger.Fingerprint, r ledger.Resul
 				return nil, err
 			}
 			defer tx.Rollback()
-			c, err := claim(e.ctx, e.l, tx, ledger.ClaimRequest{Identity: id, Fingerprint: f})
+			c, won, err := e.unitStep(e.ctx, tx, ledger.ClaimRequest{Identity: id, Fingerprint: f}, "", 0, r)
 			if err != nil {
 				return nil, err
 			}
-			if c.Acquired() {
-				if err := e.l.Complete(e.ctx, tx, c, r); err != nil {
-					return nil, err
-				}
+			if !won && e.atCommit {
+				return c, tx.Rollback()
 			}
 			return c, tx.Commit()
 		}()
@@ -92,7 +90,7 @@ func caseIdentity(e *env) {
 			c, err := got[i], errs[i]
 			switch v.want {
 			case "acquire":
-				if err != nil || !c.Acquired() {
+				if err != nil || !won(c) {
 					e.t.Errorf("same key, %s: %v %v; want an independent acquisition", v.name, c, err)
 				}
 			case "reused":
@@ -100,7 +98,7 @@ func caseIdentity(e *env) {
 					e.t.Errorf("same key, %s: %v %v; want ErrKeyReused", v.name, c, err)
 				}
 			case "replay":
-				if err != nil || c.Acquired() || !sameResult(c.Result, resBase) {
+				if err != nil || won(c) || !sameResult(c.Result, resBase) {
 					e.t.Errorf("same key, %s: %v %v; want a replay of %q", v.name, c, err, resBase.Response)
 				}
 			}
@@ -168,13 +166,19 @@ func caseFidelity(e *env) {
 		e.t.Fatalf("begin: %v", err)
 	}
 	defer tx.Rollback()
-	cl, err := claim(e.ctx, e.l, tx, e.req(key))
-	if err != nil || !cl.Acquired() {
-		e.t.Fatalf("claim: %v %v", cl, err)
-	}
 	over := append(append([]byte(nil), big...), 'y')
-	if err := e.l.Complete(e.ctx, tx, cl, ledger.Result{Response: over}); !errors.Is(err, ledger.ErrInvalid) {
-		e.t.Errorf("Complete with %d bytes (limit %d): %v, want ErrInvalid", len(over), max, err)
+	if e.atCommit {
+		if c, err := record(e.ctx, e.l, tx, e.req(key), ledger.Result{Response: over}); !errors.Is(err, ledger.ErrInvalid) {
+			e.t.Errorf("Record with %d bytes (limit %d): %v %v, want ErrInvalid", len(over), max, c, err)
+		}
+	} else {
+		cl, err := claim(e.ctx, e.l, tx, e.req(key))
+		if err != nil || !cl.Acquired() {
+			e.t.Fatalf("claim: %v %v", cl, err)
+		}
+		if err := e.l.Complete(e.ctx, tx, cl, ledger.Result{Response: over}); !errors.Is(err, ledger.ErrInvalid) {
+			e.t.Errorf("Complete with %d bytes (limit %d): %v, want ErrInvalid", len(over), max, err)
+		}
 	}
 	tx.Rollback()
 	e.expectNothing(key, "result over the limit refused")
@@ -187,11 +191,11 @@ func (e *env) replayEquals(key string, want ledger.Result) error {
 		return err
 	}
 	defer tx.Rollback()
-	c, err := claim(e.ctx, e.l, tx, e.req(key))
+	c, won, err := e.unitStep(e.ctx, tx, e.req(key), "", 0, ledger.Result{Response: []byte("must not be stored")})
 	if err != nil {
 		return err
 	}
-	if c.Acquired() {
+	if won {
 		return errors.New("acquired a completed key")
 	}
 	if !equalResult(c.Result, want) {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -97,6 +98,9 @@ func (e *env) expectNothing(key, after string) {
 
 func caseAtomicity(e *env) {
 	steps := []string{"the claim", "the business write", "Complete"}
+	if e.atCommit {
+		steps = []string{"the business write", "Record"}
+	}
 	n := minInt(8, e.conc)
 	var tl tally
 	for i, step := range steps {
@@ -107,6 +111,20 @@ func caseAtomicity(e *env) {
 				e.t.Fatalf("begin: %v", err)
 			}
 			defer tx.Rollback()
+			if e.atCommit {
+				if err := e.writeBiz(e.ctx, tx, key, 0); err != nil {
+					e.t.Fatalf("business write: %v", err)
+				}
+				if i >= 1 {
+					if c, err := record(e.ctx, e.l, tx, e.req(key), resultFor(key, 0)); err != nil || !won(c) {
+						e.t.Fatalf("record of a fresh key: %v %v", c, err)
+					}
+				}
+				if err := tx.Rollback(); err != nil {
+					e.t.Fatalf("rollback: %v", err)
+				}
+				return
+			}
 			c, err := claim(e.ctx, e.l, tx, e.req(key))
 			if err != nil || !c.Acquired() {
 				e.t.Fatalf("claim of a fresh key: %v %v", c, err)
@@ -137,7 +155,7 @@ func caseAtomicity(e *env) {
 			e.t.Errorf("after the committed re-claim of %s: Lookup %+v, %v; want a completed entry", key, en, err)
 		}
 	}
-	e.figure("rolled back after claim, business write and Complete: nothing survived; then %d claimants per key: %s", n, tl)
+	e.figure("rolled back after %s: nothing survived; then %d claimants per key: %s", strings.Join(steps, ", "), n, tl)
 }
 
 func caseFaults(e *env) {
@@ -168,22 +186,36 @@ func (e *env) faultCancelAfterClaim() {
 		e.t.Fatalf("begin: %v", err)
 	}
 	defer tx.Rollback()
-	c, err := claim(ctx, e.l, tx, e.req(key))
-	if err != nil || !c.Acquired() {
-		e.t.Fatalf("claim of a fresh key: %v %v", c, err)
+	var cerr error
+	if e.atCommit {
+		// Cancelled between the business write and Record.
+		if err := e.writeBiz(ctx, tx, key, 0); err != nil {
+			e.t.Fatalf("business write: %v", err)
+		}
+		cancel()
+		_, cerr = record(ctx, e.l, tx, e.req(key), resultFor(key, 0))
+	} else {
+		c, err := claim(ctx, e.l, tx, e.req(key))
+		if err != nil || !c.Acquired() {
+			e.t.Fatalf("claim of a fresh key: %v %v", c, err)
+		}
+		if err := e.writeBiz(ctx, tx, key, 0); err != nil {
+			e.t.Fatalf("business write: %v", err)
+		}
+		cancel()
+		cerr = e.l.Complete(ctx, tx, c, resultFor(key, 0))
 	}
-	if err := e.writeBiz(ctx, tx, key, 0); err != nil {
-		e.t.Fatalf("business write: %v", err)
-	}
-	cancel()
-	cerr := e.l.Complete(ctx, tx, c, resultFor(key, 0))
 	merr := tx.Commit()
 	if cerr == nil && merr == nil {
-		e.t.Errorf("Complete and Commit both succeeded with a cancelled context")
+		e.t.Errorf("Complete (or Record) and Commit both succeeded with a cancelled context")
 	}
 	e.expectNothing(key, "context cancelled between claim and Complete")
 	h := e.herd(key, herdOpts{l: e.l, claimants: minInt(8, e.conc)})
-	e.figure("cancel after claim: Complete %s, commit %s, nothing written, re-claimed: %s", errName(cerr), errName(merr), h)
+	step := "cancel after claim: Complete"
+	if e.atCommit {
+		step = "cancel after the business write: Record"
+	}
+	e.figure("%s %s, commit %s, nothing written, re-claimed: %s", step, errName(cerr), errName(merr), h)
 }
 
 // faultCancelWhileWaiting cancels a claimant blocked behind a holder.
@@ -200,7 +232,7 @@ func (e *env) faultCancelWhileWaiting() {
 			return
 		}
 		defer tx.Rollback()
-		_, err = claim(ctx, e.l, tx, e.req(key))
+		_, _, err = e.unitStep(ctx, tx, e.req(key), "", 1, resultFor(key, 1))
 		if err == nil {
 			err = tx.Commit()
 		}

@@ -59,12 +59,19 @@ func (e *env) hold(key string) *held {
 		e.t.Fatalf("holder: begin: %v", err)
 	}
 	e.t.Cleanup(func() { tx.Rollback() })
-	c, err := claim(e.ctx, e.l, tx, e.req(key))
+	var c *ledger.Claim
+	if e.atCommit {
+		// Claim at commit: the holder's work and its record are both done,
+		// uncommitted.
+		c, _, err = e.unitStep(e.ctx, tx, e.req(key), key, 0, resultFor(key, 0))
+	} else {
+		c, err = claim(e.ctx, e.l, tx, e.req(key))
+	}
 	if err != nil {
 		e.t.Fatalf("holder: claim of a fresh key: %v", err)
 	}
-	if c.Outcome != ledger.Acquired {
-		e.t.Fatalf("holder: claim of a fresh key: outcome %v, want acquired", c.Outcome)
+	if !won(c) {
+		e.t.Fatalf("holder: claim of a fresh key: outcome %v, want acquired (or recorded)", c.Outcome)
 	}
 	h := &held{e: e, key: key, tx: tx, c: c}
 	if ss, ok := e.d.(dialects.Sessions); ok {
@@ -134,9 +141,12 @@ func (e *env) awaitBlocked(holder *held, n int, returned func() bool) bool {
 }
 
 // mutate writes the holder's business row and completes with worker 0's
-// result, without committing.
+// result, without committing. A claim-at-commit holder did both in hold.
 func (h *held) mutate() {
 	h.e.t.Helper()
+	if h.e.atCommit {
+		return
+	}
 	if err := h.e.writeBiz(h.e.ctx, h.tx, h.key, 0); err != nil {
 		h.e.t.Fatalf("holder: business write: %v", err)
 	}
@@ -242,6 +252,8 @@ func caseWaitCommit(e *env) {
 		e.figure("claimant waited %v (%s), then failed", waited.Round(time.Millisecond), a.seen)
 	case o.firstErr != nil:
 		e.figure("claimant waited %v (%s), got %s; the retry replayed and committed", waited.Round(time.Millisecond), a.seen, errName(o.firstErr))
+	case e.atCommit:
+		e.figure("claimant waited %v (%s), replayed the holder's result, and rolled its own work back", waited.Round(time.Millisecond), a.seen)
 	default:
 		e.figure("claimant waited %v (%s), replayed the holder's result, and its transaction committed", waited.Round(time.Millisecond), a.seen)
 	}
@@ -292,14 +304,14 @@ func caseSnapshot(e *env) {
 	if err := e.claimOnce(e.l, key, resA); err != nil {
 		e.t.Fatalf("the other transaction's claim: %v", err)
 	}
-	c, err := claim(e.ctx, e.l, b, e.req(key))
+	c, _, err := e.unitStep(e.ctx, b, e.req(key), key, 1, resultFor(key, 1))
 	verdict := ""
 	switch {
 	case err != nil && e.retryable(err):
 		verdict = errName(err)
 	case err != nil:
 		e.t.Errorf("claim after another transaction committed past the snapshot: %v; want a retryable error (or the committed result)", err)
-	case c.Acquired():
+	case won(c):
 		e.t.Errorf("claim after another transaction committed past the snapshot acquired the key: the mutation would run twice")
 	case !sameResult(c.Result, resA):
 		e.t.Errorf("claim after another transaction committed past the snapshot replayed %q, want %q or a retryable error", c.Result.Response, resA.Response)
@@ -406,7 +418,7 @@ func caseInProgress(e *env) {
 	b, release, err := begin(ctx, e.db)
 	where := "claim"
 	if err == nil {
-		_, err = claim(ctx, e.l, b, e.req(key))
+		_, _, err = e.unitStep(ctx, b, e.req(key), key, 1, resultFor(key, 1))
 		b.Rollback()
 		release()
 	} else if dialects.TraitsOf(e.d).SerialWriters && e.d.Classify(err) == dialects.ClassLockTimeout {

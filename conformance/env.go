@@ -47,6 +47,8 @@ type env struct {
 	biz   string // quoted
 	clock *clock
 	l     safeLedger
+	// atCommit: the units run claim at commit (Target.Order).
+	atCommit bool
 
 	figMu sync.Mutex
 	figs  []string
@@ -57,7 +59,8 @@ type env struct {
 // returns nil when set-up failed (the case has been failed).
 func newEnv(ctx context.Context, t testingT, tg *Target, o options, in instance) *env {
 	t.Helper()
-	e := &env{t: t, ctx: ctx, tg: tg, o: o, d: tg.Dialect, db: tg.DB, level: in.level, conc: o.concurrency, clock: &clock{}}
+	e := &env{t: t, ctx: ctx, tg: tg, o: o, d: tg.Dialect, db: tg.DB, level: in.level, conc: o.concurrency, clock: &clock{},
+		atCommit: tg.Order == ClaimAtCommit}
 	if max := tg.DB.Stats().MaxOpenConnections; max > 0 && e.conc > max-2 {
 		e.conc = max - 2
 		if e.conc < 2 {
@@ -120,6 +123,9 @@ func (e *env) newLedger(now func() time.Time) safeLedger {
 	sl := safeLedger{l}
 	if sl.Dialect() == nil {
 		e.t.Fatalf("set-up: the ledger's Dialect returned nil")
+	}
+	if _, ok := l.(ledger.Recorder); e.atCommit && !ok {
+		e.t.Fatalf("set-up: %v", errNoRecorder)
 	}
 	return sl
 }
@@ -251,6 +257,9 @@ func (e *env) attempt(ctx context.Context, l ledger.Ledger, key string, worker i
 			return false, ledger.Result{}, fmt.Errorf("prior read: %w", err)
 		}
 	}
+	if e.atCommit {
+		return e.attemptAtCommit(ctx, l, tx, key, worker, claimed)
+	}
 	c, err := claim(ctx, l, tx, e.req(key))
 	claimed(err)
 	if err != nil {
@@ -278,6 +287,87 @@ func (e *env) attempt(ctx context.Context, l ledger.Ledger, key string, worker i
 		return false, res, fmt.Errorf("commit: %w", err)
 	}
 	return c.Outcome == ledger.Acquired, res, nil
+}
+
+// attemptAtCommit is attempt's claim-at-commit unit: the business write,
+// then Record as the last statement; commit when it recorded, roll back
+// on a replay (the business write must not survive it).
+func (e *env) attemptAtCommit(ctx context.Context, l ledger.Ledger, tx *sql.Tx, key string, worker int, claimed func(error)) (bool, ledger.Result, error) {
+	if err := e.writeBiz(ctx, tx, key, worker); err != nil {
+		claimed(err)
+		return false, ledger.Result{}, fmt.Errorf("business write before recording: %w", err)
+	}
+	res := resultFor(key, worker)
+	c, err := record(ctx, l, tx, e.req(key), res)
+	claimed(err)
+	if err != nil {
+		return false, ledger.Result{}, err
+	}
+	switch c.Outcome {
+	case ledger.Recorded:
+		if err := tx.Commit(); err != nil {
+			return false, res, fmt.Errorf("commit: %w", err)
+		}
+		return true, res, nil
+	case ledger.Replay:
+		if err := tx.Rollback(); err != nil {
+			return false, c.Result, fmt.Errorf("rollback after a replay: %w", err)
+		}
+		return false, c.Result, nil
+	}
+	return false, res, fmt.Errorf("Record returned outcome %v", c.Outcome)
+}
+
+// record calls Record on l (the suite's safeLedger, or any
+// ledger.Recorder).
+func record(ctx context.Context, l ledger.Ledger, tx *sql.Tx, req ledger.ClaimRequest, r ledger.Result) (*ledger.Claim, error) {
+	rec, ok := l.(ledger.Recorder)
+	if !ok {
+		return nil, errNoRecorder
+	}
+	c, err := rec.Record(ctx, tx, req, r)
+	if err == nil && c == nil {
+		return nil, errors.New("Record returned neither a claim nor an error")
+	}
+	return c, err
+}
+
+// unitStep is the ledger's part of one unit of work in tx, in the
+// target's order: claim first, on acquisition the business write of key
+// (when key is not empty) and Complete with r; at commit, the business
+// write, then Record with r. The caller ends tx: commit when won (the
+// claim was Acquired or Recorded), else roll back.
+func (e *env) unitStep(ctx context.Context, tx *sql.Tx, req ledger.ClaimRequest, key string, worker int, r ledger.Result) (c *ledger.Claim, won bool, err error) {
+	if e.atCommit {
+		if key != "" {
+			if err := e.writeBiz(ctx, tx, key, worker); err != nil {
+				return nil, false, fmt.Errorf("business write: %w", err)
+			}
+		}
+		c, err := record(ctx, e.l, tx, req, r)
+		if err != nil {
+			return nil, false, err
+		}
+		return c, c.Outcome == ledger.Recorded, nil
+	}
+	c, err = claim(ctx, e.l, tx, req)
+	if err != nil || !c.Acquired() {
+		return c, false, err
+	}
+	if key != "" {
+		if err := e.writeBiz(ctx, tx, key, worker); err != nil {
+			return nil, false, fmt.Errorf("business write: %w", err)
+		}
+	}
+	if err := e.l.Complete(ctx, tx, c, r); err != nil {
+		return nil, false, fmt.Errorf("complete: %w", err)
+	}
+	return c, true, nil
+}
+
+// won reports whether c is this transaction's: acquired or recorded.
+func won(c *ledger.Claim) bool {
+	return c != nil && (c.Outcome == ledger.Acquired || c.Outcome == ledger.Recorded)
 }
 
 // errNoClaim is what the suite makes of a ledger returning neither a
@@ -404,7 +494,7 @@ func (e *env) herd(key string, h herdOpts) tally {
 		}
 		e.t.Errorf("key %s: %d business rows; want exactly 1 (the mutation ran %d times)", key, n, n)
 	}
-	if n := e.bizRows(key + "#replayed"); n != tl.replayed {
+	if n := e.bizRows(key + "#replayed"); n != tl.replayed && !e.atCommit {
 		e.t.Errorf("key %s: %d rows written after replays, want %d (a replaying transaction did not commit its other writes)", key, n, tl.replayed)
 	}
 	return tl

@@ -168,3 +168,32 @@ func Example_dialectOfYourOwn() {
 	// acme-pg true true
 	// [Read Committed Repeatable Read Serializable] true
 }
+
+// The same suite claim at commit: the business write first, then the
+// ledger's Record as the last statement (the order of
+// txmiddleware.WithClaimAtCommit).
+func ExampleTarget_AtCommit() {
+	dir, err := os.MkdirTemp("", "conformance-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	db, err := sql.Open("sqlite3", sqlite.DSN(filepath.Join(dir, "ledger.db"), 10*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(8)
+	ctx := context.Background()
+
+	tg := conformance.StoreTarget("sqlite", db, sqlite.New())
+	rep := conformance.Check(ctx, tg.AtCommit(), conformance.WithCases("herd", "atomicity"))
+	fmt.Println(rep.Target)
+	for _, r := range rep.Results {
+		fmt.Println(r.Name, r.Verdict)
+	}
+	// Output:
+	// sqlite/claim-at-commit
+	// herd/default pass
+	// atomicity pass
+}

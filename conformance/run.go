@@ -222,7 +222,10 @@ type caseDef struct {
 	// levels, when set, filters the levels a per-level case runs at and
 	// gives the reason when none remain.
 	levels func([]sql.IsolationLevel) ([]sql.IsolationLevel, string)
-	run    func(e *env)
+	// firstOnly, when set, says why the case applies to the claim-first
+	// order only: a claim-at-commit target skips it with this reason.
+	firstOnly string
+	run       func(e *env)
 }
 
 // instance is one case at one level.
@@ -246,6 +249,10 @@ func instances(tg *Target, o options) []instance {
 			continue
 		}
 		lv := tg.levels()
+		if tg.Order == ClaimAtCommit && c.firstOnly != "" {
+			out = append(out, instance{def: c, name: c.name, skip: "claim first only: " + c.firstOnly})
+			continue
+		}
 		if !c.perLevel {
 			out = append(out, instance{def: c, name: c.name, level: lv[0]})
 			continue

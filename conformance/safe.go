@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 
 	"github.com/opledger/opledger/dialects"
@@ -27,6 +28,23 @@ func (s safeLedger) Claim(ctx context.Context, tx *sql.Tx, req ledger.ClaimReque
 func (s safeLedger) Complete(ctx context.Context, tx *sql.Tx, c *ledger.Claim, r ledger.Result) (err error) {
 	defer recovered("Complete", &err)
 	return s.l.Complete(ctx, tx, c, r)
+}
+
+// errNoRecorder is what a claim-at-commit case gets from a ledger
+// without Record.
+var errNoRecorder = errors.New("the ledger does not implement ledger.Recorder (Record), which a claim-at-commit target needs")
+
+func (s safeLedger) Record(ctx context.Context, tx *sql.Tx, req ledger.ClaimRequest, r ledger.Result) (c *ledger.Claim, err error) {
+	defer recovered("Record", &err)
+	rec, ok := s.l.(ledger.Recorder)
+	if !ok {
+		return nil, errNoRecorder
+	}
+	c, err = rec.Record(ctx, tx, req, r)
+	if err == nil && c == nil {
+		err = errors.New("Record returned neither a claim nor an error")
+	}
+	return c, err
 }
 
 func (s safeLedger) Lookup(ctx context.Context, q ledger.Querier, id ledger.Identity) (en *ledger.Entry, err error) {

@@ -40,6 +40,45 @@ type Target struct {
 	// Capabilities gate the cases that need them. Nil means
 	// DefaultCapabilities(Dialect).
 	Capabilities *Capabilities
+	// Order is the order of the protocol the cases' units of work run in:
+	// ClaimFirst (the zero value) or ClaimAtCommit, for which the ledger
+	// must implement ledger.Recorder. Run the suite once per order the
+	// application uses (see [Target.AtCommit]).
+	Order Order
+}
+
+// Order is the order in which a unit of work touches the ledger.
+type Order int
+
+const (
+	// ClaimFirst: Claim, then (on acquisition) the business write and
+	// Complete, then COMMIT; a replay commits the transaction's other
+	// writes.
+	ClaimFirst Order = iota
+	// ClaimAtCommit: the business write first, then ledger.Recorder's
+	// Record as the last statement; COMMIT when it recorded, ROLLBACK on
+	// a replay (see txmiddleware.WithClaimAtCommit). Cases that only make
+	// sense claim first (no-poisoning) skip.
+	ClaimAtCommit
+)
+
+// String returns "claim-first" or "claim-at-commit".
+func (o Order) String() string {
+	switch o {
+	case ClaimFirst:
+		return "claim-first"
+	case ClaimAtCommit:
+		return "claim-at-commit"
+	}
+	return fmt.Sprintf("Order(%d)", int(o))
+}
+
+// AtCommit returns a copy of tg that runs the suite claim at commit, named
+// tg.Name + "/claim-at-commit".
+func (tg Target) AtCommit() Target {
+	tg.Order = ClaimAtCommit
+	tg.Name += "/" + ClaimAtCommit.String()
+	return tg
 }
 
 // LedgerConfig is what a case asks of the ledger under test.
@@ -138,6 +177,8 @@ func (tg *Target) validate() error {
 		return errors.New("conformance: target has no dialect")
 	case tg.NewLedger == nil:
 		return errors.New("conformance: target has no NewLedger")
+	case tg.Order != ClaimFirst && tg.Order != ClaimAtCommit:
+		return fmt.Errorf("conformance: target has an unknown order %d", int(tg.Order))
 	}
 	return nil
 }

@@ -53,11 +53,17 @@ func (g *gate) interceptor() grpc.UnaryServerInterceptor {
 // with a short lock wait and pushback so in-progress tests run quickly.
 func newEnv(t *testing.T, tg testdb.Target) *env {
 	t.Helper()
+	return newEnvWith(t, tg)
+}
+
+// newEnvWith is newEnv with more server options.
+func newEnvWith(t *testing.T, tg testdb.Target, opts ...grpcint.ServerOption) *env {
+	t.Helper()
 	db := tg.Open(t, 8)
 	table, biz := newTables(t, db, tg.Dialect)
-	return serve(t, db, tg.Dialect, table, biz,
-		grpcint.WithLockWait(300*time.Millisecond),
-		grpcint.WithInProgressPushback(50*time.Millisecond))
+	return serve(t, db, tg.Dialect, table, biz, append([]grpcint.ServerOption{
+		grpcint.WithLockWait(300 * time.Millisecond),
+		grpcint.WithInProgressPushback(50 * time.Millisecond)}, opts...)...)
 }
 
 // newTables creates a ledger table and a transfers table in db, dropped

@@ -42,6 +42,7 @@ type ServerOption struct{ o options.Option[serverConfig] }
 
 type serverConfig struct {
 	txOpts   []txmiddleware.Option
+	atCommit []string
 	lockWait time.Duration
 	codec    txmiddleware.ErrorCodec
 	pushback time.Duration
@@ -56,7 +57,7 @@ func serverOption(name string, f func(*serverConfig) error) ServerOption {
 }
 
 // WithTxOptions passes options to the server's txmiddleware runner:
-// isolation, transaction attempts and backoff, savepoint mode, a retry
+// isolation, transaction attempts and backoff, a retry
 // hook. The lock-wait bound, the error codec and the telemetry are the
 // server's own options (WithLockWait, WithErrorCodec,
 // WithServerMeterProvider, WithServerTracerProvider, WithServerLogger);
@@ -64,6 +65,25 @@ func serverOption(name string, f func(*serverConfig) error) ServerOption {
 func WithTxOptions(opts ...txmiddleware.Option) ServerOption {
 	return serverOption("WithTxOptions", func(c *serverConfig) error {
 		c.txOpts = append(c.txOpts, opts...)
+		return nil
+	})
+}
+
+// WithClaimAtCommit runs the named keyed methods (full gRPC method names,
+// "/pkg.Service/Method") claim at commit (see
+// txmiddleware.WithClaimAtCommit): the handler first, then the outcome
+// recorded as the last statement of its transaction; a retry of a
+// completed call, or a concurrent duplicate, runs the handler and rolls
+// it back before replaying. Choose it for short handlers whose every
+// effect is in the transaction and whose retries are rare. A name that is
+// not a keyed method of the catalog is an error, and so is a ledger that
+// does not implement ledger.Recorder. The other keyed methods claim first.
+func WithClaimAtCommit(methods ...string) ServerOption {
+	return serverOption("WithClaimAtCommit", func(c *serverConfig) error {
+		if len(methods) == 0 {
+			return errors.New("no method named")
+		}
+		c.atCommit = append([]string(nil), methods...)
 		return nil
 	})
 }
@@ -152,6 +172,7 @@ type Server struct {
 	pushback time.Duration
 	types    protoregistry.MessageTypeResolver
 	runner   *txmiddleware.Runner
+	atCommit map[string]*txmiddleware.Runner // WithClaimAtCommit's methods
 	probe    *txmiddleware.Runner
 	keyed    bool
 	obs      *serverObs
@@ -209,6 +230,19 @@ func NewServer(db *sql.DB, l ledger.Ledger, catalog *policy.Catalog, caller Call
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	s.runner = r
+	if len(cfg.atCommit) > 0 {
+		rc, err := txmiddleware.New(db, l, append(append(base, runnerTel...), txmiddleware.WithErrorCodec(cfg.codec), txmiddleware.WithClaimAtCommit())...)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		}
+		s.atCommit = map[string]*txmiddleware.Runner{}
+		for _, m := range cfg.atCommit {
+			if p, ok := catalog.Lookup(m); !ok || p.Kind != policy.KindKeyed {
+				return nil, fmt.Errorf("%w: WithClaimAtCommit: %q is not a keyed method of the catalog", ErrInvalidConfig, m)
+			}
+			s.atCommit[m] = rc
+		}
+	}
 	// The resolve probe records nothing (no codec): its claim always
 	// rolls back.
 	p, err := txmiddleware.New(db, l, append(base, probeTel...)...)
@@ -322,7 +356,11 @@ func (s *Server) serveKeyed(ctx context.Context, req any, method string, handler
 		workErr error
 		resp    any
 	)
-	out, err := s.runner.Run(ctx, creq, func(ctx context.Context, tx *sql.Tx) (ledger.Result, error) {
+	runner := s.runner
+	if rc, ok := s.atCommit[method]; ok {
+		runner = rc
+	}
+	out, err := runner.Run(ctx, creq, func(ctx context.Context, tx *sql.Tx) (ledger.Result, error) {
 		r, herr := handler(ctx, req)
 		if herr != nil {
 			workErr = herr

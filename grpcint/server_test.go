@@ -2,7 +2,10 @@ package grpcint_test
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,9 +15,11 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/opledger/opledger/examples/payments"
 	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/policy"
 )
 
@@ -28,67 +33,112 @@ func targets() []testdb.Target {
 	return out
 }
 
+// TestStatusCodes runs in both orders: Transfer claims first, or (with
+// WithClaimAtCommit) at commit; the answers are the same.
 func TestStatusCodes(t *testing.T) {
 	for _, tg := range targets() {
-		t.Run(tg.Name, func(t *testing.T) {
-			e := newEnv(t, tg)
-			ctx := context.Background()
-			const secret = "secret-key-1"
+		for _, atCommit := range []bool{false, true} {
+			name := tg.Name + "/claim-first"
+			if atCommit {
+				name = tg.Name + "/claim-at-commit"
+			}
+			t.Run(name, func(t *testing.T) {
+				e := newEnv(t, tg)
+				if atCommit {
+					e = newEnvWith(t, tg, grpcint.WithClaimAtCommit(paymentspb.TransferMethod))
+				}
+				ctx := context.Background()
+				const secret = "secret-key-1"
 
-			_, err := e.pc.Transfer(as(ctx, "alice", ""), transfer("r1", 100))
-			wantStatus(t, err, codes.InvalidArgument, grpcint.ReasonMissingKey)
+				_, err := e.pc.Transfer(as(ctx, "alice", ""), transfer("r1", 100))
+				wantStatus(t, err, codes.InvalidArgument, grpcint.ReasonMissingKey)
 
-			_, err = e.pc.Transfer(as(ctx, "", secret), transfer("r1", 100))
-			wantStatus(t, err, codes.Unauthenticated, grpcint.ReasonNoCaller)
+				_, err = e.pc.Transfer(as(ctx, "", secret), transfer("r1", 100))
+				wantStatus(t, err, codes.Unauthenticated, grpcint.ReasonNoCaller)
 
-			_, err = e.pc.Transfer(as(ctx, "alice", strings.Repeat("k", 256)), transfer("r1", 100))
-			wantStatus(t, err, codes.InvalidArgument, grpcint.ReasonInvalidKey)
+				_, err = e.pc.Transfer(as(ctx, "alice", strings.Repeat("k", 256)), transfer("r1", 100))
+				wantStatus(t, err, codes.InvalidArgument, grpcint.ReasonInvalidKey)
 
-			// Resolve before anything ran: NOT_FOUND, safe to run.
-			var got paymentspb.TransferReply
-			err = grpcint.Resolve(as(ctx, "alice", ""), e.conn, paymentspb.TransferMethod, secret, &paymentspb.TransferRequest{}, &got)
-			wantStatus(t, err, codes.NotFound, grpcint.ReasonNotFound)
+				// Resolve before anything ran: NOT_FOUND, safe to run.
+				var got paymentspb.TransferReply
+				err = grpcint.Resolve(as(ctx, "alice", ""), e.conn, paymentspb.TransferMethod, secret, &paymentspb.TransferRequest{}, &got)
+				wantStatus(t, err, codes.NotFound, grpcint.ReasonNotFound)
 
-			var trl metadata.MD
-			first, err := e.pc.Transfer(as(ctx, "alice", secret), transfer("r1", 100), grpc.Trailer(&trl))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(trl.Get(grpcint.ReplayedHeader)) != 0 {
-				t.Error("first execution marked as replayed")
-			}
-			// Retry: the same response, replayed.
-			again, err := e.pc.Transfer(as(ctx, "alice", secret), transfer("r1", 100), grpc.Trailer(&trl))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !proto.Equal(first, again) || trl.Get(grpcint.ReplayedHeader)[0] != "true" {
-				t.Errorf("replay %v (trailer %v), want %v marked replayed", again, trl, first)
-			}
-			// Resolve: the stored response.
-			if err := grpcint.Resolve(as(ctx, "alice", ""), e.conn, paymentspb.TransferMethod, secret, &paymentspb.TransferRequest{}, &got); err != nil || !proto.Equal(&got, first) {
-				t.Errorf("resolve = %v, %v; want %v", &got, err, first)
-			}
-			// Key reused for another request.
-			_, err = e.pc.Transfer(as(ctx, "alice", secret), transfer("r1", 101))
-			st := wantStatus(t, err, codes.FailedPrecondition, grpcint.ReasonKeyReused)
-			if strings.Contains(st.Message(), secret) {
-				t.Error("status message contains the raw key")
-			}
+				var trl metadata.MD
+				first, err := e.pc.Transfer(as(ctx, "alice", secret), transfer("r1", 100), grpc.Trailer(&trl))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(trl.Get(grpcint.ReplayedHeader)) != 0 {
+					t.Error("first execution marked as replayed")
+				}
+				// Retry: the same response, replayed.
+				again, err := e.pc.Transfer(as(ctx, "alice", secret), transfer("r1", 100), grpc.Trailer(&trl))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !proto.Equal(first, again) || trl.Get(grpcint.ReplayedHeader)[0] != "true" {
+					t.Errorf("replay %v (trailer %v), want %v marked replayed", again, trl, first)
+				}
+				// Resolve: the stored response.
+				if err := grpcint.Resolve(as(ctx, "alice", ""), e.conn, paymentspb.TransferMethod, secret, &paymentspb.TransferRequest{}, &got); err != nil || !proto.Equal(&got, first) {
+					t.Errorf("resolve = %v, %v; want %v", &got, err, first)
+				}
+				// Key reused for another request.
+				_, err = e.pc.Transfer(as(ctx, "alice", secret), transfer("r1", 101))
+				st := wantStatus(t, err, codes.FailedPrecondition, grpcint.ReasonKeyReused)
+				if strings.Contains(st.Message(), secret) {
+					t.Error("status message contains the raw key")
+				}
 
-			// A final error is recorded and replayed with code, message and details.
-			_, err1 := e.pc.Transfer(as(ctx, "alice", "k-final"), transfer("r2", 0))
-			_, err2 := e.pc.Transfer(as(ctx, "alice", "k-final"), transfer("r2", 0), grpc.Trailer(&trl))
-			if status.Code(err1) != codes.InvalidArgument || !proto.Equal(status.Convert(err1).Proto(), status.Convert(err2).Proto()) {
-				t.Errorf("final error %v, replay %v", err1, err2)
-			}
-			if trl.Get(grpcint.ReplayedHeader)[0] != "true" {
-				t.Error("replayed final error not marked")
-			}
-			if s := e.server.Stats(); s.Executed != 2 || s.Replayed != 2 {
-				t.Errorf("server stats %+v; want 2 executed, 2 replayed", s)
-			}
-		})
+				// A final error is recorded and replayed with code, message and details.
+				_, err1 := e.pc.Transfer(as(ctx, "alice", "k-final"), transfer("r2", 0))
+				_, err2 := e.pc.Transfer(as(ctx, "alice", "k-final"), transfer("r2", 0), grpc.Trailer(&trl))
+				if status.Code(err1) != codes.InvalidArgument || !proto.Equal(status.Convert(err1).Proto(), status.Convert(err2).Proto()) {
+					t.Errorf("final error %v, replay %v", err1, err2)
+				}
+				if trl.Get(grpcint.ReplayedHeader)[0] != "true" {
+					t.Error("replayed final error not marked")
+				}
+				if s := e.server.Stats(); s.Executed != 2 || s.Replayed != 2 {
+					t.Errorf("server stats %+v; want 2 executed, 2 replayed", s)
+				}
+			})
+		}
+	}
+}
+
+// countingRecorder counts Record calls.
+type countingRecorder struct {
+	*ledger.Store
+	records atomic.Int64
+}
+
+func (c *countingRecorder) Record(ctx context.Context, tx *sql.Tx, req ledger.ClaimRequest, r ledger.Result) (*ledger.Claim, error) {
+	c.records.Add(1)
+	return c.Store.Record(ctx, tx, req, r)
+}
+
+// WithClaimAtCommit names keyed methods of the catalog only.
+func TestClaimAtCommitUnknownMethod(t *testing.T) {
+	tg := targets()[0]
+	db := tg.Open(t, 2)
+	table, _ := newTables(t, db, tg.Dialect)
+	store, err := ledger.New(tg.Dialect, ledger.WithTable(table))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat, err := payments.Catalog()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{"/no.Such/Method", paymentspb.GetTransferMethod} {
+		if _, err := grpcint.NewServer(db, store, cat, grpcint.CallerFromTrustedHeader(callerHeader), grpcint.WithClaimAtCommit(m)); !errors.Is(err, grpcint.ErrInvalidConfig) {
+			t.Errorf("WithClaimAtCommit(%q): %v, want ErrInvalidConfig", m, err)
+		}
+	}
+	if _, err := grpcint.NewServer(db, store, cat, grpcint.CallerFromTrustedHeader(callerHeader), grpcint.WithClaimAtCommit()); !errors.Is(err, grpcint.ErrInvalidConfig) {
+		t.Errorf("WithClaimAtCommit(): %v, want ErrInvalidConfig", err)
 	}
 }
 

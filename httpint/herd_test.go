@@ -14,12 +14,12 @@ import (
 
 // herdTargets are SQLite, PostgreSQL through pgx and MariaDB (lib/pq adds
 // nothing HTTP-specific; the ledger's own herd runs through it).
-func herdTargets(t *testing.T, conns int, f func(t *testing.T, e *env)) {
+func herdTargets(t *testing.T, conns int, f func(t *testing.T, e *env), opts ...httpint.Option) {
 	testdb.ForEachParallel(t, conns, func(t *testing.T, te *testdb.Env) {
 		if te.Name == "postgres/pq" {
 			t.Skip("lib/pq: covered by the ledger's and txmiddleware's herds")
 		}
-		f(t, newEnv(t, te, nil, httpint.WithLockWait(10*time.Second)))
+		f(t, newEnv(t, te, nil, append([]httpint.Option{httpint.WithLockWait(10 * time.Second)}, opts...)...))
 	})
 }
 
@@ -27,8 +27,20 @@ func herdTargets(t *testing.T, conns int, f func(t *testing.T, e *env)) {
 // over loopback: the handler runs once per key, one business row per key,
 // one response executed and 63 replayed, all with the same status,
 // replayed headers and body.
-func TestHerd(t *testing.T) {
-	const callers, keys = 64, 50
+func TestHerd(t *testing.T) { herd(t, 50, false) }
+
+// TestHerdClaimAtCommit: the same herd with the route claimed at commit
+// (WithClaimAtCommit): the handler runs for concurrent duplicates too, but
+// one business row per key, one response executed, the others replayed
+// byte for byte.
+func TestHerdClaimAtCommit(t *testing.T) { herd(t, 20, true) }
+
+func herd(t *testing.T, keys int, atCommit bool) {
+	const callers = 64
+	var opts []httpint.Option
+	if atCommit {
+		opts = append(opts, httpint.WithClaimAtCommit("POST /items"))
+	}
 	herdTargets(t, 16, func(t *testing.T, e *env) {
 		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 		defer cancel()
@@ -77,7 +89,7 @@ func TestHerd(t *testing.T) {
 					first = got[w]
 				}
 			}
-			if executed != 1 || e.runs.Load()-before != 1 {
+			if executed != 1 || (!atCommit && e.runs.Load()-before != 1) {
 				t.Fatalf("key %s: %d responses not replayed, handler ran %d times; want 1 and 1", key, executed, e.runs.Load()-before)
 			}
 			for w, r := range got {
@@ -94,9 +106,9 @@ func TestHerd(t *testing.T) {
 			}
 		}
 		s := e.mw.Stats()
-		if s.Executed != keys || s.Replayed < keys*(callers-1) {
+		if s.Executed != int64(keys) || s.Replayed < int64(keys*(callers-1)) {
 			t.Errorf("stats %+v: want %d executed, at least %d replayed", s, keys, keys*(callers-1))
 		}
-		t.Logf("%s: %d keys × %d concurrent requests: %+v, %d answered 409 and retried", e.Name, keys, callers, s, conflicts)
-	})
+		t.Logf("%s: %d keys × %d concurrent requests: %+v, %d answered 409 and retried; the handler ran %d times", e.Name, keys, callers, s, conflicts, e.runs.Load())
+	}, opts...)
 }

@@ -53,6 +53,7 @@ type Middleware struct {
 	methods map[string]bool
 	allow   map[string]bool
 	runner  *txmiddleware.Runner
+	commit  map[string]*txmiddleware.Runner // WithClaimAtCommit's routes
 	probe   *txmiddleware.Runner
 
 	executed, replayed, resolves, refused, failed atomic.Int64
@@ -97,10 +98,12 @@ func New(db *sql.DB, l ledger.Ledger, caller CallerFunc, routes []string, opts .
 	if err := options.Apply(&m.cfg, opts, func(o Option) options.Option[config] { return o.o }); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
+	known := map[string]bool{}
 	for _, op := range routes {
 		if err := m.addRoute(op); err != nil {
 			return nil, fmt.Errorf("%w: route %q: %w", ErrInvalidConfig, op, err)
 		}
+		known[op] = true
 	}
 	for _, h := range m.cfg.replay {
 		m.allow[h] = true
@@ -123,6 +126,19 @@ func New(db *sql.DB, l ledger.Ledger, caller CallerFunc, routes []string, opts .
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	m.runner, m.probe = r, p
+	if len(m.cfg.atCommit) > 0 {
+		rc, err := txmiddleware.New(db, l, append(base, txmiddleware.WithErrorCodec(codec{}), txmiddleware.WithClaimAtCommit())...)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		}
+		m.commit = map[string]*txmiddleware.Runner{}
+		for _, op := range m.cfg.atCommit {
+			if !known[op] {
+				return nil, fmt.Errorf("%w: WithClaimAtCommit: %q is not one of the keyed routes", ErrInvalidConfig, op)
+			}
+			m.commit[op] = rc
+		}
+	}
 	return m, nil
 }
 
@@ -266,7 +282,11 @@ func (m *Middleware) keyed(w http.ResponseWriter, r *http.Request, op string, re
 	}
 
 	var last *recorder
-	out, err := m.runner.Run(r.Context(), ledger.ClaimRequest{Identity: id, Fingerprint: fp},
+	runner := m.runner
+	if rc, ok := m.commit[op]; ok {
+		runner = rc
+	}
+	out, err := runner.Run(r.Context(), ledger.ClaimRequest{Identity: id, Fingerprint: fp},
 		func(ctx context.Context, tx *sql.Tx) (ledger.Result, error) {
 			rec := newRecorder(m.cfg.maxResponse)
 			last = rec

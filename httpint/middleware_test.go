@@ -243,6 +243,14 @@ func TestNewRefuses(t *testing.T) {
 			_, err := httpint.New(db, store, caller, routes, httpint.WithTxOptions(txmiddleware.WithLockWait(time.Second)))
 			return err
 		},
+		"claim at commit, unknown route": func() error {
+			_, err := httpint.New(db, store, caller, routes, httpint.WithClaimAtCommit("POST /other"))
+			return err
+		},
+		"claim at commit, no route": func() error {
+			_, err := httpint.New(db, store, caller, routes, httpint.WithClaimAtCommit())
+			return err
+		},
 		"nil final": func() error {
 			_, err := httpint.New(db, store, caller, routes, httpint.WithFinalStatus(nil))
 			return err

@@ -56,6 +56,7 @@ func option(name string, f func(*config) error) Option { return Option{options.N
 
 type config struct {
 	txOpts      []txmiddleware.Option
+	atCommit    []string
 	lockWait    time.Duration
 	retryAfter  time.Duration
 	maxRequest  int64
@@ -74,13 +75,32 @@ func defaults() config {
 }
 
 // WithTxOptions passes options to the middleware's txmiddleware runner:
-// isolation, transaction attempts and backoff, savepoint mode, a retry
+// isolation, transaction attempts and backoff, a retry
 // hook. The lock-wait bound and the error codec are the middleware's own
 // (WithLockWait; the codec cannot be replaced); giving them here is an
 // error.
 func WithTxOptions(opts ...txmiddleware.Option) Option {
 	return option("WithTxOptions", func(c *config) error {
 		c.txOpts = append(c.txOpts, opts...)
+		return nil
+	})
+}
+
+// WithClaimAtCommit runs the named keyed routes (as given to New, "POST
+// /transfers") claim at commit (see txmiddleware.WithClaimAtCommit): the
+// handler first, then its response recorded as the last statement of its
+// transaction; a retry of a completed request, or a concurrent duplicate,
+// runs the handler and rolls it back before replaying. Choose it for short
+// handlers whose every effect is in the transaction and whose retries are
+// rare. A name that is not one of New's routes is an error, and so is a
+// ledger that does not implement ledger.Recorder. The other keyed routes
+// claim first.
+func WithClaimAtCommit(routes ...string) Option {
+	return option("WithClaimAtCommit", func(c *config) error {
+		if len(routes) == 0 {
+			return errors.New("no route named")
+		}
+		c.atCommit = append([]string(nil), routes...)
 		return nil
 	})
 }

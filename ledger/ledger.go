@@ -37,6 +37,17 @@ type Ledger interface {
 	Dialect() dialects.Dialect
 }
 
+// Recorder is implemented by ledgers that can record a completed entry
+// first, as the last statement before COMMIT: claim at commit, where the
+// work runs before the ledger is touched. [Store] implements it; so may
+// any Ledger (the conformance suite proves it in its claim-at-commit
+// mode). txmiddleware.WithClaimAtCommit needs it.
+type Recorder interface {
+	// Record inserts req's identity already completed with r, inside tx.
+	// See [Store.Record].
+	Record(ctx context.Context, tx *sql.Tx, req ClaimRequest, r Result) (*Claim, error)
+}
+
 // Querier is what Lookup reads through: *sql.DB, *sql.Conn and *sql.Tx all
 // satisfy it.
 type Querier interface {
@@ -44,10 +55,11 @@ type Querier interface {
 }
 
 var (
-	_ Querier = (*sql.DB)(nil)
-	_ Querier = (*sql.Conn)(nil)
-	_ Querier = (*sql.Tx)(nil)
-	_ Ledger  = (*Store)(nil)
+	_ Querier  = (*sql.DB)(nil)
+	_ Querier  = (*sql.Conn)(nil)
+	_ Querier  = (*sql.Tx)(nil)
+	_ Ledger   = (*Store)(nil)
+	_ Recorder = (*Store)(nil)
 )
 
 // ClaimRequest is what Claim needs.
@@ -90,15 +102,20 @@ const (
 	// Replay means an earlier transaction completed the operation: return
 	// Claim.Result and do nothing.
 	Replay
+	// Recorded means Record inserted the completed entry in this
+	// transaction (see [Recorder]): commit it. Claim never returns it.
+	Recorded
 )
 
-// String returns "acquired" or "replay".
+// String returns "acquired", "replay" or "recorded".
 func (o Outcome) String() string {
 	switch o {
 	case Acquired:
 		return "acquired"
 	case Replay:
 		return "replay"
+	case Recorded:
+		return "recorded"
 	}
 	return fmt.Sprintf("Outcome(%d)", int(o))
 }
@@ -134,6 +151,16 @@ func NewAcquired(id Identity, tx *sql.Tx) *Claim {
 func NewReplay(id Identity, r Result, completedAt time.Time) *Claim {
 	return &Claim{Outcome: Replay, Identity: id, Result: r, CompletedAt: completedAt}
 }
+
+// NewRecorded returns the outcome of a [Recorder] implementation whose
+// Record inserted id's completed entry in tx.
+func NewRecorded(id Identity, tx *sql.Tx) *Claim {
+	return &Claim{Outcome: Recorded, Identity: id, tx: tx, completed: true}
+}
+
+// Recorded reports whether Record inserted the completed entry in this
+// transaction.
+func (c *Claim) Recorded() bool { return c != nil && c.Outcome == Recorded }
 
 // Acquired reports whether this transaction owns the identity.
 func (c *Claim) Acquired() bool { return c != nil && c.Outcome == Acquired }
@@ -244,7 +271,8 @@ type Store struct {
 	maxResult int
 	now       func() time.Time
 	q         dialects.Queries
-	checker   dialects.TxChecker // the dialect's, when it has one
+	rq        *dialects.RecordQueries // the dialect's, when it has them
+	checker   dialects.TxChecker      // the dialect's, when it has one
 	obs       *observer
 
 	// afterConflict, when set (by tests only), runs between a conflicting
@@ -265,6 +293,10 @@ func New(d dialects.Dialect, opts ...Option) (*Store, error) {
 	s := &Store{d: d, table: c.table, retention: c.retention, maxResult: c.maxResult, now: c.now}
 	s.q = d.Queries(s.table)
 	s.checker, _ = d.(dialects.TxChecker)
+	if rd, ok := d.(dialects.Recorder); ok {
+		rq := rd.RecordQueries(s.table)
+		s.rq = &rq
+	}
 	s.obs = newObserver(d, s.table, c.mp, c.tp)
 	return s, nil
 }
@@ -401,13 +433,7 @@ func (s *Store) complete(ctx context.Context, tx *sql.Tx, c *Claim, r Result) er
 	if c == nil || c.Outcome != Acquired || c.tx != tx || c.owner != s || c.completed {
 		return ErrNotAcquired
 	}
-	if len(r.Response) > s.maxResult {
-		return invalid("result", fmt.Sprintf("response of %d bytes exceeds the limit of %d", len(r.Response), s.maxResult))
-	}
-	if r.Code > MaxCode {
-		return invalid("result", "code above 2147483647")
-	}
-	if err := checkTypeName(r.TypeName); err != nil {
+	if err := s.checkResult(r); err != nil {
 		return err
 	}
 	resp := r.Response

@@ -24,6 +24,7 @@ const (
 	OutcomeAcquired   = "acquired"           // the claim acquired a new entry
 	OutcomeTakenOver  = "taken-over-expired" // the claim took over an entry past its retention
 	OutcomeReplayed   = "replayed"           // the entry was completed: its result is replayed
+	OutcomeRecorded   = "recorded"           // Record inserted the completed entry
 	OutcomeKeyReused  = "key-reused"         // ErrKeyReused
 	OutcomeInProgress = "in-progress"        // ErrInProgress
 	OutcomeIncomplete = "incomplete"         // ErrIncomplete
@@ -183,6 +184,8 @@ func ClaimOutcome(c *Claim, err error) string {
 		return OutcomeTakenOver
 	case err == nil && c.Acquired():
 		return OutcomeAcquired
+	case err == nil && c.Recorded():
+		return OutcomeRecorded
 	case err == nil && c != nil:
 		return OutcomeReplayed
 	case errors.Is(err, ErrKeyReused):

@@ -23,9 +23,8 @@ const benchWorkers = 16
 // doing the same claim, business insert and completion, with 16 parallel
 // workers on a pool of 16 connections. "acquire" uses a new key per
 // operation; "replay" claims one completed key over and over. "runner"
-// has an ErrorCodec and takes a savepoint on every acquired call;
-// "runner-no-codec" has none, so it records no error and takes no
-// savepoint.
+// has an ErrorCodec; "runner-no-codec" has none, so it records no error
+// (neither takes a savepoint: they send the same statements on success).
 //
 //	OPLEDGER_TEST_POSTGRES_DSN=… go test -run '^$' -bench BenchmarkRunner -benchtime 3s ./txmiddleware/
 func BenchmarkRunner(b *testing.B) {
@@ -36,7 +35,6 @@ func BenchmarkRunner(b *testing.B) {
 			variants := []variant{
 				{"hand", e.handWritten},
 				{"runner", e.viaRunner(e.runner(b))},
-				{"runner-savepoint-on-final-error", e.viaRunner(e.runner(b, txmiddleware.WithSavepoint(txmiddleware.SavepointOnFinalError)))},
 				{"runner-no-codec", e.viaRunner(e.noCodecRunner(b))},
 			}
 			if _, ok := e.Dialect.(dialects.LockWaiter); ok {
@@ -132,8 +130,8 @@ func (e *env) viaRunner(r *txmiddleware.Runner) func(context.Context, ledger.Cla
 }
 
 // BenchmarkExtraStatements measures, on one connection with no
-// concurrency, what the runner's optional statements cost: the savepoint
-// (every acquired call with an ErrorCodec, unless SavepointOnFinalError),
+// concurrency, what a savepoint would cost (the runner takes none since
+// final errors are recorded in a fresh transaction; kept for comparison)
 // against a plain statement, and the bounded begin of WithLockWait
 // (PostgreSQL's SET LOCAL; MySQL's SET SESSION and its restore, SQLite's
 // busy_timeout pragmas, on a connection of their own), against a plain
@@ -216,7 +214,6 @@ func BenchmarkRunnerInterleaved(b *testing.B) {
 			variants := []variant{
 				{"hand", e.handWritten},
 				{"runner", e.viaRunner(e.runner(b))},
-				{"sp-on-final", e.viaRunner(e.runner(b, txmiddleware.WithSavepoint(txmiddleware.SavepointOnFinalError)))},
 			}
 			if _, ok := e.Dialect.(dialects.LockWaiter); ok {
 				variants = append(variants, variant{"lockwait", e.viaRunner(e.runner(b, txmiddleware.WithLockWait(10*time.Second)))})
@@ -229,39 +226,7 @@ func BenchmarkRunnerInterleaved(b *testing.B) {
 			var seq atomic.Int64
 			b.ResetTimer()
 			for _, phase := range []string{"acquire", "replay"} {
-				var mu sync.Mutex
-				lat := make([][]time.Duration, len(variants))
-				total := int64(b.N * len(variants))
-				var next atomic.Int64 // operations of the phase handed out
-				ctx := context.Background()
-				var wg sync.WaitGroup
-				for range benchWorkers {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						mine := make([][]time.Duration, len(variants))
-						for n := next.Add(1) - 1; n < total; n = next.Add(1) - 1 {
-							i := int(n % int64(len(variants)))
-							r, key := replayReq, replayKey
-							if phase == "acquire" {
-								key = fmt.Sprintf("il-%d", seq.Add(1))
-								r = req(b, key)
-							}
-							t0 := time.Now()
-							if err := variants[i].run(ctx, r, key); err != nil {
-								b.Error(err)
-								return
-							}
-							mine[i] = append(mine[i], time.Since(t0))
-						}
-						mu.Lock()
-						for i := range variants {
-							lat[i] = append(lat[i], mine[i]...)
-						}
-						mu.Unlock()
-					}()
-				}
-				wg.Wait()
+				lat := interleave(b, variants, phase, replayReq, replayKey, "il", &seq, false)
 				if b.Failed() {
 					return
 				}
@@ -282,4 +247,130 @@ func BenchmarkRunnerInterleaved(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkOrders compares, interleaved like BenchmarkRunnerInterleaved
+// (16 workers cycling through the variants one operation at a time), a
+// bare transaction doing only the business insert (BEGIN, INSERT,
+// COMMIT) with the runner claim first (BEGIN, claim, INSERT, complete,
+// COMMIT) and claim at commit (BEGIN, INSERT, record, COMMIT), on new keys
+// ("acquire") and on one completed key ("replay": claim first reads the
+// stored result and rolls back; claim at commit runs the insert, then
+// conflicts, reads and rolls back). It reports each variant's median
+// latency and its throughput relative to the bare transaction's (mean
+// latency of the bare transaction ÷ the variant's: with every worker
+// cycling through the variants, the operations per second of each are in
+// that ratio; above 1 is faster), and claim at commit's relative to claim
+// first's:
+//
+//	go test -run '^$' -bench BenchmarkOrders -benchtime 3000x ./txmiddleware/
+func BenchmarkOrders(b *testing.B) {
+	for _, tg := range testdb.Targets() {
+		b.Run(tg.Name, func(b *testing.B) {
+			db := tg.Open(b, benchWorkers)
+			e := withStore(b, testdb.NewEnv(b, tg.Name, tg.Dialect, db))
+			first, atCommit := e.runner(b), e.runner(b, txmiddleware.WithClaimAtCommit())
+			variants := []variant{
+				{"bare", e.bare},
+				{"claim-first", e.viaRunner(first)},
+				{"claim-at-commit", e.viaRunner(atCommit)},
+			}
+			replayKey := "orders-replay"
+			if err := e.viaRunner(first)(context.Background(), req(b, replayKey), replayKey); err != nil {
+				b.Fatal(err)
+			}
+			replayReq := req(b, replayKey)
+			var seq atomic.Int64
+			b.ResetTimer()
+			for _, phase := range []string{"acquire", "replay"} {
+				lat := interleave(b, variants, phase, replayReq, replayKey, "ord", &seq, true)
+				if b.Failed() {
+					return
+				}
+				median, mean := make([]float64, len(variants)), make([]float64, len(variants))
+				for i := range variants {
+					slices.Sort(lat[i])
+					median[i] = float64(lat[i][len(lat[i])/2].Nanoseconds()) / 1e3
+					var sum time.Duration
+					for _, d := range lat[i] {
+						sum += d
+					}
+					mean[i] = float64(sum.Nanoseconds()) / 1e3 / float64(len(lat[i]))
+				}
+				for i, v := range variants {
+					b.ReportMetric(median[i], phase+"-"+v.name+"-p50-µs")
+					if i > 0 {
+						b.ReportMetric(mean[0]/mean[i], phase+"-"+v.name+"-xbare")
+					}
+				}
+				b.ReportMetric(mean[1]/mean[2], phase+"-at-commit/claim-first")
+			}
+		})
+	}
+}
+
+// bare is the business insert alone in a transaction: what a keyed call
+// costs over nothing. It ignores req (it has no ledger).
+func (e *env) bare(ctx context.Context, _ ledger.ClaimRequest, key string) error {
+	for attempt := 0; attempt < 10; attempt++ {
+		err := func() error {
+			tx, err := e.DB.BeginTx(ctx, nil)
+			if err != nil {
+				return err
+			}
+			defer tx.Rollback()
+			if err := e.WriteBiz(ctx, tx, key, 1); err != nil {
+				return err
+			}
+			return tx.Commit()
+		}()
+		if err == nil || !e.Dialect.Classify(err).Retryable() {
+			return err
+		}
+	}
+	return fmt.Errorf("too many retries")
+}
+
+// interleave runs b.N operations of each variant on benchWorkers workers
+// that cycle through the variants one operation at a time, and returns
+// every operation's latency by variant. In the "replay" phase the
+// variants replay replayReq, except the first when freshFirst is set (a
+// variant without a ledger, which cannot replay); otherwise each
+// operation gets a new key, prefix-n.
+func interleave(b *testing.B, variants []variant, phase string, replayReq ledger.ClaimRequest, replayKey, prefix string,
+	seq *atomic.Int64, freshFirst bool) [][]time.Duration {
+	var mu sync.Mutex
+	lat := make([][]time.Duration, len(variants))
+	total := int64(b.N * len(variants))
+	var next atomic.Int64 // operations of the phase handed out
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for range benchWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			mine := make([][]time.Duration, len(variants))
+			for n := next.Add(1) - 1; n < total; n = next.Add(1) - 1 {
+				i := int(n % int64(len(variants)))
+				r, key := replayReq, replayKey
+				if phase == "acquire" || (freshFirst && i == 0) {
+					key = fmt.Sprintf("%s-%d", prefix, seq.Add(1))
+					r = req(b, key)
+				}
+				t0 := time.Now()
+				if err := variants[i].run(ctx, r, key); err != nil {
+					b.Error(err)
+					return
+				}
+				mine[i] = append(mine[i], time.Since(t0))
+			}
+			mu.Lock()
+			for i := range variants {
+				lat[i] = append(lat[i], mine[i]...)
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return lat
 }

@@ -17,9 +17,10 @@
 //   - a final error, as the [ErrorCodec] given with [WithErrorCodec]
 //     decides (grpcint's codec: a gRPC status with code InvalidArgument,
 //     FailedPrecondition, OutOfRange, NotFound, AlreadyExists or
-//     PermissionDenied): the work's writes are undone to a savepoint, the
-//     error's encoding is recorded and committed, and every retry gets the
-//     same error back;
+//     PermissionDenied): the work's transaction is rolled back whole, the
+//     error's encoding is recorded and committed in a fresh transaction,
+//     and every retry gets the same error back (the work runs once; no
+//     savepoint is taken on any path);
 //   - any other error: the whole transaction rolls back, nothing is
 //     recorded, and a retry runs the work again.
 //

@@ -16,6 +16,16 @@ func WithBeforeCommit(f func(ctx context.Context)) Option {
 	})
 }
 
+// WithAfterFinalRollback sets a function that runs after the transaction
+// of a work that returned a final error was rolled back, before the fresh
+// transaction that records it begins (tests only).
+func WithAfterFinalRollback(f func(ctx context.Context)) Option {
+	return option("WithAfterFinalRollback", func(c *config) error {
+		c.afterFinalRollback = f
+		return nil
+	})
+}
+
 // BackoffDelay returns the delay after the given number of failed
 // attempts under opts.
 func BackoffDelay(failed int, opts ...Option) (time.Duration, error) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"time"
@@ -22,34 +21,6 @@ const (
 	DefaultTxBackoffCap  = 500 * time.Millisecond
 )
 
-// SavepointMode says when the work runs inside a savepoint, which is what
-// lets a final error be recorded without the work's partial writes.
-type SavepointMode int
-
-const (
-	// SavepointAlways takes a savepoint before every run of the work: one
-	// extra statement on every acquired call. A final error is recorded by
-	// the attempt that produced it. The default.
-	SavepointAlways SavepointMode = iota + 1
-	// SavepointOnFinalError runs the work without a savepoint. When it
-	// returns a final error, the whole attempt is rolled back and the unit
-	// runs once more with a savepoint, so the work runs twice on that path
-	// (both runs inside transactions; only the second can commit). This
-	// saves the savepoint's round trip on every successful call.
-	SavepointOnFinalError
-)
-
-// String returns "always" or "on final error".
-func (m SavepointMode) String() string {
-	switch m {
-	case SavepointAlways:
-		return "always"
-	case SavepointOnFinalError:
-		return "on final error"
-	}
-	return fmt.Sprintf("SavepointMode(%d)", int(m))
-}
-
 // Option configures a Runner; the With functions build them. Giving the
 // same option twice is an error.
 type Option struct{ o options.Option[config] }
@@ -65,7 +36,7 @@ type config struct {
 	random      func() float64
 	lockWait    time.Duration
 	codec       ErrorCodec
-	savepoint   SavepointMode
+	atCommit    bool
 	onRetry     func(ctx context.Context, attempt int, err error, delay time.Duration)
 	mp          metric.MeterProvider
 	tp          trace.TracerProvider
@@ -74,6 +45,10 @@ type config struct {
 	// beforeCommit, set by tests only, runs after Complete and before the
 	// context check that precedes COMMIT.
 	beforeCommit func(ctx context.Context)
+	// afterFinalRollback, set by tests only, runs after the transaction of
+	// a work that returned a final error was rolled back, before the fresh
+	// transaction that records the error begins.
+	afterFinalRollback func(ctx context.Context)
 }
 
 func defaults() config {
@@ -83,7 +58,6 @@ func defaults() config {
 		base:        DefaultTxBackoffBase,
 		cap:         DefaultTxBackoffCap,
 		random:      rand.Float64,
-		savepoint:   SavepointAlways,
 	}
 }
 
@@ -160,8 +134,8 @@ func WithLockWait(d time.Duration) Option {
 
 // WithErrorCodec sets which errors of the work are final, recorded and
 // replayed, and how (see [ErrorCodec]). Without one (the default) no error
-// is final: every error of the work rolls back, nothing is recorded, and
-// no savepoint is taken; a replayed result with a non-zero Code comes back
+// is final: every error of the work rolls back and nothing is recorded; a
+// replayed result with a non-zero Code comes back
 // without an error.
 func WithErrorCodec(codec ErrorCodec) Option {
 	return option("WithErrorCodec", func(c *config) error {
@@ -173,14 +147,24 @@ func WithErrorCodec(codec ErrorCodec) Option {
 	})
 }
 
-// WithSavepoint chooses when the work runs inside a savepoint (default
-// [SavepointAlways]). It has no effect without an [ErrorCodec].
-func WithSavepoint(m SavepointMode) Option {
-	return option("WithSavepoint", func(c *config) error {
-		if m != SavepointAlways && m != SavepointOnFinalError {
-			return fmt.Errorf("unknown savepoint mode %d", int(m))
-		}
-		c.savepoint = m
+// WithClaimAtCommit runs the other order of the ledger's protocol: the
+// work first, then the operation recorded already completed as the last
+// statement before COMMIT (ledger.Recorder's Record, one statement instead
+// of a claim and a completion):
+//
+//	BEGIN → work → Record → COMMIT
+//
+// When the record conflicts, another call got there first: the whole
+// transaction rolls back (the work's writes vanish) and the stored result
+// is returned as a replay, or ledger.ErrKeyReused. Only one run of the
+// work can ever commit. The price: a retry of a completed call, and every
+// concurrent duplicate, runs the work before it finds out, so it suits
+// short work whose retries are rare and whose every effect is inside the
+// transaction (see docs/txmiddleware.md). The ledger must implement
+// ledger.Recorder.
+func WithClaimAtCommit() Option {
+	return option("WithClaimAtCommit", func(c *config) error {
+		c.atCommit = true
 		return nil
 	})
 }

@@ -251,38 +251,38 @@ func TestPostgresDeadlineDuringCommit(t *testing.T) {
 }
 
 // A final error after a statement that aborted the PostgreSQL transaction
-// (25P02 follows): ROLLBACK TO SAVEPOINT makes the transaction usable, and
-// the error is recorded and replayed.
+// (25P02 follows): the aborted transaction is rolled back whole and the
+// error is recorded in a fresh one, then replayed.
 func TestPostgresFinalErrorAfterAbortedStatement(t *testing.T) {
 	t.Parallel()
 	forEachPostgres(t, 2, func(t *testing.T, e *env) {
-		for _, mode := range []txmiddleware.SavepointMode{txmiddleware.SavepointAlways, txmiddleware.SavepointOnFinalError} {
-			ctx := context.Background()
-			key := "aborted-" + mode.String()
-			r := e.runner(t, txmiddleware.WithSavepoint(mode))
-			work := func(ctx context.Context, tx *sql.Tx) (ledger.Result, error) {
-				if err := e.WriteBiz(ctx, tx, key, 1); err != nil {
-					return ledger.Result{}, err
-				}
-				var x int
-				if err := tx.QueryRowContext(ctx, "SELECT 1/0").Scan(&x); err == nil {
-					return ledger.Result{}, errors.New("1/0 succeeded")
-				}
-				return ledger.Result{}, &finalErr{codeNotFound, "account 7 not found"}
+		ctx := context.Background()
+		key := "aborted"
+		r := e.runner(t)
+		var runs atomic.Int64
+		work := func(ctx context.Context, tx *sql.Tx) (ledger.Result, error) {
+			runs.Add(1)
+			if err := e.WriteBiz(ctx, tx, key, 1); err != nil {
+				return ledger.Result{}, err
 			}
-			out, err := r.Run(ctx, req(t, key), work)
-			assertFinal(t, mode.String(), err, codeNotFound, "account 7 not found")
-			if !out.Executed {
-				t.Fatalf("%s: %+v %v", mode, out, err)
+			var x int
+			if err := tx.QueryRowContext(ctx, "SELECT 1/0").Scan(&x); err == nil {
+				return ledger.Result{}, errors.New("1/0 succeeded")
 			}
-			out, err = r.Run(ctx, req(t, key), work)
-			assertFinal(t, mode.String()+" replay", err, codeNotFound, "account 7 not found")
-			if !out.Replayed {
-				t.Fatalf("%s replay: %+v %v", mode, out, err)
-			}
-			if n := e.BizRows(t, key); n != 0 {
-				t.Fatalf("%d business rows", n)
-			}
+			return ledger.Result{}, &finalErr{codeNotFound, "account 7 not found"}
+		}
+		out, err := r.Run(ctx, req(t, key), work)
+		assertFinal(t, "first call", err, codeNotFound, "account 7 not found")
+		if !out.Executed || out.Attempts != 1 {
+			t.Fatalf("%+v %v", out, err)
+		}
+		out, err = r.Run(ctx, req(t, key), work)
+		assertFinal(t, "replay", err, codeNotFound, "account 7 not found")
+		if !out.Replayed {
+			t.Fatalf("replay: %+v %v", out, err)
+		}
+		if n := e.BizRows(t, key); n != 0 || runs.Load() != 1 {
+			t.Fatalf("%d business rows, %d runs; want 0, 1", n, runs.Load())
 		}
 		testdb.WaitIdle(t, e.DB)
 	})

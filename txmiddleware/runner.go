@@ -47,7 +47,9 @@ type RunResult struct {
 	// result (a success or a final error).
 	Executed bool
 	// Replayed is true when an earlier call had completed the operation:
-	// the work did not run and Result is the stored result.
+	// Result is the stored result, and the work did not run (claim first)
+	// or ran and was rolled back (claim at commit, see
+	// [WithClaimAtCommit]).
 	Replayed bool
 	// CompletedAt is when the replayed result was recorded (Replayed only).
 	CompletedAt time.Time
@@ -63,6 +65,7 @@ type Runner struct {
 	l   ledger.Ledger
 	d   dialects.Dialect
 	lw  dialects.LockWaiter // set when a lock wait bound is configured
+	rec ledger.Recorder     // set in claim-at-commit mode
 	cfg config
 	obs *observer
 }
@@ -89,6 +92,13 @@ func New(db *sql.DB, l ledger.Ledger, opts ...Option) (*Runner, error) {
 		}
 		r.lw = lw
 	}
+	if r.cfg.atCommit {
+		rec, ok := l.(ledger.Recorder)
+		if !ok {
+			return nil, fmt.Errorf("%w: WithClaimAtCommit: the ledger (%T) does not implement ledger.Recorder", ErrInvalidConfig, l)
+		}
+		r.rec = rec
+	}
 	r.obs = newObserver(d, &r.cfg)
 	return r, nil
 }
@@ -107,7 +117,15 @@ func TxFromContext(ctx context.Context) (*sql.Tx, bool) {
 // Run claims req's identity and, when this call acquires it, runs work and
 // records its result, all in one transaction:
 //
-//	BEGIN → Claim → [SAVEPOINT] → work → Complete → COMMIT
+//	BEGIN → Claim → work → Complete → COMMIT
+//
+// or, with [WithClaimAtCommit], the work first and the completed entry
+// recorded last:
+//
+//	BEGIN → work → Record → COMMIT
+//
+// in which a replay or a reused key is found only after the work ran: the
+// transaction then rolls back and the outcome is as below.
 //
 // It returns:
 //   - the work's result with Executed set, once it committed;
@@ -115,9 +133,14 @@ func TxFromContext(ctx context.Context) (*sql.Tx, bool) {
 //     the operation (the work does not run). A stored final error (a
 //     non-zero Code) comes back as the error too, rebuilt by the
 //     [ErrorCodec]'s Decode;
-//   - for a final error of the work (see [WithErrorCodec]): its partial
-//     writes are undone (ROLLBACK TO SAVEPOINT), its encoding is recorded
-//     and committed, and the work's error is returned with Executed set;
+//   - for a final error of the work (see [WithErrorCodec]): the whole
+//     transaction is rolled back, so none of the work's writes survive,
+//     and the error's encoding is recorded in a fresh transaction (claim
+//     again, complete with the encoding, commit); the work's error is
+//     returned with Executed set. If another call completed the operation
+//     in between, its result is returned as a replay instead; if another
+//     transaction holds the identity, the in-progress error. The work
+//     never runs twice for one final error, and no savepoint is taken;
 //   - for any other error of the work: everything is rolled back, nothing
 //     is recorded, and that error is returned (a later call runs the work
 //     again);
@@ -135,7 +158,8 @@ func TxFromContext(ctx context.Context) (*sql.Tx, bool) {
 // statement including BEGIN and COMMIT, or a connection lost before COMMIT
 // was sent, roll back and run the whole unit again, up to the attempt
 // bound, with jittered backoff that never sleeps past the context's
-// deadline. When attempts run out the last error is returned, matching
+// deadline; once a final error is being recorded, only its recording is
+// run again. When attempts run out the last error is returned, matching
 // ledger.ErrRetryable. A panic in work rolls back and propagates.
 func (r *Runner) Run(ctx context.Context, req ledger.ClaimRequest, work Work) (RunResult, error) {
 	ctx, op := r.obs.begin(ctx, req)
@@ -148,21 +172,29 @@ func (r *Runner) run(ctx context.Context, req ledger.ClaimRequest, work Work) (R
 	if work == nil {
 		return RunResult{}, errors.New("txmiddleware: work must not be nil")
 	}
-	savepoint := r.cfg.codec != nil && r.cfg.savepoint == SavepointAlways
-	var out RunResult
+	var (
+		out   RunResult
+		final *finalError // set once the work returned a final error
+	)
 	for {
 		out.Attempts++
-		o, err := r.once(ctx, req, work, savepoint)
+		var (
+			o   RunResult
+			err error
+		)
+		o, err = r.once(ctx, req, work, final)
 		o.Attempts = out.Attempts
 		out = o
 		if err == nil {
 			return out, nil
 		}
-		var nsp needSavepoint
-		if errors.As(err, &nsp) {
-			// A final error without a savepoint: run again with one, at
-			// once (not a failure). It happens at most once per call.
-			savepoint = true
+		var fe *finalError
+		if errors.As(err, &fe) {
+			// The work's final error, its transaction rolled back: record it
+			// in a fresh transaction, at once (not a failure). The work
+			// does not run again.
+			final = fe
+			out.Attempts--
 			continue
 		}
 		if out.Executed || out.Replayed || !r.transient(ctx, err) {
@@ -204,14 +236,18 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// needSavepoint is once's answer when the work returned a final error but
-// ran without a savepoint (SavepointOnFinalError).
-type needSavepoint struct{ err error }
-
-func (e needSavepoint) Error() string {
-	return "txmiddleware: final error without savepoint: " + e.err.Error()
+// finalError is once's answer when the work returned a final error: the
+// attempt's transaction has been rolled back, and enc, the codec's
+// encoding of err, is to be recorded in a fresh transaction.
+type finalError struct {
+	enc ledger.Result
+	err error
 }
-func (e needSavepoint) Unwrap() error { return e.err }
+
+func (e *finalError) Error() string {
+	return "txmiddleware: final error, to be recorded: " + e.err.Error()
+}
+func (e *finalError) Unwrap() error { return e.err }
 
 // transient reports whether the unit should run again after err.
 func (r *Runner) transient(ctx context.Context, err error) bool {
@@ -242,11 +278,6 @@ func ctxErr(ctx context.Context, op string, err error) error {
 	return fmt.Errorf("txmiddleware: %s: %w (%w)", op, cerr, err)
 }
 
-const (
-	savepointSQL  = "SAVEPOINT opledger_work"
-	rollbackToSQL = "ROLLBACK TO SAVEPOINT opledger_work"
-)
-
 // begin starts one attempt's transaction, with the lock-wait bound when
 // one is configured. release is never nil.
 func (r *Runner) begin(ctx context.Context) (*sql.Tx, func(), error) {
@@ -262,20 +293,18 @@ func (r *Runner) begin(ctx context.Context) (*sql.Tx, func(), error) {
 	return tx, func() {}, err
 }
 
-// once runs the unit one time.
-func (r *Runner) once(ctx context.Context, req ledger.ClaimRequest, work Work, savepoint bool) (out RunResult, err error) {
+// once runs the unit one time. With fe set it records that final error of
+// an earlier run of the work, whose transaction was rolled back, in a
+// fresh transaction instead of running the work: claim again and complete
+// with the encoding. When another call completed the operation meanwhile,
+// its result is the answer, as a replay.
+func (r *Runner) once(ctx context.Context, req ledger.ClaimRequest, work Work, fe *finalError) (out RunResult, err error) {
+	if fe != nil && r.cfg.afterFinalRollback != nil {
+		r.cfg.afterFinalRollback(ctx)
+	}
 	tx, release, err := r.begin(ctx)
 	if err != nil {
-		if cerr := ctxErr(ctx, "begin", err); cerr != nil {
-			return out, cerr
-		}
-		if r.d.Classify(err) == dialects.ClassLockTimeout {
-			// SQLite with immediate transactions waits for the write lock
-			// at BEGIN: the busy timeout passed while another transaction
-			// (perhaps holding this identity) wrote.
-			return out, fmt.Errorf("txmiddleware: begin: %w: %w", ledger.ErrInProgress, err)
-		}
-		return out, fmt.Errorf("txmiddleware: begin: %w", err)
+		return out, r.beginErr(ctx, err)
 	}
 	// Registered before the transaction's own deferred rollback, so it
 	// runs after it: a session setting is restored once the transaction
@@ -288,77 +317,121 @@ func (r *Runner) once(ctx context.Context, req ledger.ClaimRequest, work Work, s
 		}
 	}()
 
-	c, err := r.l.Claim(ctx, tx, req)
-	if err != nil {
-		if cerr := ctxErr(ctx, "claim", err); cerr != nil {
-			return out, cerr
+	var c *ledger.Claim
+	if r.rec == nil {
+		c, err = r.l.Claim(ctx, tx, req)
+		if err != nil {
+			if cerr := ctxErr(ctx, "claim", err); cerr != nil {
+				return out, cerr
+			}
+			return out, err // the ledger's errors, unchanged
 		}
-		return out, err // the ledger's errors, unchanged
-	}
-	r.obs.claimed(ctx, req, c)
-	if !c.Acquired() {
-		// Nothing was written: end the transaction without a commit.
-		ended = true
-		_ = tx.Rollback()
-		out.Result, out.Replayed, out.CompletedAt = c.Result, true, c.CompletedAt
-		return out, r.replayErr(c.Result)
+		r.obs.claimed(ctx, req, c)
+		if !c.Acquired() {
+			// Nothing was written: end the transaction without a commit.
+			ended = true
+			_ = tx.Rollback()
+			return r.replayed(out, c)
+		}
 	}
 
-	if savepoint {
-		if _, err := tx.ExecContext(ctx, savepointSQL); err != nil {
-			return out, r.stmtErr(ctx, "savepoint", err)
-		}
+	var (
+		res  ledger.Result
+		werr error
+	)
+	if fe != nil {
+		res, werr = fe.enc, fe.err
+	} else {
+		res, werr = work(ledger.ContextWithOperation(context.WithValue(ctx, txKey{}, tx), req.Identity), tx)
 	}
-	res, werr := work(ledger.ContextWithOperation(context.WithValue(ctx, txKey{}, tx), req.Identity), tx)
-	if werr != nil {
+	if werr != nil && fe == nil {
 		if cerr := ctxErr(ctx, "work", werr); cerr != nil {
 			return out, cerr
 		}
 		if r.transient(ctx, werr) {
 			return out, werr
 		}
-		final := false
-		if r.cfg.codec != nil {
-			if enc, ok := r.cfg.codec.Encode(werr); ok && enc.Code != 0 {
-				final, res = true, enc
-			}
+		if enc, ok := r.final(werr); ok {
+			// Roll back everything the work wrote; the encoding is recorded
+			// in a fresh transaction (see run).
+			ended = true
+			_ = tx.Rollback()
+			return out, &finalError{enc: enc, err: werr}
 		}
-		if !final {
-			return out, werr
-		}
-		if !savepoint {
-			return out, needSavepoint{werr}
-		}
-		if _, err := tx.ExecContext(ctx, rollbackToSQL); err != nil {
-			return out, r.stmtErr(ctx, "rollback to savepoint", err)
-		}
+		return out, werr
 	}
-	if err := r.l.Complete(ctx, tx, c, res); err != nil {
+	if r.rec != nil {
+		// Claim at commit: the completed entry, as the last statement.
+		rc, err := r.rec.Record(ctx, tx, req, res)
+		if err != nil {
+			if cerr := ctxErr(ctx, "record", err); cerr != nil {
+				return out, cerr
+			}
+			return out, err // the deferred rollback undoes the work
+		}
+		r.obs.claimed(ctx, req, rc)
+		if !rc.Recorded() {
+			// Another call completed it first: the work must not commit.
+			ended = true
+			_ = tx.Rollback()
+			return r.replayed(out, rc)
+		}
+	} else if err := r.l.Complete(ctx, tx, c, res); err != nil {
 		if cerr := ctxErr(ctx, "complete", err); cerr != nil {
 			return out, cerr
 		}
 		return out, err
 	}
-	if r.cfg.beforeCommit != nil {
-		r.cfg.beforeCommit(ctx)
-	}
-	if cerr := ctxErr(ctx, "commit", nil); cerr != nil {
-		return out, cerr // COMMIT not sent; the deferred rollback ends it
-	}
-	ended = true
-	if err := tx.Commit(); err != nil {
-		return out, r.commitErr(ctx, err)
+	if err := r.commit(ctx, tx, &ended); err != nil {
+		return out, err
 	}
 	out.Result, out.Executed = res, true
 	return out, werr
 }
 
-// stmtErr wraps a failure of one of the runner's own statements.
-func (r *Runner) stmtErr(ctx context.Context, op string, err error) error {
-	if cerr := ctxErr(ctx, op, err); cerr != nil {
+// replayed is the answer for a replay of c's stored result.
+func (r *Runner) replayed(out RunResult, c *ledger.Claim) (RunResult, error) {
+	out.Result, out.Replayed, out.CompletedAt = c.Result, true, c.CompletedAt
+	return out, r.replayErr(c.Result)
+}
+
+// final reports whether werr is final for the codec, with its encoding.
+func (r *Runner) final(werr error) (ledger.Result, bool) {
+	if r.cfg.codec == nil {
+		return ledger.Result{}, false
+	}
+	enc, ok := r.cfg.codec.Encode(werr)
+	return enc, ok && enc.Code != 0
+}
+
+// commit runs the test hook, checks the context and commits tx, setting
+// *ended once COMMIT is sent.
+func (r *Runner) commit(ctx context.Context, tx *sql.Tx, ended *bool) error {
+	if r.cfg.beforeCommit != nil {
+		r.cfg.beforeCommit(ctx)
+	}
+	if cerr := ctxErr(ctx, "commit", nil); cerr != nil {
+		return cerr // COMMIT not sent; the deferred rollback ends it
+	}
+	*ended = true
+	if err := tx.Commit(); err != nil {
+		return r.commitErr(ctx, err)
+	}
+	return nil
+}
+
+// beginErr wraps a failed BEGIN.
+func (r *Runner) beginErr(ctx context.Context, err error) error {
+	if cerr := ctxErr(ctx, "begin", err); cerr != nil {
 		return cerr
 	}
-	return &ledger.DBError{Op: op, Class: r.d.Classify(err), Err: err}
+	if r.d.Classify(err) == dialects.ClassLockTimeout {
+		// SQLite with immediate transactions waits for the write lock at
+		// BEGIN: the busy timeout passed while another transaction
+		// (perhaps holding this identity) wrote.
+		return fmt.Errorf("txmiddleware: begin: %w: %w", ledger.ErrInProgress, err)
+	}
+	return fmt.Errorf("txmiddleware: begin: %w", err)
 }
 
 // commitErr sorts a failed COMMIT: not sent (the transaction was already

@@ -18,8 +18,10 @@ import (
 )
 
 // TestHerd: 64 concurrent calls with one key, under each isolation level
-// the dialect offers: the work runs exactly once, one call executes, 63
-// replay, all return the same result byte for byte, one business row.
+// the dialect offers, in both orders: one call executes, 63 replay, all
+// return the same result byte for byte, one business row. Claim first,
+// the work runs exactly once; claim at commit, concurrent duplicates run
+// it too, but only one run commits.
 func TestHerd(t *testing.T) {
 	// Not parallel with the other tests: each target takes a herd's pool
 	// (see familyConns), and its 64 callers load the machine.
@@ -29,129 +31,174 @@ func TestHerd(t *testing.T) {
 		keys = 2
 	}
 	forEachTarget(t, callers, func(t *testing.T, e *env) {
-		for _, level := range e.IsolationLevels() {
-			t.Run(level.String(), func(t *testing.T) {
-				var retries atomic.Int64
-				r := e.runner(t, txmiddleware.WithIsolation(level), txmiddleware.WithTxBackoff(time.Millisecond, 20*time.Millisecond),
-					txmiddleware.WithOnRetry(func(context.Context, int, error, time.Duration) { retries.Add(1) }))
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				defer cancel()
-				var maxAttempts, totalAttempts int
-				for k := range keys {
-					key := fmt.Sprintf("herd-%s-%d", level, k)
-					var (
-						runs               atomic.Int64
-						start              = make(chan struct{})
-						wg                 sync.WaitGroup
-						outs               = make([]txmiddleware.RunResult, callers)
-						errs               = make([]error, callers)
-						executed, replayed int
-					)
-					for w := range callers {
-						wg.Add(1)
-						go func() {
-							defer wg.Done()
-							<-start
-							outs[w], errs[w] = r.Run(ctx, req(t, key), e.bizWork(key, w, &runs))
-						}()
-					}
-					close(start)
-					wg.Wait()
-					for w := range callers {
-						if errs[w] != nil {
-							t.Fatalf("key %s caller %d: %v", key, w, errs[w])
+		for _, m := range runModes {
+			for _, level := range e.IsolationLevels() {
+				t.Run(m.name+"/"+level.String(), func(t *testing.T) {
+					var retries atomic.Int64
+					r := e.runner(t, append([]txmiddleware.Option{txmiddleware.WithIsolation(level), txmiddleware.WithTxBackoff(time.Millisecond, 20*time.Millisecond),
+						txmiddleware.WithOnRetry(func(context.Context, int, error, time.Duration) { retries.Add(1) })}, m.opts...)...)
+					ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+					defer cancel()
+					var maxAttempts, totalAttempts int
+					var workRuns int64
+					for k := range keys {
+						key := fmt.Sprintf("herd-%s-%s-%d", m.name, level, k)
+						var (
+							runs               atomic.Int64
+							start              = make(chan struct{})
+							wg                 sync.WaitGroup
+							outs               = make([]txmiddleware.RunResult, callers)
+							errs               = make([]error, callers)
+							executed, replayed int
+						)
+						for w := range callers {
+							wg.Add(1)
+							go func() {
+								defer wg.Done()
+								<-start
+								outs[w], errs[w] = r.Run(ctx, req(t, key), e.bizWork(key, w, &runs))
+							}()
 						}
-						o := outs[w]
-						switch {
-						case o.Executed && !o.Replayed:
-							executed++
-						case o.Replayed && !o.Executed:
-							replayed++
-						default:
-							t.Fatalf("caller %d: outcome %+v", w, o)
+						close(start)
+						wg.Wait()
+						for w := range callers {
+							if errs[w] != nil {
+								t.Fatalf("key %s caller %d: %v", key, w, errs[w])
+							}
+							o := outs[w]
+							switch {
+							case o.Executed && !o.Replayed:
+								executed++
+							case o.Replayed && !o.Executed:
+								replayed++
+							default:
+								t.Fatalf("caller %d: outcome %+v", w, o)
+							}
+							if !bytes.Equal(o.Result.Response, outs[0].Result.Response) || o.Result.TypeName != outs[0].Result.TypeName {
+								t.Fatalf("caller %d: result %q, caller 0: %q", w, o.Result.Response, outs[0].Result.Response)
+							}
+							maxAttempts = max(maxAttempts, o.Attempts)
+							totalAttempts += o.Attempts
 						}
-						if !bytes.Equal(o.Result.Response, outs[0].Result.Response) || o.Result.TypeName != outs[0].Result.TypeName {
-							t.Fatalf("caller %d: result %q, caller 0: %q", w, o.Result.Response, outs[0].Result.Response)
+						if executed != 1 || replayed != callers-1 || (!m.atCommit && runs.Load() != 1) {
+							t.Fatalf("key %s: %d executed, %d replayed, work ran %d times; want 1, %d, 1", key, executed, replayed, runs.Load(), callers-1)
 						}
-						maxAttempts = max(maxAttempts, o.Attempts)
-						totalAttempts += o.Attempts
+						workRuns += runs.Load()
+						if n := e.BizRows(t, key); n != 1 {
+							t.Fatalf("key %s: %d business rows", key, n)
+						}
+						testdb.WaitIdle(t, e.DB)
 					}
-					if executed != 1 || replayed != callers-1 || runs.Load() != 1 {
-						t.Fatalf("key %s: %d executed, %d replayed, work ran %d times; want 1, %d, 1", key, executed, replayed, runs.Load(), callers-1)
+					if int(retries.Load()) != totalAttempts-keys*callers {
+						t.Fatalf("retry hook saw %d retries, outcomes report %d", retries.Load(), totalAttempts-keys*callers)
 					}
-					if n := e.BizRows(t, key); n != 1 {
-						t.Fatalf("key %s: %d business rows", key, n)
-					}
-					testdb.WaitIdle(t, e.DB)
-				}
-				if int(retries.Load()) != totalAttempts-keys*callers {
-					t.Fatalf("retry hook saw %d retries, outcomes report %d", retries.Load(), totalAttempts-keys*callers)
-				}
-				t.Logf("%s %s: %d keys × %d callers: %d attempts in all, %d retries, at most %d attempts for one call",
-					e.Name, level, keys, callers, totalAttempts, retries.Load(), maxAttempts)
-			})
+					t.Logf("%s %s %s: %d keys × %d callers: %d attempts in all, %d retries, at most %d attempts for one call, the work ran %d times",
+						e.Name, m.name, level, keys, callers, totalAttempts, retries.Load(), maxAttempts, workRuns)
+				})
+			}
 		}
 	})
 }
 
-// A final error: the work's writes are undone to the savepoint, the
-// codec's encoding is committed, and every later call gets the same error
-// back, code and message, and the same stored result byte for byte,
-// without the work running again. Under both savepoint modes; under
-// SavepointOnFinalError the work runs twice on this path.
+// runMode is one order of the protocol the runner can run.
+type runMode struct {
+	name     string
+	atCommit bool
+	opts     []txmiddleware.Option
+}
+
+var runModes = []runMode{
+	{name: "claim-first"},
+	{name: "claim-at-commit", atCommit: true, opts: []txmiddleware.Option{txmiddleware.WithClaimAtCommit()}},
+}
+
+// A final error: the work's transaction is rolled back whole, the
+// codec's encoding is committed in a fresh transaction, and every later
+// call gets the same error back, code and message, and the same stored
+// result byte for byte, without the work running again. The work runs
+// once on this path.
 func TestFinalErrorReplayed(t *testing.T) {
 	t.Parallel()
 	forEachTarget(t, 4, func(t *testing.T, e *env) {
-		for _, mode := range []txmiddleware.SavepointMode{txmiddleware.SavepointAlways, txmiddleware.SavepointOnFinalError} {
-			t.Run(mode.String(), func(t *testing.T) {
-				ctx := context.Background()
-				key := "final-" + mode.String()
-				var runs atomic.Int64
-				work := func(ctx context.Context, tx *sql.Tx) (ledger.Result, error) {
-					runs.Add(1)
-					if err := e.WriteBiz(ctx, tx, key, 1); err != nil { // a partial write
-						return ledger.Result{}, err
-					}
-					return ledger.Result{}, fmt.Errorf("transfer: %w", &finalErr{codeFailedPrecondition, "insufficient funds: balance 10 < 25"})
-				}
-				r := e.runner(t, txmiddleware.WithSavepoint(mode))
-				out, err1 := r.Run(ctx, req(t, key), work)
-				wantAttempts, wantRuns := 1, int64(1)
-				if mode == txmiddleware.SavepointOnFinalError {
-					wantAttempts, wantRuns = 2, 2
-				}
-				if !out.Executed || out.Replayed || out.Attempts != wantAttempts || runs.Load() != wantRuns {
-					t.Fatalf("first call: %+v, work ran %d times; want executed in %d attempts, %d runs", out, runs.Load(), wantAttempts, wantRuns)
-				}
-				const msg = "transfer: insufficient funds: balance 10 < 25"
-				assertFinal(t, "first call", err1, codeFailedPrecondition, msg)
-				if want := (ledger.Result{Code: codeFailedPrecondition, Response: []byte(msg), TypeName: finalTypeName}); !sameResult(out.Result, want) {
-					t.Fatalf("first call recorded %+v, want the codec's encoding %+v", out.Result, want)
-				}
-				if n := e.BizRows(t, key); n != 0 {
-					t.Fatalf("the final error's partial write persisted: %d rows", n)
-				}
-				entry, err := e.lookup(t, key)
-				if err != nil || entry.State != ledger.Completed || !sameResult(entry.Result, out.Result) {
-					t.Fatalf("recorded entry: %+v %v, want %+v", entry, err, out.Result)
-				}
-
-				for i := range 3 {
-					out2, err2 := r.Run(ctx, req(t, key), work)
-					if !out2.Replayed || out2.Executed || out2.Attempts != 1 {
-						t.Fatalf("replay %d: %+v", i, out2)
-					}
-					assertFinal(t, fmt.Sprintf("replay %d", i), err2, codeFailedPrecondition, err1.Error())
-					if !sameResult(out2.Result, out.Result) {
-						t.Fatalf("replay %d: result %+v, first call %+v", i, out2.Result, out.Result)
-					}
-				}
-				if runs.Load() != wantRuns {
-					t.Fatalf("the work ran on replay: %d runs", runs.Load())
-				}
-				testdb.WaitIdle(t, e.DB)
-			})
+		ctx := context.Background()
+		key := "final"
+		var runs atomic.Int64
+		work := func(ctx context.Context, tx *sql.Tx) (ledger.Result, error) {
+			runs.Add(1)
+			if err := e.WriteBiz(ctx, tx, key, 1); err != nil { // a partial write
+				return ledger.Result{}, err
+			}
+			return ledger.Result{}, fmt.Errorf("transfer: %w", &finalErr{codeFailedPrecondition, "insufficient funds: balance 10 < 25"})
 		}
+		r := e.runner(t)
+		out, err1 := r.Run(ctx, req(t, key), work)
+		if !out.Executed || out.Replayed || out.Attempts != 1 || runs.Load() != 1 {
+			t.Fatalf("first call: %+v, work ran %d times; want executed in 1 attempt, 1 run", out, runs.Load())
+		}
+		const msg = "transfer: insufficient funds: balance 10 < 25"
+		assertFinal(t, "first call", err1, codeFailedPrecondition, msg)
+		if want := (ledger.Result{Code: codeFailedPrecondition, Response: []byte(msg), TypeName: finalTypeName}); !sameResult(out.Result, want) {
+			t.Fatalf("first call recorded %+v, want the codec's encoding %+v", out.Result, want)
+		}
+		if n := e.BizRows(t, key); n != 0 {
+			t.Fatalf("the final error's partial write persisted: %d rows", n)
+		}
+		entry, err := e.lookup(t, key)
+		if err != nil || entry.State != ledger.Completed || !sameResult(entry.Result, out.Result) {
+			t.Fatalf("recorded entry: %+v %v, want %+v", entry, err, out.Result)
+		}
+
+		for i := range 3 {
+			out2, err2 := r.Run(ctx, req(t, key), work)
+			if !out2.Replayed || out2.Executed || out2.Attempts != 1 {
+				t.Fatalf("replay %d: %+v", i, out2)
+			}
+			assertFinal(t, fmt.Sprintf("replay %d", i), err2, codeFailedPrecondition, err1.Error())
+			if !sameResult(out2.Result, out.Result) {
+				t.Fatalf("replay %d: result %+v, first call %+v", i, out2.Result, out.Result)
+			}
+		}
+		if runs.Load() != 1 {
+			t.Fatalf("the work ran on replay: %d runs", runs.Load())
+		}
+		testdb.WaitIdle(t, e.DB)
+	})
+}
+
+// A final error whose operation another call completes between the
+// rollback and the fresh transaction that records it: the call returns
+// the other call's result as a replay, records nothing, and the work ran
+// once.
+func TestFinalErrorCompletedMeanwhile(t *testing.T) {
+	t.Parallel()
+	forEachTarget(t, 4, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		key := "final-meanwhile"
+		var runs, otherRuns atomic.Int64
+		other := e.runner(t)
+		r := e.runner(t, txmiddleware.WithAfterFinalRollback(func(ctx context.Context) {
+			if out, err := other.Run(ctx, req(t, key), e.bizWork(key, 2, &otherRuns)); err != nil || !out.Executed {
+				t.Errorf("the other call: %+v %v; want executed", out, err)
+			}
+		}))
+		out, err := r.Run(ctx, req(t, key), func(ctx context.Context, tx *sql.Tx) (ledger.Result, error) {
+			runs.Add(1)
+			if err := e.WriteBiz(ctx, tx, key, 1); err != nil {
+				return ledger.Result{}, err
+			}
+			return ledger.Result{}, &finalErr{codeNotFound, "no such account"}
+		})
+		entry, lerr := e.lookup(t, key)
+		if lerr != nil || entry.State != ledger.Completed {
+			t.Fatalf("entry: %+v %v", entry, lerr)
+		}
+		if err != nil || !out.Replayed || out.Executed || !sameResult(out.Result, entry.Result) || out.Result.Code != 0 {
+			t.Fatalf("%+v %v; want the other call's result %+v replayed", out, err, entry.Result)
+		}
+		if runs.Load() != 1 || otherRuns.Load() != 1 || e.BizRows(t, key) != 1 {
+			t.Fatalf("work ran %d times, the other %d, %d business rows; want 1, 1, 1", runs.Load(), otherRuns.Load(), e.BizRows(t, key))
+		}
+		testdb.WaitIdle(t, e.DB)
 	})
 }
 
@@ -182,7 +229,6 @@ func TestNonFinalErrorRecordsNothing(t *testing.T) {
 			{"codec says final with code 0", []txmiddleware.Option{txmiddleware.WithErrorCodec(zeroCode)}, errors.New("try later")},
 			{"no codec, plain error", nil, errors.New("bug")},
 			{"no codec, final error", nil, &finalErr{codeFailedPrecondition, "insufficient funds"}},
-			{"no codec, final error, SavepointOnFinalError", []txmiddleware.Option{txmiddleware.WithSavepoint(txmiddleware.SavepointOnFinalError)}, &finalErr{codeNotFound, "no such account"}},
 		} {
 			key := fmt.Sprintf("nonfinal-%d", i)
 			var runs atomic.Int64
@@ -207,23 +253,19 @@ func TestNonFinalErrorRecordsNothing(t *testing.T) {
 	})
 }
 
-// The runner takes its savepoint only where a final error can happen:
-// with a codec under SavepointAlways. The work proves it by releasing
-// the savepoint, which fails on every database when none was taken.
-func TestSavepointOnlyWithCodec(t *testing.T) {
+// The runner takes no savepoint on any path: success, final error, other
+// error, with a codec or without. The work proves it by releasing the
+// savepoint, which fails on every database when none was taken.
+func TestNoSavepoint(t *testing.T) {
 	t.Parallel()
-	errRelease := errors.New("RELEASE SAVEPOINT failed")
 	forEachTarget(t, 2, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		for i, c := range []struct {
-			name      string
-			opts      []txmiddleware.Option
-			savepoint bool
+			name string
+			opts []txmiddleware.Option
 		}{
-			{"no codec", nil, false},
-			{"no codec, SavepointAlways", []txmiddleware.Option{txmiddleware.WithSavepoint(txmiddleware.SavepointAlways)}, false},
-			{"codec", []txmiddleware.Option{txmiddleware.WithErrorCodec(testCodec{})}, true},
-			{"codec, SavepointOnFinalError", []txmiddleware.Option{txmiddleware.WithErrorCodec(testCodec{}), txmiddleware.WithSavepoint(txmiddleware.SavepointOnFinalError)}, false},
+			{"no codec", nil},
+			{"codec", []txmiddleware.Option{txmiddleware.WithErrorCodec(testCodec{})}},
 		} {
 			key := fmt.Sprintf("savepoint-%d", i)
 			var runs atomic.Int64
@@ -233,20 +275,17 @@ func TestSavepointOnlyWithCodec(t *testing.T) {
 					return ledger.Result{}, err
 				}
 				if _, err := tx.ExecContext(ctx, "RELEASE SAVEPOINT opledger_work"); err != nil {
-					return ledger.Result{}, fmt.Errorf("%w: %w", errRelease, err)
+					// Final with the codec: recorded in a fresh transaction.
+					return ledger.Result{}, &finalErr{codeFailedPrecondition, "released nothing"}
 				}
 				return ledger.Result{Response: []byte("released")}, nil
 			})
-			if c.savepoint {
-				if err != nil || !out.Executed || out.Attempts != 1 || e.BizRows(t, key) != 1 {
-					t.Fatalf("%s: %+v %v; want the savepoint released and the work committed", c.name, out, err)
-				}
-				continue
+			if err == nil {
+				t.Fatalf("%s: RELEASE SAVEPOINT succeeded: the runner took a savepoint", c.name)
 			}
-			if !errors.Is(err, errRelease) || out.Executed || out.Attempts != 1 || runs.Load() != 1 {
-				t.Fatalf("%s: %+v %v, work ran %d times; want RELEASE SAVEPOINT to fail (no savepoint taken)", c.name, out, err, runs.Load())
+			if runs.Load() != 1 || out.Attempts != 1 || e.BizRows(t, key) != 0 {
+				t.Fatalf("%s: %+v %v, work ran %d times; want one run, nothing of it committed", c.name, out, err, runs.Load())
 			}
-			e.assertNothing(t, key)
 		}
 		testdb.WaitIdle(t, e.DB)
 	})
@@ -609,7 +648,6 @@ func TestOptions(t *testing.T) {
 			{"WithTxBackoff(1s, 1ms)", []txmiddleware.Option{txmiddleware.WithTxBackoff(time.Second, time.Millisecond)}},
 			{"WithRandom(nil)", []txmiddleware.Option{txmiddleware.WithRandom(nil)}},
 			{"WithLockWait(-1)", []txmiddleware.Option{txmiddleware.WithLockWait(-1)}},
-			{"WithSavepoint(0)", []txmiddleware.Option{txmiddleware.WithSavepoint(0)}},
 			{"WithErrorCodec(nil)", []txmiddleware.Option{txmiddleware.WithErrorCodec(nil)}},
 			{"zero Option", []txmiddleware.Option{{}}},
 			{"WithIsolation twice", []txmiddleware.Option{txmiddleware.WithIsolation(sql.LevelDefault), txmiddleware.WithIsolation(sql.LevelDefault)}},
@@ -617,7 +655,6 @@ func TestOptions(t *testing.T) {
 			{"WithTxBackoff twice", []txmiddleware.Option{txmiddleware.WithTxBackoff(time.Millisecond, time.Second), txmiddleware.WithTxBackoff(time.Millisecond, time.Second)}},
 			{"WithRandom twice", []txmiddleware.Option{txmiddleware.WithRandom(random), txmiddleware.WithRandom(random)}},
 			{"WithLockWait twice", []txmiddleware.Option{txmiddleware.WithLockWait(0), txmiddleware.WithLockWait(time.Second)}},
-			{"WithSavepoint twice", []txmiddleware.Option{txmiddleware.WithSavepoint(txmiddleware.SavepointAlways), txmiddleware.WithSavepoint(txmiddleware.SavepointOnFinalError)}},
 			{"WithOnRetry twice", []txmiddleware.Option{txmiddleware.WithOnRetry(onRetry), txmiddleware.WithOnRetry(onRetry)}},
 			{"WithErrorCodec twice", []txmiddleware.Option{txmiddleware.WithErrorCodec(testCodec{}), txmiddleware.WithErrorCodec(testCodec{})}},
 			{"WithBeforeCommit twice", []txmiddleware.Option{txmiddleware.WithBeforeCommit(nil), txmiddleware.WithBeforeCommit(nil)}},
@@ -630,7 +667,7 @@ func TestOptions(t *testing.T) {
 		if _, err := txmiddleware.New(e.DB, e.l,
 			txmiddleware.WithIsolation(sql.LevelDefault), txmiddleware.WithMaxTxAttempts(3),
 			txmiddleware.WithTxBackoff(time.Millisecond, time.Second), txmiddleware.WithRandom(random),
-			txmiddleware.WithLockWait(time.Second), txmiddleware.WithSavepoint(txmiddleware.SavepointOnFinalError),
+			txmiddleware.WithLockWait(time.Second),
 			txmiddleware.WithOnRetry(onRetry), txmiddleware.WithErrorCodec(testCodec{})); err != nil {
 			t.Errorf("every option once: %v", err)
 		}

@@ -19,7 +19,7 @@ func init() {
 	extraCommands["conformance"] = command{"run the concurrency conformance suite against a database, in scratch tables", runConformance}
 }
 
-const conformanceUsage = `usage: opledger conformance [--dsn DSN] [--concurrency N] [--keys N] [--cases A,B] [--json]
+const conformanceUsage = `usage: opledger conformance [--dsn DSN] [--concurrency N] [--keys N] [--cases A,B] [--at-commit] [--json]
 
 Runs the ledger's concurrency conformance suite against a database: many
 goroutines on real connections, at every isolation level the database offers.
@@ -28,6 +28,10 @@ kit's migrations and dropped afterwards; nothing else is touched.
 
 Without --dsn or OPLEDGER_DSN it runs on an embedded SQLite database in a
 temporary file, removed afterwards (never ./opledger.db).
+
+With --at-commit the units of work run claim at commit (the business write,
+then the ledger's Record as the last statement), the order of
+txmiddleware.WithClaimAtCommit; every case but no-poisoning applies.
 
 Prints one line per case (case, verdict, duration, figures) or, with --json, one
 JSON report. Exits 0 when every case passes or skips, 1 when any fails, 2 on a
@@ -64,6 +68,7 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 	keys := fs.Int("keys", conformance.DefaultKeys, "keys the herd runs over (other cases use a fraction)")
 	cases := fs.String("cases", "", "comma-separated case names to run (default all)")
 	asJSON := fs.Bool("json", false, "print one JSON report instead of a table")
+	atCommit := fs.Bool("at-commit", false, "run the units claim at commit (business write, then Record)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -120,11 +125,19 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	width := nameWidth()
 	if !*asJSON {
-		fmt.Fprintf(stdout, "conformance suite on %s (%s), %d claimants, %d keys\n\n", tgt.display, tgt.dialect.Name(), *concurrency, *keys)
+		order := ""
+		if *atCommit {
+			order = ", claim at commit"
+		}
+		fmt.Fprintf(stdout, "conformance suite on %s (%s), %d claimants, %d keys%s\n\n", tgt.display, tgt.dialect.Name(), *concurrency, *keys, order)
 		fmt.Fprintf(stdout, "%-*s  %-7s  %9s  %s\n", width, "CASE", "VERDICT", "DURATION", "FIGURES")
 		opts = append(opts, conformance.WithProgress(func(r conformance.CaseResult) { printCase(stdout, width, r) }))
 	}
-	rep := conformance.Check(ctx, conformance.StoreTarget(tgt.display, db, tgt.dialect), opts...)
+	target := conformance.StoreTarget(tgt.display, db, tgt.dialect)
+	if *atCommit {
+		target = target.AtCommit()
+	}
+	rep := conformance.Check(ctx, target, opts...)
 	if msg, ok := setupFailure(rep); ok {
 		return fail(stderr, "conformance", errors.New(msg))
 	}

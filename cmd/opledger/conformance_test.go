@@ -75,6 +75,19 @@ func TestConformanceDefaultSQLite(t *testing.T) {
 	}
 }
 
+// TestConformanceAtCommit: --at-commit runs the units claim at commit;
+// no-poisoning skips, everything else passes.
+func TestConformanceAtCommit(t *testing.T) {
+	t.Setenv("OPLEDGER_DSN", "")
+	code, out, errs := runConformanceCmd(t, "--keys", "5", "--concurrency", "8", "--at-commit")
+	if code != 0 || errs != "" {
+		t.Fatalf("exit %d, stderr %q, stdout:\n%s", code, errs, out)
+	}
+	if !strings.Contains(out, "(sqlite), 8 claimants, 5 keys, claim at commit") || !strings.Contains(out, "PASS: 13 passed, 0 failed, 2 skipped") {
+		t.Fatalf("header or summary missing:\n%s", out)
+	}
+}
+
 // TestConformanceJSON: --json prints one report a tool can read.
 func TestConformanceJSON(t *testing.T) {
 	t.Setenv("OPLEDGER_DSN", "")

@@ -66,6 +66,7 @@ type Dialect struct {
 var (
 	_ dialects.Dialect   = Dialect{}
 	_ dialects.TxChecker = Dialect{}
+	_ dialects.Recorder  = Dialect{}
 )
 
 // New returns the MySQL/MariaDB (InnoDB) dialect.
@@ -138,6 +139,25 @@ func (d Dialect) Queries(table string) dialects.Queries {
 		// Oldest first through the expires_at index; each batch is its own
 		// statement, so no lock is held longer than one batch.
 		Sweep: `DELETE FROM ` + t + ` WHERE expires_at <= ? ORDER BY expires_at LIMIT ?`,
+	}
+}
+
+// RecordQueries returns the SQL of the ledger's Record for table: a plain
+// INSERT of the completed entry, which on a duplicate waits for an
+// uncommitted holder and fails with 1062 (the statement alone rolls back)
+// once the holder commits, or ends in deadlock 1213 when InnoDB picks it
+// as the victim among several waiters. An expired entry is taken over by a
+// second statement, TakeOver, after the read-back: ON DUPLICATE KEY UPDATE
+// would do it in one, but its affected-rows count cannot tell "inserted"
+// from "existed" when the DSN has clientFoundRows=true. The same holds for
+// the TiDB variant.
+func (d Dialect) RecordQueries(table string) dialects.RecordQueries {
+	t := d.QuoteIdent(table)
+	return dialects.RecordQueries{
+		Insert: `INSERT INTO ` + t + ` (id, caller, method, request_fp, code, response, response_type, created_at, completed_at, expires_at) ` +
+			`VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		TakeOver: `UPDATE ` + t + ` SET request_fp = ?, code = ?, response = ?, response_type = ?, ` +
+			`created_at = ?, completed_at = ?, expires_at = ? WHERE id = ? AND expires_at <= ?`,
 	}
 }
 

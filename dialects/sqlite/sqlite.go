@@ -28,7 +28,10 @@ import (
 // Dialect is the SQLite dialect. The zero value is ready to use.
 type Dialect struct{}
 
-var _ dialects.Dialect = Dialect{}
+var (
+	_ dialects.Dialect  = Dialect{}
+	_ dialects.Recorder = Dialect{}
+)
 
 // New returns the SQLite dialect.
 func New() Dialect { return Dialect{} }
@@ -61,6 +64,27 @@ func (d Dialect) Queries(table string) dialects.Queries {
 		Lookup: `SELECT ` + columns + ` FROM ` + t + ` WHERE id = ?`,
 		Sweep: `DELETE FROM ` + t + ` WHERE id IN (SELECT id FROM ` + t +
 			` WHERE expires_at <= ? LIMIT ?)`,
+	}
+}
+
+// RecordQueries returns the SQL of the ledger's Record for table: one
+// upsert, INSERT … ON CONFLICT (id) DO UPDATE … WHERE expires_at <= now,
+// which inserts the completed entry or takes over an expired one and
+// changes no row when a live entry is there. SQLite runs one writer at a
+// time, so a concurrent duplicate never overlaps: with immediate
+// transactions ([DSN]) it waits at BEGIN for the other writer to end.
+func (d Dialect) RecordQueries(table string) dialects.RecordQueries {
+	t := d.QuoteIdent(table)
+	return dialects.RecordQueries{
+		Insert: `INSERT INTO ` + t + ` (id, caller, method, request_fp, code, response, response_type, created_at, completed_at, expires_at) ` +
+			`VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET ` +
+			`request_fp = excluded.request_fp, code = excluded.code, response = excluded.response, ` +
+			`response_type = excluded.response_type, created_at = excluded.created_at, ` +
+			`completed_at = excluded.completed_at, expires_at = excluded.expires_at ` +
+			`WHERE ` + t + `.expires_at <= ?`,
+		TakesOver: true,
+		TakeOver: `UPDATE ` + t + ` SET request_fp = ?, code = ?, response = ?, response_type = ?, ` +
+			`created_at = ?, completed_at = ?, expires_at = ? WHERE id = ? AND expires_at <= ?`,
 	}
 }
 

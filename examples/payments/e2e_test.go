@@ -8,6 +8,7 @@ import (
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/dialects/sqlite"
 	"github.com/opledger/opledger/examples/payments"
+	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/testdb"
 	"github.com/opledger/opledger/policy"
@@ -134,6 +135,31 @@ func TestDefiniteOutcomes(t *testing.T) {
 					t.Errorf("%d calls failed (%d failed before send): %v", rep.Failed, rep.Faults.FailedBeforeSend, rep.FailedBy)
 				}
 			})
+		})
+	}
+}
+
+// TestDefiniteOutcomesClaimAtCommit: the application-owner run of
+// TestDefiniteOutcomes, faults and all, with Transfer claimed at commit
+// (grpcint.WithClaimAtCommit): every call gets its answer, one effect per
+// committed call, replays identical.
+func TestDefiniteOutcomesClaimAtCommit(t *testing.T) {
+	for _, tg := range e2eTargets() {
+		t.Run(tg.Name, func(t *testing.T) {
+			sc := scenario(t, tg, 2000)
+			budget, err := policy.NewBudget(policy.BudgetSettings{Percent: 10, MinRetriesPerSecond: 100})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sc.Faults = lossAtThreePlaces(13)
+			sc.ServerOptions = []grpcint.ServerOption{grpcint.WithClaimAtCommit(paymentspb.TransferMethod)}
+			sc.ClientOptions = []grpcint.ClientOption{grpcint.WithBudget(budget), grpcint.WithMaxAttempts(12),
+				grpcint.WithBackoff(policy.Backoff{Initial: 5 * time.Millisecond, Max: 50 * time.Millisecond})}
+			rep := run(t, sc)
+			checkDefinite(t, rep)
+			if rep.Failed != 0 || rep.Succeeded != rep.Calls {
+				t.Errorf("%d of %d calls failed (%v); with this budget every call should get its answer", rep.Failed, rep.Calls, rep.FailedBy)
+			}
 		})
 	}
 }

@@ -1,0 +1,144 @@
+package ledger
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/opledger/opledger/dialects"
+)
+
+// Record inserts req's identity already completed with r, inside tx: the
+// claim at commit. The caller runs its work in tx first and calls Record
+// as the last statement before COMMIT; the entry and the work commit or
+// roll back together, exactly as with Claim and Complete, and only one
+// transaction can ever commit an entry for the identity.
+//
+// It inserts first, against the same unique constraint as Claim, and reads
+// only on conflict. The result is:
+//   - a Claim with Outcome Recorded: the completed entry is in tx; commit;
+//   - a Claim with Outcome Replay and the stored Result: another
+//     transaction completed the operation first; roll tx back (the work's
+//     writes must not commit) and return the stored result;
+//   - ErrKeyReused: the identity exists with another fingerprint; roll
+//     back;
+//   - ErrInProgress: another open transaction held the identity past the
+//     transaction's lock timeout (or SQLite's busy timeout);
+//   - ErrIncomplete: the entry was committed without a result;
+//   - an error matching ErrRetryable (serialization failure, deadlock):
+//     roll back and retry the whole transaction, work included;
+//   - ErrInvalid (bad input or a result over the limits, before any
+//     statement), an error matching dialects.ErrUnsuitableTx (as for
+//     Claim), a context error, sql.ErrTxDone, or another *DBError.
+//
+// An entry past its retention is taken over with r: in the insert itself
+// on SQLite, by one more statement after the read-back on PostgreSQL and
+// MySQL (see each dialect's RecordQueries). What a
+// concurrent duplicate does depends on the database: see docs/ledger.md.
+// For a dialect without [dialects.Recorder] it claims and completes (two
+// statements, the same outcomes).
+func (s *Store) Record(ctx context.Context, tx *sql.Tx, req ClaimRequest, r Result) (*Claim, error) {
+	ctx, op := s.obs.begin(ctx, "opledger.record", req.Identity)
+	c, err := s.record(ctx, tx, req, r)
+	s.obs.claimed(ctx, op, req.Identity, c, err)
+	return c, err
+}
+
+func (s *Store) record(ctx context.Context, tx *sql.Tx, req ClaimRequest, r Result) (*Claim, error) {
+	if err := s.checkResult(r); err != nil {
+		return nil, err
+	}
+	if s.rq == nil {
+		c, err := s.claim(ctx, tx, req)
+		if err != nil || !c.Acquired() {
+			return c, err
+		}
+		if err := s.complete(ctx, tx, c, r); err != nil {
+			return nil, err
+		}
+		return NewRecorded(req.Identity, tx), nil
+	}
+	if tx == nil {
+		return nil, invalid("tx", "transaction must not be nil")
+	}
+	if req.Identity.IsZero() {
+		return nil, invalid("caller", "identity is zero; build it with NewIdentity")
+	}
+	if req.Fingerprint.IsZero() {
+		return nil, invalid("fingerprint", "must not be all zero")
+	}
+	if err := s.check(ctx, "record", tx); err != nil {
+		return nil, err
+	}
+	id := req.Identity.id[:]
+	fp := req.Fingerprint[:]
+	resp := r.Response
+	if resp == nil {
+		resp = []byte{}
+	}
+	for range maxClaimLoops {
+		now := s.now()
+		created, expires := micros(now), micros(now.Add(s.retention))
+		args := []any{id, req.Identity.caller, req.Identity.method, fp, int64(r.Code), resp, r.TypeName, created, created, expires}
+		if s.rq.TakesOver {
+			args = append(args, created)
+		}
+		res, err := tx.ExecContext(ctx, s.rq.Insert, args...)
+		if err != nil {
+			if s.d.Classify(err) != dialects.ClassUniqueViolation {
+				return nil, s.fail(ctx, "record", err)
+			}
+		} else if n, err := res.RowsAffected(); err != nil {
+			return nil, s.fail(ctx, "record", err)
+		} else if n == 1 {
+			return NewRecorded(req.Identity, tx), nil
+		}
+
+		// Conflict with a live entry (or, without TakesOver, any entry).
+		if s.afterConflict != nil {
+			s.afterConflict()
+		}
+		e, err := s.scan(tx.QueryRowContext(ctx, s.q.Select, id))
+		if errors.Is(err, sql.ErrNoRows) {
+			continue // deleted between the conflict and the read: insert again
+		}
+		if err != nil {
+			return nil, s.fail(ctx, "record", err)
+		}
+		if e.expiresAt <= created {
+			res, err := tx.ExecContext(ctx, s.rq.TakeOver, fp, int64(r.Code), resp, r.TypeName, created, created, expires, id, created)
+			if err != nil {
+				return nil, s.fail(ctx, "record", err)
+			}
+			n, err := res.RowsAffected()
+			if err != nil {
+				return nil, s.fail(ctx, "record", err)
+			}
+			if n == 1 {
+				return NewRecorded(req.Identity, tx), nil
+			}
+			continue // another transaction took it over first: read again
+		}
+		if !bytes.Equal(e.fp, fp) {
+			return nil, ErrKeyReused
+		}
+		if e.completedAt == nil {
+			return nil, ErrIncomplete
+		}
+		return NewReplay(req.Identity, e.result, fromMicros(*e.completedAt)), nil
+	}
+	return nil, fmt.Errorf("ledger: record: entry changed under the record %d times: %w", maxClaimLoops, ErrRetryable)
+}
+
+// checkResult refuses a result over the limits.
+func (s *Store) checkResult(r Result) error {
+	if len(r.Response) > s.maxResult {
+		return invalid("result", fmt.Sprintf("response of %d bytes exceeds the limit of %d", len(r.Response), s.maxResult))
+	}
+	if r.Code > MaxCode {
+		return invalid("result", "code above 2147483647")
+	}
+	return checkTypeName(r.TypeName)
+}
