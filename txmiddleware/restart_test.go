@@ -22,24 +22,43 @@ import (
 )
 
 // restartTargets are the databases a test may restart: throw-away servers
-// of its own, never the shared ones.
+// of its own, never the shared ones. start returns the server to restart
+// and the address the clients connect to (PgBouncer's, for the pooled
+// targets, whose backend is the server restarted).
 var restartTargets = []struct {
 	name    string
 	driver  string
 	dialect dialects.Dialect
-	start   func(testing.TB) *throwaway.Server
+	start   func(testing.TB) (*throwaway.Server, string)
 	dsn     func(addr string) string
 }{
-	{"postgres/pq", "postgres", postgres.New(), throwaway.Postgres, func(a string) string {
-		return "postgres://postgres@" + a + "/postgres?sslmode=disable"
-	}},
-	{"postgres/pgx", "pgx", postgres.New(), throwaway.Postgres, func(a string) string {
-		return "postgres://postgres@" + a + "/postgres?sslmode=disable"
-	}},
-	{"mariadb", "mysql", mysql.New(), throwaway.MariaDB, func(a string) string {
+	{"postgres/pq", "postgres", postgres.New(), direct(throwaway.Postgres), pgDSN("")},
+	{"postgres/pgx", "pgx", postgres.New(), direct(throwaway.Postgres), pgDSN("")},
+	{"pgbouncer/pq", "postgres", postgres.New(), pooled, pgDSN("&binary_parameters=yes")},
+	{"pgbouncer/pgx", "pgx", postgres.New(), pooled, pgDSN("&default_query_exec_mode=exec")},
+	{"mariadb", "mysql", mysql.New(), direct(throwaway.MariaDB), func(a string) string {
 		cfg, _ := mysql.Config("root@tcp(" + a + ")/test")
 		return cfg.FormatDSN()
 	}},
+}
+
+func direct(start func(testing.TB) *throwaway.Server) func(testing.TB) (*throwaway.Server, string) {
+	return func(t testing.TB) (*throwaway.Server, string) {
+		s := start(t)
+		return s, s.Addr()
+	}
+}
+
+// pooled starts a PostgreSQL behind a PgBouncer in transaction mode with
+// two server connections.
+func pooled(t testing.TB) (*throwaway.Server, string) {
+	pg := throwaway.Postgres(t)
+	pb := throwaway.PgBouncer(t, pg, throwaway.PgBouncerOptions{PoolSize: 2})
+	return pg, pb.Addr()
+}
+
+func pgDSN(params string) func(string) string {
+	return func(a string) string { return "postgres://postgres@" + a + "/postgres?sslmode=disable" + params }
 }
 
 // commitProxy forwards TCP to a database server. Armed, it stops at the
@@ -134,7 +153,8 @@ func (p *commitProxy) serve() {
 	}
 }
 
-// TestDatabaseRestart: a database restarted (cleanly or by SIGKILL) while
+// TestDatabaseRestart: a database (PostgreSQL, also behind PgBouncer in
+// transaction mode, and MariaDB) restarted (cleanly or by SIGKILL) while
 // a unit's work runs, after its claim, or killed while its COMMIT is in
 // flight, never gives a wrong answer. Mid-work the runner surfaces a
 // connection failure, retries on the restarted server and executes once,
@@ -148,8 +168,8 @@ func TestDatabaseRestart(t *testing.T) {
 	for _, tg := range restartTargets {
 		t.Run(tg.name, func(t *testing.T) {
 			t.Parallel()
-			srv := tg.start(t)
-			proxy := newCommitProxy(t, srv.Addr())
+			srv, addr := tg.start(t)
+			proxy := newCommitProxy(t, addr)
 			db := testdb.OpenDSN(t, tg.driver, tg.dsn(proxy.lis.Addr().String()), 4)
 			e := withStore(t, testdb.NewEnv(t, tg.name, tg.dialect, db))
 			r := e.runner(t, txmiddleware.WithTxBackoff(10*time.Millisecond, 100*time.Millisecond), txmiddleware.WithMaxTxAttempts(10))
@@ -264,4 +284,111 @@ func settle(t *testing.T, e *env, key string, out txmiddleware.RunResult, err er
 		t.Fatalf("unexpected answer after a restart mid-work: %+v, %v", out, err)
 	}
 	t.Logf("answer after %d attempts: %v", out.Attempts, fmt.Sprint(err))
+}
+
+// TestDatabaseRestartUnderLoad: eight callers run 160 keyed units while
+// the database is killed (SIGKILL) and restarted twice and cleanly
+// restarted once, each fault once a given number of calls have answered.
+// Every answer is checked against the database: an OK has its one
+// business row and a completed entry; a retryable error has neither; a
+// commit-unknown resolves, once the database is back, to one or the other.
+// Then every key is run again with the same key: it replays when it had
+// committed and executes otherwise, and each key ends with exactly one
+// business row.
+func TestDatabaseRestartUnderLoad(t *testing.T) {
+	t.Parallel()
+	const workers, perWorker = 8, 20
+	for _, tg := range restartTargets {
+		t.Run(tg.name, func(t *testing.T) {
+			t.Parallel()
+			srv, addr := tg.start(t)
+			db := testdb.OpenDSN(t, tg.driver, tg.dsn(addr), workers+2)
+			e := withStore(t, testdb.NewEnv(t, tg.name, tg.dialect, db))
+			r := e.runner(t, txmiddleware.WithTxBackoff(10*time.Millisecond, 200*time.Millisecond), txmiddleware.WithMaxTxAttempts(30))
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+
+			var answered atomic.Int64
+			faults := []struct {
+				after int64
+				do    func(context.Context) error
+			}{{30, srv.Crash}, {80, srv.Restart}, {120, srv.Crash}}
+			faultsDone := make(chan error, 1)
+			go func() {
+				for _, f := range faults {
+					for answered.Load() < f.after && ctx.Err() == nil {
+						time.Sleep(time.Millisecond) // the poll's pace: waits on the calls' own count
+					}
+					if err := f.do(ctx); err != nil {
+						faultsDone <- err
+						return
+					}
+				}
+				faultsDone <- nil
+			}()
+
+			type answer struct {
+				key string
+				out txmiddleware.RunResult
+				err error
+			}
+			answers := make([]answer, workers*perWorker)
+			var runs atomic.Int64
+			var wg sync.WaitGroup
+			for w := range workers {
+				wg.Go(func() {
+					for i := range perWorker {
+						key := fmt.Sprintf("load-%d-%d", w, i)
+						out, err := r.Run(ctx, req(t, key), e.bizWork(key, w, &runs))
+						answers[w*perWorker+i] = answer{key, out, err}
+						answered.Add(1)
+					}
+				})
+			}
+			wg.Wait()
+			if err := <-faultsDone; err != nil {
+				t.Fatalf("fault: %v", err)
+			}
+			var ok, retryable, unknown int
+			for _, a := range answers {
+				rows := e.BizRows(t, a.key)
+				entry, lerr := e.l.Lookup(ctx, e.DB, mustID(t, a.key))
+				committed := lerr == nil && entry.State == ledger.Completed
+				if lerr != nil && !errors.Is(lerr, ledger.ErrNotFound) {
+					t.Fatalf("key %s: lookup: %v", a.key, lerr)
+				}
+				if committed != (rows == 1) || rows > 1 {
+					t.Fatalf("key %s: entry committed %v with %d business rows", a.key, committed, rows)
+				}
+				switch {
+				case a.err == nil:
+					ok++
+					if !committed || !a.out.Executed {
+						t.Fatalf("key %s: OK answer %+v, but committed %v", a.key, a.out, committed)
+					}
+				case errors.Is(a.err, txmiddleware.ErrCommitUnknown):
+					unknown++ // resolved by the lookup above: committed or not
+				case errors.Is(a.err, ledger.ErrRetryable):
+					retryable++
+					if committed {
+						t.Fatalf("key %s: retryable answer %v, but committed", a.key, a.err)
+					}
+				default:
+					t.Fatalf("key %s: answer %+v, %v: neither OK, retryable nor commit-unknown", a.key, a.out, a.err)
+				}
+				out, err := r.Run(ctx, req(t, a.key), e.bizWork(a.key, 99, &runs))
+				if err != nil || out.Replayed != committed || out.Executed == committed {
+					t.Fatalf("key %s: same-key retry %+v, %v (committed before: %v)", a.key, out, err, committed)
+				}
+				if n := e.BizRows(t, a.key); n != 1 {
+					t.Fatalf("key %s: %d business rows after the retry", a.key, n)
+				}
+			}
+			if n := e.Count(t, "SELECT COUNT(*) FROM "+e.Biz); n != len(answers) {
+				t.Fatalf("%d business rows for %d keys", n, len(answers))
+			}
+			t.Logf("%d calls across %d faults (server started %d times): %d OK, %d retryable, %d commit-unknown; work ran %d times",
+				len(answers), len(faults), srv.Starts(), ok, retryable, unknown, runs.Load())
+		})
+	}
 }
