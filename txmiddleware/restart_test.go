@@ -387,8 +387,8 @@ func TestDatabaseRestartUnderLoad(t *testing.T) {
 			if n := e.Count(t, "SELECT COUNT(*) FROM "+e.Biz); n != len(answers) {
 				t.Fatalf("%d business rows for %d keys", n, len(answers))
 			}
-			t.Logf("%d calls across %d faults (server started %d times): %d OK, %d retryable, %d commit-unknown; work ran %d times",
-				len(answers), len(faults), srv.Starts(), ok, retryable, unknown, runs.Load())
+			t.Logf("%s: %d calls across %d faults (server started %d times): %d OK, %d retryable, %d commit-unknown; work ran %d times",
+				tg.name, len(answers), len(faults), srv.Starts(), ok, retryable, unknown, runs.Load())
 		})
 	}
 }
