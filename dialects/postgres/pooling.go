@@ -11,7 +11,14 @@ import (
 	"github.com/opledger/opledger/dialects"
 )
 
-var _ dialects.PoolingChecker = Dialect{}
+var (
+	_ dialects.PoolingChecker = Dialect{}
+	_ dialects.ErrorExplainer = Dialect{}
+)
+
+// ExplainError is ExplainPooling: the ledger and txmiddleware report a
+// driver error that a transaction pooler causes as ErrStatementPooling.
+func (Dialect) ExplainError(err error) error { return ExplainPooling(err) }
 
 var (
 	// ErrStatementPooling is matched (errors.Is) by the error of

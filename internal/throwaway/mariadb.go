@@ -83,7 +83,9 @@ func StartMariaDB(ctx context.Context) (*Server, error) {
 		return nil, fmt.Errorf("throwaway: mariadb-install-db: %v: %s", err, s.logTail())
 	}
 	s.command = func() *exec.Cmd {
-		a := append(append([]string{}, common...), userArg...)
+		// Started as mysql rather than with --user: a server that changes
+		// its own user loses the parent-death signal.
+		a := append([]string{}, common...)
 		a = append(a,
 			"--port="+strconv.Itoa(port),
 			"--bind-address=127.0.0.1",
@@ -94,7 +96,9 @@ func StartMariaDB(ctx context.Context) (*Server, error) {
 			"--innodb-flush-log-at-trx-commit=2",
 			"--max-connections=200",
 		)
-		return exec.Command(server, a...)
+		cmd := exec.Command(server, a...)
+		acct.credential(cmd)
+		return cmd
 	}
 	s.ping = func(ctx context.Context) error {
 		cfg := gomysql.NewConfig()

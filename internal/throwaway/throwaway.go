@@ -101,6 +101,17 @@ func (s *Server) Starts() int {
 	return s.starts
 }
 
+// PID returns the process id of the server's main process (the
+// postmaster, mariadbd, pgbouncer), 0 when it is not running.
+func (s *Server) PID() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.runningLocked() {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
 // Running reports whether the server process is running.
 func (s *Server) Running() bool {
 	s.mu.Lock()
@@ -144,9 +155,11 @@ func (s *Server) startLocked(ctx context.Context) error {
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
-	// Its own process group, so that Kill reaches every process of the
-	// server (PostgreSQL's backends too) and a ^C of ours does not.
+	// Its own process group, so that a ^C of ours does not reach it, and
+	// killed with this process (a test binary that times out leaves no
+	// server behind; PostgreSQL's backends end with their postmaster).
 	cmd.SysProcAttr.Setpgid = true
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return fmt.Errorf("throwaway: start %s: %w", s.kind, err)

@@ -4,7 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -192,4 +196,65 @@ func TestStartBoundedByContext(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Logf("error: %v", err)
 	}
+}
+
+// TestServersDieWithTheirProcess: a process that exits without Cleanup (a
+// test binary killed by its timeout) takes its servers with it.
+func TestServersDieWithTheirProcess(t *testing.T) {
+	if kind := os.Getenv("THROWAWAY_CHILD"); kind != "" {
+		start := map[string]func(context.Context) (*throwaway.Server, error){
+			"postgres": throwaway.StartPostgres, "mariadb": throwaway.StartMariaDB,
+		}[kind]
+		s, err := start(context.Background())
+		if err != nil {
+			fmt.Println("ERR", err)
+			os.Exit(1)
+		}
+		fmt.Println("SERVER", s.PID(), s.Dir())
+		os.Exit(0) // no Cleanup
+	}
+	t.Parallel()
+	for _, kind := range []string{"postgres", "mariadb"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			if (kind == "postgres" && !throwaway.PostgresInstalled()) || (kind == "mariadb" && !throwaway.MariaDBInstalled()) {
+				t.Skipf("%s not installed", kind)
+			}
+			cmd := exec.Command(os.Args[0], "-test.run=^TestServersDieWithTheirProcess$")
+			cmd.Env = append(os.Environ(), "THROWAWAY_CHILD="+kind)
+			out, err := cmd.Output()
+			var pid int
+			var dir string
+			for _, line := range strings.Split(string(out), "\n") {
+				if strings.HasPrefix(line, "SERVER ") {
+					fmt.Sscan(strings.TrimPrefix(line, "SERVER "), &pid, &dir)
+				}
+			}
+			if err != nil || pid == 0 {
+				t.Fatalf("child: %v\n%s", err, out)
+			}
+			t.Cleanup(func() { os.RemoveAll(dir) })
+			deadline := time.Now().Add(20 * time.Second)
+			for processAlive(pid) {
+				if time.Now().After(deadline) {
+					syscall.Kill(pid, syscall.SIGKILL)
+					t.Fatalf("server %d still runs 20s after its process exited", pid)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		})
+	}
+}
+
+// processAlive reports whether pid runs and is not a zombie.
+func processAlive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
+		return s[i+2] != 'Z'
+	}
+	return true
 }
