@@ -67,6 +67,7 @@ func StartMariaDB(ctx context.Context) (*Server, error) {
 	common := []string{
 		"--no-defaults",
 		"--datadir=" + data,
+		"--tmpdir=" + dir, // its own: concurrent bootstraps collide in /tmp
 		"--innodb-buffer-pool-size=32M",
 		"--innodb-log-file-size=16M",
 		"--character-set-server=utf8mb4",
@@ -79,8 +80,9 @@ func StartMariaDB(ctx context.Context) (*Server, error) {
 	}
 	installCmd := exec.CommandContext(ctx, install, args...)
 	if err := run(ctx, s.log, installCmd); err != nil {
+		tail := s.logTail()
 		os.RemoveAll(dir)
-		return nil, fmt.Errorf("throwaway: mariadb-install-db: %v: %s", err, s.logTail())
+		return nil, fmt.Errorf("throwaway: mariadb-install-db: %v: %s", err, tail)
 	}
 	s.command = func() *exec.Cmd {
 		// Started as mysql rather than with --user: a server that changes

@@ -89,8 +89,9 @@ func StartPostgres(ctx context.Context) (*Server, error) {
 		"-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync")
 	acct.credential(initdb)
 	if err := run(ctx, s.log, initdb); err != nil {
+		tail := s.logTail()
 		os.RemoveAll(dir)
-		return nil, fmt.Errorf("throwaway: initdb: %v: %s", err, s.logTail())
+		return nil, fmt.Errorf("throwaway: initdb: %v: %s", err, tail)
 	}
 	s.command = func() *exec.Cmd {
 		cmd := exec.Command(filepath.Join(bin, "postgres"),

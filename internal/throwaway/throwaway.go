@@ -373,8 +373,8 @@ func descendants(pid int) []int {
 func (s *Server) logTail() string {
 	b, _ := os.ReadFile(s.log)
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) > 15 {
-		lines = lines[len(lines)-15:]
+	if len(lines) > 40 {
+		lines = lines[len(lines)-40:]
 	}
 	return strings.Join(lines, "\n")
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -257,4 +258,48 @@ func processAlive(pid int) bool {
 		return s[i+2] != 'Z'
 	}
 	return true
+}
+
+// TestParallelStarts: servers of one kind started at once do not collide
+// (MariaDB's bootstrap once did, on temporary tables in /tmp), and each
+// gets its own port and directory.
+func TestParallelStarts(t *testing.T) {
+	t.Parallel()
+	for name, start := range map[string]func(context.Context) (*throwaway.Server, error){
+		"postgres": throwaway.StartPostgres, "mariadb": throwaway.StartMariaDB,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			if (name == "postgres" && !throwaway.PostgresInstalled()) || (name == "mariadb" && !throwaway.MariaDBInstalled()) {
+				t.Skipf("%s not installed", name)
+			}
+			const n = 3
+			servers := make([]*throwaway.Server, n)
+			var wg sync.WaitGroup
+			for i := range n {
+				wg.Go(func() {
+					s, err := start(context.Background())
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					servers[i] = s
+				})
+			}
+			wg.Wait()
+			seen := map[int]bool{}
+			for _, s := range servers {
+				if s == nil {
+					continue
+				}
+				if seen[s.Port()] {
+					t.Errorf("port %d twice", s.Port())
+				}
+				seen[s.Port()] = true
+				if err := s.Cleanup(); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
 }
