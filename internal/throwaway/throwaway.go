@@ -379,6 +379,49 @@ func (s *Server) logTail() string {
 	return strings.Join(lines, "\n")
 }
 
+// newServer makes the directory (readable by acct) and picks the port of
+// a server of kind, whose log is logName in the directory and whose DSN
+// dsn formats with the port.
+func newServer(kind string, acct *account, logName, dsn string, stop syscall.Signal) (*Server, error) {
+	dir, err := newDir(kind, acct)
+	if err != nil {
+		return nil, err
+	}
+	port, err := freePort()
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("throwaway: %w", err)
+	}
+	return &Server{
+		kind:       kind,
+		dir:        dir,
+		port:       port,
+		log:        filepath.Join(dir, logName),
+		dsn:        fmt.Sprintf(dsn, port),
+		stopSignal: stop,
+	}, nil
+}
+
+// setupFailed removes s's directory after its setup command failed and
+// returns the error with the end of the log.
+func (s *Server) setupFailed(what string, err error) error {
+	tail := s.logTail()
+	os.RemoveAll(s.dir)
+	return fmt.Errorf("throwaway: %s: %v: %s", what, err, tail)
+}
+
+// launch starts s for the first time; on error nothing is left behind.
+func launch(ctx context.Context, s *Server) (*Server, error) {
+	s.mu.Lock()
+	err := s.startLocked(ctx)
+	s.mu.Unlock()
+	if err != nil {
+		s.Cleanup()
+		return nil, err
+	}
+	return s, nil
+}
+
 // freePort returns a TCP port on 127.0.0.1 that nothing listens on.
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
