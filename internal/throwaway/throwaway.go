@@ -80,6 +80,28 @@ func (s *Server) Kind() string { return s.kind }
 // restarts.
 func (s *Server) DSN() string { return s.dsn }
 
+// DSN settings a PostgreSQL driver needs behind PgBouncer in transaction
+// mode (docs/poolers.md), in the form DriverDSN appends them.
+const (
+	PgxPoolerSetting = "&default_query_exec_mode=exec" // pgx: no statement cache
+	PQPoolerSetting  = "&binary_parameters=yes"        // lib/pq: Parse, Bind and Execute in one round trip
+)
+
+// DriverDSN returns DSN() for driver ("pgx", "postgres" for lib/pq,
+// "mysql"): for a PgBouncer, with the setting the driver needs
+// (PgxPoolerSetting, PQPoolerSetting); otherwise DSN() itself.
+func (s *Server) DriverDSN(driver string) string {
+	if s.kind == KindPgBouncer {
+		switch driver {
+		case "pgx":
+			return s.dsn + PgxPoolerSetting
+		case "postgres":
+			return s.dsn + PQPoolerSetting
+		}
+	}
+	return s.dsn
+}
+
 // Addr returns the server's TCP address, 127.0.0.1:PORT.
 func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
 

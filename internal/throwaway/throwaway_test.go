@@ -155,9 +155,13 @@ func TestPgBouncerFollowsBackend(t *testing.T) {
 	if mode != "transaction" {
 		t.Fatalf("pool_mode = %q, want transaction", mode)
 	}
+	if pb.DriverDSN("pgx") != pb.DSN()+"&default_query_exec_mode=exec" || pb.DriverDSN("postgres") != pb.DSN()+"&binary_parameters=yes" ||
+		pg.DriverDSN("pgx") != pg.DSN() {
+		t.Fatalf("DriverDSN: %q %q %q", pb.DriverDSN("pgx"), pb.DriverDSN("postgres"), pg.DriverDSN("pgx"))
+	}
 	for _, dsn := range []struct{ driver, dsn string }{
-		{"postgres", pb.DSN() + "&binary_parameters=yes"},
-		{"pgx", pb.DSN() + "&default_query_exec_mode=exec"},
+		{"postgres", pb.DriverDSN("postgres")},
+		{"pgx", pb.DriverDSN("pgx")},
 	} {
 		db := open(t, dsn.driver, dsn.dsn)
 		db.SetMaxIdleConns(0)
