@@ -19,6 +19,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -444,8 +445,30 @@ func launch(ctx context.Context, s *Server) (*Server, error) {
 	return s, nil
 }
 
-// freePort returns a TCP port on 127.0.0.1 that nothing listens on.
+// freePort returns a TCP port on 127.0.0.1 that nothing listens on,
+// below the kernel's range of ephemeral ports where it can: between this
+// check and the server's bind (initdb takes a second or two), an outgoing
+// connection of another test could take a port of that range as its local
+// port, and the server would fail to bind it.
 func freePort() (int, error) {
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				low = n
+			}
+		}
+	}
+	if low > 11000 {
+		for range 50 {
+			port := 10000 + mrand.IntN(low-10000)
+			l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+			if err == nil {
+				l.Close()
+				return port, nil
+			}
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
