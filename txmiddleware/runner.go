@@ -431,7 +431,7 @@ func (r *Runner) beginErr(ctx context.Context, err error) error {
 		// (perhaps holding this identity) wrote.
 		return fmt.Errorf("txmiddleware: begin: %w: %w", ledger.ErrInProgress, err)
 	}
-	return fmt.Errorf("txmiddleware: begin: %w", err)
+	return fmt.Errorf("txmiddleware: begin: %w", dialects.Explain(r.d, err))
 }
 
 // commitErr sorts a failed COMMIT: not sent (the transaction was already
@@ -458,7 +458,7 @@ func (r *Runner) commitErr(ctx context.Context, err error) error {
 		// ended (lib/pq cancels the statement: 57014): it rolled back.
 		return ctxErr(ctx, "commit", err)
 	}
-	return &ledger.DBError{Op: "commit", Class: r.d.Classify(err), Err: err}
+	return &ledger.DBError{Op: "commit", Class: r.d.Classify(err), Err: dialects.Explain(r.d, err)}
 }
 
 // replayErr is the error a replayed result stands for: the codec's
