@@ -281,6 +281,9 @@ func Run(t *testing.T, tg Target, list ...Option) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := tg.checkPooling(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	for _, in := range instances(&tg, o) {
 		t.Run(in.name, func(t *testing.T) {
 			if in.skip != "" {
@@ -313,6 +316,11 @@ func Check(ctx context.Context, tg Target, list ...Option) Report {
 	start := time.Now()
 	if err := errors.Join(oerr, tg.validate()); err != nil {
 		rep.Results = append(rep.Results, CaseResult{Name: "target", Case: "target", Verdict: Fail, Messages: []string{err.Error()}})
+		return rep
+	}
+	if err := tg.checkPooling(ctx); err != nil {
+		rep.Results = append(rep.Results, CaseResult{Name: "target", Case: "target", Verdict: Fail, Messages: []string{err.Error()}})
+		rep.Duration = time.Since(start)
 		return rep
 	}
 	for _, in := range instances(&tg, o) {

@@ -260,6 +260,26 @@ func (tg *Target) setupWithGoose(ctx context.Context, table string) (func(contex
 	}, nil
 }
 
+// poolingCheckLimit bounds the driver-settings probe.
+const poolingCheckLimit = 30 * time.Second
+
+// checkPooling runs the dialect's probe for the driver settings a
+// connection pooler needs (dialects.PoolingChecker), before any case: a
+// driver that prepares statements behind PgBouncer in transaction mode
+// would otherwise fail the cases at random.
+func (tg *Target) checkPooling(ctx context.Context) error {
+	pc, ok := tg.Dialect.(dialects.PoolingChecker)
+	if !ok {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, poolingCheckLimit)
+	defer cancel()
+	if err := pc.CheckPooling(ctx, tg.DB); err != nil {
+		return fmt.Errorf("conformance: the driver is not configured for what lies between it and the database: %w", err)
+	}
+	return nil
+}
+
 // boundedWait is the lock-wait bound of the in-progress case.
 const boundedWait = 500 * time.Millisecond
 

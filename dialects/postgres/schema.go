@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/opledger/opledger/dialects"
@@ -33,7 +34,7 @@ func (Dialect) Migrations() dialects.Migrations {
 	return dialects.Migrations{
 		FS:    sub,
 		Goose: "postgres",
-		Lock:  func(string) dialects.SessionLocker { return advisoryLock{} },
+		Lock:  func(string) dialects.SessionLocker { return &advisoryLock{} },
 	}
 }
 
@@ -51,21 +52,31 @@ const (
 )
 
 // advisoryLock is a session-level advisory lock with the kit's id. A
-// session that dies releases it.
-type advisoryLock struct{}
+// session that dies releases it. It remembers the backend that holds it,
+// so that a pooler in transaction mode, which moves the next statement to
+// another backend, is caught (ErrTransactionPooling) instead of leaving
+// the migration unprotected.
+type advisoryLock struct {
+	mu  sync.Mutex
+	pid int64 // the backend holding the lock; 0 when not held
+}
 
 // SessionLock takes the advisory lock on conn: pg_advisory_lock in a
 // transaction whose lock_timeout is one second, so that the server either
 // grants it or gives up, and never a cancelled statement leaves the lock
 // granted without the caller knowing. It tries again for five minutes in
 // all, or until ctx ends; it is granted as soon as the holder releases it.
-func (advisoryLock) SessionLock(ctx context.Context, conn *sql.Conn) error {
+// Once granted, it checks that conn's next statement runs on the backend
+// that holds the lock; when it does not (a pooler in transaction mode), it
+// ends that backend, which releases the lock, and returns an error
+// matching ErrTransactionPooling.
+func (l *advisoryLock) SessionLock(ctx context.Context, conn *sql.Conn) error {
 	deadline := time.Now().Add(lockTimeout)
 	wctx := context.WithoutCancel(ctx) // see above: never cancel mid-grant
 	for {
-		err := tryAdvisoryLock(wctx, conn)
+		pid, err := tryAdvisoryLock(wctx, conn)
 		if err == nil {
-			return nil
+			return l.held(wctx, conn, pid)
 		}
 		if classifyStateOf(err) != dialects.ClassLockTimeout {
 			return fmt.Errorf("postgres: migration lock: %w", err)
@@ -79,32 +90,76 @@ func (advisoryLock) SessionLock(ctx context.Context, conn *sql.Conn) error {
 	}
 }
 
-// tryAdvisoryLock waits at most lockStep for the lock.
-func tryAdvisoryLock(ctx context.Context, conn *sql.Conn) error {
+// held records that backend pid holds the lock, after checking that conn
+// still runs on it.
+func (l *advisoryLock) held(ctx context.Context, conn *sql.Conn, pid int64) error {
+	var now int64
+	if err := conn.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&now); err != nil {
+		releaseElsewhere(ctx, conn, pid)
+		return fmt.Errorf("postgres: migration lock: %w", err)
+	}
+	if now != pid {
+		releaseElsewhere(ctx, conn, pid)
+		return fmt.Errorf("postgres: migration lock: taken by backend %d, the next statement ran on backend %d: %w", pid, now, ErrTransactionPooling)
+	}
+	l.mu.Lock()
+	l.pid = pid
+	l.mu.Unlock()
+	return nil
+}
+
+// releaseElsewhere releases the lock that backend pid holds but conn no
+// longer runs on, by ending that backend (pg_terminate_backend: a pooler
+// drops the server connection and opens another). Best effort: a backend
+// the user may not signal keeps the lock until the pooler closes it.
+func releaseElsewhere(ctx context.Context, conn *sql.Conn, pid int64) {
+	_, _ = conn.ExecContext(ctx, "SELECT pg_terminate_backend("+strconv.FormatInt(pid, 10)+")")
+}
+
+// tryAdvisoryLock waits at most lockStep for the lock and returns the
+// backend that took it.
+func tryAdvisoryLock(ctx context.Context, conn *sql.Conn) (int64, error) {
 	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if _, err := tx.ExecContext(ctx, "SET LOCAL lock_timeout = "+strconv.FormatInt(lockStep.Milliseconds(), 10)); err != nil {
 		_ = tx.Rollback()
-		return err
+		return 0, err
+	}
+	var pid int64
+	if err := tx.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		_ = tx.Rollback()
+		return 0, err
 	}
 	if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_lock($1)", lockID); err != nil {
 		_ = tx.Rollback()
-		return err
+		return 0, err
 	}
 	// The session lock outlives the transaction.
-	return tx.Commit()
+	return pid, tx.Commit()
 }
 
 // classifyStateOf classifies err by its SQLSTATE.
 func classifyStateOf(err error) dialects.Class { return Dialect{}.Classify(err) }
 
-// SessionUnlock releases the advisory lock on conn.
-func (advisoryLock) SessionUnlock(ctx context.Context, conn *sql.Conn) error {
+// SessionUnlock releases the advisory lock on conn. When conn runs on
+// another backend than the one that took the lock (a pooler in transaction
+// mode), it ends that backend and returns an error matching
+// ErrTransactionPooling.
+func (l *advisoryLock) SessionUnlock(ctx context.Context, conn *sql.Conn) error {
+	l.mu.Lock()
+	pid := l.pid
+	l.pid = 0
+	l.mu.Unlock()
 	var released bool
-	if err := conn.QueryRowContext(ctx, "SELECT pg_advisory_unlock($1)", lockID).Scan(&released); err != nil {
+	var now int64
+	if err := conn.QueryRowContext(ctx, "SELECT pg_advisory_unlock($1), pg_backend_pid()", lockID).Scan(&released, &now); err != nil {
 		return fmt.Errorf("postgres: migration unlock: %w", err)
+	}
+	if pid != 0 && now != pid {
+		releaseElsewhere(ctx, conn, pid)
+		return fmt.Errorf("postgres: migration unlock: the lock is held by backend %d, the statement ran on backend %d: %w", pid, now, ErrTransactionPooling)
 	}
 	if !released {
 		return fmt.Errorf("postgres: migration unlock: the lock was not held by this session")

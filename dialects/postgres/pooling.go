@@ -1,0 +1,171 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/opledger/opledger/dialects"
+)
+
+var _ dialects.PoolingChecker = Dialect{}
+
+var (
+	// ErrStatementPooling is matched (errors.Is) by the error of
+	// CheckPooling, and of ExplainPooling, when the driver's prepared
+	// statements do not survive between transactions: a pooler in
+	// transaction mode (PgBouncer pool_mode=transaction, before 1.21 or
+	// without max_prepared_statements) sits between the driver and
+	// PostgreSQL. The fix is a driver setting in the DSN: pgx
+	// default_query_exec_mode=exec (or simple_protocol), lib/pq
+	// binary_parameters=yes. See docs/poolers.md.
+	ErrStatementPooling = errors.New("postgres: the driver's prepared statements are lost between transactions: " +
+		"a connection pooler in transaction mode (PgBouncer pool_mode=transaction) sits between the driver and PostgreSQL; " +
+		"add default_query_exec_mode=exec to a pgx DSN or binary_parameters=yes to a lib/pq DSN (docs/poolers.md)")
+
+	// ErrTransactionPooling is matched (errors.Is) by the error of the
+	// migrations' lock when the session that took it is not the one the
+	// next statement runs on: a pooler in transaction mode hands the
+	// server connection to another client after each transaction, so a
+	// session-level advisory lock protects nothing. Run migrations over a
+	// direct connection to PostgreSQL (or a session-mode pool).
+	ErrTransactionPooling = errors.New("postgres: the session changed between transactions: " +
+		"a connection pooler in transaction mode (PgBouncer pool_mode=transaction) sits between the client and PostgreSQL, " +
+		"and session state such as the migrations' advisory lock does not survive it; " +
+		"run migrations over a direct connection (or a session-mode pool) (docs/poolers.md)")
+)
+
+// ExplainPooling returns err wrapped with ErrStatementPooling when it is
+// an error a transaction pooler gives a driver that prepares statements
+// (SQLSTATE 26000, "prepared statement … does not exist"; 42P05,
+// "prepared statement … already exists"; 08P01, a Bind that reached a
+// statement of another parameter count), and err itself otherwise.
+func ExplainPooling(err error) error {
+	if err == nil || errors.Is(err, ErrStatementPooling) {
+		return err
+	}
+	var s sqlStater
+	if !errors.As(err, &s) {
+		return err
+	}
+	switch s.SQLState() {
+	case "26000", "42P05":
+		if strings.Contains(err.Error(), "prepared statement") {
+			return fmt.Errorf("%w: %w", ErrStatementPooling, err)
+		}
+	case "08P01":
+		if strings.Contains(err.Error(), "bind message") {
+			return fmt.Errorf("%w: %w", ErrStatementPooling, err)
+		}
+	}
+	return err
+}
+
+// Probe sizes: probeWorkers goroutines (at most the pool's size less one),
+// probeRounds statements each.
+const (
+	probeWorkers = 8
+	probeRounds  = 30
+)
+
+// CheckPooling runs concurrent parameterised statements on db, each of
+// its own text and checked for its own answer, outside transactions and
+// inside them. A driver that prepares statements (pgx's default statement
+// cache, lib/pq's Parse/Describe round trip before the Bind) behind a
+// pooler in transaction mode fails this within a few statements, with an
+// error or with another statement's answer; it returns ErrStatementPooling
+// then, wrapping the first error seen. It is a probe, not a proof: a pool
+// with one connection, or a quiet pooler that keeps handing back the same
+// server connection, can pass it.
+func (Dialect) CheckPooling(ctx context.Context, db *sql.DB) error {
+	if db == nil {
+		return errors.New("postgres: check pooling: nil database")
+	}
+	workers := probeWorkers
+	if max := db.Stats().MaxOpenConnections; max > 0 && workers > max-1 {
+		workers = max - 1
+	}
+	if workers < 2 {
+		workers = 2
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		mu    sync.Mutex
+		first error
+		wg    sync.WaitGroup
+	)
+	fail := func(err error) {
+		mu.Lock()
+		if first == nil {
+			first = err
+			cancel()
+		}
+		mu.Unlock()
+	}
+	for w := range workers {
+		wg.Go(func() {
+			for i := range probeRounds {
+				if ctx.Err() != nil {
+					return
+				}
+				inTx := i%2 == 1
+				if err := probeOnce(ctx, db, w, i, inTx); err != nil {
+					if ctx.Err() != nil && first != nil {
+						return
+					}
+					fail(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if first == nil {
+		return nil
+	}
+	var s sqlStater
+	if errors.Is(first, ErrStatementPooling) || !errors.As(first, &s) {
+		return fmt.Errorf("postgres: check pooling: %w", first)
+	}
+	if e := ExplainPooling(first); errors.Is(e, ErrStatementPooling) {
+		return fmt.Errorf("postgres: check pooling: %w", e)
+	}
+	return fmt.Errorf("postgres: check pooling: %w", first)
+}
+
+// probeOnce runs worker w's statement i, of a text of its own (so that
+// statements of different workers are different prepared statements), and
+// checks its answer.
+func probeOnce(ctx context.Context, db *sql.DB, w, i int, inTx bool) error {
+	q := fmt.Sprintf("SELECT $1::bigint * 1000 + %d /* opledger pooling probe */", w)
+	want := int64(i)*1000 + int64(w)
+	var got int64
+	var err error
+	if inTx {
+		var tx *sql.Tx
+		tx, err = db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		for j := 0; j < 2 && err == nil; j++ {
+			err = tx.QueryRowContext(ctx, q, i).Scan(&got)
+			if err == nil && got != want {
+				err = fmt.Errorf("%w: a statement answered %d instead of %d (the Bind reached another client's statement)", ErrStatementPooling, got, want)
+			}
+		}
+		if err != nil {
+			_ = tx.Rollback()
+			return ExplainPooling(err)
+		}
+		return ExplainPooling(tx.Commit())
+	}
+	err = db.QueryRowContext(ctx, q, i).Scan(&got)
+	if err == nil && got != want {
+		err = fmt.Errorf("%w: a statement answered %d instead of %d (the Bind reached another client's statement)", ErrStatementPooling, got, want)
+	}
+	return ExplainPooling(err)
+}

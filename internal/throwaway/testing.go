@@ -1,0 +1,65 @@
+package throwaway
+
+import (
+	"context"
+	"errors"
+	"os"
+	"testing"
+	"time"
+)
+
+// envRequire is internal/testdb's EnvRequire: with it set to 1 a missing
+// server binary fails the test instead of skipping it.
+const envRequire = "OPLEDGER_TEST_REQUIRE_DBS"
+
+// startTimeout bounds a test helper's start of a server.
+const startTimeout = 2 * time.Minute
+
+// Postgres starts a throw-away PostgreSQL for t (StartPostgres) and removes
+// it when t ends. Without the binaries the test skips, or fails when
+// OPLEDGER_TEST_REQUIRE_DBS=1.
+func Postgres(t testing.TB) *Server {
+	t.Helper()
+	return forTest(t, "PostgreSQL (initdb, postgres)", StartPostgres)
+}
+
+// MariaDB starts a throw-away MariaDB for t (StartMariaDB) and removes it
+// when t ends. Without the binaries the test skips, or fails when
+// OPLEDGER_TEST_REQUIRE_DBS=1.
+func MariaDB(t testing.TB) *Server {
+	t.Helper()
+	return forTest(t, "MariaDB (mariadbd, mariadb-install-db)", StartMariaDB)
+}
+
+// PgBouncer starts a throw-away PgBouncer in transaction pooling mode in
+// front of backend for t (StartPgBouncer) and removes it when t ends
+// (before the backend, whose Cleanup was registered earlier). Without
+// pgbouncer the test skips, or fails when OPLEDGER_TEST_REQUIRE_DBS=1.
+func PgBouncer(t testing.TB, backend *Server, opts PgBouncerOptions) *Server {
+	t.Helper()
+	return forTest(t, "PgBouncer (pgbouncer)", func(ctx context.Context) (*Server, error) {
+		return StartPgBouncer(ctx, backend, opts)
+	})
+}
+
+func forTest(t testing.TB, what string, start func(context.Context) (*Server, error)) *Server {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	s, err := start(ctx)
+	if errors.Is(err, ErrNotInstalled) {
+		if os.Getenv(envRequire) == "1" {
+			t.Fatalf("%v, and %s=1 requires every database", err, envRequire)
+		}
+		t.Skipf("install %s to run this test against a throw-away server: %v", what, err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Cleanup(); err != nil {
+			t.Errorf("throwaway cleanup: %v", err)
+		}
+	})
+	return s
+}

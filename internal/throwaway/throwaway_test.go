@@ -1,0 +1,195 @@
+package throwaway_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	_ "github.com/go-sql-driver/mysql"
+	_ "github.com/jackc/pgx/v5/stdlib"
+	_ "github.com/lib/pq"
+
+	"github.com/opledger/opledger/internal/throwaway"
+)
+
+func open(t *testing.T, driver, dsn string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open(driver, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// count returns the rows of table k, through a fresh connection (the
+// server restarted under the pool).
+func count(t *testing.T, db *sql.DB, table string) int {
+	t.Helper()
+	db.SetMaxIdleConns(0)
+	var n int
+	if err := db.QueryRow("SELECT COUNT(*) FROM " + table).Scan(&n); err != nil {
+		t.Fatalf("count: %v", err)
+	}
+	return n
+}
+
+// lifecycle writes a row, restarts, crashes, stops and starts s, checking
+// that the row survives each, and that Cleanup removes everything.
+func lifecycle(t *testing.T, s *throwaway.Server, driver string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	db := open(t, driver, s.DSN())
+	if _, err := db.Exec("CREATE TABLE kept (k INTEGER)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("INSERT INTO kept VALUES (1)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Restart(ctx); err != nil {
+		t.Fatalf("restart: %v", err)
+	}
+	if n := count(t, db, "kept"); n != 1 {
+		t.Fatalf("after restart: %d rows, want 1", n)
+	}
+	if _, err := db.Exec("INSERT INTO kept VALUES (2)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Crash(ctx); err != nil {
+		t.Fatalf("crash: %v", err)
+	}
+	if n := count(t, db, "kept"); n != 2 {
+		t.Fatalf("after crash: %d rows, want 2 (a committed row was lost)", n)
+	}
+	if err := s.Stop(ctx); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	if s.Running() {
+		t.Fatal("running after Stop")
+	}
+	pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
+	err := db.PingContext(pctx)
+	pcancel()
+	if err == nil {
+		t.Fatal("ping answered after Stop")
+	}
+	if err := s.Stop(ctx); !errors.Is(err, throwaway.ErrStopped) {
+		t.Fatalf("second stop: %v, want ErrStopped", err)
+	}
+	if err := s.Start(ctx); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	if n := count(t, db, "kept"); n != 2 {
+		t.Fatalf("after stop and start: %d rows, want 2", n)
+	}
+	if s.Starts() != 4 {
+		t.Fatalf("Starts() = %d, want 4", s.Starts())
+	}
+	db.Close()
+	dir := s.Dir()
+	if err := s.Cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("%s still there after Cleanup (%v)", dir, err)
+	}
+	if s.Running() {
+		t.Fatal("running after Cleanup")
+	}
+	if err := s.Start(ctx); !errors.Is(err, throwaway.ErrStopped) {
+		t.Fatalf("start after cleanup: %v, want ErrStopped", err)
+	}
+}
+
+func TestPostgresLifecycle(t *testing.T) {
+	t.Parallel()
+	lifecycle(t, throwaway.Postgres(t), "postgres")
+}
+
+func TestMariaDBLifecycle(t *testing.T) {
+	t.Parallel()
+	lifecycle(t, throwaway.MariaDB(t), "mysql")
+}
+
+// TestPgBouncerFollowsBackend: PgBouncer answers, in transaction pooling
+// mode, through both drivers, and again after its backend crashed and
+// after its own restart.
+func TestPgBouncerFollowsBackend(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	pg := throwaway.Postgres(t)
+	pb := throwaway.PgBouncer(t, pg, throwaway.PgBouncerOptions{PoolSize: 2})
+	if pb.Kind() != throwaway.KindPgBouncer || pb.Port() == pg.Port() {
+		t.Fatalf("kind %q port %d (backend %d)", pb.Kind(), pb.Port(), pg.Port())
+	}
+	admin := open(t, "postgres", pb.DSN()[:len("postgres://postgres@")]+pb.Addr()+"/pgbouncer?sslmode=disable&binary_parameters=yes")
+	var mode string
+	rows, err := admin.Query("SHOW CONFIG")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		cols, _ := rows.Columns()
+		vals := make([]sql.NullString, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			t.Fatal(err)
+		}
+		if vals[0].String == "pool_mode" {
+			mode = vals[1].String
+		}
+	}
+	rows.Close()
+	if mode != "transaction" {
+		t.Fatalf("pool_mode = %q, want transaction", mode)
+	}
+	for _, dsn := range []struct{ driver, dsn string }{
+		{"postgres", pb.DSN() + "&binary_parameters=yes"},
+		{"pgx", pb.DSN() + "&default_query_exec_mode=exec"},
+	} {
+		db := open(t, dsn.driver, dsn.dsn)
+		db.SetMaxIdleConns(0)
+		var one int
+		if err := db.QueryRow("SELECT $1::int", 1).Scan(&one); err != nil || one != 1 {
+			t.Fatalf("%s through pgbouncer: %v %d", dsn.driver, err, one)
+		}
+		if err := pg.Crash(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.QueryRow("SELECT $1::int", 2).Scan(&one); err != nil || one != 2 {
+			t.Fatalf("%s through pgbouncer after the backend crashed: %v %d", dsn.driver, err, one)
+		}
+		if err := pb.Restart(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.QueryRow("SELECT $1::int", 3).Scan(&one); err != nil || one != 3 {
+			t.Fatalf("%s through pgbouncer after its restart: %v %d", dsn.driver, err, one)
+		}
+	}
+}
+
+// TestStartBoundedByContext: a context that ends stops a start, and
+// nothing is left behind.
+func TestStartBoundedByContext(t *testing.T) {
+	t.Parallel()
+	if !throwaway.PostgresInstalled() {
+		t.Skip("PostgreSQL binaries not installed")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	s, err := throwaway.StartPostgres(ctx)
+	if err == nil {
+		s.Cleanup()
+		t.Skip("initdb and start took less than 50ms")
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Logf("error: %v", err)
+	}
+}
