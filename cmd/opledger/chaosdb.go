@@ -1,0 +1,139 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/opledger/opledger/internal/throwaway"
+)
+
+// The databases `opledger chaos` knows by name, in the order it runs them.
+const (
+	chaosPostgres  = "postgres"
+	chaosPgBouncer = "pgbouncer"
+	chaosMariaDB   = "mariadb"
+	chaosSQLite    = "sqlite"
+)
+
+var chaosDatabases = []string{chaosPostgres, chaosPgBouncer, chaosMariaDB, chaosSQLite}
+
+// chaosDatabase is a database a chaos run owns: it may restart it.
+type chaosDatabase interface {
+	// label names it in the report ("postgres", "postgres via pgbouncer", …).
+	label() string
+	// directDSN is the DSN the run itself uses, without a proxy: for the
+	// migrations (which PgBouncer's transaction pooling refuses) and the
+	// checks at the end.
+	directDSN() string
+	// addr is the TCP address the replicas reach, "" without a server.
+	addr() string
+	// replicaDSN is the DSN of the replicas, reaching addr() through the
+	// proxy at via.
+	replicaDSN(via string) string
+	// restart restarts the database server; errNoServer without one.
+	restart(ctx context.Context) error
+	// close stops the server and removes its files.
+	close() error
+}
+
+// errNoServer is restart's error for SQLite: a file, no server to restart.
+var errNoServer = errors.New("SQLite has no server to restart: replica processes share one WAL file")
+
+// startChaosDatabase starts the named throw-away database, or returns an
+// error matching throwaway.ErrNotInstalled.
+func startChaosDatabase(ctx context.Context, name, dir string) (chaosDatabase, error) {
+	switch name {
+	case chaosPostgres:
+		s, err := throwaway.StartPostgres(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return &serverDB{name: "postgres", srv: s, restartee: s}, nil
+	case chaosPgBouncer:
+		if !throwaway.PgBouncerInstalled() {
+			return nil, fmt.Errorf("%w: pgbouncer", throwaway.ErrNotInstalled)
+		}
+		backend, err := throwaway.StartPostgres(ctx)
+		if err != nil {
+			return nil, err
+		}
+		pb, err := throwaway.StartPgBouncer(ctx, backend, throwaway.PgBouncerOptions{PoolSize: 20})
+		if err != nil {
+			backend.Cleanup()
+			return nil, err
+		}
+		// pgx in transaction pooling: no prepared statements kept across
+		// transactions (docs/poolers.md).
+		return &serverDB{name: "postgres via pgbouncer", srv: pb, restartee: backend, backend: backend,
+			params: "&default_query_exec_mode=exec"}, nil
+	case chaosMariaDB:
+		s, err := throwaway.StartMariaDB(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return &serverDB{name: "mariadb", srv: s, restartee: s}, nil
+	case chaosSQLite:
+		return sqliteDB{path: filepath.Join(dir, "chaos.db")}, nil
+	}
+	return nil, fmt.Errorf("unknown database %q (want %s)", name, strings.Join(chaosDatabases, ", "))
+}
+
+// serverDB is a throw-away server (internal/throwaway). Through PgBouncer,
+// srv is the pooler and restartee (and backend) the PostgreSQL behind it.
+type serverDB struct {
+	name      string
+	srv       *throwaway.Server
+	restartee *throwaway.Server
+	backend   *throwaway.Server
+	params    string
+}
+
+func (s *serverDB) label() string { return s.name }
+
+func (s *serverDB) directDSN() string {
+	if s.backend != nil {
+		return s.backend.DSN()
+	}
+	return s.srv.DSN()
+}
+
+func (s *serverDB) addr() string { return s.srv.Addr() }
+
+func (s *serverDB) replicaDSN(via string) string {
+	return strings.Replace(s.srv.DSN(), s.srv.Addr(), via, 1) + s.params
+}
+
+// restart kills the database server with SIGKILL and starts it again:
+// crash recovery runs, as after a failover to the same data.
+func (s *serverDB) restart(ctx context.Context) error { return s.restartee.Crash(ctx) }
+
+func (s *serverDB) close() error {
+	err := s.srv.Cleanup()
+	if s.backend != nil {
+		err = errors.Join(err, s.backend.Cleanup())
+	}
+	return err
+}
+
+// sqliteDB is one SQLite file in WAL mode that every replica opens.
+type sqliteDB struct{ path string }
+
+func (s sqliteDB) label() string                 { return "sqlite" }
+func (s sqliteDB) directDSN() string             { return "sqlite:" + s.path }
+func (s sqliteDB) addr() string                  { return "" }
+func (s sqliteDB) replicaDSN(string) string      { return s.directDSN() }
+func (s sqliteDB) restart(context.Context) error { return errNoServer }
+func (s sqliteDB) close() error {
+	return errors.Join(os.Remove(s.path), ignoreMissing(os.Remove(s.path+"-wal")), ignoreMissing(os.Remove(s.path+"-shm")))
+}
+
+func ignoreMissing(err error) error {
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return err
+}
