@@ -675,24 +675,24 @@ func chaosCheck(ctx context.Context, rep *chaosReport, calls []chaosCall, db *sq
 		rep.Calls++
 		refs[c.ref] = true
 		took = append(took, c.took)
+		switch {
+		case c.err == nil:
+			rep.ReturnedOK++
+		case c.definite:
+			rep.Definite++
+		default:
+			rep.Ambiguous++
+			if c.deadlineLeft {
+				rep.AmbiguousEarly++
+			}
+		}
 		got := rows[c.ref]
 		if got.n > 1 {
 			rep.Duplicates++
 			continue
 		}
 		reply := c.reply
-		switch {
-		case c.err == nil:
-			rep.ReturnedOK++
-		default:
-			if c.definite {
-				rep.Definite++
-			} else {
-				rep.Ambiguous++
-				if c.deadlineLeft {
-					rep.AmbiguousEarly++
-				}
-			}
+		if c.err != nil {
 			stored, found, err := resolve(c)
 			switch {
 			case err != nil:
