@@ -95,6 +95,7 @@ type chaosReport struct {
 	P50ms            float64  `json:"p50_ms"`
 	P99ms            float64  `json:"p99_ms"`
 	ElapsedS         float64  `json:"elapsed_s"`
+	StartFailures    int      `json:"replica_start_failures"`
 	ReplicaTrouble   []string `json:"replica_trouble,omitempty"`
 }
 
@@ -103,6 +104,25 @@ type chaosReport struct {
 // outcome that never resolved.
 func (r chaosReport) failed() bool {
 	return r.Duplicates > 0 || r.Lost > 0 || r.WrongAnswers > 0 || r.AmbiguousEarly > 0 || r.Unresolved > 0
+}
+
+// shortOf says how the run injected less than s asked for ("" when it
+// did not): --strict fails on it.
+func (r chaosReport) shortOf(s chaosSettings) string {
+	var short []string
+	if r.Killed < s.kills {
+		short = append(short, fmt.Sprintf("%d replica kills, %d asked", r.Killed, s.kills))
+	}
+	if r.DBRestartNote == "" && r.DBRestarts < s.dbRestarts {
+		short = append(short, fmt.Sprintf("%d database restarts, %d asked", r.DBRestarts, s.dbRestarts))
+	}
+	if r.Cuts == 0 {
+		short = append(short, "no proxy cut")
+	}
+	if r.Calls < s.calls {
+		short = append(short, fmt.Sprintf("%d logical calls of %d (--duration ended the run)", r.Calls, s.calls))
+	}
+	return strings.Join(short, "; ")
 }
 
 func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -119,6 +139,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	restarts := fs.Int("db-restarts", 1, "database server crashes (SIGKILL, then start: recovery runs); on sqlite a total outage of every replica instead")
 	callTimeout := fs.Duration("call-timeout", 30*time.Second, "deadline of each logical call")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
+	strict := fs.Bool("strict", false, "also fail (exit 1) when a database cannot be started, or a run injected less than asked: fewer replica kills than --kills, fewer database restarts than --db-restarts (server databases), no proxy cut (CI)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -183,7 +204,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		db, err := startChaosDatabase(sctx, name, dir)
 		cancel()
-		if errors.Is(err, throwaway.ErrNotInstalled) && !explicit {
+		if errors.Is(err, throwaway.ErrNotInstalled) && !explicit && !*strict {
 			fmt.Fprintf(stderr, "opledger chaos: %s: skipped: %v\n", name, err)
 			continue
 		}
@@ -200,6 +221,10 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 		reports = append(reports, rep)
 		if rep.failed() {
+			code = 1
+		}
+		if short := rep.shortOf(s); *strict && short != "" {
+			fmt.Fprintf(stderr, "opledger chaos: %s: --strict: %s\n", rep.Database, short)
 			code = 1
 		}
 	}
@@ -249,6 +274,7 @@ func printChaos(w io.Writer, reps []chaosReport) {
 	row("wrong answers (must be 0)", func(r chaosReport) any { return r.WrongAnswers })
 	row("replicas killed", func(r chaosReport) any { return r.Killed })
 	row("  of which after COMMIT, before the answer", func(r chaosReport) any { return r.KilledAfterCommt })
+	row("replica restarts that failed (then retried)", func(r chaosReport) any { return r.StartFailures })
 	row("database restarts", func(r chaosReport) any {
 		if r.DBRestartNote != "" {
 			return fmt.Sprintf("%d (%s)", r.DBRestarts, r.DBRestartNote)
@@ -266,7 +292,7 @@ func printChaos(w io.Writer, reps []chaosReport) {
 	tw.Flush()
 	for _, r := range reps {
 		for _, t := range r.ReplicaTrouble {
-			fmt.Fprintf(w, "%s: replica trouble: %s\n", r.Database, t)
+			fmt.Fprintf(w, "%s: a replica restart failed (it was started again): %s\n", r.Database, t)
 		}
 	}
 }
@@ -505,8 +531,8 @@ func chaosRun(ctx context.Context, db chaosDatabase, s chaosSettings, progress i
 
 	st := client.Stats()
 	rep.Attempts, rep.Replayed, rep.Resolved = st.Attempts, st.Replayed, st.Resolved
-	parentKills, commitKills, _, trouble := rs.counts()
-	rep.Killed, rep.KilledAfterCommt, rep.ReplicaTrouble = parentKills+commitKills, commitKills, trouble
+	parentKills, commitKills, startFailures, trouble := rs.counts()
+	rep.Killed, rep.KilledAfterCommt, rep.StartFailures, rep.ReplicaTrouble = parentKills+commitKills, commitKills, startFailures, trouble
 	if db.addr() != "" {
 		rep.DBRestarts = int(restartsDone.Load())
 	}

@@ -208,13 +208,10 @@ func (rs *replicaSet) exitedOne(ctx context.Context, r *replica, cmd *exec.Cmd, 
 		if stop {
 			return
 		}
-		if err := rs.startOne(ctx, r); err != nil {
-			rs.mu.Lock()
-			if len(rs.unexpected) < 5 {
-				rs.unexpected = append(rs.unexpected, err.Error())
-			}
-			rs.mu.Unlock()
-		}
+		// A start that fails because the process exited is counted, and
+		// restarted, by its own exit; one that did not listen in time was
+		// killed, and comes back the same way.
+		_ = rs.startOne(ctx, r)
 	}()
 }
 
