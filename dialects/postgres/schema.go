@@ -57,8 +57,8 @@ const (
 // another backend, is caught (ErrTransactionPooling) instead of leaving
 // the migration unprotected.
 type advisoryLock struct {
-	mu  sync.Mutex
-	pid int64 // the backend holding the lock; 0 when not held
+	mu   sync.Mutex
+	held map[*sql.Conn]int64 // the backend holding the lock, per connection that took it
 }
 
 // SessionLock takes the advisory lock on conn: pg_advisory_lock in a
@@ -76,7 +76,7 @@ func (l *advisoryLock) SessionLock(ctx context.Context, conn *sql.Conn) error {
 	for {
 		pid, err := tryAdvisoryLock(wctx, conn)
 		if err == nil {
-			return l.held(wctx, conn, pid)
+			return l.record(wctx, conn, pid)
 		}
 		if classifyStateOf(err) != dialects.ClassLockTimeout {
 			return fmt.Errorf("postgres: migration lock: %w", err)
@@ -90,9 +90,9 @@ func (l *advisoryLock) SessionLock(ctx context.Context, conn *sql.Conn) error {
 	}
 }
 
-// held records that backend pid holds the lock, after checking that conn
-// still runs on it.
-func (l *advisoryLock) held(ctx context.Context, conn *sql.Conn, pid int64) error {
+// record records that backend pid holds the lock for conn, after checking
+// that conn still runs on it.
+func (l *advisoryLock) record(ctx context.Context, conn *sql.Conn, pid int64) error {
 	var now int64
 	if err := conn.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&now); err != nil {
 		releaseElsewhere(ctx, conn, pid)
@@ -103,7 +103,10 @@ func (l *advisoryLock) held(ctx context.Context, conn *sql.Conn, pid int64) erro
 		return fmt.Errorf("postgres: migration lock: taken by backend %d, the next statement ran on backend %d: %w", pid, now, ErrTransactionPooling)
 	}
 	l.mu.Lock()
-	l.pid = pid
+	if l.held == nil {
+		l.held = map[*sql.Conn]int64{}
+	}
+	l.held[conn] = pid
 	l.mu.Unlock()
 	return nil
 }
@@ -149,8 +152,8 @@ func classifyStateOf(err error) dialects.Class { return Dialect{}.Classify(err) 
 // ErrTransactionPooling.
 func (l *advisoryLock) SessionUnlock(ctx context.Context, conn *sql.Conn) error {
 	l.mu.Lock()
-	pid := l.pid
-	l.pid = 0
+	pid := l.held[conn]
+	delete(l.held, conn)
 	l.mu.Unlock()
 	var released bool
 	var now int64
