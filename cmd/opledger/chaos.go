@@ -45,7 +45,8 @@ func init() {
 
 // chaosDefaultCalls are the logical calls of the CI-sized run per
 // database (--calls overrides them all).
-var chaosDefaultCalls = map[string]int{chaosPostgres: 10_000, chaosPgBouncer: 3_000, chaosMariaDB: 3_000, chaosSQLite: 1_000}
+var chaosDefaultCalls = map[string]int{chaosPostgres: 10_000, chaosPgBouncer: 3_000, chaosPgBouncerPQ: 1_000,
+	chaosMariaDB: 3_000, chaosSQLite: 1_000}
 
 // chaosSettings are one run's knobs.
 type chaosSettings struct {
@@ -128,7 +129,7 @@ func (r chaosReport) shortOf(s chaosSettings) string {
 func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("chaos", stderr)
 	dbs := fs.String("databases", "", "comma-separated databases to run on: "+strings.Join(chaosDatabases, ", ")+" (default: every one whose server binaries are installed; SQLite always)")
-	calls := fs.Int("calls", 0, "logical calls per database (default: 10000 on postgres, 3000 through pgbouncer and on mariadb, 1000 on sqlite)")
+	calls := fs.Int("calls", 0, "logical calls per database (default: 10000 on postgres, 3000 through pgbouncer with pgx and on mariadb, 1000 through pgbouncer with lib/pq and on sqlite)")
 	replicas := fs.Int("replicas", 3, "server replicas (processes)")
 	concurrency := fs.Int("concurrency", 0, "calls in flight at once (default 32, 8 on sqlite)")
 	seed := fs.Uint64("seed", 1, "seed of every random choice: kill moments, proxy faults, delays")
@@ -349,7 +350,7 @@ func chaosRun(ctx context.Context, db chaosDatabase, s chaosSettings, progress i
 	}
 	perReplica := max(s.calls/s.replicas, 2)
 	rs, err := newReplicaSet(s.exe, []string{"--dsn", replicaDSN, "--table", table, "--lock-wait", lockWait.String(),
-		"--max-conns", fmt.Sprint(maxConns)}, s.replicas, s.seed, s.commitKills, max(perReplica/8, 1), perReplica/2)
+		"--max-conns", fmt.Sprint(maxConns), "--driver", db.driver()}, s.replicas, s.seed, s.commitKills, max(perReplica/8, 1), perReplica/2)
 	if err != nil {
 		return rep, err
 	}

@@ -13,13 +13,14 @@ import (
 
 // The databases `opledger chaos` knows by name, in the order it runs them.
 const (
-	chaosPostgres  = "postgres"
-	chaosPgBouncer = "pgbouncer"
-	chaosMariaDB   = "mariadb"
-	chaosSQLite    = "sqlite"
+	chaosPostgres    = "postgres"
+	chaosPgBouncer   = "pgbouncer"
+	chaosPgBouncerPQ = "pgbouncer-pq"
+	chaosMariaDB     = "mariadb"
+	chaosSQLite      = "sqlite"
 )
 
-var chaosDatabases = []string{chaosPostgres, chaosPgBouncer, chaosMariaDB, chaosSQLite}
+var chaosDatabases = []string{chaosPostgres, chaosPgBouncer, chaosPgBouncerPQ, chaosMariaDB, chaosSQLite}
 
 // chaosDatabase is a database a chaos run owns: it may restart it.
 type chaosDatabase interface {
@@ -34,6 +35,8 @@ type chaosDatabase interface {
 	// replicaDSN is the DSN of the replicas, reaching addr() through the
 	// proxy at via.
 	replicaDSN(via string) string
+	// driver is the replicas' --driver ("" or "pq").
+	driver() string
 	// restart restarts the database server; errNoServer without one.
 	restart(ctx context.Context) error
 	// close stops the server and removes its files.
@@ -53,7 +56,7 @@ func startChaosDatabase(ctx context.Context, name, dir string) (chaosDatabase, e
 			return nil, err
 		}
 		return &serverDB{name: "postgres", srv: s, restartee: s}, nil
-	case chaosPgBouncer:
+	case chaosPgBouncer, chaosPgBouncerPQ:
 		if !throwaway.PgBouncerInstalled() {
 			return nil, fmt.Errorf("%w: pgbouncer", throwaway.ErrNotInstalled)
 		}
@@ -66,9 +69,14 @@ func startChaosDatabase(ctx context.Context, name, dir string) (chaosDatabase, e
 			backend.Cleanup()
 			return nil, err
 		}
-		// pgx in transaction pooling: no prepared statements kept across
-		// transactions (docs/poolers.md).
-		return &serverDB{name: "postgres via pgbouncer", srv: pb, restartee: backend, backend: backend,
+		// In transaction pooling no prepared statement may outlive its
+		// transaction (docs/poolers.md): pgx sends unnamed statements,
+		// lib/pq Parse, Bind and Execute in one round trip.
+		if name == chaosPgBouncerPQ {
+			return &serverDB{name: "postgres via pgbouncer (lib/pq)", srv: pb, restartee: backend, backend: backend,
+				params: "&binary_parameters=yes", drv: "pq"}, nil
+		}
+		return &serverDB{name: "postgres via pgbouncer (pgx)", srv: pb, restartee: backend, backend: backend,
 			params: "&default_query_exec_mode=exec"}, nil
 	case chaosMariaDB:
 		s, err := throwaway.StartMariaDB(ctx)
@@ -90,7 +98,10 @@ type serverDB struct {
 	restartee *throwaway.Server
 	backend   *throwaway.Server
 	params    string
+	drv       string
 }
+
+func (s *serverDB) driver() string { return s.drv }
 
 func (s *serverDB) label() string { return s.name }
 
@@ -125,6 +136,7 @@ type sqliteDB struct{ path string }
 func (s sqliteDB) label() string                 { return "sqlite" }
 func (s sqliteDB) directDSN() string             { return "sqlite:" + s.path }
 func (s sqliteDB) addr() string                  { return "" }
+func (s sqliteDB) driver() string                { return "" }
 func (s sqliteDB) replicaDSN(string) string      { return s.directDSN() }
 func (s sqliteDB) restart(context.Context) error { return errNoServer }
 func (s sqliteDB) close() error {

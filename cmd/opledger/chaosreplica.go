@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	_ "github.com/lib/pq" // driver "postgres", for --driver pq
 	"google.golang.org/grpc"
 
 	"github.com/opledger/opledger/examples/payments"
@@ -41,13 +43,14 @@ func runChaosReplica(ctx context.Context, args []string, stdout, stderr io.Write
 	lockWait := fs.Duration("lock-wait", 2*time.Second, "the claim's lock-wait bound")
 	dieAfter := fs.Int("die-after", 0, "SIGKILL itself after this many committed transfers, before the answer (0: never)")
 	maxConns := fs.Int("max-conns", 16, "the connection pool's size")
+	driver := fs.String("driver", "", "pq: open a postgres:// DSN with lib/pq instead of pgx")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if *dsn == "" || fs.NArg() > 0 {
 		return fail(stderr, chaosReplicaCommand, errors.New("--dsn is required and there are no arguments"))
 	}
-	db, t, err := openDB(ctx, *dsn)
+	db, t, err := openReplicaDB(ctx, *dsn, *driver)
 	if err != nil {
 		return fail(stderr, chaosReplicaCommand, err)
 	}
@@ -89,6 +92,30 @@ func runChaosReplica(ctx context.Context, args []string, stdout, stderr io.Write
 	}
 	srv.Stop()
 	return 0
+}
+
+// openReplicaDB opens dsn as openDB does, or with lib/pq (driver "pq")
+// for a postgres:// DSN.
+func openReplicaDB(ctx context.Context, dsn, driver string) (*sql.DB, target, error) {
+	switch driver {
+	case "":
+		return openDB(ctx, dsn)
+	case "pq":
+	default:
+		return nil, target{}, fmt.Errorf("--driver %q: want pq or nothing", driver)
+	}
+	t, err := parseDSN(dsn)
+	if err != nil {
+		return nil, t, err
+	}
+	if t.driver != "pgx" {
+		return nil, t, errors.New("--driver pq needs a postgres:// DSN")
+	}
+	t.driver = "postgres" // lib/pq
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	db, err := t.open(pctx)
+	return db, t, err
 }
 
 // dieAfterCommit returns the outermost server interceptor of a replica:
