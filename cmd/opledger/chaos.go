@@ -63,41 +63,42 @@ type chaosSettings struct {
 // chaosReport is what one database's run measured. Its JSON names are
 // the --json output.
 type chaosReport struct {
-	Database         string   `json:"database"`
-	Owner            string   `json:"owner"`
-	Seed             uint64   `json:"seed"`
-	Replicas         int      `json:"replicas"`
-	Calls            int      `json:"logical_calls"`
-	Attempts         int64    `json:"attempts"`
-	Executed         int      `json:"executed"`
-	Replayed         int64    `json:"replayed"`
-	Resolved         int64    `json:"resolved"`
-	ReturnedOK       int      `json:"returned_ok"`
-	Definite         int      `json:"definite_failures"`
-	Ambiguous        int      `json:"ambiguous"`
-	AmbiguousEarly   int      `json:"ambiguous_with_deadline_left"`
-	Reconciled       int      `json:"reconciled_after_run"`
-	Unresolved       int      `json:"unresolved"`
-	Duplicates       int      `json:"duplicate_effects"`
-	Lost             int      `json:"lost_effects"`
-	RowsNoLedger     int      `json:"rows_without_ledger_entry"`
-	LedgerNoRow      int      `json:"ledger_entries_without_row"`
-	WrongAnswers     int      `json:"wrong_answers"`
-	Killed           int      `json:"replicas_killed"`
-	KilledAfterCommt int      `json:"replicas_killed_after_commit"`
-	DBRestarts       int      `json:"database_restarts"`
-	DBRestartNote    string   `json:"database_restart_note,omitempty"`
-	Cuts             int64    `json:"proxy_cuts"`
-	Blackholes       int64    `json:"proxy_blackholes"`
-	Amplification    float64  `json:"amplification"`
-	OutageCalls      int64    `json:"outage_calls"`
-	OutageAmplif     float64  `json:"outage_amplification"`
-	OutageKind       string   `json:"outage"`
-	P50ms            float64  `json:"p50_ms"`
-	P99ms            float64  `json:"p99_ms"`
-	ElapsedS         float64  `json:"elapsed_s"`
-	StartFailures    int      `json:"replica_start_failures"`
-	ReplicaTrouble   []string `json:"replica_trouble,omitempty"`
+	Database         string         `json:"database"`
+	Owner            string         `json:"owner"`
+	Seed             uint64         `json:"seed"`
+	Replicas         int            `json:"replicas"`
+	Calls            int            `json:"logical_calls"`
+	Attempts         int64          `json:"attempts"`
+	Executed         int            `json:"executed"`
+	Replayed         int64          `json:"replayed"`
+	Resolved         int64          `json:"resolved"`
+	ReturnedOK       int            `json:"returned_ok"`
+	Definite         int            `json:"definite_failures"`
+	Ambiguous        int            `json:"ambiguous"`
+	AmbiguousEarly   int            `json:"ambiguous_with_deadline_left"`
+	Reconciled       int            `json:"reconciled_after_run"`
+	Unresolved       int            `json:"unresolved"`
+	Duplicates       int            `json:"duplicate_effects"`
+	Lost             int            `json:"lost_effects"`
+	RowsNoLedger     int            `json:"rows_without_ledger_entry"`
+	LedgerNoRow      int            `json:"ledger_entries_without_row"`
+	WrongAnswers     int            `json:"wrong_answers"`
+	Killed           int            `json:"replicas_killed"`
+	KilledAfterCommt int            `json:"replicas_killed_after_commit"`
+	DBRestarts       int            `json:"database_restarts"`
+	DBRestartNote    string         `json:"database_restart_note,omitempty"`
+	Cuts             int64          `json:"proxy_cuts"`
+	Blackholes       int64          `json:"proxy_blackholes"`
+	Amplification    float64        `json:"amplification"`
+	OutageCalls      int64          `json:"outage_calls"`
+	OutageAmplif     float64        `json:"outage_amplification"`
+	OutageKind       string         `json:"outage"`
+	P50ms            float64        `json:"p50_ms"`
+	P99ms            float64        `json:"p99_ms"`
+	ElapsedS         float64        `json:"elapsed_s"`
+	StartFailures    int            `json:"replica_start_failures"`
+	FailedBy         map[string]int `json:"failed_by,omitempty"`
+	ReplicaTrouble   []string       `json:"replica_trouble,omitempty"`
 }
 
 // failed reports whether the run broke the promise: a duplicate, a loss,
@@ -292,6 +293,14 @@ func printChaos(w io.Writer, reps []chaosReport) {
 	row("elapsed", func(r chaosReport) any { return fmt.Sprintf("%.1fs", r.ElapsedS) })
 	tw.Flush()
 	for _, r := range reps {
+		labels := make([]string, 0, len(r.FailedBy))
+		for l := range r.FailedBy {
+			labels = append(labels, l)
+		}
+		sort.Strings(labels)
+		for _, l := range labels {
+			fmt.Fprintf(w, "%s: failed calls: %d × %s\n", r.Database, r.FailedBy[l], l)
+		}
 		for _, t := range r.ReplicaTrouble {
 			fmt.Fprintf(w, "%s: a replica restart failed (it was started again): %s\n", r.Database, t)
 		}
@@ -702,6 +711,13 @@ func chaosCheck(ctx context.Context, rep *chaosReport, calls []chaosCall, db *sq
 		rep.Calls++
 		refs[c.ref] = true
 		took = append(took, c.took)
+		if c.err != nil {
+			if rep.FailedBy == nil {
+				rep.FailedBy = map[string]int{}
+			}
+			ci, _ := grpcint.CallInfoOf(c.err)
+			rep.FailedBy[strings.TrimSpace(status.Code(c.err).String()+" "+string(ci.Reason)+" "+ci.Decision)]++
+		}
 		switch {
 		case c.err == nil:
 			rep.ReturnedOK++
