@@ -58,6 +58,7 @@ type chaosSettings struct {
 	dbRestarts                   int
 	proxyEvery                   time.Duration
 	exe                          string
+	breakKeys                    bool
 }
 
 // chaosReport is what one database's run measured. Its JSON names are
@@ -141,6 +142,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	restarts := fs.Int("db-restarts", 1, "database server crashes (SIGKILL, then start: recovery runs); on sqlite a total outage of every replica instead")
 	callTimeout := fs.Duration("call-timeout", 30*time.Second, "deadline of each logical call")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
+	breakKeys := fs.Bool("break-keys", false, "break the service on purpose: the replicas give every attempt a fresh idempotency key, so retries duplicate; the run must fail (a check of the check)")
 	strict := fs.Bool("strict", false, "also fail (exit 1) when a database cannot be started, or a run injected less than asked: fewer replica kills than --kills, fewer database restarts than --db-restarts (server databases), no proxy cut (CI)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -192,7 +194,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	for _, name := range names {
 		s := chaosSettings{calls: *calls, replicas: *replicas, concurrency: *concurrency, seed: *seed, duration: *duration,
 			callTimeout: *callTimeout, owner: owner, kills: *kills, commitKills: *commitKills, dbRestarts: *restarts,
-			proxyEvery: 700 * time.Millisecond, exe: exe}
+			proxyEvery: 700 * time.Millisecond, exe: exe, breakKeys: *breakKeys}
 		if s.calls == 0 {
 			s.calls = chaosDefaultCalls[name]
 		}
@@ -358,8 +360,12 @@ func chaosRun(ctx context.Context, db chaosDatabase, s chaosSettings, progress i
 		lockWait, maxConns = 10*time.Second, 4
 	}
 	perReplica := max(s.calls/s.replicas, 2)
-	rs, err := newReplicaSet(s.exe, []string{"--dsn", replicaDSN, "--table", table, "--lock-wait", lockWait.String(),
-		"--max-conns", fmt.Sprint(maxConns), "--driver", db.driver()}, s.replicas, s.seed, s.commitKills, max(perReplica/8, 1), perReplica/2)
+	replicaArgs := []string{"--dsn", replicaDSN, "--table", table, "--lock-wait", lockWait.String(),
+		"--max-conns", fmt.Sprint(maxConns), "--driver", db.driver()}
+	if s.breakKeys {
+		replicaArgs = append(replicaArgs, "--break-keys")
+	}
+	rs, err := newReplicaSet(s.exe, replicaArgs, s.replicas, s.seed, s.commitKills, max(perReplica/8, 1), perReplica/2)
 	if err != nil {
 		return rep, err
 	}

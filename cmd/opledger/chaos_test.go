@@ -212,3 +212,19 @@ func TestChaosCheckFindsBreaches(t *testing.T) {
 		t.Fatal("a report with breaches did not fail")
 	}
 }
+
+// TestChaosFindsABrokenService breaks the service on purpose
+// (--break-keys: every attempt a fresh key, so a retry after an answer
+// lost to a kill after COMMIT runs the work again): the run must count
+// the duplicates and exit 1.
+func TestChaosFindsABrokenService(t *testing.T) {
+	t.Parallel()
+	code, reps, stderr := runChaosJSON(t, "--databases", "sqlite", "--calls", "300", "--kills", "0", "--commit-kills", "2",
+		"--db-restarts", "0", "--seed", "3", "--break-keys")
+	if code != 1 || len(reps) != 1 {
+		t.Fatalf("exit %d (want 1), %d reports\n%s", code, len(reps), stderr)
+	}
+	if r := reps[0]; r.Duplicates < 1 || r.KilledAfterCommt < 1 || r.Executed <= r.Calls-r.Duplicates {
+		t.Fatalf("a broken service: %d duplicates, %d kills after COMMIT, %d rows for %d calls", r.Duplicates, r.KilledAfterCommt, r.Executed, r.Calls)
+	}
+}

@@ -14,6 +14,7 @@ import (
 
 	_ "github.com/lib/pq" // driver "postgres", for --driver pq
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/opledger/opledger/examples/payments"
 	"github.com/opledger/opledger/examples/payments/paymentspb"
@@ -44,6 +45,7 @@ func runChaosReplica(ctx context.Context, args []string, stdout, stderr io.Write
 	dieAfter := fs.Int("die-after", 0, "SIGKILL itself after this many committed transfers, before the answer (0: never)")
 	maxConns := fs.Int("max-conns", 16, "the connection pool's size")
 	driver := fs.String("driver", "", "pq: open a postgres:// DSN with lib/pq instead of pgx")
+	breakKeys := fs.Bool("break-keys", false, "replace every request's idempotency key with a fresh one (a broken service: the run must find duplicates)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -73,7 +75,11 @@ func runChaosReplica(ctx context.Context, args []string, stdout, stderr io.Write
 	if err != nil {
 		return fail(stderr, chaosReplicaCommand, err)
 	}
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(dieAfterCommit(*dieAfter), kit.UnaryServerInterceptor()))
+	chain := []grpc.UnaryServerInterceptor{dieAfterCommit(*dieAfter)}
+	if *breakKeys {
+		chain = append(chain, freshKeys)
+	}
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(append(chain, kit.UnaryServerInterceptor())...))
 	paymentspb.RegisterPaymentsServer(srv, svc)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -116,6 +122,17 @@ func openReplicaDB(ctx context.Context, dsn, driver string) (*sql.DB, target, er
 	defer cancel()
 	db, err := t.open(pctx)
 	return db, t, err
+}
+
+// freshKeys breaks the service on purpose (--break-keys): every attempt
+// gets a new idempotency key, as a service that derived its key from the
+// attempt would, so a retry after a lost answer runs the work again. It
+// exists to show that the chaos run's check finds the duplicates.
+func freshKeys(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	md = md.Copy()
+	md.Set(grpcint.KeyHeader, grpcint.NewKey())
+	return handler(metadata.NewIncomingContext(ctx, md), req)
 }
 
 // dieAfterCommit returns the outermost server interceptor of a replica:
