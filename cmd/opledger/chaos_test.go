@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -183,7 +184,7 @@ func TestChaosCheckFindsBreaches(t *testing.T) {
 	commit("k-noeffect", "noeffect", 0, 99) // a ledger entry whose row is missing
 	commit("k-ambig", "ambig", 6, 6)        // ambiguous, resolved committed
 	calls := []chaosCall{ok("good", 1), ok("dup", 2), ok("wrong", 40), ok("noeffect", 99),
-		{issued: true, key: "k-ambig", ref: "ambig", err: errors.New("lost"), deadlineLeft: true},
+		{issued: true, key: "k-ambig", ref: "ambig", err: errors.New("lost"), deadlineLeft: true, left: time.Second},
 		{issued: true, key: "k-def", ref: "def", err: errors.New("not committed"), definite: true},
 		{}}
 	resolve := func(c chaosCall) (*paymentspb.TransferReply, bool, error) {
