@@ -140,7 +140,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	ownerName := fs.String("owner", "application", "retry owner of the client's channel: application or service-config")
 	kills := fs.Int("kills", 3, "SIGKILLs of a replica by the run, at seeded moments")
 	commitKills := fs.Int("commit-kills", 2, "replicas that SIGKILL themselves after a COMMIT, before the answer")
-	restarts := fs.Int("db-restarts", 1, "database server crashes (SIGKILL, then start: recovery runs); on sqlite a total outage of every replica instead")
+	restarts := fs.Int("db-restarts", 1, "database server restarts: the first a crash (SIGKILL, then start: recovery runs), the next a clean restart, alternating; on sqlite a total outage of every replica instead")
 	callTimeout := fs.Duration("call-timeout", 30*time.Second, "deadline of each logical call")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	breakKeys := fs.Bool("break-keys", false, "break the service on purpose: the replicas give every attempt a fresh idempotency key, so retries duplicate; the run must fail (a check of the check)")
@@ -497,6 +497,7 @@ func chaosRun(ctx context.Context, db chaosDatabase, s chaosSettings, progress i
 	monitorDone := make(chan struct{})
 	go func() {
 		defer close(monitorDone)
+		restarts := 0
 		for _, ev := range events {
 			for float64(done.Load()) < ev.at*float64(s.calls) {
 				if time.Now().After(deadline) || next.Load() >= int64(s.calls) && done.Load() >= int64(s.calls) {
@@ -510,11 +511,14 @@ func chaosRun(ctx context.Context, db chaosDatabase, s chaosSettings, progress i
 			case !ev.restart:
 				rs.kill(rs.intn(s.replicas))
 			case db.addr() != "":
+				// The first a crash, the next a clean restart, and so on.
+				crash := restarts%2 == 0
+				restarts++
 				outageWG.Add(1)
 				go outage(func() error {
 					rctx, cancel := context.WithTimeout(ctx, time.Minute)
 					defer cancel()
-					return db.restart(rctx)
+					return db.restart(rctx, crash)
 				})
 			default:
 				outageWG.Add(1)

@@ -37,8 +37,9 @@ type chaosDatabase interface {
 	replicaDSN(via string) string
 	// driver is the replicas' --driver ("" or "pq").
 	driver() string
-	// restart restarts the database server; errNoServer without one.
-	restart(ctx context.Context) error
+	// restart restarts the database server, with SIGKILL (crash) or
+	// cleanly; errNoServer without one.
+	restart(ctx context.Context, crash bool) error
 	// close stops the server and removes its files.
 	close() error
 }
@@ -118,9 +119,16 @@ func (s *serverDB) replicaDSN(via string) string {
 	return strings.Replace(s.srv.DSN(), s.srv.Addr(), via, 1) + s.params
 }
 
-// restart kills the database server with SIGKILL and starts it again:
-// crash recovery runs, as after a failover to the same data.
-func (s *serverDB) restart(ctx context.Context) error { return s.restartee.Crash(ctx) }
+// restart kills the database server with SIGKILL and starts it again
+// (crash recovery runs, as after a failover to the same data), or stops
+// it cleanly (PostgreSQL's fast shutdown, mariadbd's SIGTERM) and starts
+// it again.
+func (s *serverDB) restart(ctx context.Context, crash bool) error {
+	if crash {
+		return s.restartee.Crash(ctx)
+	}
+	return s.restartee.Restart(ctx)
+}
 
 func (s *serverDB) close() error {
 	err := s.srv.Cleanup()
@@ -133,12 +141,12 @@ func (s *serverDB) close() error {
 // sqliteDB is one SQLite file in WAL mode that every replica opens.
 type sqliteDB struct{ path string }
 
-func (s sqliteDB) label() string                 { return "sqlite" }
-func (s sqliteDB) directDSN() string             { return "sqlite:" + s.path }
-func (s sqliteDB) addr() string                  { return "" }
-func (s sqliteDB) driver() string                { return "" }
-func (s sqliteDB) replicaDSN(string) string      { return s.directDSN() }
-func (s sqliteDB) restart(context.Context) error { return errNoServer }
+func (s sqliteDB) label() string                       { return "sqlite" }
+func (s sqliteDB) directDSN() string                   { return "sqlite:" + s.path }
+func (s sqliteDB) addr() string                        { return "" }
+func (s sqliteDB) driver() string                      { return "" }
+func (s sqliteDB) replicaDSN(string) string            { return s.directDSN() }
+func (s sqliteDB) restart(context.Context, bool) error { return errNoServer }
 func (s sqliteDB) close() error {
 	return errors.Join(os.Remove(s.path), ignoreMissing(os.Remove(s.path+"-wal")), ignoreMissing(os.Remove(s.path+"-shm")))
 }
