@@ -64,43 +64,43 @@ type chaosSettings struct {
 // chaosReport is what one database's run measured. Its JSON names are
 // the --json output.
 type chaosReport struct {
-	Database           string         `json:"database"`
-	Owner              string         `json:"owner"`
-	Seed               uint64         `json:"seed"`
-	Replicas           int            `json:"replicas"`
-	Calls              int            `json:"logical_calls"`
-	Attempts           int64          `json:"attempts"`
-	Executed           int            `json:"executed"`
-	Replayed           int64          `json:"replayed"`
-	Resolved           int64          `json:"resolved"`
-	ReturnedOK         int            `json:"returned_ok"`
-	Definite           int            `json:"definite_failures"`
-	Ambiguous          int            `json:"ambiguous"`
-	AmbiguousEarly     int            `json:"ambiguous_with_deadline_left"`
-	AmbiguousMaxLeftMS float64        `json:"ambiguous_max_deadline_left_ms"`
-	Reconciled         int            `json:"reconciled_after_run"`
-	Unresolved         int            `json:"unresolved"`
-	Duplicates         int            `json:"duplicate_effects"`
-	Lost               int            `json:"lost_effects"`
-	RowsNoLedger       int            `json:"rows_without_ledger_entry"`
-	LedgerNoRow        int            `json:"ledger_entries_without_row"`
-	WrongAnswers       int            `json:"wrong_answers"`
-	Killed             int            `json:"replicas_killed"`
-	KilledAfterCommt   int            `json:"replicas_killed_after_commit"`
-	DBRestarts         int            `json:"database_restarts"`
-	DBRestartNote      string         `json:"database_restart_note,omitempty"`
-	Cuts               int64          `json:"proxy_cuts"`
-	Blackholes         int64          `json:"proxy_blackholes"`
-	Amplification      float64        `json:"amplification"`
-	OutageCalls        int64          `json:"outage_calls"`
-	OutageAmplif       float64        `json:"outage_amplification"`
-	OutageKind         string         `json:"outage"`
-	P50ms              float64        `json:"p50_ms"`
-	P99ms              float64        `json:"p99_ms"`
-	ElapsedS           float64        `json:"elapsed_s"`
-	StartFailures      int            `json:"replica_start_failures"`
-	FailedBy           map[string]int `json:"failed_by,omitempty"`
-	ReplicaTrouble     []string       `json:"replica_trouble,omitempty"`
+	Database            string         `json:"database"`
+	Owner               string         `json:"owner"`
+	Seed                uint64         `json:"seed"`
+	Replicas            int            `json:"replicas"`
+	Calls               int            `json:"logical_calls"`
+	Attempts            int64          `json:"attempts"`
+	Executed            int            `json:"executed"`
+	Replayed            int64          `json:"replayed"`
+	Resolved            int64          `json:"resolved"`
+	ReturnedOK          int            `json:"returned_ok"`
+	Definite            int            `json:"definite_failures"`
+	Ambiguous           int            `json:"ambiguous"`
+	AmbiguousEarly      int            `json:"ambiguous_with_deadline_left"`
+	AmbiguousMaxLeftMS  float64        `json:"ambiguous_max_deadline_left_ms"`
+	Reconciled          int            `json:"reconciled_after_run"`
+	Unresolved          int            `json:"unresolved"`
+	Duplicates          int            `json:"duplicate_effects"`
+	Lost                int            `json:"lost_effects"`
+	RowsNoLedger        int            `json:"rows_without_ledger_entry"`
+	LedgerNoRow         int            `json:"ledger_entries_without_row"`
+	WrongAnswers        int            `json:"wrong_answers"`
+	Killed              int            `json:"replicas_killed"`
+	KilledAfterCommit   int            `json:"replicas_killed_after_commit"`
+	DBRestarts          int            `json:"database_restarts"`
+	DBRestartNote       string         `json:"database_restart_note,omitempty"`
+	Cuts                int64          `json:"proxy_cuts"`
+	Blackholes          int64          `json:"proxy_blackholes"`
+	Amplification       float64        `json:"amplification"`
+	OutageCalls         int64          `json:"outage_calls"`
+	OutageAmplification float64        `json:"outage_amplification"`
+	OutageKind          string         `json:"outage"`
+	P50ms               float64        `json:"p50_ms"`
+	P99ms               float64        `json:"p99_ms"`
+	ElapsedS            float64        `json:"elapsed_s"`
+	StartFailures       int            `json:"replica_start_failures"`
+	FailedBy            map[string]int `json:"failed_by,omitempty"`
+	ReplicaTrouble      []string       `json:"replica_trouble,omitempty"`
 }
 
 // failed reports whether the run broke the promise: a duplicate, a loss,
@@ -283,7 +283,7 @@ func printChaos(w io.Writer, reps []chaosReport) {
 	row("  ledger entry without row", func(r chaosReport) any { return r.LedgerNoRow })
 	row("wrong answers (must be 0)", func(r chaosReport) any { return r.WrongAnswers })
 	row("replicas killed", func(r chaosReport) any { return r.Killed })
-	row("  of which after COMMIT, before the answer", func(r chaosReport) any { return r.KilledAfterCommt })
+	row("  of which after COMMIT, before the answer", func(r chaosReport) any { return r.KilledAfterCommit })
 	row("replica restarts that failed (then retried)", func(r chaosReport) any { return r.StartFailures })
 	row("database restarts", func(r chaosReport) any {
 		if r.DBRestartNote != "" {
@@ -295,7 +295,7 @@ func printChaos(w io.Writer, reps []chaosReport) {
 	row("proxy blackholes", func(r chaosReport) any { return r.Blackholes })
 	row("amplification", func(r chaosReport) any { return fmt.Sprintf("%.2fx", r.Amplification) })
 	row("outage", func(r chaosReport) any { return r.OutageKind })
-	row("  amplification during the outage", func(r chaosReport) any { return fmt.Sprintf("%.2fx (%d calls)", r.OutageAmplif, r.OutageCalls) })
+	row("  amplification during the outage", func(r chaosReport) any { return fmt.Sprintf("%.2fx (%d calls)", r.OutageAmplification, r.OutageCalls) })
 	row("latency p50", func(r chaosReport) any { return fmt.Sprintf("%.1fms", r.P50ms) })
 	row("latency p99", func(r chaosReport) any { return fmt.Sprintf("%.1fms", r.P99ms) })
 	row("elapsed", func(r chaosReport) any { return fmt.Sprintf("%.1fs", r.ElapsedS) })
@@ -559,13 +559,13 @@ func chaosRun(ctx context.Context, db chaosDatabase, s chaosSettings, progress i
 	st := client.Stats()
 	rep.Attempts, rep.Replayed, rep.Resolved = st.Attempts, st.Replayed, st.Resolved
 	parentKills, commitKills, startFailures, trouble := rs.counts()
-	rep.Killed, rep.KilledAfterCommt, rep.StartFailures, rep.ReplicaTrouble = parentKills+commitKills, commitKills, startFailures, trouble
+	rep.Killed, rep.KilledAfterCommit, rep.StartFailures, rep.ReplicaTrouble = parentKills+commitKills, commitKills, startFailures, trouble
 	if db.addr() != "" {
 		rep.DBRestarts = int(restartsDone.Load())
 	}
 	rep.OutageCalls = outageCalls.Load()
 	if rep.OutageCalls > 0 {
-		rep.OutageAmplif = float64(outageAttempts.Load()) / float64(rep.OutageCalls)
+		rep.OutageAmplification = float64(outageAttempts.Load()) / float64(rep.OutageCalls)
 	}
 	for _, p := range proxies {
 		ps := p.Stats()

@@ -225,7 +225,7 @@ func TestChaosFindsABrokenService(t *testing.T) {
 	if code != 1 || len(reps) != 1 {
 		t.Fatalf("exit %d (want 1), %d reports\n%s", code, len(reps), stderr)
 	}
-	if r := reps[0]; r.Duplicates < 1 || r.KilledAfterCommt < 1 || r.Executed <= r.Calls-r.Duplicates {
-		t.Fatalf("a broken service: %d duplicates, %d kills after COMMIT, %d rows for %d calls", r.Duplicates, r.KilledAfterCommt, r.Executed, r.Calls)
+	if r := reps[0]; r.Duplicates < 1 || r.KilledAfterCommit < 1 || r.Executed <= r.Calls-r.Duplicates {
+		t.Fatalf("a broken service: %d duplicates, %d kills after COMMIT, %d rows for %d calls", r.Duplicates, r.KilledAfterCommit, r.Executed, r.Calls)
 	}
 }
