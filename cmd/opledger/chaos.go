@@ -573,8 +573,12 @@ func chaosRun(ctx context.Context, db chaosDatabase, s chaosSettings, progress i
 		rep.Blackholes += ps.Blackholes
 	}
 	// Every replica back, no faults: resolve what did not return OK.
-	if err := rs.ensureRunning(ctx); err != nil {
-		return rep, err
+	ectx, cancel := context.WithTimeout(ctx, time.Minute)
+	err = rs.ensureRunning(ectx)
+	cancel()
+	if err != nil {
+		_, _, _, trouble := rs.counts()
+		return rep, fmt.Errorf("%w (%s)", err, strings.Join(trouble, "; "))
 	}
 	// The server stores the caller as grpcint.CallerFromTrustedHeader
 	// names it.
