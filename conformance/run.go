@@ -282,7 +282,7 @@ func Run(t *testing.T, tg Target, list ...Option) {
 		t.Fatal(err)
 	}
 	if err := tg.checkPooling(t.Context()); err != nil {
-		t.Fatal(err)
+		t.Fatalf("conformance: %v", err)
 	}
 	for _, in := range instances(&tg, o) {
 		t.Run(in.name, func(t *testing.T) {

@@ -266,7 +266,9 @@ const poolingCheckLimit = 30 * time.Second
 // checkPooling runs the dialect's probe for the driver settings a
 // connection pooler needs (dialects.PoolingChecker), before any case: a
 // driver that prepares statements behind PgBouncer in transaction mode
-// would otherwise fail the cases at random.
+// would otherwise fail the cases at random. The error is a set-up error
+// (its message starts with "set-up:", which `opledger conformance` reports
+// as such, with exit status 2).
 func (tg *Target) checkPooling(ctx context.Context) error {
 	pc, ok := tg.Dialect.(dialects.PoolingChecker)
 	if !ok {
@@ -275,7 +277,7 @@ func (tg *Target) checkPooling(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, poolingCheckLimit)
 	defer cancel()
 	if err := pc.CheckPooling(ctx, tg.DB); err != nil {
-		return fmt.Errorf("conformance: the driver is not configured for what lies between it and the database: %w", err)
+		return fmt.Errorf("set-up: the driver is not configured for what lies between it and the database: %w", err)
 	}
 	return nil
 }

@@ -21,3 +21,27 @@ type PoolingChecker interface {
 	// database, or an error that explains the setting it lacks.
 	CheckPooling(ctx context.Context, db *sql.DB) error
 }
+
+// ErrorExplainer is implemented by a dialect that can say what a driver's
+// error means for the user's setup: the ledger and txmiddleware pass every
+// database error through it before wrapping it in a ledger.DBError, so
+// that, for example, PostgreSQL's "prepared statement … does not exist"
+// behind a transaction pooler reads as the driver setting it lacks.
+//
+// It is optional: check for it with a type assertion. ExplainError returns
+// err itself, or an error that wraps it (errors.Is and errors.As still
+// reach the driver's error), never nil for a non-nil err.
+type ErrorExplainer interface {
+	ExplainError(err error) error
+}
+
+// Explain returns d's explanation of err (ErrorExplainer), or err itself
+// when d has none.
+func Explain(d Dialect, err error) error {
+	if ex, ok := d.(ErrorExplainer); ok && err != nil {
+		if e := ex.ExplainError(err); e != nil {
+			return e
+		}
+	}
+	return err
+}

@@ -76,7 +76,10 @@ type DBError struct {
 	Op string
 	// Class is the dialect's classification of Err.
 	Class dialects.Class
-	// Err is the driver's error.
+	// Err is the driver's error, wrapped in the dialect's explanation when
+	// it has one (dialects.ErrorExplainer: PostgreSQL's
+	// postgres.ErrStatementPooling for a driver misconfigured behind a
+	// transaction pooler); errors.As reaches the driver's error either way.
 	Err error
 }
 

@@ -589,7 +589,7 @@ func (s *Store) fail(ctx context.Context, op string, err error) error {
 	if cerr := ctx.Err(); cerr != nil {
 		return fmt.Errorf("ledger: %s: %w (%w)", op, cerr, err)
 	}
-	return &DBError{Op: op, Class: s.d.Classify(err), Err: err}
+	return &DBError{Op: op, Class: s.d.Classify(err), Err: dialects.Explain(s.d, err)}
 }
 
 type row struct {

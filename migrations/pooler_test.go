@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -76,5 +77,53 @@ func warm(t *testing.T, ctx context.Context, db *sql.DB, n int) {
 	}
 	for _, tx := range txs {
 		_ = tx.Rollback()
+	}
+}
+
+// TestTransactionPoolingOneServerConnection: behind PgBouncer in
+// transaction mode with one server connection, where a migration's
+// statements all run on the same backend, a second migration at the same
+// time lands on the session that holds the lock; it is refused with
+// postgres.ErrTransactionPooling instead of taking the re-entrant lock
+// and migrating alongside. The first one, or both in turn, succeed; the
+// table is created once.
+func TestTransactionPoolingOneServerConnection(t *testing.T) {
+	t.Parallel()
+	pg := throwaway.Postgres(t)
+	pb := throwaway.PgBouncer(t, pg, throwaway.PgBouncerOptions{PoolSize: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	errs := make([]error, 4)
+	var wg sync.WaitGroup
+	for i := range errs {
+		db := testdb.OpenDSN(t, "pgx", pb.DriverDSN("pgx"), 2)
+		m, err := migrations.New(db, postgres.New(), migrations.WithTable("opl_one"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() { _, errs[i] = m.Up(ctx) })
+	}
+	wg.Wait()
+	ok := 0
+	for _, err := range errs {
+		switch {
+		case err == nil:
+			ok++
+		case errors.Is(err, postgres.ErrTransactionPooling):
+			t.Logf("refused: %v", err)
+		default:
+			t.Errorf("Up: %v (neither success nor ErrTransactionPooling)", err)
+		}
+	}
+	if ok == 0 {
+		t.Fatal("no migration succeeded")
+	}
+	direct := testdb.OpenDSN(t, "pgx", pg.DSN(), 1)
+	var applied int
+	if err := direct.QueryRowContext(ctx, "SELECT count(*) FROM opl_one_db_version WHERE version_id > 0 AND is_applied").Scan(&applied); err != nil {
+		t.Fatal(err)
+	}
+	if applied != 2 {
+		t.Fatalf("%d migrations recorded as applied, want 2 (each once)", applied)
 	}
 }

@@ -1,12 +1,10 @@
 package txmiddleware_test
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
-	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -61,98 +59,6 @@ func pgDSN(params string) func(string) string {
 	return func(a string) string { return "postgres://postgres@" + a + "/postgres?sslmode=disable" + params }
 }
 
-// commitProxy forwards TCP to a database server. Armed, it stops at the
-// next client chunk containing COMMIT (so no key or name of the test may
-// contain "commit") and calls hit(forward): the hook decides whether that
-// chunk reaches the server (forward, which returns a channel closed when
-// the server's answer arrived, never passed on to the client) before it
-// kills the server; the client's connection is then cut. The client cannot
-// tell whether the database committed: a commit with an unknown outcome,
-// made by a server crash.
-type commitProxy struct {
-	lis    net.Listener
-	target string
-	armed  atomic.Pointer[func(forward func() <-chan struct{})]
-	wg     sync.WaitGroup
-}
-
-func newCommitProxy(t testing.TB, target string) *commitProxy {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &commitProxy{lis: lis, target: target}
-	p.wg.Add(1)
-	go p.serve()
-	t.Cleanup(func() { lis.Close(); p.wg.Wait() })
-	return p
-}
-
-func (p *commitProxy) arm(hit func(forward func() <-chan struct{})) { p.armed.Store(&hit) }
-
-func (p *commitProxy) serve() {
-	defer p.wg.Done()
-	for {
-		c, err := p.lis.Accept()
-		if err != nil {
-			return
-		}
-		s, err := net.Dial("tcp", p.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		var cut atomic.Bool // set before COMMIT is forwarded: its answer never reaches the client
-		answered := make(chan struct{})
-		var answeredOnce sync.Once
-		p.wg.Add(2)
-		go func() {
-			defer p.wg.Done()
-			defer c.Close()
-			buf := make([]byte, 64<<10)
-			for {
-				n, err := s.Read(buf)
-				if n > 0 && cut.Load() {
-					answeredOnce.Do(func() { close(answered) })
-				}
-				if n > 0 && !cut.Load() {
-					if _, werr := c.Write(buf[:n]); werr != nil {
-						return
-					}
-				}
-				if err != nil {
-					return
-				}
-			}
-		}()
-		go func() {
-			defer p.wg.Done()
-			defer s.Close()
-			defer c.Close()
-			buf := make([]byte, 64<<10)
-			for {
-				n, err := c.Read(buf)
-				if n > 0 {
-					if bytes.Contains(bytes.ToLower(buf[:n]), []byte("commit")) {
-						if hit := p.armed.Swap(nil); hit != nil {
-							cut.Store(true)
-							(*hit)(func() <-chan struct{} { _, _ = s.Write(buf[:n]); return answered })
-							return
-						}
-					}
-					if _, werr := s.Write(buf[:n]); werr != nil {
-						return
-					}
-				}
-				if err != nil {
-					return
-				}
-			}
-		}()
-	}
-}
-
 // TestDatabaseRestart: a database (PostgreSQL, also behind PgBouncer in
 // transaction mode, and MariaDB) restarted (cleanly or by SIGKILL) while
 // a unit's work runs, after its claim, or killed while its COMMIT is in
@@ -169,8 +75,8 @@ func TestDatabaseRestart(t *testing.T) {
 		t.Run(tg.name, func(t *testing.T) {
 			t.Parallel()
 			srv, addr := tg.start(t)
-			proxy := newCommitProxy(t, addr)
-			db := testdb.OpenDSN(t, tg.driver, tg.dsn(proxy.lis.Addr().String()), 4)
+			proxy := testdb.NewCutProxy(t, addr)
+			db := testdb.OpenDSN(t, tg.driver, tg.dsn(proxy.Addr()), 4)
 			e := withStore(t, testdb.NewEnv(t, tg.name, tg.dialect, db))
 			r := e.runner(t, txmiddleware.WithTxBackoff(10*time.Millisecond, 100*time.Millisecond), txmiddleware.WithMaxTxAttempts(10))
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -207,7 +113,7 @@ func TestDatabaseRestart(t *testing.T) {
 
 			duringCommit := func(t *testing.T, key string, forward bool) {
 				var runs atomic.Int64
-				proxy.arm(func(fwd func() <-chan struct{}) {
+				proxy.ArmFunc(func(fwd func() <-chan struct{}) {
 					if forward {
 						select { // the server committed; its answer is dropped
 						case <-fwd():

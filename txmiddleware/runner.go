@@ -275,7 +275,7 @@ func (r *Runner) once(ctx context.Context, req ledger.ClaimRequest, work Work, s
 			// (perhaps holding this identity) wrote.
 			return out, fmt.Errorf("txmiddleware: begin: %w: %w", ledger.ErrInProgress, err)
 		}
-		return out, fmt.Errorf("txmiddleware: begin: %w", err)
+		return out, fmt.Errorf("txmiddleware: begin: %w", dialects.Explain(r.d, err))
 	}
 	// Registered before the transaction's own deferred rollback, so it
 	// runs after it: a session setting is restored once the transaction
@@ -358,7 +358,7 @@ func (r *Runner) stmtErr(ctx context.Context, op string, err error) error {
 	if cerr := ctxErr(ctx, op, err); cerr != nil {
 		return cerr
 	}
-	return &ledger.DBError{Op: op, Class: r.d.Classify(err), Err: err}
+	return &ledger.DBError{Op: op, Class: r.d.Classify(err), Err: dialects.Explain(r.d, err)}
 }
 
 // commitErr sorts a failed COMMIT: not sent (the transaction was already
@@ -385,7 +385,7 @@ func (r *Runner) commitErr(ctx context.Context, err error) error {
 		// ended (lib/pq cancels the statement: 57014): it rolled back.
 		return ctxErr(ctx, "commit", err)
 	}
-	return &ledger.DBError{Op: "commit", Class: r.d.Classify(err), Err: err}
+	return &ledger.DBError{Op: "commit", Class: r.d.Classify(err), Err: dialects.Explain(r.d, err)}
 }
 
 // replayErr is the error a replayed result stands for: the codec's

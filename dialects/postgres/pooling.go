@@ -11,7 +11,14 @@ import (
 	"github.com/opledger/opledger/dialects"
 )
 
-var _ dialects.PoolingChecker = Dialect{}
+var (
+	_ dialects.PoolingChecker = Dialect{}
+	_ dialects.ErrorExplainer = Dialect{}
+)
+
+// ExplainError is ExplainPooling: the ledger and txmiddleware report a
+// driver error that a transaction pooler causes as ErrStatementPooling.
+func (Dialect) ExplainError(err error) error { return ExplainPooling(err) }
 
 var (
 	// ErrStatementPooling is matched (errors.Is) by the error of
@@ -71,15 +78,16 @@ const (
 	probeRounds  = 30
 )
 
-// CheckPooling runs concurrent parameterised statements on db, each of
-// its own text and checked for its own answer, outside transactions and
+// CheckPooling runs concurrent parameterised statements on db, half of
+// them with a text shared by every worker and half with a text of each
+// worker's own, each checked for its own answer, outside transactions and
 // inside them. A driver that prepares statements (pgx's default statement
 // cache, lib/pq's Parse/Describe round trip before the Bind) behind a
 // pooler in transaction mode fails this within a few statements, with an
 // error or with another statement's answer; it returns ErrStatementPooling
-// then, wrapping the first error seen. It is a probe, not a proof: a pool
-// with one connection, or a quiet pooler that keeps handing back the same
-// server connection, can pass it.
+// then, wrapping the first error seen. It is a probe, not a proof: a db
+// limited to one connection (SetMaxOpenConns(1)) cannot show two clients
+// colliding, and passes it.
 func (Dialect) CheckPooling(ctx context.Context, db *sql.DB) error {
 	if db == nil {
 		return errors.New("postgres: check pooling: nil database")
@@ -112,7 +120,7 @@ func (Dialect) CheckPooling(ctx context.Context, db *sql.DB) error {
 				if ctx.Err() != nil {
 					return
 				}
-				inTx := i%2 == 1
+				inTx := i%2 == 1 // rounds 0-3 cover each text in and outside a transaction
 				if err := probeOnce(ctx, db, w, i, inTx); err != nil {
 					if ctx.Err() != nil && first != nil {
 						return
@@ -137,35 +145,39 @@ func (Dialect) CheckPooling(ctx context.Context, db *sql.DB) error {
 	return fmt.Errorf("postgres: check pooling: %w", first)
 }
 
-// probeOnce runs worker w's statement i, of a text of its own (so that
-// statements of different workers are different prepared statements), and
-// checks its answer.
+// probeOnce runs worker w's statement i and checks its answer. Every
+// other statement has a text shared by all workers (two client
+// connections that prepare it under one name on one server connection
+// collide: pgx's cache), the others a text of the worker's own with as
+// many parameters (a Bind that reaches another client's unnamed statement
+// answers for that one: lib/pq's two round trips).
 func probeOnce(ctx context.Context, db *sql.DB, w, i int, inTx bool) error {
-	q := fmt.Sprintf("SELECT $1::bigint * 1000 + %d /* opledger pooling probe */", w)
+	q, args := "SELECT $1::bigint * 1000 + $2::bigint /* opledger pooling probe */", []any{i, w}
+	if i%4 >= 2 {
+		q, args = fmt.Sprintf("SELECT $1::bigint * 1000 + %d /* opledger pooling probe %d */", w, w), []any{i}
+	}
 	want := int64(i)*1000 + int64(w)
+	check := func(got int64, err error) error {
+		if err == nil && got != want {
+			err = fmt.Errorf("%w: a statement answered %d instead of %d (the Bind reached another client's statement)", ErrStatementPooling, got, want)
+		}
+		return ExplainPooling(err)
+	}
 	var got int64
-	var err error
-	if inTx {
-		var tx *sql.Tx
-		tx, err = db.BeginTx(ctx, nil)
-		if err != nil {
+	if !inTx {
+		err := db.QueryRowContext(ctx, q, args...).Scan(&got)
+		return check(got, err)
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return ExplainPooling(err)
+	}
+	for range 2 {
+		err := tx.QueryRowContext(ctx, q, args...).Scan(&got)
+		if err := check(got, err); err != nil {
+			_ = tx.Rollback()
 			return err
 		}
-		for j := 0; j < 2 && err == nil; j++ {
-			err = tx.QueryRowContext(ctx, q, i).Scan(&got)
-			if err == nil && got != want {
-				err = fmt.Errorf("%w: a statement answered %d instead of %d (the Bind reached another client's statement)", ErrStatementPooling, got, want)
-			}
-		}
-		if err != nil {
-			_ = tx.Rollback()
-			return ExplainPooling(err)
-		}
-		return ExplainPooling(tx.Commit())
 	}
-	err = db.QueryRowContext(ctx, q, i).Scan(&got)
-	if err == nil && got != want {
-		err = fmt.Errorf("%w: a statement answered %d instead of %d (the Bind reached another client's statement)", ErrStatementPooling, got, want)
-	}
-	return ExplainPooling(err)
+	return ExplainPooling(tx.Commit())
 }

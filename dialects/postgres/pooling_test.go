@@ -119,3 +119,37 @@ func TestBeginBoundedPgBouncer(t *testing.T) {
 		})
 	}
 }
+
+// TestAdvisoryLockHeldBySession: a session that already holds the kit's
+// migration lock (behind a transaction pooler: another client's session)
+// is refused with ErrTransactionPooling instead of taking the re-entrant
+// lock again, which would protect nothing.
+func TestAdvisoryLockHeldBySession(t *testing.T) {
+	t.Parallel()
+	testdb.ForEachTarget(t, 2, func(t *testing.T, tg testdb.Target) {
+		db := tg.Open(t, 2)
+		ctx := context.Background()
+		conn, err := db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		first, second := postgres.New().Migrations().Lock("a"), postgres.New().Migrations().Lock("a")
+		if err := first.SessionLock(ctx, conn); err != nil {
+			t.Fatal(err)
+		}
+		if err := second.SessionLock(ctx, conn); !errors.Is(err, postgres.ErrTransactionPooling) {
+			t.Fatalf("SessionLock on a session holding the lock: %v, want ErrTransactionPooling", err)
+		}
+		if err := first.SessionUnlock(ctx, conn); err != nil {
+			t.Fatal(err)
+		}
+		var held int
+		if err := conn.QueryRowContext(ctx, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()").Scan(&held); err != nil {
+			t.Fatal(err)
+		}
+		if held != 0 {
+			t.Fatalf("%d advisory locks left on the session", held)
+		}
+	}, "postgres")
+}

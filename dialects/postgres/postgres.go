@@ -14,6 +14,15 @@
 // snapshot and returns no row when it had to wait. ON CONFLICT never
 // raises 23505 for the claim, so the caller's transaction is never
 // poisoned. The replay path takes no row lock and writes nothing.
+//
+// Behind a connection pooler in transaction mode (PgBouncer
+// pool_mode=transaction) the ledger works as long as the driver does not
+// keep prepared statements between transactions: pgx needs
+// default_query_exec_mode=exec in its DSN, lib/pq binary_parameters=yes.
+// [Dialect.CheckPooling] probes for it, the errors a misconfigured driver
+// gets match [ErrStatementPooling], and the migrations' session lock
+// refuses the pooler with [ErrTransactionPooling]: run them over a direct
+// connection. The repository's docs/poolers.md has the details.
 package postgres
 
 import (

@@ -69,7 +69,9 @@ type advisoryLock struct {
 // Once granted, it checks that conn's next statement runs on the backend
 // that holds the lock; when it does not (a pooler in transaction mode), it
 // ends that backend, which releases the lock, and returns an error
-// matching ErrTransactionPooling.
+// matching ErrTransactionPooling. It also refuses, with the same error, a
+// session that holds the lock already (advisory locks are re-entrant:
+// behind a pooler, the session of another client that is migrating).
 func (l *advisoryLock) SessionLock(ctx context.Context, conn *sql.Conn) error {
 	deadline := time.Now().Add(lockTimeout)
 	wctx := context.WithoutCancel(ctx) // see above: never cancel mid-grant
@@ -119,6 +121,18 @@ func releaseElsewhere(ctx context.Context, conn *sql.Conn, pid int64) {
 	_, _ = conn.ExecContext(ctx, "SELECT pg_terminate_backend("+strconv.FormatInt(pid, 10)+")")
 }
 
+// heldByMeSQL returns the backend's pid and whether it already holds the
+// kit's advisory lock (pg_locks shows a bigint key as classid, the high 32
+// bits, and objid, the low 32 bits, with objsubid 1).
+const heldByMeSQL = "SELECT pg_backend_pid(), EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' " +
+	"AND pid = pg_backend_pid() AND granted AND classid = " + lockHigh + " AND objid = " + lockLow + " AND objsubid = 1)"
+
+// lockID's high and low 32 bits, in decimal, as pg_locks shows them.
+const (
+	lockHigh = "1869638757" // 0x6f706c65
+	lockLow  = "1684497778" // 0x64676572
+)
+
 // tryAdvisoryLock waits at most lockStep for the lock and returns the
 // backend that took it.
 func tryAdvisoryLock(ctx context.Context, conn *sql.Conn) (int64, error) {
@@ -131,9 +145,17 @@ func tryAdvisoryLock(ctx context.Context, conn *sql.Conn) (int64, error) {
 		return 0, err
 	}
 	var pid int64
-	if err := tx.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+	var already bool
+	if err := tx.QueryRowContext(ctx, heldByMeSQL).Scan(&pid, &already); err != nil {
 		_ = tx.Rollback()
 		return 0, err
+	}
+	if already {
+		// Advisory locks are re-entrant: taking it again would succeed and
+		// protect nothing. A session never holds it before SessionLock
+		// unless a pooler gave this client another client's session.
+		_ = tx.Rollback()
+		return 0, fmt.Errorf("backend %d already holds the lock, for another client: %w", pid, ErrTransactionPooling)
 	}
 	if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_lock($1)", lockID); err != nil {
 		_ = tx.Rollback()

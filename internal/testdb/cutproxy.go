@@ -2,7 +2,6 @@ package testdb
 
 import (
 	"bytes"
-	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -12,11 +11,13 @@ import (
 // CutProxy forwards TCP to a database server. Armed, it forwards the next
 // client chunk that contains COMMIT and then cuts that connection in both
 // directions: the database gets the COMMIT, the client never gets the
-// answer. That is a real commit with an unknown outcome.
+// answer. That is a real commit with an unknown outcome. (The match is on
+// the bytes "commit" in any case: no key or name a test sends through it
+// may contain them.)
 type CutProxy struct {
 	lis    net.Listener
 	target string
-	armed  atomic.Bool
+	armed  atomic.Pointer[func(forward func() <-chan struct{})]
 	cuts   atomic.Int32
 	wg     sync.WaitGroup
 }
@@ -39,8 +40,18 @@ func NewCutProxy(t testing.TB, target string) *CutProxy {
 // Addr returns the proxy's address, host:port.
 func (p *CutProxy) Addr() string { return p.lis.Addr().String() }
 
-// Arm makes the proxy cut the connection that sends the next COMMIT.
-func (p *CutProxy) Arm() { p.armed.Store(true) }
+// Arm makes the proxy cut the connection that sends the next COMMIT,
+// after forwarding it.
+func (p *CutProxy) Arm() { p.ArmFunc(func(forward func() <-chan struct{}) { forward() }) }
+
+// ArmFunc makes the proxy stop at the next client chunk containing COMMIT
+// and call hit, then cut that connection. From the moment it stops, no
+// answer of the server reaches the client. hit decides whether the chunk
+// reaches the server: forward sends it and returns a channel closed once
+// the server's answer arrived (and was dropped). A test can thus make a
+// commit that happened, or one that did not, look the same to the client,
+// and kill the server in between.
+func (p *CutProxy) ArmFunc(hit func(forward func() <-chan struct{})) { p.armed.Store(&hit) }
 
 // Cuts returns how many connections the proxy cut.
 func (p *CutProxy) Cuts() int { return int(p.cuts.Load()) }
@@ -57,8 +68,29 @@ func (p *CutProxy) serve() {
 			c.Close()
 			continue
 		}
+		var cut atomic.Bool // set before COMMIT is forwarded: its answer never reaches the client
+		answered := make(chan struct{})
+		var answeredOnce sync.Once
 		p.wg.Add(2)
-		go func() { defer p.wg.Done(); _, _ = io.Copy(c, s); c.Close() }()
+		go func() {
+			defer p.wg.Done()
+			defer c.Close()
+			buf := make([]byte, 64<<10)
+			for {
+				n, err := s.Read(buf)
+				if n > 0 && cut.Load() {
+					answeredOnce.Do(func() { close(answered) })
+				}
+				if n > 0 && !cut.Load() {
+					if _, werr := c.Write(buf[:n]); werr != nil {
+						return
+					}
+				}
+				if err != nil {
+					return
+				}
+			}
+		}()
 		go func() {
 			defer p.wg.Done()
 			defer s.Close()
@@ -67,12 +99,16 @@ func (p *CutProxy) serve() {
 			for {
 				n, err := c.Read(buf)
 				if n > 0 {
+					if bytes.Contains(bytes.ToLower(buf[:n]), []byte("commit")) {
+						if hit := p.armed.Swap(nil); hit != nil {
+							cut.Store(true)
+							p.cuts.Add(1)
+							(*hit)(func() <-chan struct{} { _, _ = s.Write(buf[:n]); return answered })
+							return // the client's connection is cut; the server's closes with it
+						}
+					}
 					if _, werr := s.Write(buf[:n]); werr != nil {
 						return
-					}
-					if bytes.Contains(bytes.ToLower(buf[:n]), []byte("commit")) && p.armed.CompareAndSwap(true, false) {
-						p.cuts.Add(1)
-						return // the COMMIT went out; its answer never comes back
 					}
 				}
 				if err != nil {

@@ -3,7 +3,6 @@ package throwaway
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -42,24 +41,11 @@ func StartMariaDB(ctx context.Context) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := newDir("mariadb", acct)
+	s, err := newServer(KindMariaDB, acct, "mariadb.log", "root@tcp(127.0.0.1:%d)/test", syscall.SIGTERM)
 	if err != nil {
 		return nil, err
 	}
-	port, err := freePort()
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("throwaway: %w", err)
-	}
-	data := filepath.Join(dir, "data")
-	s := &Server{
-		kind:       KindMariaDB,
-		dir:        dir,
-		port:       port,
-		log:        filepath.Join(dir, "mariadb.log"),
-		dsn:        fmt.Sprintf("root@tcp(127.0.0.1:%d)/test", port),
-		stopSignal: syscall.SIGTERM,
-	}
+	dir, port, data := s.dir, s.port, filepath.Join(s.dir, "data")
 	var userArg []string
 	if acct != nil {
 		userArg = []string{"--user=" + acct.name}
@@ -67,6 +53,7 @@ func StartMariaDB(ctx context.Context) (*Server, error) {
 	common := []string{
 		"--no-defaults",
 		"--datadir=" + data,
+		"--tmpdir=" + dir, // its own: concurrent bootstraps collide in /tmp
 		"--innodb-buffer-pool-size=32M",
 		"--innodb-log-file-size=16M",
 		"--character-set-server=utf8mb4",
@@ -79,11 +66,12 @@ func StartMariaDB(ctx context.Context) (*Server, error) {
 	}
 	installCmd := exec.CommandContext(ctx, install, args...)
 	if err := run(ctx, s.log, installCmd); err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("throwaway: mariadb-install-db: %v: %s", err, s.logTail())
+		return nil, s.setupFailed("mariadb-install-db", err)
 	}
 	s.command = func() *exec.Cmd {
-		a := append(append([]string{}, common...), userArg...)
+		// Started as mysql rather than with --user: a server that changes
+		// its own user loses the parent-death signal.
+		a := append([]string{}, common...)
 		a = append(a,
 			"--port="+strconv.Itoa(port),
 			"--bind-address=127.0.0.1",
@@ -94,7 +82,9 @@ func StartMariaDB(ctx context.Context) (*Server, error) {
 			"--innodb-flush-log-at-trx-commit=2",
 			"--max-connections=200",
 		)
-		return exec.Command(server, a...)
+		cmd := exec.Command(server, a...)
+		acct.credential(cmd)
+		return cmd
 	}
 	s.ping = func(ctx context.Context) error {
 		cfg := gomysql.NewConfig()
@@ -104,13 +94,10 @@ func StartMariaDB(ctx context.Context) (*Server, error) {
 		cfg.Timeout = 2e9
 		return pingSQL(ctx, "mysql", cfg.FormatDSN())
 	}
-	s.mu.Lock()
-	err = s.startLocked(ctx)
-	s.mu.Unlock()
-	if err == nil {
-		err = createTestDB(ctx, s)
+	if _, err := launch(ctx, s); err != nil {
+		return nil, err
 	}
-	if err != nil {
+	if err := createTestDB(ctx, s); err != nil {
 		s.Cleanup()
 		return nil, err
 	}

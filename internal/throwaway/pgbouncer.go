@@ -47,23 +47,12 @@ func StartPgBouncer(ctx context.Context, backend *Server, opts PgBouncerOptions)
 	if err != nil {
 		return nil, err
 	}
-	dir, err := newDir("pgbouncer", acct)
+	s, err := newServer(KindPgBouncer, acct, "pgbouncer.log", "postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable",
+		syscall.SIGTERM) // immediate shutdown (SIGINT waits for clients)
 	if err != nil {
 		return nil, err
 	}
-	port, err := freePort()
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("throwaway: %w", err)
-	}
-	s := &Server{
-		kind:       KindPgBouncer,
-		dir:        dir,
-		port:       port,
-		log:        filepath.Join(dir, "pgbouncer.log"),
-		dsn:        fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port),
-		stopSignal: syscall.SIGTERM, // immediate shutdown (SIGINT waits for clients)
-	}
+	dir, port := s.dir, s.port
 	poolSize := opts.PoolSize
 	if poolSize <= 0 {
 		poolSize = 10
@@ -118,12 +107,5 @@ func StartPgBouncer(ctx context.Context, backend *Server, opts PgBouncerOptions)
 	s.ping = func(ctx context.Context) error {
 		return pingSQL(ctx, "postgres", s.dsn+"&connect_timeout=2&binary_parameters=yes")
 	}
-	s.mu.Lock()
-	err = s.startLocked(ctx)
-	s.mu.Unlock()
-	if err != nil {
-		s.Cleanup()
-		return nil, err
-	}
-	return s, nil
+	return launch(ctx, s)
 }

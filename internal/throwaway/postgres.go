@@ -67,30 +67,16 @@ func StartPostgres(ctx context.Context) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := newDir("postgres", acct)
+	s, err := newServer(KindPostgres, acct, "postgres.log", "postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", syscall.SIGINT) // fast shutdown
 	if err != nil {
 		return nil, err
 	}
-	port, err := freePort()
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("throwaway: %w", err)
-	}
-	data := filepath.Join(dir, "data")
-	s := &Server{
-		kind:       KindPostgres,
-		dir:        dir,
-		port:       port,
-		log:        filepath.Join(dir, "postgres.log"),
-		dsn:        fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port),
-		stopSignal: syscall.SIGINT, // fast shutdown
-	}
+	dir, port, data := s.dir, s.port, filepath.Join(s.dir, "data")
 	initdb := exec.CommandContext(ctx, filepath.Join(bin, "initdb"),
 		"-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync")
 	acct.credential(initdb)
 	if err := run(ctx, s.log, initdb); err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("throwaway: initdb: %v: %s", err, s.logTail())
+		return nil, s.setupFailed("initdb", err)
 	}
 	s.command = func() *exec.Cmd {
 		cmd := exec.Command(filepath.Join(bin, "postgres"),
@@ -109,12 +95,5 @@ func StartPostgres(ctx context.Context) (*Server, error) {
 	s.ping = func(ctx context.Context) error {
 		return pingSQL(ctx, "postgres", s.dsn+"&connect_timeout=2")
 	}
-	s.mu.Lock()
-	err = s.startLocked(ctx)
-	s.mu.Unlock()
-	if err != nil {
-		s.Cleanup()
-		return nil, err
-	}
-	return s, nil
+	return launch(ctx, s)
 }

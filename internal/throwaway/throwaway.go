@@ -19,6 +19,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -80,6 +81,28 @@ func (s *Server) Kind() string { return s.kind }
 // restarts.
 func (s *Server) DSN() string { return s.dsn }
 
+// DSN settings a PostgreSQL driver needs behind PgBouncer in transaction
+// mode (docs/poolers.md), in the form DriverDSN appends them.
+const (
+	PgxPoolerSetting = "&default_query_exec_mode=exec" // pgx: no statement cache
+	PQPoolerSetting  = "&binary_parameters=yes"        // lib/pq: Parse, Bind and Execute in one round trip
+)
+
+// DriverDSN returns DSN() for driver ("pgx", "postgres" for lib/pq,
+// "mysql"): for a PgBouncer, with the setting the driver needs
+// (PgxPoolerSetting, PQPoolerSetting); otherwise DSN() itself.
+func (s *Server) DriverDSN(driver string) string {
+	if s.kind == KindPgBouncer {
+		switch driver {
+		case "pgx":
+			return s.dsn + PgxPoolerSetting
+		case "postgres":
+			return s.dsn + PQPoolerSetting
+		}
+	}
+	return s.dsn
+}
+
 // Addr returns the server's TCP address, 127.0.0.1:PORT.
 func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
 
@@ -99,6 +122,17 @@ func (s *Server) Starts() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.starts
+}
+
+// PID returns the process id of the server's main process (the
+// postmaster, mariadbd, pgbouncer), 0 when it is not running.
+func (s *Server) PID() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.runningLocked() {
+		return 0
+	}
+	return s.cmd.Process.Pid
 }
 
 // Running reports whether the server process is running.
@@ -144,9 +178,11 @@ func (s *Server) startLocked(ctx context.Context) error {
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
-	// Its own process group, so that Kill reaches every process of the
-	// server (PostgreSQL's backends too) and a ^C of ours does not.
+	// Its own process group, so that a ^C of ours does not reach it, and
+	// killed with this process (a test binary that times out leaves no
+	// server behind; PostgreSQL's backends end with their postmaster).
 	cmd.SysProcAttr.Setpgid = true
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return fmt.Errorf("throwaway: start %s: %w", s.kind, err)
@@ -360,14 +396,79 @@ func descendants(pid int) []int {
 func (s *Server) logTail() string {
 	b, _ := os.ReadFile(s.log)
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) > 15 {
-		lines = lines[len(lines)-15:]
+	if len(lines) > 40 {
+		lines = lines[len(lines)-40:]
 	}
 	return strings.Join(lines, "\n")
 }
 
-// freePort returns a TCP port on 127.0.0.1 that nothing listens on.
+// newServer makes the directory (readable by acct) and picks the port of
+// a server of kind, whose log is logName in the directory and whose DSN
+// dsn formats with the port.
+func newServer(kind string, acct *account, logName, dsn string, stop syscall.Signal) (*Server, error) {
+	dir, err := newDir(kind, acct)
+	if err != nil {
+		return nil, err
+	}
+	port, err := freePort()
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("throwaway: %w", err)
+	}
+	return &Server{
+		kind:       kind,
+		dir:        dir,
+		port:       port,
+		log:        filepath.Join(dir, logName),
+		dsn:        fmt.Sprintf(dsn, port),
+		stopSignal: stop,
+	}, nil
+}
+
+// setupFailed removes s's directory after its setup command failed and
+// returns the error with the end of the log.
+func (s *Server) setupFailed(what string, err error) error {
+	tail := s.logTail()
+	os.RemoveAll(s.dir)
+	return fmt.Errorf("throwaway: %s: %v: %s", what, err, tail)
+}
+
+// launch starts s for the first time; on error nothing is left behind.
+func launch(ctx context.Context, s *Server) (*Server, error) {
+	s.mu.Lock()
+	err := s.startLocked(ctx)
+	s.mu.Unlock()
+	if err != nil {
+		s.Cleanup()
+		return nil, err
+	}
+	return s, nil
+}
+
+// freePort returns a TCP port on 127.0.0.1 that nothing listens on,
+// below the kernel's range of ephemeral ports where it can: between this
+// check and the server's bind (initdb takes a second or two), an outgoing
+// connection of another test could take a port of that range as its local
+// port, and the server would fail to bind it.
 func freePort() (int, error) {
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				low = n
+			}
+		}
+	}
+	if low > 11000 {
+		for range 50 {
+			port := 10000 + mrand.IntN(low-10000)
+			l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+			if err == nil {
+				l.Close()
+				return port, nil
+			}
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err

@@ -4,7 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -150,9 +155,13 @@ func TestPgBouncerFollowsBackend(t *testing.T) {
 	if mode != "transaction" {
 		t.Fatalf("pool_mode = %q, want transaction", mode)
 	}
+	if pb.DriverDSN("pgx") != pb.DSN()+"&default_query_exec_mode=exec" || pb.DriverDSN("postgres") != pb.DSN()+"&binary_parameters=yes" ||
+		pg.DriverDSN("pgx") != pg.DSN() {
+		t.Fatalf("DriverDSN: %q %q %q", pb.DriverDSN("pgx"), pb.DriverDSN("postgres"), pg.DriverDSN("pgx"))
+	}
 	for _, dsn := range []struct{ driver, dsn string }{
-		{"postgres", pb.DSN() + "&binary_parameters=yes"},
-		{"pgx", pb.DSN() + "&default_query_exec_mode=exec"},
+		{"postgres", pb.DriverDSN("postgres")},
+		{"pgx", pb.DriverDSN("pgx")},
 	} {
 		db := open(t, dsn.driver, dsn.dsn)
 		db.SetMaxIdleConns(0)
@@ -191,5 +200,110 @@ func TestStartBoundedByContext(t *testing.T) {
 	}
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Logf("error: %v", err)
+	}
+}
+
+// TestServersDieWithTheirProcess: a process that exits without Cleanup (a
+// test binary killed by its timeout) takes its servers with it.
+func TestServersDieWithTheirProcess(t *testing.T) {
+	if kind := os.Getenv("THROWAWAY_CHILD"); kind != "" {
+		start := map[string]func(context.Context) (*throwaway.Server, error){
+			"postgres": throwaway.StartPostgres, "mariadb": throwaway.StartMariaDB,
+		}[kind]
+		s, err := start(context.Background())
+		if err != nil {
+			fmt.Println("ERR", err)
+			os.Exit(1)
+		}
+		fmt.Println("SERVER", s.PID(), s.Dir())
+		os.Exit(0) // no Cleanup
+	}
+	t.Parallel()
+	for _, kind := range []string{"postgres", "mariadb"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			if (kind == "postgres" && !throwaway.PostgresInstalled()) || (kind == "mariadb" && !throwaway.MariaDBInstalled()) {
+				t.Skipf("%s not installed", kind)
+			}
+			cmd := exec.Command(os.Args[0], "-test.run=^TestServersDieWithTheirProcess$")
+			cmd.Env = append(os.Environ(), "THROWAWAY_CHILD="+kind)
+			out, err := cmd.Output()
+			var pid int
+			var dir string
+			for _, line := range strings.Split(string(out), "\n") {
+				if strings.HasPrefix(line, "SERVER ") {
+					fmt.Sscan(strings.TrimPrefix(line, "SERVER "), &pid, &dir)
+				}
+			}
+			if err != nil || pid == 0 {
+				t.Fatalf("child: %v\n%s", err, out)
+			}
+			t.Cleanup(func() { os.RemoveAll(dir) })
+			deadline := time.Now().Add(20 * time.Second)
+			for processAlive(pid) {
+				if time.Now().After(deadline) {
+					syscall.Kill(pid, syscall.SIGKILL)
+					t.Fatalf("server %d still runs 20s after its process exited", pid)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		})
+	}
+}
+
+// processAlive reports whether pid runs and is not a zombie.
+func processAlive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
+		return s[i+2] != 'Z'
+	}
+	return true
+}
+
+// TestParallelStarts: servers of one kind started at once do not collide
+// (MariaDB's bootstrap once did, on temporary tables in /tmp), and each
+// gets its own port and directory.
+func TestParallelStarts(t *testing.T) {
+	t.Parallel()
+	for name, start := range map[string]func(context.Context) (*throwaway.Server, error){
+		"postgres": throwaway.StartPostgres, "mariadb": throwaway.StartMariaDB,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			if (name == "postgres" && !throwaway.PostgresInstalled()) || (name == "mariadb" && !throwaway.MariaDBInstalled()) {
+				t.Skipf("%s not installed", name)
+			}
+			const n = 3
+			servers := make([]*throwaway.Server, n)
+			var wg sync.WaitGroup
+			for i := range n {
+				wg.Go(func() {
+					s, err := start(context.Background())
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					servers[i] = s
+				})
+			}
+			wg.Wait()
+			seen := map[int]bool{}
+			for _, s := range servers {
+				if s == nil {
+					continue
+				}
+				if seen[s.Port()] {
+					t.Errorf("port %d twice", s.Port())
+				}
+				seen[s.Port()] = true
+				if err := s.Cleanup(); err != nil {
+					t.Error(err)
+				}
+			}
+		})
 	}
 }
