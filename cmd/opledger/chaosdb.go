@@ -75,10 +75,10 @@ func startChaosDatabase(ctx context.Context, name, dir string) (chaosDatabase, e
 		// lib/pq Parse, Bind and Execute in one round trip.
 		if name == chaosPgBouncerPQ {
 			return &serverDB{name: "postgres via pgbouncer (lib/pq)", srv: pb, restartee: backend, backend: backend,
-				params: "&binary_parameters=yes", drv: "pq"}, nil
+				params: throwaway.PQPoolerSetting, drv: "pq"}, nil
 		}
 		return &serverDB{name: "postgres via pgbouncer (pgx)", srv: pb, restartee: backend, backend: backend,
-			params: "&default_query_exec_mode=exec"}, nil
+			params: throwaway.PgxPoolerSetting}, nil
 	case chaosMariaDB:
 		s, err := throwaway.StartMariaDB(ctx)
 		if err != nil {
