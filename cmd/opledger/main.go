@@ -29,6 +29,7 @@ import (
 
 // command is one subcommand: it gets its own arguments and returns the
 // process exit code (0 success, 1 a failed check, 2 usage or set-up error).
+// A command without a summary is hidden from the usage text.
 type command struct {
 	summary string
 	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) int
@@ -84,6 +85,9 @@ func usage(w io.Writer, cmds map[string]command) {
 	var b strings.Builder
 	b.WriteString("usage: opledger <command> [flags]\n\ncommands:\n")
 	for _, n := range names {
+		if cmds[n].summary == "" {
+			continue // a hidden command (chaos-replica)
+		}
 		fmt.Fprintf(&b, "  %-12s %s\n", n, cmds[n].summary)
 	}
 	b.WriteString("\nThe database: --dsn or OPLEDGER_DSN (postgres://…, mysql://…, tidb://…, user:pass@tcp(host:port)/db, sqlite:PATH or a file path).\n" +

@@ -1,0 +1,806 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/examples/payments"
+	"github.com/opledger/opledger/examples/payments/paymentspb"
+	"github.com/opledger/opledger/grpcint"
+	"github.com/opledger/opledger/internal/faultproxy"
+	"github.com/opledger/opledger/internal/throwaway"
+	"github.com/opledger/opledger/internal/wait"
+	"github.com/opledger/opledger/ledger"
+	"github.com/opledger/opledger/migrations"
+	"github.com/opledger/opledger/policy"
+)
+
+func init() {
+	extraCommands["chaos"] = command{"run replicas of the example service as processes on throw-away databases; kill them, restart the database, cut connections; count duplicate and lost effects", runChaos}
+}
+
+// chaosDefaultCalls are the logical calls of the CI-sized run per
+// database (--calls overrides them all).
+var chaosDefaultCalls = map[string]int{chaosPostgres: 10_000, chaosPgBouncer: 3_000, chaosPgBouncerPQ: 1_000,
+	chaosMariaDB: 3_000, chaosSQLite: 1_000}
+
+// chaosSettings are one run's knobs.
+type chaosSettings struct {
+	calls, replicas, concurrency int
+	seed                         uint64
+	duration, callTimeout        time.Duration
+	owner                        policy.RetryOwner
+	kills, commitKills           int
+	dbRestarts                   int
+	proxyEvery                   time.Duration
+	exe                          string
+	breakKeys                    bool
+}
+
+// chaosReport is what one database's run measured. Its JSON names are
+// the --json output.
+type chaosReport struct {
+	Database            string         `json:"database"`
+	Owner               string         `json:"owner"`
+	Seed                uint64         `json:"seed"`
+	Replicas            int            `json:"replicas"`
+	Calls               int            `json:"logical_calls"`
+	Attempts            int64          `json:"attempts"`
+	Executed            int            `json:"executed"`
+	Replayed            int64          `json:"replayed"`
+	Resolved            int64          `json:"resolved"`
+	ReturnedOK          int            `json:"returned_ok"`
+	Definite            int            `json:"definite_failures"`
+	Ambiguous           int            `json:"ambiguous"`
+	AmbiguousEarly      int            `json:"ambiguous_with_deadline_left"`
+	AmbiguousMaxLeftMS  float64        `json:"ambiguous_max_deadline_left_ms"`
+	Reconciled          int            `json:"reconciled_after_run"`
+	Unresolved          int            `json:"unresolved"`
+	Duplicates          int            `json:"duplicate_effects"`
+	Lost                int            `json:"lost_effects"`
+	RowsNoLedger        int            `json:"rows_without_ledger_entry"`
+	LedgerNoRow         int            `json:"ledger_entries_without_row"`
+	WrongAnswers        int            `json:"wrong_answers"`
+	Killed              int            `json:"replicas_killed"`
+	KilledAfterCommit   int            `json:"replicas_killed_after_commit"`
+	DBRestarts          int            `json:"database_restarts"`
+	DBRestartNote       string         `json:"database_restart_note,omitempty"`
+	Cuts                int64          `json:"proxy_cuts"`
+	Blackholes          int64          `json:"proxy_blackholes"`
+	Amplification       float64        `json:"amplification"`
+	OutageCalls         int64          `json:"outage_calls"`
+	OutageAmplification float64        `json:"outage_amplification"`
+	OutageKind          string         `json:"outage"`
+	P50ms               float64        `json:"p50_ms"`
+	P99ms               float64        `json:"p99_ms"`
+	ElapsedS            float64        `json:"elapsed_s"`
+	StartFailures       int            `json:"replica_start_failures"`
+	FailedBy            map[string]int `json:"failed_by,omitempty"`
+	ReplicaTrouble      []string       `json:"replica_trouble,omitempty"`
+}
+
+// failed reports whether the run broke the promise: a duplicate, a loss,
+// a wrong answer, an ambiguous return that had deadline left, or an
+// outcome that never resolved.
+func (r chaosReport) failed() bool {
+	return r.Duplicates > 0 || r.Lost > 0 || r.WrongAnswers > 0 || r.AmbiguousEarly > 0 || r.Unresolved > 0
+}
+
+// shortOf says how the run injected less than s asked for ("" when it
+// did not): --strict fails on it.
+func (r chaosReport) shortOf(s chaosSettings) string {
+	var short []string
+	if r.Killed < s.kills {
+		short = append(short, fmt.Sprintf("%d replica kills, %d asked", r.Killed, s.kills))
+	}
+	if r.DBRestartNote == "" && r.DBRestarts < s.dbRestarts {
+		short = append(short, fmt.Sprintf("%d database restarts, %d asked", r.DBRestarts, s.dbRestarts))
+	}
+	if r.Cuts == 0 {
+		short = append(short, "no proxy cut")
+	}
+	if r.Calls < s.calls {
+		short = append(short, fmt.Sprintf("%d logical calls of %d (--duration ended the run)", r.Calls, s.calls))
+	}
+	return strings.Join(short, "; ")
+}
+
+func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("chaos", stderr)
+	dbs := fs.String("databases", "", "comma-separated databases to run on: "+strings.Join(chaosDatabases, ", ")+" (default: every one whose server binaries are installed; SQLite always)")
+	calls := fs.Int("calls", 0, "logical calls per database (default: 10000 on postgres, 3000 through pgbouncer with pgx and on mariadb, 1000 through pgbouncer with lib/pq and on sqlite)")
+	replicas := fs.Int("replicas", 3, "server replicas (processes)")
+	concurrency := fs.Int("concurrency", 0, "calls in flight at once (default 32, 8 on sqlite)")
+	seed := fs.Uint64("seed", 1, "seed of every random choice: kill moments, proxy faults, delays")
+	duration := fs.Duration("duration", 2*time.Minute, "bound on each database's calls phase; calls not started by then are not made")
+	ownerName := fs.String("owner", "application", "retry owner of the client's channel: application or service-config")
+	kills := fs.Int("kills", 3, "SIGKILLs of a replica by the run, at seeded moments")
+	commitKills := fs.Int("commit-kills", 2, "replicas that SIGKILL themselves after a COMMIT, before the answer")
+	restarts := fs.Int("db-restarts", 1, "database server restarts: the first a crash (SIGKILL, then start: recovery runs), the next a clean restart, alternating; on sqlite a total outage of every replica instead")
+	callTimeout := fs.Duration("call-timeout", 30*time.Second, "deadline of each logical call")
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	breakKeys := fs.Bool("break-keys", false, "break the service on purpose: the replicas give every attempt a fresh idempotency key, so retries duplicate; the run must fail (a check of the check)")
+	strict := fs.Bool("strict", false, "also fail (exit 1) when a database cannot be started, or a run injected less than asked: fewer replica kills than --kills, fewer database restarts than --db-restarts (server databases), no proxy cut (CI)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	switch {
+	case fs.NArg() > 0:
+		return fail(stderr, "chaos", fmt.Errorf("unexpected argument %q", fs.Arg(0)))
+	case *calls < 0 || *calls > 1_000_000:
+		return fail(stderr, "chaos", errors.New("--calls must be 0 to 1000000"))
+	case *replicas < 1 || *replicas > 16:
+		return fail(stderr, "chaos", errors.New("--replicas must be 1 to 16"))
+	case *concurrency < 0 || *concurrency > 512:
+		return fail(stderr, "chaos", errors.New("--concurrency must be 0 to 512"))
+	case *duration <= 0 || *callTimeout <= 0:
+		return fail(stderr, "chaos", errors.New("--duration and --call-timeout must be positive"))
+	case *kills < 0 || *commitKills < 0 || *restarts < 0 || *kills > 100 || *commitKills > 100 || *restarts > 10:
+		return fail(stderr, "chaos", errors.New("--kills and --commit-kills must be 0 to 100, --db-restarts 0 to 10"))
+	}
+	owner, err := policy.ParseRetryOwner(*ownerName)
+	if err != nil {
+		return fail(stderr, "chaos", err)
+	}
+	if owner != policy.OwnerApplication && owner != policy.OwnerServiceConfig {
+		return fail(stderr, "chaos", fmt.Errorf("--owner %s: chaos retries through application or service-config", owner))
+	}
+	names, explicit := chaosDatabases, false
+	if *dbs != "" {
+		names, explicit = nil, true
+		for _, n := range strings.Split(*dbs, ",") {
+			n = strings.TrimSpace(strings.ToLower(n))
+			if !slices.Contains(chaosDatabases, n) {
+				return fail(stderr, "chaos", fmt.Errorf("--databases: unknown %q (want %s)", n, strings.Join(chaosDatabases, ", ")))
+			}
+			names = append(names, n)
+		}
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fail(stderr, "chaos", err)
+	}
+	dir, err := os.MkdirTemp("", "opledger-chaos-")
+	if err != nil {
+		return fail(stderr, "chaos", err)
+	}
+	defer os.RemoveAll(dir)
+
+	var reports []chaosReport
+	code := 0
+	for _, name := range names {
+		s := chaosSettings{calls: *calls, replicas: *replicas, concurrency: *concurrency, seed: *seed, duration: *duration,
+			callTimeout: *callTimeout, owner: owner, kills: *kills, commitKills: *commitKills, dbRestarts: *restarts,
+			proxyEvery: 700 * time.Millisecond, exe: exe, breakKeys: *breakKeys}
+		if s.calls == 0 {
+			s.calls = chaosDefaultCalls[name]
+		}
+		if s.concurrency == 0 {
+			s.concurrency = 32
+			if name == chaosSQLite {
+				s.concurrency = 8
+			}
+		}
+		fmt.Fprintf(stderr, "opledger chaos: %s: starting a throw-away database\n", name)
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		db, err := startChaosDatabase(sctx, name, dir)
+		cancel()
+		if errors.Is(err, throwaway.ErrNotInstalled) && !explicit && !*strict {
+			fmt.Fprintf(stderr, "opledger chaos: %s: skipped: %v\n", name, err)
+			continue
+		}
+		if err != nil {
+			return fail(stderr, "chaos", fmt.Errorf("%s: %w", name, err))
+		}
+		fmt.Fprintf(stderr, "opledger chaos: %s: %d logical calls over %d replicas, seed %d\n", name, s.calls, s.replicas, s.seed)
+		rep, err := chaosRun(ctx, db, s, stderr)
+		if cerr := db.close(); err == nil && cerr != nil {
+			err = cerr
+		}
+		if err != nil {
+			return fail(stderr, "chaos", fmt.Errorf("%s: %w", name, err))
+		}
+		reports = append(reports, rep)
+		if rep.failed() {
+			code = 1
+		}
+		if short := rep.shortOf(s); *strict && short != "" {
+			fmt.Fprintf(stderr, "opledger chaos: %s: --strict: %s\n", rep.Database, short)
+			code = 1
+		}
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(reports); err != nil {
+			return fail(stderr, "chaos", err)
+		}
+	} else {
+		printChaos(stdout, reports)
+	}
+	if code != 0 {
+		fmt.Fprintln(stderr, "opledger chaos: FAIL: a duplicate or lost effect, a wrong answer, an unresolved outcome or an ambiguous return with deadline left")
+	}
+	return code
+}
+
+// printChaos writes the reports as a table: one column per database.
+func printChaos(w io.Writer, reps []chaosReport) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	row := func(name string, f func(r chaosReport) any) {
+		fmt.Fprintf(tw, "%s\t", name)
+		for _, r := range reps {
+			fmt.Fprintf(tw, "%v\t", f(r))
+		}
+		fmt.Fprintln(tw)
+	}
+	row("database", func(r chaosReport) any { return r.Database })
+	row("retry owner", func(r chaosReport) any { return r.Owner })
+	row("replicas", func(r chaosReport) any { return r.Replicas })
+	row("logical calls", func(r chaosReport) any { return r.Calls })
+	row("attempts", func(r chaosReport) any { return r.Attempts })
+	row("executed (business rows)", func(r chaosReport) any { return r.Executed })
+	row("replayed", func(r chaosReport) any { return r.Replayed })
+	row("resolved", func(r chaosReport) any { return r.Resolved })
+	row("returned OK", func(r chaosReport) any { return r.ReturnedOK })
+	row("returned a definite failure", func(r chaosReport) any { return r.Definite })
+	row("returned ambiguous", func(r chaosReport) any { return r.Ambiguous })
+	row("  of which with ≥100ms of deadline left (must be 0)", func(r chaosReport) any {
+		if r.Ambiguous == 0 {
+			return r.AmbiguousEarly
+		}
+		return fmt.Sprintf("%d (most left: %.0fms)", r.AmbiguousEarly, r.AmbiguousMaxLeftMS)
+	})
+	row("  resolved after the run", func(r chaosReport) any { return r.Reconciled })
+	row("unresolved (must be 0)", func(r chaosReport) any { return r.Unresolved })
+	row("duplicate effects (must be 0)", func(r chaosReport) any { return r.Duplicates })
+	row("lost effects (must be 0)", func(r chaosReport) any { return r.Lost })
+	row("  row without ledger entry", func(r chaosReport) any { return r.RowsNoLedger })
+	row("  ledger entry without row", func(r chaosReport) any { return r.LedgerNoRow })
+	row("wrong answers (must be 0)", func(r chaosReport) any { return r.WrongAnswers })
+	row("replicas killed", func(r chaosReport) any { return r.Killed })
+	row("  of which after COMMIT, before the answer", func(r chaosReport) any { return r.KilledAfterCommit })
+	row("replica restarts that failed (then retried)", func(r chaosReport) any { return r.StartFailures })
+	row("database restarts", func(r chaosReport) any {
+		if r.DBRestartNote != "" {
+			return fmt.Sprintf("%d (%s)", r.DBRestarts, r.DBRestartNote)
+		}
+		return r.DBRestarts
+	})
+	row("proxy cuts (connections)", func(r chaosReport) any { return r.Cuts })
+	row("proxy blackholes", func(r chaosReport) any { return r.Blackholes })
+	row("amplification", func(r chaosReport) any { return fmt.Sprintf("%.2fx", r.Amplification) })
+	row("outage", func(r chaosReport) any { return r.OutageKind })
+	row("  amplification during the outage", func(r chaosReport) any { return fmt.Sprintf("%.2fx (%d calls)", r.OutageAmplification, r.OutageCalls) })
+	row("latency p50", func(r chaosReport) any { return fmt.Sprintf("%.1fms", r.P50ms) })
+	row("latency p99", func(r chaosReport) any { return fmt.Sprintf("%.1fms", r.P99ms) })
+	row("elapsed", func(r chaosReport) any { return fmt.Sprintf("%.1fs", r.ElapsedS) })
+	tw.Flush()
+	for _, r := range reps {
+		labels := make([]string, 0, len(r.FailedBy))
+		for l := range r.FailedBy {
+			labels = append(labels, l)
+		}
+		sort.Strings(labels)
+		for _, l := range labels {
+			fmt.Fprintf(w, "%s: failed calls: %d × %s\n", r.Database, r.FailedBy[l], l)
+		}
+		for _, t := range r.ReplicaTrouble {
+			fmt.Fprintf(w, "%s: a replica restart failed (it was started again): %s\n", r.Database, t)
+		}
+	}
+}
+
+// chaosCall is one logical call and what it returned.
+type chaosCall struct {
+	issued       bool
+	key, ref     string
+	reply        *paymentspb.TransferReply
+	err          error
+	definite     bool
+	deadlineLeft bool          // returned with at least resolveTime of its deadline left
+	left         time.Duration // how much was left, when it failed
+	took         time.Duration
+}
+
+// chaosRun runs one database's scenario: the replicas, the client, the
+// kills, the database restarts and the proxies' faults; then it resolves
+// every call that did not return OK and checks both tables.
+func chaosRun(ctx context.Context, db chaosDatabase, s chaosSettings, progress io.Writer) (chaosReport, error) {
+	start := time.Now()
+	rep := chaosReport{Database: db.label(), Owner: s.owner.String(), Seed: s.seed, Replicas: s.replicas}
+	direct, t, err := openDB(ctx, db.directDSN())
+	if err != nil {
+		return rep, err
+	}
+	defer direct.Close()
+	m, err := migrations.New(direct, t.dialect, migrations.WithTable(ledger.DefaultTable))
+	if err != nil {
+		return rep, err
+	}
+	if _, err := m.Up(ctx); err != nil {
+		return rep, err
+	}
+	runID := time.Now().UnixNano() % 1_000_000_000
+	table := fmt.Sprintf("opledger_chaos_%d", runID)
+	caller := fmt.Sprintf("chaos-%d", runID)
+	if err := payments.CreateTable(ctx, direct, t.dialect, table); err != nil {
+		return rep, err
+	}
+	rng := rand.New(rand.NewPCG(s.seed, 0x5eed))
+
+	var dbProxy *faultproxy.Proxy
+	replicaDSN := db.replicaDSN("")
+	if a := db.addr(); a != "" {
+		if dbProxy, err = faultproxy.New(a); err != nil {
+			return rep, err
+		}
+		defer dbProxy.Close()
+		replicaDSN = db.replicaDSN(dbProxy.Addr())
+	}
+	lockWait, maxConns := 2*time.Second, 16
+	if dialects.TraitsOf(t.dialect).SerialWriters {
+		lockWait, maxConns = 10*time.Second, 4
+	}
+	perReplica := max(s.calls/s.replicas, 2)
+	replicaArgs := []string{"--dsn", replicaDSN, "--table", table, "--lock-wait", lockWait.String(),
+		"--max-conns", fmt.Sprint(maxConns), "--driver", db.driver()}
+	if s.breakKeys {
+		replicaArgs = append(replicaArgs, "--break-keys")
+	}
+	rs, err := newReplicaSet(s.exe, replicaArgs, s.replicas, s.seed, s.commitKills, max(perReplica/8, 1), perReplica/2)
+	if err != nil {
+		return rep, err
+	}
+	defer rs.close()
+	if err := rs.start(ctx); err != nil {
+		return rep, err
+	}
+
+	// The client: round_robin over the client-side proxies.
+	budget, err := policy.NewBudget(policy.BudgetSettings{TTL: 2 * time.Second, Percent: 10, MinRetriesPerSecond: 50})
+	if err != nil {
+		return rep, err
+	}
+	cat, err := payments.Catalog()
+	if err != nil {
+		return rep, err
+	}
+	client, err := grpcint.NewClient(cat, s.owner, grpcint.WithBudget(budget), grpcint.WithBudgetFundedBySuccess(),
+		grpcint.WithMaxAttempts(10), grpcint.WithBackoff(policy.Backoff{Initial: 20 * time.Millisecond, Max: 500 * time.Millisecond}))
+	if err != nil {
+		return rep, err
+	}
+	dopts, err := client.DialOptions()
+	if err != nil {
+		return rep, err
+	}
+	sc, err := roundRobinConfig(client)
+	if err != nil {
+		return rep, err
+	}
+	res := manual.NewBuilderWithScheme("opledger-chaos")
+	addrs := rs.addrs()
+	state := resolver.State{}
+	for _, a := range addrs {
+		state.Addresses = append(state.Addresses, resolver.Address{Addr: a})
+	}
+	res.InitialState(state)
+	conn, err := grpc.NewClient(res.Scheme()+":///replicas", append(dopts, grpc.WithResolvers(res),
+		grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithDefaultServiceConfig(sc),
+		grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: 2 * time.Second,
+			Backoff: backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second}}))...)
+	if err != nil {
+		return rep, err
+	}
+	defer conn.Close()
+	pc := paymentspb.NewPaymentsClient(conn)
+	callerCtx := metadata.AppendToOutgoingContext(ctx, payments.CallerHeader, caller)
+
+	// The faults: the proxies' schedules, and kills and restarts at seeded
+	// points of the run's progress.
+	fctx, stopFaults := context.WithCancel(ctx)
+	var faultsWG sync.WaitGroup
+	proxies := []*faultproxy.Proxy{}
+	for i, r := range rs.replicas {
+		proxies = append(proxies, r.proxy)
+		faultsWG.Add(1)
+		go func() {
+			defer faultsWG.Done()
+			_ = r.proxy.Run(fctx, faultproxy.Schedule{Seed: s.seed*131 + uint64(i), Every: s.proxyEvery, Cut: 2, Latency: 1, Blackhole: 1,
+				LatencyBy: 10 * time.Millisecond, LatencyFor: 300 * time.Millisecond, BlackholeFor: 150 * time.Millisecond})
+		}()
+	}
+	if dbProxy != nil {
+		proxies = append(proxies, dbProxy)
+		faultsWG.Add(1)
+		go func() {
+			defer faultsWG.Done()
+			_ = dbProxy.Run(fctx, faultproxy.Schedule{Seed: s.seed*131 + 97, Every: s.proxyEvery * 3 / 2, Cut: 3, Latency: 1, Blackhole: 1,
+				LatencyBy: 5 * time.Millisecond, LatencyFor: 300 * time.Millisecond, BlackholeFor: 200 * time.Millisecond})
+		}()
+	}
+	type event struct {
+		at      float64
+		restart bool
+	}
+	var events []event
+	for range s.kills {
+		events = append(events, event{at: 0.1 + 0.75*rng.Float64()})
+	}
+	for k := range s.dbRestarts {
+		// Spread over the middle of the run, one per slice.
+		lo := 0.3 + 0.4*float64(k)/float64(s.dbRestarts)
+		events = append(events, event{at: lo + 0.4/float64(s.dbRestarts)*rng.Float64(), restart: true})
+	}
+	sort.Slice(events, func(i, j int) bool { return events[i].at < events[j].at })
+
+	calls := make([]chaosCall, s.calls)
+	var next, done, started atomic.Int64
+	deadline := time.Now().Add(s.duration)
+	var outageCalls, outageAttempts atomic.Int64
+	var restartsDone atomic.Int64
+	var restartErr error
+	var restartMu sync.Mutex
+	var outageWG sync.WaitGroup
+	outage := func(do func() error) {
+		defer outageWG.Done()
+		// The window: from the kill until a second after the database
+		// (or the replicas) came back, time for the pools to reconnect.
+		// Calls in flight at its start count once in both terms: their
+		// first attempt was made just before.
+		a0, s0, inflight := client.Stats().Attempts, started.Load(), started.Load()-done.Load()
+		err := do()
+		if err == nil {
+			err = wait.Sleep(ctx, time.Second)
+		}
+		a1, s1 := client.Stats().Attempts, started.Load()
+		outageAttempts.Add(a1 - a0 + inflight)
+		outageCalls.Add(s1 - s0 + inflight)
+		if err != nil {
+			restartMu.Lock()
+			restartErr = errors.Join(restartErr, err)
+			restartMu.Unlock()
+			return
+		}
+		restartsDone.Add(1)
+	}
+	rep.OutageKind = "database restart"
+	if db.addr() == "" {
+		rep.OutageKind = "every replica killed for 1s"
+		rep.DBRestartNote = "SQLite has no server"
+	}
+	monitorDone := make(chan struct{})
+	go func() {
+		defer close(monitorDone)
+		restarts := 0
+		for _, ev := range events {
+			for float64(done.Load()) < ev.at*float64(s.calls) {
+				if time.Now().After(deadline) || next.Load() >= int64(s.calls) && done.Load() >= int64(s.calls) {
+					return
+				}
+				if wait.Sleep(fctx, 5*time.Millisecond) != nil {
+					return
+				}
+			}
+			switch {
+			case !ev.restart:
+				rs.kill(rs.intn(s.replicas))
+			case db.addr() != "":
+				// The first a crash, the next a clean restart, and so on.
+				crash := restarts%2 == 0
+				restarts++
+				outageWG.Add(1)
+				go outage(func() error {
+					rctx, cancel := context.WithTimeout(ctx, time.Minute)
+					defer cancel()
+					return db.restart(rctx, crash)
+				})
+			default:
+				outageWG.Add(1)
+				go outage(func() error {
+					rs.killAll(time.Second)
+					return wait.Sleep(ctx, time.Second)
+				})
+			}
+		}
+	}()
+
+	var workers sync.WaitGroup
+	for range s.concurrency {
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= s.calls || time.Now().After(deadline) || ctx.Err() != nil {
+					return
+				}
+				started.Add(1)
+				calls[i] = chaosOne(callerCtx, pc, i, caller, s.callTimeout)
+				done.Add(1)
+			}
+		}()
+	}
+	workers.Wait()
+	<-monitorDone
+	outageWG.Wait()
+	stopFaults()
+	faultsWG.Wait()
+	if restartErr != nil {
+		return rep, fmt.Errorf("restart the database: %w", restartErr)
+	}
+	fmt.Fprintf(progress, "opledger chaos: %s: %d calls made in %.1fs; resolving and checking\n", db.label(), done.Load(), time.Since(start).Seconds())
+
+	st := client.Stats()
+	rep.Attempts, rep.Replayed, rep.Resolved = st.Attempts, st.Replayed, st.Resolved
+	parentKills, commitKills, startFailures, trouble := rs.counts()
+	rep.Killed, rep.KilledAfterCommit, rep.StartFailures, rep.ReplicaTrouble = parentKills+commitKills, commitKills, startFailures, trouble
+	if db.addr() != "" {
+		rep.DBRestarts = int(restartsDone.Load())
+	}
+	rep.OutageCalls = outageCalls.Load()
+	if rep.OutageCalls > 0 {
+		rep.OutageAmplification = float64(outageAttempts.Load()) / float64(rep.OutageCalls)
+	}
+	for _, p := range proxies {
+		ps := p.Stats()
+		rep.Cuts += ps.Cuts
+		rep.Blackholes += ps.Blackholes
+	}
+	// Every replica back, no faults: resolve what did not return OK.
+	ectx, cancel := context.WithTimeout(ctx, time.Minute)
+	err = rs.ensureRunning(ectx)
+	cancel()
+	if err != nil {
+		_, _, _, trouble := rs.counts()
+		return rep, fmt.Errorf("%w (%s)", err, strings.Join(trouble, "; "))
+	}
+	// The server stores the caller as grpcint.CallerFromTrustedHeader
+	// names it.
+	if err := chaosCheck(ctx, &rep, calls, direct, t.dialect, table, "header:"+caller, func(c chaosCall) (*paymentspb.TransferReply, bool, error) {
+		var stored paymentspb.TransferReply
+		rctx, cancel := context.WithTimeout(callerCtx, s.callTimeout)
+		defer cancel()
+		err := grpcint.Resolve(rctx, conn, paymentspb.TransferMethod, c.key, &paymentspb.TransferRequest{}, &stored)
+		switch {
+		case err == nil:
+			return &stored, true, nil
+		case grpcint.ReasonOf(err) == grpcint.ReasonNotFound:
+			return nil, false, nil
+		}
+		switch status.Code(err) {
+		case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.Aborted, codes.Unknown, codes.Internal:
+			return nil, false, err // no answer: the outcome stays unknown
+		}
+		return nil, false, nil // a recorded final error: nothing committed
+	}); err != nil {
+		return rep, err
+	}
+	if rep.Calls > 0 {
+		rep.Amplification = float64(rep.Attempts) / float64(rep.Calls)
+	}
+	rep.ElapsedS = time.Since(start).Seconds()
+	return rep, nil
+}
+
+// roundRobinConfig returns the channel's service config with grpc-go's
+// round_robin balancer: the kit's own (the retry policy of a
+// service-config-owned channel) with loadBalancingConfig added.
+func roundRobinConfig(c *grpcint.Client) (string, error) {
+	js, err := c.ServiceConfigJSON()
+	if err != nil {
+		return "", err
+	}
+	cfg := map[string]any{}
+	if js != "" {
+		if err := json.Unmarshal([]byte(js), &cfg); err != nil {
+			return "", err
+		}
+	}
+	cfg["loadBalancingConfig"] = []any{map[string]any{"round_robin": map[string]any{}}}
+	b, err := json.Marshal(cfg)
+	return string(b), err
+}
+
+// resolveTime is how much of its deadline a call must have left for a
+// resolve: several round trips on loopback (a call's p50 is ~10 ms here).
+// An ambiguous return with at least that left is a failure of the run.
+const resolveTime = 100 * time.Millisecond
+
+// chaosOne makes the i-th logical call.
+func chaosOne(ctx context.Context, pc paymentspb.PaymentsClient, i int, caller string, timeout time.Duration) chaosCall {
+	ref := fmt.Sprintf("%s-%d", caller, i)
+	req := &paymentspb.TransferRequest{FromAccount: fmt.Sprintf("acct-%d", i%17), ToAccount: fmt.Sprintf("acct-%d", 17+i%5),
+		AmountCents: int64(100 + i), Reference: ref}
+	c := chaosCall{issued: true, key: grpcint.NewKey(), ref: ref}
+	cctx, cancel := context.WithTimeout(grpcint.WithKey(ctx, c.key), timeout)
+	defer cancel()
+	t0 := time.Now()
+	c.reply, c.err = pc.Transfer(cctx, req)
+	c.took = time.Since(t0)
+	if c.err != nil {
+		ci, ok := grpcint.CallInfoOf(c.err)
+		c.definite = ok && ci.Reason != grpcint.ReasonCallOutcomeUnknown
+		if dl, ok := cctx.Deadline(); ok && cctx.Err() == nil {
+			c.left = time.Until(dl)
+			c.deadlineLeft = c.left >= resolveTime
+		}
+	}
+	return c
+}
+
+// chaosCheck resolves every call that did not return OK and compares the
+// calls, the business table and the ledger's entries of caller.
+func chaosCheck(ctx context.Context, rep *chaosReport, calls []chaosCall, db *sql.DB, d dialects.Dialect, table, caller string,
+	resolve func(chaosCall) (*paymentspb.TransferReply, bool, error)) error {
+	type row struct {
+		n  int
+		id int64
+	}
+	rows := map[string]row{}
+	byID := map[int64]string{}
+	rs, err := db.QueryContext(ctx, "SELECT id, reference FROM "+d.QuoteIdent(table))
+	if err != nil {
+		return err
+	}
+	for rs.Next() {
+		var id int64
+		var ref string
+		if err := rs.Scan(&id, &ref); err != nil {
+			rs.Close()
+			return err
+		}
+		r := rows[ref]
+		r.n++
+		if r.n == 1 {
+			r.id = id
+		}
+		rows[ref] = r
+		byID[id] = ref
+	}
+	if err := rs.Close(); err != nil {
+		return err
+	}
+	rep.Executed = len(byID)
+	// The ledger's entries of this run: each successful one names the
+	// transfer it committed with.
+	ledgerIDs := map[int64]bool{}
+	ls, err := db.QueryContext(ctx, "SELECT code, response, completed_at FROM "+d.QuoteIdent(ledger.DefaultTable)+
+		" WHERE caller = "+d.Placeholder(1), caller)
+	if err != nil {
+		return err
+	}
+	for ls.Next() {
+		var code sql.NullInt64
+		var resp []byte
+		var completed sql.NullInt64
+		if err := ls.Scan(&code, &resp, &completed); err != nil {
+			ls.Close()
+			return err
+		}
+		if !completed.Valid {
+			rep.LedgerNoRow++ // a committed claim without its outcome
+			continue
+		}
+		if code.Int64 != 0 {
+			continue // a recorded final error: no business row
+		}
+		var reply paymentspb.TransferReply
+		if err := proto.Unmarshal(resp, &reply); err != nil {
+			ls.Close()
+			return fmt.Errorf("a ledger entry's response: %w", err)
+		}
+		ledgerIDs[reply.GetTransferId()] = true
+		if _, ok := byID[reply.GetTransferId()]; !ok {
+			rep.LedgerNoRow++
+		}
+	}
+	if err := ls.Close(); err != nil {
+		return err
+	}
+	for id := range byID {
+		if !ledgerIDs[id] {
+			rep.RowsNoLedger++
+		}
+	}
+	rep.Lost += rep.LedgerNoRow + rep.RowsNoLedger
+
+	// The calls: the answer each returned against the table.
+	refs := map[string]bool{}
+	var took []time.Duration
+	for _, c := range calls {
+		if !c.issued {
+			continue
+		}
+		rep.Calls++
+		refs[c.ref] = true
+		took = append(took, c.took)
+		if c.err != nil {
+			if rep.FailedBy == nil {
+				rep.FailedBy = map[string]int{}
+			}
+			ci, _ := grpcint.CallInfoOf(c.err)
+			rep.FailedBy[strings.TrimSpace(status.Code(c.err).String()+" "+string(ci.Reason)+" "+ci.Decision)]++
+		}
+		switch {
+		case c.err == nil:
+			rep.ReturnedOK++
+		case c.definite:
+			rep.Definite++
+		default:
+			rep.Ambiguous++
+			if c.deadlineLeft {
+				rep.AmbiguousEarly++
+			}
+			rep.AmbiguousMaxLeftMS = max(rep.AmbiguousMaxLeftMS, float64(c.left.Microseconds())/1000)
+		}
+		got := rows[c.ref]
+		if got.n > 1 {
+			rep.Duplicates++
+			continue
+		}
+		reply := c.reply
+		if c.err != nil {
+			stored, found, err := resolve(c)
+			switch {
+			case err != nil:
+				rep.Unresolved++
+				continue
+			case !found:
+				if got.n != 0 {
+					rep.Lost++ // a row the ledger does not know of
+				}
+				continue
+			}
+			if c.definite {
+				rep.WrongAnswers++ // a definite failure that had committed
+			} else {
+				rep.Reconciled++
+			}
+			reply = stored
+		}
+		if got.n == 0 {
+			rep.Lost++ // an answer with no effect
+			continue
+		}
+		if reply.GetTransferId() != got.id || reply.GetReference() != c.ref {
+			rep.WrongAnswers++
+		}
+	}
+	for ref := range rows {
+		if !refs[ref] {
+			rep.Lost++ // an effect with no call
+		}
+	}
+	slices.Sort(took)
+	if n := len(took); n > 0 {
+		rep.P50ms = float64(took[n/2].Microseconds()) / 1000
+		rep.P99ms = float64(took[min(n-1, n*99/100)].Microseconds()) / 1000
+	}
+	return nil
+}

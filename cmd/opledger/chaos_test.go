@@ -1,0 +1,231 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/opledger/opledger/examples/payments"
+	"github.com/opledger/opledger/examples/payments/paymentspb"
+	"github.com/opledger/opledger/internal/throwaway"
+	"github.com/opledger/opledger/ledger"
+	"github.com/opledger/opledger/migrations"
+)
+
+// TestMain lets the test binary stand in for opledger when `opledger
+// chaos` re-executes itself as a replica (os.Executable is the test
+// binary here).
+func TestMain(m *testing.M) {
+	if os.Getenv(chaosReplicaEnv) == "1" {
+		os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// runChaosJSON runs `opledger chaos` with args and --json and returns its
+// exit code and reports.
+func runChaosJSON(t *testing.T, args ...string) (int, []chaosReport, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(t.Context(), append(append([]string{"chaos"}, args...), "--json"), &out, &errb)
+	var reps []chaosReport
+	if code != 2 {
+		if err := json.Unmarshal(out.Bytes(), &reps); err != nil {
+			t.Fatalf("the --json output: %v\n%s\n%s", err, out.String(), errb.String())
+		}
+	}
+	return code, reps, errb.String()
+}
+
+func checkChaosReport(t *testing.T, r chaosReport, calls int) {
+	t.Helper()
+	if r.Calls != calls || r.ReturnedOK+r.Definite+r.Ambiguous != r.Calls {
+		t.Errorf("%s: %d calls (want %d): %d OK + %d definite + %d ambiguous", r.Database, r.Calls, calls, r.ReturnedOK, r.Definite, r.Ambiguous)
+	}
+	if r.failed() || r.Duplicates+r.Lost+r.WrongAnswers+r.AmbiguousEarly+r.Unresolved != 0 {
+		t.Errorf("%s: the promise broke: %+v", r.Database, r)
+	}
+	if r.Executed < r.ReturnedOK || r.Attempts < int64(r.Calls) {
+		t.Errorf("%s: executed %d < OK %d, or attempts %d < calls", r.Database, r.Executed, r.ReturnedOK, r.Attempts)
+	}
+	if r.Killed < 1 {
+		t.Errorf("%s: no replica killed: %+v", r.Database, r)
+	}
+}
+
+// TestChaosSQLite runs the command at a small size on SQLite: three
+// replica processes on one WAL file, one SIGKILL by the run, one after a
+// COMMIT, a total outage, proxy faults.
+func TestChaosSQLite(t *testing.T) {
+	t.Parallel()
+	code, reps, stderr := runChaosJSON(t, "--databases", "sqlite", "--calls", "300", "--kills", "1", "--commit-kills", "1", "--seed", "7")
+	if code != 0 || len(reps) != 1 {
+		t.Fatalf("exit %d, %d reports\n%s", code, len(reps), stderr)
+	}
+	r := reps[0]
+	checkChaosReport(t, r, 300)
+	if r.DBRestarts != 0 || r.DBRestartNote == "" || r.OutageCalls == 0 {
+		t.Errorf("sqlite: restarts %d (%q), outage calls %d", r.DBRestarts, r.DBRestartNote, r.OutageCalls)
+	}
+}
+
+// TestChaosPostgres runs the command at a small size on a throw-away
+// PostgreSQL: a restart of the server itself, kills, cuts between the
+// replicas and the database.
+func TestChaosPostgres(t *testing.T) {
+	t.Parallel()
+	if !throwaway.PostgresInstalled() {
+		if os.Getenv("OPLEDGER_TEST_REQUIRE_DBS") == "1" {
+			t.Fatal("PostgreSQL's server binaries are not installed")
+		}
+		t.Skip("PostgreSQL's server binaries are not installed")
+	}
+	code, reps, stderr := runChaosJSON(t, "--databases", "postgres", "--calls", "1500", "--kills", "2", "--commit-kills", "1")
+	if code != 0 || len(reps) != 1 {
+		t.Fatalf("exit %d, %d reports\n%s", code, len(reps), stderr)
+	}
+	r := reps[0]
+	checkChaosReport(t, r, 1500)
+	if r.DBRestarts != 1 || r.Cuts == 0 {
+		t.Errorf("postgres: %d restarts, %d cuts", r.DBRestarts, r.Cuts)
+	}
+}
+
+func TestChaosFlags(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"--databases", "oracle"}, {"--replicas", "0"}, {"--calls", "-1"}, {"--owner", "mesh"}, {"--kills", "1000"}, {"extra"},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(t.Context(), append([]string{"chaos"}, args...), &out, &errb); code != 2 {
+			t.Errorf("chaos %v: exit %d, want 2", args, code)
+		}
+	}
+	// The replica command is hidden from the usage text.
+	var out bytes.Buffer
+	run(t.Context(), []string{"help"}, &out, &out)
+	if bytes.Contains(out.Bytes(), []byte(chaosReplicaCommand)) || !bytes.Contains(out.Bytes(), []byte("chaos ")) {
+		t.Errorf("usage:\n%s", out.String())
+	}
+}
+
+// TestChaosCheckFindsBreaches feeds the end-of-run check a database and
+// calls that break the promise in each way it must see.
+func TestChaosCheckFindsBreaches(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db, tg, err := openDB(ctx, "sqlite:"+filepath.Join(t.TempDir(), "check.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	m, err := migrations.New(db, tg.dialect, migrations.WithTable(ledger.DefaultTable))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const table, caller = "chaos_check", "header:c"
+	if err := payments.CreateTable(ctx, db, tg.dialect, table); err != nil {
+		t.Fatal(err)
+	}
+	store, err := ledger.New(tg.dialect)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// commit writes a business row (unless id is 0) and a ledger entry
+	// naming ledgerID (unless key is "").
+	commit := func(key, ref string, id, ledgerID int64) {
+		t.Helper()
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		if id != 0 {
+			if _, err := tx.ExecContext(ctx, "INSERT INTO "+table+" (id, from_account, to_account, amount_cents, reference) VALUES (?, 'a', 'b', 1, ?)", id, ref); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if key != "" {
+			ident, err := ledger.NewIdentity(caller, paymentspb.TransferMethod, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := store.Claim(ctx, tx, ledger.ClaimRequest{Identity: ident, Fingerprint: ledger.FingerprintOf([]byte(key))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := proto.Marshal(&paymentspb.TransferReply{TransferId: ledgerID, Reference: ref})
+			if err := store.Complete(ctx, tx, c, ledger.Result{Response: b, TypeName: "opledger.examples.payments.v1.TransferReply"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ok := func(ref string, id int64) chaosCall {
+		return chaosCall{issued: true, key: "k-" + ref, ref: ref, reply: &paymentspb.TransferReply{TransferId: id, Reference: ref}}
+	}
+	commit("k-good", "good", 1, 1)
+	commit("k-dup", "dup", 2, 2)
+	commit("", "dup", 3, 0)                 // a second effect of one call, unknown to the ledger
+	commit("k-wrong", "wrong", 4, 4)        // answered with another id
+	commit("", "orphan", 5, 0)              // an effect with no call and no ledger entry
+	commit("k-noeffect", "noeffect", 0, 99) // a ledger entry whose row is missing
+	commit("k-ambig", "ambig", 6, 6)        // ambiguous, resolved committed
+	calls := []chaosCall{ok("good", 1), ok("dup", 2), ok("wrong", 40), ok("noeffect", 99),
+		{issued: true, key: "k-ambig", ref: "ambig", err: errors.New("lost"), deadlineLeft: true, left: time.Second},
+		{issued: true, key: "k-def", ref: "def", err: errors.New("not committed"), definite: true},
+		{}}
+	resolve := func(c chaosCall) (*paymentspb.TransferReply, bool, error) {
+		if c.ref == "ambig" {
+			return &paymentspb.TransferReply{TransferId: 6, Reference: "ambig"}, true, nil
+		}
+		return nil, false, nil
+	}
+	var rep chaosReport
+	if err := chaosCheck(ctx, &rep, calls, db, tg.dialect, table, caller, resolve); err != nil {
+		t.Fatal(err)
+	}
+	want := chaosReport{Calls: 6, Executed: 6, ReturnedOK: 4, Definite: 1, Ambiguous: 1, AmbiguousEarly: 1, Reconciled: 1,
+		Duplicates: 1, WrongAnswers: 1, RowsNoLedger: 2, LedgerNoRow: 1,
+		// rows without an entry (2) + the entry without a row (1) + the
+		// OK call with no effect (1) + the effect with no call (1)
+		Lost: 5}
+	rep.P50ms, rep.P99ms = 0, 0
+	if rep.Calls != want.Calls || rep.Executed != want.Executed || rep.ReturnedOK != want.ReturnedOK || rep.Definite != want.Definite ||
+		rep.Ambiguous != want.Ambiguous || rep.AmbiguousEarly != want.AmbiguousEarly || rep.Reconciled != want.Reconciled ||
+		rep.Duplicates != want.Duplicates || rep.WrongAnswers != want.WrongAnswers || rep.RowsNoLedger != want.RowsNoLedger ||
+		rep.LedgerNoRow != want.LedgerNoRow || rep.Lost != want.Lost {
+		t.Fatalf("check:\n got %+v\nwant %+v", rep, want)
+	}
+	if !rep.failed() {
+		t.Fatal("a report with breaches did not fail")
+	}
+}
+
+// TestChaosFindsABrokenService breaks the service on purpose
+// (--break-keys: every attempt a fresh key, so a retry after an answer
+// lost to a kill after COMMIT runs the work again): the run must count
+// the duplicates and exit 1.
+func TestChaosFindsABrokenService(t *testing.T) {
+	t.Parallel()
+	code, reps, stderr := runChaosJSON(t, "--databases", "sqlite", "--calls", "300", "--kills", "0", "--commit-kills", "2",
+		"--db-restarts", "0", "--seed", "3", "--break-keys")
+	if code != 1 || len(reps) != 1 {
+		t.Fatalf("exit %d (want 1), %d reports\n%s", code, len(reps), stderr)
+	}
+	if r := reps[0]; r.Duplicates < 1 || r.KilledAfterCommit < 1 || r.Executed <= r.Calls-r.Duplicates {
+		t.Fatalf("a broken service: %d duplicates, %d kills after COMMIT, %d rows for %d calls", r.Duplicates, r.KilledAfterCommit, r.Executed, r.Calls)
+	}
+}

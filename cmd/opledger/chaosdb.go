@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/opledger/opledger/internal/throwaway"
+)
+
+// The databases `opledger chaos` knows by name, in the order it runs them.
+const (
+	chaosPostgres    = "postgres"
+	chaosPgBouncer   = "pgbouncer"
+	chaosPgBouncerPQ = "pgbouncer-pq"
+	chaosMariaDB     = "mariadb"
+	chaosSQLite      = "sqlite"
+)
+
+var chaosDatabases = []string{chaosPostgres, chaosPgBouncer, chaosPgBouncerPQ, chaosMariaDB, chaosSQLite}
+
+// chaosDatabase is a database a chaos run owns: it may restart it.
+type chaosDatabase interface {
+	// label names it in the report ("postgres", "postgres via pgbouncer", …).
+	label() string
+	// directDSN is the DSN the run itself uses, without a proxy: for the
+	// migrations (which PgBouncer's transaction pooling refuses) and the
+	// checks at the end.
+	directDSN() string
+	// addr is the TCP address the replicas reach, "" without a server.
+	addr() string
+	// replicaDSN is the DSN of the replicas, reaching addr() through the
+	// proxy at via.
+	replicaDSN(via string) string
+	// driver is the replicas' --driver ("" or "pq").
+	driver() string
+	// restart restarts the database server, with SIGKILL (crash) or
+	// cleanly; errNoServer without one.
+	restart(ctx context.Context, crash bool) error
+	// close stops the server and removes its files.
+	close() error
+}
+
+// errNoServer is restart's error for SQLite: a file, no server to restart.
+var errNoServer = errors.New("SQLite has no server to restart: replica processes share one WAL file")
+
+// startChaosDatabase starts the named throw-away database, or returns an
+// error matching throwaway.ErrNotInstalled.
+func startChaosDatabase(ctx context.Context, name, dir string) (chaosDatabase, error) {
+	switch name {
+	case chaosPostgres:
+		s, err := throwaway.StartPostgres(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return &serverDB{name: "postgres", srv: s, restartee: s}, nil
+	case chaosPgBouncer, chaosPgBouncerPQ:
+		if !throwaway.PgBouncerInstalled() {
+			return nil, fmt.Errorf("%w: pgbouncer", throwaway.ErrNotInstalled)
+		}
+		backend, err := throwaway.StartPostgres(ctx)
+		if err != nil {
+			return nil, err
+		}
+		pb, err := throwaway.StartPgBouncer(ctx, backend, throwaway.PgBouncerOptions{PoolSize: 20})
+		if err != nil {
+			backend.Cleanup()
+			return nil, err
+		}
+		// In transaction pooling no prepared statement may outlive its
+		// transaction (docs/poolers.md): pgx sends unnamed statements,
+		// lib/pq Parse, Bind and Execute in one round trip.
+		if name == chaosPgBouncerPQ {
+			return &serverDB{name: "postgres via pgbouncer (lib/pq)", srv: pb, restartee: backend, backend: backend,
+				params: throwaway.PQPoolerSetting, drv: "pq"}, nil
+		}
+		return &serverDB{name: "postgres via pgbouncer (pgx)", srv: pb, restartee: backend, backend: backend,
+			params: throwaway.PgxPoolerSetting}, nil
+	case chaosMariaDB:
+		s, err := throwaway.StartMariaDB(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return &serverDB{name: "mariadb", srv: s, restartee: s}, nil
+	case chaosSQLite:
+		return sqliteDB{path: filepath.Join(dir, "chaos.db")}, nil
+	}
+	return nil, fmt.Errorf("unknown database %q (want %s)", name, strings.Join(chaosDatabases, ", "))
+}
+
+// serverDB is a throw-away server (internal/throwaway). Through PgBouncer,
+// srv is the pooler and restartee (and backend) the PostgreSQL behind it.
+type serverDB struct {
+	name      string
+	srv       *throwaway.Server
+	restartee *throwaway.Server
+	backend   *throwaway.Server
+	params    string
+	drv       string
+}
+
+func (s *serverDB) driver() string { return s.drv }
+
+func (s *serverDB) label() string { return s.name }
+
+func (s *serverDB) directDSN() string {
+	if s.backend != nil {
+		return s.backend.DSN()
+	}
+	return s.srv.DSN()
+}
+
+func (s *serverDB) addr() string { return s.srv.Addr() }
+
+func (s *serverDB) replicaDSN(via string) string {
+	return strings.Replace(s.srv.DSN(), s.srv.Addr(), via, 1) + s.params
+}
+
+// restart kills the database server with SIGKILL and starts it again
+// (crash recovery runs, as after a failover to the same data), or stops
+// it cleanly (PostgreSQL's fast shutdown, mariadbd's SIGTERM) and starts
+// it again.
+func (s *serverDB) restart(ctx context.Context, crash bool) error {
+	if crash {
+		return s.restartee.Crash(ctx)
+	}
+	return s.restartee.Restart(ctx)
+}
+
+func (s *serverDB) close() error {
+	err := s.srv.Cleanup()
+	if s.backend != nil {
+		err = errors.Join(err, s.backend.Cleanup())
+	}
+	return err
+}
+
+// sqliteDB is one SQLite file in WAL mode that every replica opens.
+type sqliteDB struct{ path string }
+
+func (s sqliteDB) label() string                       { return "sqlite" }
+func (s sqliteDB) directDSN() string                   { return "sqlite:" + s.path }
+func (s sqliteDB) addr() string                        { return "" }
+func (s sqliteDB) driver() string                      { return "" }
+func (s sqliteDB) replicaDSN(string) string            { return s.directDSN() }
+func (s sqliteDB) restart(context.Context, bool) error { return errNoServer }
+func (s sqliteDB) close() error {
+	return errors.Join(os.Remove(s.path), ignoreMissing(os.Remove(s.path+"-wal")), ignoreMissing(os.Remove(s.path+"-shm")))
+}
+
+func ignoreMissing(err error) error {
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return err
+}
