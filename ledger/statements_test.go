@@ -84,4 +84,3 @@ func checkStatements(t *testing.T, path string, got, want []string, c *testdb.Co
 		t.Errorf("%s: statements %v, want %v\nSQL:\n%s", path, got, want, strings.Join(c.SQL(), "\n"))
 	}
 }
-
