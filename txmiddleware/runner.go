@@ -59,12 +59,15 @@ type RunResult struct {
 // Runner runs claim, work and completion as one transaction on a pool. It
 // holds no connection between calls and is safe for concurrent use.
 type Runner struct {
-	db  *sql.DB
-	l   ledger.Ledger
-	d   dialects.Dialect
-	lw  dialects.LockWaiter // set when a lock wait bound is configured
-	cfg config
-	obs *observer
+	db *sql.DB
+	l  ledger.Ledger
+	d  dialects.Dialect
+	lw dialects.LockWaiter // set when a lock wait bound is configured and the ledger cannot bound its claims
+	// claimWait is the lock wait bound passed in every ClaimRequest, when
+	// one is configured and the ledger bounds its claims itself.
+	claimWait time.Duration
+	cfg       config
+	obs       *observer
 }
 
 // New returns a Runner for db, the database that holds both the ledger's
@@ -82,7 +85,9 @@ func New(db *sql.DB, l ledger.Ledger, opts ...Option) (*Runner, error) {
 	if err := options.Apply(&r.cfg, opts, func(o Option) options.Option[config] { return o.o }); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	if r.cfg.lockWait > 0 {
+	if b, ok := l.(ledger.LockWaitBounder); ok && r.cfg.lockWait > 0 && b.BoundsLockWait() {
+		r.claimWait = r.cfg.lockWait // in the claim's statements: none of its own
+	} else if r.cfg.lockWait > 0 {
 		lw, ok := d.(dialects.LockWaiter)
 		if !ok {
 			return nil, fmt.Errorf("%w: WithLockWait: dialect %s cannot bound lock waits (no dialects.LockWaiter)", ErrInvalidConfig, d.Name())
@@ -147,6 +152,9 @@ func (r *Runner) Run(ctx context.Context, req ledger.ClaimRequest, work Work) (R
 func (r *Runner) run(ctx context.Context, req ledger.ClaimRequest, work Work) (RunResult, error) {
 	if work == nil {
 		return RunResult{}, errors.New("txmiddleware: work must not be nil")
+	}
+	if r.claimWait > 0 {
+		req.LockWait = r.claimWait
 	}
 	savepoint := r.cfg.codec != nil && r.cfg.savepoint == SavepointAlways
 	var out RunResult
