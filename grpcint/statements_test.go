@@ -20,10 +20,15 @@ var keyedCallStatements = map[string]map[string][]string{
 		"call":   {"BEGIN", "WITH", "WORK", "UPDATE", "COMMIT"},
 		"replay": {"BEGIN", "WITH", "ROLLBACK"},
 	},
+	// The bound is a session setting: set (keeping the session's value
+	// in a user variable) before BEGIN, put back after the transaction.
 	"mysql": {
-		"call":   {"SELECT", "SET", "BEGIN", "INSERT", "WORK", "UPDATE", "COMMIT", "SET"},
-		"replay": {"SELECT", "SET", "BEGIN", "INSERT", "SELECT", "ROLLBACK", "SET"},
+		"call":   {"SET", "BEGIN", "INSERT", "WORK", "UPDATE", "COMMIT", "SET"},
+		"replay": {"SET", "BEGIN", "INSERT", "SELECT", "ROLLBACK", "SET"},
 	},
+	// busy_timeout is a setting of the connection, and the wait is at
+	// BEGIN: read, set, and put back after the transaction (in-process
+	// calls, no round trip).
 	"sqlite": {
 		"call":   {"PRAGMA", "PRAGMA", "BEGIN", "INSERT", "WORK", "UPDATE", "COMMIT", "PRAGMA"},
 		"replay": {"PRAGMA", "PRAGMA", "BEGIN", "INSERT", "SELECT", "ROLLBACK", "PRAGMA"},

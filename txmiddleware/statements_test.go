@@ -23,10 +23,15 @@ var keyedStatements = map[string]map[string][]string{
 		"happy":  {"BEGIN", "WITH", "WORK", "UPDATE", "COMMIT"},
 		"replay": {"BEGIN", "WITH", "ROLLBACK"},
 	},
+	// The bound is a session setting: set (keeping the session's value
+	// in a user variable) before BEGIN, put back after the transaction.
 	"mysql": {
-		"happy":  {"SELECT", "SET", "BEGIN", "INSERT", "WORK", "UPDATE", "COMMIT", "SET"},
-		"replay": {"SELECT", "SET", "BEGIN", "INSERT", "SELECT", "ROLLBACK", "SET"},
+		"happy":  {"SET", "BEGIN", "INSERT", "WORK", "UPDATE", "COMMIT", "SET"},
+		"replay": {"SET", "BEGIN", "INSERT", "SELECT", "ROLLBACK", "SET"},
 	},
+	// busy_timeout is a setting of the connection, and the wait is at
+	// BEGIN: read, set, and put back after the transaction (in-process
+	// calls, no round trip).
 	"sqlite": {
 		"happy":  {"PRAGMA", "PRAGMA", "BEGIN", "INSERT", "WORK", "UPDATE", "COMMIT", "PRAGMA"},
 		"replay": {"PRAGMA", "PRAGMA", "BEGIN", "INSERT", "SELECT", "ROLLBACK", "PRAGMA"},
