@@ -434,13 +434,36 @@ func caseInProgress(e *env) {
 	if !errors.Is(err, ledger.ErrInProgress) || took > inProgressLimit {
 		e.t.Errorf("%s while another transaction holds the key: %v after %v; want ErrInProgress within %v", where, err, took.Round(time.Millisecond), inProgressLimit)
 	}
+	inClaim := ""
+	if b, ok := e.l.l.(ledger.LockWaitBounder); ok && b.BoundsLockWait() {
+		// The ledger bounds the wait inside its claim statement
+		// (ClaimRequest.LockWait): the same, in a plain transaction.
+		ctx, cancel := context.WithTimeout(e.ctx, 5*time.Second)
+		start := time.Now()
+		var cerr error
+		tx, err := e.db.BeginTx(ctx, nil)
+		if err != nil {
+			cancel()
+			e.t.Fatalf("begin: %v", err)
+		}
+		req := e.req(key)
+		req.LockWait = boundedWait
+		_, cerr = claim(ctx, e.l, tx, req)
+		tx.Rollback()
+		ctook := time.Since(start)
+		cancel()
+		if !errors.Is(cerr, ledger.ErrInProgress) || ctook > inProgressLimit {
+			e.t.Errorf("claim with ClaimRequest.LockWait while another transaction holds the key: %v after %v; want ErrInProgress within %v", cerr, ctook.Round(time.Millisecond), inProgressLimit)
+		}
+		inClaim = fmt.Sprintf("; bounded in the claim (ClaimRequest.LockWait): %v after %v", errName(cerr), ctook.Round(time.Millisecond))
+	}
 	a.mutate()
 	a.commit()
 	o := e.mutate(e.ctx, e.l, key, 1, false)
 	if o.err != nil || o.acquired || !sameResult(o.result, resultFor(key, 0)) {
 		e.t.Errorf("retry after the holder committed: acquired=%v %q %v; want a replay of the holder's result", o.acquired, o.result.Response, o.err)
 	}
-	e.figure("claimant with a bounded lock wait got %v at %s after %v (limit %v); the retry replayed", errName(err), where, took.Round(time.Millisecond), inProgressLimit)
+	e.figure("claimant with a bounded lock wait got %v at %s after %v (limit %v)%s; the retry replayed", errName(err), where, took.Round(time.Millisecond), inProgressLimit, inClaim)
 }
 
 func errName(err error) string {

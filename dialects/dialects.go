@@ -68,6 +68,17 @@ type Queries struct {
 	// (ON CONFLICT DO NOTHING) or fail with an error classified as
 	// [ClassUniqueViolation] that leaves the transaction usable.
 	Insert string
+	// Claim, when not empty, replaces Insert: one statement that claims
+	// the identity like Insert and, on a conflict, also returns the
+	// existing entry when the statement's snapshot shows it, so that a
+	// replay costs one statement. Args as for Insert. It returns exactly
+	// one row: whether it inserted (a boolean, or an integer 0 or 1), then
+	// Select's columns, all NULL when it inserted or when it did not see
+	// the existing entry (it waited for a concurrent claimant that then
+	// committed, or the entry was not visible to its snapshot): the
+	// ledger then reads the entry with Select, as after Insert. A conflict
+	// must not fail the statement.
+	Claim string
 	// Select reads one entry back after a conflict, inside the claiming
 	// transaction. Arg: id. Columns: request_fp, code, response,
 	// response_type, created_at, completed_at, expires_at. It must see the

@@ -33,6 +33,26 @@ type LockWaiter interface {
 	BeginBounded(ctx context.Context, db *sql.DB, opts *sql.TxOptions, d time.Duration) (tx *sql.Tx, release func(), err error)
 }
 
+// ClaimBounder is implemented by dialects that can bound the lock waits
+// of a claim inside the claim's own statements, so that a bounded claim
+// costs no statement of its own (no SET before it, nothing to restore
+// after it). The ledger uses it for ClaimRequest.LockWait, and
+// txmiddleware prefers it to [LockWaiter] when the ledger says it bounds
+// its claims.
+//
+// It is optional: check for it with a type assertion. Implementations are
+// stateless and safe for concurrent use.
+type ClaimBounder interface {
+	// BoundedQueries returns the ledger's SQL for table (see
+	// [Dialect.Queries]) with every statement of a claim (Insert or
+	// Claim, and Reacquire) bounding its own lock waits to about d, rounded
+	// up as for [LockWaiter.BeginBounded]; the bound must end with the
+	// transaction at the latest (so that it never reaches the next
+	// transaction on a pooled connection). ok is false when the dialect
+	// cannot bound lock waits this way; d must be positive.
+	BoundedQueries(table string, d time.Duration) (q Queries, ok bool)
+}
+
 // SessionSetting changes a setting of conn's session and returns how to put
 // it back on the same connection. See [BeginOnConn].
 type SessionSetting func(ctx context.Context, conn *sql.Conn) (restore func(context.Context) error, err error)

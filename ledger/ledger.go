@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -55,11 +56,12 @@ type Querier interface {
 }
 
 var (
-	_ Querier  = (*sql.DB)(nil)
-	_ Querier  = (*sql.Conn)(nil)
-	_ Querier  = (*sql.Tx)(nil)
-	_ Ledger   = (*Store)(nil)
-	_ Recorder = (*Store)(nil)
+	_ Querier         = (*sql.DB)(nil)
+	_ Querier         = (*sql.Conn)(nil)
+	_ Querier         = (*sql.Tx)(nil)
+	_ Ledger          = (*Store)(nil)
+	_ Recorder        = (*Store)(nil)
+	_ LockWaitBounder = (*Store)(nil)
 )
 
 // ClaimRequest is what Claim needs.
@@ -69,6 +71,27 @@ type ClaimRequest struct {
 	// Fingerprint is the digest of the request; a retry must present the
 	// same one.
 	Fingerprint Fingerprint
+	// LockWait, when positive, bounds how long the claim's statements wait
+	// for another transaction that holds the identity uncommitted (past
+	// it, Claim returns ErrInProgress), inside the claim's own statements:
+	// no statement is added. Only a Ledger whose BoundsLockWait reports
+	// true honours it (see [LockWaitBounder]); [Store.Claim] refuses a
+	// positive LockWait with ErrInvalid when its dialect cannot bound a
+	// claim this way. How far the bound reaches is the dialect's (see
+	// dialects.ClaimBounder): on PostgreSQL it is lock_timeout for the
+	// rest of the transaction. Zero leaves the database's own bound.
+	LockWait time.Duration
+}
+
+// LockWaitBounder is implemented by a Ledger that can honour
+// ClaimRequest.LockWait. txmiddleware asks it: when BoundsLockWait
+// reports true, a runner with a lock-wait bound begins a plain
+// transaction and passes the bound in the ClaimRequest, instead of
+// beginning a bounded transaction (dialects.LockWaiter), which costs
+// statements of its own.
+type LockWaitBounder interface {
+	// BoundsLockWait reports whether Claim honours ClaimRequest.LockWait.
+	BoundsLockWait() bool
 }
 
 // Result is what an operation produced, stored on completion and returned
@@ -273,7 +296,13 @@ type Store struct {
 	q         dialects.Queries
 	rq        *dialects.RecordQueries // the dialect's, when it has them
 	checker   dialects.TxChecker      // the dialect's, when it has one
+	bounder   dialects.ClaimBounder   // the dialect's, when it can bound claims
+	bounded   sync.Map                // time.Duration → *dialects.Queries
 	obs       *observer
+
+	// split, when set (by tests only), claims with Insert and Select even
+	// when the dialect has a one-statement Claim.
+	split bool
 
 	// afterConflict, when set (by tests only), runs between a conflicting
 	// insert and the read that follows it.
@@ -297,12 +326,45 @@ func New(d dialects.Dialect, opts ...Option) (*Store, error) {
 		rq := rd.RecordQueries(s.table)
 		s.rq = &rq
 	}
+	if b, ok := d.(dialects.ClaimBounder); ok {
+		if q, ok := b.BoundedQueries(s.table, time.Second); ok && q.Insert != "" {
+			s.bounder = b
+		}
+	}
 	s.obs = newObserver(d, s.table, c.mp, c.tp)
 	return s, nil
 }
 
 // Dialect returns the store's dialect.
 func (s *Store) Dialect() dialects.Dialect { return s.d }
+
+// BoundsLockWait reports whether Claim honours ClaimRequest.LockWait:
+// whether the store's dialect implements dialects.ClaimBounder and can
+// bound a claim inside its statements (PostgreSQL).
+func (s *Store) BoundsLockWait() bool { return s.bounder != nil }
+
+// queries returns the SQL of a claim bounded by wait (the store's plain
+// SQL for wait 0).
+func (s *Store) queries(wait time.Duration) (*dialects.Queries, error) {
+	if wait == 0 {
+		return &s.q, nil
+	}
+	if wait < 0 {
+		return nil, invalid("lock wait", "must not be negative")
+	}
+	if s.bounder == nil {
+		return nil, invalid("lock wait", "dialect "+s.d.Name()+" cannot bound a claim's lock waits in its statements (see BoundsLockWait)")
+	}
+	if q, ok := s.bounded.Load(wait); ok {
+		return q.(*dialects.Queries), nil
+	}
+	q, ok := s.bounder.BoundedQueries(s.table, wait)
+	if !ok {
+		return nil, invalid("lock wait", fmt.Sprintf("dialect %s cannot bound a claim's lock waits to %v", s.d.Name(), wait))
+	}
+	v, _ := s.bounded.LoadOrStore(wait, &q)
+	return v.(*dialects.Queries), nil
+}
 
 // Table returns the store's table name.
 func (s *Store) Table() string { return s.table }
@@ -350,38 +412,60 @@ func (s *Store) claim(ctx context.Context, tx *sql.Tx, req ClaimRequest) (*Claim
 	if req.Fingerprint.IsZero() {
 		return nil, invalid("fingerprint", "must not be all zero")
 	}
+	q, err := s.queries(req.LockWait)
+	if err != nil {
+		return nil, err
+	}
 	if err := s.check(ctx, "claim", tx); err != nil {
 		return nil, err
 	}
 	id := req.Identity.id[:]
 	fp := req.Fingerprint[:]
+	oneStatement := q.Claim != "" && !s.split
 	for range maxClaimLoops {
 		now := s.now()
 		created, expires := micros(now), micros(now.Add(s.retention))
-		res, err := tx.ExecContext(ctx, s.q.Insert, id, req.Identity.caller, req.Identity.method, fp, created, expires)
-		if err != nil {
-			if s.d.Classify(err) != dialects.ClassUniqueViolation {
+		var (
+			e     row
+			found bool
+		)
+		if oneStatement {
+			inserted, got, ok, err := s.scanClaim(tx.QueryRowContext(ctx, q.Claim, id, req.Identity.caller, req.Identity.method, fp, created, expires))
+			if err != nil {
 				return nil, s.fail(ctx, "claim", err)
 			}
-		} else if n, err := res.RowsAffected(); err != nil {
-			return nil, s.fail(ctx, "claim", err)
-		} else if n == 1 {
-			return s.acquired(req.Identity, tx), nil
+			if inserted {
+				return s.acquired(req.Identity, tx), nil
+			}
+			e, found = got, ok
+		} else {
+			res, err := tx.ExecContext(ctx, q.Insert, id, req.Identity.caller, req.Identity.method, fp, created, expires)
+			if err != nil {
+				if s.d.Classify(err) != dialects.ClassUniqueViolation {
+					return nil, s.fail(ctx, "claim", err)
+				}
+			} else if n, err := res.RowsAffected(); err != nil {
+				return nil, s.fail(ctx, "claim", err)
+			} else if n == 1 {
+				return s.acquired(req.Identity, tx), nil
+			}
 		}
 
-		// Conflict: read the entry that is there.
-		if s.afterConflict != nil {
-			s.afterConflict()
-		}
-		e, err := s.scan(tx.QueryRowContext(ctx, s.q.Select, id))
-		if errors.Is(err, sql.ErrNoRows) {
-			continue // deleted between the conflict and the read: insert again
-		}
-		if err != nil {
-			return nil, s.fail(ctx, "claim", err)
+		if !found {
+			// Conflict, and the entry is not known yet: read it.
+			if s.afterConflict != nil {
+				s.afterConflict()
+			}
+			e, err = s.scan(tx.QueryRowContext(ctx, q.Select, id))
+			if errors.Is(err, sql.ErrNoRows) {
+				continue // deleted between the conflict and the read: insert again
+			}
+			if err != nil {
+				return nil, s.fail(ctx, "claim", err)
+			}
 		}
 		if e.expiresAt <= created {
-			res, err := tx.ExecContext(ctx, s.q.Reacquire, fp, created, expires, id, created)
+			res, err := tx.ExecContext(ctx, q.Reacquire, fp, created, expires, id, created)
 			if err != nil {
 				return nil, s.fail(ctx, "claim", err)
 			}
@@ -645,6 +729,37 @@ func (s *Store) scan(r *sql.Row) (row, error) {
 		}
 	}
 	return e, nil
+}
+
+// scanClaim reads the row of a one-statement Claim: whether it inserted,
+// and the existing entry when the statement saw one.
+func (s *Store) scanClaim(r *sql.Row) (inserted bool, e row, found bool, err error) {
+	var (
+		ins                          sql.NullBool
+		code, created, done, expires sql.NullInt64
+		typeName                     sql.NullString
+		fp, resp                     []byte
+	)
+	if err := r.Scan(&ins, &fp, &code, &resp, &typeName, &created, &done, &expires); err != nil {
+		return false, row{}, false, err
+	}
+	if ins.Valid && ins.Bool {
+		return true, row{}, false, nil
+	}
+	if fp == nil || !created.Valid || !expires.Valid {
+		return false, row{}, false, nil
+	}
+	e = row{fp: fp, createdAt: created.Int64, expiresAt: expires.Int64}
+	e.result.Response = resp
+	if done.Valid {
+		e.completedAt = &done.Int64
+		e.result.Code = uint32(code.Int64)
+		e.result.TypeName = typeName.String
+		if e.result.Response == nil {
+			e.result.Response = []byte{}
+		}
+	}
+	return false, e, true, nil
 }
 
 func micros(t time.Time) int64 { return t.UnixMicro() }

@@ -116,12 +116,15 @@ func WithRandom(f func() float64) Option {
 
 // WithLockWait bounds how long a claim waits for another transaction that
 // holds the same identity uncommitted; past it the call returns an error
-// matching ledger.ErrInProgress. The dialect must implement
-// dialects.LockWaiter. Zero (the default) sets nothing: the wait is then
-// bounded by the database's own setting (the busy timeout in SQLite's DSN,
+// matching ledger.ErrInProgress. When the ledger bounds its claims itself
+// (ledger.LockWaitBounder: a ledger.Store on PostgreSQL), the bound goes
+// in each ClaimRequest.LockWait and costs no statement; otherwise the
+// dialect must implement dialects.LockWaiter, which begins a bounded
+// transaction. Zero (the default) sets nothing: the wait is then bounded
+// by the database's own setting (the busy timeout in SQLite's DSN,
 // PostgreSQL's lock_timeout, MySQL's innodb_lock_wait_timeout) and by the
-// context. The bound applies to every statement of the transaction,
-// including the work's own.
+// context. The bound applies to every statement of the transaction from
+// the claim on, including the work's own.
 func WithLockWait(d time.Duration) Option {
 	return option("WithLockWait", func(c *config) error {
 		if d < 0 {

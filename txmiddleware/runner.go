@@ -64,10 +64,13 @@ type Runner struct {
 	db  *sql.DB
 	l   ledger.Ledger
 	d   dialects.Dialect
-	lw  dialects.LockWaiter // set when a lock wait bound is configured
+	lw  dialects.LockWaiter // set when a lock wait bound is configured and the ledger cannot bound its claims
 	rec ledger.Recorder     // set in claim-at-commit mode
-	cfg config
-	obs *observer
+	// claimWait is the lock wait bound passed in every ClaimRequest, when
+	// one is configured and the ledger bounds its claims itself.
+	claimWait time.Duration
+	cfg       config
+	obs       *observer
 }
 
 // New returns a Runner for db, the database that holds both the ledger's
@@ -85,7 +88,12 @@ func New(db *sql.DB, l ledger.Ledger, opts ...Option) (*Runner, error) {
 	if err := options.Apply(&r.cfg, opts, func(o Option) options.Option[config] { return o.o }); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	if r.cfg.lockWait > 0 {
+	// The bound goes into the claim's own statement when the ledger can
+	// put it there; claim at commit records with Record, which takes no
+	// bound, so that mode bounds the transaction instead.
+	if b, ok := l.(ledger.LockWaitBounder); ok && r.cfg.lockWait > 0 && b.BoundsLockWait() && !r.cfg.atCommit {
+		r.claimWait = r.cfg.lockWait // in the claim's statements: none of its own
+	} else if r.cfg.lockWait > 0 {
 		lw, ok := d.(dialects.LockWaiter)
 		if !ok {
 			return nil, fmt.Errorf("%w: WithLockWait: dialect %s cannot bound lock waits (no dialects.LockWaiter)", ErrInvalidConfig, d.Name())
@@ -171,6 +179,9 @@ func (r *Runner) Run(ctx context.Context, req ledger.ClaimRequest, work Work) (R
 func (r *Runner) run(ctx context.Context, req ledger.ClaimRequest, work Work) (RunResult, error) {
 	if work == nil {
 		return RunResult{}, errors.New("txmiddleware: work must not be nil")
+	}
+	if r.claimWait > 0 {
+		req.LockWait = r.claimWait
 	}
 	var (
 		out   RunResult

@@ -631,6 +631,12 @@ type dialectLedger struct {
 
 func (l dialectLedger) Dialect() dialects.Dialect { return l.d }
 
+// BoundsLockWait is the store's, for a dialect that can bound a claim.
+func (l dialectLedger) BoundsLockWait() bool {
+	_, ok := l.d.(dialects.ClaimBounder)
+	return ok && l.Store.BoundsLockWait()
+}
+
 // Bad configurations fail New with ErrInvalidConfig: a bad value, an
 // option given twice, a zero Option, a nil database or ledger, a ledger
 // without a dialect, and a lock wait bound the dialect cannot enforce.

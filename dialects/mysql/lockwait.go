@@ -48,7 +48,10 @@ func tidbLockWaitSeconds(d time.Duration) int64 {
 // BeginBounded sets innodb_lock_wait_timeout to d in whole seconds
 // (rounded up; on TiDB at most 3600) on a connection of its own and
 // begins the transaction there; release sets the session's previous value
-// back, or discards the connection when it cannot. InnoDB's bound is a
+// back, or discards the connection when it cannot. On MySQL and MariaDB
+// that is one statement before BEGIN (SET @opledger_prev_lock_wait =
+// @@SESSION.innodb_lock_wait_timeout, SESSION innodb_lock_wait_timeout =
+// <s>) and one after the transaction. InnoDB's bound is a
 // session variable (SET SESSION inside a transaction would outlive it all
 // the same). A statement that waits longer fails with 1205, classified
 // [dialects.ClassLockTimeout]; it rolls back only that statement.
@@ -61,16 +64,21 @@ func (d Dialect) BeginBounded(ctx context.Context, db *sql.DB, opts *sql.TxOptio
 		return nil, nil, fmt.Errorf("mysql: lock wait bound %v is not positive", wait)
 	}
 	if !d.tidb {
-		seconds := lockWaitSeconds(wait)
+		// One statement keeps the session's value in a user variable and
+		// sets the bound (assignments run left to right); one statement
+		// puts the value back: two in all, no read of its own.
+		set := "SET " + prevLockWaitVar + " = @@SESSION.innodb_lock_wait_timeout, SESSION innodb_lock_wait_timeout = " +
+			strconv.FormatInt(lockWaitSeconds(wait), 10)
 		return dialects.BeginOnConn(ctx, db, opts, func(ctx context.Context, conn *sql.Conn) (func(context.Context) error, error) {
-			var prev int64
-			if err := conn.QueryRowContext(ctx, "SELECT @@SESSION.innodb_lock_wait_timeout").Scan(&prev); err != nil {
-				return nil, fmt.Errorf("mysql: read innodb_lock_wait_timeout: %w", err)
+			if _, err := conn.ExecContext(ctx, set); err != nil {
+				return nil, fmt.Errorf("mysql: set innodb_lock_wait_timeout: %w", err)
 			}
-			if err := setLockWait(ctx, conn, seconds); err != nil {
-				return nil, err
-			}
-			return func(ctx context.Context) error { return setLockWait(ctx, conn, prev) }, nil
+			return func(ctx context.Context) error {
+				if _, err := conn.ExecContext(ctx, restoreLockWait); err != nil {
+					return fmt.Errorf("mysql: restore innodb_lock_wait_timeout: %w", err)
+				}
+				return nil
+			}, nil
 		})
 	}
 	seconds := tidbLockWaitSeconds(wait)
@@ -90,12 +98,13 @@ func (d Dialect) BeginBounded(ctx context.Context, db *sql.DB, opts *sql.TxOptio
 	})
 }
 
-func setLockWait(ctx context.Context, conn *sql.Conn, seconds int64) error {
-	if _, err := conn.ExecContext(ctx, "SET SESSION innodb_lock_wait_timeout = "+strconv.FormatInt(seconds, 10)); err != nil {
-		return fmt.Errorf("mysql: set innodb_lock_wait_timeout: %w", err)
-	}
-	return nil
-}
+// prevLockWaitVar is the user variable in which BeginBounded keeps the
+// session's innodb_lock_wait_timeout while the bound is set; the restore
+// sets it back to NULL.
+const (
+	prevLockWaitVar = "@opledger_prev_lock_wait"
+	restoreLockWait = "SET SESSION innodb_lock_wait_timeout = " + prevLockWaitVar + ", " + prevLockWaitVar + " = NULL"
+)
 
 // setTiDBSession sets TiDB's lock wait bound and transaction mode in one
 // statement. mode is a plain word (checked by the caller, or a constant).

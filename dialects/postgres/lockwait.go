@@ -11,7 +11,26 @@ import (
 	"github.com/opledger/opledger/dialects/internal/units"
 )
 
-var _ dialects.LockWaiter = Dialect{}
+var (
+	_ dialects.LockWaiter   = Dialect{}
+	_ dialects.ClaimBounder = Dialect{}
+)
+
+// BoundedQueries returns the ledger's SQL for table with the claim
+// statements (Insert, Claim, Reacquire) setting lock_timeout to d (rounded
+// up to milliseconds) for the rest of the transaction, inside the
+// statement and before it can wait: set_config('lock_timeout', '<ms>',
+// true) in a CTE. The setting is transaction-scoped like SET LOCAL (safe
+// behind PgBouncer in transaction mode) and costs no statement of its
+// own; from the claim on it bounds the caller's later statements in the
+// transaction too, as [Dialect.BeginBounded] does. ok is false for a d
+// that is not positive.
+func (d Dialect) BoundedQueries(table string, wait time.Duration) (dialects.Queries, bool) {
+	if wait <= 0 {
+		return dialects.Queries{}, false
+	}
+	return d.queries(table, strconv.FormatInt(units.Millis(wait), 10)), true
+}
 
 // BeginBounded begins a transaction and sets lock_timeout for it alone
 // (SET LOCAL lock_timeout = <ms>, d rounded up to milliseconds). A claim

@@ -5,15 +5,23 @@
 // SQLState() string: lib/pq (v1.10.6 and later) and pgx's stdlib driver.
 // It imports no driver.
 //
-// The claim is INSERT … ON CONFLICT (id) DO NOTHING followed, on conflict,
-// by a plain SELECT. The insert waits on an uncommitted duplicate; under
-// READ COMMITTED the following SELECT sees the winner's committed row,
-// while under REPEATABLE READ and SERIALIZABLE PostgreSQL raises 40001,
-// which is classified as a serialization failure (retry the transaction).
-// A single statement (a CTE) is deliberately not used: it runs on one
-// snapshot and returns no row when it had to wait. ON CONFLICT never
-// raises 23505 for the claim, so the caller's transaction is never
-// poisoned. The replay path takes no row lock and writes nothing.
+// The claim is one statement: INSERT … ON CONFLICT (id) DO NOTHING in a
+// data-modifying CTE, whose outer query reads the existing entry from the
+// statement's snapshot. A replay of an entry committed before the
+// statement began therefore costs that one statement. When the insert had
+// to wait for a concurrent claimant that then committed, the snapshot
+// does not show the winner's row and the statement returns no entry; the
+// ledger then reads it with a plain SELECT, which under READ COMMITTED
+// sees the winner's committed row. Under REPEATABLE READ and SERIALIZABLE
+// PostgreSQL raises 40001 instead, classified as a serialization failure
+// (retry the transaction). ON CONFLICT never raises 23505 for the claim,
+// so the caller's transaction is never poisoned. The replay path takes no
+// row lock and writes nothing.
+//
+// A bounded claim ([Dialect.BoundedQueries]) sets lock_timeout inside the
+// claim statement itself, with set_config('lock_timeout', …, true) in a
+// CTE evaluated before the insert: transaction-scoped like SET LOCAL, and
+// no statement of its own.
 //
 // Behind a connection pooler in transaction mode (PgBouncer
 // pool_mode=transaction) the ledger works as long as the driver does not
@@ -59,13 +67,38 @@ const columns = `request_fp, code, response, response_type, created_at, complete
 
 // Queries returns the ledger's SQL for table.
 func (d Dialect) Queries(table string) dialects.Queries {
+	return d.queries(table, "")
+}
+
+// insertColumns is the column list of the claim's insert.
+const insertColumns = ` (id, caller, method, request_fp, created_at, expires_at) `
+
+// queries returns the ledger's SQL for table; lw, when not empty, is the
+// lock_timeout (in milliseconds) that the claim statements set for the
+// rest of the transaction before they can wait.
+func (d Dialect) queries(table, lw string) dialects.Queries {
 	t := d.QuoteIdent(table)
+	var with, from string
+	values := `VALUES ($1, $2, $3, $4, $5, $6)`
+	if lw != "" {
+		with = `WITH lw AS (SELECT set_config('lock_timeout', '` + lw + `', true)) `
+		values, from = `SELECT $1, $2, $3, $4, $5, $6 FROM lw`, ` FROM lw`
+	}
+	claimWith := `WITH `
+	if lw != "" {
+		claimWith = with + `, `
+	}
 	return dialects.Queries{
-		Insert: `INSERT INTO ` + t + ` (id, caller, method, request_fp, created_at, expires_at) ` +
-			`VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (id) DO NOTHING`,
+		Insert: with + `INSERT INTO ` + t + insertColumns + values + ` ON CONFLICT (id) DO NOTHING`,
+		// The outer query reads the statement's snapshot, taken before the
+		// insert: it shows an entry committed before the statement began,
+		// and not one whose claimant the insert waited for.
+		Claim: claimWith + `ins AS (INSERT INTO ` + t + insertColumns + values + ` ON CONFLICT (id) DO NOTHING RETURNING 1) ` +
+			`SELECT EXISTS (SELECT 1 FROM ins), e.request_fp, e.code, e.response, e.response_type, e.created_at, e.completed_at, e.expires_at ` +
+			`FROM (SELECT 1) AS one LEFT JOIN ` + t + ` AS e ON e.id = $1`,
 		Select: `SELECT ` + columns + ` FROM ` + t + ` WHERE id = $1`,
-		Reacquire: `UPDATE ` + t + ` SET request_fp = $1, created_at = $2, expires_at = $3, ` +
-			`code = NULL, response = NULL, response_type = NULL, completed_at = NULL ` +
+		Reacquire: with + `UPDATE ` + t + ` SET request_fp = $1, created_at = $2, expires_at = $3, ` +
+			`code = NULL, response = NULL, response_type = NULL, completed_at = NULL` + from + ` ` +
 			`WHERE id = $4 AND expires_at <= $5`,
 		Complete: `UPDATE ` + t + ` SET code = $1, response = $2, response_type = $3, completed_at = $4 ` +
 			`WHERE id = $5 AND completed_at IS NULL`,

@@ -51,6 +51,9 @@ type Target struct {
 	// Open returns a new pool with at most maxConns connections, closed
 	// when the test ends.
 	Open func(t testing.TB, maxConns int) *sql.DB
+
+	// open is Open with a statement counter (nil for none).
+	open func(t testing.TB, maxConns int, c *Counter) *sql.DB
 }
 
 // Family returns the target's database family, the part of its name
@@ -68,15 +71,20 @@ func (tg Target) Family() string {
 // also gets the target "sqlite/modernc", right after "sqlite" (which is
 // mattn/go-sqlite3): the same dialect and DSN through the second driver.
 func Targets() []Target {
-	out := []Target{{Name: "sqlite", Dialect: sqlite.New(), Open: openSQLite("sqlite3")}}
+	out := []Target{target("sqlite", sqlite.New(), openSQLite("sqlite3"))}
 	if slices.Contains(sql.Drivers(), "sqlite") {
-		out = append(out, Target{Name: "sqlite/modernc", Dialect: sqlite.New(), Open: openSQLite("sqlite")})
+		out = append(out, target("sqlite/modernc", sqlite.New(), openSQLite("sqlite")))
 	}
 	return append(out,
-		Target{Name: "postgres/pq", Dialect: postgres.New(), Open: openPostgres("postgres")},
-		Target{Name: "postgres/pgx", Dialect: postgres.New(), Open: openPostgres("pgx")},
-		Target{Name: "mysql", Dialect: mysql.New(), Open: OpenMySQL(nil)},
+		target("postgres/pq", postgres.New(), openPostgres("postgres")),
+		target("postgres/pgx", postgres.New(), openPostgres("pgx")),
+		target("mysql", mysql.New(), openMySQL(nil)),
 	)
+}
+
+func target(name string, d dialects.Dialect, open func(testing.TB, int, *Counter) *sql.DB) Target {
+	return Target{Name: name, Dialect: d, open: open,
+		Open: func(t testing.TB, maxConns int) *sql.DB { t.Helper(); return open(t, maxConns, nil) }}
 }
 
 // Skip skips the test for a database that is not configured, naming the
@@ -92,23 +100,23 @@ func Skip(t testing.TB, env string) {
 // openSQLite opens a new SQLite file through driver ("sqlite3" for
 // mattn/go-sqlite3, "sqlite" for modernc.org/sqlite: both read the
 // dialect's DSN).
-func openSQLite(driver string) func(testing.TB, int) *sql.DB {
-	return func(t testing.TB, maxConns int) *sql.DB {
+func openSQLite(driver string) func(testing.TB, int, *Counter) *sql.DB {
+	return func(t testing.TB, maxConns int, c *Counter) *sql.DB {
 		t.Helper()
 		path := filepath.Join(t.TempDir(), "ledger.db")
-		return open(t, driver, sqlite.DSN(path, 10*time.Second), maxConns)
+		return openWith(t, driver, sqlite.DSN(path, 10*time.Second), maxConns, c)
 	}
 }
 
-func openPostgres(driver string) func(testing.TB, int) *sql.DB {
-	return func(t testing.TB, maxConns int) *sql.DB {
+func openPostgres(driver string) func(testing.TB, int, *Counter) *sql.DB {
+	return func(t testing.TB, maxConns int, c *Counter) *sql.DB {
 		t.Helper()
 		dsn := os.Getenv(EnvPostgres)
 		if dsn == "" {
 			Skip(t, EnvPostgres)
 		}
 		reserveForOpen(t, "postgres", maxConns)
-		return open(t, driver, dsn, maxConns)
+		return openWith(t, driver, dsn, maxConns, c)
 	}
 }
 
@@ -118,7 +126,12 @@ func openPostgres(driver string) func(testing.TB, int) *sql.DB {
 // ClientFoundRows. It skips like the other targets when the variable is
 // not set.
 func OpenMySQL(configure func(*gomysql.Config)) func(testing.TB, int) *sql.DB {
-	return func(t testing.TB, maxConns int) *sql.DB {
+	open := openMySQL(configure)
+	return func(t testing.TB, maxConns int) *sql.DB { t.Helper(); return open(t, maxConns, nil) }
+}
+
+func openMySQL(configure func(*gomysql.Config)) func(testing.TB, int, *Counter) *sql.DB {
+	return func(t testing.TB, maxConns int, c *Counter) *sql.DB {
 		t.Helper()
 		raw := os.Getenv(EnvMySQL)
 		if raw == "" {
@@ -132,13 +145,27 @@ func OpenMySQL(configure func(*gomysql.Config)) func(testing.TB, int) *sql.DB {
 			configure(cfg)
 		}
 		reserveForOpen(t, "mysql", maxConns)
-		return open(t, "mysql", cfg.FormatDSN(), maxConns)
+		return openWith(t, "mysql", cfg.FormatDSN(), maxConns, c)
 	}
 }
 
 func open(t testing.TB, driver, dsn string, maxConns int) *sql.DB {
 	t.Helper()
-	db, err := sql.Open(driver, dsn)
+	return openWith(t, driver, dsn, maxConns, nil)
+}
+
+// openWith is open with the statements counted in c when c is not nil.
+func openWith(t testing.TB, driver, dsn string, maxConns int, c *Counter) *sql.DB {
+	t.Helper()
+	var (
+		db  *sql.DB
+		err error
+	)
+	if c != nil {
+		db, err = countingDB(driver, dsn, c)
+	} else {
+		db, err = sql.Open(driver, dsn)
+	}
 	if err != nil {
 		t.Fatalf("open %s: %v", driver, err)
 	}

@@ -1,0 +1,85 @@
+package grpcint_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/opledger/opledger/internal/testdb"
+)
+
+// keyedCallStatements is what a keyed unary call over loopback costs in
+// statements on the server, per database family, with grpcint's default
+// lock-wait bound: "WORK" is the handler's own INSERT, so the bare
+// handler transaction is BEGIN, WORK, COMMIT. A SAVEPOINT, when the runner
+// takes one, is left out and counted separately (at most one per call).
+var keyedCallStatements = map[string]map[string][]string{
+	// The bound is set inside the one claim statement (a CTE: "WITH").
+	"postgres": {
+		"call":   {"BEGIN", "WITH", "WORK", "UPDATE", "COMMIT"},
+		"replay": {"BEGIN", "WITH", "ROLLBACK"},
+	},
+	// The bound is a session setting: set (keeping the session's value
+	// in a user variable) before BEGIN, put back after the transaction.
+	"mysql": {
+		"call":   {"SET", "BEGIN", "INSERT", "WORK", "UPDATE", "COMMIT", "SET"},
+		"replay": {"SET", "BEGIN", "INSERT", "SELECT", "ROLLBACK", "SET"},
+	},
+	// busy_timeout is a setting of the connection, and the wait is at
+	// BEGIN: read, set, and put back after the transaction (in-process
+	// calls, no round trip).
+	"sqlite": {
+		"call":   {"PRAGMA", "PRAGMA", "BEGIN", "INSERT", "WORK", "UPDATE", "COMMIT", "PRAGMA"},
+		"replay": {"PRAGMA", "PRAGMA", "BEGIN", "INSERT", "SELECT", "ROLLBACK", "PRAGMA"},
+	},
+}
+
+// TestKeyedCallStatements counts, through a counting driver wrapper on
+// the real database, the statements the server runs for a keyed unary
+// call of the example service over loopback, and for its retry (a
+// replay): at most the bare handler transaction plus the ledger's
+// statements.
+func TestKeyedCallStatements(t *testing.T) {
+	for _, tg := range targets() {
+		t.Run(tg.Name, func(t *testing.T) {
+			testdb.Parallel(t, tg.Family(), 1)
+			db, c := tg.OpenCounting(t, 1)
+			table, biz := newTables(t, db, tg.Dialect)
+			e := serve(t, db, tg.Dialect, table, biz)
+			ctx := as(context.Background(), "alice", "count-key-1")
+			want := keyedCallStatements[tg.Family()]
+			for _, path := range []string{"call", "replay"} {
+				c.Reset()
+				if _, err := e.pc.Transfer(ctx, transfer("r1", 100)); err != nil {
+					t.Fatal(err)
+				}
+				checkStatements(t, path, c, biz, want[path])
+			}
+		})
+	}
+}
+
+// checkStatements fails unless the statements c recorded, the one that
+// writes biz shown as "WORK" and any SAVEPOINT left out (at most one
+// allowed), are want.
+func checkStatements(t *testing.T, path string, c *testdb.Counter, biz string, want []string) {
+	t.Helper()
+	kinds, sqls := c.Statements(), c.SQL()
+	var norm []string
+	savepoints := 0
+	for i, k := range kinds {
+		switch {
+		case k == "SAVEPOINT":
+			savepoints++
+			continue
+		case strings.Contains(sqls[i], biz):
+			k = "WORK"
+		}
+		norm = append(norm, k)
+	}
+	t.Logf("%s: %d statements (+%d savepoint): %s", path, len(norm), savepoints, strings.Join(norm, " "))
+	if !slices.Equal(norm, want) || savepoints > 1 {
+		t.Errorf("%s: statements %v (+%d savepoints), want %v\nSQL:\n%s", path, norm, savepoints, want, strings.Join(sqls, "\n"))
+	}
+}

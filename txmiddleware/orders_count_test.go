@@ -1,0 +1,88 @@
+package txmiddleware_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+
+	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/txmiddleware"
+)
+
+// TestStatementCountsByOrder counts, through a driver wrapper, what one keyed
+// call sends, BEGIN and COMMIT (or ROLLBACK) included, against a bare
+// transaction doing the same business insert: claim first two statements
+// more (the claim and the completion), claim at commit one more (the
+// record); a replay claim first sends the claim and rolls back (on
+// PostgreSQL one statement reads the stored entry; elsewhere the INSERT
+// and its read-back), at commit the work, the record's INSERT and its
+// read-back before the rollback.
+func TestStatementCountsByOrder(t *testing.T) {
+	for _, tg := range testdb.Targets() {
+		t.Run(tg.Name, func(t *testing.T) {
+			testdb.Parallel(t, tg.Family(), 1)
+			db, n := tg.OpenCounting(t, 1)
+			e := withStore(t, testdb.NewEnv(t, tg.Name, tg.Dialect, db))
+			ctx := context.Background()
+			count := func(f func()) int64 {
+				n.Reset()
+				f()
+				return int64(n.Count())
+			}
+			bare := count(func() {
+				tx, err := db.BeginTx(ctx, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := e.WriteBiz(ctx, tx, "bare", 1); err != nil {
+					t.Fatal(err)
+				}
+				if err := tx.Commit(); err != nil {
+					t.Fatal(err)
+				}
+			})
+			if bare != 3 {
+				t.Fatalf("a bare transaction counted %d statements, want 3 (BEGIN, INSERT, COMMIT)", bare)
+			}
+			replayFirst := int64(4) // BEGIN, INSERT, SELECT, ROLLBACK
+			if tg.Family() == "postgres" {
+				replayFirst = 3 // BEGIN, the one-statement claim, ROLLBACK
+			}
+			first, atCommit := e.runner(t), e.runner(t, txmiddleware.WithClaimAtCommit())
+			var runs atomic.Int64
+			run := func(r *txmiddleware.Runner, key string) (txmiddleware.RunResult, int64) {
+				var out txmiddleware.RunResult
+				c := count(func() {
+					var err error
+					out, err = r.Run(ctx, req(t, key), e.bizWork(key, 1, &runs))
+					if err != nil {
+						t.Fatal(err)
+					}
+				})
+				return out, c
+			}
+			for _, c := range []struct {
+				name   string
+				r      *txmiddleware.Runner
+				key    string
+				replay bool
+				want   int64
+			}{
+				{"claim first", first, "k-first", false, bare + 2},
+				{"claim first, replay", first, "k-first", true, replayFirst},
+				{"claim at commit", atCommit, "k-commit", false, bare + 1},
+				{"claim at commit, replay", atCommit, "k-commit", true, 5},
+				{"claim at commit, replay of a claim-first call", atCommit, "k-first", true, 5},
+			} {
+				out, got := run(c.r, c.key)
+				if out.Replayed != c.replay {
+					t.Fatalf("%s: %+v", c.name, out)
+				}
+				if got != c.want {
+					t.Errorf("%s: %d statements, want %d (the bare transaction: %d)", c.name, got, c.want, bare)
+				}
+				t.Logf("%s %s: %d statements (bare transaction %d)", tg.Name, c.name, got, bare)
+			}
+		})
+	}
+}

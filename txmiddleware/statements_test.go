@@ -1,0 +1,92 @@
+package txmiddleware_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/txmiddleware"
+)
+
+// keyedStatements is what a keyed call through a Runner with a lock-wait
+// bound and an error codec costs in statements, per database family,
+// BEGIN and COMMIT (or ROLLBACK) included, "WORK" standing for the work's
+// own statement. The runner takes no SAVEPOINT on any path.
+var keyedStatements = map[string]map[string][]string{
+	// The bound is set inside the one claim statement (a CTE: "WITH").
+	"postgres": {
+		"happy":  {"BEGIN", "WITH", "WORK", "UPDATE", "COMMIT"},
+		"replay": {"BEGIN", "WITH", "ROLLBACK"},
+	},
+	// The bound is a session setting: set (keeping the session's value
+	// in a user variable) before BEGIN, put back after the transaction.
+	"mysql": {
+		"happy":  {"SET", "BEGIN", "INSERT", "WORK", "UPDATE", "COMMIT", "SET"},
+		"replay": {"SET", "BEGIN", "INSERT", "SELECT", "ROLLBACK", "SET"},
+	},
+	// busy_timeout is a setting of the connection, and the wait is at
+	// BEGIN: read, set, and put back after the transaction (in-process
+	// calls, no round trip).
+	"sqlite": {
+		"happy":  {"PRAGMA", "PRAGMA", "BEGIN", "INSERT", "WORK", "UPDATE", "COMMIT", "PRAGMA"},
+		"replay": {"PRAGMA", "PRAGMA", "BEGIN", "INSERT", "SELECT", "ROLLBACK", "PRAGMA"},
+	},
+}
+
+// TestStatementCounts counts, through a counting driver wrapper on the
+// real database, the statements of a keyed call that runs the work and of
+// one that replays, with the bound grpcint sets by default (2 s).
+func TestStatementCounts(t *testing.T) {
+	for _, tg := range testdb.Targets() {
+		t.Run(tg.Name, func(t *testing.T) {
+			testdb.Parallel(t, tg.Family(), 1)
+			db, c := tg.OpenCounting(t, 1)
+			e := withStore(t, testdb.NewEnv(t, tg.Name, tg.Dialect, db))
+			r := e.runner(t, txmiddleware.WithLockWait(2*time.Second))
+			ctx := context.Background()
+			var runs atomic.Int64
+			rq := req(t, "count-1")
+			run := func() []string {
+				t.Helper()
+				c.Reset()
+				if _, err := r.Run(ctx, rq, e.bizWork("count-1", 1, &runs)); err != nil {
+					t.Fatal(err)
+				}
+				return c.Statements()
+			}
+			want := keyedStatements[tg.Family()]
+			checkStatements(t, "keyed call", run(), want["happy"], c, e.Biz)
+			checkStatements(t, "keyed replay", run(), want["replay"], c, e.Biz)
+			if n := runs.Load(); n != 1 {
+				t.Fatalf("work ran %d times, want 1", n)
+			}
+		})
+	}
+}
+
+// checkStatements fails unless got, with the statement that writes biz
+// shown as "WORK", is want (a SAVEPOINT is counted and refused).
+func checkStatements(t *testing.T, path string, got, want []string, c *testdb.Counter, biz string) {
+	t.Helper()
+	sqls := c.SQL()
+	var norm []string
+	savepoints := 0
+	for i, k := range got {
+		switch {
+		case k == "SAVEPOINT":
+			savepoints++
+			continue
+		case strings.Contains(sqls[i], biz):
+			k = "WORK"
+		}
+		norm = append(norm, k)
+	}
+	t.Logf("%s: %d statements (+%d savepoint): %s", path, len(norm), savepoints, strings.Join(norm, " "))
+	if !slices.Equal(norm, want) || savepoints > 0 {
+		t.Errorf("%s: statements %v (+%d savepoints), want %v\nSQL:\n%s", path, norm, savepoints, want, strings.Join(sqls, "\n"))
+	}
+}
