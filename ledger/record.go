@@ -117,7 +117,9 @@ func (s *Store) record(ctx context.Context, tx *sql.Tx, req ClaimRequest, r Resu
 				return nil, s.fail(ctx, "record", err)
 			}
 			if n == 1 {
-				return NewRecorded(req.Identity, tx), nil
+				c := NewRecorded(req.Identity, tx)
+				c.tookOver = true
+				return c, nil
 			}
 			continue // another transaction took it over first: read again
 		}
