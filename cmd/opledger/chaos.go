@@ -28,6 +28,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/dialects/postgres"
 	"github.com/opledger/opledger/examples/payments"
 	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
@@ -361,7 +362,13 @@ func chaosRun(ctx context.Context, db chaosDatabase, s chaosSettings, progress i
 	if err != nil {
 		return rep, err
 	}
-	if _, err := m.Up(ctx); err != nil {
+	if _, err := m.Up(ctx); errors.Is(err, postgres.ErrTransactionPooling) {
+		// Behind a transaction pooler (a --dsn through PgBouncer): the
+		// table must have been migrated over a direct connection.
+		if _, qerr := direct.ExecContext(ctx, "SELECT 1 FROM "+t.dialect.QuoteIdent(ledger.DefaultTable)+" WHERE 1 = 0"); qerr != nil {
+			return rep, fmt.Errorf("%w; migrate the ledger table over a direct connection first (opledger migrate up)", err)
+		}
+	} else if err != nil {
 		return rep, err
 	}
 	runID := time.Now().UnixNano() % 1_000_000_000

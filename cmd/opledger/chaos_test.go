@@ -283,3 +283,25 @@ func TestGivenDBAddress(t *testing.T) {
 		}
 	}
 }
+
+// TestChaosGivenDSNThroughPgBouncer runs on a --dsn through PgBouncer in
+// transaction mode (pgx with its setting), the ledger table migrated
+// beforehand over a direct connection: the run accepts the migration
+// lock's refusal once the table is there.
+func TestChaosGivenDSNThroughPgBouncer(t *testing.T) {
+	t.Parallel()
+	backend := throwaway.Postgres(t)
+	pb := throwaway.PgBouncer(t, backend, throwaway.PgBouncerOptions{})
+	var out, errb bytes.Buffer
+	if code := run(t.Context(), []string{"migrate", "up", "--dsn", backend.DSN()}, &out, &errb); code != 0 {
+		t.Fatalf("migrate up over the direct connection: exit %d: %s", code, errb.String())
+	}
+	code, reps, stderr := runChaosJSON(t, "--dsn", pb.DriverDSN("pgx"), "--calls", "300", "--kills", "1", "--commit-kills", "1")
+	if code != 0 || len(reps) != 1 {
+		t.Fatalf("exit %d, %d reports\n%s", code, len(reps), stderr)
+	}
+	checkChaosReport(t, reps[0], 300)
+	if reps[0].Cuts == 0 {
+		t.Errorf("no cut between the replicas and PgBouncer: %+v", reps[0])
+	}
+}
