@@ -12,6 +12,13 @@
 // matches ErrNotInstalled. Running as root, the servers run as the
 // "postgres" (PostgreSQL, PgBouncer) and "mysql" (MariaDB) system users,
 // because initdb, postgres and pgbouncer refuse root.
+//
+// A server dies with the process that started it (Linux's parent-death
+// signal), so a test binary killed by its timeout leaves no server running
+// (its directory stays in the temporary folder). The signal belongs to the
+// OS thread that started the server: Go ends a thread only when a
+// goroutine locked to it (runtime.LockOSThread) exits, so do not start
+// servers from such a goroutine.
 package throwaway
 
 import (
@@ -255,9 +262,11 @@ func (s *Server) Restart(ctx context.Context) error {
 	return s.startLocked(ctx)
 }
 
-// Kill sends SIGKILL to every process of the server (its process group:
-// like a crash of its machine or container, nothing is flushed or shut down)
-// and waits until they are gone. The server stays down until Start.
+// Kill stops the server's main process (SIGSTOP: it forks nothing more),
+// sends SIGKILL to it and to every process below it (PostgreSQL's
+// backends: like a crash of its machine or container, nothing is flushed
+// or shut down) and waits until they are gone. The server stays down
+// until Start.
 func (s *Server) Kill(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
