@@ -2,8 +2,6 @@ package ledger_test
 
 import (
 	"context"
-	"slices"
-	"strings"
 	"testing"
 
 	"github.com/opledger/opledger/internal/testdb"
@@ -49,7 +47,7 @@ func TestStatementCounts(t *testing.T) {
 				t.Fatal(err)
 			}
 			req := ledger.ClaimRequest{Identity: id, Fingerprint: fp("one")}
-			run := func(want ledger.Outcome) []string {
+			run := func(want ledger.Outcome) {
 				t.Helper()
 				c.Reset()
 				tx, err := db.BeginTx(ctx, nil)
@@ -72,11 +70,12 @@ func TestStatementCounts(t *testing.T) {
 				if err := tx.Commit(); err != nil {
 					t.Fatal(err)
 				}
-				return c.Statements()
 			}
 			want := ledgerStatements[tg.Family()]
-			checkStatements(t, "happy path", run(ledger.Acquired), want["happy"], c)
-			checkStatements(t, "replay", run(ledger.Replay), want["replay"], c)
+			run(ledger.Acquired)
+			testdb.CheckStatements(t, "happy path", c, "", want["happy"])
+			run(ledger.Replay)
+			testdb.CheckStatements(t, "replay", c, "", want["replay"])
 			if want["waited"] == nil {
 				return // SQLite: the wait is at BEGIN, before any claim
 			}
@@ -130,16 +129,7 @@ func TestStatementCounts(t *testing.T) {
 			if o.err != nil || o.c.Outcome != ledger.Replay {
 				t.Fatalf("claim that waited: %+v %v, want a replay", o.c, o.err)
 			}
-			checkStatements(t, "replay after waiting", c.Statements(), want["waited"], c)
+			testdb.CheckStatements(t, "replay after waiting", c, "", want["waited"])
 		})
-	}
-}
-
-// checkStatements fails unless got is want.
-func checkStatements(t *testing.T, path string, got, want []string, c *testdb.Counter) {
-	t.Helper()
-	t.Logf("%s: %d statements: %s", path, len(got), strings.Join(got, " "))
-	if !slices.Equal(got, want) {
-		t.Errorf("%s: statements %v, want %v\nSQL:\n%s", path, got, want, strings.Join(c.SQL(), "\n"))
 	}
 }

@@ -2,8 +2,6 @@ package txmiddleware_test
 
 import (
 	"context"
-	"slices"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -50,43 +48,21 @@ func TestStatementCounts(t *testing.T) {
 			ctx := context.Background()
 			var runs atomic.Int64
 			rq := req(t, "count-1")
-			run := func() []string {
+			run := func() {
 				t.Helper()
 				c.Reset()
 				if _, err := r.Run(ctx, rq, e.bizWork("count-1", 1, &runs)); err != nil {
 					t.Fatal(err)
 				}
-				return c.Statements()
 			}
 			want := keyedStatements[tg.Family()]
-			checkStatements(t, "keyed call", run(), want["happy"], c, e.Biz)
-			checkStatements(t, "keyed replay", run(), want["replay"], c, e.Biz)
+			run()
+			testdb.CheckStatements(t, "keyed call", c, e.Biz, want["happy"])
+			run()
+			testdb.CheckStatements(t, "keyed replay", c, e.Biz, want["replay"])
 			if n := runs.Load(); n != 1 {
 				t.Fatalf("work ran %d times, want 1", n)
 			}
 		})
-	}
-}
-
-// checkStatements fails unless got, with the statement that writes biz
-// shown as "WORK", is want (a SAVEPOINT is counted and refused).
-func checkStatements(t *testing.T, path string, got, want []string, c *testdb.Counter, biz string) {
-	t.Helper()
-	sqls := c.SQL()
-	var norm []string
-	savepoints := 0
-	for i, k := range got {
-		switch {
-		case k == "SAVEPOINT":
-			savepoints++
-			continue
-		case strings.Contains(sqls[i], biz):
-			k = "WORK"
-		}
-		norm = append(norm, k)
-	}
-	t.Logf("%s: %d statements (+%d savepoint): %s", path, len(norm), savepoints, strings.Join(norm, " "))
-	if !slices.Equal(norm, want) || savepoints > 0 {
-		t.Errorf("%s: statements %v (+%d savepoints), want %v\nSQL:\n%s", path, norm, savepoints, want, strings.Join(sqls, "\n"))
 	}
 }
