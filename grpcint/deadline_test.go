@@ -2,6 +2,7 @@ package grpcint_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -56,5 +57,31 @@ func TestResolveWhenTheBackoffDoesNotFit(t *testing.T) {
 				t.Error("the call used up its deadline")
 			}
 		})
+	}
+}
+
+// TestLastChanceResolvesAgain: when the resolves made after the backoff
+// stopped fitting fail too (here the first two are lost), the call keeps
+// resolving in halves of the time left and returns the committed answer.
+func TestLastChanceResolvesAgain(t *testing.T) {
+	var resolves atomic.Int32
+	front := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		md, _ := metadata.FromIncomingContext(ctx)
+		if len(md.Get(grpcint.ResolveHeader)) > 0 && resolves.Add(1) <= 2 {
+			return nil, status.Error(codes.Unavailable, "injected: resolve lost")
+		}
+		return loseRunAnswers(ctx, req, info, handler)
+	}
+	e, _, _ := sqliteEnv(t, nil, front)
+	c, pc := appClient(t, e.addr, grpcint.WithMaxAttempts(3),
+		grpcint.WithBackoff(policy.Backoff{Initial: time.Minute, Max: time.Minute}))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := pc.Transfer(as(ctx, "shop", "key-again"), transfer("again", 100)); err != nil {
+		ci, _ := grpcint.CallInfoOf(err)
+		t.Fatalf("%v (%+v): want the committed answer", err, ci)
+	}
+	if st := c.Stats(); st.Resolves != 3 || st.Resolved != 1 {
+		t.Errorf("client stats %+v: want 3 resolves, the third settling the call", st)
 	}
 }

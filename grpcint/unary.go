@@ -44,7 +44,10 @@ type unaryCall struct {
 	notFound bool
 	// noRuns says why the call may not run again ("" while it may).
 	noRuns string
-	stats  callStats // gRFC A96's counts, recorded when the call ends
+	// lastChances counts the resolves made after the backoff no longer
+	// fitted in the deadline (see lastChance).
+	lastChances int
+	stats       callStats // gRFC A96's counts, recorded when the call ends
 }
 
 // next is what to do after a failed attempt.
@@ -121,7 +124,7 @@ func (u *unaryCall) retrying() error {
 	if !c.cfg.fundBySuccess {
 		c.cfg.budget.Deposit()
 	}
-	resolving, lastTry := false, false
+	resolving := false
 	for {
 		err, ev, trl := u.attempt(resolving)
 		if err == nil {
@@ -158,10 +161,10 @@ func (u *unaryCall) retrying() error {
 			return u.finish(err, why)
 		}
 		if stopWhy := u.pause(n == resolveIt, trl); stopWhy != "" {
-			if lastTry || !u.lastChance(stopWhy) {
+			if !u.lastChance(stopWhy) {
 				return u.finish(err, stopWhy)
 			}
-			lastTry, n = true, resolveIt
+			n = resolveIt
 		}
 		resolving = n == resolveIt
 		if !resolving {
@@ -187,13 +190,12 @@ func (u *unaryCall) once(settle bool) error {
 	if n == stop || !settle || !u.definite() || !u.unknown {
 		return u.finish(err, why)
 	}
-	last, lastTry := err, false
+	last := err
 	for {
 		if stopWhy := u.pause(true, trl); stopWhy != "" {
-			if lastTry || !u.lastChance(stopWhy) {
+			if !u.lastChance(stopWhy) {
 				return u.finish(last, stopWhy)
 			}
-			lastTry = true
 		}
 		last, _, trl = u.attempt(true)
 		if last == nil {
@@ -208,14 +210,38 @@ func (u *unaryCall) once(settle bool) error {
 	}
 }
 
-// lastChance reports whether a call that must stop because its next
-// wait does not fit in what is left of its deadline still resolves once,
-// at once: a keyed call whose outcome is unknown, whose context has not
-// ended. A resolve is one read on the server; the time left often holds
-// it, and a definite answer is worth more than an ambiguous error
-// returned with time to spare. It is taken at most once per call.
+// lastChanceFloor is the least time left of a call's deadline for which
+// lastChance still resolves.
+const lastChanceFloor = 20 * time.Millisecond
+
+// lastChance is what a call does when it must stop because its next wait
+// does not fit in what is left of its deadline: a keyed call whose
+// outcome is unknown resolves anyway, in the time left. A resolve is one
+// read on the server, and a definite answer is worth more than an
+// ambiguous error returned with time to spare. The first such resolve
+// goes at once; each later one waits half of what is left, so that a
+// call whose resolves keep failing (the database restarting, say) tries a
+// few times and returns only once less than lastChanceFloor is left. It
+// reports whether to resolve now.
 func (u *unaryCall) lastChance(stopWhy string) bool {
-	return stopWhy == "deadline" && u.definite() && u.unknown && u.ctx.Err() == nil
+	if stopWhy != "deadline" || !u.definite() || !u.unknown || u.ctx.Err() != nil {
+		return false
+	}
+	dl, ok := u.ctx.Deadline()
+	if !ok {
+		return false
+	}
+	left := time.Until(dl)
+	if left < lastChanceFloor {
+		return false
+	}
+	u.lastChances++
+	if u.lastChances > 1 {
+		if err := wait.Sleep(u.ctx, left/2); err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // mayHaveRun reports whether an attempt that was sent and failed with c
