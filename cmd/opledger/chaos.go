@@ -60,6 +60,7 @@ type chaosSettings struct {
 	proxyEvery                   time.Duration
 	exe                          string
 	breakKeys                    bool
+	atCommit                     bool
 }
 
 // chaosReport is what one database's run measured. Its JSON names are
@@ -67,6 +68,7 @@ type chaosSettings struct {
 type chaosReport struct {
 	Database            string         `json:"database"`
 	Owner               string         `json:"owner"`
+	Order               string         `json:"order"` // claim-first or claim-at-commit
 	Seed                uint64         `json:"seed"`
 	Replicas            int            `json:"replicas"`
 	Calls               int            `json:"logical_calls"`
@@ -145,6 +147,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	callTimeout := fs.Duration("call-timeout", 30*time.Second, "deadline of each logical call")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	dsn := fs.String("dsn", "", "run on this database instead of throw-away ones (never restarted: every replica is taken down for 1s instead; the run's table and ledger entries are removed at the end; default 1000 calls)")
+	atCommit := fs.Bool("claim-at-commit", false, "the replicas claim Transfer at commit (grpcint.WithClaimAtCommit): the work runs first, the completed entry is inserted last")
 	breakKeys := fs.Bool("break-keys", false, "break the service on purpose: the replicas give every attempt a fresh idempotency key, so retries duplicate; the run must fail (a check of the check)")
 	strict := fs.Bool("strict", false, "also fail (exit 1) when a database cannot be started, or a run injected less than asked: fewer replica kills than --kills, fewer database restarts than --db-restarts (server databases), no proxy cut (CI)")
 	if err := fs.Parse(args); err != nil {
@@ -203,7 +206,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	for _, name := range names {
 		s := chaosSettings{calls: *calls, replicas: *replicas, concurrency: *concurrency, seed: *seed, duration: *duration,
 			callTimeout: *callTimeout, owner: owner, kills: *kills, commitKills: *commitKills, dbRestarts: *restarts,
-			proxyEvery: 700 * time.Millisecond, exe: exe, breakKeys: *breakKeys}
+			proxyEvery: 700 * time.Millisecond, exe: exe, breakKeys: *breakKeys, atCommit: *atCommit}
 		if s.calls == 0 {
 			s.calls = chaosDefaultCalls[name]
 		}
@@ -280,6 +283,7 @@ func printChaos(w io.Writer, reps []chaosReport) {
 	}
 	row("database", func(r chaosReport) any { return r.Database })
 	row("retry owner", func(r chaosReport) any { return r.Owner })
+	row("claim order", func(r chaosReport) any { return r.Order })
 	row("replicas", func(r chaosReport) any { return r.Replicas })
 	row("logical calls", func(r chaosReport) any { return r.Calls })
 	row("attempts", func(r chaosReport) any { return r.Attempts })
@@ -352,7 +356,10 @@ type chaosCall struct {
 // every call that did not return OK and checks both tables.
 func chaosRun(ctx context.Context, db chaosDatabase, s chaosSettings, progress io.Writer) (chaosReport, error) {
 	start := time.Now()
-	rep := chaosReport{Database: db.label(), Owner: s.owner.String(), Seed: s.seed, Replicas: s.replicas}
+	rep := chaosReport{Database: db.label(), Owner: s.owner.String(), Order: "claim-first", Seed: s.seed, Replicas: s.replicas}
+	if s.atCommit {
+		rep.Order = "claim-at-commit"
+	}
 	direct, t, err := openDB(ctx, db.directDSN())
 	if err != nil {
 		return rep, err
@@ -404,6 +411,9 @@ func chaosRun(ctx context.Context, db chaosDatabase, s chaosSettings, progress i
 		"--max-conns", fmt.Sprint(maxConns), "--driver", db.driver()}
 	if s.breakKeys {
 		replicaArgs = append(replicaArgs, "--break-keys")
+	}
+	if s.atCommit {
+		replicaArgs = append(replicaArgs, "--claim-at-commit")
 	}
 	rs, err := newReplicaSet(s.exe, replicaArgs, s.replicas, s.seed, s.commitKills, max(perReplica/8, 1), perReplica/2)
 	if err != nil {

@@ -76,6 +76,20 @@ func TestChaosSQLite(t *testing.T) {
 	}
 }
 
+// TestChaosClaimAtCommit: the same small SQLite run with the replicas
+// claiming Transfer at commit.
+func TestChaosClaimAtCommit(t *testing.T) {
+	t.Parallel()
+	code, reps, stderr := runChaosJSON(t, "--databases", "sqlite", "--calls", "300", "--kills", "1", "--commit-kills", "1", "--seed", "8", "--claim-at-commit")
+	if code != 0 || len(reps) != 1 {
+		t.Fatalf("exit %d, %d reports\n%s", code, len(reps), stderr)
+	}
+	if reps[0].Order != "claim-at-commit" {
+		t.Fatalf("order %q", reps[0].Order)
+	}
+	checkChaosReport(t, reps[0], 300)
+}
+
 // TestChaosPostgres runs the command at a small size on a throw-away
 // PostgreSQL: a restart of the server itself, kills, cuts between the
 // replicas and the database.

@@ -45,6 +45,7 @@ func runChaosReplica(ctx context.Context, args []string, stdout, stderr io.Write
 	dieAfter := fs.Int("die-after", 0, "SIGKILL itself after this many committed transfers, before the answer (0: never)")
 	maxConns := fs.Int("max-conns", 16, "the connection pool's size")
 	driver := fs.String("driver", "", "pq: open a postgres:// DSN with lib/pq instead of pgx")
+	atCommit := fs.Bool("claim-at-commit", false, "claim Transfer at commit (grpcint.WithClaimAtCommit)")
 	breakKeys := fs.Bool("break-keys", false, "replace every request's idempotency key with a fresh one (a broken service: the run must find duplicates)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -71,7 +72,11 @@ func runChaosReplica(ctx context.Context, args []string, stdout, stderr io.Write
 	if err != nil {
 		return fail(stderr, chaosReplicaCommand, err)
 	}
-	kit, err := grpcint.NewServer(db, store, cat, grpcint.CallerFromTrustedHeader(payments.CallerHeader), grpcint.WithLockWait(*lockWait))
+	opts := []grpcint.ServerOption{grpcint.WithLockWait(*lockWait)}
+	if *atCommit {
+		opts = append(opts, grpcint.WithClaimAtCommit(paymentspb.TransferMethod))
+	}
+	kit, err := grpcint.NewServer(db, store, cat, grpcint.CallerFromTrustedHeader(payments.CallerHeader), opts...)
 	if err != nil {
 		return fail(stderr, chaosReplicaCommand, err)
 	}
