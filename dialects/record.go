@@ -1,5 +1,7 @@
 package dialects
 
+import "time"
+
 // Recorder is implemented by dialects that record a completed entry
 // first, in one statement: the ledger's Record (claim at commit), run as
 // the last statement of a transaction whose work has already run. A
@@ -31,4 +33,24 @@ type RecordQueries struct {
 	// expires_at, id, now. It must only match when the stored
 	// expires_at <= now.
 	TakeOver string
+}
+
+// RecordBounder is implemented by dialects that can bound the lock waits
+// of the ledger's Record inside Record's own statements, as
+// [ClaimBounder] does for a claim: a bounded Record costs no statement of
+// its own. The ledger uses it for ClaimRequest.LockWait in Record, and
+// reports that it bounds lock waits only when a dialect with [Recorder]
+// also implements it.
+//
+// It is optional: check for it with a type assertion. Implementations are
+// stateless and safe for concurrent use.
+type RecordBounder interface {
+	// BoundedRecordQueries returns the SQL of Record for table (see
+	// [Recorder.RecordQueries]) with every statement that can wait on
+	// another transaction's entry (Insert, TakeOver) bounding its own
+	// lock waits to about d, rounded up as for [LockWaiter.BeginBounded];
+	// the bound must end with the transaction at the latest. ok is false
+	// when the dialect cannot bound lock waits this way; d must be
+	// positive.
+	BoundedRecordQueries(table string, d time.Duration) (q RecordQueries, ok bool)
 }

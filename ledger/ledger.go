@@ -78,8 +78,10 @@ type ClaimRequest struct {
 	// true honours it (see [LockWaitBounder]); [Store.Claim] refuses a
 	// positive LockWait with ErrInvalid when its dialect cannot bound a
 	// claim this way. How far the bound reaches is the dialect's (see
-	// dialects.ClaimBounder): on PostgreSQL it is lock_timeout for the
-	// rest of the transaction. Zero leaves the database's own bound.
+	// dialects.ClaimBounder, and dialects.RecordBounder for
+	// [Store.Record], which honours it too): on PostgreSQL it is
+	// lock_timeout for the rest of the transaction. Zero leaves the
+	// database's own bound.
 	LockWait time.Duration
 }
 
@@ -297,7 +299,9 @@ type Store struct {
 	rq        *dialects.RecordQueries // the dialect's, when it has them
 	checker   dialects.TxChecker      // the dialect's, when it has one
 	bounder   dialects.ClaimBounder   // the dialect's, when it can bound claims
+	rbounder  dialects.RecordBounder  // the dialect's, when it can bound records
 	bounded   sync.Map                // time.Duration → *dialects.Queries
+	rbounded  sync.Map                // time.Duration → *dialects.RecordQueries
 	obs       *observer
 
 	// split, when set (by tests only), claims with Insert and Select even
@@ -331,6 +335,11 @@ func New(d dialects.Dialect, opts ...Option) (*Store, error) {
 			s.bounder = b
 		}
 	}
+	if rb, ok := d.(dialects.RecordBounder); ok && s.rq != nil {
+		if q, ok := rb.BoundedRecordQueries(s.table, time.Second); ok && q.Insert != "" {
+			s.rbounder = rb
+		}
+	}
 	s.obs = newObserver(d, s.table, c.mp, c.tp)
 	return s, nil
 }
@@ -338,10 +347,14 @@ func New(d dialects.Dialect, opts ...Option) (*Store, error) {
 // Dialect returns the store's dialect.
 func (s *Store) Dialect() dialects.Dialect { return s.d }
 
-// BoundsLockWait reports whether Claim honours ClaimRequest.LockWait:
-// whether the store's dialect implements dialects.ClaimBounder and can
-// bound a claim inside its statements (PostgreSQL).
-func (s *Store) BoundsLockWait() bool { return s.bounder != nil }
+// BoundsLockWait reports whether Claim and Record honour
+// ClaimRequest.LockWait: whether the store's dialect implements
+// dialects.ClaimBounder and can bound a claim inside its statements and,
+// when it implements dialects.Recorder, also dialects.RecordBounder
+// (PostgreSQL). Claim honours it with a ClaimBounder alone.
+func (s *Store) BoundsLockWait() bool {
+	return s.bounder != nil && (s.rq == nil || s.rbounder != nil)
+}
 
 // queries returns the SQL of a claim bounded by wait (the store's plain
 // SQL for wait 0).
@@ -364,6 +377,29 @@ func (s *Store) queries(wait time.Duration) (*dialects.Queries, error) {
 	}
 	v, _ := s.bounded.LoadOrStore(wait, &q)
 	return v.(*dialects.Queries), nil
+}
+
+// recordQueries returns the SQL of a Record bounded by wait (the
+// dialect's plain Record SQL for wait 0); s.rq must be set.
+func (s *Store) recordQueries(wait time.Duration) (*dialects.RecordQueries, error) {
+	if wait == 0 {
+		return s.rq, nil
+	}
+	if wait < 0 {
+		return nil, invalid("lock wait", "must not be negative")
+	}
+	if s.rbounder == nil {
+		return nil, invalid("lock wait", "dialect "+s.d.Name()+" cannot bound a record's lock waits in its statements (see BoundsLockWait)")
+	}
+	if q, ok := s.rbounded.Load(wait); ok {
+		return q.(*dialects.RecordQueries), nil
+	}
+	q, ok := s.rbounder.BoundedRecordQueries(s.table, wait)
+	if !ok {
+		return nil, invalid("lock wait", fmt.Sprintf("dialect %s cannot bound a record's lock waits to %v", s.d.Name(), wait))
+	}
+	v, _ := s.rbounded.LoadOrStore(wait, &q)
+	return v.(*dialects.RecordQueries), nil
 }
 
 // Table returns the store's table name.

@@ -29,9 +29,12 @@ import (
 //   - ErrIncomplete: the entry was committed without a result;
 //   - an error matching ErrRetryable (serialization failure, deadlock):
 //     roll back and retry the whole transaction, work included;
-//   - ErrInvalid (bad input or a result over the limits, before any
-//     statement), an error matching dialects.ErrUnsuitableTx (as for
+//   - ErrInvalid (bad input, a result over the limits, or a positive
+//     LockWait the store cannot honour, before any statement), an error matching dialects.ErrUnsuitableTx (as for
 //     Claim), a context error, sql.ErrTxDone, or another *DBError.
+//
+// A positive req.LockWait bounds the record's lock waits inside its own
+// statements, as for Claim (see [Store.BoundsLockWait]).
 //
 // An entry past its retention is taken over with r: in the insert itself
 // on SQLite, by one more statement after the read-back on PostgreSQL and
@@ -69,6 +72,10 @@ func (s *Store) record(ctx context.Context, tx *sql.Tx, req ClaimRequest, r Resu
 	if req.Fingerprint.IsZero() {
 		return nil, invalid("fingerprint", "must not be all zero")
 	}
+	rq, err := s.recordQueries(req.LockWait)
+	if err != nil {
+		return nil, err
+	}
 	if err := s.check(ctx, "record", tx); err != nil {
 		return nil, err
 	}
@@ -82,10 +89,10 @@ func (s *Store) record(ctx context.Context, tx *sql.Tx, req ClaimRequest, r Resu
 		now := s.now()
 		created, expires := micros(now), micros(now.Add(s.retention))
 		args := []any{id, req.Identity.caller, req.Identity.method, fp, int64(r.Code), resp, r.TypeName, created, created, expires}
-		if s.rq.TakesOver {
+		if rq.TakesOver {
 			args = append(args, created)
 		}
-		res, err := tx.ExecContext(ctx, s.rq.Insert, args...)
+		res, err := tx.ExecContext(ctx, rq.Insert, args...)
 		if err != nil {
 			if s.d.Classify(err) != dialects.ClassUniqueViolation {
 				return nil, s.fail(ctx, "record", err)
@@ -108,7 +115,7 @@ func (s *Store) record(ctx context.Context, tx *sql.Tx, req ClaimRequest, r Resu
 			return nil, s.fail(ctx, "record", err)
 		}
 		if e.expiresAt <= created {
-			res, err := tx.ExecContext(ctx, s.rq.TakeOver, fp, int64(r.Code), resp, r.TypeName, created, created, expires, id, created)
+			res, err := tx.ExecContext(ctx, rq.TakeOver, fp, int64(r.Code), resp, r.TypeName, created, created, expires, id, created)
 			if err != nil {
 				return nil, s.fail(ctx, "record", err)
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/opledger/opledger/internal/testdb"
 	"github.com/opledger/opledger/txmiddleware"
@@ -49,6 +50,11 @@ func TestStatementCountsByOrder(t *testing.T) {
 				replayFirst = 3 // BEGIN, the one-statement claim, ROLLBACK
 			}
 			first, atCommit := e.runner(t), e.runner(t, txmiddleware.WithClaimAtCommit())
+			bounded := e.runner(t, txmiddleware.WithClaimAtCommit(), txmiddleware.WithLockWait(2*time.Second))
+			// What the lock-wait bound adds at commit: nothing on
+			// PostgreSQL (it rides in the record statement); elsewhere the
+			// session setting, set and put back (SQLite reads it first).
+			boundCost := map[string]int64{"postgres": 0, "mysql": 2, "sqlite": 3}[tg.Family()]
 			var runs atomic.Int64
 			run := func(r *txmiddleware.Runner, key string) (txmiddleware.RunResult, int64) {
 				var out txmiddleware.RunResult
@@ -73,6 +79,7 @@ func TestStatementCountsByOrder(t *testing.T) {
 				{"claim at commit", atCommit, "k-commit", false, bare + 1},
 				{"claim at commit, replay", atCommit, "k-commit", true, 5},
 				{"claim at commit, replay of a claim-first call", atCommit, "k-first", true, 5},
+				{"claim at commit with a lock-wait bound", bounded, "k-bounded", false, bare + 1 + boundCost},
 			} {
 				out, got := run(c.r, c.key)
 				if out.Replayed != c.replay {

@@ -123,12 +123,25 @@ func (d Dialect) queries(table, lw string) dialects.Queries {
 // with 16 workers replaying one key, it ran at a fifth of the speed of
 // this form.
 func (d Dialect) RecordQueries(table string) dialects.RecordQueries {
+	return d.recordQueries(table, "")
+}
+
+// recordQueries returns the SQL of Record for table; lw, when not empty,
+// is the lock_timeout (in milliseconds) that Insert and TakeOver set for
+// the rest of the transaction before they can wait.
+func (d Dialect) recordQueries(table, lw string) dialects.RecordQueries {
 	t := d.QuoteIdent(table)
+	var with, from string
+	values := `VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
+	if lw != "" {
+		with = `WITH lw AS (SELECT set_config('lock_timeout', '` + lw + `', true)) `
+		values, from = `SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10 FROM lw`, ` FROM lw`
+	}
 	return dialects.RecordQueries{
-		Insert: `INSERT INTO ` + t + ` (id, caller, method, request_fp, code, response, response_type, created_at, completed_at, expires_at) ` +
-			`VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (id) DO NOTHING`,
-		TakeOver: `UPDATE ` + t + ` SET request_fp = $1, code = $2, response = $3, response_type = $4, ` +
-			`created_at = $5, completed_at = $6, expires_at = $7 WHERE id = $8 AND expires_at <= $9`,
+		Insert: with + `INSERT INTO ` + t + ` (id, caller, method, request_fp, code, response, response_type, created_at, completed_at, expires_at) ` +
+			values + ` ON CONFLICT (id) DO NOTHING`,
+		TakeOver: with + `UPDATE ` + t + ` SET request_fp = $1, code = $2, response = $3, response_type = $4, ` +
+			`created_at = $5, completed_at = $6, expires_at = $7` + from + ` WHERE id = $8 AND expires_at <= $9`,
 	}
 }
 
