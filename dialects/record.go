@@ -14,7 +14,8 @@ type Recorder interface {
 }
 
 // RecordQueries holds the SQL of the ledger's Record. After a conflict
-// the ledger reads the entry with [Queries.Select] and, when it has
+// the ledger reads the entry with [Queries.Select] (unless Record
+// returned it) and, when it has
 // expired and Insert does not take it over itself, runs TakeOver.
 type RecordQueries struct {
 	// Insert inserts a completed entry. Args: id, caller, method,
@@ -26,6 +27,17 @@ type RecordQueries struct {
 	// must replace it (every column but id, caller and method) and count
 	// as one affected row.
 	Insert string
+	// Record, when not empty, replaces Insert (and TakesOver must then be
+	// false): one statement that inserts the completed entry like Insert
+	// and, on a conflict, also returns the existing entry when the
+	// statement's snapshot shows it, so that a replay costs one
+	// statement. Args as for Insert. It returns exactly one row, as
+	// [Queries.Claim] does: whether it inserted, then Select's columns, all
+	// NULL when it inserted or did not see the existing entry (it waited
+	// for a concurrent duplicate that then committed): the ledger then
+	// reads the entry with Select, as after Insert. A conflict must not
+	// fail the statement.
+	Record string
 	// TakesOver says that Insert replaces an expired entry itself.
 	TakesOver bool
 	// TakeOver replaces an expired entry with a completed one. Args:
@@ -47,7 +59,7 @@ type RecordQueries struct {
 type RecordBounder interface {
 	// BoundedRecordQueries returns the SQL of Record for table (see
 	// [Recorder.RecordQueries]) with every statement that can wait on
-	// another transaction's entry (Insert, TakeOver) bounding its own
+	// another transaction's entry (Insert or Record, and TakeOver) bounding its own
 	// lock waits to about d, rounded up as for [LockWaiter.BeginBounded];
 	// the bound must end with the transaction at the latest. ok is false
 	// when the dialect cannot bound lock waits this way; d must be

@@ -1,7 +1,6 @@
 package ledger
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -359,47 +358,44 @@ func (s *Store) BoundsLockWait() bool {
 // queries returns the SQL of a claim bounded by wait (the store's plain
 // SQL for wait 0).
 func (s *Store) queries(wait time.Duration) (*dialects.Queries, error) {
-	if wait == 0 {
-		return &s.q, nil
+	var bound func(string, time.Duration) (dialects.Queries, bool)
+	if s.bounder != nil {
+		bound = s.bounder.BoundedQueries
 	}
-	if wait < 0 {
-		return nil, invalid("lock wait", "must not be negative")
-	}
-	if s.bounder == nil {
-		return nil, invalid("lock wait", "dialect "+s.d.Name()+" cannot bound a claim's lock waits in its statements (see BoundsLockWait)")
-	}
-	if q, ok := s.bounded.Load(wait); ok {
-		return q.(*dialects.Queries), nil
-	}
-	q, ok := s.bounder.BoundedQueries(s.table, wait)
-	if !ok {
-		return nil, invalid("lock wait", fmt.Sprintf("dialect %s cannot bound a claim's lock waits to %v", s.d.Name(), wait))
-	}
-	v, _ := s.bounded.LoadOrStore(wait, &q)
-	return v.(*dialects.Queries), nil
+	return boundedSQL(s, "claim", wait, &s.q, &s.bounded, bound)
 }
 
 // recordQueries returns the SQL of a Record bounded by wait (the
 // dialect's plain Record SQL for wait 0); s.rq must be set.
 func (s *Store) recordQueries(wait time.Duration) (*dialects.RecordQueries, error) {
+	var bound func(string, time.Duration) (dialects.RecordQueries, bool)
+	if s.rbounder != nil {
+		bound = s.rbounder.BoundedRecordQueries
+	}
+	return boundedSQL(s, "record", wait, s.rq, &s.rbounded, bound)
+}
+
+// boundedSQL returns plain for wait 0, else the SQL that bound (nil when
+// the dialect cannot bound op) builds for wait, cached in cache.
+func boundedSQL[Q any](s *Store, op string, wait time.Duration, plain *Q, cache *sync.Map, bound func(string, time.Duration) (Q, bool)) (*Q, error) {
 	if wait == 0 {
-		return s.rq, nil
+		return plain, nil
 	}
 	if wait < 0 {
 		return nil, invalid("lock wait", "must not be negative")
 	}
-	if s.rbounder == nil {
-		return nil, invalid("lock wait", "dialect "+s.d.Name()+" cannot bound a record's lock waits in its statements (see BoundsLockWait)")
+	if bound == nil {
+		return nil, invalid("lock wait", "dialect "+s.d.Name()+" cannot bound a "+op+"'s lock waits in its statements (see BoundsLockWait)")
 	}
-	if q, ok := s.rbounded.Load(wait); ok {
-		return q.(*dialects.RecordQueries), nil
+	if q, ok := cache.Load(wait); ok {
+		return q.(*Q), nil
 	}
-	q, ok := s.rbounder.BoundedRecordQueries(s.table, wait)
+	q, ok := bound(s.table, wait)
 	if !ok {
-		return nil, invalid("lock wait", fmt.Sprintf("dialect %s cannot bound a record's lock waits to %v", s.d.Name(), wait))
+		return nil, invalid("lock wait", fmt.Sprintf("dialect %s cannot bound a %s's lock waits to %v", s.d.Name(), op, wait))
 	}
-	v, _ := s.rbounded.LoadOrStore(wait, &q)
-	return v.(*dialects.RecordQueries), nil
+	v, _ := cache.LoadOrStore(wait, &q)
+	return v.(*Q), nil
 }
 
 // Table returns the store's table name.
@@ -455,74 +451,27 @@ func (s *Store) claim(ctx context.Context, tx *sql.Tx, req ClaimRequest) (*Claim
 	if err := s.check(ctx, "claim", tx); err != nil {
 		return nil, err
 	}
-	id := req.Identity.id[:]
-	fp := req.Fingerprint[:]
-	oneStatement := q.Claim != "" && !s.split
-	for range maxClaimLoops {
-		now := s.now()
-		created, expires := micros(now), micros(now.Add(s.retention))
-		var (
-			e     row
-			found bool
-		)
-		if oneStatement {
-			inserted, got, ok, err := s.scanClaim(tx.QueryRowContext(ctx, q.Claim, id, req.Identity.caller, req.Identity.method, fp, created, expires))
-			if err != nil {
-				return nil, s.fail(ctx, "claim", err)
+	id, fp := req.Identity.id[:], req.Fingerprint[:]
+	p := insertFirst{
+		op:     "claim",
+		insert: q.Insert,
+		args: func(created, expires int64) []any {
+			return []any{id, req.Identity.caller, req.Identity.method, fp, created, expires}
+		},
+		takeOver: func(created, expires int64) (string, []any) {
+			return q.Reacquire, []any{fp, created, expires, id, created}
+		},
+		won: func(tookOver bool) *Claim {
+			if tookOver {
+				return s.reacquired(req.Identity, tx)
 			}
-			if inserted {
-				return s.acquired(req.Identity, tx), nil
-			}
-			e, found = got, ok
-		} else {
-			res, err := tx.ExecContext(ctx, q.Insert, id, req.Identity.caller, req.Identity.method, fp, created, expires)
-			if err != nil {
-				if s.d.Classify(err) != dialects.ClassUniqueViolation {
-					return nil, s.fail(ctx, "claim", err)
-				}
-			} else if n, err := res.RowsAffected(); err != nil {
-				return nil, s.fail(ctx, "claim", err)
-			} else if n == 1 {
-				return s.acquired(req.Identity, tx), nil
-			}
-		}
-
-		if !found {
-			// Conflict, and the entry is not known yet: read it.
-			if s.afterConflict != nil {
-				s.afterConflict()
-			}
-			e, err = s.scan(tx.QueryRowContext(ctx, q.Select, id))
-			if errors.Is(err, sql.ErrNoRows) {
-				continue // deleted between the conflict and the read: insert again
-			}
-			if err != nil {
-				return nil, s.fail(ctx, "claim", err)
-			}
-		}
-		if e.expiresAt <= created {
-			res, err := tx.ExecContext(ctx, q.Reacquire, fp, created, expires, id, created)
-			if err != nil {
-				return nil, s.fail(ctx, "claim", err)
-			}
-			n, err := res.RowsAffected()
-			if err != nil {
-				return nil, s.fail(ctx, "claim", err)
-			}
-			if n == 1 {
-				return s.reacquired(req.Identity, tx), nil
-			}
-			continue // another claimant re-acquired it first: read again
-		}
-		if !bytes.Equal(e.fp, fp) {
-			return nil, ErrKeyReused
-		}
-		if e.completedAt == nil {
-			return nil, ErrIncomplete
-		}
-		return NewReplay(req.Identity, e.result, fromMicros(*e.completedAt)), nil
+			return s.acquired(req.Identity, tx)
+		},
 	}
-	return nil, fmt.Errorf("ledger: claim: entry changed under the claim %d times: %w", maxClaimLoops, ErrRetryable)
+	if !s.split {
+		p.one = q.Claim
+	}
+	return s.insertFirst(ctx, tx, req, q.Select, p)
 }
 
 func (s *Store) acquired(id Identity, tx *sql.Tx) *Claim {

@@ -27,31 +27,13 @@ func TestClaimLockWait(t *testing.T) {
 		e := newEnv(t, tg.Name, tg.Dialect, other)
 		id := testdb.ID(t, "tenant-a", method, "bounded")
 		req := ledger.ClaimRequest{Identity: id, Fingerprint: fp("bounded"), LockWait: 250 * time.Millisecond}
-		if tg.Family() != "postgres" {
-			if e.l.BoundsLockWait() {
-				t.Fatalf("%s: BoundsLockWait true", tg.Name)
-			}
-			tx, err := db.BeginTx(ctx, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer tx.Rollback()
-			if _, err := e.l.Claim(ctx, tx, req); !errors.Is(err, ledger.ErrInvalid) {
-				t.Fatalf("claim with a lock wait the dialect cannot bound: %v, want ErrInvalid", err)
-			}
+		if !boundsOnPostgres(t, tg, db, e, "claim", func(tx *sql.Tx) error {
+			_, err := e.l.Claim(ctx, tx, req)
+			return err
+		}) {
 			return
 		}
-		if !e.l.BoundsLockWait() {
-			t.Fatal("BoundsLockWait false on PostgreSQL")
-		}
-		show := func(q ledger.Querier) string {
-			t.Helper()
-			var v string
-			if err := q.QueryRowContext(ctx, "SHOW lock_timeout").Scan(&v); err != nil {
-				t.Fatal(err)
-			}
-			return v
-		}
+		show := func(q ledger.Querier) string { return lockTimeout(t, q) }
 		before := show(db)
 		pid := poolSession(t, tg, db)
 
@@ -110,6 +92,42 @@ func TestClaimLockWait(t *testing.T) {
 	})
 }
 
+// lockTimeout returns lock_timeout as q's session shows it.
+func lockTimeout(t *testing.T, q ledger.Querier) string {
+	t.Helper()
+	var v string
+	if err := q.QueryRowContext(context.Background(), "SHOW lock_timeout").Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// boundsOnPostgres reports whether the target is PostgreSQL, where e's
+// store must bound lock waits. Elsewhere it checks that BoundsLockWait
+// is false and that step, given a transaction on db, refuses its lock
+// wait with ErrInvalid.
+func boundsOnPostgres(t *testing.T, tg testdb.Target, db *sql.DB, e *env, op string, step func(*sql.Tx) error) bool {
+	t.Helper()
+	if tg.Family() == "postgres" {
+		if !e.l.BoundsLockWait() {
+			t.Fatal("BoundsLockWait false on PostgreSQL")
+		}
+		return true
+	}
+	if e.l.BoundsLockWait() {
+		t.Fatalf("%s: BoundsLockWait true", tg.Name)
+	}
+	tx, err := db.BeginTx(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if err := step(tx); !errors.Is(err, ledger.ErrInvalid) {
+		t.Fatalf("%s with a lock wait the dialect cannot bound: %v, want ErrInvalid", op, err)
+	}
+	return false
+}
+
 // poolSession returns the session id of db's connection (a pool of one).
 func poolSession(t *testing.T, tg testdb.Target, db *sql.DB) int64 {
 	t.Helper()
@@ -142,31 +160,13 @@ func TestRecordLockWait(t *testing.T) {
 		id := testdb.ID(t, "tenant-a", method, "bounded-record")
 		req := ledger.ClaimRequest{Identity: id, Fingerprint: fp("bounded-record"), LockWait: bound}
 		res := ledger.Result{Response: []byte("recorded"), TypeName: "t.Resp"}
-		if tg.Family() != "postgres" {
-			if e.l.BoundsLockWait() {
-				t.Fatalf("%s: BoundsLockWait true", tg.Name)
-			}
-			tx, err := db.BeginTx(ctx, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer tx.Rollback()
-			if _, err := e.l.Record(ctx, tx, req, res); !errors.Is(err, ledger.ErrInvalid) {
-				t.Fatalf("record with a lock wait the dialect cannot bound: %v, want ErrInvalid", err)
-			}
+		if !boundsOnPostgres(t, tg, db, e, "record", func(tx *sql.Tx) error {
+			_, err := e.l.Record(ctx, tx, req, res)
+			return err
+		}) {
 			return
 		}
-		if !e.l.BoundsLockWait() {
-			t.Fatal("BoundsLockWait false on PostgreSQL")
-		}
-		show := func(q ledger.Querier) string {
-			t.Helper()
-			var v string
-			if err := q.QueryRowContext(ctx, "SHOW lock_timeout").Scan(&v); err != nil {
-				t.Fatal(err)
-			}
-			return v
-		}
+		show := func(q ledger.Querier) string { return lockTimeout(t, q) }
 		before := show(db)
 		pid := poolSession(t, tg, db)
 
