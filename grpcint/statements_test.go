@@ -2,8 +2,6 @@ package grpcint_test
 
 import (
 	"context"
-	"slices"
-	"strings"
 	"testing"
 
 	"github.com/opledger/opledger/examples/payments/paymentspb"
@@ -14,8 +12,7 @@ import (
 // keyedCallStatements is what a keyed unary call over loopback costs in
 // statements on the server, per database family, with grpcint's default
 // lock-wait bound: "WORK" is the handler's own INSERT, so the bare
-// handler transaction is BEGIN, WORK, COMMIT. A SAVEPOINT, when the runner
-// takes one, is left out and counted separately (at most one per call).
+// handler transaction is BEGIN, WORK, COMMIT. No path takes a SAVEPOINT.
 var keyedCallStatements = map[string]map[string][]string{
 	// The bound is set inside the one claim statement (a CTE: "WITH"),
 	// at commit inside the one record statement.
@@ -65,7 +62,7 @@ func TestKeyedCallStatements(t *testing.T) {
 				if _, err := e.pc.Transfer(ctx, transfer("r1", 100)); err != nil {
 					t.Fatal(err)
 				}
-				checkStatements(t, path, c, biz, want[path])
+				testdb.CheckStatements(t, path, c, biz, want[path])
 			}
 			atCommit := serve(t, db, tg.Dialect, table, biz, grpcint.WithClaimAtCommit(paymentspb.TransferMethod))
 			ctx = as(context.Background(), "alice", "count-key-2")
@@ -74,32 +71,8 @@ func TestKeyedCallStatements(t *testing.T) {
 				if _, err := atCommit.pc.Transfer(ctx, transfer("r2", 100)); err != nil {
 					t.Fatal(err)
 				}
-				checkStatements(t, path, c, biz, want[path])
+				testdb.CheckStatements(t, path, c, biz, want[path])
 			}
 		})
-	}
-}
-
-// checkStatements fails unless the statements c recorded, the one that
-// writes biz shown as "WORK" and any SAVEPOINT left out (at most one
-// allowed), are want.
-func checkStatements(t *testing.T, path string, c *testdb.Counter, biz string, want []string) {
-	t.Helper()
-	kinds, sqls := c.Statements(), c.SQL()
-	var norm []string
-	savepoints := 0
-	for i, k := range kinds {
-		switch {
-		case k == "SAVEPOINT":
-			savepoints++
-			continue
-		case strings.Contains(sqls[i], biz):
-			k = "WORK"
-		}
-		norm = append(norm, k)
-	}
-	t.Logf("%s: %d statements (+%d savepoint): %s", path, len(norm), savepoints, strings.Join(norm, " "))
-	if !slices.Equal(norm, want) || savepoints > 1 {
-		t.Errorf("%s: statements %v (+%d savepoints), want %v\nSQL:\n%s", path, norm, savepoints, want, strings.Join(sqls, "\n"))
 	}
 }

@@ -121,7 +121,7 @@ func (u *unaryCall) retrying() error {
 	if !c.cfg.fundBySuccess {
 		c.cfg.budget.Deposit()
 	}
-	resolving := false
+	resolving, lastTry := false, false
 	for {
 		err, ev, trl := u.attempt(resolving)
 		if err == nil {
@@ -158,7 +158,10 @@ func (u *unaryCall) retrying() error {
 			return u.finish(err, why)
 		}
 		if stopWhy := u.pause(n == resolveIt, trl); stopWhy != "" {
-			return u.finish(err, stopWhy)
+			if lastTry || !u.lastChance(stopWhy) {
+				return u.finish(err, stopWhy)
+			}
+			lastTry, n = true, resolveIt
 		}
 		resolving = n == resolveIt
 		if !resolving {
@@ -184,10 +187,13 @@ func (u *unaryCall) once(settle bool) error {
 	if n == stop || !settle || !u.definite() || !u.unknown {
 		return u.finish(err, why)
 	}
-	last := err
+	last, lastTry := err, false
 	for {
 		if stopWhy := u.pause(true, trl); stopWhy != "" {
-			return u.finish(last, stopWhy)
+			if lastTry || !u.lastChance(stopWhy) {
+				return u.finish(last, stopWhy)
+			}
+			lastTry = true
 		}
 		last, _, trl = u.attempt(true)
 		if last == nil {
@@ -200,6 +206,16 @@ func (u *unaryCall) once(settle bool) error {
 			return u.finish(last, why)
 		}
 	}
+}
+
+// lastChance reports whether a call that must stop because its next
+// wait does not fit in what is left of its deadline still resolves once,
+// at once: a keyed call whose outcome is unknown, whose context has not
+// ended. A resolve is one read on the server; the time left often holds
+// it, and a definite answer is worth more than an ambiguous error
+// returned with time to spare. It is taken at most once per call.
+func (u *unaryCall) lastChance(stopWhy string) bool {
+	return stopWhy == "deadline" && u.definite() && u.unknown && u.ctx.Err() == nil
 }
 
 // mayHaveRun reports whether an attempt that was sent and failed with c

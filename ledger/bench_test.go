@@ -60,22 +60,7 @@ func BenchmarkTransaction(b *testing.B) {
 			})
 			b.Run("kit", func(b *testing.B) {
 				fresh(b)
-				run(b, func(n int64) error {
-					id, err := ledger.NewIdentity("svc-a", method, "kit-"+strconv.FormatInt(n, 10))
-					if err != nil {
-						return err
-					}
-					return e.tx(ctx, func(tx *sql.Tx) error {
-						c, err := e.l.Claim(ctx, tx, ledger.ClaimRequest{Identity: id, Fingerprint: fp("x")})
-						if err != nil {
-							return err
-						}
-						if err := e.WriteBiz(ctx, tx, "acct", int(n)); err != nil {
-							return err
-						}
-						return e.l.Complete(ctx, tx, c, ledger.Result{Response: benchResponse, TypeName: "pay.v1.TransferResponse"})
-					})
-				})
+				run(b, e.kitOp(ctx))
 			})
 			// The expires_at index's cost on PostgreSQL: the kit on a table
 			// whose B-tree is replaced by a BRIN index, and on one without
@@ -88,22 +73,7 @@ func BenchmarkTransaction(b *testing.B) {
 				b.Run("kit-"+alt, func(b *testing.B) {
 					fresh(b)
 					e.replaceExpiresIndex(b, alt)
-					run(b, func(n int64) error {
-						id, err := ledger.NewIdentity("svc-a", method, "kit-"+strconv.FormatInt(n, 10))
-						if err != nil {
-							return err
-						}
-						return e.tx(ctx, func(tx *sql.Tx) error {
-							c, err := e.l.Claim(ctx, tx, ledger.ClaimRequest{Identity: id, Fingerprint: fp("x")})
-							if err != nil {
-								return err
-							}
-							if err := e.WriteBiz(ctx, tx, "acct", int(n)); err != nil {
-								return err
-							}
-							return e.l.Complete(ctx, tx, c, ledger.Result{Response: benchResponse, TypeName: "pay.v1.TransferResponse"})
-						})
-					})
+					run(b, e.kitOp(ctx))
 				})
 			}
 			b.Run("byhand", func(b *testing.B) {
@@ -145,19 +115,7 @@ func BenchmarkTransaction(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
-				run(b, func(n int64) error {
-					id, err := ledger.NewIdentity("svc-a", method, "replay-"+strconv.FormatInt(n%existing, 10))
-					if err != nil {
-						return err
-					}
-					return e.tx(ctx, func(tx *sql.Tx) error {
-						c, err := e.l.Claim(ctx, tx, ledger.ClaimRequest{Identity: id, Fingerprint: fp("x")})
-						if err == nil && c.Outcome != ledger.Replay {
-							err = fmt.Errorf("want replay, got %v", c.Outcome)
-						}
-						return err
-					})
-				})
+				run(b, e.replayOp(ctx, existing))
 			})
 		})
 	}
@@ -168,6 +126,45 @@ var benchResponse = []byte(`{"status":"ok","amount":4711,"account":"acct-42"}`)
 type benchEnv struct {
 	*env
 	family string // the target's database family: the hand-written SQL is the database's own
+}
+
+// replayOp is a replay for the n-th operation: Claim of one of the
+// existing completed keys "replay-0" to "replay-<existing-1>".
+func (e *benchEnv) replayOp(ctx context.Context, existing int64) func(n int64) error {
+	return func(n int64) error {
+		id, err := ledger.NewIdentity("svc-a", method, "replay-"+strconv.FormatInt(n%existing, 10))
+		if err != nil {
+			return err
+		}
+		return e.tx(ctx, func(tx *sql.Tx) error {
+			c, err := e.l.Claim(ctx, tx, ledger.ClaimRequest{Identity: id, Fingerprint: fp("x")})
+			if err == nil && c.Outcome != ledger.Replay {
+				err = fmt.Errorf("want replay, got %v", c.Outcome)
+			}
+			return err
+		})
+	}
+}
+
+// kitOp is the kit's happy path for the n-th operation: Claim of a new
+// key, the business INSERT and Complete, in one transaction.
+func (e *benchEnv) kitOp(ctx context.Context) func(n int64) error {
+	return func(n int64) error {
+		id, err := ledger.NewIdentity("svc-a", method, "kit-"+strconv.FormatInt(n, 10))
+		if err != nil {
+			return err
+		}
+		return e.tx(ctx, func(tx *sql.Tx) error {
+			c, err := e.l.Claim(ctx, tx, ledger.ClaimRequest{Identity: id, Fingerprint: fp("x")})
+			if err != nil {
+				return err
+			}
+			if err := e.WriteBiz(ctx, tx, "acct", int(n)); err != nil {
+				return err
+			}
+			return e.l.Complete(ctx, tx, c, ledger.Result{Response: benchResponse, TypeName: "pay.v1.TransferResponse"})
+		})
+	}
 }
 
 func (e *benchEnv) tx(ctx context.Context, f func(*sql.Tx) error) error {
@@ -247,48 +244,18 @@ func BenchmarkInterleaved(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			kit := func(e *benchEnv) func(n int64) error {
-				return func(n int64) error {
-					id, err := ledger.NewIdentity("svc-a", method, "kit-"+strconv.FormatInt(n, 10))
-					if err != nil {
-						return err
-					}
-					return e.tx(ctx, func(tx *sql.Tx) error {
-						c, err := e.l.Claim(ctx, tx, ledger.ClaimRequest{Identity: id, Fingerprint: fp("x")})
-						if err != nil {
-							return err
-						}
-						if err := e.WriteBiz(ctx, tx, "acct", int(n)); err != nil {
-							return err
-						}
-						return e.l.Complete(ctx, tx, c, ledger.Result{Response: benchResponse, TypeName: "pay.v1.TransferResponse"})
-					})
-				}
-			}
 			variants := []benchVariant{
 				{name: "bare", op: func(n int64) error {
 					return e.tx(ctx, func(tx *sql.Tx) error { return e.WriteBiz(ctx, tx, "acct", int(n)) })
 				}},
-				{name: "kit", op: kit(e)},
-				{name: "replay", op: func(n int64) error {
-					id, err := ledger.NewIdentity("svc-a", method, "replay-"+strconv.FormatInt(n%existing, 10))
-					if err != nil {
-						return err
-					}
-					return e.tx(ctx, func(tx *sql.Tx) error {
-						c, err := e.l.Claim(ctx, tx, ledger.ClaimRequest{Identity: id, Fingerprint: fp("x")})
-						if err == nil && c.Outcome != ledger.Replay {
-							err = fmt.Errorf("want replay, got %v", c.Outcome)
-						}
-						return err
-					})
-				}},
+				{name: "kit", op: e.kitOp(ctx)},
+				{name: "replay", op: e.replayOp(ctx, existing)},
 			}
 			if tg.Family() == "postgres" {
 				for _, alt := range []string{"brin", "noindex"} {
 					ae := &benchEnv{newEnv(b, tg.Name, tg.Dialect, db), tg.Family()}
 					ae.replaceExpiresIndex(b, alt)
-					variants = append(variants, benchVariant{name: "kit-" + alt, op: kit(ae)})
+					variants = append(variants, benchVariant{name: "kit-" + alt, op: ae.kitOp(ctx)})
 				}
 			}
 			runInterleaved(b, variants)

@@ -46,7 +46,8 @@ var (
 // InputError describes bad input. It matches [ErrInvalid].
 type InputError struct {
 	// Field names the offending input: "caller", "method", "key",
-	// "fingerprint", "result", "tx", "table", "option", "name".
+	// "fingerprint", "result", "tx", "table", "option", "name", "lock
+	// wait".
 	Field string
 	// Reason says what is wrong, never echoing a key.
 	Reason string

@@ -705,15 +705,21 @@ func (s *Store) scan(r *sql.Row) (row, error) {
 	if err := r.Scan(&e.fp, &code, &e.result.Response, &typeName, &e.createdAt, &done, &e.expiresAt); err != nil {
 		return row{}, err
 	}
-	if done.Valid {
-		e.completedAt = &done.Int64
-		e.result.Code = uint32(code.Int64)
-		e.result.TypeName = typeName.String
-		if e.result.Response == nil {
-			e.result.Response = []byte{}
-		}
-	}
+	e.completed(done, code, typeName)
 	return e, nil
+}
+
+// completed fills in e's completion from the nullable columns read.
+func (e *row) completed(done, code sql.NullInt64, typeName sql.NullString) {
+	if !done.Valid {
+		return
+	}
+	e.completedAt = &done.Int64
+	e.result.Code = uint32(code.Int64)
+	e.result.TypeName = typeName.String
+	if e.result.Response == nil {
+		e.result.Response = []byte{}
+	}
 }
 
 // scanClaim reads the row of a one-statement Claim: whether it inserted,
@@ -736,14 +742,7 @@ func (s *Store) scanClaim(r *sql.Row) (inserted bool, e row, found bool, err err
 	}
 	e = row{fp: fp, createdAt: created.Int64, expiresAt: expires.Int64}
 	e.result.Response = resp
-	if done.Valid {
-		e.completedAt = &done.Int64
-		e.result.Code = uint32(code.Int64)
-		e.result.TypeName = typeName.String
-		if e.result.Response == nil {
-			e.result.Response = []byte{}
-		}
-	}
+	e.completed(done, code, typeName)
 	return false, e, true, nil
 }
 

@@ -3,8 +3,6 @@ package ledger_test
 import (
 	"context"
 	"database/sql"
-	"slices"
-	"strings"
 	"testing"
 
 	"github.com/opledger/opledger/internal/testdb"
@@ -78,7 +76,7 @@ func TestStatementCounts(t *testing.T) {
 				}
 				return cl, err
 			}
-			run := func(record bool, req ledger.ClaimRequest, want ledger.Outcome) []string {
+			run := func(record bool, req ledger.ClaimRequest, want ledger.Outcome) {
 				t.Helper()
 				c.Reset()
 				tx, err := db.BeginTx(ctx, nil)
@@ -96,13 +94,16 @@ func TestStatementCounts(t *testing.T) {
 				if err := tx.Commit(); err != nil {
 					t.Fatal(err)
 				}
-				return c.Statements()
 			}
 			want := ledgerStatements[tg.Family()]
-			checkStatements(t, "happy path", run(false, req, ledger.Acquired), want["happy"], c)
-			checkStatements(t, "replay", run(false, req, ledger.Replay), want["replay"], c)
-			checkStatements(t, "record", run(true, rreq, ledger.Recorded), want["record"], c)
-			checkStatements(t, "record replay", run(true, rreq, ledger.Replay), want["record replay"], c)
+			run(false, req, ledger.Acquired)
+			testdb.CheckStatements(t, "happy path", c, "", want["happy"])
+			run(false, req, ledger.Replay)
+			testdb.CheckStatements(t, "replay", c, "", want["replay"])
+			run(true, rreq, ledger.Recorded)
+			testdb.CheckStatements(t, "record", c, "", want["record"])
+			run(true, rreq, ledger.Replay)
+			testdb.CheckStatements(t, "record replay", c, "", want["record replay"])
 			if want["waited"] == nil {
 				return // SQLite: the wait is at BEGIN, before any claim
 			}
@@ -168,14 +169,5 @@ func waited(t *testing.T, tg testdb.Target, db *sql.DB, c *testdb.Counter, path 
 	if o.err != nil || o.c.Outcome != ledger.Replay {
 		t.Fatalf("%s: %+v %v, want a replay", path, o.c, o.err)
 	}
-	checkStatements(t, "replay after waiting ("+path+")", c.Statements(), want, c)
-}
-
-// checkStatements fails unless got is want.
-func checkStatements(t *testing.T, path string, got, want []string, c *testdb.Counter) {
-	t.Helper()
-	t.Logf("%s: %d statements: %s", path, len(got), strings.Join(got, " "))
-	if !slices.Equal(got, want) {
-		t.Errorf("%s: statements %v, want %v\nSQL:\n%s", path, got, want, strings.Join(c.SQL(), "\n"))
-	}
+	testdb.CheckStatements(t, "replay after waiting ("+path+")", c, "", want)
 }

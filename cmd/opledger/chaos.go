@@ -28,6 +28,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/dialects/postgres"
 	"github.com/opledger/opledger/examples/payments"
 	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
@@ -46,7 +47,7 @@ func init() {
 // chaosDefaultCalls are the logical calls of the CI-sized run per
 // database (--calls overrides them all).
 var chaosDefaultCalls = map[string]int{chaosPostgres: 10_000, chaosPgBouncer: 3_000, chaosPgBouncerPQ: 1_000,
-	chaosMariaDB: 3_000, chaosSQLite: 1_000}
+	chaosMariaDB: 3_000, chaosSQLite: 1_000, "dsn": 1_000}
 
 // chaosSettings are one run's knobs.
 type chaosSettings struct {
@@ -143,6 +144,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	restarts := fs.Int("db-restarts", 1, "database server restarts: the first a crash (SIGKILL, then start: recovery runs), the next a clean restart, alternating; on sqlite a total outage of every replica instead")
 	callTimeout := fs.Duration("call-timeout", 30*time.Second, "deadline of each logical call")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
+	dsn := fs.String("dsn", "", "run on this database instead of throw-away ones (never restarted: every replica is taken down for 1s instead; the run's table and ledger entries are removed at the end; default 1000 calls)")
 	breakKeys := fs.Bool("break-keys", false, "break the service on purpose: the replicas give every attempt a fresh idempotency key, so retries duplicate; the run must fail (a check of the check)")
 	strict := fs.Bool("strict", false, "also fail (exit 1) when a database cannot be started, or a run injected less than asked: fewer replica kills than --kills, fewer database restarts than --db-restarts (server databases), no proxy cut (CI)")
 	if err := fs.Parse(args); err != nil {
@@ -170,6 +172,12 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return fail(stderr, "chaos", fmt.Errorf("--owner %s: chaos retries through application or service-config", owner))
 	}
 	names, explicit := chaosDatabases, false
+	if *dsn != "" {
+		if *dbs != "" {
+			return fail(stderr, "chaos", errors.New("--dsn and --databases exclude each other"))
+		}
+		names, explicit = []string{"dsn"}, true
+	}
 	if *dbs != "" {
 		names, explicit = nil, true
 		for _, n := range strings.Split(*dbs, ",") {
@@ -199,16 +207,28 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		if s.calls == 0 {
 			s.calls = chaosDefaultCalls[name]
 		}
+		serial := name == chaosSQLite
+		var db chaosDatabase
+		if *dsn != "" {
+			g, err := newGivenDB(*dsn)
+			if err != nil {
+				return fail(stderr, "chaos", err)
+			}
+			t, _ := parseDSN(*dsn)
+			serial = t.dialect != nil && dialects.TraitsOf(t.dialect).SerialWriters
+			db = g
+		} else {
+			fmt.Fprintf(stderr, "opledger chaos: %s: starting a throw-away database\n", name)
+			sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+			db, err = startChaosDatabase(sctx, name, dir)
+			cancel()
+		}
 		if s.concurrency == 0 {
 			s.concurrency = 32
-			if name == chaosSQLite {
+			if serial {
 				s.concurrency = 8
 			}
 		}
-		fmt.Fprintf(stderr, "opledger chaos: %s: starting a throw-away database\n", name)
-		sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		db, err := startChaosDatabase(sctx, name, dir)
-		cancel()
 		if errors.Is(err, throwaway.ErrNotInstalled) && !explicit && !*strict {
 			fmt.Fprintf(stderr, "opledger chaos: %s: skipped: %v\n", name, err)
 			continue
@@ -342,7 +362,13 @@ func chaosRun(ctx context.Context, db chaosDatabase, s chaosSettings, progress i
 	if err != nil {
 		return rep, err
 	}
-	if _, err := m.Up(ctx); err != nil {
+	if _, err := m.Up(ctx); errors.Is(err, postgres.ErrTransactionPooling) {
+		// Behind a transaction pooler (a --dsn through PgBouncer): the
+		// table must have been migrated over a direct connection.
+		if _, qerr := direct.ExecContext(ctx, "SELECT 1 FROM "+t.dialect.QuoteIdent(ledger.DefaultTable)+" WHERE 1 = 0"); qerr != nil {
+			return rep, fmt.Errorf("%w; migrate the ledger table over a direct connection first (opledger migrate up)", err)
+		}
+	} else if err != nil {
 		return rep, err
 	}
 	runID := time.Now().UnixNano() % 1_000_000_000
@@ -351,6 +377,13 @@ func chaosRun(ctx context.Context, db chaosDatabase, s chaosSettings, progress i
 	if err := payments.CreateTable(ctx, direct, t.dialect, table); err != nil {
 		return rep, err
 	}
+	// Leave nothing behind on a database given with --dsn: the business
+	// table and this run's ledger entries go.
+	defer func() {
+		cctx := context.WithoutCancel(ctx)
+		_ = payments.DropTable(cctx, direct, t.dialect, table)
+		_, _ = direct.ExecContext(cctx, "DELETE FROM "+t.dialect.QuoteIdent(ledger.DefaultTable)+" WHERE caller = "+t.dialect.Placeholder(1), "header:"+caller)
+	}()
 	rng := rand.New(rand.NewPCG(s.seed, 0x5eed))
 
 	var dbProxy *faultproxy.Proxy
@@ -490,9 +523,9 @@ func chaosRun(ctx context.Context, db chaosDatabase, s chaosSettings, progress i
 		restartsDone.Add(1)
 	}
 	rep.OutageKind = "database restart"
-	if db.addr() == "" {
+	if note := db.restartNote(); note != "" {
 		rep.OutageKind = "every replica killed for 1s"
-		rep.DBRestartNote = "SQLite has no server"
+		rep.DBRestartNote = note
 	}
 	monitorDone := make(chan struct{})
 	go func() {
@@ -510,7 +543,7 @@ func chaosRun(ctx context.Context, db chaosDatabase, s chaosSettings, progress i
 			switch {
 			case !ev.restart:
 				rs.kill(rs.intn(s.replicas))
-			case db.addr() != "":
+			case db.restartNote() == "":
 				// The first a crash, the next a clean restart, and so on.
 				crash := restarts%2 == 0
 				restarts++
@@ -560,7 +593,7 @@ func chaosRun(ctx context.Context, db chaosDatabase, s chaosSettings, progress i
 	rep.Attempts, rep.Replayed, rep.Resolved = st.Attempts, st.Replayed, st.Resolved
 	parentKills, commitKills, startFailures, trouble := rs.counts()
 	rep.Killed, rep.KilledAfterCommit, rep.StartFailures, rep.ReplicaTrouble = parentKills+commitKills, commitKills, startFailures, trouble
-	if db.addr() != "" {
+	if db.restartNote() == "" {
 		rep.DBRestarts = int(restartsDone.Load())
 	}
 	rep.OutageCalls = outageCalls.Load()

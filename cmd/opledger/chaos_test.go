@@ -229,3 +229,79 @@ func TestChaosFindsABrokenService(t *testing.T) {
 		t.Fatalf("a broken service: %d duplicates, %d kills after COMMIT, %d rows for %d calls", r.Duplicates, r.KilledAfterCommit, r.Executed, r.Calls)
 	}
 }
+
+// TestChaosGivenDSN runs on a database given with --dsn (here a SQLite
+// file): never restarted, and left as it was found.
+func TestChaosGivenDSN(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "mine.db")
+	code, reps, stderr := runChaosJSON(t, "--dsn", "sqlite:"+path, "--calls", "200", "--kills", "1", "--commit-kills", "1")
+	if code != 0 || len(reps) != 1 {
+		t.Fatalf("exit %d, %d reports\n%s", code, len(reps), stderr)
+	}
+	r := reps[0]
+	checkChaosReport(t, r, 200)
+	if r.DBRestarts != 0 || r.DBRestartNote == "" || r.OutageCalls == 0 {
+		t.Errorf("given DSN: restarts %d (%q), outage calls %d", r.DBRestarts, r.DBRestartNote, r.OutageCalls)
+	}
+	db, tg, err := openDB(t.Context(), "sqlite:"+path)
+	if err != nil {
+		t.Fatalf("the given file: %v", err)
+	}
+	defer db.Close()
+	var tables, entries int
+	if err := db.QueryRow("SELECT COUNT(*) FROM sqlite_master WHERE name LIKE 'opledger_chaos_%'").Scan(&tables); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.QueryRow("SELECT COUNT(*) FROM " + tg.dialect.QuoteIdent(ledger.DefaultTable)).Scan(&entries); err != nil {
+		t.Fatal(err)
+	}
+	if tables != 0 || entries != 0 {
+		t.Errorf("left behind: %d business tables, %d ledger entries", tables, entries)
+	}
+}
+
+func TestGivenDBAddress(t *testing.T) {
+	t.Parallel()
+	for dsn, want := range map[string]string{
+		"postgres://u@127.0.0.1:5432/db?sslmode=disable": "127.0.0.1:5432",
+		"mysql://root@localhost:3306/test":               "localhost:3306",
+		"root@tcp(127.0.0.1:3306)/test":                  "127.0.0.1:3306",
+		"postgres://u@db.internal:5432/db":               "", // not loopback: no proxy
+		"sqlite:/tmp/x.db":                               "",
+	} {
+		g, err := newGivenDB(dsn)
+		if err != nil {
+			t.Errorf("%s: %v", dsn, err)
+			continue
+		}
+		if g.addr() != want {
+			t.Errorf("%s: addr %q, want %q", dsn, g.addr(), want)
+		}
+		if want != "" && g.replicaDSN("127.0.0.1:9") == dsn {
+			t.Errorf("%s: the replicas' DSN does not go through the proxy", dsn)
+		}
+	}
+}
+
+// TestChaosGivenDSNThroughPgBouncer runs on a --dsn through PgBouncer in
+// transaction mode (pgx with its setting), the ledger table migrated
+// beforehand over a direct connection: the run accepts the migration
+// lock's refusal once the table is there.
+func TestChaosGivenDSNThroughPgBouncer(t *testing.T) {
+	t.Parallel()
+	backend := throwaway.Postgres(t)
+	pb := throwaway.PgBouncer(t, backend, throwaway.PgBouncerOptions{})
+	var out, errb bytes.Buffer
+	if code := run(t.Context(), []string{"migrate", "up", "--dsn", backend.DSN()}, &out, &errb); code != 0 {
+		t.Fatalf("migrate up over the direct connection: exit %d: %s", code, errb.String())
+	}
+	code, reps, stderr := runChaosJSON(t, "--dsn", pb.DriverDSN("pgx"), "--calls", "300", "--kills", "1", "--commit-kills", "1")
+	if code != 0 || len(reps) != 1 {
+		t.Fatalf("exit %d, %d reports\n%s", code, len(reps), stderr)
+	}
+	checkChaosReport(t, reps[0], 300)
+	if reps[0].Cuts == 0 {
+		t.Errorf("no cut between the replicas and PgBouncer: %+v", reps[0])
+	}
+}

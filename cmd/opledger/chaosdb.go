@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 
+	"github.com/opledger/opledger/internal/faultproxy"
 	"github.com/opledger/opledger/internal/throwaway"
 )
 
@@ -40,12 +42,16 @@ type chaosDatabase interface {
 	// restart restarts the database server, with SIGKILL (crash) or
 	// cleanly; errNoServer without one.
 	restart(ctx context.Context, crash bool) error
+	// restartNote says why restart cannot run ("" when it can): the run
+	// then takes every replica down for a while instead.
+	restartNote() string
 	// close stops the server and removes its files.
 	close() error
 }
 
-// errNoServer is restart's error for SQLite: a file, no server to restart.
-var errNoServer = errors.New("SQLite has no server to restart: replica processes share one WAL file")
+// errNoServer is restart's error for a database the run may not restart:
+// SQLite (no server) or one given with --dsn (not the run's own).
+var errNoServer = errors.New("no database server of the run's own to restart")
 
 // startChaosDatabase starts the named throw-away database, or returns an
 // error matching throwaway.ErrNotInstalled.
@@ -130,6 +136,8 @@ func (s *serverDB) restart(ctx context.Context, crash bool) error {
 	return s.restartee.Restart(ctx)
 }
 
+func (s *serverDB) restartNote() string { return "" }
+
 func (s *serverDB) close() error {
 	err := s.srv.Cleanup()
 	if s.backend != nil {
@@ -147,6 +155,7 @@ func (s sqliteDB) addr() string                        { return "" }
 func (s sqliteDB) driver() string                      { return "" }
 func (s sqliteDB) replicaDSN(string) string            { return s.directDSN() }
 func (s sqliteDB) restart(context.Context, bool) error { return errNoServer }
+func (s sqliteDB) restartNote() string                 { return "SQLite has no server" }
 func (s sqliteDB) close() error {
 	return errors.Join(os.Remove(s.path), ignoreMissing(os.Remove(s.path+"-wal")), ignoreMissing(os.Remove(s.path+"-shm")))
 }
@@ -157,3 +166,49 @@ func ignoreMissing(err error) error {
 	}
 	return err
 }
+
+// givenDB is a database given with --dsn: not the run's own, so it is
+// never restarted nor removed (the run drops its business table and
+// deletes its ledger entries at the end). The proxy between the replicas
+// and the server is used when the server is on loopback (the proxy
+// forwards nowhere else).
+type givenDB struct {
+	dsn, host string // host: the DSN's host:port, "" for SQLite or when not on loopback
+	display   string
+}
+
+// newGivenDB reads the server's address from dsn: a postgres:// or
+// mysql:// URL's host, or go-sql-driver's tcp(host:port).
+func newGivenDB(dsn string) (*givenDB, error) {
+	t, err := parseDSN(dsn)
+	if err != nil {
+		return nil, err
+	}
+	g := &givenDB{dsn: dsn, display: t.display}
+	host := ""
+	if i := strings.Index(dsn, "@tcp("); i >= 0 {
+		if j := strings.IndexByte(dsn[i:], ')'); j > 0 {
+			host = dsn[i+len("@tcp(") : i+j]
+		}
+	} else if u, err := url.Parse(dsn); err == nil && u.Host != "" && (u.Scheme != "sqlite" && u.Scheme != "file") {
+		host = u.Host
+	}
+	if host != "" && faultproxy.CheckLoopback(host) == nil && strings.Count(dsn, host) == 1 {
+		g.host = host
+	}
+	return g, nil
+}
+
+func (g *givenDB) label() string     { return g.display }
+func (g *givenDB) directDSN() string { return g.dsn }
+func (g *givenDB) addr() string      { return g.host }
+func (g *givenDB) driver() string    { return "" }
+func (g *givenDB) replicaDSN(via string) string {
+	if via == "" || g.host == "" {
+		return g.dsn
+	}
+	return strings.Replace(g.dsn, g.host, via, 1)
+}
+func (g *givenDB) restart(context.Context, bool) error { return errNoServer }
+func (g *givenDB) restartNote() string                 { return "given with --dsn: never restarted" }
+func (g *givenDB) close() error                        { return nil }

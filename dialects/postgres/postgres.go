@@ -92,10 +92,13 @@ func (d Dialect) queries(table, lw string) dialects.Queries {
 		Insert: with + `INSERT INTO ` + t + insertColumns + values + ` ON CONFLICT (id) DO NOTHING`,
 		// The outer query reads the statement's snapshot, taken before the
 		// insert: it shows an entry committed before the statement began,
-		// and not one whose claimant the insert waited for.
+		// and not one whose claimant the insert waited for. It reads only
+		// after a conflict: NOT EXISTS (SELECT 1 FROM ins) is a one-time
+		// filter above the index scan, so an acquisition reads nothing
+		// (and takes no SIRead lock under SERIALIZABLE).
 		Claim: claimWith + `ins AS (INSERT INTO ` + t + insertColumns + values + ` ON CONFLICT (id) DO NOTHING RETURNING 1) ` +
 			`SELECT EXISTS (SELECT 1 FROM ins), e.request_fp, e.code, e.response, e.response_type, e.created_at, e.completed_at, e.expires_at ` +
-			`FROM (SELECT 1) AS one LEFT JOIN ` + t + ` AS e ON e.id = $1`,
+			`FROM (SELECT 1) AS one LEFT JOIN (SELECT * FROM ` + t + ` WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM ins)) AS e ON true`,
 		Select: `SELECT ` + columns + ` FROM ` + t + ` WHERE id = $1`,
 		Reacquire: with + `UPDATE ` + t + ` SET request_fp = $1, created_at = $2, expires_at = $3, ` +
 			`code = NULL, response = NULL, response_type = NULL, completed_at = NULL` + from + ` ` +

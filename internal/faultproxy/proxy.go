@@ -58,19 +58,39 @@ type Proxy struct {
 
 // pair is one proxied connection: the client's and the target's side.
 type pair struct {
-	client, server net.Conn
-	once           sync.Once
-	gone           chan struct{}
+	client net.Conn
+	gone   chan struct{}
+
+	mu     sync.Mutex
+	server net.Conn // nil until dialled
+	closed bool
+}
+
+// setServer records the target's side; false (and s closed) when the
+// pair was closed meanwhile.
+func (c *pair) setServer(s net.Conn) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		s.Close()
+		return false
+	}
+	c.server = s
+	return true
 }
 
 func (c *pair) close() {
-	c.once.Do(func() {
-		close(c.gone)
-		c.client.Close()
-		if c.server != nil {
-			c.server.Close()
-		}
-	})
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return
+	}
+	c.closed = true
+	close(c.gone)
+	c.client.Close()
+	if c.server != nil {
+		c.server.Close()
+	}
 }
 
 // CheckLoopback returns an error wrapping ErrNotLoopback unless addr
@@ -241,14 +261,8 @@ func (p *Proxy) handle(c *pair) {
 		p.dialFailures.Add(1)
 		return
 	}
-	p.mu.Lock()
-	c.server = s
-	p.mu.Unlock()
-	select {
-	case <-c.gone: // cut while dialling
-		s.Close()
-		return
-	default:
+	if !c.setServer(s) {
+		return // cut while dialling
 	}
 	var wg sync.WaitGroup
 	wg.Add(2)

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -61,6 +62,31 @@ func (c *Counter) Count() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.stmts)
+}
+
+// CheckStatements fails t unless the statements c recorded, with each
+// one whose SQL mentions work shown as "WORK", are want. The kit takes no
+// SAVEPOINT on any path: one is counted apart and fails the check. It
+// logs what it found under path.
+func CheckStatements(t testing.TB, path string, c *Counter, work string, want []string) {
+	t.Helper()
+	kinds, sqls := c.Statements(), c.SQL()
+	var norm []string
+	savepoints := 0
+	for i, k := range kinds {
+		switch {
+		case k == "SAVEPOINT":
+			savepoints++
+			continue
+		case work != "" && strings.Contains(sqls[i], work):
+			k = "WORK"
+		}
+		norm = append(norm, k)
+	}
+	t.Logf("%s: %d statements (+%d savepoint): %s", path, len(norm), savepoints, strings.Join(norm, " "))
+	if !slices.Equal(norm, want) || savepoints > 0 {
+		t.Errorf("%s: statements %v (+%d savepoints), want %v\nSQL:\n%s", path, norm, savepoints, want, strings.Join(sqls, "\n"))
+	}
 }
 
 // OpenCounting opens a pool like tg.Open (at most maxConns connections,
