@@ -437,7 +437,9 @@ func caseInProgress(e *env) {
 	inClaim := ""
 	if b, ok := e.l.l.(ledger.LockWaitBounder); ok && b.BoundsLockWait() {
 		// The ledger bounds the wait inside its claim statement
-		// (ClaimRequest.LockWait): the same, in a plain transaction.
+		// (ClaimRequest.LockWait), or at commit inside its Record: the
+		// same, in a plain transaction. No business write: only the
+		// ledger's statement carries the bound.
 		ctx, cancel := context.WithTimeout(e.ctx, 5*time.Second)
 		start := time.Now()
 		var cerr error
@@ -448,7 +450,7 @@ func caseInProgress(e *env) {
 		}
 		req := e.req(key)
 		req.LockWait = boundedWait
-		_, cerr = claim(ctx, e.l, tx, req)
+		_, _, cerr = e.unitStep(ctx, tx, req, "", 1, resultFor(key, 1))
 		tx.Rollback()
 		ctook := time.Since(start)
 		cancel()

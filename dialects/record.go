@@ -1,5 +1,7 @@
 package dialects
 
+import "time"
+
 // Recorder is implemented by dialects that record a completed entry
 // first, in one statement: the ledger's Record (claim at commit), run as
 // the last statement of a transaction whose work has already run. A
@@ -12,7 +14,8 @@ type Recorder interface {
 }
 
 // RecordQueries holds the SQL of the ledger's Record. After a conflict
-// the ledger reads the entry with [Queries.Select] and, when it has
+// the ledger reads the entry with [Queries.Select] (unless Record
+// returned it) and, when it has
 // expired and Insert does not take it over itself, runs TakeOver.
 type RecordQueries struct {
 	// Insert inserts a completed entry. Args: id, caller, method,
@@ -24,6 +27,17 @@ type RecordQueries struct {
 	// must replace it (every column but id, caller and method) and count
 	// as one affected row.
 	Insert string
+	// Record, when not empty, replaces Insert (and TakesOver must then be
+	// false): one statement that inserts the completed entry like Insert
+	// and, on a conflict, also returns the existing entry when the
+	// statement's snapshot shows it, so that a replay costs one
+	// statement. Args as for Insert. It returns exactly one row, as
+	// [Queries.Claim] does: whether it inserted, then Select's columns, all
+	// NULL when it inserted or did not see the existing entry (it waited
+	// for a concurrent duplicate that then committed): the ledger then
+	// reads the entry with Select, as after Insert. A conflict must not
+	// fail the statement.
+	Record string
 	// TakesOver says that Insert replaces an expired entry itself.
 	TakesOver bool
 	// TakeOver replaces an expired entry with a completed one. Args:
@@ -31,4 +45,24 @@ type RecordQueries struct {
 	// expires_at, id, now. It must only match when the stored
 	// expires_at <= now.
 	TakeOver string
+}
+
+// RecordBounder is implemented by dialects that can bound the lock waits
+// of the ledger's Record inside Record's own statements, as
+// [ClaimBounder] does for a claim: a bounded Record costs no statement of
+// its own. The ledger uses it for ClaimRequest.LockWait in Record, and
+// reports that it bounds lock waits only when a dialect with [Recorder]
+// also implements it.
+//
+// It is optional: check for it with a type assertion. Implementations are
+// stateless and safe for concurrent use.
+type RecordBounder interface {
+	// BoundedRecordQueries returns the SQL of Record for table (see
+	// [Recorder.RecordQueries]) with every statement that can wait on
+	// another transaction's entry (Insert or Record, and TakeOver) bounding its own
+	// lock waits to about d, rounded up as for [LockWaiter.BeginBounded];
+	// the bound must end with the transaction at the latest. ok is false
+	// when the dialect cannot bound lock waits this way; d must be
+	// positive.
+	BoundedRecordQueries(table string, d time.Duration) (q RecordQueries, ok bool)
 }

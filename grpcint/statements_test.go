@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/opledger/opledger/examples/payments/paymentspb"
+	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/testdb"
 )
 
@@ -12,23 +14,30 @@ import (
 // lock-wait bound: "WORK" is the handler's own INSERT, so the bare
 // handler transaction is BEGIN, WORK, COMMIT. No path takes a SAVEPOINT.
 var keyedCallStatements = map[string]map[string][]string{
-	// The bound is set inside the one claim statement (a CTE: "WITH").
+	// The bound is set inside the one claim statement (a CTE: "WITH"),
+	// at commit inside the one record statement.
 	"postgres": {
-		"call":   {"BEGIN", "WITH", "WORK", "UPDATE", "COMMIT"},
-		"replay": {"BEGIN", "WITH", "ROLLBACK"},
+		"call":             {"BEGIN", "WITH", "WORK", "UPDATE", "COMMIT"},
+		"replay":           {"BEGIN", "WITH", "ROLLBACK"},
+		"call at commit":   {"BEGIN", "WORK", "WITH", "COMMIT"},
+		"replay at commit": {"BEGIN", "WORK", "WITH", "ROLLBACK"},
 	},
 	// The bound is a session setting: set (keeping the session's value
 	// in a user variable) before BEGIN, put back after the transaction.
 	"mysql": {
-		"call":   {"SET", "BEGIN", "INSERT", "WORK", "UPDATE", "COMMIT", "SET"},
-		"replay": {"SET", "BEGIN", "INSERT", "SELECT", "ROLLBACK", "SET"},
+		"call":             {"SET", "BEGIN", "INSERT", "WORK", "UPDATE", "COMMIT", "SET"},
+		"replay":           {"SET", "BEGIN", "INSERT", "SELECT", "ROLLBACK", "SET"},
+		"call at commit":   {"SET", "BEGIN", "WORK", "INSERT", "COMMIT", "SET"},
+		"replay at commit": {"SET", "BEGIN", "WORK", "INSERT", "SELECT", "ROLLBACK", "SET"},
 	},
 	// busy_timeout is a setting of the connection, and the wait is at
 	// BEGIN: read, set, and put back after the transaction (in-process
 	// calls, no round trip).
 	"sqlite": {
-		"call":   {"PRAGMA", "PRAGMA", "BEGIN", "INSERT", "WORK", "UPDATE", "COMMIT", "PRAGMA"},
-		"replay": {"PRAGMA", "PRAGMA", "BEGIN", "INSERT", "SELECT", "ROLLBACK", "PRAGMA"},
+		"call":             {"PRAGMA", "PRAGMA", "BEGIN", "INSERT", "WORK", "UPDATE", "COMMIT", "PRAGMA"},
+		"replay":           {"PRAGMA", "PRAGMA", "BEGIN", "INSERT", "SELECT", "ROLLBACK", "PRAGMA"},
+		"call at commit":   {"PRAGMA", "PRAGMA", "BEGIN", "WORK", "INSERT", "COMMIT", "PRAGMA"},
+		"replay at commit": {"PRAGMA", "PRAGMA", "BEGIN", "WORK", "INSERT", "SELECT", "ROLLBACK", "PRAGMA"},
 	},
 }
 
@@ -36,7 +45,9 @@ var keyedCallStatements = map[string]map[string][]string{
 // the real database, the statements the server runs for a keyed unary
 // call of the example service over loopback, and for its retry (a
 // replay): at most the bare handler transaction plus the ledger's
-// statements.
+// statements; and the same for the method run claim at commit
+// (WithClaimAtCommit), on PostgreSQL one statement over the bare handler
+// transaction.
 func TestKeyedCallStatements(t *testing.T) {
 	for _, tg := range targets() {
 		t.Run(tg.Name, func(t *testing.T) {
@@ -49,6 +60,15 @@ func TestKeyedCallStatements(t *testing.T) {
 			for _, path := range []string{"call", "replay"} {
 				c.Reset()
 				if _, err := e.pc.Transfer(ctx, transfer("r1", 100)); err != nil {
+					t.Fatal(err)
+				}
+				testdb.CheckStatements(t, path, c, biz, want[path])
+			}
+			atCommit := serve(t, db, tg.Dialect, table, biz, grpcint.WithClaimAtCommit(paymentspb.TransferMethod))
+			ctx = as(context.Background(), "alice", "count-key-2")
+			for _, path := range []string{"call at commit", "replay at commit"} {
+				c.Reset()
+				if _, err := atCommit.pc.Transfer(ctx, transfer("r2", 100)); err != nil {
 					t.Fatal(err)
 				}
 				testdb.CheckStatements(t, path, c, biz, want[path])

@@ -1,7 +1,6 @@
 package ledger
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -78,8 +77,10 @@ type ClaimRequest struct {
 	// true honours it (see [LockWaitBounder]); [Store.Claim] refuses a
 	// positive LockWait with ErrInvalid when its dialect cannot bound a
 	// claim this way. How far the bound reaches is the dialect's (see
-	// dialects.ClaimBounder): on PostgreSQL it is lock_timeout for the
-	// rest of the transaction. Zero leaves the database's own bound.
+	// dialects.ClaimBounder, and dialects.RecordBounder for
+	// [Store.Record], which honours it too): on PostgreSQL it is
+	// lock_timeout for the rest of the transaction. Zero leaves the
+	// database's own bound.
 	LockWait time.Duration
 }
 
@@ -297,7 +298,9 @@ type Store struct {
 	rq        *dialects.RecordQueries // the dialect's, when it has them
 	checker   dialects.TxChecker      // the dialect's, when it has one
 	bounder   dialects.ClaimBounder   // the dialect's, when it can bound claims
+	rbounder  dialects.RecordBounder  // the dialect's, when it can bound records
 	bounded   sync.Map                // time.Duration → *dialects.Queries
+	rbounded  sync.Map                // time.Duration → *dialects.RecordQueries
 	obs       *observer
 
 	// split, when set (by tests only), claims with Insert and Select even
@@ -331,6 +334,11 @@ func New(d dialects.Dialect, opts ...Option) (*Store, error) {
 			s.bounder = b
 		}
 	}
+	if rb, ok := d.(dialects.RecordBounder); ok && s.rq != nil {
+		if q, ok := rb.BoundedRecordQueries(s.table, time.Second); ok && q.Insert != "" {
+			s.rbounder = rb
+		}
+	}
 	s.obs = newObserver(d, s.table, c.mp, c.tp)
 	return s, nil
 }
@@ -338,32 +346,56 @@ func New(d dialects.Dialect, opts ...Option) (*Store, error) {
 // Dialect returns the store's dialect.
 func (s *Store) Dialect() dialects.Dialect { return s.d }
 
-// BoundsLockWait reports whether Claim honours ClaimRequest.LockWait:
-// whether the store's dialect implements dialects.ClaimBounder and can
-// bound a claim inside its statements (PostgreSQL).
-func (s *Store) BoundsLockWait() bool { return s.bounder != nil }
+// BoundsLockWait reports whether Claim and Record honour
+// ClaimRequest.LockWait: whether the store's dialect implements
+// dialects.ClaimBounder and can bound a claim inside its statements and,
+// when it implements dialects.Recorder, also dialects.RecordBounder
+// (PostgreSQL). Claim honours it with a ClaimBounder alone.
+func (s *Store) BoundsLockWait() bool {
+	return s.bounder != nil && (s.rq == nil || s.rbounder != nil)
+}
 
 // queries returns the SQL of a claim bounded by wait (the store's plain
 // SQL for wait 0).
 func (s *Store) queries(wait time.Duration) (*dialects.Queries, error) {
+	var bound func(string, time.Duration) (dialects.Queries, bool)
+	if s.bounder != nil {
+		bound = s.bounder.BoundedQueries
+	}
+	return boundedSQL(s, "claim", wait, &s.q, &s.bounded, bound)
+}
+
+// recordQueries returns the SQL of a Record bounded by wait (the
+// dialect's plain Record SQL for wait 0); s.rq must be set.
+func (s *Store) recordQueries(wait time.Duration) (*dialects.RecordQueries, error) {
+	var bound func(string, time.Duration) (dialects.RecordQueries, bool)
+	if s.rbounder != nil {
+		bound = s.rbounder.BoundedRecordQueries
+	}
+	return boundedSQL(s, "record", wait, s.rq, &s.rbounded, bound)
+}
+
+// boundedSQL returns plain for wait 0, else the SQL that bound (nil when
+// the dialect cannot bound op) builds for wait, cached in cache.
+func boundedSQL[Q any](s *Store, op string, wait time.Duration, plain *Q, cache *sync.Map, bound func(string, time.Duration) (Q, bool)) (*Q, error) {
 	if wait == 0 {
-		return &s.q, nil
+		return plain, nil
 	}
 	if wait < 0 {
 		return nil, invalid("lock wait", "must not be negative")
 	}
-	if s.bounder == nil {
-		return nil, invalid("lock wait", "dialect "+s.d.Name()+" cannot bound a claim's lock waits in its statements (see BoundsLockWait)")
+	if bound == nil {
+		return nil, invalid("lock wait", "dialect "+s.d.Name()+" cannot bound a "+op+"'s lock waits in its statements (see BoundsLockWait)")
 	}
-	if q, ok := s.bounded.Load(wait); ok {
-		return q.(*dialects.Queries), nil
+	if q, ok := cache.Load(wait); ok {
+		return q.(*Q), nil
 	}
-	q, ok := s.bounder.BoundedQueries(s.table, wait)
+	q, ok := bound(s.table, wait)
 	if !ok {
-		return nil, invalid("lock wait", fmt.Sprintf("dialect %s cannot bound a claim's lock waits to %v", s.d.Name(), wait))
+		return nil, invalid("lock wait", fmt.Sprintf("dialect %s cannot bound a %s's lock waits to %v", s.d.Name(), op, wait))
 	}
-	v, _ := s.bounded.LoadOrStore(wait, &q)
-	return v.(*dialects.Queries), nil
+	v, _ := cache.LoadOrStore(wait, &q)
+	return v.(*Q), nil
 }
 
 // Table returns the store's table name.
@@ -419,74 +451,27 @@ func (s *Store) claim(ctx context.Context, tx *sql.Tx, req ClaimRequest) (*Claim
 	if err := s.check(ctx, "claim", tx); err != nil {
 		return nil, err
 	}
-	id := req.Identity.id[:]
-	fp := req.Fingerprint[:]
-	oneStatement := q.Claim != "" && !s.split
-	for range maxClaimLoops {
-		now := s.now()
-		created, expires := micros(now), micros(now.Add(s.retention))
-		var (
-			e     row
-			found bool
-		)
-		if oneStatement {
-			inserted, got, ok, err := s.scanClaim(tx.QueryRowContext(ctx, q.Claim, id, req.Identity.caller, req.Identity.method, fp, created, expires))
-			if err != nil {
-				return nil, s.fail(ctx, "claim", err)
+	id, fp := req.Identity.id[:], req.Fingerprint[:]
+	p := insertFirst{
+		op:     "claim",
+		insert: q.Insert,
+		args: func(created, expires int64) []any {
+			return []any{id, req.Identity.caller, req.Identity.method, fp, created, expires}
+		},
+		takeOver: func(created, expires int64) (string, []any) {
+			return q.Reacquire, []any{fp, created, expires, id, created}
+		},
+		won: func(tookOver bool) *Claim {
+			if tookOver {
+				return s.reacquired(req.Identity, tx)
 			}
-			if inserted {
-				return s.acquired(req.Identity, tx), nil
-			}
-			e, found = got, ok
-		} else {
-			res, err := tx.ExecContext(ctx, q.Insert, id, req.Identity.caller, req.Identity.method, fp, created, expires)
-			if err != nil {
-				if s.d.Classify(err) != dialects.ClassUniqueViolation {
-					return nil, s.fail(ctx, "claim", err)
-				}
-			} else if n, err := res.RowsAffected(); err != nil {
-				return nil, s.fail(ctx, "claim", err)
-			} else if n == 1 {
-				return s.acquired(req.Identity, tx), nil
-			}
-		}
-
-		if !found {
-			// Conflict, and the entry is not known yet: read it.
-			if s.afterConflict != nil {
-				s.afterConflict()
-			}
-			e, err = s.scan(tx.QueryRowContext(ctx, q.Select, id))
-			if errors.Is(err, sql.ErrNoRows) {
-				continue // deleted between the conflict and the read: insert again
-			}
-			if err != nil {
-				return nil, s.fail(ctx, "claim", err)
-			}
-		}
-		if e.expiresAt <= created {
-			res, err := tx.ExecContext(ctx, q.Reacquire, fp, created, expires, id, created)
-			if err != nil {
-				return nil, s.fail(ctx, "claim", err)
-			}
-			n, err := res.RowsAffected()
-			if err != nil {
-				return nil, s.fail(ctx, "claim", err)
-			}
-			if n == 1 {
-				return s.reacquired(req.Identity, tx), nil
-			}
-			continue // another claimant re-acquired it first: read again
-		}
-		if !bytes.Equal(e.fp, fp) {
-			return nil, ErrKeyReused
-		}
-		if e.completedAt == nil {
-			return nil, ErrIncomplete
-		}
-		return NewReplay(req.Identity, e.result, fromMicros(*e.completedAt)), nil
+			return s.acquired(req.Identity, tx)
+		},
 	}
-	return nil, fmt.Errorf("ledger: claim: entry changed under the claim %d times: %w", maxClaimLoops, ErrRetryable)
+	if !s.split {
+		p.one = q.Claim
+	}
+	return s.insertFirst(ctx, tx, req, q.Select, p)
 }
 
 func (s *Store) acquired(id Identity, tx *sql.Tx) *Claim {

@@ -27,31 +27,13 @@ func TestClaimLockWait(t *testing.T) {
 		e := newEnv(t, tg.Name, tg.Dialect, other)
 		id := testdb.ID(t, "tenant-a", method, "bounded")
 		req := ledger.ClaimRequest{Identity: id, Fingerprint: fp("bounded"), LockWait: 250 * time.Millisecond}
-		if tg.Family() != "postgres" {
-			if e.l.BoundsLockWait() {
-				t.Fatalf("%s: BoundsLockWait true", tg.Name)
-			}
-			tx, err := db.BeginTx(ctx, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer tx.Rollback()
-			if _, err := e.l.Claim(ctx, tx, req); !errors.Is(err, ledger.ErrInvalid) {
-				t.Fatalf("claim with a lock wait the dialect cannot bound: %v, want ErrInvalid", err)
-			}
+		if !boundsOnPostgres(t, tg, db, e, "claim", func(tx *sql.Tx) error {
+			_, err := e.l.Claim(ctx, tx, req)
+			return err
+		}) {
 			return
 		}
-		if !e.l.BoundsLockWait() {
-			t.Fatal("BoundsLockWait false on PostgreSQL")
-		}
-		show := func(q ledger.Querier) string {
-			t.Helper()
-			var v string
-			if err := q.QueryRowContext(ctx, "SHOW lock_timeout").Scan(&v); err != nil {
-				t.Fatal(err)
-			}
-			return v
-		}
+		show := func(q ledger.Querier) string { return lockTimeout(t, q) }
 		before := show(db)
 		pid := poolSession(t, tg, db)
 
@@ -110,6 +92,42 @@ func TestClaimLockWait(t *testing.T) {
 	})
 }
 
+// lockTimeout returns lock_timeout as q's session shows it.
+func lockTimeout(t *testing.T, q ledger.Querier) string {
+	t.Helper()
+	var v string
+	if err := q.QueryRowContext(context.Background(), "SHOW lock_timeout").Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// boundsOnPostgres reports whether the target is PostgreSQL, where e's
+// store must bound lock waits. Elsewhere it checks that BoundsLockWait
+// is false and that step, given a transaction on db, refuses its lock
+// wait with ErrInvalid.
+func boundsOnPostgres(t *testing.T, tg testdb.Target, db *sql.DB, e *env, op string, step func(*sql.Tx) error) bool {
+	t.Helper()
+	if tg.Family() == "postgres" {
+		if !e.l.BoundsLockWait() {
+			t.Fatal("BoundsLockWait false on PostgreSQL")
+		}
+		return true
+	}
+	if e.l.BoundsLockWait() {
+		t.Fatalf("%s: BoundsLockWait true", tg.Name)
+	}
+	tx, err := db.BeginTx(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if err := step(tx); !errors.Is(err, ledger.ErrInvalid) {
+		t.Fatalf("%s with a lock wait the dialect cannot bound: %v, want ErrInvalid", op, err)
+	}
+	return false
+}
+
 // poolSession returns the session id of db's connection (a pool of one).
 func poolSession(t *testing.T, tg testdb.Target, db *sql.DB) int64 {
 	t.Helper()
@@ -119,4 +137,136 @@ func poolSession(t *testing.T, tg testdb.Target, db *sql.DB) int64 {
 	}
 	defer conn.Close()
 	return testdb.ConnSessionID(t, tg.Dialect, conn)
+}
+
+// TestRecordLockWait: Record honours ClaimRequest.LockWait inside its own
+// statements where the dialect can (PostgreSQL), as Claim does: a record
+// of an identity that another open transaction has recorded waits on that
+// transaction (the database shows it blocked) and fails with ErrInProgress
+// after about the bound; the bound is lock_timeout for the rest of the
+// recording transaction only, gone in the next transaction on the same
+// connection after a commit and after a failure alike; a bounded replay
+// and a bounded take-over of an expired entry work as unbounded ones.
+// Elsewhere Record refuses a LockWait with ErrInvalid (the dialect
+// records but cannot bound the record), and BoundsLockWait says so.
+func TestRecordLockWait(t *testing.T) {
+	t.Parallel()
+	testdb.ForEachTarget(t, 3, func(t *testing.T, tg testdb.Target) {
+		ctx := context.Background()
+		const bound = 500 * time.Millisecond
+		// A pool of one connection: everything on db runs on one session.
+		db, other := tg.Open(t, 1), tg.Open(t, 2)
+		e := newEnv(t, tg.Name, tg.Dialect, other)
+		id := testdb.ID(t, "tenant-a", method, "bounded-record")
+		req := ledger.ClaimRequest{Identity: id, Fingerprint: fp("bounded-record"), LockWait: bound}
+		res := ledger.Result{Response: []byte("recorded"), TypeName: "t.Resp"}
+		if !boundsOnPostgres(t, tg, db, e, "record", func(tx *sql.Tx) error {
+			_, err := e.l.Record(ctx, tx, req, res)
+			return err
+		}) {
+			return
+		}
+		show := func(q ledger.Querier) string { return lockTimeout(t, q) }
+		before := show(db)
+		pid := poolSession(t, tg, db)
+
+		// A bound that meets no lock: set for the transaction, gone after.
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := e.l.Record(ctx, tx, req, res)
+		if err != nil || !c.Recorded() {
+			t.Fatalf("bounded record: %+v %v", c, err)
+		}
+		if got := show(tx); got != "500ms" {
+			t.Fatalf("lock_timeout after the bounded record %q, want 500ms", got)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		if after := show(db); after != before {
+			t.Fatalf("lock_timeout in the next transaction %q, want the session's %q", after, before)
+		}
+
+		// A bounded replay.
+		tx, err = db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err = e.l.Record(ctx, tx, req, ledger.Result{Response: []byte("again")})
+		tx.Rollback()
+		if err != nil || c.Outcome != ledger.Replay || string(c.Result.Response) != "recorded" {
+			t.Fatalf("bounded replay: %+v %v", c, err)
+		}
+
+		// A bounded take-over of an expired entry (the bounded TakeOver).
+		t0 := time.Now()
+		old := e.store(t, ledger.WithRetention(time.Hour), ledger.WithClock(func() time.Time { return t0.Add(-2 * time.Hour) }))
+		expired := testdb.ID(t, "tenant-a", method, "expired-record")
+		tx, err = db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c, err := old.Record(ctx, tx, ledger.ClaimRequest{Identity: expired, Fingerprint: fp("old")}, ledger.Result{Response: []byte("old")}); err != nil || !c.Recorded() {
+			t.Fatalf("expired entry: %+v %v", c, err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		tx, err = db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err = e.l.Record(ctx, tx, ledger.ClaimRequest{Identity: expired, Fingerprint: fp("new"), LockWait: bound}, ledger.Result{Response: []byte("new")})
+		if err != nil || !c.Recorded() {
+			t.Fatalf("bounded take-over: %+v %v", c, err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+
+		// A wait past the bound on a holder of the identity, which the
+		// database shows blocked on the holder.
+		held := testdb.ID(t, "tenant-a", method, "held-record")
+		holder, err := other.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer holder.Rollback()
+		if c, err := e.l.Record(ctx, holder, ledger.ClaimRequest{Identity: held, Fingerprint: fp("held")}, res); err != nil || !c.Recorded() {
+			t.Fatalf("holder: %+v %v", c, err)
+		}
+		hid := testdb.SessionID(t, tg.Dialect, holder)
+		tx, err = db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		var (
+			took time.Duration
+			rerr error
+		)
+		start := time.Now()
+		go func() {
+			defer close(done)
+			_, rerr = e.l.Record(ctx, tx, ledger.ClaimRequest{Identity: held, Fingerprint: fp("held"), LockWait: bound}, res)
+			took = time.Since(start)
+		}()
+		testdb.WaitBlocked(t, other, tg.Dialect, hid, 1, done)
+		<-done
+		tx.Rollback()
+		if !errors.Is(rerr, ledger.ErrInProgress) || took < bound || took > 5*time.Second {
+			t.Fatalf("record of a held identity: %v after %v, want ErrInProgress after about %v", rerr, took, bound)
+		}
+		if after := show(db); after != before {
+			t.Fatalf("lock_timeout after the failed transaction %q, want the session's %q", after, before)
+		}
+		if now := poolSession(t, tg, db); now != pid {
+			t.Fatalf("the pool's session is now %d, was %d", now, pid)
+		}
+		if _, err := e.l.Record(ctx, holder, ledger.ClaimRequest{Identity: held, Fingerprint: fp("held"), LockWait: -time.Second}, res); !errors.Is(err, ledger.ErrInvalid) {
+			t.Fatalf("negative lock wait: %v, want ErrInvalid", err)
+		}
+	})
 }

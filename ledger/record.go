@@ -1,13 +1,9 @@
 package ledger
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
-
-	"github.com/opledger/opledger/dialects"
 )
 
 // Record inserts req's identity already completed with r, inside tx: the
@@ -17,7 +13,11 @@ import (
 // transaction can ever commit an entry for the identity.
 //
 // It inserts first, against the same unique constraint as Claim, and reads
-// only on conflict. The result is:
+// only on conflict; where the dialect has a one-statement record
+// (dialects.RecordQueries.Record: PostgreSQL), the insert itself returns
+// an entry committed before it began, so that a replay costs that one
+// statement, and the separate read runs only after waiting for a
+// concurrent duplicate. The result is:
 //   - a Claim with Outcome Recorded: the completed entry is in tx; commit;
 //   - a Claim with Outcome Replay and the stored Result: another
 //     transaction completed the operation first; roll tx back (the work's
@@ -29,9 +29,13 @@ import (
 //   - ErrIncomplete: the entry was committed without a result;
 //   - an error matching ErrRetryable (serialization failure, deadlock):
 //     roll back and retry the whole transaction, work included;
-//   - ErrInvalid (bad input or a result over the limits, before any
-//     statement), an error matching dialects.ErrUnsuitableTx (as for
-//     Claim), a context error, sql.ErrTxDone, or another *DBError.
+//   - ErrInvalid (bad input, a result over the limits, or a positive
+//     LockWait the store cannot honour, before any statement), an error
+//     matching dialects.ErrUnsuitableTx (as for Claim), a context error,
+//     sql.ErrTxDone, or another *DBError.
+//
+// A positive req.LockWait bounds the record's lock waits inside its own
+// statements, as for Claim (see [Store.BoundsLockWait]).
 //
 // An entry past its retention is taken over with r: in the insert itself
 // on SQLite, by one more statement after the read-back on PostgreSQL and
@@ -69,69 +73,41 @@ func (s *Store) record(ctx context.Context, tx *sql.Tx, req ClaimRequest, r Resu
 	if req.Fingerprint.IsZero() {
 		return nil, invalid("fingerprint", "must not be all zero")
 	}
+	rq, err := s.recordQueries(req.LockWait)
+	if err != nil {
+		return nil, err
+	}
 	if err := s.check(ctx, "record", tx); err != nil {
 		return nil, err
 	}
-	id := req.Identity.id[:]
-	fp := req.Fingerprint[:]
+	id, fp := req.Identity.id[:], req.Fingerprint[:]
 	resp := r.Response
 	if resp == nil {
 		resp = []byte{}
 	}
-	for range maxClaimLoops {
-		now := s.now()
-		created, expires := micros(now), micros(now.Add(s.retention))
-		args := []any{id, req.Identity.caller, req.Identity.method, fp, int64(r.Code), resp, r.TypeName, created, created, expires}
-		if s.rq.TakesOver {
-			args = append(args, created)
-		}
-		res, err := tx.ExecContext(ctx, s.rq.Insert, args...)
-		if err != nil {
-			if s.d.Classify(err) != dialects.ClassUniqueViolation {
-				return nil, s.fail(ctx, "record", err)
+	p := insertFirst{
+		op:     "record",
+		insert: rq.Insert,
+		args: func(created, expires int64) []any {
+			args := []any{id, req.Identity.caller, req.Identity.method, fp, int64(r.Code), resp, r.TypeName, created, created, expires}
+			if rq.TakesOver {
+				args = append(args, created)
 			}
-		} else if n, err := res.RowsAffected(); err != nil {
-			return nil, s.fail(ctx, "record", err)
-		} else if n == 1 {
-			return NewRecorded(req.Identity, tx), nil
-		}
-
-		// Conflict with a live entry (or, without TakesOver, any entry).
-		if s.afterConflict != nil {
-			s.afterConflict()
-		}
-		e, err := s.scan(tx.QueryRowContext(ctx, s.q.Select, id))
-		if errors.Is(err, sql.ErrNoRows) {
-			continue // deleted between the conflict and the read: insert again
-		}
-		if err != nil {
-			return nil, s.fail(ctx, "record", err)
-		}
-		if e.expiresAt <= created {
-			res, err := tx.ExecContext(ctx, s.rq.TakeOver, fp, int64(r.Code), resp, r.TypeName, created, created, expires, id, created)
-			if err != nil {
-				return nil, s.fail(ctx, "record", err)
-			}
-			n, err := res.RowsAffected()
-			if err != nil {
-				return nil, s.fail(ctx, "record", err)
-			}
-			if n == 1 {
-				c := NewRecorded(req.Identity, tx)
-				c.tookOver = true
-				return c, nil
-			}
-			continue // another transaction took it over first: read again
-		}
-		if !bytes.Equal(e.fp, fp) {
-			return nil, ErrKeyReused
-		}
-		if e.completedAt == nil {
-			return nil, ErrIncomplete
-		}
-		return NewReplay(req.Identity, e.result, fromMicros(*e.completedAt)), nil
+			return args
+		},
+		takeOver: func(created, expires int64) (string, []any) {
+			return rq.TakeOver, []any{fp, int64(r.Code), resp, r.TypeName, created, created, expires, id, created}
+		},
+		won: func(tookOver bool) *Claim {
+			c := NewRecorded(req.Identity, tx)
+			c.tookOver = tookOver
+			return c
+		},
 	}
-	return nil, fmt.Errorf("ledger: record: entry changed under the record %d times: %w", maxClaimLoops, ErrRetryable)
+	if !s.split && !rq.TakesOver {
+		p.one = rq.Record
+	}
+	return s.insertFirst(ctx, tx, req, s.q.Select, p)
 }
 
 // checkResult refuses a result over the limits.

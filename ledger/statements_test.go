@@ -2,6 +2,7 @@ package ledger_test
 
 import (
 	"context"
+	"database/sql"
 	"testing"
 
 	"github.com/opledger/opledger/internal/testdb"
@@ -20,21 +21,33 @@ var ledgerStatements = map[string]map[string][]string{
 		// The claim waited for the holder: its snapshot cannot show the
 		// holder's row, so the entry is read with a separate SELECT.
 		"waited": {"BEGIN", "WITH", "SELECT", "COMMIT"},
+		// Record (claim at commit) is one statement too, replay included,
+		// and reads separately only after waiting.
+		"record":        {"BEGIN", "WITH", "COMMIT"},
+		"record replay": {"BEGIN", "WITH", "COMMIT"},
+		"record waited": {"BEGIN", "WITH", "SELECT", "COMMIT"},
 	},
 	"mysql": {
-		"happy":  {"BEGIN", "INSERT", "UPDATE", "COMMIT"},
-		"replay": {"BEGIN", "INSERT", "SELECT", "COMMIT"},
-		"waited": {"BEGIN", "INSERT", "SELECT", "COMMIT"},
+		"happy":         {"BEGIN", "INSERT", "UPDATE", "COMMIT"},
+		"replay":        {"BEGIN", "INSERT", "SELECT", "COMMIT"},
+		"waited":        {"BEGIN", "INSERT", "SELECT", "COMMIT"},
+		"record":        {"BEGIN", "INSERT", "COMMIT"},
+		"record replay": {"BEGIN", "INSERT", "SELECT", "COMMIT"},
+		"record waited": {"BEGIN", "INSERT", "SELECT", "COMMIT"},
 	},
 	"sqlite": {
-		"happy":  {"BEGIN", "INSERT", "UPDATE", "COMMIT"},
-		"replay": {"BEGIN", "INSERT", "SELECT", "COMMIT"},
+		"happy":         {"BEGIN", "INSERT", "UPDATE", "COMMIT"},
+		"replay":        {"BEGIN", "INSERT", "SELECT", "COMMIT"},
+		"record":        {"BEGIN", "INSERT", "COMMIT"},
+		"record replay": {"BEGIN", "INSERT", "SELECT", "COMMIT"},
 	},
 }
 
 // TestStatementCounts counts, through a counting driver wrapper on the
 // real database, the statements of a claim that acquires and completes
-// (the happy path) and of a claim that replays, on every target.
+// (the happy path), of a claim that replays, and of one that replays
+// after waiting for a holder, on every target; and the same for Record
+// (claim at commit).
 func TestStatementCounts(t *testing.T) {
 	for _, tg := range testdb.Targets() {
 		t.Run(tg.Name, func(t *testing.T) {
@@ -47,7 +60,23 @@ func TestStatementCounts(t *testing.T) {
 				t.Fatal(err)
 			}
 			req := ledger.ClaimRequest{Identity: id, Fingerprint: fp("one")}
-			run := func(want ledger.Outcome) {
+			rid, err := ledger.NewIdentity("counter", "/count.v1/Op", "r1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			rreq := ledger.ClaimRequest{Identity: rid, Fingerprint: fp("one")}
+			// step claims (and completes) or records req in tx.
+			step := func(tx *sql.Tx, record bool, req ledger.ClaimRequest) (*ledger.Claim, error) {
+				if record {
+					return e.l.Record(ctx, tx, req, ledger.Result{Response: []byte("r")})
+				}
+				cl, err := e.l.Claim(ctx, tx, req)
+				if err == nil && cl.Acquired() {
+					err = e.l.Complete(ctx, tx, cl, ledger.Result{Response: []byte("r")})
+				}
+				return cl, err
+			}
+			run := func(record bool, req ledger.ClaimRequest, want ledger.Outcome) {
 				t.Helper()
 				c.Reset()
 				tx, err := db.BeginTx(ctx, nil)
@@ -55,81 +84,90 @@ func TestStatementCounts(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer tx.Rollback()
-				cl, err := e.l.Claim(ctx, tx, req)
+				cl, err := step(tx, record, req)
 				if err != nil {
 					t.Fatal(err)
 				}
 				if cl.Outcome != want {
 					t.Fatalf("outcome %v, want %v", cl.Outcome, want)
 				}
-				if cl.Acquired() {
-					if err := e.l.Complete(ctx, tx, cl, ledger.Result{Response: []byte("r")}); err != nil {
-						t.Fatal(err)
-					}
-				}
 				if err := tx.Commit(); err != nil {
 					t.Fatal(err)
 				}
 			}
 			want := ledgerStatements[tg.Family()]
-			run(ledger.Acquired)
+			run(false, req, ledger.Acquired)
 			testdb.CheckStatements(t, "happy path", c, "", want["happy"])
-			run(ledger.Replay)
+			run(false, req, ledger.Replay)
 			testdb.CheckStatements(t, "replay", c, "", want["replay"])
+			run(true, rreq, ledger.Recorded)
+			testdb.CheckStatements(t, "record", c, "", want["record"])
+			run(true, rreq, ledger.Replay)
+			testdb.CheckStatements(t, "record replay", c, "", want["record replay"])
 			if want["waited"] == nil {
 				return // SQLite: the wait is at BEGIN, before any claim
 			}
-
-			// A replay whose claim waited for the holder to commit.
-			other := tg.Open(t, 2) // the holder, and the lock-wait view
-			held, err := ledger.NewIdentity("counter", "/count.v1/Op", "held")
-			if err != nil {
-				t.Fatal(err)
-			}
-			hreq := ledger.ClaimRequest{Identity: held, Fingerprint: fp("held")}
-			holder, err := other.BeginTx(ctx, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer holder.Rollback()
-			hc, err := e.l.Claim(ctx, holder, hreq)
-			if err != nil || !hc.Acquired() {
-				t.Fatalf("holder: %+v %v", hc, err)
-			}
-			if err := e.l.Complete(ctx, holder, hc, ledger.Result{Response: []byte("h")}); err != nil {
-				t.Fatal(err)
-			}
-			hid := testdb.SessionID(t, tg.Dialect, holder)
-			c.Reset()
-			type outcome struct {
-				c   *ledger.Claim
-				err error
-			}
-			done, returned := make(chan outcome, 1), make(chan struct{})
-			go func() {
-				defer close(returned)
-				tx, err := db.BeginTx(ctx, nil)
-				if err != nil {
-					done <- outcome{err: err}
-					return
+			for _, record := range []bool{false, true} {
+				path := "waited"
+				if record {
+					path = "record waited"
 				}
-				cl, err := e.l.Claim(ctx, tx, hreq)
-				if err == nil {
-					err = tx.Commit()
-				} else {
-					tx.Rollback()
-				}
-				done <- outcome{cl, err}
-			}()
-			testdb.WaitBlocked(t, other, tg.Dialect, hid, 1, returned)
-			if err := holder.Commit(); err != nil {
-				t.Fatal(err)
+				waited(t, tg, db, c, path, want[path], func(tx *sql.Tx, req ledger.ClaimRequest) (*ledger.Claim, error) {
+					return step(tx, record, req)
+				})
 			}
-			o := <-done
-			if o.err != nil || o.c.Outcome != ledger.Replay {
-				t.Fatalf("claim that waited: %+v %v, want a replay", o.c, o.err)
-			}
-			testdb.CheckStatements(t, "replay after waiting", c, "", want["waited"])
 		})
 	}
+}
+
+// waited counts the statements of a replay whose step (a claim and its
+// completion, or a record) waited for a holder of the identity to commit.
+func waited(t *testing.T, tg testdb.Target, db *sql.DB, c *testdb.Counter, path string, want []string, step func(*sql.Tx, ledger.ClaimRequest) (*ledger.Claim, error)) {
+	t.Helper()
+	ctx := context.Background()
+	other := tg.Open(t, 2) // the holder, and the lock-wait view
+	held, err := ledger.NewIdentity("counter", "/count.v1/Op", "held "+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hreq := ledger.ClaimRequest{Identity: held, Fingerprint: fp("held")}
+	holder, err := other.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback()
+	if hc, err := step(holder, hreq); err != nil || (!hc.Acquired() && !hc.Recorded()) {
+		t.Fatalf("holder: %+v %v", hc, err)
+	}
+	hid := testdb.SessionID(t, tg.Dialect, holder)
+	c.Reset()
+	type outcome struct {
+		c   *ledger.Claim
+		err error
+	}
+	done, returned := make(chan outcome, 1), make(chan struct{})
+	go func() {
+		defer close(returned)
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			done <- outcome{err: err}
+			return
+		}
+		cl, err := step(tx, hreq)
+		if err == nil {
+			err = tx.Commit()
+		} else {
+			tx.Rollback()
+		}
+		done <- outcome{cl, err}
+	}()
+	testdb.WaitBlocked(t, other, tg.Dialect, hid, 1, returned)
+	if err := holder.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	o := <-done
+	if o.err != nil || o.c.Outcome != ledger.Replay {
+		t.Fatalf("%s: %+v %v, want a replay", path, o.c, o.err)
+	}
+	testdb.CheckStatements(t, "replay after waiting ("+path+")", c, "", want)
 }

@@ -124,7 +124,11 @@ func WithRandom(f func() float64) Option {
 // by the database's own setting (the busy timeout in SQLite's DSN,
 // PostgreSQL's lock_timeout, MySQL's innodb_lock_wait_timeout) and by the
 // context. The bound applies to every statement of the transaction from
-// the claim on, including the work's own.
+// the claim on, including the work's own. With [WithClaimAtCommit] on a
+// ledger that bounds lock waits itself, the claim is the Record at the
+// end: the work before it waits as long as the database's own setting
+// allows, and only the Record (and a final error's claim) is bounded; on
+// any other ledger the bounded transaction covers the work too.
 func WithLockWait(d time.Duration) Option {
 	return option("WithLockWait", func(c *config) error {
 		if d < 0 {

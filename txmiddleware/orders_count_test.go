@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/opledger/opledger/internal/testdb"
 	"github.com/opledger/opledger/txmiddleware"
@@ -15,8 +16,9 @@ import (
 // more (the claim and the completion), claim at commit one more (the
 // record); a replay claim first sends the claim and rolls back (on
 // PostgreSQL one statement reads the stored entry; elsewhere the INSERT
-// and its read-back), at commit the work, the record's INSERT and its
-// read-back before the rollback.
+// and its read-back), at commit the work and the record (on PostgreSQL one
+// statement that reads the stored entry too; elsewhere the INSERT and its
+// read-back) before the rollback.
 func TestStatementCountsByOrder(t *testing.T) {
 	for _, tg := range testdb.Targets() {
 		t.Run(tg.Name, func(t *testing.T) {
@@ -44,11 +46,18 @@ func TestStatementCountsByOrder(t *testing.T) {
 			if bare != 3 {
 				t.Fatalf("a bare transaction counted %d statements, want 3 (BEGIN, INSERT, COMMIT)", bare)
 			}
-			replayFirst := int64(4) // BEGIN, INSERT, SELECT, ROLLBACK
+			replayFirst := int64(4)  // BEGIN, INSERT, SELECT, ROLLBACK
+			replayCommit := int64(5) // BEGIN, the work, INSERT, SELECT, ROLLBACK
 			if tg.Family() == "postgres" {
-				replayFirst = 3 // BEGIN, the one-statement claim, ROLLBACK
+				replayFirst = 3  // BEGIN, the one-statement claim, ROLLBACK
+				replayCommit = 4 // BEGIN, the work, the one-statement record, ROLLBACK
 			}
 			first, atCommit := e.runner(t), e.runner(t, txmiddleware.WithClaimAtCommit())
+			bounded := e.runner(t, txmiddleware.WithClaimAtCommit(), txmiddleware.WithLockWait(2*time.Second))
+			// What the lock-wait bound adds at commit: nothing on
+			// PostgreSQL (it rides in the record statement); elsewhere the
+			// session setting, set and put back (SQLite reads it first).
+			boundCost := map[string]int64{"postgres": 0, "mysql": 2, "sqlite": 3}[tg.Family()]
 			var runs atomic.Int64
 			run := func(r *txmiddleware.Runner, key string) (txmiddleware.RunResult, int64) {
 				var out txmiddleware.RunResult
@@ -71,8 +80,9 @@ func TestStatementCountsByOrder(t *testing.T) {
 				{"claim first", first, "k-first", false, bare + 2},
 				{"claim first, replay", first, "k-first", true, replayFirst},
 				{"claim at commit", atCommit, "k-commit", false, bare + 1},
-				{"claim at commit, replay", atCommit, "k-commit", true, 5},
-				{"claim at commit, replay of a claim-first call", atCommit, "k-first", true, 5},
+				{"claim at commit, replay", atCommit, "k-commit", true, replayCommit},
+				{"claim at commit, replay of a claim-first call", atCommit, "k-first", true, replayCommit},
+				{"claim at commit with a lock-wait bound", bounded, "k-bounded", false, bare + 1 + boundCost},
 			} {
 				out, got := run(c.r, c.key)
 				if out.Replayed != c.replay {

@@ -89,9 +89,10 @@ func New(db *sql.DB, l ledger.Ledger, opts ...Option) (*Runner, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	// The bound goes into the claim's own statement when the ledger can
-	// put it there; claim at commit records with Record, which takes no
-	// bound, so that mode bounds the transaction instead.
-	if b, ok := l.(ledger.LockWaitBounder); ok && r.cfg.lockWait > 0 && b.BoundsLockWait() && !r.cfg.atCommit {
+	// put it there: the Claim, or in claim-at-commit mode the Record (and
+	// the final error's claim); a ledger that bounds lock waits honours it
+	// in both.
+	if b, ok := l.(ledger.LockWaitBounder); ok && r.cfg.lockWait > 0 && b.BoundsLockWait() {
 		r.claimWait = r.cfg.lockWait // in the claim's statements: none of its own
 	} else if r.cfg.lockWait > 0 {
 		lw, ok := d.(dialects.LockWaiter)

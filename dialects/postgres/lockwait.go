@@ -12,8 +12,9 @@ import (
 )
 
 var (
-	_ dialects.LockWaiter   = Dialect{}
-	_ dialects.ClaimBounder = Dialect{}
+	_ dialects.LockWaiter    = Dialect{}
+	_ dialects.ClaimBounder  = Dialect{}
+	_ dialects.RecordBounder = Dialect{}
 )
 
 // BoundedQueries returns the ledger's SQL for table with the claim
@@ -30,6 +31,18 @@ func (d Dialect) BoundedQueries(table string, wait time.Duration) (dialects.Quer
 		return dialects.Queries{}, false
 	}
 	return d.queries(table, strconv.FormatInt(units.Millis(wait), 10)), true
+}
+
+// BoundedRecordQueries returns the SQL of the ledger's Record for table
+// with Insert and TakeOver setting lock_timeout to d (rounded up to
+// milliseconds) for the rest of the transaction, inside the statement and
+// before it can wait, as [Dialect.BoundedQueries] does for a claim. ok is
+// false for a d that is not positive.
+func (d Dialect) BoundedRecordQueries(table string, wait time.Duration) (dialects.RecordQueries, bool) {
+	if wait <= 0 {
+		return dialects.RecordQueries{}, false
+	}
+	return d.recordQueries(table, strconv.FormatInt(units.Millis(wait), 10)), true
 }
 
 // BeginBounded begins a transaction and sets lock_timeout for it alone
