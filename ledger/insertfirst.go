@@ -29,6 +29,20 @@ type insertFirst struct {
 	won func(tookOver bool) *Claim
 }
 
+// checkRequest refuses, before any statement, a Claim or Record without a
+// transaction, an identity or a fingerprint.
+func checkRequest(tx *sql.Tx, req ClaimRequest) error {
+	switch {
+	case tx == nil:
+		return invalid("tx", "transaction must not be nil")
+	case req.Identity.IsZero():
+		return invalid("caller", "identity is zero; build it with NewIdentity")
+	case req.Fingerprint.IsZero():
+		return invalid("fingerprint", "must not be all zero")
+	}
+	return nil
+}
+
 // insertFirst runs p for req in tx: read back with sel after a conflict.
 func (s *Store) insertFirst(ctx context.Context, tx *sql.Tx, req ClaimRequest, sel string, p insertFirst) (*Claim, error) {
 	id := req.Identity.id[:]

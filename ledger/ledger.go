@@ -435,14 +435,8 @@ func (s *Store) Claim(ctx context.Context, tx *sql.Tx, req ClaimRequest) (*Claim
 }
 
 func (s *Store) claim(ctx context.Context, tx *sql.Tx, req ClaimRequest) (*Claim, error) {
-	if tx == nil {
-		return nil, invalid("tx", "transaction must not be nil")
-	}
-	if req.Identity.IsZero() {
-		return nil, invalid("caller", "identity is zero; build it with NewIdentity")
-	}
-	if req.Fingerprint.IsZero() {
-		return nil, invalid("fingerprint", "must not be all zero")
+	if err := checkRequest(tx, req); err != nil {
+		return nil, err
 	}
 	q, err := s.queries(req.LockWait)
 	if err != nil {

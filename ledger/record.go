@@ -64,14 +64,8 @@ func (s *Store) record(ctx context.Context, tx *sql.Tx, req ClaimRequest, r Resu
 		}
 		return NewRecorded(req.Identity, tx), nil
 	}
-	if tx == nil {
-		return nil, invalid("tx", "transaction must not be nil")
-	}
-	if req.Identity.IsZero() {
-		return nil, invalid("caller", "identity is zero; build it with NewIdentity")
-	}
-	if req.Fingerprint.IsZero() {
-		return nil, invalid("fingerprint", "must not be all zero")
+	if err := checkRequest(tx, req); err != nil {
+		return nil, err
 	}
 	rq, err := s.recordQueries(req.LockWait)
 	if err != nil {

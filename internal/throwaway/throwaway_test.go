@@ -188,9 +188,7 @@ func TestPgBouncerFollowsBackend(t *testing.T) {
 // nothing is left behind.
 func TestStartBoundedByContext(t *testing.T) {
 	t.Parallel()
-	if !throwaway.PostgresInstalled() {
-		t.Skip("PostgreSQL binaries not installed")
-	}
+	needInstalled(t, "postgres")
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	s, err := throwaway.StartPostgres(ctx)
@@ -222,9 +220,7 @@ func TestServersDieWithTheirProcess(t *testing.T) {
 	for _, kind := range []string{"postgres", "mariadb"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			if (kind == "postgres" && !throwaway.PostgresInstalled()) || (kind == "mariadb" && !throwaway.MariaDBInstalled()) {
-				t.Skipf("%s not installed", kind)
-			}
+			needInstalled(t, kind)
 			cmd := exec.Command(os.Args[0], "-test.run=^TestServersDieWithTheirProcess$")
 			cmd.Env = append(os.Environ(), "THROWAWAY_CHILD="+kind)
 			out, err := cmd.Output()
@@ -274,9 +270,7 @@ func TestParallelStarts(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			if (name == "postgres" && !throwaway.PostgresInstalled()) || (name == "mariadb" && !throwaway.MariaDBInstalled()) {
-				t.Skipf("%s not installed", name)
-			}
+			needInstalled(t, name)
 			const n = 3
 			servers := make([]*throwaway.Server, n)
 			var wg sync.WaitGroup
@@ -306,4 +300,19 @@ func TestParallelStarts(t *testing.T) {
 			}
 		})
 	}
+}
+
+// needInstalled skips t when kind's server binaries ("postgres" or
+// "mariadb") are missing, or fails it when OPLEDGER_TEST_REQUIRE_DBS=1,
+// as the package's own test helpers do.
+func needInstalled(t *testing.T, kind string) {
+	t.Helper()
+	installed := map[string]func() bool{"postgres": throwaway.PostgresInstalled, "mariadb": throwaway.MariaDBInstalled}[kind]
+	if installed() {
+		return
+	}
+	if os.Getenv("OPLEDGER_TEST_REQUIRE_DBS") == "1" {
+		t.Fatalf("%s's server binaries are not installed, and OPLEDGER_TEST_REQUIRE_DBS=1 requires every database", kind)
+	}
+	t.Skipf("%s's server binaries are not installed", kind)
 }
