@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/opledger/opledger/dialects"
 )
@@ -99,32 +100,32 @@ func (Dialect) CheckPooling(ctx context.Context, db *sql.DB) error {
 	if workers < 2 {
 		workers = 2
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	// The first failure stops the other workers between statements, not
+	// by cancelling their context: a transaction whose context ends is
+	// rolled back by database/sql in the background, so its connection
+	// could still be in use when CheckPooling returns.
 	var (
-		mu    sync.Mutex
-		first error
-		wg    sync.WaitGroup
+		mu      sync.Mutex
+		first   error
+		stopped atomic.Bool
+		wg      sync.WaitGroup
 	)
 	fail := func(err error) {
 		mu.Lock()
 		if first == nil {
 			first = err
-			cancel()
 		}
 		mu.Unlock()
+		stopped.Store(true)
 	}
 	for w := range workers {
 		wg.Go(func() {
 			for i := range probeRounds {
-				if ctx.Err() != nil {
+				if stopped.Load() || ctx.Err() != nil {
 					return
 				}
 				inTx := i%2 == 1 // rounds 0-3 cover each text in and outside a transaction
 				if err := probeOnce(ctx, db, w, i, inTx); err != nil {
-					if ctx.Err() != nil && first != nil {
-						return
-					}
 					fail(err)
 					return
 				}
