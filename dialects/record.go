@@ -27,17 +27,6 @@ type RecordQueries struct {
 	// must replace it (every column but id, caller and method) and count
 	// as one affected row.
 	Insert string
-	// Record, when not empty, replaces Insert (and TakesOver must then be
-	// false): one statement that inserts the completed entry like Insert
-	// and, on a conflict, also returns the existing entry when the
-	// statement's snapshot shows it, so that a replay costs one
-	// statement. Args as for Insert. It returns exactly one row, as
-	// [Queries.Claim] does: whether it inserted, then Select's columns, all
-	// NULL when it inserted or did not see the existing entry (it waited
-	// for a concurrent duplicate that then committed): the ledger then
-	// reads the entry with Select, as after Insert. A conflict must not
-	// fail the statement.
-	Record string
 	// TakesOver says that Insert replaces an expired entry itself.
 	TakesOver bool
 	// TakeOver replaces an expired entry with a completed one. Args:

@@ -15,12 +15,13 @@ import (
 // handler transaction is BEGIN, WORK, COMMIT. No path takes a SAVEPOINT.
 var keyedCallStatements = map[string]map[string][]string{
 	// The bound is set inside the one claim statement (a CTE: "WITH"),
-	// at commit inside the one record statement.
+	// at commit inside the one record statement (a CTE too), whose
+	// replay reads the stored entry with a SELECT of its own.
 	"postgres": {
 		"call":             {"BEGIN", "WITH", "WORK", "UPDATE", "COMMIT"},
 		"replay":           {"BEGIN", "WITH", "ROLLBACK"},
 		"call at commit":   {"BEGIN", "WORK", "WITH", "COMMIT"},
-		"replay at commit": {"BEGIN", "WORK", "WITH", "ROLLBACK"},
+		"replay at commit": {"BEGIN", "WORK", "WITH", "SELECT", "ROLLBACK"},
 	},
 	// The bound is a session setting: set (keeping the session's value
 	// in a user variable) before BEGIN, put back after the transaction.

@@ -3,6 +3,7 @@ package ledger_test
 import (
 	"context"
 	"database/sql"
+	"flag"
 	"fmt"
 	"runtime"
 	"strconv"
@@ -89,42 +90,12 @@ func BenchmarkTransaction(b *testing.B) {
 			b.Run("byhand", func(b *testing.B) {
 				fresh(b)
 				ins, upd := e.handSQL()
-				run(b, func(n int64) error {
-					id, err := ledger.NewIdentity("svc-a", method, "hand-"+strconv.FormatInt(n, 10))
-					if err != nil {
-						return err
-					}
-					key := id.ID()
-					f := fp("x")
-					return e.tx(ctx, func(tx *sql.Tx) error {
-						now := time.Now()
-						if _, err := tx.ExecContext(ctx, ins, key[:], "svc-a", method, f[:], now.UnixMicro(), now.Add(24*time.Hour).UnixMicro()); err != nil {
-							return err
-						}
-						if err := e.WriteBiz(ctx, tx, "acct", int(n)); err != nil {
-							return err
-						}
-						_, err := tx.ExecContext(ctx, upd, 0, benchResponse, "pay.v1.TransferResponse", now.UnixMicro(), key[:])
-						return err
-					})
-				})
+				run(b, e.byhandOp(ctx, ins, upd))
 			})
 			b.Run("replay", func(b *testing.B) {
 				fresh(b)
 				const existing = 1000
-				for i := 0; i < existing; i++ {
-					id := testdb.ID(b, "svc-a", method, "replay-"+strconv.Itoa(i))
-					err := e.tx(ctx, func(tx *sql.Tx) error {
-						c, err := e.l.Claim(ctx, tx, ledger.ClaimRequest{Identity: id, Fingerprint: fp("x")})
-						if err != nil {
-							return err
-						}
-						return e.l.Complete(ctx, tx, c, ledger.Result{Response: benchResponse})
-					})
-					if err != nil {
-						b.Fatal(err)
-					}
-				}
+				e.completeKeys(b, ctx, existing)
 				run(b, e.replayOp(ctx, existing))
 			})
 		})
@@ -242,18 +213,7 @@ func BenchmarkInterleaved(b *testing.B) {
 			ctx := context.Background()
 			e := &benchEnv{newEnv(b, tg.Name, tg.Dialect, db), tg.Family()}
 			const existing = 1000
-			for i := 0; i < existing; i++ {
-				id := testdb.ID(b, "svc-a", method, "replay-"+strconv.Itoa(i))
-				if err := e.tx(ctx, func(tx *sql.Tx) error {
-					c, err := e.l.Claim(ctx, tx, ledger.ClaimRequest{Identity: id, Fingerprint: fp("x")})
-					if err != nil {
-						return err
-					}
-					return e.l.Complete(ctx, tx, c, ledger.Result{Response: benchResponse})
-				}); err != nil {
-					b.Fatal(err)
-				}
-			}
+			e.completeKeys(b, ctx, existing)
 			variants := []benchVariant{
 				{name: "bare", op: func(n int64) error {
 					return e.tx(ctx, func(tx *sql.Tx) error { return e.WriteBiz(ctx, tx, "acct", int(n)) })
@@ -317,5 +277,147 @@ func runInterleaved(b *testing.B, variants []benchVariant) {
 		if m > 0 && i > 0 {
 			b.ReportMetric(base/m, "x-"+variants[i].name)
 		}
+	}
+}
+
+var (
+	benchRounds   = flag.Int("bench.rounds", 5, "rounds of BenchmarkRounds")
+	benchRoundDur = flag.Duration("bench.round", 2*time.Second, "how long each variant runs per round in BenchmarkRounds")
+)
+
+// BenchmarkRounds measures the variants of BenchmarkTransaction, plus
+// "record" (the business INSERT, then Record of the completed entry: claim
+// at commit), each alone on 16 workers for -bench.round, in -bench.rounds
+// rounds that alternate the variants, and reports each variant's median
+// throughput, its median throughput relative to the bare transaction's
+// within a round (x-<name>), and record's relative to kit's (claim at
+// commit over claim first). Ratios within a round compare runs seconds
+// apart, which on a noisy machine is what makes them comparable; the
+// pgbench figures in docs/benchmarks.md are taken the same way.
+//
+// Run: go test -run '^$' -bench BenchmarkRounds -benchtime 1x ./ledger/ [-bench.rounds 5 -bench.round 2s]
+func BenchmarkRounds(b *testing.B) {
+	for _, tg := range testdb.Targets() {
+		if tg.Name == "postgres/pq" {
+			continue
+		}
+		b.Run(tg.Name, func(b *testing.B) {
+			db := tg.Open(b, benchWorkers)
+			ctx := context.Background()
+			fresh := func() *benchEnv { return &benchEnv{newEnv(b, tg.Name, tg.Dialect, db), tg.Family()} }
+			bare, kit, byhand, record, replay := fresh(), fresh(), fresh(), fresh(), fresh()
+			const existing = 1000
+			replay.completeKeys(b, ctx, existing)
+			ins, upd := byhand.handSQL()
+			variants := []testdb.RoundVariant{
+				{Name: "bare", Op: func(n int64) error {
+					return bare.tx(ctx, func(tx *sql.Tx) error { return bare.WriteBiz(ctx, tx, "acct", int(n)) })
+				}},
+				{Name: "kit", Op: kit.kitOp(ctx)},
+				{Name: "byhand", Op: byhand.byhandOp(ctx, ins, upd)},
+				{Name: "record", Op: record.recordOp(ctx)},
+				{Name: "replay", Op: replay.replayOp(ctx, existing)},
+			}
+			if tg.Family() == "postgres" {
+				// The one-statement claim's price and gain: the kit claiming
+				// with the plain INSERT and, on conflict, a separate read.
+				split, rsplit, noidx := fresh(), fresh(), fresh()
+				ledger.SplitClaim(split.l)
+				ledger.SplitClaim(rsplit.l)
+				rsplit.completeKeys(b, ctx, existing)
+				// What the expires_at B-tree costs a recorded entry.
+				noidx.replaceExpiresIndex(b, "noindex")
+				variants = append(variants, testdb.RoundVariant{Name: "kit-split", Op: split.kitOp(ctx)},
+					testdb.RoundVariant{Name: "replay-split", Op: rsplit.replayOp(ctx, existing)},
+					testdb.RoundVariant{Name: "record-noindex", Op: noidx.recordOp(ctx)})
+			}
+			// The floor of any form of the happy path: two statements that
+			// do nothing, where the claim and the completion would be.
+			floor := fresh()
+			variants = append(variants, testdb.RoundVariant{Name: "floor", Op: func(n int64) error {
+				return floor.tx(ctx, func(tx *sql.Tx) error {
+					if _, err := tx.ExecContext(ctx, "SELECT 1 WHERE "+floor.Ph(1)+" = 1", n%2); err != nil {
+						return err
+					}
+					if err := floor.WriteBiz(ctx, tx, "acct", int(n)); err != nil {
+						return err
+					}
+					_, err := tx.ExecContext(ctx, "SELECT 1 WHERE "+floor.Ph(1)+" = 1", n%2)
+					return err
+				})
+			}})
+			for range b.N {
+				tput := testdb.Rounds(b, *benchRounds, benchWorkers, *benchRoundDur, variants)
+				if b.Failed() {
+					return
+				}
+				testdb.ReportRounds(b, variants, tput, 0, [2]string{"record", "kit"}, [2]string{"kit", "byhand"})
+			}
+		})
+	}
+}
+
+// completeKeys claims and completes the keys "replay-0" to
+// "replay-<n-1>", for replayOp.
+func (e *benchEnv) completeKeys(b *testing.B, ctx context.Context, n int) {
+	b.Helper()
+	for i := 0; i < n; i++ {
+		id := testdb.ID(b, "svc-a", method, "replay-"+strconv.Itoa(i))
+		err := e.tx(ctx, func(tx *sql.Tx) error {
+			c, err := e.l.Claim(ctx, tx, ledger.ClaimRequest{Identity: id, Fingerprint: fp("x")})
+			if err != nil {
+				return err
+			}
+			return e.l.Complete(ctx, tx, c, ledger.Result{Response: benchResponse})
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// byhandOp is the kit's happy path written by hand (the statements of
+// handSQL) for the n-th operation.
+func (e *benchEnv) byhandOp(ctx context.Context, ins, upd string) func(n int64) error {
+	return func(n int64) error {
+		id, err := ledger.NewIdentity("svc-a", method, "hand-"+strconv.FormatInt(n, 10))
+		if err != nil {
+			return err
+		}
+		key := id.ID()
+		f := fp("x")
+		return e.tx(ctx, func(tx *sql.Tx) error {
+			now := time.Now()
+			if _, err := tx.ExecContext(ctx, ins, key[:], "svc-a", method, f[:], now.UnixMicro(), now.Add(24*time.Hour).UnixMicro()); err != nil {
+				return err
+			}
+			if err := e.WriteBiz(ctx, tx, "acct", int(n)); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(ctx, upd, 0, benchResponse, "pay.v1.TransferResponse", now.UnixMicro(), key[:])
+			return err
+		})
+	}
+}
+
+// recordOp is claim at commit for the n-th operation: the business INSERT,
+// then Record of the completed entry, in one transaction.
+func (e *benchEnv) recordOp(ctx context.Context) func(n int64) error {
+	return func(n int64) error {
+		id, err := ledger.NewIdentity("svc-a", method, "rec-"+strconv.FormatInt(n, 10))
+		if err != nil {
+			return err
+		}
+		return e.tx(ctx, func(tx *sql.Tx) error {
+			if err := e.WriteBiz(ctx, tx, "acct", int(n)); err != nil {
+				return err
+			}
+			c, err := e.l.Record(ctx, tx, ledger.ClaimRequest{Identity: id, Fingerprint: fp("x")},
+				ledger.Result{Response: benchResponse, TypeName: "pay.v1.TransferResponse"})
+			if err == nil && !c.Recorded() {
+				err = fmt.Errorf("want recorded, got %v", c.Outcome)
+			}
+			return err
+		})
 	}
 }

@@ -15,9 +15,9 @@ import (
 // an expired entry, replay a completed one.
 type insertFirst struct {
 	op string // "claim" or "record", for errors
-	// one, when not empty, is the one-statement form (Queries.Claim,
-	// RecordQueries.Record): it inserts and returns the entry its snapshot
-	// shows. insert is the plain insert, used otherwise.
+	// one, when not empty, is the one-statement form (Queries.Claim): it
+	// inserts and returns the entry its snapshot shows. insert is the
+	// plain insert, used otherwise.
 	one, insert string
 	// args returns the insert's arguments for an attempt at created.
 	args func(created, expires int64) []any

@@ -13,11 +13,8 @@ import (
 // transaction can ever commit an entry for the identity.
 //
 // It inserts first, against the same unique constraint as Claim, and reads
-// only on conflict; where the dialect has a one-statement record
-// (dialects.RecordQueries.Record: PostgreSQL), the insert itself returns
-// an entry committed before it began, so that a replay costs that one
-// statement, and the separate read runs only after waiting for a
-// concurrent duplicate. The result is:
+// only on conflict (recording is what this order is for: the insert alone,
+// no statement that also returns an existing entry). The result is:
 //   - a Claim with Outcome Recorded: the completed entry is in tx; commit;
 //   - a Claim with Outcome Replay and the stored Result: another
 //     transaction completed the operation first; roll tx back (the work's
@@ -97,9 +94,6 @@ func (s *Store) record(ctx context.Context, tx *sql.Tx, req ClaimRequest, r Resu
 			c.tookOver = tookOver
 			return c
 		},
-	}
-	if !s.split && !rq.TakesOver {
-		p.one = rq.Record
 	}
 	return s.insertFirst(ctx, tx, req, s.q.Select, p)
 }

@@ -3,9 +3,11 @@ package txmiddleware_test
 import (
 	"context"
 	"database/sql"
+	"flag"
 	"fmt"
 	"runtime"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -33,8 +35,10 @@ func BenchmarkRunner(b *testing.B) {
 			db := tg.Open(b, benchWorkers)
 			e := withStore(b, testdb.NewEnv(b, tg.Name, tg.Dialect, db))
 			variants := []variant{
+				{"bare", e.bare},
 				{"hand", e.handWritten},
 				{"runner", e.viaRunner(e.runner(b))},
+				{"runner-at-commit", e.viaRunner(e.runner(b, txmiddleware.WithClaimAtCommit()))},
 				{"runner-no-codec", e.viaRunner(e.noCodecRunner(b))},
 			}
 			if _, ok := e.Dialect.(dialects.LockWaiter); ok {
@@ -54,6 +58,9 @@ func BenchmarkRunner(b *testing.B) {
 				b.Fatal(err)
 			}
 			for _, v := range variants {
+				if v.name == "bare" {
+					continue // nothing to replay without a ledger
+				}
 				b.Run("replay/"+v.name, func(b *testing.B) {
 					r := req(b, replayKey)
 					parallel(b, func(ctx context.Context) error { return v.run(ctx, r, replayKey) })
@@ -373,4 +380,62 @@ func interleave(b *testing.B, variants []variant, phase string, replayReq ledger
 	}
 	wg.Wait()
 	return lat
+}
+
+var (
+	benchRounds   = flag.Int("bench.rounds", 5, "rounds of BenchmarkOrderRounds")
+	benchRoundDur = flag.Duration("bench.round", 2*time.Second, "how long each variant runs per round in BenchmarkOrderRounds")
+)
+
+// BenchmarkOrderRounds measures the two orders of a keyed call by
+// throughput: each variant alone on 16 workers (a pool of 16) for
+// -bench.round, in -bench.rounds rounds that alternate the variants, as
+// the pgbench figures in docs/benchmarks.md are taken. Variants: "bare"
+// (the business INSERT alone), "claim-first" and "claim-at-commit" (the
+// runner, new keys), and their replays of a completed key. It reports each
+// variant's median throughput and, within each round, its throughput over
+// the bare transaction's (x-<name>, medians), and claim at commit's over
+// claim first's. BenchmarkOrders measures the same variants interleaved
+// operation by operation, which shares every commit's flush among them and
+// so narrows the ratios.
+//
+//	go test -run '^$' -bench BenchmarkOrderRounds -benchtime 1x ./txmiddleware/ [-bench.rounds 5 -bench.round 2s]
+func BenchmarkOrderRounds(b *testing.B) {
+	for _, tg := range testdb.Targets() {
+		b.Run(tg.Name, func(b *testing.B) {
+			db := tg.Open(b, benchWorkers)
+			e := withStore(b, testdb.NewEnv(b, tg.Name, tg.Dialect, db))
+			first, atCommit := e.viaRunner(e.runner(b)), e.viaRunner(e.runner(b, txmiddleware.WithClaimAtCommit()))
+			ctx := context.Background()
+			replayKey := "rounds-replay"
+			if err := first(ctx, req(b, replayKey), replayKey); err != nil {
+				b.Fatal(err)
+			}
+			replayReq := req(b, replayKey)
+			fresh := func(prefix string, run func(context.Context, ledger.ClaimRequest, string) error) func(int64) error {
+				return func(n int64) error {
+					key := prefix + strconv.FormatInt(n, 10)
+					return run(ctx, req(b, key), key)
+				}
+			}
+			replay := func(run func(context.Context, ledger.ClaimRequest, string) error) func(int64) error {
+				return func(int64) error { return run(ctx, replayReq, replayKey) }
+			}
+			variants := []testdb.RoundVariant{
+				{Name: "bare", Op: fresh("bare-", e.bare)},
+				{Name: "claim-first", Op: fresh("first-", first)},
+				{Name: "claim-at-commit", Op: fresh("commit-", atCommit)},
+				{Name: "claim-first-replay", Op: replay(first)},
+				{Name: "claim-at-commit-replay", Op: replay(atCommit)},
+			}
+			for range b.N {
+				tput := testdb.Rounds(b, *benchRounds, benchWorkers, *benchRoundDur, variants)
+				if b.Failed() {
+					return
+				}
+				testdb.ReportRounds(b, variants, tput, 0,
+					[2]string{"claim-at-commit", "claim-first"}, [2]string{"claim-at-commit-replay", "claim-first-replay"})
+			}
+		})
+	}
 }

@@ -157,7 +157,8 @@ func WithErrorCodec(codec ErrorCodec) Option {
 // WithClaimAtCommit runs the other order of the ledger's protocol: the
 // work first, then the operation recorded already completed as the last
 // statement before COMMIT (ledger.Recorder's Record, one statement instead
-// of a claim and a completion):
+// of a claim and a completion; a replay reads the stored entry with one
+// more):
 //
 //	BEGIN → work → Record → COMMIT
 //

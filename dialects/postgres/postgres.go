@@ -114,20 +114,23 @@ func (d Dialect) queries(table, lw string) dialects.Queries {
 }
 
 // RecordQueries returns the SQL of the ledger's Record for table: INSERT
-// … ON CONFLICT (id) DO NOTHING of the completed entry in a
-// data-modifying CTE whose outer query reads the existing entry from the
-// statement's snapshot, as the claim does, so that a replay of an entry
-// committed before the statement began costs that one statement; and a
-// second statement, TakeOver, for an expired entry. A duplicate still
-// uncommitted in another transaction makes the insert wait; under READ
-// COMMITTED it then inserts nothing and its snapshot does not show the
-// winner, so the ledger reads the winner's result with a separate SELECT;
-// under REPEATABLE READ and SERIALIZABLE it fails with 40001. The take-over could be part of the
-// insert (ON CONFLICT DO UPDATE … WHERE expires_at <= now), but that form
-// locks the conflicting row even when it is live, so concurrent replays of
-// one key queue behind each other until each transaction ends: measured
-// with 16 workers replaying one key, it ran at a fifth of the speed of
-// this form.
+// … ON CONFLICT (id) DO NOTHING of the completed entry; on a conflict the
+// ledger reads the existing entry with a separate SELECT; and TakeOver for
+// an expired entry. A duplicate still uncommitted in another transaction
+// makes the insert wait; under READ COMMITTED it then inserts nothing and
+// the SELECT, a statement of its own, sees the winner; under REPEATABLE
+// READ and SERIALIZABLE it fails with 40001.
+//
+// Record is optimised for what claim at commit is for, recording: the
+// plain insert. A one-statement form like the claim's (a data-modifying
+// CTE whose outer query also returns the existing entry) would save a
+// replay its read-back, but cost every recorded entry 7–12% of throughput
+// (BenchmarkRounds in ledger, 16 workers), and a replay in this mode has
+// already run the work. The take-over could be part of the insert (ON
+// CONFLICT DO UPDATE … WHERE expires_at <= now), but that form locks the
+// conflicting row even when it is live, so concurrent replays of one key
+// queue behind each other until each transaction ends: measured with 16
+// workers replaying one key, it ran at a fifth of the speed of this form.
 func (d Dialect) RecordQueries(table string) dialects.RecordQueries {
 	return d.recordQueries(table, "")
 }
@@ -143,19 +146,10 @@ func (d Dialect) recordQueries(table, lw string) dialects.RecordQueries {
 		with = `WITH lw AS (SELECT set_config('lock_timeout', '` + lw + `', true)) `
 		values, from = `SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10 FROM lw`, ` FROM lw`
 	}
-	recordWith := `WITH `
-	if lw != "" {
-		recordWith = with + `, `
-	}
 	insert := `INSERT INTO ` + t + ` (id, caller, method, request_fp, code, response, response_type, created_at, completed_at, expires_at) ` +
 		values + ` ON CONFLICT (id) DO NOTHING`
 	return dialects.RecordQueries{
 		Insert: with + insert,
-		// As for the claim: the outer query reads the statement's snapshot,
-		// which shows an entry committed before the statement began.
-		Record: recordWith + `ins AS (` + insert + ` RETURNING 1) ` +
-			`SELECT EXISTS (SELECT 1 FROM ins), e.request_fp, e.code, e.response, e.response_type, e.created_at, e.completed_at, e.expires_at ` +
-			`FROM (SELECT 1) AS one LEFT JOIN ` + t + ` AS e ON e.id = $1`,
 		TakeOver: with + `UPDATE ` + t + ` SET request_fp = $1, code = $2, response = $3, response_type = $4, ` +
 			`created_at = $5, completed_at = $6, expires_at = $7` + from + ` WHERE id = $8 AND expires_at <= $9`,
 	}
