@@ -298,8 +298,8 @@ var (
 // Run: go test -run '^$' -bench BenchmarkRounds -benchtime 1x ./ledger/ [-bench.rounds 5 -bench.round 2s]
 func BenchmarkRounds(b *testing.B) {
 	for _, tg := range testdb.Targets() {
-		if tg.Name == "postgres/pq" {
-			continue
+		if tg.Name == "postgres/pq" || tg.Name == "sqlite/modernc" {
+			continue // one driver per database is enough for the comparison
 		}
 		b.Run(tg.Name, func(b *testing.B) {
 			db := tg.Open(b, benchWorkers)
@@ -335,15 +335,15 @@ func BenchmarkRounds(b *testing.B) {
 			// do nothing, where the claim and the completion would be.
 			floor := fresh()
 			variants = append(variants, testdb.RoundVariant{Name: "floor", Op: func(n int64) error {
+				var v int64
 				return floor.tx(ctx, func(tx *sql.Tx) error {
-					if _, err := tx.ExecContext(ctx, "SELECT 1 WHERE "+floor.Ph(1)+" = 1", n%2); err != nil {
+					if err := tx.QueryRowContext(ctx, "SELECT "+floor.Ph(1)+" + 0", n).Scan(&v); err != nil {
 						return err
 					}
 					if err := floor.WriteBiz(ctx, tx, "acct", int(n)); err != nil {
 						return err
 					}
-					_, err := tx.ExecContext(ctx, "SELECT 1 WHERE "+floor.Ph(1)+" = 1", n%2)
-					return err
+					return tx.QueryRowContext(ctx, "SELECT "+floor.Ph(1)+" + 0", n).Scan(&v)
 				})
 			}})
 			for range b.N {
