@@ -57,6 +57,11 @@ func forTest(t testing.TB, what string, start func(context.Context) (*Server, er
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		if t.Failed() {
+			// What the server did, for the failure's diagnosis: whether it
+			// still ran, how its last process ended, the end of its log.
+			t.Logf("throwaway %s on port %d: %s; log %s:\n%s", s.Kind(), s.Port(), s.state(), s.LogPath(), s.logTail())
+		}
 		if err := s.Cleanup(); err != nil {
 			t.Errorf("throwaway cleanup: %v", err)
 		}

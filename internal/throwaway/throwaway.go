@@ -401,6 +401,23 @@ func descendants(pid int) []int {
 	return out
 }
 
+// state says whether the server runs, and otherwise how its last process
+// ended (for example "signal: killed").
+func (s *Server) state() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.cmd == nil:
+		return "never started"
+	case s.runningLocked():
+		return fmt.Sprintf("running (pid %d, %d starts)", s.cmd.Process.Pid, s.starts)
+	case s.cmd.ProcessState != nil:
+		return fmt.Sprintf("exited: %s (%d starts)", s.cmd.ProcessState, s.starts)
+	default:
+		return "exited"
+	}
+}
+
 // logTail returns the last lines of the server's log.
 func (s *Server) logTail() string {
 	b, _ := os.ReadFile(s.log)
