@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -13,83 +14,121 @@ import (
 
 // TestClaimLockWait: ClaimRequest.LockWait bounds the claim inside its own
 // statement where the dialect can (PostgreSQL): a claim of an identity
-// another transaction holds fails with ErrInProgress after about the
-// bound, the bound is lock_timeout for the rest of that transaction only,
+// another transaction holds waits on it (the database shows it blocked)
+// and fails with ErrInProgress after about the bound, the bound is lock_timeout for the rest of that transaction only,
 // and the next transaction on the same connection has the session's own
 // value again, after a commit and after a failure alike. Elsewhere Claim
 // refuses a LockWait with ErrInvalid, and BoundsLockWait says so.
 func TestClaimLockWait(t *testing.T) {
 	t.Parallel()
 	testdb.ForEachTarget(t, 3, func(t *testing.T, tg testdb.Target) {
-		ctx := context.Background()
 		// A pool of one connection: everything on db runs on one session.
 		db, other := tg.Open(t, 1), tg.Open(t, 2)
 		e := newEnv(t, tg.Name, tg.Dialect, other)
-		id := testdb.ID(t, "tenant-a", method, "bounded")
-		req := ledger.ClaimRequest{Identity: id, Fingerprint: fp("bounded"), LockWait: 250 * time.Millisecond}
-		if !boundsOnPostgres(t, tg, db, e, "claim", func(tx *sql.Tx) error {
-			_, err := e.l.Claim(ctx, tx, req)
-			return err
-		}) {
-			return
-		}
-		show := func(q ledger.Querier) string { return lockTimeout(t, q) }
-		before := show(db)
-		pid := poolSession(t, tg, db)
-
-		// A bound that meets no lock: set for the transaction, gone after.
-		tx, err := db.BeginTx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := e.l.Claim(ctx, tx, req)
-		if err != nil || !c.Acquired() {
-			t.Fatalf("bounded claim: %+v %v", c, err)
-		}
-		if got := show(tx); got != "250ms" {
-			t.Fatalf("lock_timeout after the bounded claim %q, want 250ms", got)
-		}
-		if err := e.l.Complete(ctx, tx, c, ledger.Result{Response: []byte("r")}); err != nil {
-			t.Fatal(err)
-		}
-		if err := tx.Commit(); err != nil {
-			t.Fatal(err)
-		}
-		if after := show(db); after != before {
-			t.Fatalf("lock_timeout in the next transaction %q, want the session's %q", after, before)
-		}
-
-		// A wait past the bound on a holder of the identity.
-		held := testdb.ID(t, "tenant-a", method, "held")
-		holder, err := other.BeginTx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer holder.Rollback()
-		if c, err := e.l.Claim(ctx, holder, ledger.ClaimRequest{Identity: held, Fingerprint: fp("held")}); err != nil || !c.Acquired() {
-			t.Fatalf("holder: %+v %v", c, err)
-		}
-		tx, err = db.BeginTx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		start := time.Now()
-		_, err = e.l.Claim(ctx, tx, ledger.ClaimRequest{Identity: held, Fingerprint: fp("held"), LockWait: 250 * time.Millisecond})
-		took := time.Since(start)
-		tx.Rollback()
-		if !errors.Is(err, ledger.ErrInProgress) || took < 250*time.Millisecond || took > 5*time.Second {
-			t.Fatalf("claim of a held identity: %v after %v, want ErrInProgress after about 250ms", err, took)
-		}
-		if after := show(db); after != before {
-			t.Fatalf("lock_timeout after the failed transaction %q, want the session's %q", after, before)
-		}
-		if now := poolSession(t, tg, db); now != pid {
-			t.Fatalf("the pool's session is now %d, was %d", now, pid)
-		}
-		if _, err := e.l.Claim(ctx, holder, ledger.ClaimRequest{Identity: held, Fingerprint: fp("held"), LockWait: -time.Second}); !errors.Is(err, ledger.ErrInvalid) {
-			t.Fatalf("negative lock wait: %v, want ErrInvalid", err)
-		}
+		checkLockWait(t, tg, db, other, e, "claim", 250*time.Millisecond, ledger.Acquired,
+			func(ctx context.Context, tx *sql.Tx, req ledger.ClaimRequest) (*ledger.Claim, error) {
+				c, err := e.l.Claim(ctx, tx, req)
+				if err == nil && c.Acquired() {
+					err = e.l.Complete(ctx, tx, c, ledger.Result{Response: []byte("r")})
+				}
+				return c, err
+			})
 	})
+}
+
+// checkLockWait checks op, a ledger operation done by do in tx, under a
+// bound on its lock waits. Where the store bounds lock waits
+// (PostgreSQL): an operation whose bound meets no lock has the bound as
+// lock_timeout for the rest of its transaction (it must return won), and
+// the next transaction on the same connection has the session's own value
+// again; an operation on an identity that another open transaction holds
+// waits on it (the database shows it blocked), fails with ErrInProgress
+// after about the bound, and again leaves the session's value and session
+// as they were; a negative bound is ErrInvalid. Elsewhere op must refuse a
+// bound with ErrInvalid (boundsOnPostgres). It reports whether the store
+// bounds lock waits. db is a pool of one connection; other holds the
+// identity.
+func checkLockWait(t *testing.T, tg testdb.Target, db, other *sql.DB, e *env, op string, bound time.Duration, won ledger.Outcome,
+	do func(context.Context, *sql.Tx, ledger.ClaimRequest) (*ledger.Claim, error)) bool {
+	t.Helper()
+	ctx := context.Background()
+	req := ledger.ClaimRequest{Identity: testdb.ID(t, "tenant-a", method, "bounded-"+op), Fingerprint: fp("bounded-" + op), LockWait: bound}
+	if !boundsOnPostgres(t, tg, db, e, op, func(tx *sql.Tx) error {
+		_, err := do(ctx, tx, req)
+		return err
+	}) {
+		return false
+	}
+	show := func(q ledger.Querier) string { return lockTimeout(t, q) }
+	before := show(db)
+	pid := poolSession(t, tg, db)
+
+	// A bound that meets no lock: set for the transaction, gone after.
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := do(ctx, tx, req)
+	if err != nil || c.Outcome != won {
+		t.Fatalf("bounded %s: %+v %v", op, c, err)
+	}
+	if got, want := show(tx), fmt.Sprintf("%dms", bound.Milliseconds()); got != want {
+		t.Fatalf("lock_timeout after the bounded %s %q, want %s", op, got, want)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if after := show(db); after != before {
+		t.Fatalf("lock_timeout in the next transaction %q, want the session's %q", after, before)
+	}
+
+	// A wait past the bound on a holder of the identity, which the
+	// database shows blocked on the holder.
+	held := ledger.ClaimRequest{Identity: testdb.ID(t, "tenant-a", method, "held-"+op), Fingerprint: fp("held")}
+	holder, err := other.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback()
+	if c, err := do(ctx, holder, held); err != nil || c.Outcome != won {
+		t.Fatalf("holder: %+v %v", c, err)
+	}
+	hid := testdb.SessionID(t, tg.Dialect, holder)
+	tx, err = db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	var (
+		took time.Duration
+		werr error
+	)
+	bounded := held
+	bounded.LockWait = bound
+	start := time.Now()
+	go func() {
+		defer close(done)
+		_, werr = do(ctx, tx, bounded)
+		took = time.Since(start)
+	}()
+	testdb.WaitBlocked(t, other, tg.Dialect, hid, 1, done)
+	<-done
+	tx.Rollback()
+	if !errors.Is(werr, ledger.ErrInProgress) || took < bound || took > 5*time.Second {
+		t.Fatalf("%s of a held identity: %v after %v, want ErrInProgress after about %v", op, werr, took, bound)
+	}
+	if after := show(db); after != before {
+		t.Fatalf("lock_timeout after the failed transaction %q, want the session's %q", after, before)
+	}
+	if now := poolSession(t, tg, db); now != pid {
+		t.Fatalf("the pool's session is now %d, was %d", now, pid)
+	}
+	negative := held
+	negative.LockWait = -time.Second
+	if _, err := do(ctx, holder, negative); !errors.Is(err, ledger.ErrInvalid) {
+		t.Fatalf("negative lock wait: %v, want ErrInvalid", err)
+	}
+	return true
 }
 
 // lockTimeout returns lock_timeout as q's session shows it.
@@ -157,44 +196,21 @@ func TestRecordLockWait(t *testing.T) {
 		// A pool of one connection: everything on db runs on one session.
 		db, other := tg.Open(t, 1), tg.Open(t, 2)
 		e := newEnv(t, tg.Name, tg.Dialect, other)
-		id := testdb.ID(t, "tenant-a", method, "bounded-record")
-		req := ledger.ClaimRequest{Identity: id, Fingerprint: fp("bounded-record"), LockWait: bound}
 		res := ledger.Result{Response: []byte("recorded"), TypeName: "t.Resp"}
-		if !boundsOnPostgres(t, tg, db, e, "record", func(tx *sql.Tx) error {
-			_, err := e.l.Record(ctx, tx, req, res)
-			return err
-		}) {
+		if !checkLockWait(t, tg, db, other, e, "record", bound, ledger.Recorded,
+			func(ctx context.Context, tx *sql.Tx, req ledger.ClaimRequest) (*ledger.Claim, error) {
+				return e.l.Record(ctx, tx, req, res)
+			}) {
 			return
 		}
-		show := func(q ledger.Querier) string { return lockTimeout(t, q) }
-		before := show(db)
-		pid := poolSession(t, tg, db)
 
-		// A bound that meets no lock: set for the transaction, gone after.
+		// A bounded replay of the entry checkLockWait recorded.
+		req := ledger.ClaimRequest{Identity: testdb.ID(t, "tenant-a", method, "bounded-record"), Fingerprint: fp("bounded-record"), LockWait: bound}
 		tx, err := db.BeginTx(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, err := e.l.Record(ctx, tx, req, res)
-		if err != nil || !c.Recorded() {
-			t.Fatalf("bounded record: %+v %v", c, err)
-		}
-		if got := show(tx); got != "500ms" {
-			t.Fatalf("lock_timeout after the bounded record %q, want 500ms", got)
-		}
-		if err := tx.Commit(); err != nil {
-			t.Fatal(err)
-		}
-		if after := show(db); after != before {
-			t.Fatalf("lock_timeout in the next transaction %q, want the session's %q", after, before)
-		}
-
-		// A bounded replay.
-		tx, err = db.BeginTx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err = e.l.Record(ctx, tx, req, ledger.Result{Response: []byte("again")})
+		c, err := e.l.Record(ctx, tx, req, ledger.Result{Response: []byte("again")})
 		tx.Rollback()
 		if err != nil || c.Outcome != ledger.Replay || string(c.Result.Response) != "recorded" {
 			t.Fatalf("bounded replay: %+v %v", c, err)
@@ -224,49 +240,6 @@ func TestRecordLockWait(t *testing.T) {
 		}
 		if err := tx.Commit(); err != nil {
 			t.Fatal(err)
-		}
-
-		// A wait past the bound on a holder of the identity, which the
-		// database shows blocked on the holder.
-		held := testdb.ID(t, "tenant-a", method, "held-record")
-		holder, err := other.BeginTx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer holder.Rollback()
-		if c, err := e.l.Record(ctx, holder, ledger.ClaimRequest{Identity: held, Fingerprint: fp("held")}, res); err != nil || !c.Recorded() {
-			t.Fatalf("holder: %+v %v", c, err)
-		}
-		hid := testdb.SessionID(t, tg.Dialect, holder)
-		tx, err = db.BeginTx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan struct{})
-		var (
-			took time.Duration
-			rerr error
-		)
-		start := time.Now()
-		go func() {
-			defer close(done)
-			_, rerr = e.l.Record(ctx, tx, ledger.ClaimRequest{Identity: held, Fingerprint: fp("held"), LockWait: bound}, res)
-			took = time.Since(start)
-		}()
-		testdb.WaitBlocked(t, other, tg.Dialect, hid, 1, done)
-		<-done
-		tx.Rollback()
-		if !errors.Is(rerr, ledger.ErrInProgress) || took < bound || took > 5*time.Second {
-			t.Fatalf("record of a held identity: %v after %v, want ErrInProgress after about %v", rerr, took, bound)
-		}
-		if after := show(db); after != before {
-			t.Fatalf("lock_timeout after the failed transaction %q, want the session's %q", after, before)
-		}
-		if now := poolSession(t, tg, db); now != pid {
-			t.Fatalf("the pool's session is now %d, was %d", now, pid)
-		}
-		if _, err := e.l.Record(ctx, holder, ledger.ClaimRequest{Identity: held, Fingerprint: fp("held"), LockWait: -time.Second}, res); !errors.Is(err, ledger.ErrInvalid) {
-			t.Fatalf("negative lock wait: %v, want ErrInvalid", err)
 		}
 	})
 }
