@@ -88,38 +88,6 @@ func TestClaimAtCommit(t *testing.T) {
 	})
 }
 
-// A final error at commit whose operation another call completes between
-// the rollback and the fresh transaction: the other call's result comes
-// back as a replay and only its work commits.
-func TestClaimAtCommitFinalErrorCompletedMeanwhile(t *testing.T) {
-	t.Parallel()
-	forEachTarget(t, 4, func(t *testing.T, e *env) {
-		ctx := context.Background()
-		key := "acc-final-meanwhile"
-		var runs, otherRuns atomic.Int64
-		other := e.runner(t, txmiddleware.WithClaimAtCommit())
-		r := e.runner(t, txmiddleware.WithClaimAtCommit(), txmiddleware.WithAfterFinalRollback(func(ctx context.Context) {
-			if out, err := other.Run(ctx, req(t, key), e.bizWork(key, 2, &otherRuns)); err != nil || !out.Executed {
-				t.Errorf("the other call: %+v %v; want executed", out, err)
-			}
-		}))
-		out, err := r.Run(ctx, req(t, key), func(ctx context.Context, tx *sql.Tx) (ledger.Result, error) {
-			runs.Add(1)
-			if err := e.WriteBiz(ctx, tx, key, 1); err != nil {
-				return ledger.Result{}, err
-			}
-			return ledger.Result{}, &finalErr{codeNotFound, "no such account"}
-		})
-		if err != nil || !out.Replayed || string(out.Result.Response) != "done "+key+" by 2" {
-			t.Fatalf("%+v %v; want the other call's result replayed", out, err)
-		}
-		if runs.Load() != 1 || otherRuns.Load() != 1 || e.BizRows(t, key) != 1 {
-			t.Fatalf("work ran %d times, the other %d, %d business rows; want 1, 1, 1", runs.Load(), otherRuns.Load(), e.BizRows(t, key))
-		}
-		testdb.WaitIdle(t, e.DB)
-	})
-}
-
 // noRecorder is a Ledger without Record.
 type noRecorder struct{ ledger.Ledger }
 

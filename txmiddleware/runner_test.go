@@ -166,37 +166,44 @@ func TestFinalErrorReplayed(t *testing.T) {
 }
 
 // A final error whose operation another call completes between the
-// rollback and the fresh transaction that records it: the call returns
-// the other call's result as a replay, records nothing, and the work ran
-// once.
+// rollback and the fresh transaction that records it, in either order
+// (claim first, and claim at commit): the call returns the other call's
+// result as a replay, records nothing, its work ran once, and only the
+// other call's work commits.
 func TestFinalErrorCompletedMeanwhile(t *testing.T) {
 	t.Parallel()
 	forEachTarget(t, 4, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		key := "final-meanwhile"
-		var runs, otherRuns atomic.Int64
-		other := e.runner(t)
-		r := e.runner(t, txmiddleware.WithAfterFinalRollback(func(ctx context.Context) {
-			if out, err := other.Run(ctx, req(t, key), e.bizWork(key, 2, &otherRuns)); err != nil || !out.Executed {
-				t.Errorf("the other call: %+v %v; want executed", out, err)
+		for _, order := range []struct {
+			name string
+			opts []txmiddleware.Option
+		}{{"claim first", nil}, {"claim at commit", []txmiddleware.Option{txmiddleware.WithClaimAtCommit()}}} {
+			key := "final-meanwhile " + order.name
+			var runs, otherRuns atomic.Int64
+			other := e.runner(t, order.opts...)
+			r := e.runner(t, append(order.opts, txmiddleware.WithAfterFinalRollback(func(ctx context.Context) {
+				if out, err := other.Run(ctx, req(t, key), e.bizWork(key, 2, &otherRuns)); err != nil || !out.Executed {
+					t.Errorf("%s: the other call: %+v %v; want executed", order.name, out, err)
+				}
+			}))...)
+			out, err := r.Run(ctx, req(t, key), func(ctx context.Context, tx *sql.Tx) (ledger.Result, error) {
+				runs.Add(1)
+				if err := e.WriteBiz(ctx, tx, key, 1); err != nil {
+					return ledger.Result{}, err
+				}
+				return ledger.Result{}, &finalErr{codeNotFound, "no such account"}
+			})
+			entry, lerr := e.lookup(t, key)
+			if lerr != nil || entry.State != ledger.Completed {
+				t.Fatalf("%s: entry: %+v %v", order.name, entry, lerr)
 			}
-		}))
-		out, err := r.Run(ctx, req(t, key), func(ctx context.Context, tx *sql.Tx) (ledger.Result, error) {
-			runs.Add(1)
-			if err := e.WriteBiz(ctx, tx, key, 1); err != nil {
-				return ledger.Result{}, err
+			if err != nil || !out.Replayed || out.Executed || !sameResult(out.Result, entry.Result) || out.Result.Code != 0 ||
+				string(out.Result.Response) != "done "+key+" by 2" {
+				t.Fatalf("%s: %+v %v; want the other call's result %+v replayed", order.name, out, err, entry.Result)
 			}
-			return ledger.Result{}, &finalErr{codeNotFound, "no such account"}
-		})
-		entry, lerr := e.lookup(t, key)
-		if lerr != nil || entry.State != ledger.Completed {
-			t.Fatalf("entry: %+v %v", entry, lerr)
-		}
-		if err != nil || !out.Replayed || out.Executed || !sameResult(out.Result, entry.Result) || out.Result.Code != 0 {
-			t.Fatalf("%+v %v; want the other call's result %+v replayed", out, err, entry.Result)
-		}
-		if runs.Load() != 1 || otherRuns.Load() != 1 || e.BizRows(t, key) != 1 {
-			t.Fatalf("work ran %d times, the other %d, %d business rows; want 1, 1, 1", runs.Load(), otherRuns.Load(), e.BizRows(t, key))
+			if runs.Load() != 1 || otherRuns.Load() != 1 || e.BizRows(t, key) != 1 {
+				t.Fatalf("%s: work ran %d times, the other %d, %d business rows; want 1, 1, 1", order.name, runs.Load(), otherRuns.Load(), e.BizRows(t, key))
+			}
 		}
 		testdb.WaitIdle(t, e.DB)
 	})
