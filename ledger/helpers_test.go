@@ -89,3 +89,20 @@ func (e *env) unit(ctx context.Context, level sql.IsolationLevel, retries *atomi
 	}
 	return fmt.Errorf("still failing after 20 attempts: %w", last)
 }
+
+// commitIncomplete claims req and commits without completing it: an entry
+// committed with no result.
+func commitIncomplete(t *testing.T, e *env, req ledger.ClaimRequest) {
+	t.Helper()
+	tx, err := e.DB.BeginTx(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := e.l.Claim(context.Background(), tx, req); err != nil || !c.Acquired() {
+		tx.Rollback()
+		t.Fatalf("claim of an entry to leave incomplete: %+v %v", c, err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+}

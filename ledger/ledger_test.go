@@ -514,16 +514,7 @@ func TestCommittedWithoutResult(t *testing.T) {
 	forEachTarget(t, 4, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		id := testdb.ID(t, "tenant-a", method, "incomplete")
-		tx, err := e.DB.BeginTx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := e.l.Claim(ctx, tx, ledger.ClaimRequest{Identity: id, Fingerprint: fp("i")}); err != nil {
-			t.Fatal(err)
-		}
-		if err := tx.Commit(); err != nil {
-			t.Fatal(err)
-		}
+		commitIncomplete(t, e, ledger.ClaimRequest{Identity: id, Fingerprint: fp("i")})
 		if _, err := claimOnce(t, e, e.l, id, fp("i"), "x"); !errors.Is(err, ledger.ErrIncomplete) {
 			t.Fatalf("claim: %v, want ErrIncomplete", err)
 		}

@@ -106,22 +106,13 @@ func TestRecord(t *testing.T) {
 		}
 		// Committed without a result.
 		pid := testdb.ID(t, "tenant-a", method, "pending")
-		tx, err := e.DB.BeginTx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := e.l.Claim(ctx, tx, ledger.ClaimRequest{Identity: pid, Fingerprint: fp("pending")}); err != nil {
-			t.Fatal(err)
-		}
-		if err := tx.Commit(); err != nil {
-			t.Fatal(err)
-		}
+		commitIncomplete(t, e, ledger.ClaimRequest{Identity: pid, Fingerprint: fp("pending")})
 		if _, err := e.recordUnit(ctx, e.l, sql.LevelDefault, ledger.ClaimRequest{Identity: pid, Fingerprint: fp("pending")}, "pending", 1, res); !errors.Is(err, ledger.ErrIncomplete) {
 			t.Fatalf("record over a pending entry: %v, want ErrIncomplete", err)
 		}
 		// Bad input: nothing sent.
 		big := ledger.Result{Response: make([]byte, ledger.DefaultMaxResultSize+1)}
-		tx, err = e.DB.BeginTx(ctx, nil)
+		tx, err := e.DB.BeginTx(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
