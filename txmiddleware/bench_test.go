@@ -35,10 +35,8 @@ func BenchmarkRunner(b *testing.B) {
 			db := tg.Open(b, benchWorkers)
 			e := withStore(b, testdb.NewEnv(b, tg.Name, tg.Dialect, db))
 			variants := []variant{
-				{"bare", e.bare},
 				{"hand", e.handWritten},
 				{"runner", e.viaRunner(e.runner(b))},
-				{"runner-at-commit", e.viaRunner(e.runner(b, txmiddleware.WithClaimAtCommit()))},
 				{"runner-no-codec", e.viaRunner(e.noCodecRunner(b))},
 			}
 			if _, ok := e.Dialect.(dialects.LockWaiter); ok {
@@ -58,9 +56,6 @@ func BenchmarkRunner(b *testing.B) {
 				b.Fatal(err)
 			}
 			for _, v := range variants {
-				if v.name == "bare" {
-					continue // nothing to replay without a ledger
-				}
 				b.Run("replay/"+v.name, func(b *testing.B) {
 					r := req(b, replayKey)
 					parallel(b, func(ctx context.Context) error { return v.run(ctx, r, replayKey) })
