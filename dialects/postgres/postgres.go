@@ -81,7 +81,7 @@ func (d Dialect) queries(table, lw string) dialects.Queries {
 	var with, from string
 	values := `VALUES ($1, $2, $3, $4, $5, $6)`
 	if lw != "" {
-		with = `WITH lw AS (SELECT set_config('lock_timeout', '` + lw + `', true)) `
+		with = lockWaitCTE(lw)
 		values, from = `SELECT $1, $2, $3, $4, $5, $6 FROM lw`, ` FROM lw`
 	}
 	claimWith := `WITH `
@@ -141,18 +141,37 @@ func (d Dialect) RecordQueries(table string) dialects.RecordQueries {
 func (d Dialect) recordQueries(table, lw string) dialects.RecordQueries {
 	t := d.QuoteIdent(table)
 	var with, from string
-	values := `VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
 	if lw != "" {
-		with = `WITH lw AS (SELECT set_config('lock_timeout', '` + lw + `', true)) `
-		values, from = `SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10 FROM lw`, ` FROM lw`
+		with, from = lockWaitCTE(lw), ` FROM lw`
 	}
-	insert := `INSERT INTO ` + t + ` (id, caller, method, request_fp, code, response, response_type, created_at, completed_at, expires_at) ` +
-		values + ` ON CONFLICT (id) DO NOTHING`
 	return dialects.RecordQueries{
-		Insert: with + insert,
+		Insert: d.recordInsert(table, lw, true),
 		TakeOver: with + `UPDATE ` + t + ` SET request_fp = $1, code = $2, response = $3, response_type = $4, ` +
 			`created_at = $5, completed_at = $6, expires_at = $7` + from + ` WHERE id = $8 AND expires_at <= $9`,
 	}
+}
+
+// recordInsert is the insert of a completed entry: ON CONFLICT (id) DO
+// NOTHING when onConflict is set, else failing on a conflict; lw, when not
+// empty, is the lock_timeout (in milliseconds) it sets for the rest of
+// the transaction before it can wait.
+func (d Dialect) recordInsert(table, lw string, onConflict bool) string {
+	values := `VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
+	with := ""
+	if lw != "" {
+		with, values = lockWaitCTE(lw), `SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10 FROM lw`
+	}
+	insert := with + `INSERT INTO ` + d.QuoteIdent(table) + ` (id, caller, method, request_fp, code, response, response_type, created_at, completed_at, expires_at) ` + values
+	if onConflict {
+		insert += ` ON CONFLICT (id) DO NOTHING`
+	}
+	return insert
+}
+
+// lockWaitCTE is the CTE that sets lock_timeout to lw milliseconds for the
+// rest of the transaction, before the statement it starts can wait.
+func lockWaitCTE(lw string) string {
+	return `WITH lw AS (SELECT set_config('lock_timeout', '` + lw + `', true)) `
 }
 
 type sqlStater interface{ SQLState() string }
