@@ -3,6 +3,9 @@ package pgxledger_test
 import (
 	"context"
 	"database/sql"
+	"net/url"
+	"os"
+	"strconv"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -88,4 +91,18 @@ func result(key string) ledger.Result {
 
 func sameResult(a, b ledger.Result) bool {
 	return a.Code == b.Code && a.TypeName == b.TypeName && string(a.Response) == string(b.Response)
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+// proxyDSN is the test database's DSN with addr (host:port) in place of
+// its server's.
+func proxyDSN(t testing.TB, addr string) string {
+	t.Helper()
+	u, err := url.Parse(os.Getenv(testdb.EnvPostgres))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = addr
+	return u.String()
 }

@@ -28,6 +28,7 @@ type ptx struct {
 	pgx.Tx // open: the transaction the batch began; once ended: a closed one
 	c      *pgxpool.Conn
 	s      *Store
+	pool   *pgxpool.Pool // c's
 	// prepare: the connection caches prepared statements, so the Store's
 	// are sent prepared under its own names.
 	prepare bool
@@ -134,7 +135,16 @@ func (p pipeline) acquire(ctx context.Context) (*pgxpool.Conn, error) {
 }
 
 func (p pipeline) wrap(tx pgx.Tx, c *pgxpool.Conn) *ptx {
-	return &ptx{Tx: tx, c: c, s: p.s, prepare: p.s.prepared(p.pool), owned: p.owned}
+	return &ptx{Tx: tx, c: c, s: p.s, pool: p.pool, prepare: p.s.prepared(p.pool), owned: p.owned}
+}
+
+// pipelineOf is the pipeline that ends tx: its pool's, when it is one of
+// the Store's own transactions.
+func (s *Store) pipelineOf(tx pgx.Tx) pipeline {
+	if t, ok := tx.(*ptx); ok {
+		return pipeline{s: s, pool: t.pool, owned: t.owned}
+	}
+	return pipeline{s: s}
 }
 
 // Begin begins a transaction on a connection of its own.

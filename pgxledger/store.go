@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"strings"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
@@ -96,7 +97,8 @@ func (s *Store) name(query string) string {
 		return v.(string)
 	}
 	sum := sha256.Sum256([]byte(query))
-	v, _ := s.names.LoadOrStore(query, "opledger_"+hex.EncodeToString(sum[:12]))
+	word, _, _ := strings.Cut(strings.TrimSpace(query), " ")
+	v, _ := s.names.LoadOrStore(query, "opledger_"+strings.ToLower(word)+"_"+hex.EncodeToString(sum[:12]))
 	return v.(string)
 }
 
@@ -211,7 +213,7 @@ func (s *Store) BeginClaim(ctx context.Context, pool *pgxpool.Pool, opts pgx.TxO
 // sent, or a context that ended while it was in flight, is an error
 // matching txmiddleware.ErrCommitUnknown.
 func (s *Store) CompleteCommit(ctx context.Context, tx pgx.Tx, c *ledger.Claim, r ledger.Result) error {
-	return s.core.CompleteCommit(ctx, s.pipeline(nil, pgx.TxOptions{}, false), tx, c, r)
+	return s.core.CompleteCommit(ctx, s.pipelineOf(tx), tx, c, r)
 }
 
 // RecordCommit inserts req's identity already completed with r in tx, in
@@ -223,5 +225,5 @@ func (s *Store) CompleteCommit(ctx context.Context, tx pgx.Tx, c *ledger.Claim, 
 // replay, ErrKeyReused or ErrIncomplete); an expired entry is deleted and
 // an error matching ledger.ErrRetryable asks for the unit to run again.
 func (s *Store) RecordCommit(ctx context.Context, tx pgx.Tx, req ledger.ClaimRequest, r ledger.Result) (*ledger.Claim, error) {
-	return s.core.RecordCommit(ctx, s.pipeline(nil, pgx.TxOptions{}, false), tx, req, r)
+	return s.core.RecordCommit(ctx, s.pipelineOf(tx), tx, req, r)
 }
