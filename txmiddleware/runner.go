@@ -3,13 +3,10 @@ package txmiddleware
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
 	"time"
 
-	"github.com/opledger/opledger/dialects"
-	"github.com/opledger/opledger/internal/options"
 	"github.com/opledger/opledger/ledger"
 )
 
@@ -58,19 +55,11 @@ type RunResult struct {
 	Attempts int
 }
 
-// Runner runs claim, work and completion as one transaction on a pool. It
-// holds no connection between calls and is safe for concurrent use.
+// Runner runs claim, work and completion as one transaction on a pool:
+// the [TxRunner] of database/sql. It holds no connection between calls
+// and is safe for concurrent use.
 type Runner struct {
-	db  *sql.DB
-	l   ledger.Ledger
-	d   dialects.Dialect
-	lw  dialects.LockWaiter // set when a lock wait bound is configured and the ledger cannot bound its claims
-	rec ledger.Recorder     // set in claim-at-commit mode
-	// claimWait is the lock wait bound passed in every ClaimRequest, when
-	// one is configured and the ledger bounds its claims itself.
-	claimWait time.Duration
-	cfg       config
-	obs       *observer
+	r *TxRunner[*sql.Tx]
 }
 
 // New returns a Runner for db, the database that holds both the ledger's
@@ -80,46 +69,19 @@ func New(db *sql.DB, l ledger.Ledger, opts ...Option) (*Runner, error) {
 	if db == nil || l == nil {
 		return nil, fmt.Errorf("%w: database and ledger must not be nil", ErrInvalidConfig)
 	}
-	d := l.Dialect()
-	if d == nil {
-		return nil, fmt.Errorf("%w: the ledger has no dialect", ErrInvalidConfig)
+	r, err := NewTxRunner(func(s TxSettings) (TxDriver[*sql.Tx], error) { return newSQLDriver(db, l, s) }, opts...)
+	if err != nil {
+		return nil, err
 	}
-	r := &Runner{db: db, l: l, d: d, cfg: defaults()}
-	if err := options.Apply(&r.cfg, opts, func(o Option) options.Option[config] { return o.o }); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-	}
-	// The bound goes into the claim's own statement when the ledger can
-	// put it there: the Claim, or in claim-at-commit mode the Record (and
-	// the final error's claim); a ledger that bounds lock waits honours it
-	// in both.
-	if b, ok := l.(ledger.LockWaitBounder); ok && r.cfg.lockWait > 0 && b.BoundsLockWait() {
-		r.claimWait = r.cfg.lockWait // in the claim's statements: none of its own
-	} else if r.cfg.lockWait > 0 {
-		lw, ok := d.(dialects.LockWaiter)
-		if !ok {
-			return nil, fmt.Errorf("%w: WithLockWait: dialect %s cannot bound lock waits (no dialects.LockWaiter)", ErrInvalidConfig, d.Name())
-		}
-		r.lw = lw
-	}
-	if r.cfg.atCommit {
-		rec, ok := l.(ledger.Recorder)
-		if !ok {
-			return nil, fmt.Errorf("%w: WithClaimAtCommit: the ledger (%T) does not implement ledger.Recorder", ErrInvalidConfig, l)
-		}
-		r.rec = rec
-	}
-	r.obs = newObserver(d, &r.cfg)
-	return r, nil
+	return &Runner{r: r}, nil
 }
-
-type txKey struct{}
 
 // TxFromContext returns the transaction that Run passes to the work, from
 // the work's context or one derived from it. The work's context also
 // carries the operation's identity (ledger.OperationFromContext), from
 // which downstream keys and outbox message ids are derived.
 func TxFromContext(ctx context.Context) (*sql.Tx, bool) {
-	tx, ok := ctx.Value(txKey{}).(*sql.Tx)
+	tx, ok := TxFrom[*sql.Tx](ctx)
 	return tx, ok && tx != nil
 }
 
@@ -171,61 +133,7 @@ func TxFromContext(ctx context.Context) (*sql.Tx, bool) {
 // run again. When attempts run out the last error is returned, matching
 // ledger.ErrRetryable. A panic in work rolls back and propagates.
 func (r *Runner) Run(ctx context.Context, req ledger.ClaimRequest, work Work) (RunResult, error) {
-	ctx, op := r.obs.begin(ctx, req)
-	out, err := r.run(ctx, req, work)
-	r.obs.ran(ctx, op, req, out, err)
-	return out, err
-}
-
-func (r *Runner) run(ctx context.Context, req ledger.ClaimRequest, work Work) (RunResult, error) {
-	if work == nil {
-		return RunResult{}, errors.New("txmiddleware: work must not be nil")
-	}
-	if r.claimWait > 0 {
-		req.LockWait = r.claimWait
-	}
-	var (
-		out   RunResult
-		final *finalError // set once the work returned a final error
-	)
-	for {
-		out.Attempts++
-		var (
-			o   RunResult
-			err error
-		)
-		o, err = r.once(ctx, req, work, final)
-		o.Attempts = out.Attempts
-		out = o
-		if err == nil {
-			return out, nil
-		}
-		var fe *finalError
-		if errors.As(err, &fe) {
-			// The work's final error, its transaction rolled back: record it
-			// in a fresh transaction, at once (not a failure). The work
-			// does not run again.
-			final = fe
-			out.Attempts--
-			continue
-		}
-		if out.Executed || out.Replayed || !r.transient(ctx, err) {
-			return out, err
-		}
-		if out.Attempts >= r.cfg.maxAttempts {
-			return out, giveUp(fmt.Sprintf("%d attempts failed", out.Attempts), err)
-		}
-		delay := r.cfg.delay(out.Attempts)
-		if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= delay {
-			return out, giveUp(fmt.Sprintf("no time left for attempt %d", out.Attempts+1), err)
-		}
-		if r.cfg.onRetry != nil {
-			r.cfg.onRetry(ctx, out.Attempts, err, delay)
-		}
-		if serr := sleep(ctx, delay); serr != nil {
-			return out, fmt.Errorf("txmiddleware: waiting to retry: %w (after: %v)", serr, err)
-		}
-	}
+	return r.r.Run(ctx, req, TxWork[*sql.Tx](work))
 }
 
 // giveUp wraps the last transient error so that it matches
@@ -261,22 +169,6 @@ func (e *finalError) Error() string {
 }
 func (e *finalError) Unwrap() error { return e.err }
 
-// transient reports whether the unit should run again after err.
-func (r *Runner) transient(ctx context.Context, err error) bool {
-	if ctx.Err() != nil || errors.Is(err, ErrCommitUnknown) ||
-		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return false
-	}
-	if errors.Is(err, ledger.ErrRetryable) || errors.Is(err, driver.ErrBadConn) {
-		return true
-	}
-	switch r.d.Classify(err) {
-	case dialects.ClassSerialization, dialects.ClassDeadlock, dialects.ClassConnection:
-		return true
-	}
-	return false
-}
-
 // ctxErr returns an error matching both the context's error and err, or
 // nil when ctx is still live.
 func ctxErr(ctx context.Context, op string, err error) error {
@@ -288,196 +180,4 @@ func ctxErr(ctx context.Context, op string, err error) error {
 		return fmt.Errorf("txmiddleware: %s: %w", op, cerr)
 	}
 	return fmt.Errorf("txmiddleware: %s: %w (%w)", op, cerr, err)
-}
-
-// begin starts one attempt's transaction, with the lock-wait bound when
-// one is configured. release is never nil.
-func (r *Runner) begin(ctx context.Context) (*sql.Tx, func(), error) {
-	opts := &sql.TxOptions{Isolation: r.cfg.iso}
-	if r.lw != nil {
-		tx, release, err := r.lw.BeginBounded(ctx, r.db, opts, r.cfg.lockWait)
-		if err != nil {
-			return nil, func() {}, err
-		}
-		return tx, release, nil
-	}
-	tx, err := r.db.BeginTx(ctx, opts)
-	return tx, func() {}, err
-}
-
-// once runs the unit one time. With fe set it records that final error of
-// an earlier run of the work, whose transaction was rolled back, in a
-// fresh transaction instead of running the work: claim again and complete
-// with the encoding. When another call completed the operation meanwhile,
-// its result is the answer, as a replay.
-func (r *Runner) once(ctx context.Context, req ledger.ClaimRequest, work Work, fe *finalError) (out RunResult, err error) {
-	if fe != nil && r.cfg.afterFinalRollback != nil {
-		r.cfg.afterFinalRollback(ctx)
-	}
-	tx, release, err := r.begin(ctx)
-	if err != nil {
-		return out, r.beginErr(ctx, err)
-	}
-	// Registered before the transaction's own deferred rollback, so it
-	// runs after it: a session setting is restored once the transaction
-	// has ended, then the connection goes back to the pool.
-	defer release()
-	ended := false
-	defer func() {
-		if !ended {
-			_ = tx.Rollback() // also when work panics; the panic goes on
-		}
-	}()
-
-	var c *ledger.Claim
-	if r.rec == nil {
-		c, err = r.l.Claim(ctx, tx, req)
-		if err != nil {
-			if cerr := ctxErr(ctx, "claim", err); cerr != nil {
-				return out, cerr
-			}
-			return out, err // the ledger's errors, unchanged
-		}
-		r.obs.claimed(ctx, req, c)
-		if !c.Acquired() {
-			// Nothing was written: end the transaction without a commit.
-			ended = true
-			_ = tx.Rollback()
-			return r.replayed(out, c)
-		}
-	}
-
-	var (
-		res  ledger.Result
-		werr error
-	)
-	if fe != nil {
-		res, werr = fe.enc, fe.err
-	} else {
-		res, werr = work(ledger.ContextWithOperation(context.WithValue(ctx, txKey{}, tx), req.Identity), tx)
-	}
-	if werr != nil && fe == nil {
-		if cerr := ctxErr(ctx, "work", werr); cerr != nil {
-			return out, cerr
-		}
-		if r.transient(ctx, werr) {
-			return out, werr
-		}
-		if enc, ok := r.final(werr); ok {
-			// Roll back everything the work wrote; the encoding is recorded
-			// in a fresh transaction (see run).
-			ended = true
-			_ = tx.Rollback()
-			return out, &finalError{enc: enc, err: werr}
-		}
-		return out, werr
-	}
-	if r.rec != nil {
-		// Claim at commit: the completed entry, as the last statement.
-		rc, err := r.rec.Record(ctx, tx, req, res)
-		if err != nil {
-			if cerr := ctxErr(ctx, "record", err); cerr != nil {
-				return out, cerr
-			}
-			return out, err // the deferred rollback undoes the work
-		}
-		r.obs.claimed(ctx, req, rc)
-		if !rc.Recorded() {
-			// Another call completed it first: the work must not commit.
-			ended = true
-			_ = tx.Rollback()
-			return r.replayed(out, rc)
-		}
-	} else if err := r.l.Complete(ctx, tx, c, res); err != nil {
-		if cerr := ctxErr(ctx, "complete", err); cerr != nil {
-			return out, cerr
-		}
-		return out, err
-	}
-	if err := r.commit(ctx, tx, &ended); err != nil {
-		return out, err
-	}
-	out.Result, out.Executed = res, true
-	return out, werr
-}
-
-// replayed is the answer for a replay of c's stored result.
-func (r *Runner) replayed(out RunResult, c *ledger.Claim) (RunResult, error) {
-	out.Result, out.Replayed, out.CompletedAt = c.Result, true, c.CompletedAt
-	return out, r.replayErr(c.Result)
-}
-
-// final reports whether werr is final for the codec, with its encoding.
-func (r *Runner) final(werr error) (ledger.Result, bool) {
-	if r.cfg.codec == nil {
-		return ledger.Result{}, false
-	}
-	enc, ok := r.cfg.codec.Encode(werr)
-	return enc, ok && enc.Code != 0
-}
-
-// commit runs the test hook, checks the context and commits tx, setting
-// *ended once COMMIT is sent.
-func (r *Runner) commit(ctx context.Context, tx *sql.Tx, ended *bool) error {
-	if r.cfg.beforeCommit != nil {
-		r.cfg.beforeCommit(ctx)
-	}
-	if cerr := ctxErr(ctx, "commit", nil); cerr != nil {
-		return cerr // COMMIT not sent; the deferred rollback ends it
-	}
-	*ended = true
-	if err := tx.Commit(); err != nil {
-		return r.commitErr(ctx, err)
-	}
-	return nil
-}
-
-// beginErr wraps a failed BEGIN.
-func (r *Runner) beginErr(ctx context.Context, err error) error {
-	if cerr := ctxErr(ctx, "begin", err); cerr != nil {
-		return cerr
-	}
-	if r.d.Classify(err) == dialects.ClassLockTimeout {
-		// SQLite with immediate transactions waits for the write lock at
-		// BEGIN: the busy timeout passed while another transaction
-		// (perhaps holding this identity) wrote.
-		return fmt.Errorf("txmiddleware: begin: %w: %w", ledger.ErrInProgress, err)
-	}
-	return fmt.Errorf("txmiddleware: begin: %w", dialects.Explain(r.d, err))
-}
-
-// commitErr sorts a failed COMMIT: not sent (the transaction was already
-// rolled back), refused by the database (a definite rollback, retried
-// when transient), or unknown.
-func (r *Runner) commitErr(ctx context.Context, err error) error {
-	switch {
-	case errors.Is(err, sql.ErrTxDone):
-		// database/sql rolled the transaction back when its context ended,
-		// before COMMIT could be sent: not committed.
-		if cerr := ctxErr(ctx, "commit", err); cerr != nil {
-			return cerr
-		}
-		return fmt.Errorf("txmiddleware: commit: %w", err)
-	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-		// The context was live just before COMMIT and ended during it: the
-		// driver may have sent COMMIT and given up waiting for its answer.
-		// The error matches the context's error too.
-		return fmt.Errorf("%w: %w", ErrCommitUnknown, err)
-	case errors.Is(err, driver.ErrBadConn) || r.d.Classify(err) == dialects.ClassConnection:
-		return fmt.Errorf("%w: %w", ErrCommitUnknown, err)
-	case ctx.Err() != nil:
-		// The database answered COMMIT with an error after the context
-		// ended (lib/pq cancels the statement: 57014): it rolled back.
-		return ctxErr(ctx, "commit", err)
-	}
-	return &ledger.DBError{Op: "commit", Class: r.d.Classify(err), Err: dialects.Explain(r.d, err)}
-}
-
-// replayErr is the error a replayed result stands for: the codec's
-// decoding of a non-zero code, or nil.
-func (r *Runner) replayErr(res ledger.Result) error {
-	if res.Code == 0 || r.cfg.codec == nil {
-		return nil
-	}
-	return r.cfg.codec.Decode(res)
 }
