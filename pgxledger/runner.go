@@ -47,7 +47,7 @@ func NewRunner(pool *pgxpool.Pool, s *Store, opts ...txmiddleware.Option) (*Runn
 		return nil, fmt.Errorf("%w: pool and store must not be nil", txmiddleware.ErrInvalidConfig)
 	}
 	r, err := txmiddleware.NewTxRunner(func(set txmiddleware.TxSettings) (txmiddleware.TxDriver[pgx.Tx], error) {
-		iso, err := isoLevel(set.Isolation)
+		iso, err := IsoLevel(set.Isolation)
 		if err != nil {
 			return nil, err
 		}
@@ -59,8 +59,10 @@ func NewRunner(pool *pgxpool.Pool, s *Store, opts ...txmiddleware.Option) (*Runn
 	return &Runner{r: r}, nil
 }
 
-// isoLevel maps database/sql's isolation level to pgx's.
-func isoLevel(l sql.IsolationLevel) (pgx.TxIsoLevel, error) {
+// IsoLevel returns pgx's name of database/sql's isolation level l
+// ("" for sql.LevelDefault, the database's default), or an error for a
+// level PostgreSQL has not.
+func IsoLevel(l sql.IsolationLevel) (pgx.TxIsoLevel, error) {
 	switch l {
 	case sql.LevelDefault:
 		return "", nil
@@ -73,7 +75,7 @@ func isoLevel(l sql.IsolationLevel) (pgx.TxIsoLevel, error) {
 	case sql.LevelSerializable:
 		return pgx.Serializable, nil
 	}
-	return "", fmt.Errorf("WithIsolation: PostgreSQL has no isolation level %v", l)
+	return "", fmt.Errorf("pgxledger: PostgreSQL has no isolation level %v", l)
 }
 
 // Run claims req's identity and, when this call acquires it, runs work and
