@@ -4,10 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -21,19 +19,7 @@ import (
 
 // keys is the herd's key count in these tests (OPLEDGER_CONFORMANCE_KEYS
 // overrides it).
-func keys(t *testing.T) int {
-	if v := os.Getenv("OPLEDGER_CONFORMANCE_KEYS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			t.Fatalf("OPLEDGER_CONFORMANCE_KEYS: %v", err)
-		}
-		return n
-	}
-	if testing.Short() {
-		return 10
-	}
-	return 40
-}
+func keys(t *testing.T) int { return testdb.Keys(t, 40) }
 
 // TestStore: the kit's own ledger passes the whole suite on every target,
 // at every isolation level the target offers.

@@ -40,15 +40,21 @@ var (
 	_ ledger.LockWaitBounder    = (*Store)(nil)
 )
 
-// driver runs the ledger's statements in a pgx.Tx.
-type driver struct{}
+// Driver is the ledger.TxDriver of pgx: the ledger's statements run with
+// pgx.Tx's Exec and QueryRow. The Store, and the outbox's Enqueue here,
+// run on it.
+type Driver struct{}
 
-func (driver) Exec(ctx context.Context, tx pgx.Tx, query string, args ...any) (int64, error) {
+var _ ledger.TxDriver[pgx.Tx] = Driver{}
+
+// Exec runs query in tx and returns the rows it affected.
+func (Driver) Exec(ctx context.Context, tx pgx.Tx, query string, args ...any) (int64, error) {
 	tag, err := tx.Exec(ctx, query, args...)
 	return tag.RowsAffected(), err
 }
 
-func (driver) QueryRow(ctx context.Context, tx pgx.Tx, query string, args ...any) ledger.Row {
+// QueryRow runs query in tx.
+func (Driver) QueryRow(ctx context.Context, tx pgx.Tx, query string, args ...any) ledger.Row {
 	return tx.QueryRow(ctx, query, args...)
 }
 
@@ -105,7 +111,7 @@ func (s *Store) name(query string) string {
 // New returns a Store with the ledger's options (table, retention, result
 // size limit, clock, telemetry). Bad options match ledger.ErrInvalid.
 func New(opts ...ledger.Option) (*Store, error) {
-	core, err := ledger.NewTxStore[pgx.Tx](postgres.New(), driver{}, opts...)
+	core, err := ledger.NewTxStore[pgx.Tx](postgres.New(), Driver{}, opts...)
 	if err != nil {
 		return nil, err
 	}

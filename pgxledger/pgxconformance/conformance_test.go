@@ -2,9 +2,7 @@ package pgxconformance_test
 
 import (
 	"context"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,21 +15,9 @@ import (
 	"github.com/opledger/opledger/pgxledger/pgxconformance"
 )
 
-// keys is the herd's key count in the whole-suite tests
-// (OPLEDGER_CONFORMANCE_KEYS overrides it).
-func keys(t *testing.T) int {
-	if v := os.Getenv("OPLEDGER_CONFORMANCE_KEYS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			t.Fatalf("OPLEDGER_CONFORMANCE_KEYS: %v", err)
-		}
-		return n
-	}
-	if testing.Short() {
-		return 10
-	}
-	return 30
-}
+// keys is the herd's key count in these tests (OPLEDGER_CONFORMANCE_KEYS
+// overrides it).
+func keys(t *testing.T) int { return testdb.Keys(t, 30) }
 
 // forms are the four forms of the pgx path the suite runs over: in the
 // caller's transaction and pipelined, claim first and at commit.
