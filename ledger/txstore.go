@@ -113,9 +113,9 @@ type TxStore[TX any] struct {
 	// before a claim or a record.
 	check func(ctx context.Context, op string, tx TX) error
 
-	// oneStatement, when set, claims with the dialect's one-statement
-	// Claim (Queries.Claim) instead of Insert and, on a conflict only,
-	// Select.
+	// oneStatement, when set (WithOneStatementClaim), claims with the
+	// dialect's one-statement Claim (Queries.Claim) instead of Insert and,
+	// on a conflict only, Select.
 	oneStatement bool
 
 	// afterConflict, when set (by tests only), runs between a conflicting
@@ -141,6 +141,7 @@ func NewTxStore[TX any](d dialects.Dialect, drv TxDriver[TX], opts ...Option) (*
 	}
 	s := &TxStore[TX]{drv: drv, d: d, table: c.table, retention: c.retention, maxResult: c.maxResult, now: c.now}
 	s.q = d.Queries(s.table)
+	s.oneStatement = c.oneStatement && s.q.Claim != ""
 	if rd, ok := d.(dialects.Recorder); ok {
 		rq := rd.RecordQueries(s.table)
 		s.rq = &rq

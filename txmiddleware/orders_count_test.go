@@ -47,9 +47,6 @@ func TestStatementCountsByOrder(t *testing.T) {
 			}
 			replayFirst := int64(4)  // BEGIN, INSERT, SELECT, ROLLBACK
 			replayCommit := int64(5) // BEGIN, the work, INSERT, SELECT, ROLLBACK
-			if tg.Family() == "postgres" {
-				replayFirst = 3 // BEGIN, the one-statement claim, ROLLBACK
-			}
 			first, atCommit := e.runner(t), e.runner(t, txmiddleware.WithClaimAtCommit())
 			bounded := e.runner(t, txmiddleware.WithClaimAtCommit(), txmiddleware.WithLockWait(2*time.Second))
 			// What the lock-wait bound adds at commit: nothing on

@@ -113,3 +113,17 @@ func Keys(t testing.TB, full int) int {
 	}
 	return full
 }
+
+// InTx runs f in a transaction of db, committing when f succeeds and
+// rolling back when it fails.
+func InTx(ctx context.Context, db *sql.DB, f func(*sql.Tx) error) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := f(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
