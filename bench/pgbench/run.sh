@@ -23,7 +23,7 @@ scripts=(${SCRIPTS:-bare claim_first claim_first_pipelined at_commit at_commit_p
 tmp=$(mktemp -d)
 cleanup() {
 	(cd "$root" && go run ./cmd/opledger migrate down --dsn "$dsn" --table opl_pgbench >/dev/null 2>&1) || true
-	psql -q "$dsn" -c 'DROP TABLE IF EXISTS opl_pgbench_biz, opl_pgbench_db_version' >/dev/null 2>&1 || true
+	psql -X -q "$dsn" -c 'DROP TABLE IF EXISTS opl_pgbench_biz, opl_pgbench_db_version' >/dev/null 2>&1 || true
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -31,7 +31,7 @@ trap cleanup EXIT
 
 n=${#scripts[@]}
 for ((r = 0; r < rounds; r++)); do
-	psql -q "$dsn" -f "$here/setup.sql" >/dev/null
+	PGOPTIONS="-c client_min_messages=warning" psql -X -q -v ON_ERROR_STOP=1 "$dsn" -f "$here/setup.sql" >/dev/null
 	for ((j = 0; j < n; j++)); do
 		s=${scripts[$(((r + j) % n))]}
 		tps=$(pgbench -n -M prepared -c "$clients" -j 2 -T "$secs" -f "$here/$s.sql" "$dsn" 2>&1 |
