@@ -2,6 +2,7 @@ package pgxledger_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"reflect"
 	"testing"
@@ -9,8 +10,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/opledger/opledger/dialects/postgres"
 	"github.com/opledger/opledger/internal/testdb"
 	"github.com/opledger/opledger/ledger"
+	"github.com/opledger/opledger/txmiddleware"
 )
 
 // TestNothingButATransaction: pgx.Tx, what Claim, Complete, Record and
@@ -201,4 +204,105 @@ func TestRoundTrips(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSQLRoundTrips counts the round trips of the database/sql paths
+// (pgx's stdlib driver, on a connection that counts them), to set beside
+// the pgx paths': every statement is one, so a keyed call claim first
+// costs the bare transaction's 3 plus 2, at commit plus 1, in the
+// caller's transaction and through txmiddleware's Runner alike.
+func TestSQLRoundTrips(t *testing.T) {
+	testdb.Parallel(t, "postgres", 1)
+	e := newEnv(t, 1)
+	ctx := context.Background()
+	store, err := ledger.New(postgres.New(), ledger.WithTable(e.table))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := txmiddleware.New(e.db, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	atCommit, err := txmiddleware.New(e.db, store, txmiddleware.WithClaimAtCommit())
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := func(key string) txmiddleware.Work {
+		return func(ctx context.Context, tx *sql.Tx) (ledger.Result, error) {
+			_, err := tx.ExecContext(ctx, "INSERT INTO "+e.biz+" (k, worker) VALUES ($1, $2)", key, 1)
+			return result(key), err
+		}
+	}
+	sqlPaths := []struct {
+		name           string
+		want, wantRepl int
+		run            func(key string) (ledger.Outcome, error)
+	}{
+		{"bare", 3, 0, func(key string) (ledger.Outcome, error) {
+			return ledger.Acquired, testdb.InTx(ctx, e.db, func(tx *sql.Tx) error { _, err := work(key)(ctx, tx); return err })
+		}},
+		{"claim first", 5, 4, func(key string) (ledger.Outcome, error) {
+			var o ledger.Outcome
+			err := testdb.InTx(ctx, e.db, func(tx *sql.Tx) error {
+				c, err := store.Claim(ctx, tx, req(t, key))
+				if err != nil || !c.Acquired() {
+					o = outcome(c)
+					return err
+				}
+				if _, err := work(key)(ctx, tx); err != nil {
+					return err
+				}
+				o = c.Outcome
+				return store.Complete(ctx, tx, c, result(key))
+			})
+			return o, err
+		}},
+		{"runner", 5, 4, func(key string) (ledger.Outcome, error) {
+			out, err := first.Run(ctx, req(t, key), work(key+"-w"))
+			return runOutcome(out), err
+		}},
+		{"runner at commit", 4, 5, func(key string) (ledger.Outcome, error) {
+			out, err := atCommit.Run(ctx, req(t, key), work(key+"-w"))
+			return runOutcome(out), err
+		}},
+	}
+	for _, p := range sqlPaths {
+		for _, k := range []string{"warm-" + p.name, "warm-" + p.name} {
+			if _, err := p.run(k); err != nil {
+				t.Fatalf("%s: warm-up: %v", p.name, err)
+			}
+		}
+	}
+	for _, p := range sqlPaths {
+		key := "sqlrt-" + p.name
+		e.rt.Reset()
+		if _, err := p.run(key); err != nil {
+			t.Fatal(err)
+		}
+		n := e.rt.Count()
+		t.Logf("database/sql %-18s %d round trips", p.name, n)
+		if n != p.want {
+			t.Errorf("database/sql %s: %d round trips, want %d", p.name, n, p.want)
+		}
+		if p.wantRepl == 0 {
+			continue
+		}
+		e.rt.Reset()
+		got, err := p.run(key)
+		n = e.rt.Count()
+		t.Logf("database/sql %-18s %d round trips (%v)", p.name+" replay", n, got)
+		if err != nil || got != ledger.Replay || n != p.wantRepl {
+			t.Errorf("database/sql %s replay: %v %v in %d round trips, want a replay in %d", p.name, got, err, n, p.wantRepl)
+		}
+	}
+}
+
+func runOutcome(out txmiddleware.RunResult) ledger.Outcome {
+	switch {
+	case out.Replayed:
+		return ledger.Replay
+	case out.Executed:
+		return ledger.Acquired
+	}
+	return 0
 }

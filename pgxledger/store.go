@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"reflect"
 	"strings"
 	"sync"
 
@@ -160,7 +161,7 @@ func (s *Store) Record(ctx context.Context, tx pgx.Tx, req ledger.ClaimRequest, 
 // connection or a transaction) without claiming or locking it: the
 // outcomes of [ledger.Store.Lookup].
 func (s *Store) Lookup(ctx context.Context, q Querier, id ledger.Identity) (*ledger.Entry, error) {
-	if q == nil {
+	if isNil(q) {
 		return s.core.LookupWith(ctx, nil, id)
 	}
 	return s.core.LookupWith(ctx, func(ctx context.Context, query string, args ...any) ledger.Row {
@@ -174,7 +175,7 @@ func (s *Store) Lookup(ctx context.Context, q Querier, id ledger.Identity) (*led
 // is held for longer than one batch; it skips rows another transaction
 // has locked.
 func (s *Store) Sweep(ctx context.Context, db Execer, batch int) (int64, error) {
-	if db == nil {
+	if isNil(db) {
 		return s.core.SweepWith(ctx, nil, batch)
 	}
 	return s.core.SweepWith(ctx, func(ctx context.Context, query string, args ...any) (int64, error) {
@@ -232,4 +233,14 @@ func (s *Store) CompleteCommit(ctx context.Context, tx pgx.Tx, c *ledger.Claim, 
 // an error matching ledger.ErrRetryable asks for the unit to run again.
 func (s *Store) RecordCommit(ctx context.Context, tx pgx.Tx, req ledger.ClaimRequest, r ledger.Result) (*ledger.Claim, error) {
 	return s.core.RecordCommit(ctx, s.pipelineOf(tx), tx, req, r)
+}
+
+// isNil reports whether v is nil or holds a nil pointer (a nil
+// *pgxpool.Pool in a Querier).
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	rv := reflect.ValueOf(v)
+	return rv.Kind() == reflect.Pointer && rv.IsNil()
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/opledger/opledger/internal/testdb"
 	"github.com/opledger/opledger/ledger"
@@ -354,7 +355,12 @@ func TestLookupSweepAndNils(t *testing.T) {
 		"CompleteCommit": e.s.CompleteCommit(ctx, nil, nil, result("nil")),
 		"RecordCommit":   func() error { _, err := e.s.RecordCommit(ctx, nil, req(t, "nil"), result("nil")); return err }(),
 		"Lookup":         func() error { _, err := e.s.Lookup(ctx, nil, req(t, "nil").Identity); return err }(),
-		"Sweep":          func() error { _, err := e.s.Sweep(ctx, nil, 1); return err }(),
+		"Lookup on a nil pool": func() error {
+			var p *pgxpool.Pool
+			_, err := e.s.Lookup(ctx, p, req(t, "nil").Identity)
+			return err
+		}(),
+		"Sweep": func() error { _, err := e.s.Sweep(ctx, nil, 1); return err }(),
 	} {
 		if !errors.Is(err, ledger.ErrInvalid) {
 			t.Errorf("%s with nil: %v, want ErrInvalid", name, err)
