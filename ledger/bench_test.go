@@ -130,7 +130,9 @@ func (e *benchEnv) kitOp(ctx context.Context) func(n int64) error {
 	}
 }
 
-func (e *benchEnv) tx(ctx context.Context, f func(*sql.Tx) error) error { return testdb.InTx(ctx, e.DB, f) }
+func (e *benchEnv) tx(ctx context.Context, f func(*sql.Tx) error) error {
+	return testdb.InTx(ctx, e.DB, f)
+}
 
 // completeKeys claims and completes the keys "replay-0" to
 // "replay-<n-1>", for replayOp.
