@@ -343,6 +343,8 @@ func (ck *checker) method(p policy.MethodPolicy, present []Layer) MethodReport {
 	}
 	mr.Layers = append(mr.Layers, app, ck.serviceConfigLayer(p))
 	var retrying []Layer
+	type layerRules struct{ rules []*rule }
+	var all []layerRules
 	for _, l := range present {
 		la := LayerAttempts{Layer: l, Attempts: one}
 		var rules []*rule
@@ -366,8 +368,8 @@ func (ck *checker) method(p policy.MethodPolicy, present []Layer) MethodReport {
 			} else {
 				allBudgeted = false
 			}
-			ck.ruleFindings(p, r)
 		}
+		all = append(all, layerRules{rules})
 		if allBudgeted && len(budgets) > 0 {
 			la.Budget = strings.Join(budgets, "; ")
 		}
@@ -380,6 +382,11 @@ func (ck *checker) method(p policy.MethodPolicy, present []Layer) MethodReport {
 		mr.Layers = append(mr.Layers, la)
 	}
 	ck.ownerFindings(p, retrying, mr.Layers)
+	for _, lr := range all {
+		for _, r := range lr.rules {
+			ck.ruleFindings(p, r)
+		}
+	}
 	amp := one
 	for _, la := range mr.Layers {
 		amp = amp.Times(la.Attempts)
@@ -447,14 +454,14 @@ func (ck *checker) ruleFindings(p policy.MethodPolicy, r *rule) {
 		switch {
 		case p.Kind == policy.KindKeyed && !p.DurableLedger:
 			f.Kind = FindingRetryKeyedWithoutLedger
-			f.Message = fmt.Sprintf("%s retries keyed method %s (%d attempts) on %s, under which it may have run, but no durable ledger records its completions: a retry after a lost answer runs it twice",
-				r.layer, p.FullMethod, max(r.attempts.N, 2), strings.Join(unsafe, ", "))
+			f.Message = fmt.Sprintf("%s retries keyed method %s (%s) on %s, under which it may have run, but no durable ledger records its completions: a retry after a lost answer runs it twice",
+				r.layer, p.FullMethod, r.attempts.text(), strings.Join(unsafe, ", "))
 			f.Fix = "add the ledger (--keyed, not --keyed-no-ledger), or " + turnOff + ", or retry only on connect-failure,refused-stream"
 			ck.add(f)
 		case !retryable(p):
 			f.Kind = FindingRetryNonIdempotent
-			f.Message = fmt.Sprintf("%s retries non-idempotent method %s (%s attempts) on %s, under which it may have run: a retry after a lost answer runs it twice",
-				r.layer, p.FullMethod, r.attempts, strings.Join(unsafe, ", "))
+			f.Message = fmt.Sprintf("%s retries non-idempotent method %s (%s) on %s, under which it may have run: a retry after a lost answer runs it twice",
+				r.layer, p.FullMethod, r.attempts.text(), strings.Join(unsafe, ", "))
 			f.Fix = turnOff + ", or retry it only on connect-failure,refused-stream (never sent), or make it a keyed mutation with a ledger"
 			ck.add(f)
 		}
@@ -466,7 +473,7 @@ func (ck *checker) ruleFindings(p policy.MethodPolicy, r *rule) {
 		if why == "" {
 			why = "nothing bounds them"
 		}
-		f.Message = fmt.Sprintf("%s retries %s (%s attempts) with no retry budget: %s; when the service fails, every call becomes %s requests", r.layer, p.FullMethod, r.attempts, why, r.attempts)
+		f.Message = fmt.Sprintf("%s retries %s (%s) with no retry budget: %s; when the service fails, every call becomes up to %s requests", r.layer, p.FullMethod, r.attempts.text(), why, r.attempts)
 		f.Fix = budgetFix(r.layer)
 		ck.add(f)
 	}
@@ -496,21 +503,21 @@ func (ck *checker) ownerFindings(p policy.MethodPolicy, retrying []Layer, layers
 		case owner == policy.OwnerServiceConfig && l == LayerXDS:
 			continue // the xDS policy is the channel's own retries there; service-config-replaced says so
 		case owner == policy.OwnerNone:
-			f.Message = fmt.Sprintf("%s retries %s (%s attempts) on a channel whose retry owner is none: nobody may retry it", l, p.FullMethod, la.Attempts)
+			f.Message = fmt.Sprintf("%s retries %s (%s) on a channel whose retry owner is none: nobody may retry it", l, p.FullMethod, la.Attempts.text())
 			f.Fix = offFix(l) + ", or make " + string(l) + " the owner (mesh)"
 		case owner == policy.OwnerMesh:
 			if i == 0 {
 				continue
 			}
-			f.Message = fmt.Sprintf("%s and %s both retry %s (%s × %s attempts): two mesh layers multiply like two owners", retrying[0], l, p.FullMethod, attempts(retrying[0]).Attempts, la.Attempts)
+			f.Message = fmt.Sprintf("%s and %s both retry %s (%s × %s): two mesh layers multiply like two owners", retrying[0], l, p.FullMethod, attempts(retrying[0]).Attempts.text(), la.Attempts.text())
 			f.Fix = offFix(l) + " and leave the retries to " + string(retrying[0])
 		default:
 			own := attempts(LayerApplication)
 			if owner == policy.OwnerServiceConfig {
 				own = attempts(LayerServiceConfig)
 			}
-			f.Message = fmt.Sprintf("%s retries %s (%s attempts) on a channel whose retry owner is %s (%s attempts): the layers multiply to %s requests per call",
-				l, p.FullMethod, la.Attempts, owner, own.Attempts, own.Attempts.Times(la.Attempts))
+			f.Message = fmt.Sprintf("%s retries %s (%s) on a channel whose retry owner is %s (%s): the layers multiply to %s requests per call",
+				l, p.FullMethod, la.Attempts.text(), owner, own.Attempts.text(), own.Attempts.Times(la.Attempts))
 			f.Fix = offFix(l) + ", or make the mesh the owner and turn the channel's own retries off"
 		}
 		ck.add(f)

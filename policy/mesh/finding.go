@@ -184,6 +184,14 @@ func (a Attempts) String() string {
 	return strconv.Itoa(a.N)
 }
 
+// text writes "1 attempt", "3 attempts" or "unbounded attempts".
+func (a Attempts) text() string {
+	if a.N == 1 && !a.Unbounded {
+		return "1 attempt"
+	}
+	return a.String() + " attempts"
+}
+
 // Retries reports whether the layer makes more than one attempt.
 func (a Attempts) Retries() bool { return a.Unbounded || a.N > 1 }
 
