@@ -2,75 +2,35 @@ package xdstest_test
 
 import (
 	"context"
-	"net"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/internal/xdstest"
 )
 
-// failing is a plain grpc-go Payments server whose GetTransfer fails with
-// UNAVAILABLE until it has seen failFirst attempts, and records the
-// grpc-previous-rpc-attempts header of every attempt.
-type failing struct {
-	failFirst int
+const getTransfer = "/opledger.examples.payments.v1.Payments/GetTransfer"
 
-	mu       sync.Mutex
-	previous []string // one entry per attempt; "" when the header is absent
-}
+// payments is a plain Payments server: GetTransfer echoes the id.
+type payments struct{}
 
-func (f *failing) Transfer(context.Context, *paymentspb.TransferRequest) (*paymentspb.TransferReply, error) {
+func (payments) Transfer(context.Context, *paymentspb.TransferRequest) (*paymentspb.TransferReply, error) {
 	return nil, status.Error(codes.Unimplemented, "not in this test")
 }
 
-func (f *failing) GetTransfer(ctx context.Context, req *paymentspb.GetTransferRequest) (*paymentspb.TransferReply, error) {
-	md, _ := metadata.FromIncomingContext(ctx)
-	prev := ""
-	if v := md.Get("grpc-previous-rpc-attempts"); len(v) > 0 {
-		prev = v[0]
-	}
-	f.mu.Lock()
-	f.previous = append(f.previous, prev)
-	n := len(f.previous)
-	f.mu.Unlock()
-	if n <= f.failFirst {
-		return nil, status.Error(codes.Unavailable, "failing on purpose")
-	}
+func (payments) GetTransfer(_ context.Context, req *paymentspb.GetTransferRequest) (*paymentspb.TransferReply, error) {
 	return &paymentspb.TransferReply{TransferId: req.GetTransferId()}, nil
 }
 
-func (f *failing) attempts() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]string(nil), f.previous...)
-}
-
-func (f *failing) reset() {
-	f.mu.Lock()
-	f.previous = nil
-	f.mu.Unlock()
-}
-
-func serve(t *testing.T, srv paymentspb.PaymentsServer) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := grpc.NewServer()
-	paymentspb.RegisterPaymentsServer(s, srv)
-	go func() { _ = s.Serve(lis) }()
-	t.Cleanup(s.Stop)
-	return lis.Addr().String()
+func backend(t *testing.T, rec *xdstest.Recorder) string {
+	return xdstest.Backend(t, func(s *grpc.Server) { paymentspb.RegisterPaymentsServer(s, payments{}) },
+		grpc.UnaryInterceptor(rec.Interceptor()))
 }
 
 // TestRetriesAsTheControlPlaneSays: a route whose retry_policy retries
@@ -81,8 +41,8 @@ func TestRetriesAsTheControlPlaneSays(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // hang guard
 	defer cancel()
-	backend := &failing{failFirst: 3}
-	addr := serve(t, backend)
+	rec := xdstest.NewRecorder(3, codes.Unavailable)
+	addr := backend(t, rec)
 	cp := xdstest.Start(t)
 	svc := xdstest.Service{Name: "payments", Endpoints: []string{addr},
 		Routes: []*routev3.Route{{
@@ -95,33 +55,31 @@ func TestRetriesAsTheControlPlaneSays(t *testing.T) {
 	if err := cp.Set(ctx, svc); err != nil {
 		t.Fatal(err)
 	}
-	conn := cp.Dial(t, "payments")
-	client := paymentspb.NewPaymentsClient(conn)
+	client := paymentspb.NewPaymentsClient(cp.Dial(t, "payments"))
 	reply, err := client.GetTransfer(ctx, &paymentspb.GetTransferRequest{TransferId: 7}, grpc.WaitForReady(true))
 	if err != nil {
-		t.Fatalf("GetTransfer: %v (attempts %q, NACKs %q)", err, backend.attempts(), cp.NACKs())
+		t.Fatalf("GetTransfer: %v (attempts %q, NACKs %q)", err, rec.Attempts(getTransfer), cp.NACKs())
 	}
 	if reply.GetTransferId() != 7 {
 		t.Fatalf("reply %v", reply)
 	}
-	if got, want := backend.attempts(), []string{"", "1", "2", "3"}; !slices.Equal(got, want) {
+	if got, want := rec.Attempts(getTransfer), []string{"", "1", "2", "3"}; !slices.Equal(got, want) {
 		t.Fatalf("grpc-previous-rpc-attempts per attempt = %q, want %q", got, want)
 	}
 
 	// A server that always fails: 4 attempts, then UNAVAILABLE.
-	backend.reset()
-	backend.failFirst = 1 << 30
+	rec.Reset(1 << 30)
 	_, err = client.GetTransfer(ctx, &paymentspb.GetTransferRequest{TransferId: 8})
-	if status.Code(err) != codes.Unavailable || len(backend.attempts()) != 4 {
-		t.Fatalf("always failing: err %v after %d attempts, want UNAVAILABLE after 4", err, len(backend.attempts()))
+	if status.Code(err) != codes.Unavailable || len(rec.Attempts(getTransfer)) != 4 {
+		t.Fatalf("always failing: err %v after %d attempts, want UNAVAILABLE after 4", err, len(rec.Attempts(getTransfer)))
 	}
 
 	// grpc.WithDisableRetry: the xDS retry policy is validated but not used.
-	backend.reset()
+	rec.Reset(1 << 30)
 	off := paymentspb.NewPaymentsClient(cp.Dial(t, "payments", grpc.WithDisableRetry()))
 	_, err = off.GetTransfer(ctx, &paymentspb.GetTransferRequest{TransferId: 9}, grpc.WaitForReady(true))
-	if status.Code(err) != codes.Unavailable || len(backend.attempts()) != 1 {
-		t.Fatalf("WithDisableRetry: err %v after %d attempts, want UNAVAILABLE after 1", err, len(backend.attempts()))
+	if status.Code(err) != codes.Unavailable || len(rec.Attempts(getTransfer)) != 1 {
+		t.Fatalf("WithDisableRetry: err %v after %d attempts, want UNAVAILABLE after 1", err, len(rec.Attempts(getTransfer)))
 	}
 	if n := cp.NACKs(); len(n) != 0 {
 		t.Fatalf("the client rejected resources: %q", n)
@@ -137,8 +95,8 @@ func TestGeneratedServiceConfigIsReplaced(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // hang guard
 	defer cancel()
-	backend := &failing{failFirst: 1 << 30}
-	addr := serve(t, backend)
+	rec := xdstest.NewRecorder(1<<30, codes.Unavailable)
+	addr := backend(t, rec)
 	cp := xdstest.Start(t)
 	if err := cp.Set(ctx, xdstest.Service{Name: "payments", Endpoints: []string{addr}}); err != nil {
 		t.Fatal(err)
@@ -148,16 +106,16 @@ func TestGeneratedServiceConfigIsReplaced(t *testing.T) {
 
 	c := paymentspb.NewPaymentsClient(cp.Dial(t, "payments", grpc.WithDefaultServiceConfig(generated)))
 	_, err := c.GetTransfer(ctx, &paymentspb.GetTransferRequest{TransferId: 1}, grpc.WaitForReady(true))
-	if status.Code(err) != codes.Unavailable || len(backend.attempts()) != 1 {
-		t.Fatalf("WithDefaultServiceConfig: err %v after %d attempts, want UNAVAILABLE after 1 (the generated retry policy replaced)", err, len(backend.attempts()))
+	if status.Code(err) != codes.Unavailable || len(rec.Attempts(getTransfer)) != 1 {
+		t.Fatalf("WithDefaultServiceConfig: err %v after %d attempts, want UNAVAILABLE after 1 (the generated retry policy replaced)", err, len(rec.Attempts(getTransfer)))
 	}
 
-	backend.reset()
+	rec.Reset(1 << 30)
 	c = paymentspb.NewPaymentsClient(cp.Dial(t, "payments", grpc.WithDisableServiceConfig(), grpc.WithDefaultServiceConfig(generated)))
 	short, cancelShort := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancelShort()
 	_, err = c.GetTransfer(short, &paymentspb.GetTransferRequest{TransferId: 2})
-	if err == nil || len(backend.attempts()) != 0 {
-		t.Fatalf("WithDisableServiceConfig: err %v after %d attempts, want a failure before any attempt", err, len(backend.attempts()))
+	if err == nil || len(rec.Attempts(getTransfer)) != 0 {
+		t.Fatalf("WithDisableServiceConfig: err %v after %d attempts, want a failure before any attempt", err, len(rec.Attempts(getTransfer)))
 	}
 }

@@ -451,18 +451,22 @@ func (ck *checker) ruleFindings(p policy.MethodPolicy, r *rule) {
 		f := base
 		f.Conditions = unsafe
 		turnOff := offFix(r.layer)
+		neverSent := ", or retry only on connect-failure,refused-stream (never sent)"
+		if r.layer == LayerXDS {
+			neverSent = "" // grpc-go reads only the gRPC conditions
+		}
 		switch {
 		case p.Kind == policy.KindKeyed && !p.DurableLedger:
 			f.Kind = FindingRetryKeyedWithoutLedger
 			f.Message = fmt.Sprintf("%s retries keyed method %s (%s) on %s, under which it may have run, but no durable ledger records its completions: a retry after a lost answer runs it twice",
 				r.layer, p.FullMethod, r.attempts.text(), strings.Join(unsafe, ", "))
-			f.Fix = "add the ledger (--keyed, not --keyed-no-ledger), or " + turnOff + ", or retry only on connect-failure,refused-stream"
+			f.Fix = "add the ledger (--keyed, not --keyed-no-ledger), or " + turnOff + neverSent
 			ck.add(f)
 		case !retryable(p):
 			f.Kind = FindingRetryNonIdempotent
 			f.Message = fmt.Sprintf("%s retries non-idempotent method %s (%s) on %s, under which it may have run: a retry after a lost answer runs it twice",
 				r.layer, p.FullMethod, r.attempts.text(), strings.Join(unsafe, ", "))
-			f.Fix = turnOff + ", or retry it only on connect-failure,refused-stream (never sent), or make it a keyed mutation with a ledger"
+			f.Fix = turnOff + neverSent + ", or make it a keyed mutation with a ledger"
 			ck.add(f)
 		}
 	}
