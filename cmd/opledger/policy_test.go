@@ -139,7 +139,9 @@ func TestRunPolicyCheck(t *testing.T) {
 }
 
 // meshSample is a sample file of policy/mesh.
-func meshSample(name string) string { return filepath.Join("..", "..", "policy", "mesh", "testdata", name) }
+func meshSample(name string) string {
+	return filepath.Join("..", "..", "policy", "mesh", "testdata", name)
+}
 
 func TestRunPolicyCheckMesh(t *testing.T) {
 	dir := t.TempDir()
