@@ -39,7 +39,15 @@ type DeadError struct {
 
 // Error says how many messages are dead and how many wait.
 func (e *DeadError) Error() string {
-	return fmt.Sprintf("outbox: %s set aside as undeliverable (dead), %d more waiting behind", plural(e.Dead, "message"), e.Waiting)
+	them := "them"
+	if e.Dead == 1 {
+		them = "it"
+	}
+	waiting := "none"
+	if e.Waiting > 0 {
+		waiting = fmt.Sprint(e.Waiting, " more")
+	}
+	return fmt.Sprintf("outbox: %s set aside as undeliverable (dead), %s waiting behind %s", plural(e.Dead, "message"), waiting, them)
 }
 
 // Is reports whether target is ErrDead.

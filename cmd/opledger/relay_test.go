@@ -124,7 +124,7 @@ func TestRelayDeadCommands(t *testing.T) {
 
 	code, out, errs := runCmd(t, relay...)
 	if code != 1 || !strings.Contains(out, "published 12 ") || !strings.Contains(out, "2 set aside as undeliverable") ||
-		strings.Count(errs, "\n") != 1 || !strings.Contains(errs, "2 messages set aside as undeliverable (dead), 2 more waiting behind") ||
+		strings.Count(errs, "\n") != 1 || !strings.Contains(errs, "2 messages set aside as undeliverable (dead), 2 more waiting behind them") ||
 		!strings.Contains(errs, "opledger relay --dead") {
 		t.Fatalf("relay --drain with undeliverable messages: exit %d\n%s\n%s", code, out, errs)
 	}
