@@ -122,7 +122,7 @@ func TestRelayDeadCommands(t *testing.T) {
 	big, misnamed := ids[12], ids[14]
 	relay := []string{"relay", "--dsn", path, "--to", srv.URL(), "--stream", "DEADTEST", "--subjects", "deadtest.>", "--drain"}
 
-	code, out, errs := runCmd(t, relay...)
+	code, out, errs := runCmdTimeout(t, relay...)
 	if code != 1 || !strings.Contains(out, "published 12 ") || !strings.Contains(out, "2 set aside as undeliverable") ||
 		strings.Count(errs, "\n") != 1 || !strings.Contains(errs, "2 messages set aside as undeliverable (dead), 2 more waiting behind them") ||
 		!strings.Contains(errs, "opledger relay --dead") {
@@ -143,7 +143,7 @@ func TestRelayDeadCommands(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "discarded dead message "+misnamed) || !strings.Contains(out, "never be published") {
 		t.Fatalf("relay --discard-dead: exit %d\n%s\n%s", code, out, errs)
 	}
-	code, out, errs = runCmd(t, relay...)
+	code, out, errs = runCmdTimeout(t, relay...)
 	if code != 0 || !strings.Contains(out, "published 3 ") || errs != "" {
 		t.Fatalf("relay --drain after the retry and the discard: exit %d\n%s\n%s", code, out, errs)
 	}

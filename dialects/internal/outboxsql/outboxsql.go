@@ -33,16 +33,23 @@ func Queries(d Dialect) dialects.OutboxQueries {
 	if d.Lock != "" {
 		batch += " " + d.Lock
 	}
-	dead := `SELECT seq, id, partition_key, topic, name, ` + d.Octets + `(payload), created_at, attempts, last_error, dead_at, ` +
-		`(SELECT COUNT(*) FROM ` + t + ` w WHERE w.partition_key = d.partition_key AND w.seq > d.seq) FROM ` + t + ` d `
+	// The dead messages chosen by where, each with the count of its key's
+	// later messages: one join, not a count per dead message (the table
+	// has no index on partition_key for live messages).
+	dead := func(where string) string {
+		cols := `d.seq, d.id, d.partition_key, d.topic, d.name, d.size, d.created_at, d.attempts, d.last_error, d.dead_at`
+		return `SELECT ` + cols + `, COUNT(w.seq) FROM (SELECT seq, id, partition_key, topic, name, ` + d.Octets + `(payload) AS size, ` +
+			`created_at, attempts, last_error, dead_at FROM ` + t + ` WHERE ` + where + `) d ` +
+			`LEFT JOIN ` + t + ` w ON w.partition_key = d.partition_key AND w.seq > d.seq GROUP BY ` + cols + ` ORDER BY d.seq`
+	}
 	return dialects.OutboxQueries{
 		Insert:   insert,
 		Batch:    batch,
 		Upto:     `SELECT seq, partition_key FROM ` + t + ` WHERE seq <= ` + ph(1) + ` ORDER BY seq`,
 		Delete:   `DELETE FROM ` + t + ` WHERE seq = ` + ph(1),
 		Fail:     `UPDATE ` + t + ` SET attempts = attempts + 1, last_error = ` + ph(1) + `, dead_at = ` + ph(2) + ` WHERE seq = ` + ph(3),
-		Dead:     dead + `WHERE dead_at IS NOT NULL ORDER BY seq LIMIT ` + ph(1),
-		DeadByID: dead + `WHERE id = ` + ph(1) + ` AND dead_at IS NOT NULL`,
+		Dead:     dead(`dead_at IS NOT NULL ORDER BY seq LIMIT ` + ph(1)),
+		DeadByID: dead(`id = ` + ph(1) + ` AND dead_at IS NOT NULL`),
 		Revive:   `UPDATE ` + t + ` SET dead_at = NULL WHERE id = ` + ph(1) + ` AND dead_at IS NOT NULL`,
 		Discard:  `DELETE FROM ` + t + ` WHERE id = ` + ph(1) + ` AND dead_at IS NOT NULL`,
 		Count:    `SELECT COUNT(*), COALESCE(SUM(CASE WHEN dead_at IS NOT NULL THEN 1 ELSE 0 END), 0) FROM ` + t,
