@@ -1,6 +1,7 @@
 // Package migrations creates and removes the ledger's table, and the
 // outbox's beside it ("<table>_outbox", the second migration of each
-// dialect's set; see package outbox), with goose.
+// dialect's set, and its dead-message state, the third; see package
+// outbox), with goose.
 //
 // The SQL files belong to each dialect (see dialects.Schema): the kit's
 // dialects embed theirs, and a dialect written elsewhere brings its own.

@@ -32,9 +32,16 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	prefix := fs.String("subject-prefix", "", "put before every topic to make the NATS subject")
 	batch := fs.Int("batch", outbox.DefaultBatchSize, "messages per batch (1 to 1000)")
 	drainOnly := fs.Bool("drain", false, "exit once the outbox is empty instead of running until interrupted")
-	verbose := fs.Bool("v", false, "log failed batches to stderr")
+	verbose := fs.Bool("v", false, "log failed batches and messages set aside to stderr")
+	var dead deadFlags
+	fs.BoolVar(&dead.list, "dead", false, "list the messages set aside as undeliverable (dead), oldest first, and exit")
+	fs.StringVar(&dead.retry, "retry-dead", "", "make the dead message with this id an ordinary one again, published at the relay's next batch before the rest of its key, and exit")
+	fs.StringVar(&dead.discard, "discard-dead", "", "delete the dead message with this id, never to be published (the rest of its key follows), and exit")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if dead.any() {
+		return runRelayDead(ctx, fs, dead, dsnFrom(*dsn), *table, stdout, stderr)
 	}
 	switch {
 	case fs.NArg() > 0:
@@ -100,7 +107,12 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 	}
 	st, ps := r.Stats(), pub.Stats()
-	fmt.Fprintf(stdout, "published %d (stored %d, repeats dropped by JetStream %d), %d failed batches\n", st.Published, ps.Stored, ps.Duplicates, st.Failures)
+	fmt.Fprintf(stdout, "published %d (stored %d, repeats dropped by JetStream %d), %d failed batches, %d set aside as undeliverable\n",
+		st.Published, ps.Stored, ps.Duplicates, st.Failures, st.Dead)
+	if errors.Is(err, outbox.ErrDead) { // delivered all it could: the rest waits for an operator
+		fmt.Fprintf(stderr, "opledger relay: %s; list them with opledger relay --dead\n", oneLine(err))
+		return 1
+	}
 	if err != nil {
 		return fail(stderr, "relay", err)
 	}

@@ -26,12 +26,27 @@ type Server struct {
 	port int
 	dir  string
 	cmd  *exec.Cmd
+	opts Options
+}
+
+// Options configure a throw-away server.
+type Options struct {
+	// MaxPayload is the server's max_payload in bytes, the largest
+	// message (headers and payload) it accepts; 0 keeps its default,
+	// 1 MiB.
+	MaxPayload int
 }
 
 // Start starts a server on a free loopback port, stopped when the test
 // ends. Without nats-server on PATH it skips (fails with
 // OPLEDGER_TEST_REQUIRE_DBS=1).
 func Start(t *testing.T) *Server {
+	t.Helper()
+	return StartWith(t, Options{})
+}
+
+// StartWith is Start with options.
+func StartWith(t *testing.T, o Options) *Server {
 	t.Helper()
 	bin, err := exec.LookPath("nats-server")
 	if err != nil {
@@ -46,7 +61,7 @@ func Start(t *testing.T) *Server {
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	s := &Server{t: t, port: port, dir: t.TempDir()}
+	s := &Server{t: t, port: port, dir: t.TempDir(), opts: o}
 	s.start(bin)
 	t.Cleanup(s.Stop)
 	return s
@@ -57,7 +72,15 @@ func (s *Server) URL() string { return "nats://127.0.0.1:" + strconv.Itoa(s.port
 
 func (s *Server) start(bin string) {
 	s.t.Helper()
-	s.cmd = exec.Command(bin, "-a", "127.0.0.1", "-p", strconv.Itoa(s.port), "-js", "-sd", filepath.Join(s.dir, "js"))
+	args := []string{"-a", "127.0.0.1", "-p", strconv.Itoa(s.port), "-js", "-sd", filepath.Join(s.dir, "js")}
+	if s.opts.MaxPayload > 0 {
+		conf := filepath.Join(s.dir, "nats.conf")
+		if err := os.WriteFile(conf, []byte("max_payload: "+strconv.Itoa(s.opts.MaxPayload)+"\n"), 0o600); err != nil {
+			s.t.Fatal(err)
+		}
+		args = append(args, "-c", conf)
+	}
+	s.cmd = exec.Command(bin, args...)
 	s.cmd.Stdout, s.cmd.Stderr = nil, nil
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatal(err)
@@ -104,6 +127,15 @@ func (s *Server) Restart(down time.Duration) {
 	bin := s.cmd.Path
 	s.Stop()
 	time.Sleep(down) // the outage itself: publishes fail meanwhile
+	s.start(bin)
+}
+
+// RestartWith stops the server and starts it again at once on the same
+// port and store, with options o (a new max_payload, say).
+func (s *Server) RestartWith(o Options) {
+	bin := s.cmd.Path
+	s.Stop()
+	s.opts = o
 	s.start(bin)
 }
 
