@@ -138,7 +138,13 @@ func (d Dialect) Queries(table string) dialects.Queries {
 		Lookup: `SELECT ` + columns + ` FROM ` + t + ` WHERE id = ?`,
 		// Oldest first through the expires_at index; each batch is its own
 		// statement, so no lock is held longer than one batch.
-		Sweep: `DELETE FROM ` + t + ` WHERE expires_at <= ? ORDER BY expires_at LIMIT ?`,
+		Sweep:        `DELETE FROM ` + t + ` WHERE expires_at <= ? ORDER BY expires_at LIMIT ?`,
+		CountExpired: `SELECT COUNT(*) FROM ` + t + ` WHERE expires_at <= ?`,
+		// Entry by entry after the batch waited too long on a held row:
+		// a plain (consistent, non-locking) read of the candidates, then
+		// one DELETE each by primary key, which waits only on its own row.
+		SweepScan: `SELECT id FROM ` + t + ` WHERE expires_at <= ? ORDER BY expires_at LIMIT ?`,
+		SweepOne:  `DELETE FROM ` + t + ` WHERE id = ? AND expires_at <= ?`,
 	}
 }
 
