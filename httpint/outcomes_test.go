@@ -130,6 +130,15 @@ func TestOutcomeRows(t *testing.T) {
 		httpint.OutcomeRequestUnreadable: func(t *testing.T) {
 			e := sqliteEnv(t, nil, httpint.WithBodyCanonicalizer(httpint.CanonicalJSON))
 			wantProblem(t, e.do(t, alice("k", "{not json")), httpint.OutcomeRequestUnreadable, "")
+			// Bodies that encoding/json would merge with another (U+FFFD,
+			// the last of two names): each refused, none claimed, so a
+			// second one is never replayed the first one's answer.
+			for _, body := range []string{`{"name":"\ud800"}`, `{"name":"\udc00"}`, "{\"name\":\"\xff\"}", `{"n":1,"n":2}`} {
+				wantProblem(t, e.do(t, alice("k2", body)), httpint.OutcomeRequestUnreadable, "")
+			}
+			if e.runs.Load() != 0 || e.LedgerRows(t) != 0 {
+				t.Fatal("a body the canonicaliser refused reached the handler or the ledger")
+			}
 		},
 		httpint.OutcomeNotKeyed: func(t *testing.T) {
 			e := sqliteEnv(t, nil)

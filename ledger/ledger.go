@@ -233,6 +233,7 @@ type config struct {
 	table     string
 	retention time.Duration
 	maxResult int
+	sweepWait time.Duration
 	now       func() time.Time
 	mp        metric.MeterProvider
 	tp        trace.TracerProvider
@@ -293,6 +294,8 @@ type Store struct {
 	table     string
 	retention time.Duration
 	maxResult int
+	sweepWait time.Duration       // WithSweepLockWait
+	waiter    dialects.LockWaiter // the dialect's, when it has one
 	now       func() time.Time
 	q         dialects.Queries
 	rq        *dialects.RecordQueries // the dialect's, when it has them
@@ -322,7 +325,12 @@ func New(d dialects.Dialect, opts ...Option) (*Store, error) {
 	if err := options.Apply(&c, opts, func(o Option) options.Option[config] { return o.o }); err != nil {
 		return nil, &InputError{Field: "option", Reason: err.Error(), Err: err}
 	}
-	s := &Store{d: d, table: c.table, retention: c.retention, maxResult: c.maxResult, now: c.now}
+	s := &Store{d: d, table: c.table, retention: c.retention, maxResult: c.maxResult, sweepWait: c.sweepWait, now: c.now}
+	s.waiter, _ = d.(dialects.LockWaiter)
+	if s.sweepWait > 0 && s.waiter == nil {
+		err := fmt.Errorf("WithSweepLockWait: dialect %q cannot bound a lock wait (no dialects.LockWaiter)", d.Name())
+		return nil, &InputError{Field: "option", Reason: err.Error(), Err: err}
+	}
 	s.q = d.Queries(s.table)
 	s.checker, _ = d.(dialects.TxChecker)
 	if rd, ok := d.(dialects.Recorder); ok {
@@ -579,94 +587,6 @@ func (s *Store) check(ctx context.Context, op string, tx *sql.Tx) error {
 		return fmt.Errorf("ledger: %s: %w", op, err)
 	}
 	return s.fail(ctx, op, err)
-}
-
-// Execer is what Sweep deletes through: *sql.DB and *sql.Conn satisfy it,
-// and so does *sql.Tx.
-type Execer interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-}
-
-// beginner is what Sweep begins each batch's transaction on: *sql.DB and
-// *sql.Conn.
-type beginner interface {
-	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
-}
-
-// Sweep deletes expired entries, at most batch per statement, until a
-// batch comes back short. It returns how many it deleted. Each batch
-// commits on its own, so no lock is held for longer than one batch: pass a
-// *sql.DB or a *sql.Conn. For a dialect that implements
-// dialects.TxChecker (MySQL, TiDB) each batch is an explicit transaction,
-// begun on db, checked, and committed (TiDB runs an autocommit DELETE
-// optimistically, which ignores the lock wait bound); for the others it
-// is one autocommit statement. Given a *sql.Tx, the batches run inside
-// it, and nothing commits until the caller does. On PostgreSQL it skips
-// rows another transaction has locked; elsewhere a batch waits for such a
-// row, at most the session's lock wait timeout.
-func (s *Store) Sweep(ctx context.Context, db Execer, batch int) (int64, error) {
-	if db == nil {
-		return 0, invalid("tx", "database must not be nil")
-	}
-	if batch <= 0 {
-		return 0, invalid("option", "batch must be positive")
-	}
-	var total int64
-	for {
-		if err := ctx.Err(); err != nil {
-			return total, err
-		}
-		n, err := s.sweepBatch(ctx, db, batch)
-		if err != nil {
-			return total, err
-		}
-		total += n
-		if n < int64(batch) {
-			return total, nil
-		}
-	}
-}
-
-// sweepBatch deletes one batch: for a dialect with a TxChecker in a
-// transaction of its own when db can begin one, else in one statement.
-func (s *Store) sweepBatch(ctx context.Context, db Execer, batch int) (int64, error) {
-	b, ok := db.(beginner)
-	if !ok || s.checker == nil {
-		if tx, isTx := db.(*sql.Tx); isTx {
-			if err := s.check(ctx, "sweep", tx); err != nil {
-				return 0, err
-			}
-		}
-		return s.sweepExec(ctx, db, batch)
-	}
-	tx, err := b.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, s.fail(ctx, "sweep", err)
-	}
-	defer tx.Rollback()
-	if err := s.check(ctx, "sweep", tx); err != nil {
-		return 0, err
-	}
-	n, err := s.sweepExec(ctx, tx, batch)
-	if err != nil {
-		return 0, err
-	}
-	if err := tx.Commit(); err != nil {
-		return 0, s.fail(ctx, "sweep", err)
-	}
-	return n, nil
-}
-
-func (s *Store) sweepExec(ctx context.Context, db Execer, batch int) (int64, error) {
-	res, err := db.ExecContext(ctx, s.q.Sweep, micros(s.now()), batch)
-	if err != nil {
-		return 0, s.fail(ctx, "sweep", err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, s.fail(ctx, "sweep", err)
-	}
-	return n, nil
 }
 
 // fail wraps a database error. A cancelled or expired context wins over

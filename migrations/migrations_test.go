@@ -419,3 +419,87 @@ func TestUpRespectsCancelledContext(t *testing.T) {
 		t.Fatalf("Up with a cancelled context: %v", err)
 	}
 }
+
+// TestLockBeforeGoose: on every target, while another session holds the
+// dialect's migration lock, Up, HasPending, Status and Down each wait for
+// it (and end with their context) without creating anything, the version
+// table included; once it is released, four Migrators at once on a table
+// that does not exist yet all succeed, and each migration is applied once.
+func TestLockBeforeGoose(t *testing.T) {
+	testdb.ParallelOn(t, map[string]int{"postgres": 6, "mysql": 6})
+	for _, tg := range testdb.Targets() {
+		t.Run(tg.Name, func(t *testing.T) {
+			ctx := context.Background()
+			d := tg.Dialect
+			db := tg.Open(t, 6)
+			table := uniqueTable("opl_first_")
+			vt := d.QuoteIdent(migrations.VersionTable(table))
+			t.Cleanup(func() {
+				m, _ := migrations.New(db, d, migrations.WithTable(table))
+				m.Down(context.Background())
+				db.Exec("DROP TABLE IF EXISTS " + vt)
+			})
+			holder, err := db.Conn(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer holder.Close()
+			lock := d.(dialects.Schema).Migrations().Lock(table)
+			if err := lock.SessionLock(ctx, holder); err != nil {
+				t.Fatal(err)
+			}
+			m, err := migrations.New(db, d, migrations.WithTable(table))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for name, op := range map[string]func(context.Context) error{
+				"Up":         func(ctx context.Context) error { _, err := m.Up(ctx); return err },
+				"HasPending": func(ctx context.Context) error { _, err := m.HasPending(ctx); return err },
+				"Status":     func(ctx context.Context) error { _, err := m.Status(ctx); return err },
+				"Down":       func(ctx context.Context) error { _, err := m.Down(ctx); return err },
+			} {
+				cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+				err := op(cctx)
+				cancel()
+				if !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("%s under the held lock: %v, want the context's deadline", name, err)
+				}
+				var n int
+				if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+vt).Scan(&n); err == nil {
+					t.Fatalf("%s created the version table without the lock", name)
+				}
+			}
+			if err := lock.SessionUnlock(ctx, holder); err != nil {
+				t.Fatal(err)
+			}
+			var wg sync.WaitGroup
+			applied := make([]int, 4)
+			errs := make([]error, 4)
+			for i := range applied {
+				m, err := migrations.New(db, d, migrations.WithTable(table))
+				if err != nil {
+					t.Fatal(err)
+				}
+				wg.Go(func() {
+					rs, err := m.Up(ctx)
+					applied[i], errs[i] = len(rs), err
+				})
+			}
+			wg.Wait()
+			total := 0
+			for i := range applied {
+				if errs[i] != nil {
+					t.Fatalf("concurrent Up %d: %v", i, errs[i])
+				}
+				total += applied[i]
+			}
+			if total != 2 {
+				t.Fatalf("concurrent Ups applied %v, want each of the two migrations once in all", applied)
+			}
+			var n int
+			if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+vt+" WHERE version_id > 0").Scan(&n); err != nil || n != 2 {
+				t.Fatalf("version rows: %d %v, want 2", n, err)
+			}
+		})
+	}
+}

@@ -137,11 +137,19 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 	if *atCommit {
 		target = target.AtCommit()
 	}
+	return checkConformance(ctx, target, opts, *asJSON, stdout, stderr)
+}
+
+// checkConformance runs the suite on target and reports it: exit 2 with
+// the message on stderr for a set-up error (the probes before the cases,
+// or no case able to set up), else the summary or the JSON report and
+// conformanceExit's code.
+func checkConformance(ctx context.Context, target conformance.Target, opts []conformance.Option, asJSON bool, stdout, stderr io.Writer) int {
 	rep := conformance.Check(ctx, target, opts...)
 	if msg, ok := setupFailure(rep); ok {
 		return fail(stderr, "conformance", errors.New(msg))
 	}
-	if *asJSON {
+	if asJSON {
 		if err := writeConformanceJSON(stdout, rep); err != nil {
 			return fail(stderr, "conformance", err)
 		}

@@ -179,6 +179,7 @@ func TestClassifySynthetic(t *testing.T) {
 		{tidb(1062, "Duplicate entry '\\x01' for key 'opledger_operations.PRIMARY'"), dialects.ClassUniqueViolation},
 		{tidb(1105, "execution result undetermined"), dialects.ClassConnection},
 		{tidb(1105, "some other unknown error"), dialects.ClassOther},
+		{tidb(1105, "pessimistic lock retry limit reached"), dialects.ClassSerialization},
 		// What the InnoDB variant's read-back gets on TiDB, and what a
 		// lazy unique check reports at COMMIT: neither is retryable.
 		{tidb(1235, "function LOCK IN SHARE MODE has only noop implementation in tidb now, use tidb_enable_noop_functions to enable these functions"), dialects.ClassOther},
