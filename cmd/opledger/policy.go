@@ -51,7 +51,7 @@ func runPolicy(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		io.WriteString(stdout, policyUsage)
 		return 0
 	default:
-		fmt.Fprintf(stderr, "opledger policy: unknown subcommand %q (want check)\n", args[0])
+		fmt.Fprintf(stderr, "opledger policy: unknown subcommand %q (want check)\n", maskCredentials(args[0]))
 		return 2
 	}
 }
@@ -87,11 +87,11 @@ func runPolicyCheck(_ context.Context, args []string, stdout, stderr io.Writer) 
 			io.WriteString(stdout, policyUsage)
 			return 0
 		}
-		return fail("%v (run opledger policy --help)", err)
+		return fail("%s (run opledger policy --help)", newArgMasker(args).mask(err.Error()))
 	}
 	switch {
 	case fs.NArg() > 0:
-		return fail("unexpected argument %q", fs.Arg(0))
+		return fail("%v", unexpectedArg(fs))
 	case *scPath == "":
 		return fail("--service-config is required")
 	case *descPath == "":

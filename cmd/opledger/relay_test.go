@@ -23,6 +23,32 @@ import (
 func TestRelayCommand(t *testing.T) {
 	srv := natstest.Start(t)
 	path := filepath.Join(t.TempDir(), "relay.db")
+	const n = 25
+	relayOutbox(t, path, n, "relaytest.events")
+	args := []string{"relay", "--dsn", path, "--to", srv.URL(), "--stream", "RELAYTEST", "--subjects", "relaytest.>", "--drain"}
+	code, out, errs := runCmd(t, args...)
+	if code != 0 || !strings.Contains(out, "published "+strconv.Itoa(n)+" (stored "+strconv.Itoa(n)) {
+		t.Fatalf("relay: %d\n%s\n%s", code, out, errs)
+	}
+	code, out, _ = runCmd(t, args...)
+	if code != 0 || !strings.Contains(out, "published 0") {
+		t.Fatalf("second relay: %d\n%s", code, out)
+	}
+	js := natstest.Connect(t, srv.URL())
+	s, err := js.Stream(context.Background(), "RELAYTEST")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(context.Background())
+	if err != nil || info.State.Msgs != n {
+		t.Fatalf("stream holds %d messages (%v), want %d", info.State.Msgs, err, n)
+	}
+}
+
+// relayOutbox migrates a SQLite ledger at path and commits n messages
+// to topic into its outbox, on three keys, each through the ledger.
+func relayOutbox(t *testing.T, path string, n int, topic string) {
+	t.Helper()
 	if code, out, errs := runCmd(t, "migrate", "up", "--dsn", path); code != 0 {
 		t.Fatalf("migrate: %d %s %s", code, out, errs)
 	}
@@ -43,7 +69,6 @@ func TestRelayCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const n = 25
 	for i := range n {
 		id, err := ledger.NewIdentity("cli", "/test.v1.Events/Emit", "key-"+strconv.Itoa(i))
 		if err != nil {
@@ -51,29 +76,11 @@ func TestRelayCommand(t *testing.T) {
 		}
 		if _, err := r.Run(context.Background(), ledger.ClaimRequest{Identity: id, Fingerprint: ledger.FingerprintOf([]byte{byte(i)})},
 			func(ctx context.Context, tx *sql.Tx) (ledger.Result, error) {
-				_, err := ob.Enqueue(ctx, tx, outbox.Message{Name: "Emitted", Topic: "relaytest.events", Key: "k" + strconv.Itoa(i%3), Payload: []byte{byte(i)}})
+				_, err := ob.Enqueue(ctx, tx, outbox.Message{Name: "Emitted", Topic: topic, Key: "k" + strconv.Itoa(i%3), Payload: []byte{byte(i)}})
 				return ledger.Result{}, err
 			}); err != nil {
 			t.Fatal(err)
 		}
-	}
-	args := []string{"relay", "--dsn", path, "--to", srv.URL(), "--stream", "RELAYTEST", "--subjects", "relaytest.>", "--drain"}
-	code, out, errs := runCmd(t, args...)
-	if code != 0 || !strings.Contains(out, "published "+strconv.Itoa(n)+" (stored "+strconv.Itoa(n)) {
-		t.Fatalf("relay: %d\n%s\n%s", code, out, errs)
-	}
-	code, out, _ = runCmd(t, args...)
-	if code != 0 || !strings.Contains(out, "published 0") {
-		t.Fatalf("second relay: %d\n%s", code, out)
-	}
-	js := natstest.Connect(t, srv.URL())
-	s, err := js.Stream(context.Background(), "RELAYTEST")
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(context.Background())
-	if err != nil || info.State.Msgs != n {
-		t.Fatalf("stream holds %d messages (%v), want %d", info.State.Msgs, err, n)
 	}
 }
 

@@ -6,6 +6,7 @@ package natstest
 import (
 	"context"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,12 +27,28 @@ type Server struct {
 	port int
 	dir  string
 	cmd  *exec.Cmd
+	auth Auth
+}
+
+// Auth is what a server started by StartAuth requires of its clients:
+// a token, or a user and a password.
+type Auth struct {
+	Token          string
+	User, Password string
 }
 
 // Start starts a server on a free loopback port, stopped when the test
 // ends. Without nats-server on PATH it skips (fails with
 // OPLEDGER_TEST_REQUIRE_DBS=1).
 func Start(t *testing.T) *Server {
+	t.Helper()
+	return StartAuth(t, Auth{})
+}
+
+// StartAuth is Start for a server that requires auth of every client
+// (none when auth is zero). URL stays without the credentials;
+// AuthURL holds them.
+func StartAuth(t *testing.T, auth Auth) *Server {
 	t.Helper()
 	bin, err := exec.LookPath("nats-server")
 	if err != nil {
@@ -46,18 +63,39 @@ func Start(t *testing.T) *Server {
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	s := &Server{t: t, port: port, dir: t.TempDir()}
+	s := &Server{t: t, port: port, dir: t.TempDir(), auth: auth}
 	s.start(bin)
 	t.Cleanup(s.Stop)
 	return s
 }
 
-// URL is the server's nats:// URL.
+// URL is the server's nats:// URL, without credentials.
 func (s *Server) URL() string { return "nats://127.0.0.1:" + strconv.Itoa(s.port) }
+
+// AuthURL is the server's nats:// URL with the credentials it requires:
+// nats://TOKEN@host:port or nats://USER:PASSWORD@host:port (URL when it
+// requires none).
+func (s *Server) AuthURL() string {
+	u := url.URL{Scheme: "nats", Host: "127.0.0.1:" + strconv.Itoa(s.port)}
+	switch {
+	case s.auth.Token != "":
+		u.User = url.User(s.auth.Token)
+	case s.auth.User != "":
+		u.User = url.UserPassword(s.auth.User, s.auth.Password)
+	}
+	return u.String()
+}
 
 func (s *Server) start(bin string) {
 	s.t.Helper()
-	s.cmd = exec.Command(bin, "-a", "127.0.0.1", "-p", strconv.Itoa(s.port), "-js", "-sd", filepath.Join(s.dir, "js"))
+	args := []string{"-a", "127.0.0.1", "-p", strconv.Itoa(s.port), "-js", "-sd", filepath.Join(s.dir, "js")}
+	switch {
+	case s.auth.Token != "":
+		args = append(args, "--auth", s.auth.Token)
+	case s.auth.User != "":
+		args = append(args, "--user", s.auth.User, "--pass", s.auth.Password)
+	}
+	s.cmd = exec.Command(bin, args...)
 	s.cmd.Stdout, s.cmd.Stderr = nil, nil
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatal(err)
@@ -65,7 +103,7 @@ func (s *Server) start(bin string) {
 	// Ready when JetStream answers.
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		nc, err := nats.Connect(s.URL(), nats.Timeout(time.Second))
+		nc, err := nats.Connect(s.AuthURL(), nats.Timeout(time.Second))
 		if err == nil {
 			js, _ := jetstream.New(nc)
 			_, err = js.AccountInfo(context.Background())
