@@ -14,8 +14,9 @@
 // detected), tidb:// URLs, the go-sql-driver format
 // user:pass@tcp(host:port)/db, sqlite: or file: names, or a plain file
 // path for SQLite. Without either, the embedded default is the SQLite file
-// opledger.db in the working directory; only migrate up creates a SQLite
-// file. No output repeats a password or a token, of a DSN or of a NATS
+// opledger.db in the working directory; the commands that read or operate
+// a ledger refuse a SQLite file that does not exist (migrate up creates
+// it). No output repeats a password or a token, of a DSN or of a NATS
 // URL, however it was given. --help exits 0, a usage error 2.
 package main
 
@@ -110,7 +111,7 @@ func usage(w io.Writer, cmds map[string]command) {
 	b.WriteString("\nThe database: --dsn or OPLEDGER_DSN (postgres://…, mysql://…, tidb://…, user:pass@tcp(host:port)/db, sqlite:PATH or a file path).\n" +
 		"Default: the SQLite file opledger.db in the working directory (migrate, sweep, inspect, stats, evict, relay),\n" +
 		"or a temporary SQLite file (demo, conformance). chaos runs on throw-away databases unless given --dsn.\n" +
-		"Only migrate up creates a SQLite file: the other commands refuse one that does not exist.\n" +
+		"stats, inspect, sweep, evict, relay, migrate status and down refuse a SQLite file that does not exist (migrate up creates it).\n" +
 		"opledger CMD --help (or opledger help CMD) shows a command's flags. Exit codes: 0 success (and help),\n" +
 		"1 a failed check, 2 a usage or set-up error. No output repeats a password or token.\n")
 	io.WriteString(w, b.String())

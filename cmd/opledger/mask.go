@@ -16,14 +16,14 @@ import (
 // credential left in the result:
 //
 //   - the user information: everything from the first "://" (from the
-//     start without one, or with an '@' before it) up to the last '@'. A plain user name before a
-//     ':' stays (postgres://app:xxxxx@db/app); so does a user name alone
-//     in a database URL or a go-sql-driver DSN (postgres://app@db/app,
-//     app@tcp(db)/app, in a string with no other URL), which holds no
-//     password. A user name alone in any other URL is a
-//     token (nats://TOKEN@host) and is masked, as is any user information
-//     that is not a plain name (a second URL of a list, a password with a
-//     ':', '@' or ',');
+//     start without one, or with an '@' before it) up to the last '@'.
+//     A plain user name before a ':' stays (postgres://app:xxxxx@db/app);
+//     so does a user name alone in a database URL or a go-sql-driver DSN
+//     (postgres://app@db/app, app@tcp(db)/app, in a string with no other
+//     URL), which holds no password. A user name alone in any other URL
+//     is a token (nats://TOKEN@host) and is masked, as is any user
+//     information that is not a plain name (a second URL of a list, a
+//     password with a ':', '@' or ',');
 //   - the query, from the first '?', but its first key (?k=xxxxx): a
 //     password=, a token=, an nkey seed under any name;
 //   - a URL's fragment, from the first '#' (#xxxxx);
