@@ -148,6 +148,7 @@ func dsnCommands() []dsnCommand {
 		{[]string{"conformance"}, []string{"--json"}, true},
 		{[]string{"chaos"}, []string{"--json", "--calls", "10"}, false},
 		{[]string{"chaos"}, []string{"--calls", "10"}, false},
+		{[]string{chaosReplicaCommand}, nil, false},
 	}
 }
 
@@ -234,6 +235,8 @@ func TestDSNCredentialsNotPrinted(t *testing.T) {
 	dir := t.TempDir()
 	t.Chdir(dir)
 	dsns := failingDSNs(t)
+	runs := 0
+	defer func() { t.Logf("%d runs: %d commands, %d DSNs", runs, len(dsnCommands()), len(dsns)) }()
 	for _, c := range dsnCommands() {
 		for _, dsn := range dsns {
 			for _, viaEnv := range []bool{false, true} {
@@ -249,6 +252,7 @@ func TestDSNCredentialsNotPrinted(t *testing.T) {
 				}
 				args = append(args, c.flags...)
 				code, out, errs := runCmdTimeout(t, args...)
+				runs++
 				var label []string // args as the failures show them: masked
 				if viaEnv {
 					label = append(label, "OPLEDGER_DSN="+maskCredentials(dsn))
@@ -478,4 +482,74 @@ func TestRelayCredentialsNotPrinted(t *testing.T) {
 		t.Errorf("demo --chain --to: exit %d\nstdout: %s\nstderr: %s", code, out, errs)
 	}
 	checkNoSecret(t, dargs, out, errs)
+}
+
+// TestCredentialsNotPrintedOnSuccess: the commands that read a ledger,
+// run on the test's PostgreSQL with a password in the DSN (through --dsn
+// and OPLEDGER_DSN) and relay to a NATS server that wants a token, print
+// the database and the server with both masked, on stdout, stderr and in
+// --json.
+func TestCredentialsNotPrintedOnSuccess(t *testing.T) {
+	t.Chdir(t.TempDir())
+	pg := os.Getenv(testdb.EnvPostgres)
+	if pg == "" {
+		testdb.Skip(t, testdb.EnvPostgres)
+	}
+	u, err := url.Parse(pg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, has := u.User.Password(); has {
+		t.Skipf("%s holds a password of its own: the test puts its own in", testdb.EnvPostgres)
+	}
+	u.User = url.UserPassword(u.User.Username(), cliSecret)
+	dsn := u.String()
+	var tg testdb.Target
+	for _, c := range testdb.Targets() {
+		if c.Name == "postgres/pgx" {
+			tg = c
+		}
+	}
+	db := tg.Open(t, 2)
+	table := testdb.NewTable(t, db, tg.Dialect)
+	if code, _, errs := runCmdTimeout(t, "stats", "--dsn", dsn, "--table", table); code != 0 {
+		if strings.Contains(errs, "password authentication failed") {
+			t.Skipf("the server checks passwords: %s", errs)
+		}
+		t.Fatalf("stats with a password in the DSN: exit %d: %s", code, errs)
+	}
+	srv := natstest.StartAuth(t, natstest.Auth{Token: cliSecret})
+	shownDB := "postgres://" + u.User.Username() + ":xxxxx@" + u.Host
+	id := []string{"--caller", "c", "--method", "/a.B/C", "--key", "k", "--table", table}
+	for _, c := range []struct {
+		args  []string
+		code  int
+		shown string // what stdout must hold
+	}{
+		{[]string{"stats", "--table", table}, 0, shownDB},
+		{[]string{"stats", "--json", "--table", table}, 0, `"table": "` + table + `"`},
+		{[]string{"migrate", "status", "--table", table}, 0, "00002_create_outbox.sql"},
+		{[]string{"migrate", "up", "--table", table}, 0, shownDB},
+		{[]string{"sweep", "--table", table}, 0, shownDB},
+		{[]string{"inspect", "--pending", "--table", table}, 0, "no entries match"},
+		{append([]string{"inspect"}, id...), 1, "no live entry"},
+		{append([]string{"evict"}, id...), 1, "nothing to evict"},
+		{[]string{"relay", "--table", table, "--to", srv.AuthURL(), "--drain", "-v"}, 0,
+			shownDB + "/test table " + table + "_outbox → nats://xxxxx@" + strings.TrimPrefix(srv.URL(), "nats://")},
+	} {
+		for _, viaEnv := range []bool{false, true} {
+			args := slices.Clone(c.args)
+			if viaEnv {
+				t.Setenv("OPLEDGER_DSN", dsn)
+			} else {
+				t.Setenv("OPLEDGER_DSN", "")
+				args = append(args, "--dsn", dsn)
+			}
+			code, out, errs := runCmdTimeout(t, args...)
+			if code != c.code || !strings.Contains(out, c.shown) {
+				t.Errorf("%q (OPLEDGER_DSN: %v): exit %d, want %d\nstdout: %s\nstderr: %s\nwant stdout to hold %q", c.args, viaEnv, code, c.code, out, errs, c.shown)
+			}
+			checkNoSecret(t, c.args, out, errs)
+		}
+	}
 }
