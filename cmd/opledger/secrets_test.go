@@ -33,6 +33,19 @@ func checkNoSecret(t *testing.T, args []string, stdout, stderr string) {
 	}
 }
 
+// withDSN returns args with dsn given as --dsn, or sets OPLEDGER_DSN to
+// it (viaEnv), clearing it otherwise: the two ways a command takes a DSN.
+func withDSN(t *testing.T, args []string, dsn string, viaEnv bool) []string {
+	t.Helper()
+	args = slices.Clone(args)
+	if viaEnv {
+		t.Setenv("OPLEDGER_DSN", dsn)
+		return args
+	}
+	t.Setenv("OPLEDGER_DSN", "")
+	return append(args, "--dsn", dsn)
+}
+
 // credentialForms are arguments that hold cliSecret, in every form a user
 // types a DSN or a URL with credentials.
 func credentialForms() []string {
@@ -243,14 +256,7 @@ func TestDSNCredentialsNotPrinted(t *testing.T) {
 				if viaEnv && !c.env {
 					continue
 				}
-				args := slices.Clone(c.words)
-				if viaEnv {
-					t.Setenv("OPLEDGER_DSN", dsn)
-				} else {
-					t.Setenv("OPLEDGER_DSN", "")
-					args = append(args, "--dsn", dsn)
-				}
-				args = append(args, c.flags...)
+				args := append(withDSN(t, c.words, dsn, viaEnv), c.flags...)
 				code, out, errs := runCmdTimeout(t, args...)
 				runs++
 				var label []string // args as the failures show them: masked
@@ -433,13 +439,7 @@ func TestRelayCredentialsNotPrinted(t *testing.T) {
 	}
 	for _, c := range ok {
 		for _, viaEnv := range []bool{false, true} {
-			args := []string{"relay", "--to", c.to, "--stream", "SECRETS", "--subjects", "secrets.>", "--drain", "-v"}
-			if viaEnv {
-				t.Setenv("OPLEDGER_DSN", path)
-			} else {
-				t.Setenv("OPLEDGER_DSN", "")
-				args = append(args, "--dsn", path)
-			}
+			args := withDSN(t, []string{"relay", "--to", c.to, "--stream", "SECRETS", "--subjects", "secrets.>", "--drain", "-v"}, path, viaEnv)
 			code, out, errs := runCmd(t, args...)
 			if code != 0 || !strings.Contains(out, "→ "+c.shown+"\n") {
 				t.Errorf("relay --to %s: exit %d\nstdout: %s\nstderr: %s\nwant the banner to show %s", maskCredentials(c.to), code, out, errs, c.shown)
@@ -538,14 +538,7 @@ func TestCredentialsNotPrintedOnSuccess(t *testing.T) {
 			shownDB + "/test table " + table + "_outbox → nats://xxxxx@" + strings.TrimPrefix(srv.URL(), "nats://")},
 	} {
 		for _, viaEnv := range []bool{false, true} {
-			args := slices.Clone(c.args)
-			if viaEnv {
-				t.Setenv("OPLEDGER_DSN", dsn)
-			} else {
-				t.Setenv("OPLEDGER_DSN", "")
-				args = append(args, "--dsn", dsn)
-			}
-			code, out, errs := runCmdTimeout(t, args...)
+			code, out, errs := runCmdTimeout(t, withDSN(t, c.args, dsn, viaEnv)...)
 			if code != c.code || !strings.Contains(out, c.shown) {
 				t.Errorf("%q (OPLEDGER_DSN: %v): exit %d, want %d\nstdout: %s\nstderr: %s\nwant stdout to hold %q", c.args, viaEnv, code, c.code, out, errs, c.shown)
 			}
