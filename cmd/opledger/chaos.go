@@ -150,12 +150,12 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	atCommit := fs.Bool("claim-at-commit", false, "the replicas claim Transfer at commit (grpcint.WithClaimAtCommit): the work runs first, the completed entry is inserted last")
 	breakKeys := fs.Bool("break-keys", false, "break the service on purpose: the replicas give every attempt a fresh idempotency key, so retries duplicate; the run must fail (a check of the check)")
 	strict := fs.Bool("strict", false, "also fail (exit 1) when a database cannot be started, or a run injected less than asked: fewer replica kills than --kills, fewer database restarts than --db-restarts (server databases), no proxy cut (CI)")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, stop := parseFlags(fs, args, stdout); stop {
+		return code
 	}
 	switch {
 	case fs.NArg() > 0:
-		return fail(stderr, "chaos", fmt.Errorf("unexpected argument %q", fs.Arg(0)))
+		return fail(stderr, "chaos", unexpectedArg(fs))
 	case *calls < 0 || *calls > 1_000_000:
 		return fail(stderr, "chaos", errors.New("--calls must be 0 to 1000000"))
 	case *replicas < 1 || *replicas > 16:
@@ -186,7 +186,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		for _, n := range strings.Split(*dbs, ",") {
 			n = strings.TrimSpace(strings.ToLower(n))
 			if !slices.Contains(chaosDatabases, n) {
-				return fail(stderr, "chaos", fmt.Errorf("--databases: unknown %q (want %s)", n, strings.Join(chaosDatabases, ", ")))
+				return fail(stderr, "chaos", fmt.Errorf("--databases: unknown %q (want %s)", maskCredentials(n), strings.Join(chaosDatabases, ", ")))
 			}
 			names = append(names, n)
 		}

@@ -47,8 +47,8 @@ func runChaosReplica(ctx context.Context, args []string, stdout, stderr io.Write
 	driver := fs.String("driver", "", "pq: open a postgres:// DSN with lib/pq instead of pgx")
 	atCommit := fs.Bool("claim-at-commit", false, "claim Transfer at commit (grpcint.WithClaimAtCommit)")
 	breakKeys := fs.Bool("break-keys", false, "replace every request's idempotency key with a fresh one (a broken service: the run must find duplicates)")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, stop := parseFlags(fs, args, stdout); stop {
+		return code
 	}
 	if *dsn == "" || fs.NArg() > 0 {
 		return fail(stderr, chaosReplicaCommand, errors.New("--dsn is required and there are no arguments"))

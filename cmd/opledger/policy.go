@@ -110,7 +110,7 @@ func runPolicy(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		io.WriteString(stdout, policyUsage)
 		return 0
 	default:
-		fmt.Fprintf(stderr, "opledger policy: unknown subcommand %q (want check or generate)\n", args[0])
+		fmt.Fprintf(stderr, "opledger policy: unknown subcommand %q (want check or generate)\n", maskCredentials(args[0]))
 		return 2
 	}
 }
@@ -189,10 +189,10 @@ func (pf *policyFlags) parse(args []string, stdout io.Writer, fail func(string, 
 			io.WriteString(stdout, policyUsage)
 			return 0, true
 		}
-		return fail("%v (run opledger policy --help)", err), true
+		return fail("%s (run opledger policy --help)", newArgMasker(args).mask(err.Error())), true
 	}
 	if pf.fs.NArg() > 0 {
-		return fail("unexpected argument %q", pf.fs.Arg(0)), true
+		return fail("%v", unexpectedArg(pf.fs)), true
 	}
 	if *pf.descPath == "" {
 		return fail("--descriptors is required"), true

@@ -68,18 +68,28 @@ func migrated(t *testing.T) string {
 	return path
 }
 
+// relayOutbox migrates a SQLite ledger at path and commits n messages
+// to topic into its outbox, on three keys, each through the ledger.
+func relayOutbox(t *testing.T, path string, n int, topic string) {
+	t.Helper()
+	if code, out, errs := runCmd(t, "migrate", "up", "--dsn", path); code != 0 {
+		t.Fatalf("migrate: %d %s %s", code, out, errs)
+	}
+	var msgs []outbox.Message
+	for i := range n {
+		msgs = append(msgs, outbox.Message{Name: "Emitted", Topic: topic, Key: "k" + strconv.Itoa(i%3), Payload: []byte{byte(i)}})
+	}
+	enqueueIn(t, path, msgs)
+}
+
 // TestRelayCommand: messages committed through the ledger into an SQLite
 // outbox; `opledger relay --drain` publishes them to a throw-away
 // JetStream; running it again publishes nothing more.
 func TestRelayCommand(t *testing.T) {
 	srv := natstest.Start(t)
-	path := migrated(t)
+	path := filepath.Join(t.TempDir(), "relay.db")
 	const n = 25
-	var msgs []outbox.Message
-	for i := range n {
-		msgs = append(msgs, outbox.Message{Name: "Emitted", Topic: "relaytest.events", Key: "k" + strconv.Itoa(i%3), Payload: []byte{byte(i)}})
-	}
-	enqueueIn(t, path, msgs)
+	relayOutbox(t, path, n, "relaytest.events")
 	args := []string{"relay", "--dsn", path, "--to", srv.URL(), "--stream", "RELAYTEST", "--subjects", "relaytest.>", "--drain"}
 	code, out, errs := runCmd(t, args...)
 	if code != 0 || !strings.Contains(out, "published "+strconv.Itoa(n)+" (stored "+strconv.Itoa(n)) {

@@ -44,9 +44,9 @@ func runRelayDead(ctx context.Context, fs *flag.FlagSet, f deadFlags, dsn, table
 	case other != "":
 		return fail(stderr, "relay", fmt.Errorf("--%s has no use with --dead, --retry-dead or --discard-dead (they take --dsn and --table)", other))
 	case fs.NArg() > 0:
-		return fail(stderr, "relay", fmt.Errorf("unexpected argument %q", fs.Arg(0)))
+		return fail(stderr, "relay", unexpectedArg(fs))
 	}
-	db, t, err := openDB(ctx, dsn)
+	db, t, err := openExisting(ctx, dsn)
 	if err != nil {
 		return fail(stderr, "relay", err)
 	}
