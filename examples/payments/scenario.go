@@ -137,16 +137,17 @@ type Report struct {
 	Reconciled     int            // failed calls whose outcome a later Resolve found committed
 	FailedBy       map[string]int // errors by final status code and reason, both phases
 	Attempts       int64          // attempts on the wire, faulty phase
-	Executed       int64          // handler runs that committed (server)
-	Replayed       int64          // calls answered from the ledger (server)
-	Resolved       int64          // calls whose outcome a resolve returned (client)
-	BudgetRefusals int64          // retries the client's budget refused
+	Executed       int64          // handler runs that committed (server), both phases (before the resends)
+	Replayed       int64          // calls answered from the ledger (server), both phases (before the resends)
+	Resolved       int64          // calls whose outcome a resolve returned (client), faulty phase
+	BudgetRefusals int64          // retries the client's budget refused, both phases
 	Duplicates     int            // logical calls with more than one transfer row
 	Lost           int            // logical calls answered with success but no (or another) row
 	WrongResponses int            // responses that differ from the committed row
 	WrongOutcomes  int            // definite errors whose reason disagrees with the business table
 	Resent         int            // answered calls sent again with their key after the checks
-	ResendFailures int            // of those, not answered by a replay of the committed answer (must be 0)
+	ResendReplayed int64          // calls the server answered from the ledger during the resends
+	ResendFailures int            // of the resends, not answered by a replay of the committed answer (must be 0)
 	OutageCalls    int            // logical calls during the outage
 	OutageAttempts int64          // attempts on the wire during the outage
 	Faults         FaultCounts
@@ -185,28 +186,39 @@ func (r Report) OK() bool {
 		r.ResendFailures == 0
 }
 
-// Print writes the report as a table.
+// Print writes the report as a table. Each row's name says which calls
+// it counts: the faulty phase's, the outage's, both phases' (before the
+// resends), or the resends'; so the server's replays, for one, are two
+// rows, before and during the resends.
 func (r Report) Print(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	row := func(k string, v any) { fmt.Fprintf(tw, "%s\t%v\t\n", k, v) }
 	row("transport", r.Transport)
 	row("retry owner", r.Owner)
-	row("logical calls", r.Calls)
-	row("succeeded", r.Succeeded)
-	row("failed (of which resolve found committed)", fmt.Sprintf("%d (%d)", r.Failed, r.Reconciled))
-	row("returned a definite failure", r.Definite)
-	row("returned ambiguous (must be 0)", r.Ambiguous)
-	row("attempts", r.Attempts)
-	row("executed", r.Executed)
-	row("replayed", r.Replayed)
-	row("resolved", r.Resolved)
+	row("faulty phase: logical calls", r.Calls)
+	row("faulty phase: succeeded", r.Succeeded)
+	row("faulty phase: failed (of which resolve found committed)", fmt.Sprintf("%d (%d)", r.Failed, r.Reconciled))
+	row("faulty phase: attempts", r.Attempts)
+	row("faulty phase: resolved by the client", r.Resolved)
+	both := "faulty phase: "
+	if r.OutageCalls > 0 {
+		row("outage: logical calls", r.OutageCalls)
+		row("outage: attempts", r.OutageAttempts)
+		row("outage: amplification", strconv.FormatFloat(r.Amplification(), 'f', 2, 64)+"x")
+		both = "both phases: "
+	}
+	row(both+"returned a definite failure", r.Definite)
+	row(both+"returned ambiguous (must be 0)", r.Ambiguous)
+	row(both+"executed by the server", r.Executed)
+	row(both+"replayed by the server", r.Replayed)
+	row(both+"budget refusals", r.BudgetRefusals)
 	row("duplicate effects (must be 0)", r.Duplicates)
 	row("lost effects (must be 0)", r.Lost)
 	row("wrong responses (must be 0)", r.WrongResponses)
 	row("wrong failure reasons (must be 0)", r.WrongOutcomes)
-	row("answered calls sent again", r.Resent)
-	row("sent again, not replayed (must be 0)", r.ResendFailures)
-	row("budget refusals", r.BudgetRefusals)
+	row("resends: answered calls sent again", r.Resent)
+	row("resends: replayed by the server", r.ResendReplayed)
+	row("resends: not answered by a replay (must be 0)", r.ResendFailures)
 	row("faults: failed before send", r.Faults.FailedBeforeSend)
 	row("faults: answers lost after commit", r.Faults.DroppedAfterRun)
 	row("faults: delayed", r.Faults.Delayed)
@@ -225,11 +237,6 @@ func (r Report) Print(w io.Writer) {
 		row("outbox: duplicate events (must be 0)", r.EventDuplicates)
 		row("outbox: missing events (must be 0)", r.EventsMissing)
 		row("outbox: events of uncommitted transfers (must be 0)", r.EventsForFailed)
-	}
-	if r.OutageCalls > 0 {
-		row("outage: logical calls", r.OutageCalls)
-		row("outage: attempts", r.OutageAttempts)
-		row("outage: amplification", strconv.FormatFloat(r.Amplification(), 'f', 2, 64)+"x")
 	}
 	row("elapsed", r.Elapsed.Round(time.Millisecond))
 	tw.Flush()
@@ -747,7 +754,7 @@ func (sc Scenario) resend(ctx context.Context, results []callResult, rows map[st
 	}
 	wg.Wait()
 	executed1, replayed1 := served()
-	rep.Resent = len(done)
+	rep.Resent, rep.ResendReplayed = len(done), replayed1-replayed0
 	for _, f := range failed {
 		if f {
 			rep.ResendFailures++
