@@ -14,7 +14,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -26,11 +25,6 @@ import (
 	"github.com/opledger/opledger/outbox"
 	"github.com/opledger/opledger/policy"
 )
-
-// CallerHeader is the metadata header the example trusts as the caller's
-// identity, standing in for an authenticating gateway. A real service
-// uses mTLS (grpcint.CallerFromPeerCertificate) or its own auth.
-const CallerHeader = "x-example-caller"
 
 // Scenario describes one run of the demo.
 type Scenario struct {
@@ -71,7 +65,11 @@ type Scenario struct {
 	// NewKey returns each logical call's idempotency key (default
 	// grpcint.NewKey).
 	NewKey func() string
-	// Caller is the caller identity the client presents (default "demo").
+	// Caller is the principal the client authenticates as (default
+	// "demo"): the run issues it a bearer token (Tokens), and the server
+	// takes the caller from the token, never from anything the client
+	// names (grpcint.CallerFromPrincipal), so the ledger's entries have
+	// the caller "principal:" and Caller.
 	Caller string
 	// RefPrefix prefixes each transfer's reference (default "call").
 	RefPrefix string
@@ -329,21 +327,26 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 		return Report{}, err
 	}
 	faults := NewFaults(sc.Faults)
+	tokens := NewTokens()
+	token, err := tokens.Issue(sc.Caller)
+	if err != nil {
+		return Report{}, err
+	}
 	switch sc.Transport {
 	case "", TransportGRPC:
 		sc.Transport = TransportGRPC
 	case TransportHTTP:
-		return sc.runHTTP(ctx, start, store, svc, faults)
+		return sc.runHTTP(ctx, start, store, svc, faults, tokens, token)
 	default:
 		return Report{}, fmt.Errorf("payments: unknown transport %q", sc.Transport)
 	}
-	kitServer, err := grpcint.NewServer(sc.DB, store, cat, grpcint.CallerFromTrustedHeader(CallerHeader),
+	kitServer, err := grpcint.NewServer(sc.DB, store, cat, grpcint.CallerFromPrincipal(Principal),
 		append([]grpcint.ServerOption{grpcint.WithLockWait(sc.LockWait)}, sc.ServerOptions...)...)
 	if err != nil {
 		return Report{}, err
 	}
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(faults.UnaryServerInterceptor(), kitServer.UnaryServerInterceptor(),
-		faults.TxInterceptor(sc.DB, sc.Dialect)))
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(faults.UnaryServerInterceptor(), tokens.UnaryServerInterceptor(),
+		kitServer.UnaryServerInterceptor(), faults.TxInterceptor(sc.DB, sc.Dialect)))
 	paymentspb.RegisterPaymentsServer(srv, svc)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -354,14 +357,13 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 	defer func() { srv.Stop(); <-served }()
 
 	conn, client, err := Dial(lis.Addr().String(), sc.Owner, sc.ClientOptions,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(BearerToken(token)),
 		grpc.WithChainUnaryInterceptor(faults.UnaryClientInterceptor()))
 	if err != nil {
 		return Report{}, err
 	}
 	defer conn.Close()
 	pc := paymentspb.NewPaymentsClient(conn)
-	callerCtx := metadata.AppendToOutgoingContext(ctx, CallerHeader, sc.Caller)
 
 	rep := Report{Transport: sc.Transport, Owner: sc.Owner, Calls: sc.Calls, OutageCalls: sc.OutageCalls}
 	counts := func() clientCounts {
@@ -371,7 +373,7 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 	results, outage, err := sc.phases(ctx, &rep, faults, counts, func(i int, prefix string) callResult {
 		req := transferRequest(i, prefix)
 		key := sc.NewKey()
-		cctx, cancel := context.WithTimeout(grpcint.WithKey(callerCtx, key), sc.CallTimeout)
+		cctx, cancel := context.WithTimeout(grpcint.WithKey(ctx, key), sc.CallTimeout)
 		defer cancel()
 		reply, err := pc.Transfer(cctx, req)
 		return callResult{key: key, req: req, reply: reply, err: err}
@@ -390,7 +392,7 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 	}
 	resolve := func(r callResult) (*paymentspb.TransferReply, bool, error) {
 		var stored paymentspb.TransferReply
-		rctx, cancel := context.WithTimeout(callerCtx, sc.CallTimeout)
+		rctx, cancel := context.WithTimeout(ctx, sc.CallTimeout)
 		defer cancel()
 		err := grpcint.Resolve(rctx, conn, paymentspb.TransferMethod, r.key, &paymentspb.TransferRequest{}, &stored)
 		switch {
@@ -464,7 +466,7 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 		}
 	}
 	again := func(ctx context.Context, r callResult) (*paymentspb.TransferReply, error) {
-		return pc.Transfer(grpcint.WithKey(metadata.AppendToOutgoingContext(ctx, CallerHeader, sc.Caller), r.key), r.req)
+		return pc.Transfer(grpcint.WithKey(ctx, r.key), r.req)
 	}
 	counted := func() (int64, int64) { st := kitServer.Stats(); return st.Executed, st.Replayed }
 	if err := sc.resend(ctx, results, rows, &rep, again, counted); err != nil {
@@ -639,12 +641,19 @@ func (sc Scenario) startFraud(ctx context.Context) (func(), fraudChain, error) {
 	if err != nil {
 		return nil, fraudChain{}, err
 	}
-	kit, err := grpcint.NewServer(c.DB, store, cat, grpcint.CallerFromTrustedHeader(CallerHeader), grpcint.WithLockWait(sc.LockWait))
+	// The fraud service authenticates its callers with tokens of its own;
+	// the payments service presents the one issued to FraudCaller.
+	tokens := NewTokens()
+	token, err := tokens.Issue(FraudCaller)
+	if err != nil {
+		return nil, fraudChain{}, err
+	}
+	kit, err := grpcint.NewServer(c.DB, store, cat, grpcint.CallerFromPrincipal(Principal), grpcint.WithLockWait(sc.LockWait))
 	if err != nil {
 		return nil, fraudChain{}, err
 	}
 	faults := NewFaults(c.Faults)
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(faults.UnaryServerInterceptor(), kit.UnaryServerInterceptor()))
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(faults.UnaryServerInterceptor(), tokens.UnaryServerInterceptor(), kit.UnaryServerInterceptor()))
 	paymentspb.RegisterFraudServer(srv, fsvc)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -653,7 +662,7 @@ func (sc Scenario) startFraud(ctx context.Context) (func(), fraudChain, error) {
 	served := make(chan struct{})
 	go func() { _ = srv.Serve(lis); close(served) }()
 	conn, _, err := DialFraud(lis.Addr().String(), c.ClientOptions,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(BearerToken(token)),
 		grpc.WithChainUnaryInterceptor(faults.UnaryClientInterceptor()))
 	if err != nil {
 		srv.Stop()
