@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	cryptorand "crypto/rand"
 	"database/sql"
 	"encoding/json"
 	"errors"
@@ -21,7 +22,6 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
 	"google.golang.org/grpc/status"
@@ -381,6 +381,11 @@ func chaosRun(ctx context.Context, db chaosDatabase, s chaosSettings, progress i
 	runID := time.Now().UnixNano() % 1_000_000_000
 	table := fmt.Sprintf("opledger_chaos_%d", runID)
 	caller := fmt.Sprintf("chaos-%d", runID)
+	// The replicas authenticate the client by a bearer token issued for
+	// this run (they are given its SHA-256, never the token) and take the
+	// caller from it (grpcint.CallerFromPrincipal): the ledger's entries
+	// are "principal:" and the caller.
+	token := cryptorand.Text()
 	if err := payments.CreateTable(ctx, direct, t.dialect, table); err != nil {
 		return rep, err
 	}
@@ -389,7 +394,7 @@ func chaosRun(ctx context.Context, db chaosDatabase, s chaosSettings, progress i
 	defer func() {
 		cctx := context.WithoutCancel(ctx)
 		_ = payments.DropTable(cctx, direct, t.dialect, table)
-		_, _ = direct.ExecContext(cctx, "DELETE FROM "+t.dialect.QuoteIdent(ledger.DefaultTable)+" WHERE caller = "+t.dialect.Placeholder(1), "header:"+caller)
+		_, _ = direct.ExecContext(cctx, "DELETE FROM "+t.dialect.QuoteIdent(ledger.DefaultTable)+" WHERE caller = "+t.dialect.Placeholder(1), "principal:"+caller)
 	}()
 	rng := rand.New(rand.NewPCG(s.seed, 0x5eed))
 
@@ -408,7 +413,7 @@ func chaosRun(ctx context.Context, db chaosDatabase, s chaosSettings, progress i
 	}
 	perReplica := max(s.calls/s.replicas, 2)
 	replicaArgs := []string{"--dsn", replicaDSN, "--table", table, "--lock-wait", lockWait.String(),
-		"--max-conns", fmt.Sprint(maxConns), "--driver", db.driver()}
+		"--max-conns", fmt.Sprint(maxConns), "--driver", db.driver(), "--caller", caller, "--token-sha256", payments.TokenDigest(token)}
 	if s.breakKeys {
 		replicaArgs = append(replicaArgs, "--break-keys")
 	}
@@ -454,7 +459,7 @@ func chaosRun(ctx context.Context, db chaosDatabase, s chaosSettings, progress i
 	}
 	res.InitialState(state)
 	conn, err := grpc.NewClient(res.Scheme()+":///replicas", append(dopts, grpc.WithResolvers(res),
-		grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithDefaultServiceConfig(sc),
+		grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(payments.BearerToken(token)), grpc.WithDefaultServiceConfig(sc),
 		grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: 2 * time.Second,
 			Backoff: backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second}}))...)
 	if err != nil {
@@ -462,7 +467,6 @@ func chaosRun(ctx context.Context, db chaosDatabase, s chaosSettings, progress i
 	}
 	defer conn.Close()
 	pc := paymentspb.NewPaymentsClient(conn)
-	callerCtx := metadata.AppendToOutgoingContext(ctx, payments.CallerHeader, caller)
 
 	// The faults: the proxies' schedules, and kills and restarts at seeded
 	// points of the run's progress.
@@ -584,7 +588,7 @@ func chaosRun(ctx context.Context, db chaosDatabase, s chaosSettings, progress i
 					return
 				}
 				started.Add(1)
-				calls[i] = chaosOne(callerCtx, pc, i, caller, s.callTimeout)
+				calls[i] = chaosOne(ctx, pc, i, caller, s.callTimeout)
 				done.Add(1)
 			}
 		}()
@@ -623,11 +627,11 @@ func chaosRun(ctx context.Context, db chaosDatabase, s chaosSettings, progress i
 		_, _, _, trouble := rs.counts()
 		return rep, fmt.Errorf("%w (%s)", err, strings.Join(trouble, "; "))
 	}
-	// The server stores the caller as grpcint.CallerFromTrustedHeader
-	// names it.
-	if err := chaosCheck(ctx, &rep, calls, direct, t.dialect, table, "header:"+caller, func(c chaosCall) (*paymentspb.TransferReply, bool, error) {
+	// The server stores the caller as grpcint.CallerFromPrincipal names
+	// it.
+	if err := chaosCheck(ctx, &rep, calls, direct, t.dialect, table, "principal:"+caller, func(c chaosCall) (*paymentspb.TransferReply, bool, error) {
 		var stored paymentspb.TransferReply
-		rctx, cancel := context.WithTimeout(callerCtx, s.callTimeout)
+		rctx, cancel := context.WithTimeout(ctx, s.callTimeout)
 		defer cancel()
 		err := grpcint.Resolve(rctx, conn, paymentspb.TransferMethod, c.key, &paymentspb.TransferRequest{}, &stored)
 		switch {

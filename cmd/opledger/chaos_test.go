@@ -147,7 +147,7 @@ func TestChaosCheckFindsBreaches(t *testing.T) {
 	if _, err := m.Up(ctx); err != nil {
 		t.Fatal(err)
 	}
-	const table, caller = "chaos_check", "header:c"
+	const table, caller = "chaos_check", "principal:c"
 	if err := payments.CreateTable(ctx, db, tg.dialect, table); err != nil {
 		t.Fatal(err)
 	}

@@ -47,11 +47,19 @@ func runChaosReplica(ctx context.Context, args []string, stdout, stderr io.Write
 	driver := fs.String("driver", "", "pq: open a postgres:// DSN with lib/pq instead of pgx")
 	atCommit := fs.Bool("claim-at-commit", false, "claim Transfer at commit (grpcint.WithClaimAtCommit)")
 	breakKeys := fs.Bool("break-keys", false, "replace every request's idempotency key with a fresh one (a broken service: the run must find duplicates)")
+	caller := fs.String("caller", "", "the principal of the one client the replica accepts")
+	tokenSum := fs.String("token-sha256", "", "the hex SHA-256 of that client's bearer token (the token itself is never on the command line)")
 	if code, stop := parseFlags(fs, args, stdout); stop {
 		return code
 	}
 	if *dsn == "" || fs.NArg() > 0 {
 		return fail(stderr, chaosReplicaCommand, errors.New("--dsn is required and there are no arguments"))
+	}
+	// The caller comes from the client's token, checked before the kit's
+	// interceptor: a client cannot name another caller.
+	tokens := payments.NewTokens()
+	if err := tokens.Allow(*tokenSum, *caller); err != nil {
+		return fail(stderr, chaosReplicaCommand, fmt.Errorf("--caller and --token-sha256: %w", err))
 	}
 	db, t, err := openReplicaDB(ctx, *dsn, *driver)
 	if err != nil {
@@ -76,11 +84,11 @@ func runChaosReplica(ctx context.Context, args []string, stdout, stderr io.Write
 	if *atCommit {
 		opts = append(opts, grpcint.WithClaimAtCommit(paymentspb.TransferMethod))
 	}
-	kit, err := grpcint.NewServer(db, store, cat, grpcint.CallerFromTrustedHeader(payments.CallerHeader), opts...)
+	kit, err := grpcint.NewServer(db, store, cat, grpcint.CallerFromPrincipal(payments.Principal), opts...)
 	if err != nil {
 		return fail(stderr, chaosReplicaCommand, err)
 	}
-	chain := []grpc.UnaryServerInterceptor{dieAfterCommit(*dieAfter)}
+	chain := []grpc.UnaryServerInterceptor{dieAfterCommit(*dieAfter), tokens.UnaryServerInterceptor()}
 	if *breakKeys {
 		chain = append(chain, freshKeys)
 	}

@@ -36,7 +36,9 @@
 // and [NewTiDB] returns the dialect's TiDB variant (see its doc): a Dialect
 // value holds no connection, so which server it is for is chosen when it is
 // built, by the caller ([New] or [NewTiDB]), from a tidb:// URL, or by
-// [Detect], which asks the server.
+// [Detect], which asks the server. [New] against a TiDB server fails the
+// first claim that needs its read-back with an error matching
+// [ErrTiDBServer], which names the fix.
 //
 // Times are stored as BIGINT Unix microseconds; open the database with a
 // DSN from [DSN] (or set parseTime=true yourself), which goose's version

@@ -14,7 +14,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -26,11 +25,6 @@ import (
 	"github.com/opledger/opledger/outbox"
 	"github.com/opledger/opledger/policy"
 )
-
-// CallerHeader is the metadata header the example trusts as the caller's
-// identity, standing in for an authenticating gateway. A real service
-// uses mTLS (grpcint.CallerFromPeerCertificate) or its own auth.
-const CallerHeader = "x-example-caller"
 
 // Scenario describes one run of the demo.
 type Scenario struct {
@@ -71,7 +65,11 @@ type Scenario struct {
 	// NewKey returns each logical call's idempotency key (default
 	// grpcint.NewKey).
 	NewKey func() string
-	// Caller is the caller identity the client presents (default "demo").
+	// Caller is the principal the client authenticates as (default
+	// "demo"): the run issues it a bearer token (Tokens), and the server
+	// takes the caller from the token, never from anything the client
+	// names (grpcint.CallerFromPrincipal), so the ledger's entries have
+	// the caller "principal:" and Caller.
 	Caller string
 	// RefPrefix prefixes each transfer's reference (default "call").
 	RefPrefix string
@@ -137,16 +135,17 @@ type Report struct {
 	Reconciled     int            // failed calls whose outcome a later Resolve found committed
 	FailedBy       map[string]int // errors by final status code and reason, both phases
 	Attempts       int64          // attempts on the wire, faulty phase
-	Executed       int64          // handler runs that committed (server)
-	Replayed       int64          // calls answered from the ledger (server)
-	Resolved       int64          // calls whose outcome a resolve returned (client)
-	BudgetRefusals int64          // retries the client's budget refused
+	Executed       int64          // handler runs that committed (server), both phases (before the resends)
+	Replayed       int64          // calls answered from the ledger (server), both phases (before the resends)
+	Resolved       int64          // calls whose outcome a resolve returned (client), faulty phase
+	BudgetRefusals int64          // retries the client's budget refused, both phases
 	Duplicates     int            // logical calls with more than one transfer row
 	Lost           int            // logical calls answered with success but no (or another) row
 	WrongResponses int            // responses that differ from the committed row
 	WrongOutcomes  int            // definite errors whose reason disagrees with the business table
 	Resent         int            // answered calls sent again with their key after the checks
-	ResendFailures int            // of those, not answered by a replay of the committed answer (must be 0)
+	ResendReplayed int64          // calls the server answered from the ledger during the resends
+	ResendFailures int            // of the resends, not answered by a replay of the committed answer (must be 0)
 	OutageCalls    int            // logical calls during the outage
 	OutageAttempts int64          // attempts on the wire during the outage
 	Faults         FaultCounts
@@ -185,28 +184,39 @@ func (r Report) OK() bool {
 		r.ResendFailures == 0
 }
 
-// Print writes the report as a table.
+// Print writes the report as a table. Each row's name says which calls
+// it counts: the faulty phase's, the outage's, both phases' (before the
+// resends), or the resends'; so the server's replays, for one, are two
+// rows, before and during the resends.
 func (r Report) Print(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	row := func(k string, v any) { fmt.Fprintf(tw, "%s\t%v\t\n", k, v) }
 	row("transport", r.Transport)
 	row("retry owner", r.Owner)
-	row("logical calls", r.Calls)
-	row("succeeded", r.Succeeded)
-	row("failed (of which resolve found committed)", fmt.Sprintf("%d (%d)", r.Failed, r.Reconciled))
-	row("returned a definite failure", r.Definite)
-	row("returned ambiguous (must be 0)", r.Ambiguous)
-	row("attempts", r.Attempts)
-	row("executed", r.Executed)
-	row("replayed", r.Replayed)
-	row("resolved", r.Resolved)
+	row("faulty phase: logical calls", r.Calls)
+	row("faulty phase: succeeded", r.Succeeded)
+	row("faulty phase: failed (of which resolve found committed)", fmt.Sprintf("%d (%d)", r.Failed, r.Reconciled))
+	row("faulty phase: attempts", r.Attempts)
+	row("faulty phase: resolved by the client", r.Resolved)
+	both := "faulty phase: "
+	if r.OutageCalls > 0 {
+		row("outage: logical calls", r.OutageCalls)
+		row("outage: attempts", r.OutageAttempts)
+		row("outage: amplification", strconv.FormatFloat(r.Amplification(), 'f', 2, 64)+"x")
+		both = "both phases: "
+	}
+	row(both+"returned a definite failure", r.Definite)
+	row(both+"returned ambiguous (must be 0)", r.Ambiguous)
+	row(both+"executed by the server", r.Executed)
+	row(both+"replayed by the server", r.Replayed)
+	row(both+"budget refusals", r.BudgetRefusals)
 	row("duplicate effects (must be 0)", r.Duplicates)
 	row("lost effects (must be 0)", r.Lost)
 	row("wrong responses (must be 0)", r.WrongResponses)
 	row("wrong failure reasons (must be 0)", r.WrongOutcomes)
-	row("answered calls sent again", r.Resent)
-	row("sent again, not replayed (must be 0)", r.ResendFailures)
-	row("budget refusals", r.BudgetRefusals)
+	row("resends: answered calls sent again", r.Resent)
+	row("resends: replayed by the server", r.ResendReplayed)
+	row("resends: not answered by a replay (must be 0)", r.ResendFailures)
 	row("faults: failed before send", r.Faults.FailedBeforeSend)
 	row("faults: answers lost after commit", r.Faults.DroppedAfterRun)
 	row("faults: delayed", r.Faults.Delayed)
@@ -225,11 +235,6 @@ func (r Report) Print(w io.Writer) {
 		row("outbox: duplicate events (must be 0)", r.EventDuplicates)
 		row("outbox: missing events (must be 0)", r.EventsMissing)
 		row("outbox: events of uncommitted transfers (must be 0)", r.EventsForFailed)
-	}
-	if r.OutageCalls > 0 {
-		row("outage: logical calls", r.OutageCalls)
-		row("outage: attempts", r.OutageAttempts)
-		row("outage: amplification", strconv.FormatFloat(r.Amplification(), 'f', 2, 64)+"x")
 	}
 	row("elapsed", r.Elapsed.Round(time.Millisecond))
 	tw.Flush()
@@ -322,21 +327,26 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 		return Report{}, err
 	}
 	faults := NewFaults(sc.Faults)
+	tokens := NewTokens()
+	token, err := tokens.Issue(sc.Caller)
+	if err != nil {
+		return Report{}, err
+	}
 	switch sc.Transport {
 	case "", TransportGRPC:
 		sc.Transport = TransportGRPC
 	case TransportHTTP:
-		return sc.runHTTP(ctx, start, store, svc, faults)
+		return sc.runHTTP(ctx, start, store, svc, faults, tokens, token)
 	default:
 		return Report{}, fmt.Errorf("payments: unknown transport %q", sc.Transport)
 	}
-	kitServer, err := grpcint.NewServer(sc.DB, store, cat, grpcint.CallerFromTrustedHeader(CallerHeader),
+	kitServer, err := grpcint.NewServer(sc.DB, store, cat, grpcint.CallerFromPrincipal(Principal),
 		append([]grpcint.ServerOption{grpcint.WithLockWait(sc.LockWait)}, sc.ServerOptions...)...)
 	if err != nil {
 		return Report{}, err
 	}
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(faults.UnaryServerInterceptor(), kitServer.UnaryServerInterceptor(),
-		faults.TxInterceptor(sc.DB, sc.Dialect)))
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(faults.UnaryServerInterceptor(), tokens.UnaryServerInterceptor(),
+		kitServer.UnaryServerInterceptor(), faults.TxInterceptor(sc.DB, sc.Dialect)))
 	paymentspb.RegisterPaymentsServer(srv, svc)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -347,14 +357,13 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 	defer func() { srv.Stop(); <-served }()
 
 	conn, client, err := Dial(lis.Addr().String(), sc.Owner, sc.ClientOptions,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(BearerToken(token)),
 		grpc.WithChainUnaryInterceptor(faults.UnaryClientInterceptor()))
 	if err != nil {
 		return Report{}, err
 	}
 	defer conn.Close()
 	pc := paymentspb.NewPaymentsClient(conn)
-	callerCtx := metadata.AppendToOutgoingContext(ctx, CallerHeader, sc.Caller)
 
 	rep := Report{Transport: sc.Transport, Owner: sc.Owner, Calls: sc.Calls, OutageCalls: sc.OutageCalls}
 	counts := func() clientCounts {
@@ -364,7 +373,7 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 	results, outage, err := sc.phases(ctx, &rep, faults, counts, func(i int, prefix string) callResult {
 		req := transferRequest(i, prefix)
 		key := sc.NewKey()
-		cctx, cancel := context.WithTimeout(grpcint.WithKey(callerCtx, key), sc.CallTimeout)
+		cctx, cancel := context.WithTimeout(grpcint.WithKey(ctx, key), sc.CallTimeout)
 		defer cancel()
 		reply, err := pc.Transfer(cctx, req)
 		return callResult{key: key, req: req, reply: reply, err: err}
@@ -383,7 +392,7 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 	}
 	resolve := func(r callResult) (*paymentspb.TransferReply, bool, error) {
 		var stored paymentspb.TransferReply
-		rctx, cancel := context.WithTimeout(callerCtx, sc.CallTimeout)
+		rctx, cancel := context.WithTimeout(ctx, sc.CallTimeout)
 		defer cancel()
 		err := grpcint.Resolve(rctx, conn, paymentspb.TransferMethod, r.key, &paymentspb.TransferRequest{}, &stored)
 		switch {
@@ -457,7 +466,7 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 		}
 	}
 	again := func(ctx context.Context, r callResult) (*paymentspb.TransferReply, error) {
-		return pc.Transfer(grpcint.WithKey(metadata.AppendToOutgoingContext(ctx, CallerHeader, sc.Caller), r.key), r.req)
+		return pc.Transfer(grpcint.WithKey(ctx, r.key), r.req)
 	}
 	counted := func() (int64, int64) { st := kitServer.Stats(); return st.Executed, st.Replayed }
 	if err := sc.resend(ctx, results, rows, &rep, again, counted); err != nil {
@@ -632,12 +641,19 @@ func (sc Scenario) startFraud(ctx context.Context) (func(), fraudChain, error) {
 	if err != nil {
 		return nil, fraudChain{}, err
 	}
-	kit, err := grpcint.NewServer(c.DB, store, cat, grpcint.CallerFromTrustedHeader(CallerHeader), grpcint.WithLockWait(sc.LockWait))
+	// The fraud service authenticates its callers with tokens of its own;
+	// the payments service presents the one issued to FraudCaller.
+	tokens := NewTokens()
+	token, err := tokens.Issue(FraudCaller)
+	if err != nil {
+		return nil, fraudChain{}, err
+	}
+	kit, err := grpcint.NewServer(c.DB, store, cat, grpcint.CallerFromPrincipal(Principal), grpcint.WithLockWait(sc.LockWait))
 	if err != nil {
 		return nil, fraudChain{}, err
 	}
 	faults := NewFaults(c.Faults)
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(faults.UnaryServerInterceptor(), kit.UnaryServerInterceptor()))
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(faults.UnaryServerInterceptor(), tokens.UnaryServerInterceptor(), kit.UnaryServerInterceptor()))
 	paymentspb.RegisterFraudServer(srv, fsvc)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -646,7 +662,7 @@ func (sc Scenario) startFraud(ctx context.Context) (func(), fraudChain, error) {
 	served := make(chan struct{})
 	go func() { _ = srv.Serve(lis); close(served) }()
 	conn, _, err := DialFraud(lis.Addr().String(), c.ClientOptions,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(BearerToken(token)),
 		grpc.WithChainUnaryInterceptor(faults.UnaryClientInterceptor()))
 	if err != nil {
 		srv.Stop()
@@ -747,7 +763,7 @@ func (sc Scenario) resend(ctx context.Context, results []callResult, rows map[st
 	}
 	wg.Wait()
 	executed1, replayed1 := served()
-	rep.Resent = len(done)
+	rep.Resent, rep.ResendReplayed = len(done), replayed1-replayed0
 	for _, f := range failed {
 		if f {
 			rep.ResendFailures++
