@@ -74,8 +74,12 @@ func Example() {
 	if err != nil {
 		log.Fatal(err) // a configuration that cannot work fails here, not on the first call
 	}
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(kit.UnaryServerInterceptor()))
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(kit.UnaryServerInterceptor()),
+		grpc.ChainStreamInterceptor(kit.StreamServerInterceptor()))
 	paymentspb.RegisterPaymentsServer(srv, svc)
+	if err := kit.CheckRegistered(srv); err != nil {
+		log.Fatal(err) // a keyed method registered as a stream, or renamed
+	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		log.Fatal(err)

@@ -308,6 +308,8 @@ func (s *Server) StreamServerInterceptor() grpc.StreamServerInterceptor {
 // ServiceInfoProvider is what Server.CheckRegistered reads the registered
 // services from: *grpc.Server implements it.
 type ServiceInfoProvider interface {
+	// GetServiceInfo returns the registered services by full name, with
+	// their methods' names and streaming flags.
 	GetServiceInfo() map[string]grpc.ServiceInfo
 }
 
