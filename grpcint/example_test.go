@@ -104,8 +104,12 @@ func Example() {
 	if err != nil {
 		log.Fatal(err) // a configuration that cannot work fails here, not on the first call
 	}
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(tokens.UnaryServerInterceptor(), kit.UnaryServerInterceptor()))
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(tokens.UnaryServerInterceptor(), kit.UnaryServerInterceptor()),
+		grpc.ChainStreamInterceptor(kit.StreamServerInterceptor()))
 	paymentspb.RegisterPaymentsServer(srv, svc)
+	if err := kit.CheckRegistered(srv); err != nil {
+		log.Fatal(err) // a keyed method registered as a stream, or renamed
+	}
 	addr, stop := serveExample(srv)
 	defer stop()
 

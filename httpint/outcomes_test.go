@@ -199,6 +199,7 @@ func TestOutcomeRows(t *testing.T) {
 				httpint.WithTxOptions(txmiddleware.WithMaxTxAttempts(2), txmiddleware.WithTxBackoff(time.Millisecond, time.Millisecond)))
 			wantProblem(t, e.do(t, alice("k", "r")), httpint.OutcomeTxAborted, "")
 		},
+		httpint.OutcomeStorageBusy: func(t *testing.T) { testPoolOfOne(t, testdb.Targets()[0]) },
 		httpint.OutcomeStorage: func(t *testing.T) {
 			conn := &ledger.DBError{Op: "claim", Class: dialects.ClassConnection, Err: errors.New("connection refused")}
 			e := sqliteEnv(t, func(s *ledger.Store) ledger.Ledger { return testdb.FaultyLedger{Store: s, ClaimErr: conn} },
@@ -231,16 +232,21 @@ func TestOutcomeRows(t *testing.T) {
 			}
 		},
 		httpint.OutcomeNotStorable: func(t *testing.T) {
+			// New refuses a body limit the ledger cannot store, so only
+			// stored headers over StoredHeaderRoom get here.
 			tg := testdb.Targets()[0]
 			te := testdb.NewEnv(t, tg.Name, tg.Dialect, tg.Open(t, 8))
-			store, err := ledger.New(tg.Dialect, ledger.WithTable(te.Table), ledger.WithMaxResultSize(16))
+			store, err := ledger.New(tg.Dialect, ledger.WithTable(te.Table), ledger.WithMaxResultSize(httpint.StoredHeaderRoom+256))
 			if err != nil {
 				t.Fatal(err)
 			}
-			e := newEnv(t, te, func(*ledger.Store) ledger.Ledger { return store })
-			wantProblem(t, e.do(t, alice("k", "r")), httpint.OutcomeNotStorable, "")
-			if e.BizRows(t, "r") != 0 {
-				t.Fatal("the write of a response that could not be stored committed")
+			e := newEnv(t, te, func(*ledger.Store) ledger.Ledger { return store }, httpint.WithMaxResponseBody(256))
+			wantProblem(t, e.do(t, req{caller: "alice", key: "k", body: "r", header: map[string]string{testHeader: "big-headers"}}), httpint.OutcomeNotStorable, "")
+			if e.LedgerRows(t) != 0 {
+				t.Fatal("a response that could not be stored committed")
+			}
+			if r := e.do(t, alice("k2", "r")); r.status != 201 {
+				t.Fatalf("a response within the limits: %d %q", r.status, r.body)
 			}
 		},
 		httpint.OutcomeLedgerMisuse: func(t *testing.T) {

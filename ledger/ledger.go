@@ -61,6 +61,7 @@ var (
 	_ Ledger          = (*Store)(nil)
 	_ Recorder        = (*Store)(nil)
 	_ LockWaitBounder = (*Store)(nil)
+	_ ResultSizer     = (*Store)(nil)
 )
 
 // ClaimRequest is what Claim needs.
@@ -93,6 +94,17 @@ type ClaimRequest struct {
 type LockWaitBounder interface {
 	// BoundsLockWait reports whether Claim honours ClaimRequest.LockWait.
 	BoundsLockWait() bool
+}
+
+// ResultSizer is implemented by a Ledger that bounds the results it
+// stores: a Result.Response longer than MaxResultSize is refused with
+// ErrInvalid. Transports ask it at construction, so that a response
+// limit of theirs that the ledger could not store fails there, not on
+// the first large response. [Store] implements it (see
+// WithMaxResultSize).
+type ResultSizer interface {
+	// MaxResultSize returns the longest Result.Response stored, in bytes.
+	MaxResultSize() int
 }
 
 // Result is what an operation produced, stored on completion and returned
@@ -405,6 +417,10 @@ func boundedSQL[Q any](s *Store, op string, wait time.Duration, plain *Q, cache 
 	v, _ := cache.LoadOrStore(wait, &q)
 	return v.(*Q), nil
 }
+
+// MaxResultSize returns the longest Result.Response the store accepts, in
+// bytes (see WithMaxResultSize).
+func (s *Store) MaxResultSize() int { return s.maxResult }
 
 // Table returns the store's table name.
 func (s *Store) Table() string { return s.table }

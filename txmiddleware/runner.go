@@ -6,6 +6,8 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/opledger/opledger/dialects"
@@ -24,6 +26,17 @@ var ErrInvalidConfig = errors.New("txmiddleware: invalid configuration")
 // ErrNotFound means it did not, and running it again is safe), or retry
 // with the same key, which replays if it had committed.
 var ErrCommitUnknown = errors.New("txmiddleware: commit outcome unknown; resolve before retrying")
+
+// ErrBusy means the transaction could not begin within the lock-wait
+// bound (see [WithLockWait]) while no other call with the same identity
+// was in flight on the runner: every connection of the pool was in use,
+// or (SQLite) another transaction held the database's single write lock.
+// It says nothing about the identity: nothing was written, and running
+// the call again later is safe (gRPC UNAVAILABLE STORAGE_BUSY, HTTP 503
+// with Retry-After). It never matches ledger.ErrInProgress, which is
+// returned instead when another call with the same identity is in flight
+// on the runner, holding the connection or the lock waited for.
+var ErrBusy = errors.New("txmiddleware: the database is busy; nothing was written")
 
 // Work is the caller's mutation. It runs in tx, the transaction that holds
 // the claim, and returns the result to record (Code 0 and the encoded
@@ -71,6 +84,7 @@ type Runner struct {
 	claimWait time.Duration
 	cfg       config
 	obs       *observer
+	inflight  inflight // the identities of the Runs in progress
 }
 
 // New returns a Runner for db, the database that holds both the ledger's
@@ -84,7 +98,7 @@ func New(db *sql.DB, l ledger.Ledger, opts ...Option) (*Runner, error) {
 	if d == nil {
 		return nil, fmt.Errorf("%w: the ledger has no dialect", ErrInvalidConfig)
 	}
-	r := &Runner{db: db, l: l, d: d, cfg: defaults()}
+	r := &Runner{db: db, l: l, d: d, cfg: defaults(), inflight: inflight{n: map[[32]byte]int{}}}
 	if err := options.Apply(&r.cfg, opts, func(o Option) options.Option[config] { return o.o }); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -155,8 +169,13 @@ func TxFromContext(ctx context.Context) (*sql.Tx, bool) {
 //     again);
 //   - ledger.ErrKeyReused, ledger.ErrIncomplete, and an error matching
 //     ledger.ErrInProgress when another transaction held the identity past
-//     the wait bound (on SQLite, when BEGIN could not get the write lock
-//     within the busy timeout);
+//     the wait bound, or when the transaction could not begin within it
+//     (no free connection in the pool; on SQLite, the write lock not had
+//     within the busy timeout) while another call with the same identity
+//     was in flight on this runner;
+//   - an error matching [ErrBusy] when the transaction could not begin
+//     within the wait bound and no other call with the same identity was
+//     in flight on this runner: nothing was written;
 //   - an error matching [ErrCommitUnknown] when the connection broke during
 //     COMMIT, or the context ended while COMMIT was in flight (the error
 //     then matches the context's error too);
@@ -181,9 +200,9 @@ func (r *Runner) run(ctx context.Context, req ledger.ClaimRequest, work Work) (R
 	if work == nil {
 		return RunResult{}, errors.New("txmiddleware: work must not be nil")
 	}
-	if r.claimWait > 0 {
-		req.LockWait = r.claimWait
-	}
+	id := req.Identity.ID()
+	r.inflight.enter(id)
+	defer r.inflight.leave(id)
 	var (
 		out   RunResult
 		final *finalError // set once the work returned a final error
@@ -291,18 +310,154 @@ func ctxErr(ctx context.Context, op string, err error) error {
 }
 
 // begin starts one attempt's transaction, with the lock-wait bound when
-// one is configured. release is never nil.
-func (r *Runner) begin(ctx context.Context) (*sql.Tx, func(), error) {
+// one is configured. The bound covers the wait for a pool connection and
+// BEGIN itself (on SQLite, the wait for the write lock): past it the
+// attempt fails with ledger.ErrInProgress or ErrBusy (see boundPassed).
+// It returns what is left of the bound for the claim's own lock waits.
+// release is never nil; it ends the bound's context, once the
+// transaction has ended.
+func (r *Runner) begin(ctx context.Context, id [32]byte) (*sql.Tx, func(), time.Duration, error) {
 	opts := &sql.TxOptions{Isolation: r.cfg.iso}
-	if r.lw != nil {
-		tx, release, err := r.lw.BeginBounded(ctx, r.db, opts, r.cfg.lockWait)
-		if err != nil {
-			return nil, func() {}, err
-		}
-		return tx, release, nil
+	if r.cfg.lockWait <= 0 {
+		tx, err := r.db.BeginTx(ctx, opts)
+		return tx, func() {}, 0, err
 	}
-	tx, err := r.db.BeginTx(ctx, opts)
-	return tx, func() {}, err
+	// The transaction lives in bctx, which the bound's timer cancels only
+	// while the transaction has not begun: database/sql waits for a free
+	// connection until its context ends.
+	start := time.Now()
+	bctx, cancel := context.WithCancel(ctx)
+	var state atomic.Int32 // 0 beginning, 1 begun, 2 bound passed
+	timer := time.AfterFunc(r.cfg.lockWait, func() {
+		if state.CompareAndSwap(0, 2) {
+			cancel()
+		}
+	})
+	var (
+		tx      *sql.Tx
+		release func()
+		err     error
+	)
+	if r.lw != nil {
+		tx, release, err = r.lw.BeginBounded(bctx, r.db, opts, r.cfg.lockWait)
+	} else {
+		tx, err = r.db.BeginTx(bctx, opts)
+	}
+	if release == nil {
+		release = func() {}
+	}
+	begun := state.CompareAndSwap(0, 1)
+	timer.Stop()
+	switch {
+	case !begun:
+		// The bound passed first: whatever began is rolled back.
+		if err == nil {
+			_ = tx.Rollback()
+			release()
+		}
+		cancel()
+		return nil, func() {}, 0, r.boundPassed(id, fmt.Sprintf("the transaction did not begin within the lock-wait bound of %v", r.cfg.lockWait))
+	case err != nil:
+		cancel()
+		return nil, func() {}, 0, err
+	}
+	left := max(r.cfg.lockWait-time.Since(start), time.Millisecond)
+	return tx, func() { release(); cancel() }, left, nil
+}
+
+// claimBound is the bound of a claim's lock waits when left of bound is
+// what the wait for a connection and BEGIN left: left rounded up to an
+// eighth of bound. The ledger's SQL carries the bound, so rounding keeps
+// it to a few statement texts (a driver caches prepared statements by
+// text): the whole wait stays within bound plus an eighth of it.
+func claimBound(bound, left time.Duration) time.Duration {
+	step := bound / 8
+	if step <= 0 || left >= bound {
+		return bound
+	}
+	return min((left+step-1)/step*step, bound)
+}
+
+// boundPassed is the error of an attempt whose transaction could not
+// begin within the bound: ledger.ErrInProgress when another Run with the
+// same identity is in flight on the runner (it holds a connection, or the
+// write lock, this one waited for), ErrBusy otherwise (the pool or the
+// database was busy with other work).
+func (r *Runner) boundPassed(id [32]byte, why string) error {
+	if r.inflight.others(id) {
+		return fmt.Errorf("txmiddleware: begin: %s while another call with the same identity is in flight: %w", why, ledger.ErrInProgress)
+	}
+	return fmt.Errorf("txmiddleware: begin: %s: %w", why, ErrBusy)
+}
+
+// Lookup reads the committed entry of id with the runner's ledger (see
+// ledger.Ledger's Lookup) on a connection of the runner's pool. With a
+// lock-wait bound (see [WithLockWait]) the wait for that connection is
+// bounded too: past it Lookup returns an error matching
+// ledger.ErrInProgress when a Run of id is in flight on the runner, and
+// [ErrBusy] otherwise. A transport's resolve reads through it.
+func (r *Runner) Lookup(ctx context.Context, id ledger.Identity) (*ledger.Entry, error) {
+	if r.cfg.lockWait <= 0 {
+		return r.l.Lookup(ctx, r.db, id)
+	}
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.lockWait)
+	conn, err := r.db.Conn(cctx)
+	cancel()
+	switch {
+	case err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
+		why := fmt.Sprintf("txmiddleware: lookup: no connection of the pool within the lock-wait bound of %v", r.cfg.lockWait)
+		if r.InFlight(id) {
+			return nil, fmt.Errorf("%s while a call with the same identity is in flight: %w", why, ledger.ErrInProgress)
+		}
+		return nil, fmt.Errorf("%s: %w", why, ErrBusy)
+	case err != nil:
+		return nil, err
+	}
+	defer conn.Close()
+	return r.l.Lookup(ctx, conn, id)
+}
+
+// InFlight reports whether a Run of id is in progress on the runner. A
+// transport that answers resolve requests with a probe on a runner of
+// its own asks the runner of the calls it resolves, when its probe could
+// not begin within the wait bound ([ErrBusy]): a call with the key still
+// in flight is the truer answer (in progress) than a busy database.
+func (r *Runner) InFlight(id ledger.Identity) bool {
+	r.inflight.mu.Lock()
+	defer r.inflight.mu.Unlock()
+	return r.inflight.n[id.ID()] > 0
+}
+
+// inflight counts the Runs in progress per identity, so that a wait that
+// passed its bound before the transaction began can say whether a call
+// with the same identity is what it waited behind.
+type inflight struct {
+	mu sync.Mutex
+	n  map[[32]byte]int
+}
+
+func (f *inflight) enter(id [32]byte) {
+	f.mu.Lock()
+	f.n[id]++
+	f.mu.Unlock()
+}
+
+func (f *inflight) leave(id [32]byte) {
+	f.mu.Lock()
+	if f.n[id] <= 1 {
+		delete(f.n, id)
+	} else {
+		f.n[id]--
+	}
+	f.mu.Unlock()
+}
+
+// others reports whether another Run of id than the caller's is in
+// progress.
+func (f *inflight) others(id [32]byte) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.n[id] > 1
 }
 
 // once runs the unit one time. With fe set it records that final error of
@@ -314,9 +469,15 @@ func (r *Runner) once(ctx context.Context, req ledger.ClaimRequest, work Work, f
 	if fe != nil && r.cfg.afterFinalRollback != nil {
 		r.cfg.afterFinalRollback(ctx)
 	}
-	tx, release, err := r.begin(ctx)
+	id := req.Identity.ID()
+	tx, release, left, err := r.begin(ctx, id)
 	if err != nil {
-		return out, r.beginErr(ctx, err)
+		return out, r.beginErr(ctx, id, err)
+	}
+	if r.claimWait > 0 {
+		// The claim's own lock waits get what the wait for a connection
+		// and BEGIN left of the bound.
+		req.LockWait = claimBound(r.claimWait, left)
 	}
 	// Registered before the transaction's own deferred rollback, so it
 	// runs after it: a session setting is restored once the transaction
@@ -433,15 +594,18 @@ func (r *Runner) commit(ctx context.Context, tx *sql.Tx, ended *bool) error {
 }
 
 // beginErr wraps a failed BEGIN.
-func (r *Runner) beginErr(ctx context.Context, err error) error {
+func (r *Runner) beginErr(ctx context.Context, id [32]byte, err error) error {
+	if errors.Is(err, ErrBusy) || errors.Is(err, ledger.ErrInProgress) {
+		return err // the bound passed (begin)
+	}
 	if cerr := ctxErr(ctx, "begin", err); cerr != nil {
 		return cerr
 	}
 	if r.d.Classify(err) == dialects.ClassLockTimeout {
 		// SQLite with immediate transactions waits for the write lock at
-		// BEGIN: the busy timeout passed while another transaction
-		// (perhaps holding this identity) wrote.
-		return fmt.Errorf("txmiddleware: begin: %w: %w", ledger.ErrInProgress, err)
+		// BEGIN: the busy timeout passed while another transaction wrote,
+		// one with this identity or (SQLite has one writer) any other.
+		return fmt.Errorf("%w (%w)", r.boundPassed(id, "another transaction held the database's write lock past the busy timeout"), err)
 	}
 	return fmt.Errorf("txmiddleware: begin: %w", dialects.Explain(r.d, err))
 }

@@ -92,8 +92,12 @@ func runChaosReplica(ctx context.Context, args []string, stdout, stderr io.Write
 	if *breakKeys {
 		chain = append(chain, freshKeys)
 	}
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(append(chain, kit.UnaryServerInterceptor())...))
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(append(chain, kit.UnaryServerInterceptor())...),
+		grpc.ChainStreamInterceptor(kit.StreamServerInterceptor()))
 	paymentspb.RegisterPaymentsServer(srv, svc)
+	if err := kit.CheckRegistered(srv); err != nil {
+		return fail(stderr, chaosReplicaCommand, err)
+	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return fail(stderr, chaosReplicaCommand, err)

@@ -346,8 +346,11 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 		return Report{}, err
 	}
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(faults.UnaryServerInterceptor(), tokens.UnaryServerInterceptor(),
-		kitServer.UnaryServerInterceptor(), faults.TxInterceptor(sc.DB, sc.Dialect)))
+		kitServer.UnaryServerInterceptor(), faults.TxInterceptor(sc.DB, sc.Dialect)), grpc.ChainStreamInterceptor(kitServer.StreamServerInterceptor()))
 	paymentspb.RegisterPaymentsServer(srv, svc)
+	if err := kitServer.CheckRegistered(srv); err != nil {
+		return Report{}, err
+	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return Report{}, err
