@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/opledger/opledger/internal/faultproxy"
 )
 
 // Replication is how the primary of a PostgresPair waits for its standby
@@ -78,6 +80,9 @@ type PostgresPair struct {
 	repl Replication
 	bin  string
 	acct *account
+	// delays are the proxies the standby streams through (PairOptions.StreamDelay),
+	// one in front of each node.
+	delays [2]*faultproxy.Proxy
 
 	mu         sync.Mutex
 	nodes      [2]*Server
@@ -90,17 +95,38 @@ type PostgresPair struct {
 // synchronous_standby_names and pg_stat_replication know it by.
 func nodeName(i int) string { return "node" + strconv.Itoa(i) }
 
+// PairOptions configures StartPostgresPair.
+type PairOptions struct {
+	// Replication is the mode (ReplicationAsync, ReplicationSync,
+	// ReplicationRemoteApply); "" means ReplicationSync.
+	Replication Replication
+	// StreamDelay, when positive, sends the standby's replication
+	// connection through a loopback proxy that holds every chunk, both
+	// ways, for this long: a standby in another zone or region. An
+	// asynchronous standby is then about this far behind (what the
+	// primary committed in the last StreamDelay before a kill never
+	// reaches it); a synchronous primary waits about twice this long
+	// for every COMMIT.
+	StreamDelay time.Duration
+}
+
 // StartPostgresPair creates a primary (initdb, as StartPostgres, with the
 // WAL settings pg_rewind needs: full_page_writes and wal_log_hints on)
 // and a hot standby made with pg_basebackup, starts both, and returns
 // once the standby streams and has replayed the primary's WAL (and, with
 // a synchronous mode, is the primary's synchronous standby), or an error
 // when ctx ends first (leaving nothing behind). Call Cleanup when done.
-func StartPostgresPair(ctx context.Context, repl Replication) (*PostgresPair, error) {
+func StartPostgresPair(ctx context.Context, opts PairOptions) (*PostgresPair, error) {
+	repl := opts.Replication
 	switch repl {
+	case "":
+		repl = ReplicationSync
 	case ReplicationAsync, ReplicationSync, ReplicationRemoteApply:
 	default:
 		return nil, fmt.Errorf("throwaway: replication %q: want async, sync or remote_apply", repl)
+	}
+	if opts.StreamDelay < 0 {
+		return nil, fmt.Errorf("throwaway: a negative StreamDelay")
 	}
 	bin, acct, err := postgresSetup()
 	if err != nil {
@@ -119,8 +145,19 @@ func StartPostgresPair(ctx context.Context, repl Replication) (*PostgresPair, er
 		p.nodes[i], p.data[i] = s, data
 	}
 	for i, s := range p.nodes {
+		if opts.StreamDelay > 0 {
+			d, err := faultproxy.New(s.Addr())
+			if err != nil {
+				p.Cleanup()
+				return nil, fmt.Errorf("throwaway: %w", err)
+			}
+			d.SetLatency(opts.StreamDelay)
+			p.delays[i] = d
+		}
+	}
+	for i, s := range p.nodes {
 		settings := []string{
-			"-c", "primary_conninfo=" + p.conninfo(1-i, "application_name="+nodeName(i)),
+			"-c", "primary_conninfo=" + p.streamConninfo(1-i, "application_name="+nodeName(i)),
 			"-c", "wal_retrieve_retry_interval=100ms", // a standby whose primary is gone tries again soon
 			"-c", "wal_receiver_timeout=10s",
 			"-c", "wal_sender_timeout=10s",
@@ -177,6 +214,17 @@ func launchNode(ctx context.Context, s *Server) error {
 // conninfo is a libpq keyword/value string reaching node i.
 func (p *PostgresPair) conninfo(i int, extra ...string) string {
 	return strings.Join(append([]string{"host=127.0.0.1", "port=" + strconv.Itoa(p.nodes[i].port), "user=postgres", "dbname=postgres",
+		"connect_timeout=2"}, extra...), " ")
+}
+
+// streamConninfo is the conninfo the other node's walreceiver streams
+// from node i with: through node i's delay proxy, when there is one.
+func (p *PostgresPair) streamConninfo(i int, extra ...string) string {
+	if p.delays[i] == nil {
+		return p.conninfo(i, extra...)
+	}
+	_, port, _ := net.SplitHostPort(p.delays[i].Addr())
+	return strings.Join(append([]string{"host=127.0.0.1", "port=" + port, "user=postgres", "dbname=postgres",
 		"connect_timeout=2"}, extra...), " ")
 }
 
@@ -441,9 +489,12 @@ func (p *PostgresPair) poll(ctx context.Context, i int, query string) error {
 // do nothing.
 func (p *PostgresPair) Cleanup() error {
 	var err error
-	for _, s := range p.nodes {
+	for i, s := range p.nodes {
 		if s != nil {
 			err = errors.Join(err, s.Cleanup())
+		}
+		if p.delays[i] != nil {
+			p.delays[i].Close()
 		}
 	}
 	return err

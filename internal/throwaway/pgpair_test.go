@@ -28,7 +28,7 @@ func TestPostgresPairLifecycle(t *testing.T) {
 func pairLifecycle(t *testing.T, repl throwaway.Replication) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	p := throwaway.ReplicatedPostgres(t, repl)
+	p := throwaway.ReplicatedPostgres(t, throwaway.PairOptions{Replication: repl})
 	nodes := p.Nodes()
 	if p.Primary() != nodes[0] || p.Standby() != nodes[1] || p.Replication() != repl || nodes[0].Port() == nodes[1].Port() ||
 		nodes[0].Dir() == nodes[1].Dir() {

@@ -82,9 +82,9 @@ func started[T any](t testing.TB, what string, start func(context.Context) (T, e
 // ReplicatedPostgres starts a throw-away primary and standby for t
 // (StartPostgresPair) and removes them when t ends. Without the binaries
 // the test skips, or fails when OPLEDGER_TEST_REQUIRE_DBS=1.
-func ReplicatedPostgres(t testing.TB, repl Replication) *PostgresPair {
+func ReplicatedPostgres(t testing.TB, opts PairOptions) *PostgresPair {
 	t.Helper()
 	return started(t, "PostgreSQL (initdb, postgres, pg_basebackup, pg_ctl, pg_rewind)",
-		func(ctx context.Context) (*PostgresPair, error) { return StartPostgresPair(ctx, repl) },
+		func(ctx context.Context) (*PostgresPair, error) { return StartPostgresPair(ctx, opts) },
 		func(p *PostgresPair) []*Server { n := p.Nodes(); return n[:] }, (*PostgresPair).Cleanup)
 }

@@ -211,7 +211,7 @@ func TestServersDieWithTheirProcess(t *testing.T) {
 		switch kind {
 		case "pair": // a primary and its standby
 			var p *throwaway.PostgresPair
-			if p, err = throwaway.StartPostgresPair(context.Background(), throwaway.ReplicationSync); err == nil {
+			if p, err = throwaway.StartPostgresPair(context.Background(), throwaway.PairOptions{}); err == nil {
 				n := p.Nodes()
 				servers = n[:]
 			}
