@@ -496,10 +496,7 @@ func chaosRun(ctx context.Context, db chaosDatabase, s chaosSettings, progress i
 	replicaDSN := db.replicaDSN(vias)
 	fo, _ := db.(failoverDB)
 	if fo != nil {
-		rep.Replication, rep.Driver = fo.replication(), map[string]string{"": "pgx", "pq": "lib/pq"}[db.driver()]
-		if t.dialect.Name() != "postgres" {
-			rep.Driver = "go-sql-driver/mysql"
-		}
+		rep.Replication, rep.Driver = fo.replication(), fo.driverName()
 	}
 	commitLog := filepath.Join(s.dir, "commits-"+fmt.Sprint(runID)+".log")
 	defer os.Remove(commitLog)

@@ -410,24 +410,54 @@ func TestChaosGivenDSNThroughPgBouncer(t *testing.T) {
 func TestChaosFailover(t *testing.T) {
 	t.Parallel()
 	needPostgres(t)
-	svg := filepath.Join(t.TempDir(), "failover.svg")
-	code, reps, stderr := runChaosJSON(t, "--failover", "--replication", "sync,async", "--drivers", "pgx,pq", "--failovers", "1",
-		"--calls", "600", "--kills", "1", "--commit-kills", "1", "--report", svg, "--strict")
-	if code != 0 || len(reps) != 4 {
-		t.Fatalf("exit %d, %d reports\n%s", code, len(reps), stderr)
-	}
+	reps := chaosFailover(t, 4, "--databases", "postgres", "--replication", "sync,async", "--drivers", "pgx,pq", "--calls", "600")
 	drivers := map[string]int{}
 	for _, r := range reps {
 		drivers[r.Replication+" "+r.Driver]++
+	}
+	if len(drivers) != 4 || drivers["sync pgx"]+drivers["sync lib/pq"]+drivers["async pgx"]+drivers["async lib/pq"] != 4 {
+		t.Errorf("runs: %v", drivers)
+	}
+}
+
+// TestChaosFailoverMariaDB runs the failover at CI size on a throw-away
+// MariaDB primary and replica: semi-synchronous replication
+// (AFTER_SYNC) must show all zeros, asynchronous must never duplicate.
+func TestChaosFailoverMariaDB(t *testing.T) {
+	t.Parallel()
+	if !throwaway.MariaDBInstalled() {
+		if os.Getenv("OPLEDGER_TEST_REQUIRE_DBS") == "1" {
+			t.Fatal("MariaDB's server binaries are not installed")
+		}
+		t.Skip("MariaDB's server binaries are not installed")
+	}
+	reps := chaosFailover(t, 2, "--databases", "mariadb", "--replication", "sync,async", "--calls", "400")
+	if reps[0].Replication != "semisync" || reps[1].Replication != "async" || reps[0].Driver != "go-sql-driver/mysql" {
+		t.Errorf("runs: %s %s, %s", reps[0].Replication, reps[0].Driver, reps[1].Replication)
+	}
+}
+
+// chaosFailover runs `opledger chaos --failover` with one failover per
+// run, one replica kill and one kill after COMMIT, and checks each of the
+// n reports and its picture.
+func chaosFailover(t *testing.T, n int, args ...string) []chaosReport {
+	t.Helper()
+	svg := filepath.Join(t.TempDir(), "failover.svg")
+	code, reps, stderr := runChaosJSON(t, append([]string{"--failover", "--failovers", "1", "--kills", "1", "--commit-kills", "1",
+		"--report", svg, "--strict"}, args...)...)
+	if code != 0 || len(reps) != n {
+		t.Fatalf("exit %d, %d reports\n%s", code, len(reps), stderr)
+	}
+	for _, r := range reps {
 		if r.Failovers != 1 || len(r.FailoverWindowsMS) != 1 || r.FailoverWindowsMS[0] <= 0 || len(r.PromoteMS) != 1 || len(r.RejoinMS) != 1 {
 			t.Errorf("%s: %d failovers, windows %v, promotions %v, rejoins %v", r.Database, r.Failovers, r.FailoverWindowsMS, r.PromoteMS, r.RejoinMS)
 		}
-		if r.Calls != 600 || r.ReturnedOK+r.Definite+r.Ambiguous != r.Calls || r.Duplicates != 0 || r.WrongAnswers != 0 ||
+		if r.Calls != reps[0].Calls || r.ReturnedOK+r.Definite+r.Ambiguous != r.Calls || r.Duplicates != 0 || r.WrongAnswers != 0 ||
 			r.Unresolved != 0 || r.AmbiguousEarly != 0 || r.RowsNoLedger != 0 || r.LedgerNoRow != 0 {
 			t.Errorf("%s: %+v", r.Database, r)
 		}
 		switch r.Replication {
-		case "sync":
+		case "sync", "semisync":
 			if r.Lost+r.AckLost+r.CommittedLost+r.ExecutedTwice+r.Ambiguous != 0 {
 				t.Errorf("%s: synchronous replication must show all zeros: %d lost, %d acknowledged and lost, %d committed and lost, %d executed twice, %d ambiguous",
 					r.Database, r.Lost, r.AckLost, r.CommittedLost, r.ExecutedTwice, r.Ambiguous)
@@ -441,9 +471,7 @@ func TestChaosFailover(t *testing.T) {
 		}
 		checkReportSVG(t, strings.TrimSuffix(svg, ".svg")+"-"+slug(r.Database)+".svg", r)
 	}
-	if len(drivers) != 4 || drivers["sync pgx"]+drivers["sync lib/pq"]+drivers["async pgx"]+drivers["async lib/pq"] != 4 {
-		t.Errorf("runs: %v", drivers)
-	}
+	return reps
 }
 
 // needPostgres skips t without PostgreSQL's server binaries, or fails it

@@ -27,6 +27,9 @@ type failoverDB interface {
 	// replication names its mode ("sync", "async", "remote_apply", or
 	// MariaDB's "semisync").
 	replication() string
+	// driverName names the replicas' driver (pgx, lib/pq,
+	// go-sql-driver/mysql).
+	driverName() string
 	// synchronous reports whether the primary acknowledges a COMMIT only
 	// once the standby has it.
 	synchronous() bool
@@ -99,20 +102,72 @@ func (d *pairDB) close() error { return d.pair.Cleanup() }
 
 func (d *pairDB) replication() string { return string(d.pair.Replication()) }
 
+func (d *pairDB) driverName() string { return map[string]string{"": "pgx", "pq": "lib/pq"}[d.drv] }
+
 func (d *pairDB) synchronous() bool { return d.pair.Replication() != throwaway.ReplicationAsync }
 
 func (d *pairDB) failover(ctx context.Context) (killAt, killed, promoted time.Time, err error) {
+	return timedFailover(ctx, d.pair.KillPrimary, d.pair.Promote)
+}
+
+// timedFailover kills the primary and promotes the standby, and returns
+// when the kill began, when it was over and when the promotion was.
+func timedFailover(ctx context.Context, kill, promote func(context.Context) error) (killAt, killed, promoted time.Time, err error) {
 	killAt = time.Now()
-	if err = d.pair.KillPrimary(ctx); err != nil {
+	if err = kill(ctx); err != nil {
 		return
 	}
 	killed = time.Now()
-	err = d.pair.Promote(ctx)
+	err = promote(ctx)
 	promoted = time.Now()
 	return
 }
 
 func (d *pairDB) rejoin(ctx context.Context) error { return d.pair.Rejoin(ctx, throwaway.RejoinRewind) }
+
+// mariaPairDB is a throw-away MariaDB primary and replica
+// (throwaway.StartMariaDBPair). go-sql-driver/mysql takes one address, so
+// the replicas reach the primary through the pair's own proxy, which the
+// promotion points at the new primary (as a virtual IP or a DNS name a
+// failover manager moves), behind the run's fault proxy.
+type mariaPairDB struct {
+	pair *throwaway.MariaDBPair
+	name string
+}
+
+func startMariaPairDB(ctx context.Context, mode string, delay time.Duration) (*mariaPairDB, error) {
+	p, err := throwaway.StartMariaDBPair(ctx, throwaway.MariaDBPairOptions{SemiSync: mode == "sync", StreamDelay: delay})
+	if err != nil {
+		return nil, err
+	}
+	label := "asynchronous"
+	if p.SemiSync() {
+		label = "semi-synchronous (AFTER_SYNC)"
+	}
+	return &mariaPairDB{pair: p, name: "mariadb failover, " + label + " replication"}, nil
+}
+
+func (d *mariaPairDB) label() string                       { return d.name }
+func (d *mariaPairDB) directDSN() string                   { return d.pair.DSN() }
+func (d *mariaPairDB) addrs() []string                     { return []string{d.pair.Addr()} }
+func (d *mariaPairDB) replicaDSN(via []string) string      { return "root@tcp(" + via[0] + ")/test" }
+func (d *mariaPairDB) driver() string                      { return "" }
+func (d *mariaPairDB) driverName() string                  { return "go-sql-driver/mysql" }
+func (d *mariaPairDB) restart(context.Context, bool) error { return errNoServer }
+func (d *mariaPairDB) restartNote() string                 { return "" }
+func (d *mariaPairDB) close() error                        { return d.pair.Cleanup() }
+func (d *mariaPairDB) synchronous() bool                   { return d.pair.SemiSync() }
+func (d *mariaPairDB) rejoin(ctx context.Context) error    { return d.pair.Rejoin(ctx) }
+func (d *mariaPairDB) replication() string {
+	if d.pair.SemiSync() {
+		return "semisync"
+	}
+	return "async"
+}
+
+func (d *mariaPairDB) failover(ctx context.Context) (killAt, killed, promoted time.Time, err error) {
+	return timedFailover(ctx, d.pair.KillPrimary, d.pair.Promote)
+}
 
 // commitRecord is one line of the replicas' commit log: a Transfer whose
 // handler ran and whose transaction committed, as the replica saw it
@@ -205,7 +260,7 @@ type chaosTarget struct {
 }
 
 // failoverDatabases are the databases --failover runs on.
-var failoverDatabases = []string{chaosPostgres}
+var failoverDatabases = []string{chaosPostgres, chaosMariaDB}
 
 // chaosTargets returns the runs the flags ask for, and whether the
 // databases were named (a missing server binary then fails the run).
@@ -249,6 +304,14 @@ func chaosTargets(dbs, dsn string, failover bool, replication, drivers string, d
 	var out []chaosTarget
 	for _, n := range names {
 		for _, m := range modes {
+			if n == chaosMariaDB {
+				// sync is semi-synchronous replication; MariaDB has no
+				// remote_apply, and one Go driver.
+				if m != "remote_apply" {
+					out = append(out, chaosTarget{name: n, failover: true, mode: m, driver: "mysql", delay: delay})
+				}
+				continue
+			}
 			for _, d := range drvs {
 				out = append(out, chaosTarget{name: n, failover: true, mode: m, driver: d, delay: delay})
 			}
@@ -278,6 +341,8 @@ func startFailoverDatabase(ctx context.Context, tg chaosTarget) (failoverDB, err
 	switch tg.name {
 	case chaosPostgres:
 		return startPairDB(ctx, tg.mode, tg.driver, tg.delay)
+	case chaosMariaDB:
+		return startMariaPairDB(ctx, tg.mode, tg.delay)
 	}
 	return nil, fmt.Errorf("--failover: %s cannot fail over", tg.name)
 }

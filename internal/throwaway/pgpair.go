@@ -77,18 +77,129 @@ var ErrNotPrimary = errors.New("throwaway: the pair is not in the state this ste
 // COMMIT is never blocked by a standby that is down, and a COMMIT
 // acknowledged while it runs alone is not replicated until the rejoin.
 type PostgresPair struct {
+	pairState
 	repl Replication
 	bin  string
 	acct *account
-	// delays are the proxies the standby streams through (PairOptions.StreamDelay),
-	// one in front of each node.
-	delays [2]*faultproxy.Proxy
+	data [2]string
+}
 
+// pairState is what a primary and its standby have in common: the two
+// servers, which is the primary, and the proxies the standby streams
+// through (a StreamDelay), one in front of each node. Its mutex
+// serialises the pair's steps.
+type pairState struct {
 	mu         sync.Mutex
 	nodes      [2]*Server
-	data       [2]string
+	delays     [2]*faultproxy.Proxy
 	primary    int
 	promotions int
+}
+
+// Nodes returns the pair's two servers, always in the same order (the
+// first was the first primary).
+func (p *pairState) Nodes() [2]*Server { return p.nodes }
+
+// Primary returns the server that is the primary now (the promoted
+// standby after Promote), even while it is killed.
+func (p *pairState) Primary() *Server {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.nodes[p.primary]
+}
+
+// Standby returns the other server: the standby, or after Promote the old
+// primary until Rejoin makes it the standby.
+func (p *pairState) Standby() *Server {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.nodes[1-p.primary]
+}
+
+// Promotions returns how many times Promote promoted a standby.
+func (p *pairState) Promotions() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.promotions
+}
+
+// promotable locks p and returns the standby's index when the primary is
+// down and the standby runs; otherwise it unlocks p and returns an error
+// matching ErrNotPrimary.
+func (p *pairState) promotable() (int, error) {
+	p.mu.Lock()
+	next := 1 - p.primary
+	if p.nodes[p.primary].Running() || !p.nodes[next].Running() {
+		p.mu.Unlock()
+		return 0, fmt.Errorf("%w: promote needs the primary down and the standby running", ErrNotPrimary)
+	}
+	return next, nil
+}
+
+// promoted records that node next is the primary now.
+func (p *pairState) promoted(next int) {
+	p.primary = next
+	p.promotions++
+}
+
+// rejoinable locks p and returns the old primary's index when it is
+// down; otherwise it unlocks p and returns an error matching
+// ErrNotPrimary.
+func (p *pairState) rejoinable() (int, error) {
+	p.mu.Lock()
+	i := 1 - p.primary
+	if p.nodes[i].Running() {
+		p.mu.Unlock()
+		return 0, fmt.Errorf("%w: rejoin needs the old primary down", ErrNotPrimary)
+	}
+	return i, nil
+}
+
+// KillPrimary kills the primary (Server.Kill: SIGKILL to it and every
+// process below it, as a crash of its machine; nothing is flushed or shut
+// down). It stays down; the standby keeps running.
+func (p *pairState) KillPrimary(ctx context.Context) error {
+	return p.Primary().Kill(ctx)
+}
+
+// startDelays starts the delay proxies in front of the nodes, when d > 0.
+func (p *pairState) startDelays(d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	for i, s := range p.nodes {
+		px, err := faultproxy.New(s.Addr())
+		if err != nil {
+			return fmt.Errorf("throwaway: %w", err)
+		}
+		px.SetLatency(d)
+		p.delays[i] = px
+	}
+	return nil
+}
+
+// streamAddr is the address the other node's replication connection
+// reaches node i at: its delay proxy, when there is one.
+func (p *pairState) streamAddr(i int) string {
+	if p.delays[i] != nil {
+		return p.delays[i].Addr()
+	}
+	return p.nodes[i].Addr()
+}
+
+// Cleanup kills both servers and removes their directories; later calls
+// do nothing.
+func (p *pairState) Cleanup() error {
+	var err error
+	for i, s := range p.nodes {
+		if s != nil {
+			err = errors.Join(err, s.Cleanup())
+		}
+		if p.delays[i] != nil {
+			p.delays[i].Close()
+		}
+	}
+	return err
 }
 
 // nodeName is node i's application_name, the name the primary's
@@ -144,16 +255,9 @@ func StartPostgresPair(ctx context.Context, opts PairOptions) (*PostgresPair, er
 		}
 		p.nodes[i], p.data[i] = s, data
 	}
-	for i, s := range p.nodes {
-		if opts.StreamDelay > 0 {
-			d, err := faultproxy.New(s.Addr())
-			if err != nil {
-				p.Cleanup()
-				return nil, fmt.Errorf("throwaway: %w", err)
-			}
-			d.SetLatency(opts.StreamDelay)
-			p.delays[i] = d
-		}
+	if err := p.startDelays(opts.StreamDelay); err != nil {
+		p.Cleanup()
+		return nil, err
 	}
 	for i, s := range p.nodes {
 		settings := []string{
@@ -218,12 +322,9 @@ func (p *PostgresPair) conninfo(i int, extra ...string) string {
 }
 
 // streamConninfo is the conninfo the other node's walreceiver streams
-// from node i with: through node i's delay proxy, when there is one.
+// from node i with (streamAddr).
 func (p *PostgresPair) streamConninfo(i int, extra ...string) string {
-	if p.delays[i] == nil {
-		return p.conninfo(i, extra...)
-	}
-	_, port, _ := net.SplitHostPort(p.delays[i].Addr())
+	_, port, _ := net.SplitHostPort(p.streamAddr(i))
 	return strings.Join(append([]string{"host=127.0.0.1", "port=" + port, "user=postgres", "dbname=postgres",
 		"connect_timeout=2"}, extra...), " ")
 }
@@ -299,41 +400,6 @@ func (p *PostgresPair) setSynchronousStandby(ctx context.Context, i int, name st
 // Replication returns the pair's mode.
 func (p *PostgresPair) Replication() Replication { return p.repl }
 
-// Nodes returns the pair's two servers, always in the same order (the
-// first was the first primary): the order of a multi-host DSN.
-func (p *PostgresPair) Nodes() [2]*Server { return p.nodes }
-
-// Primary returns the server that is the primary now (the promoted
-// standby after Promote), even while it is killed.
-func (p *PostgresPair) Primary() *Server {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.nodes[p.primary]
-}
-
-// Standby returns the other server: the standby, or after Promote the old
-// primary until Rejoin makes it the standby.
-func (p *PostgresPair) Standby() *Server {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.nodes[1-p.primary]
-}
-
-// Promotions returns how many times Promote promoted a standby.
-func (p *PostgresPair) Promotions() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.promotions
-}
-
-// KillPrimary kills the primary (Server.Kill: SIGKILL to it and every
-// backend, as a crash of its machine; nothing is flushed or shut down).
-// It stays down; the standby keeps running, in recovery, and tries to
-// reconnect.
-func (p *PostgresPair) KillPrimary(ctx context.Context) error {
-	return p.Primary().Kill(ctx)
-}
-
 // Promote promotes the standby (pg_ctl promote) once the primary is down,
 // and returns when the standby accepts writes (pg_is_in_recovery() is
 // false) or ctx ends. With a synchronous mode its
@@ -341,12 +407,11 @@ func (p *PostgresPair) KillPrimary(ctx context.Context) error {
 // Rejoin. It returns an error matching ErrNotPrimary when the primary
 // still runs or the standby does not.
 func (p *PostgresPair) Promote(ctx context.Context) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	old, next := p.primary, 1-p.primary
-	if p.nodes[old].Running() || !p.nodes[next].Running() {
-		return fmt.Errorf("%w: promote needs the primary down and the standby running", ErrNotPrimary)
+	next, err := p.promotable()
+	if err != nil {
+		return err
 	}
+	defer p.mu.Unlock()
 	if err := p.setSynchronousStandby(ctx, next, ""); err != nil {
 		return err
 	}
@@ -362,8 +427,7 @@ func (p *PostgresPair) Promote(ctx context.Context) error {
 	if err := p.poll(ctx, next, "SELECT NOT pg_is_in_recovery()"); err != nil {
 		return fmt.Errorf("throwaway: the promoted standby: %w", err)
 	}
-	p.primary = next
-	p.promotions++
+	p.promoted(next)
 	return nil
 }
 
@@ -373,13 +437,12 @@ func (p *PostgresPair) Promote(ctx context.Context) error {
 // is replicated (WaitReplicated), or an error when ctx ends first. It
 // returns an error matching ErrNotPrimary when that server runs.
 func (p *PostgresPair) Rejoin(ctx context.Context, method RejoinMethod) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	i := 1 - p.primary
-	old := p.nodes[i]
-	if old.Running() {
-		return fmt.Errorf("%w: rejoin needs the old primary down", ErrNotPrimary)
+	i, err := p.rejoinable()
+	if err != nil {
+		return err
 	}
+	defer p.mu.Unlock()
+	old := p.nodes[i]
 	switch method {
 	case RejoinRewind:
 		// pg_rewind reads the new primary's timeline from its control
@@ -459,7 +522,13 @@ func (p *PostgresPair) waitReplicatedLocked(ctx context.Context) error {
 // poll runs the boolean query on node i until it answers true, or ctx
 // ends.
 func (p *PostgresPair) poll(ctx context.Context, i int, query string) error {
-	db, err := sql.Open("postgres", p.nodes[i].dsn+"&connect_timeout=2")
+	return pollSQL(ctx, "postgres", p.nodes[i].dsn+"&connect_timeout=2", query)
+}
+
+// pollSQL runs the boolean query through driver on dsn until it answers
+// true, or ctx ends.
+func pollSQL(ctx context.Context, driver, dsn, query string, args ...any) error {
+	db, err := sql.Open(driver, dsn)
 	if err != nil {
 		return err
 	}
@@ -469,7 +538,7 @@ func (p *PostgresPair) poll(ctx context.Context, i int, query string) error {
 	for {
 		var ok bool
 		qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		last = db.QueryRowContext(qctx, query).Scan(&ok)
+		last = db.QueryRowContext(qctx, query, args...).Scan(&ok)
 		cancel()
 		if last == nil && ok {
 			return nil
@@ -483,21 +552,6 @@ func (p *PostgresPair) poll(ctx context.Context, i int, query string) error {
 		case <-time.After(20 * time.Millisecond): // the poll's pace
 		}
 	}
-}
-
-// Cleanup kills both servers and removes their directories; later calls
-// do nothing.
-func (p *PostgresPair) Cleanup() error {
-	var err error
-	for i, s := range p.nodes {
-		if s != nil {
-			err = errors.Join(err, s.Cleanup())
-		}
-		if p.delays[i] != nil {
-			p.delays[i].Close()
-		}
-	}
-	return err
 }
 
 // MultiHostDSN returns a DSN naming every address (host:port, in order)

@@ -2,6 +2,7 @@ package throwaway_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"testing"
@@ -86,25 +87,7 @@ func pairLifecycle(t *testing.T, repl throwaway.Replication) {
 
 	failover := func(stage string) {
 		t.Helper()
-		before := p.Primary()
-		if err := p.KillPrimary(ctx); err != nil {
-			t.Fatalf("%s: kill: %v", stage, err)
-		}
-		if before.Running() {
-			t.Fatalf("%s: the killed primary runs", stage)
-		}
-		if err := p.Rejoin(ctx, throwaway.RejoinRewind); err == nil {
-			t.Fatalf("%s: a rejoin before the promotion succeeded", stage)
-		}
-		if err := p.Promote(ctx); err != nil {
-			t.Fatalf("%s: promote: %v", stage, err)
-		}
-		if p.Primary() == before || p.Standby() != before {
-			t.Fatalf("%s: roles not swapped", stage)
-		}
-		if err := p.Promote(ctx); err == nil {
-			t.Fatalf("%s: a second promotion without a standby succeeded", stage)
-		}
+		failOver(ctx, t, stage, p, func(ctx context.Context) error { return p.Rejoin(ctx, throwaway.RejoinRewind) })
 		// Every row committed on the old primary is on the new one (in
 		// async mode too here: WaitReplicated ran before the kill).
 		for driver, db := range dbs {
@@ -165,5 +148,39 @@ func checkSync(t *testing.T, p *throwaway.PostgresPair, repl throwaway.Replicati
 		throwaway.ReplicationRemoteApply: standby + " remote_apply sync"}[repl]
 	if got := fmt.Sprintf("%s %s %s", names, commit, state); got != want {
 		t.Fatalf("%s: synchronous_standby_names, synchronous_commit, sync_state = %q, want %q", repl, got, want)
+	}
+}
+
+// pairSteps are the steps both throw-away pairs take.
+type pairSteps interface {
+	KillPrimary(context.Context) error
+	Promote(context.Context) error
+	Primary() *throwaway.Server
+	Standby() *throwaway.Server
+}
+
+// failOver kills p's primary and promotes its standby, checking that a
+// rejoin before the promotion and a second promotion are refused, and
+// that the roles swapped.
+func failOver(ctx context.Context, t *testing.T, stage string, p pairSteps, rejoin func(context.Context) error) {
+	t.Helper()
+	before := p.Primary()
+	if err := p.KillPrimary(ctx); err != nil {
+		t.Fatalf("%s: kill: %v", stage, err)
+	}
+	if before.Running() {
+		t.Fatalf("%s: the killed primary runs", stage)
+	}
+	if err := rejoin(ctx); !errors.Is(err, throwaway.ErrNotPrimary) {
+		t.Fatalf("%s: a rejoin before the promotion: %v, want ErrNotPrimary", stage, err)
+	}
+	if err := p.Promote(ctx); err != nil {
+		t.Fatalf("%s: promote: %v", stage, err)
+	}
+	if p.Primary() == before || p.Standby() != before {
+		t.Fatalf("%s: roles not swapped", stage)
+	}
+	if err := p.Promote(ctx); !errors.Is(err, throwaway.ErrNotPrimary) {
+		t.Fatalf("%s: a second promotion without a standby: %v, want ErrNotPrimary", stage, err)
 	}
 }

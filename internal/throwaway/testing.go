@@ -88,3 +88,13 @@ func ReplicatedPostgres(t testing.TB, opts PairOptions) *PostgresPair {
 		func(ctx context.Context) (*PostgresPair, error) { return StartPostgresPair(ctx, opts) },
 		func(p *PostgresPair) []*Server { n := p.Nodes(); return n[:] }, (*PostgresPair).Cleanup)
 }
+
+// ReplicatedMariaDB starts a throw-away MariaDB primary and replica for t
+// (StartMariaDBPair) and removes them when t ends. Without the binaries
+// the test skips, or fails when OPLEDGER_TEST_REQUIRE_DBS=1.
+func ReplicatedMariaDB(t testing.TB, opts MariaDBPairOptions) *MariaDBPair {
+	t.Helper()
+	return started(t, "MariaDB (mariadbd, mariadb-install-db)",
+		func(ctx context.Context) (*MariaDBPair, error) { return StartMariaDBPair(ctx, opts) },
+		func(p *MariaDBPair) []*Server { n := p.Nodes(); return n[:] }, (*MariaDBPair).Cleanup)
+}

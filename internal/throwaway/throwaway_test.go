@@ -215,6 +215,12 @@ func TestServersDieWithTheirProcess(t *testing.T) {
 				n := p.Nodes()
 				servers = n[:]
 			}
+		case "mariadb-pair":
+			var p *throwaway.MariaDBPair
+			if p, err = throwaway.StartMariaDBPair(context.Background(), throwaway.MariaDBPairOptions{SemiSync: true}); err == nil {
+				n := p.Nodes()
+				servers = n[:]
+			}
 		default:
 			var s *throwaway.Server
 			s, err = map[string]func(context.Context) (*throwaway.Server, error){
@@ -232,10 +238,10 @@ func TestServersDieWithTheirProcess(t *testing.T) {
 		os.Exit(0) // no Cleanup
 	}
 	t.Parallel()
-	for _, kind := range []string{"postgres", "mariadb", "pair"} {
+	for _, kind := range []string{"postgres", "mariadb", "pair", "mariadb-pair"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			needInstalled(t, strings.Replace(kind, "pair", "postgres", 1))
+			needInstalled(t, map[string]string{"postgres": "postgres", "mariadb": "mariadb", "pair": "postgres", "mariadb-pair": "mariadb"}[kind])
 			cmd := exec.Command(os.Args[0], "-test.run=^TestServersDieWithTheirProcess$")
 			cmd.Env = append(os.Environ(), "THROWAWAY_CHILD="+kind)
 			out, err := cmd.Output()
@@ -249,7 +255,7 @@ func TestServersDieWithTheirProcess(t *testing.T) {
 					t.Cleanup(func() { os.RemoveAll(dir) })
 				}
 			}
-			if want := map[string]int{"pair": 2}[kind]; err != nil || len(pids) != max(want, 1) || slices.Contains(pids, 0) {
+			if want := map[string]int{"pair": 2, "mariadb-pair": 2}[kind]; err != nil || len(pids) != max(want, 1) || slices.Contains(pids, 0) {
 				t.Fatalf("child: %v, servers %v\n%s", err, pids, out)
 			}
 			deadline := time.Now().Add(20 * time.Second)
