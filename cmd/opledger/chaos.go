@@ -33,6 +33,7 @@ import (
 	"github.com/opledger/opledger/examples/payments"
 	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
+	"github.com/opledger/opledger/internal/answers"
 	"github.com/opledger/opledger/internal/faultproxy"
 	"github.com/opledger/opledger/internal/throwaway"
 	"github.com/opledger/opledger/internal/timeline"
@@ -559,7 +560,7 @@ func chaosRun(ctx context.Context, db chaosDatabase, s chaosSettings, progress i
 		state.Addresses = append(state.Addresses, resolver.Address{Addr: a})
 	}
 	res.InitialState(state)
-	conn, err := grpc.NewClient(res.Scheme()+":///replicas", append(dopts, grpc.WithResolvers(res), grpc.WithChainUnaryInterceptor(traceAttempts),
+	conn, err := grpc.NewClient(res.Scheme()+":///replicas", append(dopts, grpc.WithResolvers(res), grpc.WithChainUnaryInterceptor(answers.Interceptor),
 		grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithDefaultServiceConfig(sc),
 		grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: 2 * time.Second,
 			Backoff: backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second}}))...)
@@ -890,15 +891,13 @@ func chaosOne(ctx context.Context, pc paymentspb.PaymentsClient, i int, caller s
 	req := &paymentspb.TransferRequest{FromAccount: fmt.Sprintf("acct-%d", i%17), ToAccount: fmt.Sprintf("acct-%d", 17+i%5),
 		AmountCents: int64(100 + i), Reference: ref}
 	c := chaosCall{issued: true, key: grpcint.NewKey(), ref: ref}
-	tr := new(callTrace)
-	cctx, cancel := context.WithTimeout(context.WithValue(grpcint.WithKey(ctx, c.key), callTraceKey{}, tr), timeout)
+	actx, tr := answers.With(grpcint.WithKey(ctx, c.key))
+	cctx, cancel := context.WithTimeout(actx, timeout)
 	defer cancel()
 	c.start = time.Now()
 	c.reply, c.err = pc.Transfer(cctx, req)
 	c.took = time.Since(c.start)
-	tr.mu.Lock()
-	c.resolved, c.replayed = tr.resolved, tr.replayed
-	tr.mu.Unlock()
+	c.resolved, c.replayed = tr.Answer()
 	if c.err != nil {
 		ci, ok := grpcint.CallInfoOf(c.err)
 		c.definite = ok && ci.Reason != grpcint.ReasonCallOutcomeUnknown

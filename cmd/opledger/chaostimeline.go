@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,10 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/metadata"
-
-	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/faultproxy"
 	"github.com/opledger/opledger/internal/timeline"
 )
@@ -74,36 +69,6 @@ func (l *faultLog) observeProxy(p *faultproxy.Proxy, where string, latencyFor, b
 			l.add(timeline.FaultLatency, now, now.Add(latencyFor), 0, where+": latency")
 		}
 	}
-}
-
-// callTrace is what the innermost client interceptor (traceAttempts)
-// learns of one logical call's attempts.
-type callTrace struct {
-	mu       sync.Mutex
-	resolved bool // the answer came from a resolve request
-	replayed bool // the answer was a replay of a stored outcome
-}
-
-type callTraceKey struct{}
-
-// traceAttempts sits below the kit's client interceptor (one call of it
-// per attempt, resolve requests included) and notes, for the call's
-// callTrace, whether its successful attempt was a resolve or a replay.
-func traceAttempts(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	tr, ok := ctx.Value(callTraceKey{}).(*callTrace)
-	if !ok {
-		return invoker(ctx, method, req, reply, cc, opts...)
-	}
-	md, _ := metadata.FromOutgoingContext(ctx)
-	resolve := len(md.Get(grpcint.ResolveHeader)) > 0
-	var trl metadata.MD
-	err := invoker(ctx, method, req, reply, cc, append(opts, grpc.Trailer(&trl))...)
-	if err == nil {
-		tr.mu.Lock()
-		tr.resolved, tr.replayed = resolve, !resolve && len(trl.Get(grpcint.ReplayedHeader)) > 0
-		tr.mu.Unlock()
-	}
-	return err
 }
 
 // outcome returns c's outcome for the picture.

@@ -38,7 +38,7 @@ var lanes = []struct {
 	name  string
 	kinds []string
 }{
-	{"replicas", []string{FaultReplicaKill, FaultCommitKill, FaultOutage}},
+	{"service", []string{FaultReplicaKill, FaultCommitKill, FaultOutage}},
 	{"database", []string{FaultDBCrash, FaultDBRestart, FaultFailover, FaultRejoin}},
 	{"network", []string{FaultCut, FaultBlackhole, FaultLatency}},
 	{"injected", []string{FaultAnswerLost, FaultSendFailed}},
@@ -48,7 +48,7 @@ var lanes = []struct {
 var faultStyle = map[string]struct{ colour, legend string }{
 	FaultReplicaKill: {"#b42318", "replica SIGKILL"},
 	FaultCommitKill:  {"#e8590c", "replica killed after COMMIT"},
-	FaultOutage:      {"#52606d", "every replica down"},
+	FaultOutage:      {"#52606d", "total outage of the service"},
 	FaultDBCrash:     {"#d64545", "database crash"},
 	FaultDBRestart:   {"#7b8794", "database restart"},
 	FaultFailover:    {"#6741d9", "failover (kill → promoted)"},
@@ -142,10 +142,14 @@ const legendCols = 4
 // textWidth estimates the width of s at size px.
 func textWidth(s string, size int) float64 { return float64(len([]rune(s))) * float64(size) * 0.58 }
 
-// outcomeLegend draws the outcomes' swatches, right-aligned on the line y.
+// outcomeLegend draws the outcomes' swatches, right-aligned on the line y
+// (AckLost only when the run has such calls).
 func (d *drawing) outcomeLegend(y float64) {
 	x := float64(width - padR)
 	for o := numOutcomes - 1; o >= 0; o-- {
+		if o == AckLost && !slices.ContainsFunc(d.c.Calls, func(c Call) bool { return c.Outcome == AckLost }) {
+			continue
+		}
 		x -= textWidth(o.String(), 12)
 		d.text(x, y, 12, ink, "start", "normal", o.String())
 		x -= 17

@@ -70,9 +70,9 @@ type Call struct {
 
 // The kinds of fault a chart knows, and the lane each is drawn in.
 const (
-	FaultReplicaKill = "replica-kill" // a replica SIGKILLed by the run (replicas)
-	FaultCommitKill  = "commit-kill"  // a replica that SIGKILLed itself after a COMMIT, before the answer (replicas)
-	FaultOutage      = "outage"       // every replica down at once (replicas)
+	FaultReplicaKill = "replica-kill" // a replica SIGKILLed by the run (service)
+	FaultCommitKill  = "commit-kill"  // a replica that SIGKILLed itself after a COMMIT, before the answer (service)
+	FaultOutage      = "outage"       // every call refused: every replica down, or the server refusing all (service)
 	FaultDBCrash     = "db-crash"     // the database server SIGKILLed and started again (database)
 	FaultDBRestart   = "db-restart"   // the database server stopped cleanly and started again (database)
 	FaultFailover    = "failover"     // the primary SIGKILLed until the standby was promoted (database)
