@@ -178,9 +178,9 @@ type commitRecord struct {
 	id  int64
 }
 
-// readCommitLog reads the replicas' commit log, ordered by time. A
-// replica killed in the middle of its write leaves a torn last line,
-// which is skipped.
+// readCommitLog reads the replicas' commit log, ordered by time (each
+// line is one write(2) with O_APPEND: a replica killed writes it whole or
+// not at all; a line that does not parse is skipped).
 func readCommitLog(path string) ([]commitRecord, error) {
 	f, err := os.Open(path)
 	if os.IsNotExist(err) {
@@ -193,19 +193,27 @@ func readCommitLog(path string) ([]commitRecord, error) {
 	var out []commitRecord
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) != 3 {
-			continue
+		if r, ok := parseCommitLine(sc.Text()); ok {
+			out = append(out, r)
 		}
-		ns, err1 := strconv.ParseInt(fields[0], 10, 64)
-		id, err2 := strconv.ParseInt(fields[2], 10, 64)
-		if err1 != nil || err2 != nil {
-			continue
-		}
-		out = append(out, commitRecord{at: time.Unix(0, ns), ref: fields[1], id: id})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].at.Before(out[j].at) })
 	return out, sc.Err()
+}
+
+// parseCommitLine reads one line of the commit log: unix nanoseconds,
+// reference, transfer id; false for anything else.
+func parseCommitLine(line string) (commitRecord, bool) {
+	fields := strings.Fields(line)
+	if len(fields) != 3 {
+		return commitRecord{}, false
+	}
+	ns, err1 := strconv.ParseInt(fields[0], 10, 64)
+	id, err2 := strconv.ParseInt(fields[2], 10, 64)
+	if err1 != nil || err2 != nil || ns <= 0 || id == 0 {
+		return commitRecord{}, false
+	}
+	return commitRecord{at: time.Unix(0, ns), ref: fields[1], id: id}, true
 }
 
 // failoverTimes are one failover's moments.

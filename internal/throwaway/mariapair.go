@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/opledger/opledger/internal/faultproxy"
@@ -244,7 +245,8 @@ func (p *MariaDBPair) Promote(ctx context.Context) error {
 
 // waitApplied waits until node i's applier has executed everything its
 // receiver wrote to the relay log (SHOW SLAVE STATUS: the executed
-// position is the read one), or ctx ends.
+// position is the read one, or the applier has read all of the relay
+// log), or ctx ends.
 func (p *MariaDBPair) waitApplied(ctx context.Context, i int) error {
 	db, err := p.open(i)
 	if err != nil {
@@ -252,6 +254,7 @@ func (p *MariaDBPair) waitApplied(ctx context.Context, i int) error {
 	}
 	defer db.Close()
 	db.SetMaxOpenConns(1)
+	last, since := "", time.Now()
 	for {
 		st, err := slaveStatus(ctx, db)
 		if err != nil {
@@ -260,7 +263,20 @@ func (p *MariaDBPair) waitApplied(ctx context.Context, i int) error {
 		if st["Slave_SQL_Running"] != "Yes" {
 			return fmt.Errorf("the applier stopped: %s", st["Last_SQL_Error"])
 		}
+		// Everything applied; or all of the relay log read, at one
+		// position for 300ms: a transaction whose last events the killed
+		// primary never sent stays unapplied, and the applier waits at
+		// the end of the log. (The state alone can be stale: the
+		// applier, woken by the receiver's last write, may not have run
+		// yet.)
 		if st["Relay_Master_Log_File"] == st["Master_Log_File"] && st["Exec_Master_Log_Pos"] == st["Read_Master_Log_Pos"] {
+			return nil
+		}
+		at := st["Relay_Log_File"] + ":" + st["Relay_Log_Pos"]
+		switch {
+		case !strings.HasPrefix(st["Slave_SQL_Running_State"], "Slave has read all relay log") || at != last:
+			last, since = at, time.Now()
+		case time.Since(since) >= 300*time.Millisecond:
 			return nil
 		}
 		select {

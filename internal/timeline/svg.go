@@ -122,7 +122,7 @@ func (d *drawing) draw() {
 
 	d.text(padL, callsTop-14, 13, ink, "start", "bold", "calls per "+durLabel(d.bucket)+", by outcome")
 	d.outcomeLegend(callsTop - 14)
-	d.text(padL, latTop-14, 13, ink, "start", "bold", "latency of the calls that ended in each "+durLabel(d.bucket)+" (log scale)")
+	d.text(padL, latTop-14, 13, ink, "start", "bold", "latency of the calls that ended in each "+durLabel(d.s.latency)+" (log scale)")
 	if len(activeLanes) > 0 {
 		d.text(padL, lanesTop-14, 13, ink, "start", "bold", "faults injected")
 	}
@@ -292,7 +292,7 @@ func (d *drawing) latencyPanel(top float64) {
 				pen = false
 				continue
 			}
-			x0, x1 := d.x(time.Duration(i)*d.bucket), d.x(time.Duration(i+1)*d.bucket)
+			x0, x1 := d.x(time.Duration(i)*d.s.latency), d.x(time.Duration(i+1)*d.s.latency)
 			if pen {
 				fmt.Fprintf(&p, "V%.1fH%.1f", y(v), x1)
 			} else {
@@ -529,5 +529,9 @@ func durLabel(d time.Duration) string {
 	case d < time.Minute:
 		return trimFloat(d.Seconds()) + "s"
 	}
-	return trimFloat(d.Minutes()) + "m"
+	m := d / time.Minute
+	if rest := d - m*time.Minute; rest >= time.Second/10 {
+		return fmt.Sprintf("%dm%s", m, durLabel(rest))
+	}
+	return fmt.Sprintf("%dm", m)
 }

@@ -150,20 +150,28 @@ func (c Chart) span() time.Duration {
 // series are the per-bucket figures the chart draws.
 type series struct {
 	counts   [][numOutcomes]int // calls that ended in each bucket, by outcome
-	p50, p99 []time.Duration    // latency percentiles of those calls (0: none)
+	latency  time.Duration      // the latency percentiles' bucket: a multiple of the calls', for at most maxLatencySteps
+	p50, p99 []time.Duration    // latency percentiles of the calls that ended in each latency bucket (0: none)
 }
+
+// maxLatencySteps bounds the latency lines' steps: a long run's 100ms
+// percentiles, a few calls each, draw noise.
+const maxLatencySteps = 150
 
 func (c Chart) series() series {
 	b := c.bucket()
 	n := int(c.span()/b) + 1
-	s := series{counts: make([][numOutcomes]int, n), p50: make([]time.Duration, n), p99: make([]time.Duration, n)}
-	lat := make([][]time.Duration, n)
-	for _, k := range c.Calls {
-		i := min(int(max(k.End, 0)/b), n-1)
-		if k.Outcome >= 0 && k.Outcome < numOutcomes {
-			s.counts[i][k.Outcome]++
+	k := (n + maxLatencySteps - 1) / maxLatencySteps
+	s := series{counts: make([][numOutcomes]int, n), latency: b * time.Duration(k)}
+	m := (n + k - 1) / k
+	s.p50, s.p99 = make([]time.Duration, m), make([]time.Duration, m)
+	lat := make([][]time.Duration, m)
+	for _, call := range c.Calls {
+		i := min(int(max(call.End, 0)/b), n-1)
+		if call.Outcome >= 0 && call.Outcome < numOutcomes {
+			s.counts[i][call.Outcome]++
 		}
-		lat[i] = append(lat[i], k.End-k.Start)
+		lat[i/k] = append(lat[i/k], call.End-call.Start)
 	}
 	for i, l := range lat {
 		if len(l) == 0 {
