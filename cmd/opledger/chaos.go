@@ -113,9 +113,9 @@ type chaosReport struct {
 
 	// The replicas' own record of the transfers they committed (their
 	// commit log), against the database after the run.
-	CommittedLost int `json:"committed_lost"` // committed (the database said so), not in the database after the run
-	ExecutedTwice int `json:"executed_twice"` // logical calls whose work committed more than once
-	AckLost       int `json:"acknowledged_lost"`
+	CommittedLost int `json:"committed_lost"`    // committed (the database said so), not in the database after the run
+	ExecutedTwice int `json:"executed_twice"`    // logical calls whose work committed more than once
+	AckLost       int `json:"acknowledged_lost"` // answered OK, its effect not in the database after the run
 
 	// Failover runs (--failover): the primary killed, the standby
 	// promoted, the old primary rejoined as the new standby.
@@ -123,7 +123,7 @@ type chaosReport struct {
 	Driver            string    `json:"driver,omitempty"`
 	Failovers         int       `json:"failovers"`
 	FailoverWindowsMS []float64 `json:"failover_windows_ms,omitempty"` // from the kill to the first commit after it
-	PromoteMS         []float64 `json:"failover_promote_ms,omitempty"` // from the kill until the standby accepted writes
+	PromoteMS         []float64 `json:"failover_promote_ms,omitempty"` // from the kill until the promotion was confirmed
 	RejoinMS          []float64 `json:"failover_rejoin_ms,omitempty"`  // the old primary's rewind and catch-up
 
 	timeline []timeline.Call  // the calls, for the picture
