@@ -32,6 +32,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	transport := fs.String("transport", payments.TransportGRPC, "grpc (the gRPC Transfer through grpcint) or http (POST /transfers through httpint)")
 	chain := fs.Bool("chain", false, "every transfer calls the ledger-backed fraud check service (faults on that hop too, 10% of the transfers' transactions failed after the check) and emits TransferCompleted through the outbox (gRPC only)")
 	to := fs.String("to", "", "with --chain: publish the events to NATS JetStream (nats://host:port, or a comma-separated list of servers; stream OPLEDGER_DEMO) instead of an in-memory broker")
+	report := fs.String("report", "", "write a picture of the run to this SVG file")
 	if code, stop := parseFlags(fs, args, stdout); stop {
 		return code
 	}
@@ -142,11 +143,27 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "chain: every transfer calls the fraud check service (its own ledger; the same faults on that hop) with the key derived from the transfer; 10%% of the transfers' transactions fail after the check committed; every transfer emits TransferCompleted through the outbox, relayed to %s\n", eventsTarget(servers))
 	}
 	fmt.Fprintln(stdout)
+	var rec *demoRecorder
+	if *report != "" {
+		rec = newDemoRecorder()
+		sc.OnEvent = rec.add
+	}
 	rep, err := sc.Run(ctx)
 	if err != nil {
 		return fail(stderr, "demo", err)
 	}
 	rep.Print(stdout)
+	if rec != nil {
+		where := t.display
+		if *dsn == "" {
+			where = "SQLite (a temporary file)"
+		}
+		if err := rec.write(*report, "opledger demo on "+where, fmt.Sprintf("%d transfers over %s, retries owned by %s, %.0f%% of answers lost after commit, then %d in a total outage",
+			*calls, *transport, owner, *loss*100, *outage), rep); err != nil {
+			return fail(stderr, "demo", err)
+		}
+		fmt.Fprintf(stderr, "opledger demo: wrote %s\n", *report)
+	}
 	points, err := kitMetrics.Collect(ctx)
 	if err != nil {
 		return fail(stderr, "demo", err)

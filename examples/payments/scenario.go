@@ -20,6 +20,7 @@ import (
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
+	"github.com/opledger/opledger/internal/answers"
 	"github.com/opledger/opledger/internal/wait"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/outbox"
@@ -97,6 +98,45 @@ type Scenario struct {
 	// and no second effect: a lost answer alone may be resolved without
 	// ever running the claim's read-back.
 	Resends int
+	// OnEvent, when not nil, is called with every logical call of both
+	// phases as it ends, every 100ms with the faults injected meanwhile,
+	// and once with the outage (from several goroutines at once): the
+	// run's timeline, for a picture (opledger demo --report).
+	OnEvent func(Event)
+}
+
+// EventKind says what an Event is.
+type EventKind int
+
+// The kinds of Event.
+const (
+	// EventCall is a logical call that ended.
+	EventCall EventKind = iota + 1
+	// EventFaults are the faults injected since the previous one.
+	EventFaults
+	// EventOutage is the outage phase.
+	EventOutage
+)
+
+// Event is one thing a Scenario's run did, as Scenario.OnEvent receives
+// it.
+type Event struct {
+	Kind EventKind
+	// At is when the call started, the faults' period began or the
+	// outage began; Took is how long the call took, the period or the
+	// outage lasted.
+	At   time.Time
+	Took time.Duration
+	// Err is an EventCall's error, nil for an answer; Definite says
+	// whether the client knew its outcome (not CALL_OUTCOME_UNKNOWN).
+	Err      error
+	Definite bool
+	// Resolved and Replayed say where an EventCall's answer came from
+	// over gRPC: a resolve request, or a replay of the ledger's stored
+	// outcome (both false: the handler's own, or over HTTP).
+	Resolved, Replayed bool
+	// Faults are an EventFaults' counts.
+	Faults FaultCounts
 }
 
 // Chain is the fraud check service of a chained Scenario.
@@ -245,6 +285,8 @@ type callResult struct {
 	req   *paymentspb.TransferRequest
 	reply *paymentspb.TransferReply
 	err   error
+
+	resolved, replayed bool // where the answer came from (gRPC)
 }
 
 // Run starts the example server on a loopback TCP port, runs the
@@ -361,7 +403,7 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 
 	conn, client, err := Dial(lis.Addr().String(), sc.Owner, sc.ClientOptions,
 		grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(BearerToken(token)),
-		grpc.WithChainUnaryInterceptor(faults.UnaryClientInterceptor()))
+		grpc.WithChainUnaryInterceptor(faults.UnaryClientInterceptor(), answers.Interceptor))
 	if err != nil {
 		return Report{}, err
 	}
@@ -373,13 +415,20 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 		st := client.Stats()
 		return clientCounts{st.Attempts, st.Resolved, st.BudgetRefusals}
 	}
-	results, outage, err := sc.phases(ctx, &rep, faults, counts, func(i int, prefix string) callResult {
+	classify := func(err error) (string, bool) {
+		ci, ok := grpcint.CallInfoOf(err)
+		return status.Code(err).String() + " " + string(grpcint.ReasonOf(err)) + " " + ci.Decision, ok && ci.Reason != grpcint.ReasonCallOutcomeUnknown
+	}
+	results, outage, err := sc.phases(ctx, &rep, faults, counts, classify, func(i int, prefix string) callResult {
 		req := transferRequest(i, prefix)
 		key := sc.NewKey()
-		cctx, cancel := context.WithTimeout(grpcint.WithKey(ctx, key), sc.CallTimeout)
+		actx, tr := answers.With(grpcint.WithKey(ctx, key))
+		cctx, cancel := context.WithTimeout(actx, sc.CallTimeout)
 		defer cancel()
 		reply, err := pc.Transfer(cctx, req)
-		return callResult{key: key, req: req, reply: reply, err: err}
+		r := callResult{key: key, req: req, reply: reply, err: err}
+		r.resolved, r.replayed = tr.Answer()
+		return r
 	})
 	if err != nil {
 		return rep, err
@@ -405,10 +454,6 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 			return nil, false, nil
 		}
 		return nil, false, err
-	}
-	classify := func(err error) (string, bool) {
-		ci, ok := grpcint.CallInfoOf(err)
-		return status.Code(err).String() + " " + string(grpcint.ReasonOf(err)) + " " + ci.Decision, ok && ci.Reason != grpcint.ReasonCallOutcomeUnknown
 	}
 	if err := rep.check(ctx, sc, results, outage, resolve, classify); err != nil {
 		return rep, err
@@ -560,7 +605,11 @@ type clientCounts struct{ attempts, resolved, refusals int64 }
 // references start with prefix, and fills in the client's counts and the
 // faults of the report.
 func (sc Scenario) phases(ctx context.Context, rep *Report, faults *Faults, counts func() clientCounts,
-	call func(i int, prefix string) callResult) (results, outage []callResult, err error) {
+	classify func(error) (string, bool), call func(i int, prefix string) callResult) (results, outage []callResult, err error) {
+	if sc.OnEvent != nil {
+		stop := sc.faultEvents(faults)
+		defer stop()
+	}
 	run := func(n int, prefix string) []callResult {
 		out := make([]callResult, n)
 		var wg sync.WaitGroup
@@ -570,7 +619,16 @@ func (sc Scenario) phases(ctx context.Context, rep *Report, faults *Faults, coun
 			sem <- struct{}{}
 			go func() {
 				defer func() { <-sem; wg.Done() }()
+				at := time.Now()
 				out[i] = call(i, prefix)
+				if sc.OnEvent != nil {
+					ev := Event{Kind: EventCall, At: at, Took: time.Since(at), Err: out[i].err,
+						Resolved: out[i].resolved, Replayed: out[i].replayed}
+					if ev.Err != nil {
+						_, ev.Definite = classify(ev.Err)
+					}
+					sc.OnEvent(ev)
+				}
 			}()
 		}
 		wg.Wait()
@@ -588,14 +646,47 @@ func (sc Scenario) phases(ctx context.Context, rep *Report, faults *Faults, coun
 			return results, nil, err
 		}
 		faults.SetOutage(true)
+		at := time.Now()
 		o0 := counts()
 		outage = run(sc.OutageCalls, sc.RefPrefix+"-outage")
 		o1 := counts()
 		faults.SetOutage(false)
+		if sc.OnEvent != nil {
+			sc.OnEvent(Event{Kind: EventOutage, At: at, Took: time.Since(at)})
+		}
 		rep.OutageAttempts = o1.attempts - o0.attempts
 		rep.BudgetRefusals += o1.refusals - o0.refusals
 	}
 	return results, outage, nil
+}
+
+// faultEvents sends sc.OnEvent the faults injected in every 100ms, until
+// the function it returns is called (which sends the last ones).
+func (sc Scenario) faultEvents(faults *Faults) (stop func()) {
+	done, over := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(over)
+		last, at := faults.Counts(), time.Now()
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			var end bool
+			select {
+			case <-tick.C:
+			case <-done:
+				end = true
+			}
+			now, c := time.Now(), faults.Counts()
+			if d := c.minus(last); d != (FaultCounts{}) {
+				sc.OnEvent(Event{Kind: EventFaults, At: at, Took: now.Sub(at), Faults: d})
+			}
+			last, at = c, now
+			if end {
+				return
+			}
+		}
+	}()
+	return func() { close(done); <-over }
 }
 
 // transferRequest is the i-th transfer of a phase.
@@ -666,7 +757,7 @@ func (sc Scenario) startFraud(ctx context.Context) (func(), fraudChain, error) {
 	go func() { _ = srv.Serve(lis); close(served) }()
 	conn, _, err := DialFraud(lis.Addr().String(), c.ClientOptions,
 		grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(BearerToken(token)),
-		grpc.WithChainUnaryInterceptor(faults.UnaryClientInterceptor()))
+		grpc.WithChainUnaryInterceptor(faults.UnaryClientInterceptor(), answers.Interceptor))
 	if err != nil {
 		srv.Stop()
 		<-served

@@ -55,7 +55,14 @@ func (sc Scenario) runHTTP(ctx context.Context, start time.Time, store *ledger.S
 		st := client.Stats()
 		return clientCounts{st.Attempts, st.Resolved, st.BudgetRefusals}
 	}
-	results, outage, err := sc.phases(ctx, &rep, faults, counts, func(i int, prefix string) callResult {
+	classify := func(err error) (string, bool) {
+		var he *HTTPError
+		if !errors.As(err, &he) {
+			return err.Error(), false
+		}
+		return fmt.Sprintf("%d %s %s", he.Status, he.Outcome, he.Decision), he.Outcome != OutcomeUnknown
+	}
+	results, outage, err := sc.phases(ctx, &rep, faults, counts, classify, func(i int, prefix string) callResult {
 		req := transferRequest(i, prefix)
 		key := rand.Text() // 128 random bits, a fresh key per logical call
 		cctx, cancel := context.WithTimeout(ctx, sc.CallTimeout)
@@ -83,13 +90,6 @@ func (sc Scenario) runHTTP(ctx context.Context, start time.Time, store *ledger.S
 			return nil, false, err
 		}
 		return got.reply(), true, nil
-	}
-	classify := func(err error) (string, bool) {
-		var he *HTTPError
-		if !errors.As(err, &he) {
-			return err.Error(), false
-		}
-		return fmt.Sprintf("%d %s %s", he.Status, he.Outcome, he.Decision), he.Outcome != OutcomeUnknown
 	}
 	if err := rep.check(ctx, sc, results, outage, resolve, classify); err != nil {
 		return rep, err
