@@ -173,6 +173,9 @@ func TestSuiteHasTeeth(t *testing.T) {
 					base.DB = openSQLite(t, filepath.Join(t.TempDir(), "teeth.db"), 250*time.Millisecond)
 				}
 				t.Run(kind, func(t *testing.T) {
+					if kind == "naive" {
+						testdb.SkipOnTiDB(t, tg.Dialect, "which cases catch the naive ledger is pinned for InnoDB's locking (its 1062 waits and shared locks)")
+					}
 					rep := conformance.Check(context.Background(), badTarget(base, kind), opts...)
 					caught := rep.Failures()
 					t.Logf("%s on %s, caught by %d of %d: %s", kind, tg.Name, len(caught), len(rep.Results), strings.Join(caught, " "))

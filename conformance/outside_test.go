@@ -181,6 +181,7 @@ func exerciseLedger(t *testing.T, db *sql.DB, d dialects.Dialect, table string) 
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer tx.Rollback()
 	c, err := s.Claim(ctx, tx, req)
 	if err != nil || !c.Acquired() {
 		tx.Rollback()

@@ -296,7 +296,7 @@ func Run(t *testing.T, tg Target, list ...Option) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := tg.checkPooling(t.Context()); err != nil {
+	if err := tg.probe(t.Context()); err != nil {
 		t.Fatalf("conformance: %v", err)
 	}
 	for _, in := range instances(&tg, o) {
@@ -333,7 +333,7 @@ func Check(ctx context.Context, tg Target, list ...Option) Report {
 		rep.Results = append(rep.Results, CaseResult{Name: "target", Case: "target", Verdict: Fail, Messages: []string{err.Error()}})
 		return rep
 	}
-	if err := tg.checkPooling(ctx); err != nil {
+	if err := tg.probe(ctx); err != nil {
 		rep.Results = append(rep.Results, CaseResult{Name: "target", Case: "target", Verdict: Fail, Messages: []string{err.Error()}})
 		rep.Duration = time.Since(start)
 		return rep

@@ -338,6 +338,50 @@ func (tg *Target) checkPooling(ctx context.Context) error {
 	return nil
 }
 
+// checkTx runs the dialect's transaction check (dialects.TxChecker) on a
+// transaction of the target's database, before any case: a database whose
+// transactions the ledger refuses (TiDB's optimistic ones, or pessimistic
+// ones with lazy unique checks) would otherwise fail every case with the
+// same refusal. Its error is a set-up error, as checkPooling's (see
+// txCheckError).
+func (tg *Target) checkTx(ctx context.Context) error {
+	tc, ok := tg.Dialect.(dialects.TxChecker)
+	if !ok {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, poolingCheckLimit)
+	defer cancel()
+	tx, err := tg.DB.BeginTx(ctx, nil)
+	if err != nil {
+		return txCheckError(err)
+	}
+	defer tx.Rollback()
+	return txCheckError(tc.CheckTx(ctx, tx))
+}
+
+// txCheckError classifies what checkTx met: nil for a suitable
+// transaction; a set-up error for a refusal (dialects.ErrUnsuitableTx,
+// whose message names the setting to change), and for a check that could
+// not run (the database, or a dialect that does not fit the server).
+func txCheckError(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, dialects.ErrUnsuitableTx):
+		return fmt.Errorf("set-up: the database's transactions are unsuitable for the ledger, so every case would fail: %w", err)
+	}
+	return fmt.Errorf("set-up: cannot check the database's transactions (dialects.TxChecker): %w", err)
+}
+
+// probe runs the checks that must pass before any case: checkPooling and
+// checkTx.
+func (tg *Target) probe(ctx context.Context) error {
+	if err := tg.checkPooling(ctx); err != nil {
+		return err
+	}
+	return tg.checkTx(ctx)
+}
+
 // boundedWait is the lock-wait bound of the in-progress case.
 const boundedWait = 500 * time.Millisecond
 

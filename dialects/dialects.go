@@ -101,6 +101,19 @@ type Queries struct {
 	Lookup string
 	// Sweep deletes at most a batch of expired entries. Args: now, batch.
 	Sweep string
+	// CountExpired, optional, counts the expired entries. Arg: now. The
+	// ledger's Sweep runs it after sweeping to report the entries it
+	// left because other transactions held them (ledger.HeldError).
+	CountExpired string
+	// SweepScan and SweepOne, optional (both or neither), let a sweep
+	// whose Sweep statement timed out on a lock go on entry by entry,
+	// skipping the ones other transactions hold: SweepScan lists expired
+	// ids without locking, oldest first (Args: now, limit), SweepOne
+	// deletes one of them if it is still expired (Args: id, now). A dialect
+	// whose Sweep never waits on a row (PostgreSQL's SKIP LOCKED), or
+	// whose locks are not per row (SQLite), has no need of them.
+	SweepScan string
+	SweepOne  string
 }
 
 // Class is the kind of a database failure, as far as the ledger cares.

@@ -27,10 +27,18 @@ type Migrations struct {
 	// "sqlite3", …): how goose writes its version table.
 	Goose string
 	// Lock, when not nil, returns the session lock that serialises
-	// migrations of the given ledger table across processes, held on the
-	// connection goose migrates on. Nil migrates without a lock (SQLite:
-	// the database's own write lock serialises the migration).
+	// migrations of the given ledger table across processes. Package
+	// migrations takes it on a connection before goose reads or creates
+	// anything (the version table included), runs goose on that same
+	// session, and releases it afterwards. Nil migrates without a lock.
 	Lock func(table string) SessionLocker
+	// LockIsTransaction says that the lock is a transaction that
+	// SessionLock begins on the session and SessionUnlock commits
+	// (SQLite's IMMEDIATE transaction, the database's write lock): package
+	// migrations then runs each of goose's transactions inside it as a
+	// savepoint (SAVEPOINT, RELEASE, ROLLBACK TO), so the migration stays
+	// under the lock from its first statement to its last.
+	LockIsTransaction bool
 }
 
 // SessionLocker is a lock held by one database session, as goose's

@@ -2,18 +2,11 @@ package grpcint_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/hex"
-	"math/big"
 	"net"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -21,58 +14,26 @@ import (
 
 	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
+	"github.com/opledger/opledger/internal/testcerts"
 )
-
-type certKey struct {
-	cert *x509.Certificate
-	der  []byte
-	key  *ecdsa.PrivateKey
-}
-
-func newCert(t *testing.T, cn string, parent *certKey, isCA bool, usage x509.ExtKeyUsage) *certKey {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, BasicConstraintsValid: true, IsCA: isCA,
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-	}
-	if !isCA {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{usage}
-	}
-	signer, signerKey := tmpl, key
-	if parent != nil {
-		signer, signerKey = parent.cert, parent.key
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, signer, &key.PublicKey, signerKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &certKey{cert: c, der: der, key: key}
-}
-
-func (c *certKey) tls() tls.Certificate {
-	return tls.Certificate{Certificate: [][]byte{c.der}, PrivateKey: c.key, Leaf: c.cert}
-}
 
 // TestCallerFromPeerCertificate: over real mTLS, the caller is the hash
 // of the verified client certificate's public key; without a client
 // certificate there is none.
 func TestCallerFromPeerCertificate(t *testing.T) {
-	ca := newCert(t, "test CA", nil, true, 0)
-	srvCert := newCert(t, "server", ca, false, x509.ExtKeyUsageServerAuth)
-	alice := newCert(t, "alice", ca, false, x509.ExtKeyUsageClientAuth)
-	bob := newCert(t, "bob", ca, false, x509.ExtKeyUsageClientAuth)
-	pool := x509.NewCertPool()
-	pool.AddCert(ca.cert)
+	ca, err := testcerts.NewCA("test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert := func(c tls.Certificate, err error) *tls.Certificate {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &c
+	}
+	srvCert, alice, bob := cert(ca.Server("server")), cert(ca.Client("alice")), cert(ca.Client("bob"))
+	pool := ca.Pool()
 
 	seen := make(chan string, 1)
 	callerOf := grpcint.CallerFromPeerCertificate()
@@ -85,7 +46,7 @@ func TestCallerFromPeerCertificate(t *testing.T) {
 		return &paymentspb.TransferReply{}, nil
 	}
 	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{
-		Certificates: []tls.Certificate{srvCert.tls()}, ClientCAs: pool, ClientAuth: tls.VerifyClientCertIfGiven, MinVersion: tls.VersionTLS12,
+		Certificates: []tls.Certificate{*srvCert}, ClientCAs: pool, ClientAuth: tls.VerifyClientCertIfGiven, MinVersion: tls.VersionTLS12,
 	})), grpc.UnaryInterceptor(capture))
 	paymentspb.RegisterPaymentsServer(srv, nil)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -95,10 +56,10 @@ func TestCallerFromPeerCertificate(t *testing.T) {
 	go func() { _ = srv.Serve(lis) }()
 	defer srv.Stop()
 
-	call := func(client *certKey) string {
+	call := func(client *tls.Certificate) string {
 		cfg := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 		if client != nil {
-			cfg.Certificates = []tls.Certificate{client.tls()}
+			cfg.Certificates = []tls.Certificate{*client}
 		}
 		conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
 		if err != nil {
@@ -110,8 +71,8 @@ func TestCallerFromPeerCertificate(t *testing.T) {
 		}
 		return <-seen
 	}
-	spki := func(c *certKey) string {
-		sum := sha256.Sum256(c.cert.RawSubjectPublicKeyInfo)
+	spki := func(c *tls.Certificate) string {
+		sum := sha256.Sum256(c.Leaf.RawSubjectPublicKeyInfo)
 		return "spki-sha256:" + hex.EncodeToString(sum[:])
 	}
 	if got := call(alice); got != spki(alice) {

@@ -183,6 +183,7 @@ func TestErrorMapRows(t *testing.T) {
 				t.Errorf("CallInfo %+v: nothing committed, so no resolve is needed", ci)
 			}
 		},
+		grpcint.ReasonStorageBusy: func(t *testing.T) { testPoolOfOne(t, testdb.Targets()[0]) },
 		grpcint.ReasonOutcomeUnknown: func(t *testing.T) {
 			testCommitOutcomeUnknown(t)
 		},
@@ -227,6 +228,7 @@ func TestErrorMapRows(t *testing.T) {
 			err := grpcint.Resolve(as(ctx, "alice", ""), e.conn, paymentspb.TransferMethod, "never-sent", &paymentspb.TransferRequest{}, &paymentspb.TransferReply{})
 			wantStatus(t, err, codes.NotFound, grpcint.ReasonNotFound)
 		},
+		grpcint.ReasonKeyedStream: testKeyedStreamRefused,
 		grpcint.ReasonNotExecuted: func(t *testing.T) {
 			shed := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 				return nil, grpcint.NotExecuted(codes.Unavailable, "shedding load")

@@ -2,28 +2,21 @@ package grpcint_test
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"log"
 	"log/slog"
-	"net"
 	"os"
-	"path/filepath"
-	"time"
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
 
-	"github.com/opledger/opledger/dialects/sqlite"
 	"github.com/opledger/opledger/examples/payments"
 	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/ledger"
-	"github.com/opledger/opledger/migrations"
 	"github.com/opledger/opledger/policy"
 )
 
@@ -34,28 +27,10 @@ import (
 // nothing until an SDK is installed, and logs nothing.
 func Example_telemetry() {
 	ctx := context.Background()
-	dir, err := os.MkdirTemp("", "grpcint-telemetry")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	db, err := sql.Open("sqlite3", sqlite.DSN(filepath.Join(dir, "pay.db"), 5*time.Second))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer db.Close()
-	d := sqlite.New()
-	m, err := migrations.New(db, d)
-	if err != nil {
-		log.Fatal(err)
-	}
-	if _, err := m.Up(ctx); err != nil {
-		log.Fatal(err)
-	}
-	if err := payments.CreateTable(ctx, db, d, payments.DefaultTable); err != nil {
-		log.Fatal(err)
-	}
-	svc, err := payments.NewService(db, d, payments.DefaultTable)
+	db, d, svc, cleanup := openPayments(ctx)
+	defer cleanup()
+	tokens := payments.NewTokens()
+	token, err := tokens.Issue("tenant-a")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -73,7 +48,7 @@ func Example_telemetry() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	kit, err := grpcint.NewServer(db, store, cat, grpcint.CallerFromTrustedHeader("x-caller"),
+	kit, err := grpcint.NewServer(db, store, cat, grpcint.CallerFromPrincipal(payments.Principal),
 		grpcint.WithServerMeterProvider(meters), grpcint.WithServerTracerProvider(tracers), grpcint.WithServerLogger(logger))
 	if err != nil {
 		log.Fatal(err)
@@ -84,25 +59,21 @@ func Example_telemetry() {
 		log.Fatal(err)
 	}
 
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(kit.UnaryServerInterceptor()))
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(tokens.UnaryServerInterceptor(), kit.UnaryServerInterceptor()))
 	paymentspb.RegisterPaymentsServer(srv, svc)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		log.Fatal(err)
-	}
-	go func() { _ = srv.Serve(lis) }()
-	defer srv.Stop()
+	addr, stop := serveExample(srv)
+	defer stop()
 	opts, err := client.DialOptions()
 	if err != nil {
 		log.Fatal(err)
 	}
-	conn, err := grpc.NewClient(lis.Addr().String(), append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	conn, err := grpc.NewClient(addr, append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithPerRPCCredentials(payments.BearerToken(token)))...)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer conn.Close()
 	pc := paymentspb.NewPaymentsClient(conn)
-	ctx = metadata.AppendToOutgoingContext(ctx, "x-caller", "tenant-a")
 	key := grpcint.NewKey()
 	req := &paymentspb.TransferRequest{FromAccount: "alice", ToAccount: "bob", AmountCents: 500, Reference: "rent"}
 	for range 2 { // the second call replays the first

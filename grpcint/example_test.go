@@ -2,6 +2,7 @@ package grpcint_test
 
 import (
 	"context"
+	"crypto/tls"
 	"database/sql"
 	"fmt"
 	"log"
@@ -13,8 +14,8 @@ import (
 	_ "github.com/mattn/go-sqlite3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -22,29 +23,25 @@ import (
 	"github.com/opledger/opledger/examples/payments"
 	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
+	"github.com/opledger/opledger/internal/testcerts"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/migrations"
 	"github.com/opledger/opledger/policy"
 )
 
-// A keyed Transfer served with the kit's server interceptor, called
-// through a channel whose retries the application owns: a retry with the
-// same key replays the first answer, and the same key for another request
-// is refused. The example service's handler writes through the
-// transaction it finds with txmiddleware.TxFromContext.
-func Example() {
-	ctx := context.Background()
+// openPayments opens a SQLite file in a temporary directory with the
+// ledger's table and the example service's, and returns the service on
+// it; cleanup removes it.
+func openPayments(ctx context.Context) (db *sql.DB, d sqlite.Dialect, svc *payments.Service, cleanup func()) {
 	dir, err := os.MkdirTemp("", "grpcint-example")
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer os.RemoveAll(dir)
-	db, err := sql.Open("sqlite3", sqlite.DSN(filepath.Join(dir, "pay.db"), 5*time.Second))
+	db, err = sql.Open("sqlite3", sqlite.DSN(filepath.Join(dir, "pay.db"), 5*time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer db.Close()
-	d := sqlite.New()
+	d = sqlite.New()
 	m, err := migrations.New(db, d)
 	if err != nil {
 		log.Fatal(err)
@@ -55,13 +52,46 @@ func Example() {
 	if err := payments.CreateTable(ctx, db, d, payments.DefaultTable); err != nil {
 		log.Fatal(err)
 	}
-	svc, err := payments.NewService(db, d, payments.DefaultTable)
+	svc, err = payments.NewService(db, d, payments.DefaultTable)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return db, d, svc, func() { db.Close(); os.RemoveAll(dir) }
+}
+
+// serveExample serves srv on a loopback port; stop stops it.
+func serveExample(srv *grpc.Server) (addr string, stop func()) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	go func() { _ = srv.Serve(lis) }()
+	return lis.Addr().String(), srv.Stop
+}
+
+// A keyed Transfer served with the kit's server interceptor, called
+// through a channel whose retries the application owns: a retry with the
+// same key replays the first answer, and the same key for another request
+// is refused. The caller is the principal the service's authentication
+// found (here the example's bearer tokens, checked by an interceptor
+// chained before the kit's), never a name the client sends. The example
+// service's handler writes through the transaction it finds with
+// txmiddleware.TxFromContext.
+func Example() {
+	ctx := context.Background()
+	db, d, svc, cleanup := openPayments(ctx)
+	defer cleanup()
+
+	// Authentication: each tenant gets a token; its interceptor puts the
+	// token's principal in the context, where the kit takes the caller.
+	tokens := payments.NewTokens()
+	token, err := tokens.Issue("tenant-a")
 	if err != nil {
 		log.Fatal(err)
 	}
 
 	// The server: the catalog says which methods are keyed, the caller
-	// comes from authentication (here a header set by a trusted gateway).
+	// comes from authentication.
 	store, err := ledger.New(d)
 	if err != nil {
 		log.Fatal(err)
@@ -70,20 +100,21 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	kit, err := grpcint.NewServer(db, store, cat, grpcint.CallerFromTrustedHeader("x-caller"))
+	kit, err := grpcint.NewServer(db, store, cat, grpcint.CallerFromPrincipal(payments.Principal))
 	if err != nil {
 		log.Fatal(err) // a configuration that cannot work fails here, not on the first call
 	}
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(kit.UnaryServerInterceptor()))
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(tokens.UnaryServerInterceptor(), kit.UnaryServerInterceptor()),
+		grpc.ChainStreamInterceptor(kit.StreamServerInterceptor()))
 	paymentspb.RegisterPaymentsServer(srv, svc)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		log.Fatal(err)
+	if err := kit.CheckRegistered(srv); err != nil {
+		log.Fatal(err) // a keyed method registered as a stream, or renamed
 	}
-	go func() { _ = srv.Serve(lis) }()
-	defer srv.Stop()
+	addr, stop := serveExample(srv)
+	defer stop()
 
-	// The client: one retry owner for the channel.
+	// The client: one retry owner for the channel, and the tenant's token
+	// on every call (over TLS when it leaves the machine).
 	client, err := grpcint.NewClient(cat, policy.OwnerApplication)
 	if err != nil {
 		log.Fatal(err)
@@ -92,14 +123,14 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	conn, err := grpc.NewClient(lis.Addr().String(), append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	conn, err := grpc.NewClient(addr, append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithPerRPCCredentials(payments.BearerToken(token)))...)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer conn.Close()
 	pc := paymentspb.NewPaymentsClient(conn)
 
-	ctx = metadata.AppendToOutgoingContext(ctx, "x-caller", "tenant-a")
 	key := grpcint.NewKey() // persist it first to resolve after a restart
 	req := &paymentspb.TransferRequest{FromAccount: "alice", ToAccount: "bob", AmountCents: 500, Reference: "rent"}
 	first, err := pc.Transfer(grpcint.WithKey(ctx, key), req)
@@ -124,6 +155,89 @@ func Example() {
 	// same answer: true executed: 1 replayed: 1
 	// FailedPrecondition IDEMPOTENCY_KEY_REUSED do-not-retry
 	// resolved: true
+}
+
+// Tenants identified by their mTLS client certificates: the caller is
+// the hash of the certificate's public key, which a client can only
+// present if it holds the key. Two tenants that use the same idempotency
+// key are two operations: neither gets the other's answer, and neither
+// burns the other's key. (The certificates here come from a throw-away
+// authority; yours come from your PKI.)
+func ExampleCallerFromPeerCertificate() {
+	ctx := context.Background()
+	db, d, svc, cleanup := openPayments(ctx)
+	defer cleanup()
+	ca, err := testcerts.NewCA("example CA")
+	if err != nil {
+		log.Fatal(err)
+	}
+	serverCert, err := ca.Server("payments")
+	if err != nil {
+		log.Fatal(err)
+	}
+	store, err := ledger.New(d)
+	if err != nil {
+		log.Fatal(err)
+	}
+	cat, err := payments.Catalog()
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	kit, err := grpcint.NewServer(db, store, cat, grpcint.CallerFromPeerCertificate())
+	if err != nil {
+		log.Fatal(err)
+	}
+	creds := credentials.NewTLS(&tls.Config{
+		Certificates: []tls.Certificate{serverCert},
+		ClientCAs:    ca.Pool(),                      // the authority that issues your clients' certificates
+		ClientAuth:   tls.RequireAndVerifyClientCert, // only a verified certificate names a caller
+		MinVersion:   tls.VersionTLS13,
+	})
+	srv := grpc.NewServer(grpc.Creds(creds), grpc.ChainUnaryInterceptor(kit.UnaryServerInterceptor()))
+	paymentspb.RegisterPaymentsServer(srv, svc)
+	addr, stop := serveExample(srv)
+	defer stop()
+
+	client, err := grpcint.NewClient(cat, policy.OwnerApplication)
+	if err != nil {
+		log.Fatal(err)
+	}
+	opts, err := client.DialOptions()
+	if err != nil {
+		log.Fatal(err)
+	}
+	dial := func(tenant string) *grpc.ClientConn {
+		cert, err := ca.Client(tenant)
+		if err != nil {
+			log.Fatal(err)
+		}
+		creds := credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: ca.Pool(), MinVersion: tls.VersionTLS13})
+		conn, err := grpc.NewClient(addr, append(opts, grpc.WithTransportCredentials(creds))...)
+		if err != nil {
+			log.Fatal(err)
+		}
+		return conn
+	}
+	connA, connB := dial("tenant-a"), dial("tenant-b")
+	defer connA.Close()
+	defer connB.Close()
+	a, b := paymentspb.NewPaymentsClient(connA), paymentspb.NewPaymentsClient(connB)
+
+	kctx := grpcint.WithKey(ctx, "order-42") // one key, used by both tenants
+	ra, err := a.Transfer(kctx, &paymentspb.TransferRequest{FromAccount: "a1", ToAccount: "a2", AmountCents: 500, Reference: "a"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	rb, err := b.Transfer(kctx, &paymentspb.TransferRequest{FromAccount: "b1", ToAccount: "b2", AmountCents: 700, Reference: "b"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("tenant-a:", ra.GetReference(), ra.GetAmountCents(), "tenant-b:", rb.GetReference(), rb.GetAmountCents())
+	fmt.Println("executed:", kit.Stats().Executed, "replayed:", kit.Stats().Replayed)
+	// Output:
+	// tenant-a: a 500 tenant-b: b 700
+	// executed: 2 replayed: 0
 }
 
 // A keyed call that returns an error says what the caller can do: here

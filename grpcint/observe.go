@@ -413,7 +413,7 @@ func setOutcome(ctx context.Context, outcome string) {
 
 // refusedBeforeClaim are the reasons of a refusal the server decides
 // before any claim (the runner logs the ledger's refusals).
-var refusedBeforeClaim = map[Reason]bool{ReasonMissingKey: true, ReasonInvalidKey: true, ReasonNoCaller: true, ReasonInvalidRequest: true}
+var refusedBeforeClaim = map[Reason]bool{ReasonMissingKey: true, ReasonInvalidKey: true, ReasonNoCaller: true, ReasonInvalidRequest: true, ReasonKeyedStream: true}
 
 // begin starts a keyed call's span and record.
 func (o *serverObs) begin(ctx context.Context, method string, resolve bool, key string) (context.Context, trace.Span, *callRecord) {

@@ -21,19 +21,23 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/methodname"
 	"github.com/opledger/opledger/internal/options"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/policy"
 	"github.com/opledger/opledger/txmiddleware"
 )
 
-// DefaultLockWait is how long a keyed call waits for another attempt with
-// the same key that is still in flight before it answers ABORTED (and a
-// resolve before it answers ABORTED), unless WithLockWait says otherwise.
+// DefaultLockWait is how long a keyed call waits before its claim can be
+// decided (for a pooled connection, for BEGIN, for another attempt with
+// the same key that is still in flight) before it answers ABORTED or
+// UNAVAILABLE STORAGE_BUSY (see WithLockWait), unless WithLockWait says
+// otherwise.
 const DefaultLockWait = 2 * time.Second
 
 // DefaultInProgressPushback is the grpc-retry-pushback-ms sent with
-// ABORTED when another attempt with the same key is still running.
+// ABORTED when another attempt with the same key is still running, and
+// with UNAVAILABLE STORAGE_BUSY.
 const DefaultInProgressPushback = 200 * time.Millisecond
 
 // ServerOption configures a Server; the With functions build them. Giving
@@ -88,11 +92,17 @@ func WithClaimAtCommit(methods ...string) ServerOption {
 	})
 }
 
-// WithLockWait bounds how long a keyed call waits for another attempt
-// with the same key that is still in flight (default [DefaultLockWait]);
-// past it the call answers ABORTED ReasonInProgress. The dialect must
-// implement dialects.LockWaiter; zero sets no bound (the database's own
-// settings and the call's deadline bound the wait).
+// WithLockWait bounds how long a keyed call (and a resolve) waits before
+// its claim is decided (default [DefaultLockWait]): for a connection of
+// the pool, for BEGIN (on SQLite, for the database's single write lock)
+// and for another attempt with the same key that is still in flight (see
+// txmiddleware.WithLockWait). Past it the call answers ABORTED
+// ReasonInProgress when an attempt with the same key holds what it waited
+// for, and UNAVAILABLE ReasonStorageBusy when the database was busy with
+// other keys (a full pool, another writer on SQLite); both with
+// grpc-retry-pushback-ms. The dialect must implement dialects.LockWaiter;
+// zero sets no bound (the database's own settings and the call's deadline
+// bound the wait).
 func WithLockWait(d time.Duration) ServerOption {
 	return serverOption("WithLockWait", func(c *serverConfig) error {
 		if d < 0 {
@@ -117,8 +127,8 @@ func WithErrorCodec(codec txmiddleware.ErrorCodec) ServerOption {
 }
 
 // WithInProgressPushback sets the grpc-retry-pushback-ms sent with
-// ABORTED when another attempt with the same key is still running
-// (default [DefaultInProgressPushback]).
+// ABORTED when another attempt with the same key is still running, and
+// with UNAVAILABLE STORAGE_BUSY (default [DefaultInProgressPushback]).
 func WithInProgressPushback(d time.Duration) ServerOption {
 	return serverOption("WithInProgressPushback", func(c *serverConfig) error {
 		if d < 0 {
@@ -186,7 +196,9 @@ type Server struct {
 // who calls (see CallerFromPeerCertificate, CallerFromPrincipal,
 // CallerFromTrustedHeader); a keyed call without a caller is refused with
 // UNAUTHENTICATED. Methods that are not keyed, or not in the catalog, pass
-// through untouched.
+// through untouched. A keyed method must be registered as a unary method:
+// StreamServerInterceptor refuses one served as a stream, and
+// CheckRegistered finds it at start-up.
 //
 // A configuration that cannot work is an error wrapping ErrInvalidConfig:
 // a nil argument, a keyed streaming method, a lock-wait bound on a dialect
@@ -259,13 +271,103 @@ func (s *Server) Stats() ServerStats {
 		Refused: s.refused.Load(), Failed: s.failed.Load()}
 }
 
-// StreamServerInterceptor returns an interceptor that passes streams
-// through: NewServer already refused a catalog with a keyed streaming
-// method, so no stream needs the ledger.
+// StreamServerInterceptor returns the streaming interceptor. NewServer
+// refuses a catalog with a keyed streaming method, so a stream never
+// needs the ledger, and streams pass through, with two exceptions that
+// never run a handler:
+//
+//   - a method the catalog marks keyed that the server serves as a
+//     stream (its service registered it among its streams, not as a
+//     unary method): the kit cannot protect it, so instead of running it
+//     with no key, no caller and no ledger, the call is refused with
+//     UNIMPLEMENTED, reason ReasonKeyedStream. Server.CheckRegistered
+//     finds such a method at start-up;
+//   - a resolve request (INVALID_ARGUMENT, as for a unary method that is
+//     not keyed).
 func (s *Server) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		ctx := ss.Context()
+		md, _ := metadata.FromIncomingContext(ctx)
+		if s.keyed {
+			if p, ok := s.catalog.Lookup(info.FullMethod); ok && p.Kind == policy.KindKeyed {
+				key := keyOfIncoming(md)
+				ctx, span, rec := s.obs.begin(ctx, info.FullMethod, false, key)
+				note(ctx, &s.refused, outcomeRefused)
+				err := statusErr(ReasonKeyedStream, info.FullMethod+" is keyed in the method catalog but the server serves it as a stream, which the kit cannot protect; it is refused (register it as a unary method)")
+				s.obs.done(ctx, span, rec, info.FullMethod, false, key, err)
+				return err
+			}
+		}
+		if len(md[ResolveHeader]) > 0 {
+			return statusErr(ReasonInvalidRequest, info.FullMethod+" is not a keyed method; there is nothing to resolve")
+		}
 		return handler(srv, ss)
 	}
+}
+
+// ServiceInfoProvider is what Server.CheckRegistered reads the registered
+// services from: *grpc.Server implements it.
+type ServiceInfoProvider interface {
+	// GetServiceInfo returns the registered services by full name, with
+	// their methods' names and streaming flags.
+	GetServiceInfo() map[string]grpc.ServiceInfo
+}
+
+// CheckRegistered compares the services registered on srv (usually the
+// *grpc.Server the kit's interceptors are installed on, once every
+// service is registered) with the catalog, and returns an error wrapping
+// ErrInvalidConfig that names every keyed method of a registered service
+// that the kit cannot protect:
+//
+//   - registered as a streaming method: served that way it would run
+//     with no key, no caller and no ledger, and StreamServerInterceptor
+//     refuses every call of it;
+//   - missing from its registered service (a method renamed in the proto
+//     but not in the catalog): its new name is not keyed and passes
+//     through unprotected.
+//
+// Keyed methods of services that srv does not register are not checked:
+// they may be served elsewhere. Call it at start-up, before Serve:
+//
+//	if err := kit.CheckRegistered(srv); err != nil {
+//		log.Fatal(err)
+//	}
+func (s *Server) CheckRegistered(srv ServiceInfoProvider) error {
+	if srv == nil {
+		return fmt.Errorf("%w: CheckRegistered: nil server", ErrInvalidConfig)
+	}
+	services := srv.GetServiceInfo()
+	var errs []error
+	for _, p := range s.catalog.Methods() {
+		if p.Kind != policy.KindKeyed {
+			continue
+		}
+		service, method, err := methodname.Split(p.FullMethod)
+		if err != nil {
+			continue // the catalog checked its names
+		}
+		info, ok := services[service]
+		if !ok {
+			continue
+		}
+		found := false
+		for _, m := range info.Methods {
+			if m.Name != method {
+				continue
+			}
+			found = true
+			if shape := policy.ShapeOf(m.IsClientStream, m.IsServerStream); shape != policy.ShapeUnary {
+				errs = append(errs, fmt.Errorf("keyed method %s is registered as a %s method; only unary methods can be keyed, and the kit refuses every call of it", p.FullMethod, shape))
+			}
+		}
+		if !found {
+			errs = append(errs, fmt.Errorf("keyed method %s is not a method of the registered service %s (renamed?); the method that replaced it is not keyed", p.FullMethod, service))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
+	}
+	return nil
 }
 
 // UnaryServerInterceptor returns the interceptor. For a keyed method it:
@@ -356,11 +458,7 @@ func (s *Server) serveKeyed(ctx context.Context, req any, method string, handler
 		workErr error
 		resp    any
 	)
-	runner := s.runner
-	if rc, ok := s.atCommit[method]; ok {
-		runner = rc
-	}
-	out, err := runner.Run(ctx, creq, func(ctx context.Context, tx *sql.Tx) (ledger.Result, error) {
+	out, err := s.runnerFor(method).Run(ctx, creq, func(ctx context.Context, tx *sql.Tx) (ledger.Result, error) {
 		r, herr := handler(ctx, req)
 		if herr != nil {
 			workErr = herr
@@ -383,6 +481,14 @@ func (s *Server) serveKeyed(ctx context.Context, req any, method string, handler
 	return nil, s.failure(ctx, err, workErr)
 }
 
+// runnerFor returns the runner of a keyed method's calls.
+func (s *Server) runnerFor(method string) *txmiddleware.Runner {
+	if rc, ok := s.atCommit[method]; ok {
+		return rc
+	}
+	return s.runner
+}
+
 // failure maps an error of an unfinished keyed call to its status, as
 // the error map says.
 func (s *Server) failure(ctx context.Context, err, workErr error) error {
@@ -392,7 +498,7 @@ func (s *Server) failure(ctx context.Context, err, workErr error) error {
 		return statusErr(ReasonKeyReused, "idempotency key already used for a different request")
 	case errors.Is(err, ledger.ErrInProgress):
 		note(ctx, &s.refused, outcomeRefused)
-		_ = grpc.SetTrailer(ctx, metadata.Pairs(policy.PushbackHeader, strconv.FormatInt(s.pushback.Milliseconds(), 10)))
+		s.setPushback(ctx)
 		return statusErr(ReasonInProgress, "another attempt with this idempotency key is in progress")
 	case errors.Is(err, ledger.ErrIncomplete):
 		note(ctx, &s.refused, outcomeRefused)
@@ -400,6 +506,9 @@ func (s *Server) failure(ctx context.Context, err, workErr error) error {
 	}
 	note(ctx, &s.failed, outcomeFailed)
 	switch {
+	case errors.Is(err, txmiddleware.ErrBusy):
+		s.setPushback(ctx)
+		return statusErr(ReasonStorageBusy, "the database was busy past the wait bound (no free connection, or another transaction held its write lock); nothing was committed; retry with the same idempotency key after the pushback")
 	case workErr != nil && errors.Is(err, workErr):
 		// The handler's own non-final error: nothing was recorded. A bare
 		// database error is not passed on to the client as it is.
@@ -423,9 +532,14 @@ func (s *Server) failure(ctx context.Context, err, workErr error) error {
 	return statusErr(ReasonStorageUnavailable, "the operation ledger's database failed; nothing was committed; retry with the same idempotency key")
 }
 
+// setPushback sets the server's grpc-retry-pushback-ms in the trailer.
+func (s *Server) setPushback(ctx context.Context) {
+	_ = grpc.SetTrailer(ctx, metadata.Pairs(policy.PushbackHeader, strconv.FormatInt(s.pushback.Milliseconds(), 10)))
+}
+
 // resolve answers a resolve request without running the handler.
 func (s *Server) resolve(ctx context.Context, creq ledger.ClaimRequest) (any, error) {
-	e, err := s.ledger.Lookup(ctx, s.db, creq.Identity)
+	e, err := s.runnerFor(creq.Identity.Method()).Lookup(ctx, creq.Identity)
 	switch {
 	case err == nil && e.State == ledger.Completed:
 		setOutcome(ctx, outcomeFound)
@@ -451,10 +565,14 @@ func (s *Server) resolve(ctx context.Context, creq ledger.ClaimRequest) (any, er
 		return s.replay(ctx, out.Result)
 	case errors.Is(err, ledger.ErrKeyReused):
 		// Committed meanwhile by a request with another fingerprint.
-		if e, lerr := s.ledger.Lookup(ctx, s.db, creq.Identity); lerr == nil && e.State == ledger.Completed {
+		if e, lerr := s.runnerFor(creq.Identity.Method()).Lookup(ctx, creq.Identity); lerr == nil && e.State == ledger.Completed {
 			setOutcome(ctx, outcomeFound)
 			return s.replay(ctx, e.Result)
 		}
+	case errors.Is(err, txmiddleware.ErrBusy) && s.runnerFor(creq.Identity.Method()).InFlight(creq.Identity):
+		// The probe could not begin in time behind a call with the key that
+		// is still in flight here: that is the answer.
+		err = fmt.Errorf("%w: %w", ledger.ErrInProgress, err)
 	}
 	return nil, s.failure(ctx, err, nil)
 }

@@ -69,6 +69,13 @@ const (
 	// outlasted the server's transaction attempts; nothing was committed
 	// (ABORTED). Retry with the same key.
 	ReasonTransactionAborted Reason = "TRANSACTION_ABORTED"
+	// ReasonStorageBusy: the transaction could not begin within the
+	// lock-wait bound (every pooled connection in use; on SQLite, another
+	// transaction held the write lock) while no other attempt with the
+	// same key was in flight on the server; nothing was committed
+	// (UNAVAILABLE, with grpc-retry-pushback-ms). Retry with the same key
+	// after the pushback.
+	ReasonStorageBusy Reason = "STORAGE_BUSY"
 	// ReasonStorageUnavailable: the database failed before COMMIT was
 	// sent; nothing was committed (UNAVAILABLE). Retry with the same key.
 	ReasonStorageUnavailable Reason = "STORAGE_UNAVAILABLE"
@@ -89,6 +96,12 @@ const (
 	// ReasonNotFound: a resolve found nothing committed for the key
 	// (NOT_FOUND). Running the call again with the same key is safe.
 	ReasonNotFound Reason = "OPERATION_NOT_FOUND"
+	// ReasonKeyedStream: the catalog marks the method keyed but the
+	// server serves it as a stream, which the kit cannot protect; the
+	// call is refused without running (UNIMPLEMENTED). Fix the server:
+	// register the method as unary, or the catalog (see
+	// [Server.CheckRegistered]).
+	ReasonKeyedStream Reason = "KEYED_METHOD_SERVED_AS_STREAM"
 	// ReasonNotExecuted: an interceptor in front of the handler refused
 	// the call without running it (see [NotExecuted]). Retry with the
 	// same key when you like.

@@ -149,6 +149,11 @@ func (u *unaryCall) retrying() error {
 				u.noRuns = "budget-exhausted"
 			}
 		}
+		if n == stop && u.definite() && u.unknown && u.saysNothingCommitted(err) {
+			// A final "nothing was committed" is about this run alone; an
+			// earlier run may have committed: resolve before answering.
+			n = resolveIt
+		}
 		if n == runAgain && u.noRuns != "" {
 			// No more runs; a keyed call whose outcome is unknown still
 			// resolves (a read), so that it returns a definite answer.
@@ -186,6 +191,13 @@ func (u *unaryCall) once(settle bool) error {
 		return err
 	}
 	n, why := u.readRun(err, ev)
+	if u.definite() && ev.earlierMayHaveCommitted() && u.saysNothingCommitted(err) {
+		// The last attempt's "nothing was committed" is about that attempt
+		// alone: one of grpc-go's earlier attempts underneath may have
+		// committed. The call resolves before it answers.
+		u.markUnknown()
+		n = resolveIt
+	}
 	u.noRuns = "owner-" + u.c.owner.String()
 	if n == stop || !settle || !u.definite() || !u.unknown {
 		return u.finish(err, why)
@@ -301,6 +313,18 @@ func (u *unaryCall) readRun(err error, ev *evidence) (next, string) {
 		return resolveIt, string(d.Reason)
 	}
 	return stop, string(d.Reason)
+}
+
+// saysNothingCommitted reports whether err, the failure of the last run,
+// says that this run committed nothing: a server reason that says so, or
+// (without one) a request that never left the client. Such an answer is
+// about that run alone: when an earlier attempt of the call may have
+// committed, the call must resolve before it reports anything definite.
+func (u *unaryCall) saysNothingCommitted(err error) bool {
+	if m, ok := serverMapping(err); ok {
+		return nothingCommitted(m)
+	}
+	return !u.lastSent
 }
 
 // readResolve reads the failure of a resolve request.

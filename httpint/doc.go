@@ -2,10 +2,17 @@
 // operation ledger as grpcint: a net/http middleware with the semantics
 // of the IETF HTTPAPI draft "The Idempotency-Key HTTP Header Field".
 //
-//	idem, err := httpint.New(db, store, httpint.CallerFromTrustedHeader("X-Caller"),
+//	idem, err := httpint.New(db, store, httpint.CallerFromPrincipal(principalOf),
 //		[]string{"POST /transfers", "PUT /orders/{id}"})
 //	...
-//	http.ListenAndServe(addr, idem.Handler(mux)) // or r.Use(idem.Handler) in a router
+//	http.ListenAndServe(addr, authenticate(idem.Handler(mux))) // or r.Use(authenticate, idem.Handler)
+//
+// The caller comes from authentication, never from something the client
+// merely sends: CallerFromPrincipal takes the principal your
+// authentication middleware (authenticate, in front of this one) put in
+// the request's context, CallerFromPeerCertificate a verified TLS client
+// certificate. CallerFromTrustedHeader is only for a service that no
+// client can reach except through a gateway that overwrites the header.
 //
 // Which routes are keyed is configured, as "METHOD /pattern" in
 // ServeMux's syntax; every other request passes through untouched. For a

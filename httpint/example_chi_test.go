@@ -23,12 +23,12 @@ func Example_chi() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	idem, err := httpint.New(db, store, httpint.CallerFromTrustedHeader("X-Caller"), []string{"POST /orders"})
+	idem, err := httpint.New(db, store, httpint.CallerFromPrincipal(principalOf), []string{"POST /orders"})
 	if err != nil {
 		log.Fatal(err)
 	}
 	r := chi.NewRouter()
-	r.Use(idem.Handler)
+	r.Use(authenticate, idem.Handler)
 	r.Post("/orders", createOrder)
 	srv := httptest.NewServer(r)
 	defer srv.Close()

@@ -1,11 +1,8 @@
 package httpint
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"hash"
 	"io"
@@ -55,26 +52,4 @@ func field(h hash.Hash, s string) {
 	binary.BigEndian.PutUint64(n[:], uint64(len(s)))
 	h.Write(n[:])
 	io.WriteString(h, s)
-}
-
-// CanonicalJSON is a body canonicaliser for JSON bodies (see
-// WithBodyCanonicalizer): it returns the body re-encoded with object keys
-// sorted and insignificant whitespace removed, so that two encodings of
-// the same document fingerprint alike. Numbers keep their spelling (1 and
-// 1.0 differ); of duplicate keys the last counts. An empty body stays
-// empty; a body that is not one JSON value is an error.
-func CanonicalJSON(body []byte) ([]byte, error) {
-	if len(bytes.TrimSpace(body)) == 0 {
-		return nil, nil
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, fmt.Errorf("httpint: body is not JSON: %w", err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, errors.New("httpint: body holds more than one JSON value")
-	}
-	return json.Marshal(v)
 }

@@ -25,6 +25,8 @@ const callerHeader = "X-Test-Caller"
 
 // testHeader tells the test handler what to do: "panic", "block" (wait
 // for the gate or the end of the request's context), "big" (write more than the response limit),
+// "big-headers" (a stored header of twice StoredHeaderRoom), "default-limit" (a body of exactly
+// DefaultMaxResponseBody bytes),
 // "status:NNN" (write a business row, then answer NNN), "report:CLASS"
 // (report a database error and answer 500).
 const testHeader = "X-Test"
@@ -118,6 +120,15 @@ func (e *env) handle(w http.ResponseWriter, r *http.Request) {
 	case mode == "big":
 		_, _ = w.Write([]byte(strings.Repeat("x", 64)))
 		_, _ = w.Write([]byte(strings.Repeat("x", 64)))
+		return
+	case mode == "big-headers":
+		w.Header().Set("Link", "<"+strings.Repeat("l", 2*httpint.StoredHeaderRoom)+">")
+		_, _ = w.Write([]byte("small body"))
+		return
+	case mode == "default-limit":
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("Location", "/items/big")
+		_, _ = w.Write([]byte(strings.Repeat("x", httpint.DefaultMaxResponseBody)))
 		return
 	case strings.HasPrefix(mode, "report:"):
 		httpint.ReportError(r, e.reportF())

@@ -19,7 +19,9 @@ import (
 
 // ErrInvalidConfig is returned (wrapped) by New for a configuration that
 // cannot work: a nil argument, no route, a bad or conflicting route, a
-// lock-wait bound on a dialect without dialects.LockWaiter, a bad option.
+// lock-wait bound on a dialect without dialects.LockWaiter, a response
+// body limit the ledger cannot store (see WithMaxResponseBody), a bad
+// option.
 var ErrInvalidConfig = errors.New("httpint: invalid configuration")
 
 // Stats are the counters of a Middleware.
@@ -104,6 +106,10 @@ func New(db *sql.DB, l ledger.Ledger, caller CallerFunc, routes []string, opts .
 			return nil, fmt.Errorf("%w: route %q: %w", ErrInvalidConfig, op, err)
 		}
 		known[op] = true
+	}
+	if rs, ok := l.(ledger.ResultSizer); ok && m.cfg.maxResponse > rs.MaxResultSize()-StoredHeaderRoom {
+		return nil, fmt.Errorf("%w: a response body of %d bytes (WithMaxResponseBody) and %d bytes for its stored headers (StoredHeaderRoom) are over the ledger's result limit of %d bytes (ledger.WithMaxResultSize): a response at the limit could not be stored",
+			ErrInvalidConfig, m.cfg.maxResponse, StoredHeaderRoom, rs.MaxResultSize())
 	}
 	for _, h := range m.cfg.replay {
 		m.allow[h] = true
@@ -282,11 +288,7 @@ func (m *Middleware) keyed(w http.ResponseWriter, r *http.Request, op string, re
 	}
 
 	var last *recorder
-	runner := m.runner
-	if rc, ok := m.commit[op]; ok {
-		runner = rc
-	}
-	out, err := runner.Run(r.Context(), ledger.ClaimRequest{Identity: id, Fingerprint: fp},
+	out, err := m.runnerFor(op).Run(r.Context(), ledger.ClaimRequest{Identity: id, Fingerprint: fp},
 		func(ctx context.Context, tx *sql.Tx) (ledger.Result, error) {
 			rec := newRecorder(m.cfg.maxResponse)
 			last = rec
@@ -320,6 +322,14 @@ func (m *Middleware) keyed(w http.ResponseWriter, r *http.Request, op string, re
 	m.failure(w, err, last)
 }
 
+// runnerFor returns the runner of a keyed route's requests.
+func (m *Middleware) runnerFor(op string) *txmiddleware.Runner {
+	if rc, ok := m.commit[op]; ok {
+		return rc
+	}
+	return m.runner
+}
+
 // transientErr reports whether an error the handler reported is one of
 // the database's that rolls the transaction back: retried by the runner,
 // and answered as storage trouble when retries run out.
@@ -344,6 +354,8 @@ func (m *Middleware) failure(w http.ResponseWriter, err error, last *recorder) {
 	m.failed.Add(1)
 	var ns *notStored
 	switch {
+	case errors.Is(err, txmiddleware.ErrBusy):
+		writeProblem(w, OutcomeStorageBusy, "the database was busy past the wait bound (no free connection, or another transaction held its write lock); nothing was committed; retry with the same Idempotency-Key after Retry-After", m.cfg.retryAfter)
 	case errors.Is(err, txmiddleware.ErrCommitUnknown):
 		writeProblem(w, OutcomeCommitUnknown, "the commit's outcome is unknown; resolve with the same Idempotency-Key before sending the request again", m.cfg.retryAfter)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
@@ -376,7 +388,7 @@ func (m *Middleware) replay(w http.ResponseWriter, res ledger.Result) {
 // resolve answers a resolve request without running the handler.
 func (m *Middleware) resolve(w http.ResponseWriter, r *http.Request, id ledger.Identity) {
 	ctx := r.Context()
-	e, err := m.l.Lookup(ctx, m.db, id)
+	e, err := m.runnerFor(id.Method()).Lookup(ctx, id)
 	switch {
 	case err == nil && e.State == ledger.Completed:
 		m.replay(w, e.Result)
@@ -405,10 +417,14 @@ func (m *Middleware) resolve(w http.ResponseWriter, r *http.Request, id ledger.I
 	case errors.Is(err, ledger.ErrKeyReused):
 		// Completed meanwhile (the probe's fingerprint is never the
 		// request's): read it.
-		if e, lerr := m.l.Lookup(ctx, m.db, id); lerr == nil && e.State == ledger.Completed {
+		if e, lerr := m.runnerFor(id.Method()).Lookup(ctx, id); lerr == nil && e.State == ledger.Completed {
 			m.replay(w, e.Result)
 			return
 		}
+	case errors.Is(err, txmiddleware.ErrBusy) && m.runnerFor(id.Method()).InFlight(id):
+		// The probe could not begin in time behind a request with the key
+		// that is still in flight here: that is the answer.
+		err = fmt.Errorf("%w: %w", ledger.ErrInProgress, err)
 	}
 	m.failure(w, err, nil)
 }

@@ -214,6 +214,10 @@ func TestNewRefuses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	small, err := ledger.New(tg.Dialect, ledger.WithMaxResultSize(httpint.DefaultMaxResponseBody))
+	if err != nil {
+		t.Fatal(err)
+	}
 	caller := httpint.CallerFromTrustedHeader(callerHeader)
 	for name, f := range map[string]func() error{
 		"nil db":      func() error { _, err := httpint.New(nil, store, caller, routes); return err },
@@ -256,10 +260,49 @@ func TestNewRefuses(t *testing.T) {
 			return err
 		},
 		"zero retry-after": func() error { _, err := httpint.New(db, store, caller, routes, httpint.WithRetryAfter(0)); return err },
+		"response body limit the default ledger cannot store": func() error {
+			_, err := httpint.New(db, store, caller, routes, httpint.WithMaxResponseBody(httpint.DefaultMaxResponseBody+1))
+			return err
+		},
+		"the default response body limit on a smaller ledger": func() error {
+			_, err := httpint.New(db, small, caller, routes)
+			return err
+		},
 	} {
 		if err := f(); !errors.Is(err, httpint.ErrInvalidConfig) {
 			t.Errorf("%s: %v, want ErrInvalidConfig", name, err)
 		}
+	}
+	// Limits that agree are accepted: the defaults, and a larger body
+	// with a ledger that leaves it StoredHeaderRoom.
+	large, err := ledger.New(tg.Dialect, ledger.WithMaxResultSize(4<<20+httpint.StoredHeaderRoom))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := httpint.New(db, store, caller, routes); err != nil {
+		t.Errorf("the defaults: %v", err)
+	}
+	if _, err := httpint.New(db, large, caller, routes, httpint.WithMaxResponseBody(4<<20)); err != nil {
+		t.Errorf("a 4 MiB body on a ledger that holds it: %v", err)
+	}
+}
+
+// TestDefaultResponseLimitIsStored: with every default, a response whose
+// body is exactly DefaultMaxResponseBody bytes, with the headers it
+// stores, is stored and replayed (the ledger's default limit holds it).
+func TestDefaultResponseLimitIsStored(t *testing.T) {
+	t.Parallel()
+	tg := testdb.Targets()[0]
+	te := testdb.NewEnv(t, tg.Name, tg.Dialect, tg.Open(t, 4))
+	e := newEnv(t, te, nil)
+	q := req{caller: "alice", key: "k-limit", body: "r", header: map[string]string{testHeader: "default-limit"}}
+	first := e.do(t, q)
+	if first.status != 200 || len(first.body) != httpint.DefaultMaxResponseBody {
+		t.Fatalf("status %d, %d bytes (%.200q); want 200 with %d bytes", first.status, len(first.body), first.body, httpint.DefaultMaxResponseBody)
+	}
+	again := e.do(t, q)
+	if !again.replayed() || again.body != first.body || again.header.Get("Location") != "/items/big" {
+		t.Fatalf("retry: status %d, replayed %v, Location %q; want the stored response", again.status, again.replayed(), again.header.Get("Location"))
 	}
 }
 

@@ -8,13 +8,16 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/internal/options"
+	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/txmiddleware"
 )
 
 // Defaults of the middleware's options.
 const (
-	// DefaultLockWait is how long a keyed request waits for another one
-	// with the same key that is still in flight before it answers 409.
+	// DefaultLockWait is how long a keyed request waits before its claim
+	// is decided (for a pooled connection, for BEGIN, for another request
+	// with the same key still in flight) before it answers 409 or 503
+	// (see WithLockWait).
 	DefaultLockWait = 2 * time.Second
 	// DefaultRetryAfter is the Retry-After sent with 409 and 503.
 	DefaultRetryAfter = time.Second
@@ -24,8 +27,18 @@ const (
 	DefaultMaxRequestBody = 1 << 20
 	// DefaultMaxResponseBody is the largest response body a keyed
 	// route's handler may write, in bytes; past it the request fails with
-	// 500 and nothing is stored.
-	DefaultMaxResponseBody = 1 << 20
+	// 500 and nothing is stored. It is the ledger's default result limit
+	// (ledger.DefaultMaxResultSize, 1 MiB) less StoredHeaderRoom, so that
+	// with every default a response at the limit is stored.
+	DefaultMaxResponseBody = ledger.DefaultMaxResultSize - StoredHeaderRoom
+	// StoredHeaderRoom is the room a stored response keeps beside its
+	// body, in bytes: for the encoding and the allow-listed headers (see
+	// WithReplayHeaders). New refuses a response body limit that leaves
+	// the ledger's result limit less room than this, so a response whose
+	// body is within the limit is stored whenever its allow-listed header
+	// names and values, with a length prefix of a few bytes each, take at
+	// most StoredHeaderRoom less 16 bytes.
+	StoredHeaderRoom = 16 << 10
 )
 
 // DefaultReplayHeaders returns the response headers stored with a
@@ -105,12 +118,18 @@ func WithClaimAtCommit(routes ...string) Option {
 	})
 }
 
-// WithLockWait bounds how long a keyed request waits for another request
-// with the same key that is still in flight (default DefaultLockWait);
-// past it the answer is 409 with Retry-After. Within it, the request gets
-// the first one's stored response as soon as that commits. The dialect
-// must implement dialects.LockWaiter; zero sets no bound (the database's
-// own settings and the request's context bound the wait).
+// WithLockWait bounds how long a keyed request (and a resolve) waits
+// before its claim is decided (default DefaultLockWait): for a connection
+// of the pool, for BEGIN (on SQLite, for the database's single write
+// lock) and for another request with the same key that is still in
+// flight (see txmiddleware.WithLockWait). Past it the answer is 409
+// (operation-in-progress) when a request with the same key holds what it
+// waited for, and 503 (storage-busy) when the database was busy with
+// other keys (a full pool, another writer on SQLite); both with
+// Retry-After. Within it, the request gets the first one's stored
+// response as soon as that commits. The dialect must implement
+// dialects.LockWaiter; zero sets no bound (the database's own settings
+// and the request's context bound the wait).
 func WithLockWait(d time.Duration) Option {
 	return option("WithLockWait", func(c *config) error {
 		if d < 0 {
@@ -150,8 +169,9 @@ func WithMaxRequestBody(n int64) Option {
 // may write, in bytes (default DefaultMaxResponseBody). The response is
 // buffered until the handler returns; a handler that writes more fails
 // with 500 and nothing is stored. The ledger's own limit
-// (ledger.WithMaxResultSize) must leave room for it and the stored
-// headers.
+// (ledger.WithMaxResultSize) must hold it and StoredHeaderRoom more: New
+// refuses a limit it cannot store, when the ledger states its limit
+// (ledger.ResultSizer, as ledger.Store does).
 func WithMaxResponseBody(n int) Option {
 	return option("WithMaxResponseBody", func(c *config) error {
 		if n < 0 {

@@ -90,6 +90,7 @@ const (
 	OutcomeInProgress        = "operation-in-progress"
 	OutcomeIncomplete        = "operation-incomplete"
 	OutcomeTxAborted         = "transaction-aborted"
+	OutcomeStorageBusy       = "storage-busy"
 	OutcomeStorage           = "storage-unavailable"
 	OutcomeCommitUnknown     = "commit-outcome-unknown"
 	OutcomeRequestEnded      = "request-ended"
@@ -114,14 +115,15 @@ var outcomes = []Outcome{
 	{OutcomeRequestUnreadable, 400, "Request cannot be fingerprinted", "the request body cannot be read, or the body canonicaliser refused it", "n/a", Stop, false},
 	{OutcomeNotKeyed, 400, "Route is not keyed", "Idempotency-Resolve on a route that is not keyed: there is nothing to resolve, and the handler does not run", "n/a", Stop, false},
 	{OutcomeKeyReused, 422, "Idempotency-Key is already used", "ledger.ErrKeyReused: the same caller used the key on the same route for another request (method, path, query or body differ)", "answer", Stop, false},
-	{OutcomeInProgress, 409, "A request is outstanding for this Idempotency-Key", "ledger.ErrInProgress: another request with the key holds it past the wait bound (WithLockWait)", "unknown", Retry, true},
+	{OutcomeInProgress, 409, "A request is outstanding for this Idempotency-Key", "ledger.ErrInProgress: another request with the key holds it, or the connection or the write lock this one waited for, past the wait bound (WithLockWait)", "unknown", Retry, true},
 	{OutcomeIncomplete, 500, "Operation has no result", "ledger.ErrIncomplete: the key's entry was committed without a result, outside the middleware", "unknown", Stop, false},
 	{OutcomeTxAborted, 503, "Transaction aborted", "ledger.ErrRetryable: serialization failures or deadlocks outlasted the transaction's attempts; rolled back", "no", Retry, true},
+	{OutcomeStorageBusy, 503, "Storage busy", "txmiddleware.ErrBusy: the transaction could not begin within the wait bound (WithLockWait) while no other request with the key was in flight: every pooled connection was in use, or on SQLite another transaction held the write lock; nothing was written", "no", Retry, true},
 	{OutcomeStorage, 503, "Storage unavailable", "the database failed before COMMIT was sent (a ledger.DBError, a lost connection, a database error the handler reported with ReportError); rolled back", "no", Retry, true},
 	{OutcomeCommitUnknown, 503, "Commit outcome unknown", "txmiddleware.ErrCommitUnknown: the connection broke while COMMIT was in flight", "unknown", Resolve, true},
 	{OutcomeRequestEnded, 503, "Request ended", "the request's context ended (the client went away, a server timeout) before COMMIT was sent; rolled back", "no", Retry, true},
-	{OutcomeResponseTooLarge, 500, "Response too large", "the handler wrote more than the response limit (WithMaxResponseBody, default 1 MiB); rolled back", "no", Stop, false},
-	{OutcomeNotStorable, 500, "Response cannot be stored", "ledger.ErrInvalid from Complete: the encoded response is over the ledger's size limit (ledger.WithMaxResultSize); rolled back", "no", Stop, false},
+	{OutcomeResponseTooLarge, 500, "Response too large", "the handler wrote more than the response limit (WithMaxResponseBody, default 1 MiB less StoredHeaderRoom); rolled back", "no", Stop, false},
+	{OutcomeNotStorable, 500, "Response cannot be stored", "ledger.ErrInvalid from Complete: the encoded response is over the ledger's size limit (ledger.WithMaxResultSize): with a body within WithMaxResponseBody, only when its stored headers take more than StoredHeaderRoom; rolled back", "no", Stop, false},
 	{OutcomeLedgerMisuse, 500, "Ledger misuse", "ledger.ErrNotAcquired: the ledger refused to complete its own claim", "no", Stop, false},
 	{OutcomeUnreadable, 500, "Stored response unreadable", "a stored result is not a response this middleware stored", "answer", Stop, false},
 	{OutcomeNotFound, 404, "Nothing committed for this Idempotency-Key", "a resolve found nothing committed for the key: sending the request again with it is safe", "no", Retry, false},

@@ -130,6 +130,15 @@ func TestOutcomeRows(t *testing.T) {
 		httpint.OutcomeRequestUnreadable: func(t *testing.T) {
 			e := sqliteEnv(t, nil, httpint.WithBodyCanonicalizer(httpint.CanonicalJSON))
 			wantProblem(t, e.do(t, alice("k", "{not json")), httpint.OutcomeRequestUnreadable, "")
+			// Bodies that encoding/json would merge with another (U+FFFD,
+			// the last of two names): each refused, none claimed, so a
+			// second one is never replayed the first one's answer.
+			for _, body := range []string{`{"name":"\ud800"}`, `{"name":"\udc00"}`, "{\"name\":\"\xff\"}", `{"n":1,"n":2}`} {
+				wantProblem(t, e.do(t, alice("k2", body)), httpint.OutcomeRequestUnreadable, "")
+			}
+			if e.runs.Load() != 0 || e.LedgerRows(t) != 0 {
+				t.Fatal("a body the canonicaliser refused reached the handler or the ledger")
+			}
 		},
 		httpint.OutcomeNotKeyed: func(t *testing.T) {
 			e := sqliteEnv(t, nil)
@@ -190,6 +199,7 @@ func TestOutcomeRows(t *testing.T) {
 				httpint.WithTxOptions(txmiddleware.WithMaxTxAttempts(2), txmiddleware.WithTxBackoff(time.Millisecond, time.Millisecond)))
 			wantProblem(t, e.do(t, alice("k", "r")), httpint.OutcomeTxAborted, "")
 		},
+		httpint.OutcomeStorageBusy: func(t *testing.T) { testPoolOfOne(t, testdb.Targets()[0]) },
 		httpint.OutcomeStorage: func(t *testing.T) {
 			conn := &ledger.DBError{Op: "claim", Class: dialects.ClassConnection, Err: errors.New("connection refused")}
 			e := sqliteEnv(t, func(s *ledger.Store) ledger.Ledger { return testdb.FaultyLedger{Store: s, ClaimErr: conn} },
@@ -222,16 +232,21 @@ func TestOutcomeRows(t *testing.T) {
 			}
 		},
 		httpint.OutcomeNotStorable: func(t *testing.T) {
+			// New refuses a body limit the ledger cannot store, so only
+			// stored headers over StoredHeaderRoom get here.
 			tg := testdb.Targets()[0]
 			te := testdb.NewEnv(t, tg.Name, tg.Dialect, tg.Open(t, 8))
-			store, err := ledger.New(tg.Dialect, ledger.WithTable(te.Table), ledger.WithMaxResultSize(16))
+			store, err := ledger.New(tg.Dialect, ledger.WithTable(te.Table), ledger.WithMaxResultSize(httpint.StoredHeaderRoom+256))
 			if err != nil {
 				t.Fatal(err)
 			}
-			e := newEnv(t, te, func(*ledger.Store) ledger.Ledger { return store })
-			wantProblem(t, e.do(t, alice("k", "r")), httpint.OutcomeNotStorable, "")
-			if e.BizRows(t, "r") != 0 {
-				t.Fatal("the write of a response that could not be stored committed")
+			e := newEnv(t, te, func(*ledger.Store) ledger.Ledger { return store }, httpint.WithMaxResponseBody(256))
+			wantProblem(t, e.do(t, req{caller: "alice", key: "k", body: "r", header: map[string]string{testHeader: "big-headers"}}), httpint.OutcomeNotStorable, "")
+			if e.LedgerRows(t) != 0 {
+				t.Fatal("a response that could not be stored committed")
+			}
+			if r := e.do(t, alice("k2", "r")); r.status != 201 {
+				t.Fatalf("a response within the limits: %d %q", r.status, r.body)
 			}
 		},
 		httpint.OutcomeLedgerMisuse: func(t *testing.T) {

@@ -98,6 +98,7 @@ func commitIncomplete(t *testing.T, e *env, req ledger.ClaimRequest) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer tx.Rollback()
 	if c, err := e.l.Claim(context.Background(), tx, req); err != nil || !c.Acquired() {
 		tx.Rollback()
 		t.Fatalf("claim of an entry to leave incomplete: %+v %v", c, err)

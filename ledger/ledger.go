@@ -60,6 +60,7 @@ var (
 	_ Ledger          = (*Store)(nil)
 	_ Recorder        = (*Store)(nil)
 	_ LockWaitBounder = (*Store)(nil)
+	_ ResultSizer     = (*Store)(nil)
 )
 
 // ClaimRequest is what Claim needs.
@@ -92,6 +93,17 @@ type ClaimRequest struct {
 type LockWaitBounder interface {
 	// BoundsLockWait reports whether Claim honours ClaimRequest.LockWait.
 	BoundsLockWait() bool
+}
+
+// ResultSizer is implemented by a Ledger that bounds the results it
+// stores: a Result.Response longer than MaxResultSize is refused with
+// ErrInvalid. Transports ask it at construction, so that a response
+// limit of theirs that the ledger could not store fails there, not on
+// the first large response. [Store] implements it (see
+// WithMaxResultSize).
+type ResultSizer interface {
+	// MaxResultSize returns the longest Result.Response stored, in bytes.
+	MaxResultSize() int
 }
 
 // Result is what an operation produced, stored on completion and returned
@@ -252,6 +264,7 @@ type config struct {
 	table        string
 	retention    time.Duration
 	maxResult    int
+	sweepWait    time.Duration
 	now          func() time.Time
 	mp           metric.MeterProvider
 	tp           trace.TracerProvider
@@ -353,6 +366,10 @@ func (s *Store) Dialect() dialects.Dialect { return s.core.d }
 // (PostgreSQL). Claim honours it with a ClaimBounder alone.
 func (s *Store) BoundsLockWait() bool { return s.core.BoundsLockWait() }
 
+// MaxResultSize returns the longest Result.Response the store accepts, in
+// bytes (see WithMaxResultSize).
+func (s *Store) MaxResultSize() int { return s.core.maxResult }
+
 // Table returns the store's table name.
 func (s *Store) Table() string { return s.core.table }
 
@@ -419,8 +436,11 @@ func (s *Store) Lookup(ctx context.Context, q Querier, id Identity) (*Entry, err
 	}, id)
 }
 
-// check runs the dialect's dialects.TxChecker on tx.
+// check runs the dialect's dialects.TxChecker on tx, when it has one.
 func (s *Store) check(ctx context.Context, op string, tx *sql.Tx) error {
+	if s.checker == nil {
+		return nil
+	}
 	err := s.checker.CheckTx(ctx, tx)
 	switch {
 	case err == nil:
@@ -429,78 +449,6 @@ func (s *Store) check(ctx context.Context, op string, tx *sql.Tx) error {
 		return fmt.Errorf("ledger: %s: %w", op, err)
 	}
 	return s.core.fail(ctx, op, err)
-}
-
-// Execer is what Sweep deletes through: *sql.DB and *sql.Conn satisfy it,
-// and so does *sql.Tx.
-type Execer interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-}
-
-// beginner is what Sweep begins each batch's transaction on: *sql.DB and
-// *sql.Conn.
-type beginner interface {
-	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
-}
-
-// Sweep deletes expired entries, at most batch per statement, until a
-// batch comes back short. It returns how many it deleted. Each batch
-// commits on its own, so no lock is held for longer than one batch: pass a
-// *sql.DB or a *sql.Conn. For a dialect that implements
-// dialects.TxChecker (MySQL, TiDB) each batch is an explicit transaction,
-// begun on db, checked, and committed (TiDB runs an autocommit DELETE
-// optimistically, which ignores the lock wait bound); for the others it
-// is one autocommit statement. Given a *sql.Tx, the batches run inside
-// it, and nothing commits until the caller does. On PostgreSQL it skips
-// rows another transaction has locked; elsewhere a batch waits for such a
-// row, at most the session's lock wait timeout.
-func (s *Store) Sweep(ctx context.Context, db Execer, batch int) (int64, error) {
-	if db == nil {
-		return 0, invalid("tx", "database must not be nil")
-	}
-	return s.core.sweep(ctx, batch, func(ctx context.Context) (int64, error) { return s.sweepBatch(ctx, db, batch) })
-}
-
-// sweepBatch deletes one batch: for a dialect with a TxChecker in a
-// transaction of its own when db can begin one, else in one statement.
-func (s *Store) sweepBatch(ctx context.Context, db Execer, batch int) (int64, error) {
-	b, ok := db.(beginner)
-	if !ok || s.checker == nil {
-		if tx, isTx := db.(*sql.Tx); isTx && s.checker != nil {
-			if err := s.check(ctx, "sweep", tx); err != nil {
-				return 0, err
-			}
-		}
-		return s.sweepExec(ctx, db, batch)
-	}
-	tx, err := b.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, s.core.fail(ctx, "sweep", err)
-	}
-	defer tx.Rollback()
-	if err := s.check(ctx, "sweep", tx); err != nil {
-		return 0, err
-	}
-	n, err := s.sweepExec(ctx, tx, batch)
-	if err != nil {
-		return 0, err
-	}
-	if err := tx.Commit(); err != nil {
-		return 0, s.core.fail(ctx, "sweep", err)
-	}
-	return n, nil
-}
-
-func (s *Store) sweepExec(ctx context.Context, db Execer, batch int) (int64, error) {
-	res, err := db.ExecContext(ctx, s.core.q.Sweep, micros(s.core.now()), batch)
-	if err != nil {
-		return 0, s.core.fail(ctx, "sweep", err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, s.core.fail(ctx, "sweep", err)
-	}
-	return n, nil
 }
 
 func micros(t time.Time) int64 { return t.UnixMicro() }

@@ -153,6 +153,7 @@ func TestRollbackAfterClaimLeavesNothing(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer tx.Rollback()
 		c, err := e.l.Claim(ctx, tx, ledger.ClaimRequest{Identity: id, Fingerprint: fp("r")})
 		if err != nil || !c.Acquired() {
 			t.Fatalf("claim: %v %v", c, err)
@@ -197,6 +198,7 @@ func TestReplayKeepsTransactionUsable(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer tx.Rollback()
 		if err := e.WriteBiz(ctx, tx, "unrelated", 7); err != nil {
 			t.Fatal(err)
 		}
@@ -429,6 +431,7 @@ func TestDoneTransaction(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			defer tx.Rollback()
 			if end == "commit" {
 				err = tx.Commit()
 			} else {
@@ -475,6 +478,7 @@ func TestReplayFidelity(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			defer tx.Rollback()
 			c, err := l.Claim(ctx, tx, ledger.ClaimRequest{Identity: id, Fingerprint: fp("f")})
 			if err != nil {
 				t.Fatal(err)

@@ -68,6 +68,7 @@ func checkLockWait(t *testing.T, tg testdb.Target, db, other *sql.DB, e *env, op
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer tx.Rollback()
 	c, err := do(ctx, tx, req)
 	if err != nil || c.Outcome != won {
 		t.Fatalf("bounded %s: %+v %v", op, c, err)
@@ -98,6 +99,7 @@ func checkLockWait(t *testing.T, tg testdb.Target, db, other *sql.DB, e *env, op
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer tx.Rollback()
 	done := make(chan struct{})
 	var (
 		took time.Duration
@@ -210,6 +212,7 @@ func TestRecordLockWait(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer tx.Rollback()
 		c, err := e.l.Record(ctx, tx, req, ledger.Result{Response: []byte("again")})
 		tx.Rollback()
 		if err != nil || c.Outcome != ledger.Replay || string(c.Result.Response) != "recorded" {
@@ -224,6 +227,7 @@ func TestRecordLockWait(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer tx.Rollback()
 		if c, err := old.Record(ctx, tx, ledger.ClaimRequest{Identity: expired, Fingerprint: fp("old")}, ledger.Result{Response: []byte("old")}); err != nil || !c.Recorded() {
 			t.Fatalf("expired entry: %+v %v", c, err)
 		}
@@ -234,6 +238,7 @@ func TestRecordLockWait(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer tx.Rollback()
 		c, err = e.l.Record(ctx, tx, ledger.ClaimRequest{Identity: expired, Fingerprint: fp("new"), LockWait: bound}, ledger.Result{Response: []byte("new")})
 		if err != nil || !c.Recorded() {
 			t.Fatalf("bounded take-over: %+v %v", c, err)

@@ -121,6 +121,7 @@ func TestMetricsOfARealRun(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer tx.Rollback()
 		if _, err := broken.Claim(ctx, tx, ledger.ClaimRequest{Identity: id, Fingerprint: fp("x")}); err == nil {
 			t.Fatal("claim on a missing table succeeded")
 		}
@@ -167,6 +168,7 @@ func TestMetricsOfARealRun(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer tx.Rollback()
 		c, err = traced.Claim(pctx, tx, ledger.ClaimRequest{Identity: id2, Fingerprint: fp("t")})
 		if err != nil {
 			t.Fatal(err)

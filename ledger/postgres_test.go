@@ -38,6 +38,7 @@ func holdAndRace(t *testing.T, e *env, key string, level sql.IsolationLevel, end
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer a.Rollback()
 	ca, err := e.l.Claim(ctx, a, ledger.ClaimRequest{Identity: id, Fingerprint: fp(key)})
 	if err != nil || !ca.Acquired() {
 		t.Fatalf("A: %v %v", ca, err)
@@ -50,6 +51,7 @@ func holdAndRace(t *testing.T, e *env, key string, level sql.IsolationLevel, end
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { b.Rollback() }) // the caller ends it; this is for a failure on the way
 	done := make(chan claimResult, 1)
 	returned := make(chan struct{})
 	go func() {
@@ -130,6 +132,7 @@ func TestPostgresSnapshotConflictIsRetryable(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			defer b.Rollback()
 			var one int
 			if err := b.QueryRow("SELECT 1").Scan(&one); err != nil {
 				t.Fatal(err)
@@ -163,6 +166,7 @@ func TestPostgresSingleStatementCTEMissesWinner(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer a.Rollback()
 		if _, err := e.l.Claim(ctx, a, ledger.ClaimRequest{Identity: id, Fingerprint: fp("c")}); err != nil {
 			t.Fatal(err)
 		}

@@ -116,6 +116,7 @@ func TestRecord(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer tx.Rollback()
 		for name, c := range map[string]struct {
 			tx  *sql.Tx
 			req ledger.ClaimRequest

@@ -46,6 +46,16 @@ var ledgerStatements = map[string]map[string][]string{
 		"record replay": {"BEGIN", "INSERT", "SELECT", "COMMIT"},
 		"record waited": {"BEGIN", "INSERT", "SELECT", "COMMIT"},
 	},
+	// TiDB: each claim and record first checks the transaction's mode (a
+	// SELECT of tidb_txn_mode, mysql.NewTiDB's dialects.TxChecker).
+	"tidb": {
+		"happy":         {"BEGIN", "SELECT", "INSERT", "UPDATE", "COMMIT"},
+		"replay":        {"BEGIN", "SELECT", "INSERT", "SELECT", "COMMIT"},
+		"waited":        {"BEGIN", "SELECT", "INSERT", "SELECT", "COMMIT"},
+		"record":        {"BEGIN", "SELECT", "INSERT", "COMMIT"},
+		"record replay": {"BEGIN", "SELECT", "INSERT", "SELECT", "COMMIT"},
+		"record waited": {"BEGIN", "SELECT", "INSERT", "SELECT", "COMMIT"},
+	},
 	"sqlite": {
 		"happy":         {"BEGIN", "INSERT", "UPDATE", "COMMIT"},
 		"replay":        {"BEGIN", "INSERT", "SELECT", "COMMIT"},
@@ -63,12 +73,12 @@ func TestStatementCounts(t *testing.T) {
 	type variant struct {
 		tg     testdb.Target
 		name   string
-		family string
+		server string
 		opts   []ledger.Option
 	}
 	var variants []variant
 	for _, tg := range testdb.Targets() {
-		variants = append(variants, variant{tg, tg.Name, tg.Family(), nil})
+		variants = append(variants, variant{tg, tg.Name, tg.Server(), nil})
 		if tg.Name == "postgres/pgx" {
 			variants = append(variants, variant{tg, tg.Name + "/one-statement", "postgres one statement", []ledger.Option{ledger.WithOneStatementClaim()}})
 		}
@@ -121,7 +131,7 @@ func TestStatementCounts(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			want := ledgerStatements[v.family]
+			want := ledgerStatements[v.server]
 			run(false, req, ledger.Acquired)
 			testdb.CheckStatements(t, "happy path", c, "", want["happy"])
 			run(false, req, ledger.Replay)

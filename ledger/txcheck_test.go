@@ -70,6 +70,7 @@ func TestTxChecker(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer tx.Rollback()
 		_, err = l.Claim(ctx, tx, req)
 		if !errors.Is(err, dialects.ErrUnsuitableTx) || errors.Is(err, ledger.ErrRetryable) {
 			t.Fatalf("refused claim: %v, want ErrUnsuitableTx", err)
@@ -92,6 +93,7 @@ func TestTxChecker(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer tx.Rollback()
 		_, err = l.Claim(ctx, tx, req)
 		var dbe *ledger.DBError
 		if !errors.As(err, &dbe) || !errors.Is(err, boom) || dbe.Op != "claim" {
@@ -169,6 +171,7 @@ func TestSweepTransactions(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer tx.Rollback()
 		c.set(false, nil)
 		if n, err := sweeper.Sweep(ctx, tx, 10); err != nil || n != 2 {
 			t.Fatalf("sweep in a *sql.Tx: %d, %v; want 2", n, err)

@@ -82,6 +82,7 @@ var (
 	_ TxLedger[*sql.Tx]   = (*TxStore[*sql.Tx])(nil)
 	_ TxRecorder[*sql.Tx] = (*TxStore[*sql.Tx])(nil)
 	_ TxLedger[*sql.Tx]   = Ledger(nil)
+	_ ResultSizer         = (*TxStore[*sql.Tx])(nil)
 )
 
 // TxStore is the kit's ledger over transactions of type TX, whose
@@ -98,6 +99,8 @@ type TxStore[TX any] struct {
 	table     string
 	retention time.Duration
 	maxResult int
+	sweepWait time.Duration       // WithSweepLockWait
+	waiter    dialects.LockWaiter // the dialect's, when it has one
 	now       func() time.Time
 	q         dialects.Queries
 	rq        *dialects.RecordQueries // the dialect's, when it has them
@@ -139,7 +142,12 @@ func NewTxStore[TX any](d dialects.Dialect, drv TxDriver[TX], opts ...Option) (*
 	if err := options.Apply(&c, opts, func(o Option) options.Option[config] { return o.o }); err != nil {
 		return nil, &InputError{Field: "option", Reason: err.Error(), Err: err}
 	}
-	s := &TxStore[TX]{drv: drv, d: d, table: c.table, retention: c.retention, maxResult: c.maxResult, now: c.now}
+	s := &TxStore[TX]{drv: drv, d: d, table: c.table, retention: c.retention, maxResult: c.maxResult, sweepWait: c.sweepWait, now: c.now}
+	s.waiter, _ = d.(dialects.LockWaiter)
+	if s.sweepWait > 0 && s.waiter == nil {
+		err := fmt.Errorf("WithSweepLockWait: dialect %q cannot bound a lock wait (no dialects.LockWaiter)", d.Name())
+		return nil, &InputError{Field: "option", Reason: err.Error(), Err: err}
+	}
 	s.q = d.Queries(s.table)
 	s.oneStatement = c.oneStatement && s.q.Claim != ""
 	if rd, ok := d.(dialects.Recorder); ok {
@@ -170,6 +178,16 @@ func (s *TxStore[TX]) Dialect() dialects.Dialect { return s.d }
 
 // Table returns the store's table name.
 func (s *TxStore[TX]) Table() string { return s.table }
+
+// MaxResultSize returns the longest Result.Response the store accepts, in
+// bytes (see WithMaxResultSize).
+func (s *TxStore[TX]) MaxResultSize() int { return s.maxResult }
+
+// SweepLockWait returns the bound WithSweepLockWait set on each of a
+// sweep's statements, or 0 without it. [Store.Sweep] honours it itself;
+// an API's sweep built on [TxStore.SweepWith] bounds its statements to it
+// (package pgxledger's Sweep does).
+func (s *TxStore[TX]) SweepLockWait() time.Duration { return s.sweepWait }
 
 // BoundsLockWait reports whether Claim and Record honour
 // ClaimRequest.LockWait (see [Store.BoundsLockWait]).
@@ -350,45 +368,6 @@ func (s *TxStore[TX]) LookupWith(ctx context.Context, queryRow func(ctx context.
 		out.CompletedAt = fromMicros(*e.completedAt)
 	}
 	return out, nil
-}
-
-// SweepWith deletes expired entries with exec, a function that runs a
-// statement outside the caller's transactions and returns the rows it
-// deleted, at most batch per statement, until a batch comes back short,
-// and returns how many it deleted: what [Store.Sweep] does on a dialect
-// without dialects.TxChecker. Package pgxledger's Sweep is built on it.
-func (s *TxStore[TX]) SweepWith(ctx context.Context, exec func(ctx context.Context, query string, args ...any) (int64, error), batch int) (int64, error) {
-	if exec == nil {
-		return 0, invalid("tx", "database must not be nil")
-	}
-	return s.sweep(ctx, batch, func(ctx context.Context) (int64, error) {
-		n, err := exec(ctx, s.q.Sweep, micros(s.now()), batch)
-		if err != nil {
-			return 0, s.fail(ctx, "sweep", err)
-		}
-		return n, nil
-	})
-}
-
-// sweep runs one until a batch comes back short.
-func (s *TxStore[TX]) sweep(ctx context.Context, batch int, one func(context.Context) (int64, error)) (int64, error) {
-	if batch <= 0 {
-		return 0, invalid("option", "batch must be positive")
-	}
-	var total int64
-	for {
-		if err := ctx.Err(); err != nil {
-			return total, err
-		}
-		n, err := one(ctx)
-		if err != nil {
-			return total, err
-		}
-		total += n
-		if n < int64(batch) {
-			return total, nil
-		}
-	}
 }
 
 // checkTx runs the store's transaction check, when it has one.

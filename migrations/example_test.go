@@ -51,6 +51,7 @@ func Example() {
 	// Output:
 	// up 00001_create_operations.sql
 	// up 00002_create_outbox.sql
+	// up 00003_outbox_dead.sql
 	// second up: 0 <nil>
 	// version table: payments_ledger_db_version
 }
@@ -72,4 +73,5 @@ func ExampleExport() {
 	// Output:
 	// 00001_create_operations.sql
 	// 00002_create_outbox.sql
+	// 00003_outbox_dead.sql
 }

@@ -1,6 +1,7 @@
 // Package migrations creates and removes the ledger's table, and the
 // outbox's beside it ("<table>_outbox", the second migration of each
-// dialect's set; see package outbox), with goose.
+// dialect's set, and its dead-message state, the third; see package
+// outbox), with goose.
 //
 // The SQL files belong to each dialect (see dialects.Schema): the kit's
 // dialects embed theirs, and a dialect written elsewhere brings its own.
@@ -9,8 +10,10 @@
 // Provider with the kit's own version table (never the application's
 // goose_db_version), without goose's global registry, and under the
 // dialect's session lock (PostgreSQL: an advisory lock with the kit's own
-// id; MySQL: a named lock). Users of other migration tools can [Export]
-// the rendered files instead.
+// id; MySQL, MariaDB and TiDB: a named lock; SQLite: the database's write
+// lock, kept for the whole migration), taken before goose reads or
+// creates anything, on the session goose then runs on. Users of other
+// migration tools can [Export] the rendered files instead.
 package migrations
 
 import (
@@ -167,11 +170,23 @@ func WithTable(name string) Option {
 
 // Migrator applies the ledger's migrations to one database.
 type Migrator struct {
-	p     *goose.Provider
-	table string
+	db     *sql.DB
+	name   string // the dialect's
+	goose  goose.Dialect
+	fsys   fs.FS
+	lock   dialects.SessionLocker // nil: none
+	txLock bool                   // the lock is a transaction (savepoints inside)
+	table  string
 }
 
 // New returns a Migrator for db with d's migrations.
+//
+// Every method takes the dialect's migration lock (dialects.Migrations'
+// Lock) on a connection of db first, before goose reads or creates
+// anything, and runs goose on that same session: so concurrent Migrators
+// of one table, in any process, run one after the other, each finding the
+// version table either absent or complete, and a pool of one connection
+// is enough.
 func New(db *sql.DB, d dialects.Dialect, opts ...Option) (*Migrator, error) {
 	if db == nil || d == nil {
 		return nil, fmt.Errorf("%w: db and dialect must not be nil", ErrInvalidConfig)
@@ -188,20 +203,56 @@ func New(db *sql.DB, d dialects.Dialect, opts ...Option) (*Migrator, error) {
 	if err != nil {
 		return nil, err
 	}
-	popts := []goose.ProviderOption{
-		goose.WithDisableGlobalRegistry(true),
-		goose.WithTableName(VersionTable(cfg.table)),
-	}
+	m := &Migrator{db: db, name: d.Name(), goose: goose.Dialect(sc.Goose), fsys: fsys, table: cfg.table}
 	if sc.Lock != nil {
-		if l := sc.Lock(cfg.table); l != nil {
-			popts = append(popts, goose.WithSessionLocker(l))
-		}
+		m.lock = sc.Lock(cfg.table)
+		m.txLock = m.lock != nil && sc.LockIsTransaction
 	}
-	p, err := goose.NewProvider(goose.Dialect(sc.Goose), db, fsys, popts...)
+	// A provider on db, never used, checks the files and the dialect now.
+	if _, err := m.provider(db); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// provider returns a goose provider of m's migrations on db.
+func (m *Migrator) provider(db *sql.DB) (*goose.Provider, error) {
+	p, err := goose.NewProvider(m.goose, db, m.fsys,
+		goose.WithDisableGlobalRegistry(true),
+		goose.WithTableName(VersionTable(m.table)),
+	)
 	if err != nil {
 		return nil, fmt.Errorf("migrations: %w", err)
 	}
-	return &Migrator{p: p, table: cfg.table}, nil
+	return p, nil
+}
+
+// locked runs f with a goose provider on one session of m's database that
+// holds the migration lock (when the dialect has one) from before goose
+// touches anything until f returns.
+func (m *Migrator) locked(ctx context.Context, f func(p *goose.Provider) error) (err error) {
+	conn, err := m.db.Conn(ctx)
+	if err != nil {
+		return wrap(err)
+	}
+	defer conn.Close()
+	if m.lock != nil {
+		if err := m.lock.SessionLock(ctx, conn); err != nil {
+			return wrap(err)
+		}
+		defer func() {
+			if uerr := m.lock.SessionUnlock(context.WithoutCancel(ctx), conn); uerr != nil {
+				err = errors.Join(err, wrap(uerr))
+			}
+		}()
+	}
+	return onConn(conn, m.txLock, func(db *sql.DB) error {
+		p, err := m.provider(db)
+		if err != nil {
+			return err
+		}
+		return wrap(f(p))
+	})
 }
 
 // Table returns the ledger table this Migrator manages.
@@ -226,22 +277,33 @@ type Status struct {
 // Up applies every pending migration. With none pending it does nothing
 // and returns no results.
 func (m *Migrator) Up(ctx context.Context) ([]MigrationResult, error) {
-	rs, err := m.p.Up(ctx)
-	return results(rs), wrap(err)
+	var rs []*goose.MigrationResult
+	err := m.locked(ctx, func(p *goose.Provider) (err error) {
+		rs, err = p.Up(ctx)
+		return err
+	})
+	return results(rs), err
 }
 
 // Down rolls back every applied migration, removing the ledger table.
 // The version table stays, recording version 0.
 func (m *Migrator) Down(ctx context.Context) ([]MigrationResult, error) {
-	rs, err := m.p.DownTo(ctx, 0)
-	return results(rs), wrap(err)
+	var rs []*goose.MigrationResult
+	err := m.locked(ctx, func(p *goose.Provider) (err error) {
+		rs, err = p.DownTo(ctx, 0)
+		return err
+	})
+	return results(rs), err
 }
 
 // Status lists every migration and whether it is applied.
 func (m *Migrator) Status(ctx context.Context) ([]Status, error) {
-	ss, err := m.p.Status(ctx)
-	if err != nil {
-		return nil, wrap(err)
+	var ss []*goose.MigrationStatus
+	if err := m.locked(ctx, func(p *goose.Provider) (err error) {
+		ss, err = p.Status(ctx)
+		return err
+	}); err != nil {
+		return nil, err
 	}
 	out := make([]Status, 0, len(ss))
 	for _, s := range ss {
@@ -256,8 +318,12 @@ func (m *Migrator) Status(ctx context.Context) ([]Status, error) {
 
 // HasPending reports whether any migration is not yet applied.
 func (m *Migrator) HasPending(ctx context.Context) (bool, error) {
-	ok, err := m.p.HasPending(ctx)
-	return ok, wrap(err)
+	var pending bool
+	err := m.locked(ctx, func(p *goose.Provider) (err error) {
+		pending, err = p.HasPending(ctx)
+		return err
+	})
+	return pending, err
 }
 
 func results(rs []*goose.MigrationResult) []MigrationResult {

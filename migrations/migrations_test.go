@@ -90,12 +90,22 @@ func TestUpDownCycle(t *testing.T) {
 				t.Fatalf("pending before up: %v %v", pending, err)
 			}
 			rs, err := m.Up(ctx)
-			if err != nil || len(rs) != 2 || rs[0].Direction != "up" || rs[0].Version != 1 || rs[0].Name != "00001_create_operations.sql" ||
-				rs[1].Version != 2 || rs[1].Name != "00002_create_outbox.sql" {
+			if err != nil || len(rs) != 3 || rs[0].Direction != "up" || rs[0].Version != 1 || rs[0].Name != "00001_create_operations.sql" ||
+				rs[1].Version != 2 || rs[1].Name != "00002_create_outbox.sql" || rs[2].Version != 3 || rs[2].Name != "00003_outbox_dead.sql" {
 				t.Fatalf("up: %+v %v", rs, err)
 			}
 			if count(rows) != 0 {
 				t.Fatal("new table not empty")
+			}
+			// 00003's dead state: a dead message goes down with its columns.
+			ob := d.QuoteIdent(table + "_outbox")
+			if _, err := db.ExecContext(ctx, "INSERT INTO "+ob+" (id, partition_key, topic, name, payload, created_at, attempts, last_error, dead_at) VALUES ("+
+				strings.Join([]string{d.Placeholder(1), d.Placeholder(2), d.Placeholder(3), d.Placeholder(4), d.Placeholder(5), d.Placeholder(6), d.Placeholder(7), d.Placeholder(8), d.Placeholder(9)}, ", ")+")",
+				make([]byte, 32), "k", "t", "n", []byte("p"), 1, 3, "refused", 2); err != nil {
+				t.Fatalf("a dead message in the outbox: %v", err)
+			}
+			if n := count("SELECT COUNT(*) FROM " + ob + " WHERE dead_at IS NOT NULL AND attempts = 3"); n != 1 {
+				t.Fatalf("%d dead messages, want 1", n)
 			}
 			rs, err = m.Up(ctx)
 			if err != nil || len(rs) != 0 {
@@ -106,11 +116,11 @@ func TestUpDownCycle(t *testing.T) {
 				t.Fatalf("pending after up: %v %v", pending, err)
 			}
 			st, err := m.Status(ctx)
-			if err != nil || len(st) != 2 || !st[0].Applied || st[0].Name != "00001_create_operations.sql" || st[0].AppliedAt.IsZero() || !st[1].Applied {
+			if err != nil || len(st) != 3 || !st[0].Applied || st[0].Name != "00001_create_operations.sql" || st[0].AppliedAt.IsZero() || !st[1].Applied {
 				t.Fatalf("status: %+v %v", st, err)
 			}
 			rs, err = m.Down(ctx)
-			if err != nil || len(rs) != 2 || rs[0].Direction != "down" {
+			if err != nil || len(rs) != 3 || rs[0].Direction != "down" {
 				t.Fatalf("down: %+v %v", rs, err)
 			}
 			if _, err := db.ExecContext(ctx, rows); err == nil {
@@ -153,7 +163,8 @@ func TestFilesAndExport(t *testing.T) {
 	}
 	dir := t.TempDir()
 	paths, err := migrations.Export(dir, postgres.New(), "ops")
-	if err != nil || len(paths) != 2 || paths[0] != filepath.Join(dir, "00001_create_operations.sql") || paths[1] != filepath.Join(dir, "00002_create_outbox.sql") {
+	if err != nil || len(paths) != 3 || paths[0] != filepath.Join(dir, "00001_create_operations.sql") || paths[1] != filepath.Join(dir, "00002_create_outbox.sql") ||
+		paths[2] != filepath.Join(dir, "00003_outbox_dead.sql") {
 		t.Fatalf("export: %v %v", paths, err)
 	}
 	b, err := os.ReadFile(filepath.Join(dir, "00001_create_operations.sql"))
@@ -203,6 +214,13 @@ func TestFilesUseDialectQuoting(t *testing.T) {
 		}
 		if s := string(b); !strings.Contains(s, "CREATE TABLE "+d.QuoteIdent("weird_Name_outbox")+" (") || !strings.Contains(s, "DROP TABLE "+d.QuoteIdent("weird_Name_outbox")+";") {
 			t.Fatalf("%T: outbox table quoted differently from the dialect:\n%s", d, s)
+		}
+		b, err = fs.ReadFile(fsys, "00003_outbox_dead.sql")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := string(b); strings.Count(s, "ALTER TABLE "+d.QuoteIdent("weird_Name_outbox")) < 2 || !strings.Contains(s, d.QuoteIdent("weird_Name_outbox_dead_idx")) {
+			t.Fatalf("%T: the dead state's migration quotes differently from the dialect:\n%s", d, s)
 		}
 	}
 	// The wrapper's files run.
@@ -399,5 +417,95 @@ func TestUpRespectsCancelledContext(t *testing.T) {
 	start := time.Now()
 	if _, err := m.Up(ctx); !errors.Is(err, context.Canceled) || time.Since(start) > time.Second {
 		t.Fatalf("Up with a cancelled context: %v", err)
+	}
+}
+
+// TestLockBeforeGoose: on every target, while another session holds the
+// dialect's migration lock, Up, HasPending, Status and Down each wait for
+// it (and end with their context) without creating anything, the version
+// table included; once it is released, four Migrators at once on a table
+// that does not exist yet all succeed, and each migration is applied once.
+func TestLockBeforeGoose(t *testing.T) {
+	testdb.ParallelOn(t, map[string]int{"postgres": 6, "mysql": 6})
+	for _, tg := range testdb.Targets() {
+		t.Run(tg.Name, func(t *testing.T) {
+			ctx := context.Background()
+			d := tg.Dialect
+			db := tg.Open(t, 6)
+			table := uniqueTable("opl_first_")
+			vt := d.QuoteIdent(migrations.VersionTable(table))
+			t.Cleanup(func() {
+				m, _ := migrations.New(db, d, migrations.WithTable(table))
+				m.Down(context.Background())
+				db.Exec("DROP TABLE IF EXISTS " + vt)
+			})
+			holder, err := db.Conn(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer holder.Close()
+			lock := d.(dialects.Schema).Migrations().Lock(table)
+			if err := lock.SessionLock(ctx, holder); err != nil {
+				t.Fatal(err)
+			}
+			m, err := migrations.New(db, d, migrations.WithTable(table))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for name, op := range map[string]func(context.Context) error{
+				"Up":         func(ctx context.Context) error { _, err := m.Up(ctx); return err },
+				"HasPending": func(ctx context.Context) error { _, err := m.HasPending(ctx); return err },
+				"Status":     func(ctx context.Context) error { _, err := m.Status(ctx); return err },
+				"Down":       func(ctx context.Context) error { _, err := m.Down(ctx); return err },
+			} {
+				cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+				err := op(cctx)
+				cancel()
+				if !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("%s under the held lock: %v, want the context's deadline", name, err)
+				}
+				var n int
+				if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+vt).Scan(&n); err == nil {
+					t.Fatalf("%s created the version table without the lock", name)
+				}
+			}
+			if err := lock.SessionUnlock(ctx, holder); err != nil {
+				t.Fatal(err)
+			}
+			var wg sync.WaitGroup
+			applied := make([]int, 4)
+			errs := make([]error, 4)
+			for i := range applied {
+				m, err := migrations.New(db, d, migrations.WithTable(table))
+				if err != nil {
+					t.Fatal(err)
+				}
+				wg.Go(func() {
+					rs, err := m.Up(ctx)
+					applied[i], errs[i] = len(rs), err
+				})
+			}
+			wg.Wait()
+			total := 0
+			for i := range applied {
+				if errs[i] != nil {
+					t.Fatalf("concurrent Up %d: %v", i, errs[i])
+				}
+				total += applied[i]
+			}
+			// The dialect's migrations: the ledger's, the outbox's and the
+			// outbox's dead state.
+			files, err := fs.Glob(d.(dialects.Schema).Migrations().FS, "*.sql")
+			if err != nil || len(files) == 0 {
+				t.Fatalf("the dialect's migrations: %v %v", files, err)
+			}
+			if total != len(files) {
+				t.Fatalf("concurrent Ups applied %v, want each of the %d migrations once in all", applied, len(files))
+			}
+			var n int
+			if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+vt+" WHERE version_id > 0").Scan(&n); err != nil || n != len(files) {
+				t.Fatalf("version rows: %d %v, want %d", n, err, len(files))
+			}
+		})
 	}
 }

@@ -90,8 +90,8 @@ func TestMySQLSchemaAndLock(t *testing.T) {
 		}
 		total += r.n
 	}
-	if total != 2 { // 00001 and 00002, each applied once
-		t.Fatalf("two Ups applied %d migrations in all, want 2", total)
+	if total != 3 { // 00001, 00002 and 00003, each applied once
+		t.Fatalf("two Ups applied %d migrations in all, want 3", total)
 	}
 	if err := db.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?)", lockName).Scan(&got); err != nil || got.Valid {
 		t.Fatalf("lock still held after Up: %v %v", got, err)
@@ -122,8 +122,8 @@ func TestMySQLSchemaAndLock(t *testing.T) {
 		}
 		total += applied[i]
 	}
-	if total != 2 { // 00001 and 00002, each applied once
-		t.Fatalf("concurrent Ups applied %v, want each of the two migrations once in all", applied)
+	if total != 3 { // 00001, 00002 and 00003, each applied once
+		t.Fatalf("concurrent Ups applied %v, want each of the three migrations once in all", applied)
 	}
 	if err := db.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?)", lockName).Scan(&got); err != nil || got.Valid {
 		t.Fatalf("lock still held after Up: %v %v", got, err)

@@ -28,9 +28,18 @@
 // message ids (outbox/natsjs: NATS JetStream with Nats-Msg-Id) turns the
 // relay's at-least-once into one stored message per operation.
 //
+// A message the publisher refuses as undeliverable (its error matches
+// ErrUndeliverable) is set aside in the table, dead, and holds back only
+// the later messages of its own partition key until an operator retries
+// it (RetryDead) or discards it (DiscardDead); every other key keeps
+// flowing. With the publisher's limits (WithPublisherLimits and a
+// publisher that implements Checker), Enqueue refuses such a message
+// before it is written.
+//
 // The outbox's table, "<ledger table>_outbox" (TableFor), is the second
-// migration of each dialect's set (package migrations), so that one
-// `migrate up` creates the ledger and its outbox together. Its SQL comes
+// migration of each dialect's set (package migrations), and its
+// dead-message state the third, so that one `migrate up` creates the
+// ledger and its outbox together. Its SQL comes
 // from the dialect (dialects.Outboxer). The package imports no broker
 // client. See docs/beyond-the-transaction.md.
 package outbox

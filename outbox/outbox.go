@@ -27,9 +27,17 @@ const (
 	MaxTopicLen = 255
 	// MaxKeyLen is the longest Message.Key accepted, in bytes.
 	MaxKeyLen = 255
-	// MaxPayloadSize is the largest Message.Payload accepted, in bytes
-	// (1 MiB, NATS's default maximum payload).
-	MaxPayloadSize = 1 << 20
+	// MaxPayloadSize is the largest Message.Payload accepted, in bytes:
+	// 1 MiB (NATS's default maximum payload) less PublisherHeadroom, so
+	// that a message of any name and key the outbox accepts, with the
+	// headers the kit's NATS publisher adds, fits a default nats-server.
+	// A publisher with a smaller limit states it (see [Checker] and
+	// [WithPublisherLimits]).
+	MaxPayloadSize = 1<<20 - PublisherHeadroom
+	// PublisherHeadroom is what MaxPayloadSize leaves of 1 MiB for a
+	// publisher's own bytes: outbox/natsjs's headers take at most 975
+	// bytes and the expected stream's name.
+	PublisherHeadroom = 4 << 10
 )
 
 var (
@@ -43,9 +51,55 @@ var (
 	// of its own. The transaction is still usable.
 	ErrDuplicate = errors.New("outbox: the operation already enqueued a message with this name")
 	// ErrNoOutbox is returned (wrapped) by New for a dialect that has no
-	// outbox (it does not implement dialects.Outboxer).
+	// outbox (it does not implement dialects.Outboxer, or its
+	// OutboxQueries lack a statement the relay needs).
 	ErrNoOutbox = errors.New("outbox: the dialect has no outbox (dialects.Outboxer)")
+	// ErrUndeliverable marks a message that the publisher can never
+	// deliver as it stands: Enqueue's error for a message the publisher's
+	// [Checker] refuses (an [*UndeliverableError], nothing written), and
+	// what a Publisher's error wraps when the broker refused a message for
+	// good (a subject it does not accept, a message over its size limit),
+	// so that the relay sets the message aside (see [Relay]) instead of
+	// retrying it.
+	ErrUndeliverable = errors.New("outbox: the publisher can never deliver this message")
 )
+
+// UndeliverableError is Enqueue's error for a message that the
+// publisher's [Checker] refuses: nothing was written. It matches
+// ErrUndeliverable and ErrInvalid, and unwraps to the checker's error.
+type UndeliverableError struct {
+	// Name is the refused message's name.
+	Name string
+	// Err says why, from the checker.
+	Err error
+}
+
+// Error describes the refusal.
+func (e *UndeliverableError) Error() string {
+	return fmt.Sprintf("outbox: message %q can never be delivered: %v", e.Name, e.Err)
+}
+
+// Unwrap returns the checker's error.
+func (e *UndeliverableError) Unwrap() error { return e.Err }
+
+// Is reports whether target is ErrUndeliverable or ErrInvalid.
+func (e *UndeliverableError) Is(target error) bool {
+	return target == ErrUndeliverable || target == ErrInvalid
+}
+
+// Checker is an optional interface of a Publisher that knows its limits:
+// what its broker never accepts (a topic that is no valid name there, a
+// message over its size limit, its own headers counted). Given to
+// [WithPublisherLimits], it lets Enqueue refuse such a message in the
+// handler's transaction, before anything is written, instead of leaving
+// the relay a message it can only set aside. outbox/natsjs's Publisher
+// implements it.
+type Checker interface {
+	// CheckMessage returns nil when the publisher may deliver m, or an
+	// error saying why it never can. It must be safe for concurrent use
+	// and must not block.
+	CheckMessage(m Message) error
+}
 
 // TableFor returns the outbox table that the migrations create beside
 // the ledger table ledgerTable: "<ledgerTable>_outbox".
@@ -77,6 +131,7 @@ type Option struct{ o options.Option[config] }
 type config struct {
 	table string
 	now   func() time.Time
+	check Checker
 }
 
 // WithTable sets the outbox's table (default [DefaultTable]): a plain
@@ -104,6 +159,20 @@ func WithClock(now func() time.Time) Option {
 	})}
 }
 
+// WithPublisherLimits makes Enqueue refuse, with an
+// [*UndeliverableError] and nothing written, every message that c (the
+// publisher the relay will use, or one configured like it) says it can
+// never deliver. Without it Enqueue checks only the outbox's own limits.
+func WithPublisherLimits(c Checker) Option {
+	return Option{options.New("WithPublisherLimits", func(cfg *config) error {
+		if c == nil {
+			return errors.New("checker must not be nil")
+		}
+		cfg.check = c
+		return nil
+	})}
+}
+
 // Outbox writes messages into the outbox table inside the caller's
 // transaction. It holds no connection and is safe for concurrent use.
 type Outbox struct {
@@ -111,6 +180,7 @@ type Outbox struct {
 	table string
 	q     dialects.OutboxQueries
 	now   func() time.Time
+	check Checker
 }
 
 // New returns the outbox of dialect d. A dialect without an outbox is an
@@ -127,7 +197,13 @@ func New(d dialects.Dialect, opts ...Option) (*Outbox, error) {
 	if err := options.Apply(&c, opts, func(o Option) options.Option[config] { return o.o }); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	return &Outbox{d: d, table: c.table, q: ob.OutboxQueries(c.table), now: c.now}, nil
+	q := ob.OutboxQueries(c.table)
+	for _, s := range []string{q.Insert, q.Batch, q.Upto, q.Delete, q.Fail, q.Dead, q.DeadByID, q.Revive, q.Discard, q.Count} {
+		if s == "" {
+			return nil, fmt.Errorf("%w: dialect %q lacks a statement (OutboxQueries must give every one)", ErrNoOutbox, d.Name())
+		}
+	}
+	return &Outbox{d: d, table: c.table, q: q, now: c.now, check: c.check}, nil
 }
 
 // Table returns the outbox's table name.
@@ -168,7 +244,9 @@ func messageID(id ledger.Identity, name string) ([32]byte, error) {
 // has committed.
 //
 // Errors: ledger.ErrNoOperation outside a keyed call, ErrInvalid for a bad
-// message, ErrDuplicate for a name already enqueued by the operation, or
+// message, an [*UndeliverableError] (matching ErrUndeliverable and
+// ErrInvalid) for one the publisher's limits refuse (see
+// [WithPublisherLimits]), ErrDuplicate for a name already enqueued by the operation, or
 // the database's error (wrapped; txmiddleware classifies it as it does
 // the handler's own statements).
 func (o *Outbox) Enqueue(ctx context.Context, tx *sql.Tx, msg Message) (string, error) {
@@ -200,6 +278,11 @@ func EnqueueTx[TX any](ctx context.Context, o *Outbox, drv ledger.TxDriver[TX], 
 	raw, err := messageID(op, msg.Name)
 	if err != nil {
 		return "", err
+	}
+	if o.check != nil {
+		if err := o.check.CheckMessage(msg); err != nil {
+			return "", &UndeliverableError{Name: msg.Name, Err: err}
+		}
 	}
 	payload := msg.Payload
 	if payload == nil {

@@ -11,7 +11,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/opledger/opledger/internal/options"
+	"github.com/opledger/opledger/internal/telemetry"
 	"github.com/opledger/opledger/internal/wait"
 )
 
@@ -27,14 +30,22 @@ type Envelope struct {
 	Seq int64
 	// EnqueuedAt is when Enqueue wrote the message.
 	EnqueuedAt time.Time
+	// Attempts counts the relay's earlier failed publishes of the message
+	// (0 on its first).
+	Attempts int
 }
 
 // Publisher delivers messages for the relay. Publish returns nil only once
-// the broker has accepted (stored) e; any error leaves the message in the
-// outbox, and the relay publishes it again later, so a Publisher sees a
-// message at least once and, after a failure or a relay that died, more
-// than once. Publish must be safe for concurrent use when several relays
-// share it.
+// the broker has accepted (stored) e. An error that matches
+// ErrUndeliverable says the broker will never accept e as it stands (the
+// publisher decides which of its broker's errors mean that): the relay
+// sets the message aside (dead) and holds back only the later messages of
+// its partition key. Any other error leaves the message in the outbox,
+// and the relay publishes it again later, after a backoff; so a Publisher
+// sees a message at least once and, after a failure or a relay that died,
+// more than once. Publish must be safe for concurrent use when several
+// relays share it. A Publisher that knows its limits also implements
+// [Checker].
 type Publisher interface {
 	Publish(ctx context.Context, e Envelope) error
 }
@@ -59,6 +70,7 @@ type relayConfig struct {
 	base, max      time.Duration
 	publishTimeout time.Duration
 	log            *slog.Logger
+	mp             metric.MeterProvider
 }
 
 func relayOption(name string, f func(*relayConfig) error) RelayOption {
@@ -115,11 +127,39 @@ func WithPublishTimeout(d time.Duration) RelayOption {
 	})
 }
 
-// WithLogger makes the relay report failed batches and their backoff
-// (never a payload). Nil, the default, logs nothing.
+// WithLogger makes the relay (Run and Drain) report failed batches and
+// their backoff (a warning, "outbox relay: batch failed") and each message
+// it sets aside as undeliverable (an error, "outbox relay: message set
+// aside as undeliverable", with the message's seq, id, topic, name,
+// attempts and the publisher's error); never a payload or a partition key.
+// Nil, the default, logs nothing.
 func WithLogger(l *slog.Logger) RelayOption {
 	return relayOption("WithLogger", func(c *relayConfig) error {
 		c.log = l
+		return nil
+	})
+}
+
+// WithMeterProvider sets where the relay's metrics go (default: the
+// global meter provider, a no-op until an SDK is installed):
+//
+//   - opledger.outbox.published, a counter of messages the publisher
+//     acknowledged;
+//   - opledger.outbox.failed_batches, a counter of batches that stopped
+//     at a failure (the publisher's or the database's), which the relay
+//     retries after a backoff;
+//   - opledger.outbox.dead, a counter of messages set aside as
+//     undeliverable, each holding back the rest of its partition key
+//     until an operator retries or discards it.
+//
+// Every measurement carries db.system.name and db.collection.name (the
+// outbox table). Never a topic, a key or a payload.
+func WithMeterProvider(mp metric.MeterProvider) RelayOption {
+	return relayOption("WithMeterProvider", func(c *relayConfig) error {
+		if mp == nil {
+			return errors.New("meter provider must not be nil")
+		}
+		c.mp = mp
 		return nil
 	})
 }
@@ -136,6 +176,8 @@ type RelayStats struct {
 	Held int64
 	// Failures counts failed batches (publisher or database).
 	Failures int64
+	// Dead counts messages the relay set aside as undeliverable.
+	Dead int64
 }
 
 // Relay publishes committed messages from the outbox, in order per
@@ -154,13 +196,25 @@ type RelayStats struct {
 // On SQLite (one writer at a time) the relay reads without a transaction
 // and deletes in a short one after publishing, so that handlers never
 // wait for a publish; run one relay per SQLite database.
+//
+// A message the publisher refuses as undeliverable (its error matches
+// ErrUndeliverable) is set aside in the outbox table: dead, with the
+// publisher's error and its attempts, logged and counted
+// (opledger.outbox.dead). Only its own partition key waits behind it: the
+// batch goes on with the other keys, and later batches skip the key's
+// later messages, until an operator retries the dead message
+// (Outbox.RetryDead: it goes out first, then the rest of its key, in
+// order) or discards it (Outbox.DiscardDead). Any other failure stops the
+// batch and backs off (WithBackoff), as the failed message may go through
+// on a later try.
 type Relay struct {
 	db  *sql.DB
 	ob  *Outbox
 	pub Publisher
 	cfg relayConfig
+	obs *relayObserver
 
-	batches, published, held, failures atomic.Int64
+	batches, published, held, failures, dead atomic.Int64
 }
 
 // NewRelay returns a relay that publishes ob's messages from db to pub.
@@ -174,24 +228,23 @@ func NewRelay(db *sql.DB, ob *Outbox, pub Publisher, opts ...RelayOption) (*Rela
 	if err := options.Apply(&cfg, opts, func(o RelayOption) options.Option[relayConfig] { return o.o }); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	if cfg.log == nil {
-		cfg.log = slog.New(slog.DiscardHandler)
-	}
-	return &Relay{db: db, ob: ob, pub: pub, cfg: cfg}, nil
+	cfg.log = telemetry.Logger(cfg.log)
+	return &Relay{db: db, ob: ob, pub: pub, cfg: cfg, obs: newRelayObserver(ob, cfg.mp)}, nil
 }
 
 // Stats returns a snapshot of the relay's counters.
 func (r *Relay) Stats() RelayStats {
-	return RelayStats{Batches: r.batches.Load(), Published: r.published.Load(), Held: r.held.Load(), Failures: r.failures.Load()}
+	return RelayStats{Batches: r.batches.Load(), Published: r.published.Load(), Held: r.held.Load(), Failures: r.failures.Load(),
+		Dead: r.dead.Load()}
 }
 
 // Run publishes batches until ctx ends, waiting the poll interval after a
-// batch that published nothing and backing off after a failed one. It
-// returns ctx's error.
+// batch that did nothing and backing off after a failed one. It returns
+// ctx's error.
 func (r *Relay) Run(ctx context.Context) error {
 	failed := 0
 	for {
-		n, err := r.RunOnce(ctx)
+		b, err := r.once(ctx)
 		if cerr := ctx.Err(); cerr != nil {
 			return cerr
 		}
@@ -199,10 +252,8 @@ func (r *Relay) Run(ctx context.Context) error {
 		switch {
 		case err != nil:
 			failed++
-			d = r.backoff(failed)
-			r.cfg.log.LogAttrs(ctx, slog.LevelWarn, "outbox relay: batch failed", slog.String("table", r.ob.table),
-				slog.Int("published", n), slog.Int("failures_in_a_row", failed), slog.Duration("backoff", d), slog.String("error", err.Error()))
-		case n == 0:
+			d = r.failedBatch(ctx, b, failed, err)
+		case b.published+b.dead == 0:
 			failed = 0
 			d = r.cfg.poll
 		default:
@@ -215,13 +266,17 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 }
 
-// Drain publishes batches until one finds the outbox empty, backing off
-// after a failed batch, and returns nil then, or ctx's error: for a
-// command that relays what is there and exits, and for tests.
+// Drain publishes batches until one finds nothing it may publish,
+// backing off after a failed batch (and logging it, as Run does), and
+// returns then: nil when the outbox is empty (or what is left is held by
+// another relay), a [*DeadError] (matching ErrDead) when dead messages are
+// left, with the messages of their keys waiting behind them, or ctx's
+// error. It is for a command that relays what is there and exits, and for
+// tests.
 func (r *Relay) Drain(ctx context.Context) error {
 	failed := 0
 	for {
-		read, published, err := r.once(ctx)
+		b, err := r.once(ctx)
 		if cerr := ctx.Err(); cerr != nil {
 			return cerr
 		}
@@ -229,10 +284,10 @@ func (r *Relay) Drain(ctx context.Context) error {
 		switch {
 		case err != nil:
 			failed++
-			d = r.backoff(failed)
-		case read == 0:
-			return nil
-		case published == 0:
+			d = r.failedBatch(ctx, b, failed, err)
+		case b.read == 0:
+			return r.leftOver(ctx)
+		case b.published+b.dead == 0:
 			failed, d = 0, r.cfg.poll // held by other relays
 		default:
 			failed = 0
@@ -241,6 +296,27 @@ func (r *Relay) Drain(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// failedBatch logs a failed batch and returns the backoff before the next.
+func (r *Relay) failedBatch(ctx context.Context, b batch, failed int, err error) time.Duration {
+	d := r.backoff(failed)
+	r.cfg.log.LogAttrs(ctx, slog.LevelWarn, "outbox relay: batch failed", slog.String("table", r.ob.table),
+		slog.Int("published", b.published), slog.Int("failures_in_a_row", failed), slog.Duration("backoff", d), slog.String("error", err.Error()))
+	return d
+}
+
+// leftOver is Drain's answer once a batch found nothing to publish: a
+// *DeadError when dead messages are left.
+func (r *Relay) leftOver(ctx context.Context) error {
+	var all, dead int64
+	if err := r.db.QueryRowContext(ctx, r.ob.q.Count).Scan(&all, &dead); err != nil {
+		return fmt.Errorf("outbox relay: count: %w", err)
+	}
+	if dead == 0 {
+		return nil
+	}
+	return &DeadError{Dead: dead, Waiting: all - dead}
 }
 
 func (r *Relay) backoff(failed int) time.Duration {
@@ -258,82 +334,130 @@ type row struct {
 	raw []byte
 }
 
-// RunOnce reads one batch, publishes what it may in order and deletes
-// what the publisher acknowledged. It returns how many messages were
-// published; an error means the batch stopped at a failure (the messages
-// published before it are deleted, or published again later if even
-// that failed).
-func (r *Relay) RunOnce(ctx context.Context) (int, error) {
-	_, n, err := r.once(ctx)
-	return n, err
+// failure is a message whose publish failed, and why.
+type failure struct {
+	row
+	err error
 }
 
-// once is one batch: how many messages it read and how many it published.
-func (r *Relay) once(ctx context.Context) (read, published int, err error) {
+// batch is what one batch did.
+type batch struct {
+	read      int       // messages read
+	published int       // acknowledged (and deleted, unless the batch failed after)
+	dead      int       // set aside
+	done      []row     // acknowledged, to delete
+	deadRows  []failure // refused as undeliverable, to set aside
+	failed    *failure  // the failure that stopped the batch, if any
+}
+
+// RunOnce reads one batch, publishes what it may in order, deletes what
+// the publisher acknowledged and sets aside what it refused as
+// undeliverable. It returns how many messages were published; an error
+// means the batch stopped at a failure (the messages published before it
+// are deleted, or published again later if even that failed).
+func (r *Relay) RunOnce(ctx context.Context) (int, error) {
+	b, err := r.once(ctx)
+	return b.published, err
+}
+
+// once is one batch.
+func (r *Relay) once(ctx context.Context) (batch, error) {
 	r.batches.Add(1)
+	var (
+		b   batch
+		err error
+	)
 	if r.ob.q.Locking {
-		read, published, err = r.lockedBatch(ctx)
+		b, err = r.lockedBatch(ctx)
 	} else {
-		read, published, err = r.plainBatch(ctx)
+		b, err = r.plainBatch(ctx)
 	}
-	r.published.Add(int64(published))
+	r.published.Add(int64(b.published))
+	r.obs.published.Add(ctx, int64(b.published), r.obs.attrs)
 	if err != nil {
 		r.failures.Add(1)
+		r.obs.failedBatches.Add(ctx, 1, r.obs.attrs)
 	}
-	return read, published, err
+	return b, err
 }
 
 // lockedBatch is one batch on a dialect whose Batch locks rows.
-func (r *Relay) lockedBatch(ctx context.Context) (int, int, error) {
+func (r *Relay) lockedBatch(ctx context.Context) (batch, error) {
 	tx, err := r.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
-		return 0, 0, fmt.Errorf("outbox relay: begin: %w", err)
+		return batch{}, fmt.Errorf("outbox relay: begin: %w", err)
 	}
 	defer tx.Rollback()
 	rows, err := r.read(ctx, tx)
 	if err != nil || len(rows) == 0 {
-		return 0, 0, err
+		return batch{}, err
 	}
 	ready, err := r.firstInKey(ctx, tx, rows)
 	if err != nil {
-		return len(rows), 0, err
+		return batch{read: len(rows)}, err
 	}
 	r.held.Add(int64(len(rows) - len(ready)))
-	done, perr := r.publish(ctx, ready)
-	return len(rows), len(done), r.delete(ctx, tx, done, perr)
+	b := r.publish(ctx, ready)
+	b.read = len(rows)
+	return r.finish(ctx, tx, b)
 }
 
 // plainBatch is one batch on a dialect without row locks (one relay per
-// database): read, publish, then delete in a short transaction.
-func (r *Relay) plainBatch(ctx context.Context) (int, int, error) {
+// database): read, publish, then write what happened in a short
+// transaction.
+func (r *Relay) plainBatch(ctx context.Context) (batch, error) {
 	rows, err := r.read(ctx, r.db)
 	if err != nil || len(rows) == 0 {
-		return 0, 0, err
+		return batch{}, err
 	}
-	done, perr := r.publish(ctx, rows)
-	if len(done) == 0 {
-		return len(rows), 0, perr
-	}
+	b := r.publish(ctx, rows)
+	b.read = len(rows)
 	tx, err := r.db.BeginTx(ctx, nil)
 	if err != nil {
-		return len(rows), 0, fmt.Errorf("outbox relay: begin: %w", err)
+		return batch{read: b.read}, fmt.Errorf("outbox relay: begin: %w", err)
 	}
 	defer tx.Rollback()
-	return len(rows), len(done), r.delete(ctx, tx, done, perr)
+	return r.finish(ctx, tx, b)
 }
 
-// delete removes the published rows in tx and commits it; it returns the
-// publish error perr when that is all that went wrong.
-func (r *Relay) delete(ctx context.Context, tx *sql.Tx, done []row, perr error) error {
-	for _, m := range done {
+// finish writes what the batch did in tx and commits it: it deletes the
+// acknowledged messages, sets aside the undeliverable ones and counts the
+// failed attempt of the message that stopped the batch. It returns that
+// message's error when that is all that went wrong. Dead messages are
+// reported once the commit made them so.
+func (r *Relay) finish(ctx context.Context, tx *sql.Tx, b batch) (batch, error) {
+	nothing := batch{read: b.read, published: len(b.done)} // a failed delete publishes them again
+	for _, m := range b.done {
 		if _, err := tx.ExecContext(ctx, r.ob.q.Delete, m.Seq); err != nil {
-			return fmt.Errorf("outbox relay: delete: %w", err)
+			return nothing, fmt.Errorf("outbox relay: delete: %w", err)
+		}
+	}
+	deadAt := r.ob.now().UnixMicro()
+	for _, f := range b.deadRows {
+		if _, err := tx.ExecContext(ctx, r.ob.q.Fail, reasonOf(f.err), deadAt, f.Seq); err != nil {
+			return nothing, fmt.Errorf("outbox relay: set aside: %w", err)
+		}
+	}
+	if f := b.failed; f != nil {
+		if _, err := tx.ExecContext(ctx, r.ob.q.Fail, reasonOf(f.err), nil, f.Seq); err != nil {
+			return nothing, fmt.Errorf("outbox relay: count the failed attempt: %w", err)
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("outbox relay: commit: %w", err)
+		return nothing, fmt.Errorf("outbox relay: commit: %w", err)
 	}
-	return perr
+	b.published, b.dead = len(b.done), len(b.deadRows)
+	r.dead.Add(int64(b.dead))
+	for _, f := range b.deadRows {
+		r.obs.dead.Add(ctx, 1, r.obs.attrs)
+		r.cfg.log.LogAttrs(ctx, slog.LevelError, "outbox relay: message set aside as undeliverable", slog.String("table", r.ob.table),
+			slog.Int64("seq", f.Seq), slog.String("id", f.ID), slog.String("topic", f.Topic), slog.String("name", f.Name),
+			slog.Int("attempts", f.Attempts+1), slog.String("error", f.err.Error()))
+	}
+	if f := b.failed; f != nil {
+		return b, fmt.Errorf("outbox relay: publish %s (seq %d): %w", f.ID, f.Seq, f.err)
+	}
+	return b, nil
 }
 
 type querier interface {
@@ -350,7 +474,7 @@ func (r *Relay) read(ctx context.Context, q querier) ([]row, error) {
 	for rs.Next() {
 		var m row
 		var at int64
-		if err := rs.Scan(&m.Seq, &m.raw, &m.Key, &m.Topic, &m.Name, &m.Payload, &at); err != nil {
+		if err := rs.Scan(&m.Seq, &m.raw, &m.Key, &m.Topic, &m.Name, &m.Payload, &at, &m.Attempts); err != nil {
 			return nil, fmt.Errorf("outbox relay: read: %w", err)
 		}
 		m.ID = hex.EncodeToString(m.raw)
@@ -409,16 +533,35 @@ func (r *Relay) firstInKey(ctx context.Context, tx *sql.Tx, rows []row) ([]row, 
 	return out, nil
 }
 
-// publish hands rows to the publisher in order and stops at the first
-// failure, so that no key's later message goes out before an earlier one.
-func (r *Relay) publish(ctx context.Context, rows []row) ([]row, error) {
-	for i, m := range rows {
+// publish hands rows to the publisher in order. A message refused as
+// undeliverable is set aside and the batch skips the later messages of
+// its key; any other failure stops the batch, so that no key's later
+// message goes out before an earlier one.
+func (r *Relay) publish(ctx context.Context, rows []row) batch {
+	var (
+		b       batch
+		blocked map[string]bool
+	)
+	for _, m := range rows {
+		if blocked[m.Key] {
+			continue
+		}
 		pctx, cancel := context.WithTimeout(ctx, r.cfg.publishTimeout)
 		err := r.pub.Publish(pctx, m.Envelope)
 		cancel()
-		if err != nil {
-			return rows[:i], fmt.Errorf("outbox relay: publish %s (seq %d): %w", m.ID, m.Seq, err)
+		switch {
+		case err == nil:
+			b.done = append(b.done, m)
+		case errors.Is(err, ErrUndeliverable) && ctx.Err() == nil:
+			if blocked == nil {
+				blocked = map[string]bool{}
+			}
+			blocked[m.Key] = true
+			b.deadRows = append(b.deadRows, failure{m, err})
+		default:
+			b.failed = &failure{m, err}
+			return b
 		}
 	}
-	return rows, nil
+	return b
 }

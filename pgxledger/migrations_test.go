@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"io/fs"
 	"testing"
 
 	"github.com/jackc/pgx/v5/stdlib"
@@ -30,8 +31,14 @@ func TestMigrations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The dialect's migrations: the ledger's, the outbox's and the
+	// outbox's dead state.
+	files, err := fs.Glob(postgres.New().Migrations().FS, "*.sql")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("the dialect's migrations: %v %v", files, err)
+	}
 	applied, err := m.Up(ctx)
-	if err != nil || len(applied) != 2 {
+	if err != nil || len(applied) != len(files) {
 		t.Fatalf("up: %d applied, %v", len(applied), err)
 	}
 	if again, err := m.Up(ctx); err != nil || len(again) != 0 {

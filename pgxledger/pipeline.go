@@ -119,6 +119,27 @@ type pipeline struct {
 	pool  *pgxpool.Pool
 	opts  pgx.TxOptions
 	owned bool
+	// held, when set, is a connection a Runner acquired within its
+	// lock-wait bound, which the pipeline's first transaction begins on.
+	held *heldConn
+}
+
+// heldConn is a connection acquired before the pipeline needs it, taken
+// by the first acquire.
+type heldConn struct{ c *pgxpool.Conn }
+
+// take returns the connection, once.
+func (h *heldConn) take() *pgxpool.Conn {
+	c := h.c
+	h.c = nil
+	return c
+}
+
+// release releases the connection unless it was taken.
+func (h *heldConn) release() {
+	if c := h.take(); c != nil {
+		c.Release()
+	}
 }
 
 var _ ledger.Pipeline[pgx.Tx] = pipeline{}
@@ -128,6 +149,11 @@ func (s *Store) pipeline(pool *pgxpool.Pool, opts pgx.TxOptions, owned bool) pip
 }
 
 func (p pipeline) acquire(ctx context.Context) (*pgxpool.Conn, error) {
+	if p.held != nil {
+		if c := p.held.take(); c != nil {
+			return c, nil
+		}
+	}
 	if p.pool == nil {
 		return nil, errNilPool
 	}

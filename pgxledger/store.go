@@ -4,9 +4,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -39,6 +42,11 @@ var (
 	_ ledger.TxLedger[pgx.Tx]   = (*Store)(nil)
 	_ ledger.TxRecorder[pgx.Tx] = (*Store)(nil)
 	_ ledger.LockWaitBounder    = (*Store)(nil)
+	_ ledger.ResultSizer        = (*Store)(nil)
+
+	_ beginner = (*pgxpool.Pool)(nil)
+	_ beginner = (*pgxpool.Conn)(nil)
+	_ beginner = (*pgx.Conn)(nil)
 )
 
 // Driver is the ledger.TxDriver of pgx: the ledger's statements run with
@@ -135,6 +143,10 @@ func (s *Store) Table() string { return s.core.Table() }
 // honour ClaimRequest.LockWait inside their own statements.
 func (s *Store) BoundsLockWait() bool { return s.core.BoundsLockWait() }
 
+// MaxResultSize returns the longest Result.Response the store accepts, in
+// bytes (see ledger.WithMaxResultSize).
+func (s *Store) MaxResultSize() int { return s.core.MaxResultSize() }
+
 // Claim claims req.Identity inside tx, the caller's transaction, in one
 // statement (the plain insert; on a conflict only, the entry read back):
 // the outcomes of [ledger.Store.Claim]. pgx.Tx is an interface that only
@@ -172,16 +184,56 @@ func (s *Store) Lookup(ctx context.Context, q Querier, id ledger.Identity) (*led
 // Sweep deletes expired entries through db, at most batch per statement,
 // until a batch comes back short, and returns how many it deleted. On a
 // pool or a connection each batch is an autocommit statement, so no lock
-// is held for longer than one batch; it skips rows another transaction
-// has locked.
+// is held for longer than one batch; given a pgx.Tx, the batches run in
+// it and commit with it. It skips rows another transaction has locked
+// (a claim taking an expired entry over) and then, as
+// [ledger.Store.Sweep] does, returns with the entries it deleted and a
+// *ledger.HeldError (matching ledger.ErrInProgress) counting the expired
+// entries still there. With ledger.WithSweepLockWait each batch is a
+// transaction of its own whose lock waits end after the bound (SET LOCAL
+// lock_timeout), so db must be able to begin one outside the caller's
+// transactions: a *pgxpool.Pool, *pgxpool.Conn or *pgx.Conn, not a
+// pgx.Tx.
 func (s *Store) Sweep(ctx context.Context, db Execer, batch int) (int64, error) {
 	if isNil(db) {
-		return s.core.SweepWith(ctx, nil, batch)
+		return s.core.SweepWith(ctx, nil, nil, batch)
 	}
-	return s.core.SweepWith(ctx, func(ctx context.Context, query string, args ...any) (int64, error) {
+	exec := func(ctx context.Context, query string, args ...any) (int64, error) {
 		tag, err := db.Exec(ctx, query, args...)
 		return tag.RowsAffected(), err
-	}, batch)
+	}
+	if wait := s.core.SweepLockWait(); wait > 0 {
+		b, ok := db.(beginner)
+		if _, isTx := db.(pgx.Tx); !ok || isTx {
+			return 0, fmt.Errorf("pgxledger: sweep: WithSweepLockWait needs Sweep on a pool or a connection (each batch begins a bounded transaction): %w", ledger.ErrInvalid)
+		}
+		// lock_timeout's unit, rounded up.
+		set := "SET LOCAL lock_timeout = " + strconv.FormatInt(int64((wait+time.Millisecond-1)/time.Millisecond), 10)
+		exec = func(ctx context.Context, query string, args ...any) (n int64, err error) {
+			err = pgx.BeginFunc(ctx, b, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, set); err != nil {
+					return err
+				}
+				tag, err := tx.Exec(ctx, query, args...)
+				n = tag.RowsAffected()
+				return err
+			})
+			return n, err
+		}
+	}
+	var queryRow func(ctx context.Context, query string, args ...any) ledger.Row
+	if q, ok := db.(Querier); ok {
+		queryRow = func(ctx context.Context, query string, args ...any) ledger.Row {
+			return q.QueryRow(ctx, query, args...)
+		}
+	}
+	return s.core.SweepWith(ctx, exec, queryRow, batch)
+}
+
+// beginner is what a bounded Sweep begins each batch's transaction on:
+// *pgxpool.Pool, *pgxpool.Conn and *pgx.Conn.
+type beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
 // Begin begins a transaction on a connection of pool with opts, like

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/opledger/opledger/dialects/postgres"
 	"github.com/opledger/opledger/internal/testdb"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/pgxledger"
@@ -365,5 +366,136 @@ func TestLookupSweepAndNils(t *testing.T) {
 		if !errors.Is(err, ledger.ErrInvalid) {
 			t.Errorf("%s with nil: %v, want ErrInvalid", name, err)
 		}
+	}
+}
+
+// TestSweepHeldEntry: an expired entry that an open transaction holds (a
+// claim taking it over) is skipped, the others deleted, and the sweep
+// reports it as ledger.Store's Sweep does (a *ledger.HeldError matching
+// ErrInProgress, counting it), with and without WithSweepLockWait; once
+// the holder commits, the entry is live and the next sweep leaves it.
+// With the bound, a sweep in the caller's pgx.Tx is refused.
+func TestSweepHeldEntry(t *testing.T) {
+	testdb.Parallel(t, "postgres", 2)
+	e := newEnv(t, 2)
+	ctx := context.Background()
+	now := time.Now()
+	old, err := pgxledger.New(ledger.WithTable(e.table), ledger.WithRetention(time.Hour), ledger.WithClock(func() time.Time { return now.Add(-3 * time.Hour) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bounded, err := pgxledger.New(ledger.WithTable(e.table), ledger.WithSweepLockWait(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sweeper := range []struct {
+		name string
+		s    *pgxledger.Store
+	}{{"unbounded", e.s}, {"WithSweepLockWait", bounded}} {
+		t.Run(sweeper.name, func(t *testing.T) {
+			const expired = 5
+			var keys []string
+			for i := range expired {
+				key := sweeper.name + "-held-" + itoa(i)
+				keys = append(keys, key)
+				tx, c, err := old.BeginClaim(ctx, e.pool, pgx.TxOptions{}, req(t, key))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := old.CompleteCommit(ctx, tx, c, result("old")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			holder, err := e.pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer holder.Rollback(ctx)
+			taken, err := e.s.Claim(ctx, holder, req(t, keys[0]))
+			if err != nil || !taken.Acquired() || !taken.TookOver() {
+				t.Fatalf("take-over: %+v %v", taken, err)
+			}
+			n, err := sweeper.s.Sweep(ctx, e.pool, 2)
+			var held *ledger.HeldError
+			if !errors.As(err, &held) || !errors.Is(err, ledger.ErrInProgress) || n != expired-1 || held.Held != 1 {
+				t.Fatalf("sweep with a held entry: %d, %v; want %d deleted and a HeldError of 1", n, err, expired-1)
+			}
+			if rows := e.ledgerRows(t); rows != 1 {
+				t.Fatalf("%d ledger rows after the sweep, want the held one", rows)
+			}
+			if err := e.s.Complete(ctx, holder, taken, result("new")); err != nil {
+				t.Fatal(err)
+			}
+			if err := holder.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if n, err := sweeper.s.Sweep(ctx, e.pool, 2); err != nil || n != 0 {
+				t.Fatalf("sweep after the holder committed: %d, %v; want 0, nil", n, err)
+			}
+			if en, err := e.s.Lookup(ctx, e.pool, req(t, keys[0]).Identity); err != nil || string(en.Result.Response) != string(result("new").Response) {
+				t.Fatalf("the entry taken over: %+v, %v", en, err)
+			}
+			if _, err := e.db.Exec("DELETE FROM " + postgres.New().QuoteIdent(e.table)); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	tx, err := e.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := bounded.Sweep(ctx, tx, 10); !errors.Is(err, ledger.ErrInvalid) {
+		t.Fatalf("a bounded Sweep in a pgx.Tx: %v, want ErrInvalid", err)
+	}
+	if n, err := e.s.Sweep(ctx, tx, 10); err != nil || n != 0 {
+		t.Fatalf("an unbounded Sweep in a pgx.Tx: %d, %v", n, err)
+	}
+}
+
+// TestSweepLockWaitBoundsTheBatch: with WithSweepLockWait a batch that
+// waits for a lock past the bound (here the table, locked in SHARE mode by
+// an open transaction, which conflicts with the DELETE and not with the
+// count) stops the sweep with a *ledger.HeldError that carries the lock
+// timeout and counts the entries left, well before the hang guard.
+func TestSweepLockWaitBoundsTheBatch(t *testing.T) {
+	testdb.Parallel(t, "postgres", 2)
+	e := newEnv(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a hang guard
+	defer cancel()
+	old, err := pgxledger.New(ledger.WithTable(e.table), ledger.WithClock(func() time.Time { return time.Now().Add(-48 * time.Hour) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		key := "locked-" + itoa(i)
+		tx, c, err := old.BeginClaim(ctx, e.pool, pgx.TxOptions{}, req(t, key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := old.CompleteCommit(ctx, tx, c, result(key)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bounded, err := pgxledger.New(ledger.WithTable(e.table), ledger.WithSweepLockWait(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder, err := e.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(ctx)
+	if _, err := holder.Exec(ctx, "LOCK TABLE "+postgres.New().QuoteIdent(e.table)+" IN SHARE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	n, err := bounded.Sweep(ctx, e.pool, 10)
+	var held *ledger.HeldError
+	if !errors.As(err, &held) || held.Held != 3 || held.Err == nil || !errors.Is(held.Err, ledger.ErrInProgress) || n != 0 || ctx.Err() != nil {
+		t.Fatalf("sweep behind a table lock: %d, %v; want a HeldError of 3 with the lock timeout", n, err)
+	}
+	holder.Rollback(ctx)
+	if n, err := bounded.Sweep(ctx, e.pool, 10); err != nil || n != 3 {
+		t.Fatalf("sweep once the lock is gone: %d, %v; want 3, nil", n, err)
 	}
 }

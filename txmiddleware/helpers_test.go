@@ -167,7 +167,8 @@ func (e *env) assertNothing(t testing.TB, key string) {
 // dialects.Sessions.BlockedBy reads, at times leaves out a few of 63
 // waits on one record for as long as they last (seen: 60 of 63 for 20
 // s), while INNODB_TRX lists every waiting transaction. Empty means
-// waitQueued's own way.
+// waitQueued's own way. TiDB has no INNODB_TRX: there the dialect's view
+// (DATA_LOCK_WAITS) is used.
 var claimWaiters = []struct{ family, query string }{
 	{"sqlite", ""},
 	{"postgres", ""},

@@ -25,6 +25,7 @@ const (
 	OutcomeReplayed      = "replayed"       // an earlier call's result was replayed
 	OutcomeKeyReused     = "key-reused"     // ledger.ErrKeyReused
 	OutcomeInProgress    = "in-progress"    // ledger.ErrInProgress
+	OutcomeBusy          = "busy"           // ErrBusy
 	OutcomeIncomplete    = "incomplete"     // ledger.ErrIncomplete
 	OutcomeCommitUnknown = "commit-unknown" // ErrCommitUnknown
 	OutcomeRetryable     = "retryable"      // transient failures outlasted the attempts
@@ -37,7 +38,7 @@ const (
 //
 //   - opledger.tx.duration, a histogram of the whole of Run in seconds
 //     (every attempt and the waits between them), by opledger.outcome
-//     (executed, final-error, replayed, key-reused, in-progress,
+//     (executed, final-error, replayed, key-reused, in-progress, busy,
 //     incomplete, commit-unknown, retryable, canceled, failed);
 //   - opledger.tx.attempts, a histogram of the attempts per Run;
 //   - opledger.tx.commit_unknown, a counter of commits whose outcome is
@@ -139,6 +140,8 @@ func (o *observer) outcome(out RunResult, err error) string {
 		return OutcomeKeyReused
 	case errors.Is(err, ledger.ErrInProgress):
 		return OutcomeInProgress
+	case errors.Is(err, ErrBusy):
+		return OutcomeBusy
 	case errors.Is(err, ledger.ErrIncomplete):
 		return OutcomeIncomplete
 	case errors.Is(err, ErrCommitUnknown):
@@ -194,7 +197,7 @@ func (o *observer) ran(ctx context.Context, p runOp, req ledger.ClaimRequest, ou
 	switch outcome {
 	case OutcomeKeyReused, OutcomeIncomplete:
 		level = slog.LevelWarn
-	case OutcomeInProgress:
+	case OutcomeInProgress, OutcomeBusy:
 		level = slog.LevelInfo
 	case OutcomeCommitUnknown:
 		level, msg = slog.LevelError, "opledger: commit outcome unknown"

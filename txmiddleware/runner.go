@@ -22,6 +22,17 @@ var ErrInvalidConfig = errors.New("txmiddleware: invalid configuration")
 // with the same key, which replays if it had committed.
 var ErrCommitUnknown = errors.New("txmiddleware: commit outcome unknown; resolve before retrying")
 
+// ErrBusy means the transaction could not begin within the lock-wait
+// bound (see [WithLockWait]) while no other call with the same identity
+// was in flight on the runner: every connection of the pool was in use,
+// or (SQLite) another transaction held the database's single write lock.
+// It says nothing about the identity: nothing was written, and running
+// the call again later is safe (gRPC UNAVAILABLE STORAGE_BUSY, HTTP 503
+// with Retry-After). It never matches ledger.ErrInProgress, which is
+// returned instead when another call with the same identity is in flight
+// on the runner, holding the connection or the lock waited for.
+var ErrBusy = errors.New("txmiddleware: the database is busy; nothing was written")
+
 // Work is the caller's mutation. It runs in tx, the transaction that holds
 // the claim, and returns the result to record (Code 0 and the encoded
 // response, as a rule) or an error.
@@ -76,6 +87,23 @@ func New(db *sql.DB, l ledger.Ledger, opts ...Option) (*Runner, error) {
 	return &Runner{r: r}, nil
 }
 
+// Lookup reads the committed entry of id with the runner's ledger (see
+// ledger.Ledger's Lookup) on a connection of the runner's pool. With a
+// lock-wait bound (see [WithLockWait]) the wait for that connection is
+// bounded too: past it Lookup returns an error matching
+// ledger.ErrInProgress when a Run of id is in flight on the runner, and
+// [ErrBusy] otherwise. A transport's resolve reads through it.
+func (r *Runner) Lookup(ctx context.Context, id ledger.Identity) (*ledger.Entry, error) {
+	return r.r.Lookup(ctx, id)
+}
+
+// InFlight reports whether a Run of id is in progress on the runner. A
+// transport that answers resolve requests with a probe on a runner of
+// its own asks the runner of the calls it resolves, when its probe could
+// not begin within the wait bound ([ErrBusy]): a call with the key still
+// in flight is the truer answer (in progress) than a busy database.
+func (r *Runner) InFlight(id ledger.Identity) bool { return r.r.InFlight(id) }
+
 // TxFromContext returns the transaction that Run passes to the work, from
 // the work's context or one derived from it. The work's context also
 // carries the operation's identity (ledger.OperationFromContext), from
@@ -117,8 +145,13 @@ func TxFromContext(ctx context.Context) (*sql.Tx, bool) {
 //     again);
 //   - ledger.ErrKeyReused, ledger.ErrIncomplete, and an error matching
 //     ledger.ErrInProgress when another transaction held the identity past
-//     the wait bound (on SQLite, when BEGIN could not get the write lock
-//     within the busy timeout);
+//     the wait bound, or when the transaction could not begin within it
+//     (no free connection in the pool; on SQLite, the write lock not had
+//     within the busy timeout) while another call with the same identity
+//     was in flight on this runner;
+//   - an error matching [ErrBusy] when the transaction could not begin
+//     within the wait bound and no other call with the same identity was
+//     in flight on this runner: nothing was written;
 //   - an error matching [ErrCommitUnknown] when the connection broke during
 //     COMMIT, or the context ended while COMMIT was in flight (the error
 //     then matches the context's error too);

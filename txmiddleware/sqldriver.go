@@ -64,40 +64,58 @@ type sqlUnit struct {
 	tx      *sql.Tx
 	release func() // after the transaction ended (a bounded begin's)
 	ended   bool
+	// claimWait is the bound of the claim's (or the record's) lock waits
+	// in its statements, when the ledger bounds them itself: what the wait
+	// for a connection and BEGIN left of the runner's bound.
+	claimWait time.Duration
 }
 
 // begin starts one attempt's transaction, with the lock-wait bound when
-// one is configured.
-func (d *sqlDriver) begin(ctx context.Context) (*sqlUnit, error) {
+// one is configured, and reports to began once it has begun (or failed
+// to): the runner's bound covers the wait for a pool connection and BEGIN
+// itself (on SQLite, the wait for the write lock).
+func (d *sqlDriver) begin(ctx context.Context, began Began) (*sqlUnit, error) {
 	opts := &sql.TxOptions{Isolation: d.iso}
-	u := &sqlUnit{d: d, release: func() {}}
+	u := &sqlUnit{d: d}
 	var err error
 	if d.lw != nil {
 		u.tx, u.release, err = d.lw.BeginBounded(ctx, d.db, opts, d.lockWait)
 	} else {
 		u.tx, err = d.db.BeginTx(ctx, opts)
 	}
-	if err != nil {
-		return nil, d.beginErr(ctx, err)
+	if u.release == nil {
+		u.release = func() {}
+	}
+	wait, gerr := began(err)
+	if gerr != nil {
+		if err == nil {
+			// The bound passed first: whatever began is rolled back.
+			_ = u.tx.Rollback()
+			u.release()
+		}
+		return nil, gerr
+	}
+	if d.claimWait > 0 {
+		u.claimWait = wait
 	}
 	return u, nil
 }
 
-func (d *sqlDriver) Begin(ctx context.Context) (TxUnit[*sql.Tx], error) {
-	u, err := d.begin(ctx)
+func (d *sqlDriver) Begin(ctx context.Context, began Began) (TxUnit[*sql.Tx], error) {
+	u, err := d.begin(ctx, began)
 	if err != nil {
 		return nil, err
 	}
 	return u, nil
 }
 
-func (d *sqlDriver) BeginClaim(ctx context.Context, req ledger.ClaimRequest) (TxUnit[*sql.Tx], *ledger.Claim, error) {
-	u, err := d.begin(ctx)
+func (d *sqlDriver) BeginClaim(ctx context.Context, began Began, req ledger.ClaimRequest) (TxUnit[*sql.Tx], *ledger.Claim, error) {
+	u, err := d.begin(ctx, began)
 	if err != nil {
 		return nil, nil, err
 	}
-	if d.claimWait > 0 {
-		req.LockWait = d.claimWait
+	if u.claimWait > 0 {
+		req.LockWait = u.claimWait
 	}
 	c, err := d.l.Claim(ctx, u.tx, req)
 	if err != nil {
@@ -110,6 +128,26 @@ func (d *sqlDriver) BeginClaim(ctx context.Context, req ledger.ClaimRequest) (Tx
 		return nil, c, nil
 	}
 	return u, c, nil
+}
+
+// Lookup reads id's entry on a connection of the pool, had within the
+// runner's bound when it has one.
+func (d *sqlDriver) Lookup(ctx context.Context, began Began, id ledger.Identity) (*ledger.Entry, error) {
+	if d.lockWait <= 0 {
+		if _, err := began(nil); err != nil {
+			return nil, err
+		}
+		return d.l.Lookup(ctx, d.db, id)
+	}
+	conn, err := d.db.Conn(ctx)
+	if _, gerr := began(err); gerr != nil {
+		if err == nil {
+			conn.Close()
+		}
+		return nil, gerr
+	}
+	defer conn.Close()
+	return d.l.Lookup(ctx, conn, id)
 }
 
 func (u *sqlUnit) Tx() *sql.Tx { return u.tx }
@@ -134,8 +172,8 @@ func (u *sqlUnit) CompleteCommit(ctx context.Context, c *ledger.Claim, r ledger.
 }
 
 func (u *sqlUnit) RecordCommit(ctx context.Context, req ledger.ClaimRequest, r ledger.Result, before func(context.Context) error) (*ledger.Claim, error) {
-	if u.d.claimWait > 0 {
-		req.LockWait = u.d.claimWait
+	if u.claimWait > 0 {
+		req.LockWait = u.claimWait
 	}
 	rc, err := u.d.rec.Record(ctx, u.tx, req, r)
 	if err != nil || !rc.Recorded() {
@@ -162,20 +200,6 @@ func (u *sqlUnit) commit(ctx context.Context, before func(context.Context) error
 		return u.d.commitErr(ctx, err)
 	}
 	return nil
-}
-
-// beginErr wraps a failed BEGIN.
-func (d *sqlDriver) beginErr(ctx context.Context, err error) error {
-	if cerr := ctxErr(ctx, "begin", err); cerr != nil {
-		return cerr
-	}
-	if d.d.Classify(err) == dialects.ClassLockTimeout {
-		// SQLite with immediate transactions waits for the write lock at
-		// BEGIN: the busy timeout passed while another transaction
-		// (perhaps holding this identity) wrote.
-		return fmt.Errorf("txmiddleware: begin: %w: %w", ledger.ErrInProgress, err)
-	}
-	return fmt.Errorf("txmiddleware: begin: %w", dialects.Explain(d.d, err))
 }
 
 // commitErr sorts a failed COMMIT: not sent (the transaction was already

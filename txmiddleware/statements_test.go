@@ -32,6 +32,15 @@ var keyedStatements = map[string]map[string][]string{
 		"atcommit":        {"SET", "BEGIN", "WORK", "INSERT", "COMMIT", "SET"},
 		"atcommit replay": {"SET", "BEGIN", "WORK", "INSERT", "SELECT", "ROLLBACK", "SET"},
 	},
+	// TiDB: the bound and the transaction mode are read, set together and
+	// put back; the ledger checks the transaction's mode (a SELECT of
+	// tidb_txn_mode) before each claim and record (mysql.NewTiDB).
+	"tidb": {
+		"happy":           {"SELECT", "SET", "BEGIN", "SELECT", "INSERT", "WORK", "UPDATE", "COMMIT", "SET"},
+		"replay":          {"SELECT", "SET", "BEGIN", "SELECT", "INSERT", "SELECT", "ROLLBACK", "SET"},
+		"atcommit":        {"SELECT", "SET", "BEGIN", "WORK", "SELECT", "INSERT", "COMMIT", "SET"},
+		"atcommit replay": {"SELECT", "SET", "BEGIN", "WORK", "SELECT", "INSERT", "SELECT", "ROLLBACK", "SET"},
+	},
 	// busy_timeout is a setting of the connection, and the wait is at
 	// BEGIN: read, set, and put back after the transaction (in-process
 	// calls, no round trip).
@@ -66,7 +75,7 @@ func TestStatementCounts(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			want := keyedStatements[tg.Family()]
+			want := keyedStatements[tg.Server()]
 			run(r, "count-1")
 			testdb.CheckStatements(t, "keyed call", c, e.Biz, want["happy"])
 			run(r, "count-1")

@@ -37,22 +37,29 @@ type TxSettings struct {
 // and pgx (package pgxledger's Runner, whose driver sends the claim with
 // BEGIN and the completion with COMMIT). The runner owns everything else:
 // the attempts and their backoff, final errors and their codec, the
-// context's checks, the outcomes and their telemetry.
+// context's checks, the lock-wait bound over the wait for a connection
+// and BEGIN (through [Began]), the calls in flight, the outcomes and their
+// telemetry.
 //
 // A driver is built for one runner, from its settings, and must be safe
 // for concurrent use.
 type TxDriver[TX any] interface {
 	// Dialect classifies the failures of the whole transaction.
 	Dialect() dialects.Dialect
-	// BeginClaim begins a transaction and claims req in it (claim first).
-	// On Acquired it returns the open unit; on any other outcome (a
-	// replay, or an error) nothing is left open and the unit is nil. A
-	// failure to begin is reported as [TxRunner.Run] documents it (on
-	// SQLite, a busy timeout at BEGIN matches ledger.ErrInProgress).
-	BeginClaim(ctx context.Context, req ledger.ClaimRequest) (TxUnit[TX], *ledger.Claim, error)
+	// BeginClaim begins a transaction and claims req in it (claim first),
+	// calling began once the transaction has begun (see [Began]) and
+	// bounding the claim's lock waits with what it returns. On Acquired
+	// it returns the open unit; on any other outcome (a replay, or an
+	// error) nothing is left open and the unit is nil.
+	BeginClaim(ctx context.Context, began Began, req ledger.ClaimRequest) (TxUnit[TX], *ledger.Claim, error)
 	// Begin begins a transaction (claim at commit, whose work runs before
-	// the ledger is touched).
-	Begin(ctx context.Context) (TxUnit[TX], error)
+	// the ledger is touched), calling began as BeginClaim does; the unit's
+	// RecordCommit bounds the record's lock waits with what it returned.
+	Begin(ctx context.Context, began Began) (TxUnit[TX], error)
+	// Lookup reads the committed entry of id with the ledger (its
+	// Lookup) on a connection of the driver's pool, calling began once it
+	// holds that connection; the claim bound began returns is unused.
+	Lookup(ctx context.Context, began Began, id ledger.Identity) (*ledger.Entry, error)
 }
 
 // TxUnit is one attempt's open transaction, from a [TxDriver].
@@ -82,10 +89,11 @@ type TxUnit[TX any] interface {
 // package pgxledger's Runner one for pgx. Its Run behaves as [Runner.Run].
 // It holds no connection between calls and is safe for concurrent use.
 type TxRunner[TX any] struct {
-	drv TxDriver[TX]
-	d   dialects.Dialect
-	cfg config
-	obs *observer
+	drv      TxDriver[TX]
+	d        dialects.Dialect
+	cfg      config
+	obs      *observer
+	inflight inflight // the identities of the Runs in progress
 }
 
 // NewTxRunner returns a runner whose driver newDriver builds from the
@@ -139,6 +147,9 @@ func (r *TxRunner[TX]) run(ctx context.Context, req ledger.ClaimRequest, work Tx
 	if work == nil {
 		return RunResult{}, errors.New("txmiddleware: work must not be nil")
 	}
+	id := req.Identity.ID()
+	r.inflight.enter(id)
+	defer r.inflight.leave(id)
 	var (
 		out   RunResult
 		final *finalError // set once the work returned a final error
@@ -217,17 +228,26 @@ func (r *TxRunner[TX]) once(ctx context.Context, req ledger.ClaimRequest, work T
 	if fe != nil && r.cfg.afterFinalRollback != nil {
 		r.cfg.afterFinalRollback(ctx)
 	}
+	// The transaction lives in bctx, which the lock-wait bound's timer
+	// cancels only while the transaction has not begun. Deferred first, so
+	// that it runs once the unit has ended (the deferred rollback below).
+	bctx, b := r.bound(ctx)
+	defer b.end()
+	began, beganErr := r.began(ctx, req.Identity.ID(), b)
 	var (
 		u TxUnit[TX]
 		c *ledger.Claim
 	)
 	if r.cfg.atCommit {
-		if u, err = r.drv.Begin(ctx); err != nil {
+		if u, err = r.drv.Begin(bctx, began); err != nil {
 			return out, err
 		}
 	} else {
-		u, c, err = r.drv.BeginClaim(ctx, req)
+		u, c, err = r.drv.BeginClaim(bctx, began, req)
 		if err != nil {
+			if isBoundErr(err, beganErr()) {
+				return out, err // the bound passed, or BEGIN failed
+			}
 			if cerr := ctxErr(ctx, "claim", err); cerr != nil {
 				return out, cerr
 			}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	cryptorand "crypto/rand"
 	"database/sql"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -21,7 +23,6 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
 	"google.golang.org/grpc/status"
@@ -32,8 +33,10 @@ import (
 	"github.com/opledger/opledger/examples/payments"
 	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
+	"github.com/opledger/opledger/internal/answers"
 	"github.com/opledger/opledger/internal/faultproxy"
 	"github.com/opledger/opledger/internal/throwaway"
+	"github.com/opledger/opledger/internal/timeline"
 	"github.com/opledger/opledger/internal/wait"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/migrations"
@@ -61,6 +64,8 @@ type chaosSettings struct {
 	exe                          string
 	breakKeys                    bool
 	atCommit                     bool
+	failovers                    int
+	dir                          string // the run's temporary directory
 }
 
 // chaosReport is what one database's run measured. Its JSON names are
@@ -104,13 +109,38 @@ type chaosReport struct {
 	StartFailures       int            `json:"replica_start_failures"`
 	FailedBy            map[string]int `json:"failed_by,omitempty"`
 	ReplicaTrouble      []string       `json:"replica_trouble,omitempty"`
+	CutEvents           int64          `json:"proxy_cut_events"`
+
+	// The replicas' own record of the transfers they committed (their
+	// commit log), against the database after the run.
+	CommittedLost int `json:"committed_lost"`    // committed (the database said so), not in the database after the run
+	ExecutedTwice int `json:"executed_twice"`    // logical calls whose work committed more than once
+	AckLost       int `json:"acknowledged_lost"` // answered OK, its effect not in the database after the run
+
+	// Failover runs (--failover): the primary killed, the standby
+	// promoted, the old primary rejoined as the new standby.
+	Replication       string    `json:"replication,omitempty"` // sync, async, remote_apply, semisync
+	Driver            string    `json:"driver,omitempty"`
+	Failovers         int       `json:"failovers"`
+	FailoverWindowsMS []float64 `json:"failover_windows_ms,omitempty"` // from the kill to the first commit after it
+	PromoteMS         []float64 `json:"failover_promote_ms,omitempty"` // from the kill until the promotion was confirmed
+	RejoinMS          []float64 `json:"failover_rejoin_ms,omitempty"`  // the old primary's rewind and catch-up
+
+	timeline []timeline.Call  // the calls, for the picture
+	faults   []timeline.Fault // the faults, for the picture
 }
 
 // failed reports whether the run broke the promise: a duplicate, a loss,
 // a wrong answer, an ambiguous return that had deadline left, or an
-// outcome that never resolved.
+// outcome that never resolved; and, except after a failover to an
+// asynchronous standby, a commit lost or a call executed twice. After a
+// failover to a synchronous standby, any ambiguous return too. An
+// asynchronous failover's acknowledged-and-lost calls are the
+// replication's losses, counted but not a failure of the kit.
 func (r chaosReport) failed() bool {
-	return r.Duplicates > 0 || r.Lost > 0 || r.WrongAnswers > 0 || r.AmbiguousEarly > 0 || r.Unresolved > 0
+	strict := r.synchronousOrNone()
+	return r.Duplicates > 0 || r.Lost-r.replicationLoss() > 0 || r.WrongAnswers > 0 || r.AmbiguousEarly > 0 || r.Unresolved > 0 ||
+		strict && (r.CommittedLost > 0 || r.ExecutedTwice > 0) || strict && r.Failovers > 0 && r.Ambiguous > 0
 }
 
 // shortOf says how the run injected less than s asked for ("" when it
@@ -125,6 +155,9 @@ func (r chaosReport) shortOf(s chaosSettings) string {
 	}
 	if r.Cuts == 0 {
 		short = append(short, "no proxy cut")
+	}
+	if r.Failovers < s.failovers {
+		short = append(short, fmt.Sprintf("%d failovers, %d asked", r.Failovers, s.failovers))
 	}
 	if r.Calls < s.calls {
 		short = append(short, fmt.Sprintf("%d logical calls of %d (--duration ended the run)", r.Calls, s.calls))
@@ -149,13 +182,19 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	dsn := fs.String("dsn", "", "run on this database instead of throw-away ones (never restarted: every replica is taken down for 1s instead; the run's table and ledger entries are removed at the end; default 1000 calls)")
 	atCommit := fs.Bool("claim-at-commit", false, "the replicas claim Transfer at commit (grpcint.WithClaimAtCommit): the work runs first, the completed entry is inserted last")
 	breakKeys := fs.Bool("break-keys", false, "break the service on purpose: the replicas give every attempt a fresh idempotency key, so retries duplicate; the run must fail (a check of the check)")
-	strict := fs.Bool("strict", false, "also fail (exit 1) when a database cannot be started, or a run injected less than asked: fewer replica kills than --kills, fewer database restarts than --db-restarts (server databases), no proxy cut (CI)")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	strict := fs.Bool("strict", false, "also fail (exit 1) when a database cannot be started, or a run injected less than asked: fewer replica kills than --kills, fewer database restarts than --db-restarts (server databases), fewer failovers than --failovers, no proxy cut (CI)")
+	failover := fs.Bool("failover", false, "run on a throw-away primary and standby instead (postgres: streaming replication; mariadb: semi-synchronous or asynchronous replication): mid-run the primary is SIGKILLed and the standby promoted, then the old primary rejoins as the new standby; --failovers times, once for each --replication mode and --drivers driver")
+	replication := fs.String("replication", "sync,async", "with --failover: comma-separated replication modes: sync (postgres synchronous_commit = on; mariadb semi-synchronous, AFTER_SYNC), async, remote_apply (postgres only)")
+	drivers := fs.String("drivers", "pgx,pq", "with --failover on postgres: comma-separated drivers of the replicas (pgx, pq for lib/pq), each reaching the pair through a multi-host DSN")
+	failovers := fs.Int("failovers", 2, "with --failover: failovers per run (the second fails back to the rejoined old primary, and so on)")
+	streamDelay := fs.Duration("replication-delay", 10*time.Millisecond, "with --failover: the standby's replication stream goes through a loopback proxy that holds it this long each way (a standby in another zone): an asynchronous standby is this far behind, a synchronous primary waits twice this long for each COMMIT; 0 for plain loopback")
+	reportSVG := fs.String("report", "", "write a picture of each run to this SVG file (with several runs, the database's name is added before the extension)")
+	if code, stop := parseFlags(fs, args, stdout); stop {
+		return code
 	}
 	switch {
 	case fs.NArg() > 0:
-		return fail(stderr, "chaos", fmt.Errorf("unexpected argument %q", fs.Arg(0)))
+		return fail(stderr, "chaos", unexpectedArg(fs))
 	case *calls < 0 || *calls > 1_000_000:
 		return fail(stderr, "chaos", errors.New("--calls must be 0 to 1000000"))
 	case *replicas < 1 || *replicas > 16:
@@ -166,6 +205,10 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return fail(stderr, "chaos", errors.New("--duration and --call-timeout must be positive"))
 	case *kills < 0 || *commitKills < 0 || *restarts < 0 || *kills > 100 || *commitKills > 100 || *restarts > 10:
 		return fail(stderr, "chaos", errors.New("--kills and --commit-kills must be 0 to 100, --db-restarts 0 to 10"))
+	case *failovers < 1 || *failovers > 10:
+		return fail(stderr, "chaos", errors.New("--failovers must be 1 to 10"))
+	case *streamDelay < 0 || *streamDelay > 10*time.Second:
+		return fail(stderr, "chaos", errors.New("--replication-delay must be 0 to 10s"))
 	}
 	owner, err := policy.ParseRetryOwner(*ownerName)
 	if err != nil {
@@ -174,22 +217,9 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if owner != policy.OwnerApplication && owner != policy.OwnerServiceConfig {
 		return fail(stderr, "chaos", fmt.Errorf("--owner %s: chaos retries through application or service-config", owner))
 	}
-	names, explicit := chaosDatabases, false
-	if *dsn != "" {
-		if *dbs != "" {
-			return fail(stderr, "chaos", errors.New("--dsn and --databases exclude each other"))
-		}
-		names, explicit = []string{"dsn"}, true
-	}
-	if *dbs != "" {
-		names, explicit = nil, true
-		for _, n := range strings.Split(*dbs, ",") {
-			n = strings.TrimSpace(strings.ToLower(n))
-			if !slices.Contains(chaosDatabases, n) {
-				return fail(stderr, "chaos", fmt.Errorf("--databases: unknown %q (want %s)", n, strings.Join(chaosDatabases, ", ")))
-			}
-			names = append(names, n)
-		}
+	targets, explicit, err := chaosTargets(*dbs, *dsn, *failover, *replication, *drivers, *streamDelay)
+	if err != nil {
+		return fail(stderr, "chaos", err)
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -203,16 +233,25 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 
 	var reports []chaosReport
 	code := 0
-	for _, name := range names {
+	for _, tg := range targets {
+		name := tg.name
 		s := chaosSettings{calls: *calls, replicas: *replicas, concurrency: *concurrency, seed: *seed, duration: *duration,
 			callTimeout: *callTimeout, owner: owner, kills: *kills, commitKills: *commitKills, dbRestarts: *restarts,
-			proxyEvery: 700 * time.Millisecond, exe: exe, breakKeys: *breakKeys, atCommit: *atCommit}
+			proxyEvery: 700 * time.Millisecond, exe: exe, breakKeys: *breakKeys, atCommit: *atCommit, dir: dir}
 		if s.calls == 0 {
 			s.calls = chaosDefaultCalls[name]
 		}
+		if tg.failover {
+			// The failovers are the database's faults.
+			s.dbRestarts, s.failovers = 0, *failovers
+			if *calls == 0 {
+				s.calls = chaosFailoverCalls
+			}
+		}
 		serial := name == chaosSQLite
 		var db chaosDatabase
-		if *dsn != "" {
+		switch {
+		case *dsn != "":
 			g, err := newGivenDB(*dsn)
 			if err != nil {
 				return fail(stderr, "chaos", err)
@@ -220,10 +259,18 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			t, _ := parseDSN(*dsn)
 			serial = t.dialect != nil && dialects.TraitsOf(t.dialect).SerialWriters
 			db = g
-		} else {
-			fmt.Fprintf(stderr, "opledger chaos: %s: starting a throw-away database\n", name)
+		default:
+			what := "a throw-away database"
+			if tg.failover {
+				what = "a throw-away primary and standby (" + tg.mode + ")"
+			}
+			fmt.Fprintf(stderr, "opledger chaos: %s: starting %s\n", name, what)
 			sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-			db, err = startChaosDatabase(sctx, name, dir)
+			if tg.failover {
+				db, err = startFailoverDatabase(sctx, tg)
+			} else {
+				db, err = startChaosDatabase(sctx, name, dir)
+			}
 			cancel()
 		}
 		if s.concurrency == 0 {
@@ -239,13 +286,13 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		if err != nil {
 			return fail(stderr, "chaos", fmt.Errorf("%s: %w", name, err))
 		}
-		fmt.Fprintf(stderr, "opledger chaos: %s: %d logical calls over %d replicas, seed %d\n", name, s.calls, s.replicas, s.seed)
+		fmt.Fprintf(stderr, "opledger chaos: %s: %d logical calls over %d replicas, seed %d\n", db.label(), s.calls, s.replicas, s.seed)
 		rep, err := chaosRun(ctx, db, s, stderr)
 		if cerr := db.close(); err == nil && cerr != nil {
 			err = cerr
 		}
 		if err != nil {
-			return fail(stderr, "chaos", fmt.Errorf("%s: %w", name, err))
+			return fail(stderr, "chaos", fmt.Errorf("%s: %w", db.label(), err))
 		}
 		reports = append(reports, rep)
 		if rep.failed() {
@@ -254,6 +301,15 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		if short := rep.shortOf(s); *strict && short != "" {
 			fmt.Fprintf(stderr, "opledger chaos: %s: --strict: %s\n", rep.Database, short)
 			code = 1
+		}
+	}
+	if *reportSVG != "" {
+		written, err := writeReports(*reportSVG, reports)
+		if err != nil {
+			return fail(stderr, "chaos", err)
+		}
+		for _, p := range written {
+			fmt.Fprintf(stderr, "opledger chaos: wrote %s\n", p)
 		}
 	}
 	if *asJSON {
@@ -302,10 +358,18 @@ func printChaos(w io.Writer, reps []chaosReport) {
 	row("  resolved after the run", func(r chaosReport) any { return r.Reconciled })
 	row("unresolved (must be 0)", func(r chaosReport) any { return r.Unresolved })
 	row("duplicate effects (must be 0)", func(r chaosReport) any { return r.Duplicates })
-	row("lost effects (must be 0)", func(r chaosReport) any { return r.Lost })
+	row("lost effects (must be 0)", func(r chaosReport) any {
+		if n := r.replicationLoss(); n > 0 {
+			return fmt.Sprintf("%d (%d acknowledged and lost by the asynchronous standby)", r.Lost, n)
+		}
+		return r.Lost
+	})
 	row("  row without ledger entry", func(r chaosReport) any { return r.RowsNoLedger })
 	row("  ledger entry without row", func(r chaosReport) any { return r.LedgerNoRow })
 	row("wrong answers (must be 0)", func(r chaosReport) any { return r.WrongAnswers })
+	row("acknowledged and lost (0 but after an async failover)", func(r chaosReport) any { return r.AckLost })
+	row("committed and lost (0 but after an async failover)", func(r chaosReport) any { return r.CommittedLost })
+	row("executed twice (0 but after an async failover)", func(r chaosReport) any { return r.ExecutedTwice })
 	row("replicas killed", func(r chaosReport) any { return r.Killed })
 	row("  of which after COMMIT, before the answer", func(r chaosReport) any { return r.KilledAfterCommit })
 	row("replica restarts that failed (then retried)", func(r chaosReport) any { return r.StartFailures })
@@ -315,6 +379,12 @@ func printChaos(w io.Writer, reps []chaosReport) {
 		}
 		return r.DBRestarts
 	})
+	if slices.ContainsFunc(reps, func(r chaosReport) bool { return r.Replication != "" }) {
+		row("failovers (primary killed, standby promoted, old primary rejoined)", func(r chaosReport) any { return r.Failovers })
+		row("  window: kill → first commit", func(r chaosReport) any { return msList(r.FailoverWindowsMS) })
+		row("  kill → promotion confirmed (pg_ctl promote -w)", func(r chaosReport) any { return msList(r.PromoteMS) })
+		row("  rejoin (pg_rewind, catch-up)", func(r chaosReport) any { return msList(r.RejoinMS) })
+	}
 	row("proxy cuts (connections)", func(r chaosReport) any { return r.Cuts })
 	row("proxy blackholes", func(r chaosReport) any { return r.Blackholes })
 	row("amplification", func(r chaosReport) any { return fmt.Sprintf("%.2fx", r.Amplification) })
@@ -339,6 +409,22 @@ func printChaos(w io.Writer, reps []chaosReport) {
 	}
 }
 
+// msList writes milliseconds as "812ms, 1034ms" ("-" for none; "none" for
+// a window in which nothing committed).
+func msList(v []float64) string {
+	if len(v) == 0 {
+		return "-"
+	}
+	out := make([]string, len(v))
+	for i, x := range v {
+		out[i] = fmt.Sprintf("%.0fms", x)
+		if x < 0 {
+			out[i] = "none"
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
 // chaosCall is one logical call and what it returned.
 type chaosCall struct {
 	issued       bool
@@ -349,6 +435,10 @@ type chaosCall struct {
 	deadlineLeft bool          // returned with at least resolveTime of its deadline left
 	left         time.Duration // how much was left, when it failed
 	took         time.Duration
+	start        time.Time // when it was made
+	resolved     bool      // its answer came from a resolve request
+	replayed     bool      // its answer was a replay
+	ackLost      bool      // answered OK, and its effect is not in the database (chaosCheck)
 }
 
 // chaosRun runs one database's scenario: the replicas, the client, the
@@ -381,6 +471,11 @@ func chaosRun(ctx context.Context, db chaosDatabase, s chaosSettings, progress i
 	runID := time.Now().UnixNano() % 1_000_000_000
 	table := fmt.Sprintf("opledger_chaos_%d", runID)
 	caller := fmt.Sprintf("chaos-%d", runID)
+	// The replicas authenticate the client by a bearer token issued for
+	// this run (they are given its SHA-256, never the token) and take the
+	// caller from it (grpcint.CallerFromPrincipal): the ledger's entries
+	// are "principal:" and the caller.
+	token := cryptorand.Text()
 	if err := payments.CreateTable(ctx, direct, t.dialect, table); err != nil {
 		return rep, err
 	}
@@ -389,26 +484,35 @@ func chaosRun(ctx context.Context, db chaosDatabase, s chaosSettings, progress i
 	defer func() {
 		cctx := context.WithoutCancel(ctx)
 		_ = payments.DropTable(cctx, direct, t.dialect, table)
-		_, _ = direct.ExecContext(cctx, "DELETE FROM "+t.dialect.QuoteIdent(ledger.DefaultTable)+" WHERE caller = "+t.dialect.Placeholder(1), "header:"+caller)
+		_, _ = direct.ExecContext(cctx, "DELETE FROM "+t.dialect.QuoteIdent(ledger.DefaultTable)+" WHERE caller = "+t.dialect.Placeholder(1), "principal:"+caller)
 	}()
 	rng := rand.New(rand.NewPCG(s.seed, 0x5eed))
 
-	var dbProxy *faultproxy.Proxy
-	replicaDSN := db.replicaDSN("")
-	if a := db.addr(); a != "" {
-		if dbProxy, err = faultproxy.New(a); err != nil {
+	// A fault proxy between the replicas and each database server.
+	var dbProxies []*faultproxy.Proxy
+	var vias []string
+	for _, a := range db.addrs() {
+		p, err := faultproxy.New(a)
+		if err != nil {
 			return rep, err
 		}
-		defer dbProxy.Close()
-		replicaDSN = db.replicaDSN(dbProxy.Addr())
+		defer p.Close()
+		dbProxies, vias = append(dbProxies, p), append(vias, p.Addr())
 	}
+	replicaDSN := db.replicaDSN(vias)
+	fo, _ := db.(failoverDB)
+	if fo != nil {
+		rep.Replication, rep.Driver = fo.replication(), fo.driverName()
+	}
+	commitLog := filepath.Join(s.dir, "commits-"+fmt.Sprint(runID)+".log")
+	defer os.Remove(commitLog)
 	lockWait, maxConns := 2*time.Second, 16
 	if dialects.TraitsOf(t.dialect).SerialWriters {
 		lockWait, maxConns = 10*time.Second, 4
 	}
 	perReplica := max(s.calls/s.replicas, 2)
 	replicaArgs := []string{"--dsn", replicaDSN, "--table", table, "--lock-wait", lockWait.String(),
-		"--max-conns", fmt.Sprint(maxConns), "--driver", db.driver()}
+		"--max-conns", fmt.Sprint(maxConns), "--driver", db.driver(), "--caller", caller, "--token-sha256", payments.TokenDigest(token), "--commit-log", commitLog}
 	if s.breakKeys {
 		replicaArgs = append(replicaArgs, "--break-keys")
 	}
@@ -420,6 +524,14 @@ func chaosRun(ctx context.Context, db chaosDatabase, s chaosSettings, progress i
 		return rep, err
 	}
 	defer rs.close()
+	marks := &faultLog{}
+	rs.onKill = func(i int, afterCommit bool) {
+		if afterCommit {
+			marks.add(timeline.FaultCommitKill, time.Now(), time.Time{}, 0, fmt.Sprintf("replica %d killed itself after a COMMIT, before the answer", i))
+		} else {
+			marks.add(timeline.FaultReplicaKill, time.Now(), time.Time{}, 0, fmt.Sprintf("replica %d SIGKILLed", i))
+		}
+	}
 	if err := rs.start(ctx); err != nil {
 		return rep, err
 	}
@@ -453,8 +565,8 @@ func chaosRun(ctx context.Context, db chaosDatabase, s chaosSettings, progress i
 		state.Addresses = append(state.Addresses, resolver.Address{Addr: a})
 	}
 	res.InitialState(state)
-	conn, err := grpc.NewClient(res.Scheme()+":///replicas", append(dopts, grpc.WithResolvers(res),
-		grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithDefaultServiceConfig(sc),
+	conn, err := grpc.NewClient(res.Scheme()+":///replicas", append(dopts, grpc.WithResolvers(res), grpc.WithChainUnaryInterceptor(answers.Interceptor),
+		grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(payments.BearerToken(token)), grpc.WithDefaultServiceConfig(sc),
 		grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: 2 * time.Second,
 			Backoff: backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second}}))...)
 	if err != nil {
@@ -462,7 +574,6 @@ func chaosRun(ctx context.Context, db chaosDatabase, s chaosSettings, progress i
 	}
 	defer conn.Close()
 	pc := paymentspb.NewPaymentsClient(conn)
-	callerCtx := metadata.AppendToOutgoingContext(ctx, payments.CallerHeader, caller)
 
 	// The faults: the proxies' schedules, and kills and restarts at seeded
 	// points of the run's progress.
@@ -475,16 +586,22 @@ func chaosRun(ctx context.Context, db chaosDatabase, s chaosSettings, progress i
 		go func() {
 			defer faultsWG.Done()
 			_ = r.proxy.Run(fctx, faultproxy.Schedule{Seed: s.seed*131 + uint64(i), Every: s.proxyEvery, Cut: 2, Latency: 1, Blackhole: 1,
-				LatencyBy: 10 * time.Millisecond, LatencyFor: 300 * time.Millisecond, BlackholeFor: 150 * time.Millisecond})
+				LatencyBy: 10 * time.Millisecond, LatencyFor: 300 * time.Millisecond, BlackholeFor: 150 * time.Millisecond,
+				Observe: marks.observeProxy(r.proxy, fmt.Sprintf("client → replica %d", i), 300*time.Millisecond, 150*time.Millisecond)})
 		}()
 	}
-	if dbProxy != nil {
-		proxies = append(proxies, dbProxy)
+	for i, p := range dbProxies {
+		proxies = append(proxies, p)
 		faultsWG.Add(1)
+		where := "replicas → database"
+		if len(dbProxies) > 1 {
+			where = fmt.Sprintf("replicas → database node %d", i)
+		}
 		go func() {
 			defer faultsWG.Done()
-			_ = dbProxy.Run(fctx, faultproxy.Schedule{Seed: s.seed*131 + 97, Every: s.proxyEvery * 3 / 2, Cut: 3, Latency: 1, Blackhole: 1,
-				LatencyBy: 5 * time.Millisecond, LatencyFor: 300 * time.Millisecond, BlackholeFor: 200 * time.Millisecond})
+			_ = p.Run(fctx, faultproxy.Schedule{Seed: s.seed*131 + 97 + uint64(i), Every: s.proxyEvery * 3 / 2, Cut: 3, Latency: 1, Blackhole: 1,
+				LatencyBy: 5 * time.Millisecond, LatencyFor: 300 * time.Millisecond, BlackholeFor: 200 * time.Millisecond,
+				Observe: marks.observeProxy(p, where, 300*time.Millisecond, 200*time.Millisecond)})
 		}()
 	}
 	type event struct {
@@ -504,13 +621,14 @@ func chaosRun(ctx context.Context, db chaosDatabase, s chaosSettings, progress i
 
 	calls := make([]chaosCall, s.calls)
 	var next, done, started atomic.Int64
-	deadline := time.Now().Add(s.duration)
+	t0 := time.Now()
+	deadline := t0.Add(s.duration)
 	var outageCalls, outageAttempts atomic.Int64
-	var restartsDone atomic.Int64
+	var restartsDone, failoversDone atomic.Int64
 	var restartErr error
 	var restartMu sync.Mutex
 	var outageWG sync.WaitGroup
-	outage := func(do func() error) {
+	outage := func(count *atomic.Int64, do func() error) {
 		defer outageWG.Done()
 		// The window: from the kill until a second after the database
 		// (or the replicas) came back, time for the pools to reconnect.
@@ -530,7 +648,7 @@ func chaosRun(ctx context.Context, db chaosDatabase, s chaosSettings, progress i
 			restartMu.Unlock()
 			return
 		}
-		restartsDone.Add(1)
+		count.Add(1)
 	}
 	rep.OutageKind = "database restart"
 	if note := db.restartNote(); note != "" {
@@ -558,18 +676,83 @@ func chaosRun(ctx context.Context, db chaosDatabase, s chaosSettings, progress i
 				crash := restarts%2 == 0
 				restarts++
 				outageWG.Add(1)
-				go outage(func() error {
+				go outage(&restartsDone, func() error {
 					rctx, cancel := context.WithTimeout(ctx, time.Minute)
 					defer cancel()
-					return db.restart(rctx, crash)
+					at := time.Now()
+					err := db.restart(rctx, crash)
+					if crash {
+						marks.add(timeline.FaultDBCrash, at, time.Now(), 0, "database server SIGKILLed, then started: crash recovery")
+					} else {
+						marks.add(timeline.FaultDBRestart, at, time.Now(), 0, "database server stopped cleanly, then started")
+					}
+					return err
 				})
 			default:
 				outageWG.Add(1)
-				go outage(func() error {
-					rs.killAll(time.Second)
-					return wait.Sleep(ctx, time.Second)
+				go outage(&restartsDone, func() error {
+					at := time.Now()
+					n := rs.killAll(time.Second)
+					err := wait.Sleep(ctx, time.Second)
+					marks.add(timeline.FaultOutage, at, time.Now(), n, fmt.Sprintf("every replica (%d running) SIGKILLed, none back for 1s", n))
+					return err
 				})
 			}
+		}
+	}()
+	// The failovers, one after the other: each once its share of the
+	// calls is answered and the previous one's old primary has rejoined.
+	var fos []failoverTimes
+	failoversOver := make(chan struct{})
+	go func() {
+		defer close(failoversOver)
+		if fo == nil {
+			return
+		}
+		for k := range s.failovers {
+			at := 0.1 + 0.7*(float64(k)+0.5)/float64(s.failovers)
+			for float64(done.Load()) < at*float64(s.calls) {
+				if time.Now().After(deadline) || next.Load() >= int64(s.calls) && done.Load() >= int64(s.calls) {
+					return
+				}
+				if wait.Sleep(fctx, 5*time.Millisecond) != nil {
+					return
+				}
+			}
+			if done.Load() >= int64(s.calls) || time.Now().After(deadline) {
+				return // the calls are over (the previous rejoin took longer): nothing would see it
+			}
+			var ft failoverTimes
+			var promoted bool
+			outageWG.Add(1)
+			outage(&failoversDone, func() error {
+				rctx, cancel := context.WithTimeout(ctx, time.Minute)
+				defer cancel()
+				var err error
+				ft.killAt, ft.killed, ft.promoted, err = fo.failover(rctx)
+				promoted = err == nil
+				if promoted {
+					marks.add(timeline.FaultFailover, ft.killAt, ft.promoted, 0,
+						fmt.Sprintf("primary SIGKILLed; standby promoted after %.0fms", ms(ft.promoted.Sub(ft.killAt))))
+				}
+				return err
+			})
+			if !promoted {
+				return
+			}
+			rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+			r0 := time.Now()
+			err := fo.rejoin(rctx)
+			cancel()
+			ft.rejoinAt, ft.rejoined = r0, time.Now()
+			fos = append(fos, ft)
+			if err != nil {
+				restartMu.Lock()
+				restartErr = errors.Join(restartErr, fmt.Errorf("rejoin the old primary: %w", err))
+				restartMu.Unlock()
+				return
+			}
+			marks.add(timeline.FaultRejoin, r0, ft.rejoined, 0, fmt.Sprintf("old primary rewound and streaming as the standby after %.0fms", ms(ft.rejoined.Sub(r0))))
 		}
 	}()
 
@@ -584,13 +767,14 @@ func chaosRun(ctx context.Context, db chaosDatabase, s chaosSettings, progress i
 					return
 				}
 				started.Add(1)
-				calls[i] = chaosOne(callerCtx, pc, i, caller, s.callTimeout)
+				calls[i] = chaosOne(ctx, pc, i, caller, s.callTimeout)
 				done.Add(1)
 			}
 		}()
 	}
 	workers.Wait()
 	<-monitorDone
+	<-failoversOver
 	outageWG.Wait()
 	stopFaults()
 	faultsWG.Wait()
@@ -602,10 +786,14 @@ func chaosRun(ctx context.Context, db chaosDatabase, s chaosSettings, progress i
 	st := client.Stats()
 	rep.Attempts, rep.Replayed, rep.Resolved = st.Attempts, st.Replayed, st.Resolved
 	parentKills, commitKills, startFailures, trouble := rs.counts()
+	// The faults' marks with the counts: a replica that kills itself in
+	// the resolves below is neither.
+	rep.faults = marks.list(t0)
 	rep.Killed, rep.KilledAfterCommit, rep.StartFailures, rep.ReplicaTrouble = parentKills+commitKills, commitKills, startFailures, trouble
 	if db.restartNote() == "" {
 		rep.DBRestarts = int(restartsDone.Load())
 	}
+	rep.Failovers = int(failoversDone.Load())
 	rep.OutageCalls = outageCalls.Load()
 	if rep.OutageCalls > 0 {
 		rep.OutageAmplification = float64(outageAttempts.Load()) / float64(rep.OutageCalls)
@@ -613,6 +801,7 @@ func chaosRun(ctx context.Context, db chaosDatabase, s chaosSettings, progress i
 	for _, p := range proxies {
 		ps := p.Stats()
 		rep.Cuts += ps.Cuts
+		rep.CutEvents += ps.CutEvents
 		rep.Blackholes += ps.Blackholes
 	}
 	// Every replica back, no faults: resolve what did not return OK.
@@ -623,11 +812,25 @@ func chaosRun(ctx context.Context, db chaosDatabase, s chaosSettings, progress i
 		_, _, _, trouble := rs.counts()
 		return rep, fmt.Errorf("%w (%s)", err, strings.Join(trouble, "; "))
 	}
-	// The server stores the caller as grpcint.CallerFromTrustedHeader
+	commits, err := readCommitLog(commitLog)
+	if err != nil {
+		return rep, fmt.Errorf("the replicas' commit log: %w", err)
+	}
+	if fo != nil {
+		// The pool's connections went to the killed primary: a new one
+		// reaches the primary of now.
+		d2, _, err := openDB(ctx, db.directDSN())
+		if err != nil {
+			return rep, err
+		}
+		defer d2.Close()
+		direct = d2
+	}
+	// The server stores the caller as grpcint.CallerFromPrincipal
 	// names it.
-	if err := chaosCheck(ctx, &rep, calls, direct, t.dialect, table, "header:"+caller, func(c chaosCall) (*paymentspb.TransferReply, bool, error) {
+	if err := chaosCheck(ctx, &rep, calls, commits, direct, t.dialect, table, "principal:"+caller, func(c chaosCall) (*paymentspb.TransferReply, bool, error) {
 		var stored paymentspb.TransferReply
-		rctx, cancel := context.WithTimeout(callerCtx, s.callTimeout)
+		rctx, cancel := context.WithTimeout(ctx, s.callTimeout)
 		defer cancel()
 		err := grpcint.Resolve(rctx, conn, paymentspb.TransferMethod, c.key, &paymentspb.TransferRequest{}, &stored)
 		switch {
@@ -646,6 +849,17 @@ func chaosRun(ctx context.Context, db chaosDatabase, s chaosSettings, progress i
 	}
 	if rep.Calls > 0 {
 		rep.Amplification = float64(rep.Attempts) / float64(rep.Calls)
+	}
+	rep.FailoverWindowsMS = windows(fos, commits)
+	for _, ft := range fos {
+		rep.PromoteMS = append(rep.PromoteMS, ms(ft.promoted.Sub(ft.killAt)))
+		rep.RejoinMS = append(rep.RejoinMS, ms(ft.rejoined.Sub(ft.rejoinAt)))
+	}
+	for _, c := range calls {
+		if c.issued {
+			at := c.start.Sub(t0)
+			rep.timeline = append(rep.timeline, timeline.Call{Start: at, End: at + c.took, Outcome: c.outcome()})
+		}
 	}
 	rep.ElapsedS = time.Since(start).Seconds()
 	return rep, nil
@@ -681,11 +895,13 @@ func chaosOne(ctx context.Context, pc paymentspb.PaymentsClient, i int, caller s
 	req := &paymentspb.TransferRequest{FromAccount: fmt.Sprintf("acct-%d", i%17), ToAccount: fmt.Sprintf("acct-%d", 17+i%5),
 		AmountCents: int64(100 + i), Reference: ref}
 	c := chaosCall{issued: true, key: grpcint.NewKey(), ref: ref}
-	cctx, cancel := context.WithTimeout(grpcint.WithKey(ctx, c.key), timeout)
+	actx, tr := answers.With(grpcint.WithKey(ctx, c.key))
+	cctx, cancel := context.WithTimeout(actx, timeout)
 	defer cancel()
-	t0 := time.Now()
+	c.start = time.Now()
 	c.reply, c.err = pc.Transfer(cctx, req)
-	c.took = time.Since(t0)
+	c.took = time.Since(c.start)
+	c.resolved, c.replayed = tr.Answer()
 	if c.err != nil {
 		ci, ok := grpcint.CallInfoOf(c.err)
 		c.definite = ok && ci.Reason != grpcint.ReasonCallOutcomeUnknown
@@ -698,8 +914,9 @@ func chaosOne(ctx context.Context, pc paymentspb.PaymentsClient, i int, caller s
 }
 
 // chaosCheck resolves every call that did not return OK and compares the
-// calls, the business table and the ledger's entries of caller.
-func chaosCheck(ctx context.Context, rep *chaosReport, calls []chaosCall, db *sql.DB, d dialects.Dialect, table, caller string,
+// calls, the replicas' commit log, the business table and the ledger's
+// entries of caller.
+func chaosCheck(ctx context.Context, rep *chaosReport, calls []chaosCall, commits []commitRecord, db *sql.DB, d dialects.Dialect, table, caller string,
 	resolve func(chaosCall) (*paymentspb.TransferReply, bool, error)) error {
 	type row struct {
 		n  int
@@ -773,10 +990,30 @@ func chaosCheck(ctx context.Context, rep *chaosReport, calls []chaosCall, db *sq
 	}
 	rep.Lost += rep.LedgerNoRow + rep.RowsNoLedger
 
+	// The commit log: what the database acknowledged to the replicas.
+	ran := map[string]map[int64]bool{}
+	for _, c := range commits {
+		if ran[c.ref] == nil {
+			ran[c.ref] = map[int64]bool{}
+		}
+		if !ran[c.ref][c.id] {
+			ran[c.ref][c.id] = true
+			if byID[c.id] != c.ref {
+				rep.CommittedLost++
+			}
+		}
+	}
+	for _, ids := range ran {
+		if len(ids) > 1 {
+			rep.ExecutedTwice++
+		}
+	}
+
 	// The calls: the answer each returned against the table.
 	refs := map[string]bool{}
 	var took []time.Duration
-	for _, c := range calls {
+	for i := range calls {
+		c := calls[i]
 		if !c.issued {
 			continue
 		}
@@ -829,6 +1066,10 @@ func chaosCheck(ctx context.Context, rep *chaosReport, calls []chaosCall, db *sq
 		}
 		if got.n == 0 {
 			rep.Lost++ // an answer with no effect
+			if c.err == nil {
+				rep.AckLost++ // acknowledged to the client, and gone
+				calls[i].ackLost = true
+			}
 			continue
 		}
 		if reply.GetTransferId() != got.id || reply.GetReference() != c.ref {

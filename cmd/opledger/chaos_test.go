@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/opledger/opledger/examples/payments"
 	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/internal/throwaway"
+	"github.com/opledger/opledger/internal/timeline"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/migrations"
 )
@@ -58,6 +60,52 @@ func checkChaosReport(t *testing.T, r chaosReport, calls int) {
 	if r.Killed < 1 {
 		t.Errorf("%s: no replica killed: %+v", r.Database, r)
 	}
+	if r.AckLost+r.CommittedLost+r.ExecutedTwice != 0 {
+		t.Errorf("%s: %d acknowledged and lost, %d committed and lost, %d executed twice", r.Database, r.AckLost, r.CommittedLost, r.ExecutedTwice)
+	}
+}
+
+// checkReportSVG parses the picture of r's run (encoding/xml, through
+// timeline.ReadFaults) and finds every fault the report counts: each
+// replica kill, each kill after COMMIT, each database restart, failover
+// and rejoin, each cut and blackhole of the proxies.
+func checkReportSVG(t *testing.T, path string, r chaosReport) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	faults, err := timeline.ReadFaults(f)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	got := map[string]int{}
+	for _, x := range faults {
+		got[x.Kind]++
+	}
+	want := map[string]int{
+		timeline.FaultReplicaKill: r.Killed - r.KilledAfterCommit,
+		timeline.FaultCommitKill:  r.KilledAfterCommit,
+		timeline.FaultCut:         int(r.CutEvents),
+		timeline.FaultBlackhole:   int(r.Blackholes),
+		timeline.FaultFailover:    r.Failovers,
+		timeline.FaultRejoin:      r.Failovers,
+	}
+	if r.DBRestartNote == "" {
+		want["db restarts"] = r.DBRestarts
+		got["db restarts"] = got[timeline.FaultDBCrash] + got[timeline.FaultDBRestart]
+	} else if r.OutageCalls > 0 && got[timeline.FaultOutage] == 0 {
+		t.Errorf("%s: an outage (%d calls) without its marker", r.Database, r.OutageCalls)
+	}
+	for k, n := range want {
+		if got[k] != n {
+			t.Errorf("%s: %d %s markers in the picture, the report counts %d", r.Database, got[k], k, n)
+		}
+	}
+	if r.CutEvents == 0 || r.Killed == 0 {
+		t.Errorf("%s: a run without cuts (%d) or kills (%d)", r.Database, r.CutEvents, r.Killed)
+	}
 }
 
 // TestChaosSQLite runs the command at a small size on SQLite: three
@@ -65,12 +113,15 @@ func checkChaosReport(t *testing.T, r chaosReport, calls int) {
 // COMMIT, a total outage, proxy faults.
 func TestChaosSQLite(t *testing.T) {
 	t.Parallel()
-	code, reps, stderr := runChaosJSON(t, "--databases", "sqlite", "--calls", "300", "--kills", "1", "--commit-kills", "1", "--seed", "7")
+	svg := filepath.Join(t.TempDir(), "sqlite.svg")
+	code, reps, stderr := runChaosJSON(t, "--databases", "sqlite", "--calls", "300", "--kills", "1", "--commit-kills", "1", "--seed", "7",
+		"--report", svg)
 	if code != 0 || len(reps) != 1 {
 		t.Fatalf("exit %d, %d reports\n%s", code, len(reps), stderr)
 	}
 	r := reps[0]
 	checkChaosReport(t, r, 300)
+	checkReportSVG(t, svg, r)
 	if r.DBRestarts != 0 || r.DBRestartNote == "" || r.OutageCalls == 0 {
 		t.Errorf("sqlite: restarts %d (%q), outage calls %d", r.DBRestarts, r.DBRestartNote, r.OutageCalls)
 	}
@@ -95,18 +146,15 @@ func TestChaosClaimAtCommit(t *testing.T) {
 // replicas and the database.
 func TestChaosPostgres(t *testing.T) {
 	t.Parallel()
-	if !throwaway.PostgresInstalled() {
-		if os.Getenv("OPLEDGER_TEST_REQUIRE_DBS") == "1" {
-			t.Fatal("PostgreSQL's server binaries are not installed")
-		}
-		t.Skip("PostgreSQL's server binaries are not installed")
-	}
-	code, reps, stderr := runChaosJSON(t, "--databases", "postgres", "--calls", "1500", "--kills", "2", "--commit-kills", "1")
+	needPostgres(t)
+	svg := filepath.Join(t.TempDir(), "postgres.svg")
+	code, reps, stderr := runChaosJSON(t, "--databases", "postgres", "--calls", "1500", "--kills", "2", "--commit-kills", "1", "--report", svg)
 	if code != 0 || len(reps) != 1 {
 		t.Fatalf("exit %d, %d reports\n%s", code, len(reps), stderr)
 	}
 	r := reps[0]
 	checkChaosReport(t, r, 1500)
+	checkReportSVG(t, svg, r)
 	if r.DBRestarts != 1 || r.Cuts == 0 {
 		t.Errorf("postgres: %d restarts, %d cuts", r.DBRestarts, r.Cuts)
 	}
@@ -147,7 +195,7 @@ func TestChaosCheckFindsBreaches(t *testing.T) {
 	if _, err := m.Up(ctx); err != nil {
 		t.Fatal(err)
 	}
-	const table, caller = "chaos_check", "header:c"
+	const table, caller = "chaos_check", "principal:c"
 	if err := payments.CreateTable(ctx, db, tg.dialect, table); err != nil {
 		t.Fatal(err)
 	}
@@ -207,24 +255,56 @@ func TestChaosCheckFindsBreaches(t *testing.T) {
 		}
 		return nil, false, nil
 	}
+	// The replicas' commit log: "good" once (and its replay, not
+	// logged), "ambig" run twice (the first run's commit lost, as after
+	// an asynchronous failover), and a commit of "gone" that the
+	// database does not have.
+	commits := []commitRecord{{ref: "good", id: 1}, {ref: "ambig", id: 66}, {ref: "ambig", id: 6}, {ref: "gone", id: 77}, {ref: "good", id: 1}}
 	var rep chaosReport
-	if err := chaosCheck(ctx, &rep, calls, db, tg.dialect, table, caller, resolve); err != nil {
+	if err := chaosCheck(ctx, &rep, calls, commits, db, tg.dialect, table, caller, resolve); err != nil {
 		t.Fatal(err)
 	}
 	want := chaosReport{Calls: 6, Executed: 6, ReturnedOK: 4, Definite: 1, Ambiguous: 1, AmbiguousEarly: 1, Reconciled: 1,
 		Duplicates: 1, WrongAnswers: 1, RowsNoLedger: 2, LedgerNoRow: 1,
 		// rows without an entry (2) + the entry without a row (1) + the
 		// OK call with no effect (1) + the effect with no call (1)
-		Lost: 5}
+		Lost:    5,
+		AckLost: 1, // the OK call with no effect
+		// ambig's first run (66) and gone's (77) are not in the table
+		CommittedLost: 2, ExecutedTwice: 1}
 	rep.P50ms, rep.P99ms = 0, 0
 	if rep.Calls != want.Calls || rep.Executed != want.Executed || rep.ReturnedOK != want.ReturnedOK || rep.Definite != want.Definite ||
 		rep.Ambiguous != want.Ambiguous || rep.AmbiguousEarly != want.AmbiguousEarly || rep.Reconciled != want.Reconciled ||
 		rep.Duplicates != want.Duplicates || rep.WrongAnswers != want.WrongAnswers || rep.RowsNoLedger != want.RowsNoLedger ||
-		rep.LedgerNoRow != want.LedgerNoRow || rep.Lost != want.Lost {
+		rep.LedgerNoRow != want.LedgerNoRow || rep.Lost != want.Lost || rep.AckLost != want.AckLost ||
+		rep.CommittedLost != want.CommittedLost || rep.ExecutedTwice != want.ExecutedTwice {
 		t.Fatalf("check:\n got %+v\nwant %+v", rep, want)
+	}
+	if !calls[3].ackLost || calls[3].outcome() != timeline.AckLost || calls[0].outcome() != timeline.OK {
+		t.Errorf("the acknowledged and lost call: %+v", calls[3])
 	}
 	if !rep.failed() {
 		t.Fatal("a report with breaches did not fail")
+	}
+	// After a failover to an asynchronous standby, the acknowledged and
+	// lost calls, the lost commits and the second runs are the
+	// replication's, counted and not a failure; anything else still is.
+	async := chaosReport{Failovers: 1, Replication: "async", Lost: 3, AckLost: 3, CommittedLost: 4, ExecutedTwice: 1}
+	if async.failed() {
+		t.Errorf("an asynchronous failover's losses failed the run: %+v", async)
+	}
+	for _, r := range []chaosReport{
+		{Failovers: 1, Replication: "async", Lost: 4, AckLost: 3},
+		{Failovers: 1, Replication: "async", Duplicates: 1},
+		{Failovers: 1, Replication: "sync", Lost: 1, AckLost: 1},
+		{Failovers: 1, Replication: "sync", ExecutedTwice: 1},
+		{Failovers: 1, Replication: "sync", CommittedLost: 1},
+		{Failovers: 1, Replication: "remote_apply", Ambiguous: 1},
+		{CommittedLost: 1}, {ExecutedTwice: 1},
+	} {
+		if !r.failed() {
+			t.Errorf("did not fail: %+v", r)
+		}
 	}
 }
 
@@ -289,10 +369,10 @@ func TestGivenDBAddress(t *testing.T) {
 			t.Errorf("%s: %v", dsn, err)
 			continue
 		}
-		if g.addr() != want {
-			t.Errorf("%s: addr %q, want %q", dsn, g.addr(), want)
+		if got := strings.Join(g.addrs(), ","); got != want {
+			t.Errorf("%s: addrs %q, want %q", dsn, got, want)
 		}
-		if want != "" && g.replicaDSN("127.0.0.1:9") == dsn {
+		if want != "" && g.replicaDSN([]string{"127.0.0.1:9"}) == dsn {
 			t.Errorf("%s: the replicas' DSN does not go through the proxy", dsn)
 		}
 	}
@@ -317,5 +397,91 @@ func TestChaosGivenDSNThroughPgBouncer(t *testing.T) {
 	checkChaosReport(t, reps[0], 300)
 	if reps[0].Cuts == 0 {
 		t.Errorf("no cut between the replicas and PgBouncer: %+v", reps[0])
+	}
+}
+
+// TestChaosFailover runs the failover at CI size: a throw-away primary
+// and standby in each mode, with each Go driver, one failover (the
+// primary SIGKILLed mid-run, the standby promoted, the old primary
+// rewound and rejoined). Synchronous replication must show all zeros;
+// asynchronous must never duplicate an effect, and every loss it shows
+// must be one the standby explains (acknowledged, then lost with the
+// commit it never received).
+func TestChaosFailover(t *testing.T) {
+	t.Parallel()
+	needPostgres(t)
+	reps := chaosFailover(t, 4, "--databases", "postgres", "--replication", "sync,async", "--drivers", "pgx,pq", "--calls", "600")
+	drivers := map[string]int{}
+	for _, r := range reps {
+		drivers[r.Replication+" "+r.Driver]++
+	}
+	if len(drivers) != 4 || drivers["sync pgx"]+drivers["sync lib/pq"]+drivers["async pgx"]+drivers["async lib/pq"] != 4 {
+		t.Errorf("runs: %v", drivers)
+	}
+}
+
+// TestChaosFailoverMariaDB runs the failover at CI size on a throw-away
+// MariaDB primary and replica: semi-synchronous replication
+// (AFTER_SYNC) must show all zeros, asynchronous must never duplicate.
+func TestChaosFailoverMariaDB(t *testing.T) {
+	t.Parallel()
+	if !throwaway.MariaDBInstalled() {
+		if os.Getenv("OPLEDGER_TEST_REQUIRE_DBS") == "1" {
+			t.Fatal("MariaDB's server binaries are not installed")
+		}
+		t.Skip("MariaDB's server binaries are not installed")
+	}
+	reps := chaosFailover(t, 2, "--databases", "mariadb", "--replication", "sync,async", "--calls", "400")
+	if reps[0].Replication != "semisync" || reps[1].Replication != "async" || reps[0].Driver != "go-sql-driver/mysql" {
+		t.Errorf("runs: %s %s, %s", reps[0].Replication, reps[0].Driver, reps[1].Replication)
+	}
+}
+
+// chaosFailover runs `opledger chaos --failover` with one failover per
+// run, one replica kill and one kill after COMMIT, and checks each of the
+// n reports and its picture.
+func chaosFailover(t *testing.T, n int, args ...string) []chaosReport {
+	t.Helper()
+	svg := filepath.Join(t.TempDir(), "failover.svg")
+	code, reps, stderr := runChaosJSON(t, append([]string{"--failover", "--failovers", "1", "--kills", "1", "--commit-kills", "1",
+		"--report", svg, "--strict"}, args...)...)
+	if code != 0 || len(reps) != n {
+		t.Fatalf("exit %d, %d reports\n%s", code, len(reps), stderr)
+	}
+	for _, r := range reps {
+		if r.Failovers != 1 || len(r.FailoverWindowsMS) != 1 || r.FailoverWindowsMS[0] <= 0 || len(r.PromoteMS) != 1 || len(r.RejoinMS) != 1 {
+			t.Errorf("%s: %d failovers, windows %v, promotions %v, rejoins %v", r.Database, r.Failovers, r.FailoverWindowsMS, r.PromoteMS, r.RejoinMS)
+		}
+		if r.Calls != reps[0].Calls || r.ReturnedOK+r.Definite+r.Ambiguous != r.Calls || r.Duplicates != 0 || r.WrongAnswers != 0 ||
+			r.Unresolved != 0 || r.AmbiguousEarly != 0 || r.RowsNoLedger != 0 || r.LedgerNoRow != 0 {
+			t.Errorf("%s: %+v", r.Database, r)
+		}
+		switch r.Replication {
+		case "sync", "semisync":
+			if r.Lost+r.AckLost+r.CommittedLost+r.ExecutedTwice+r.Ambiguous != 0 {
+				t.Errorf("%s: synchronous replication must show all zeros: %d lost, %d acknowledged and lost, %d committed and lost, %d executed twice, %d ambiguous",
+					r.Database, r.Lost, r.AckLost, r.CommittedLost, r.ExecutedTwice, r.Ambiguous)
+			}
+		case "async":
+			if r.Lost != r.AckLost || r.Executed+r.AckLost < r.Calls-r.Definite-r.Ambiguous {
+				t.Errorf("%s: %d lost, %d of them acknowledged and lost; %d rows for %d calls", r.Database, r.Lost, r.AckLost, r.Executed, r.Calls)
+			}
+		default:
+			t.Errorf("%s: replication %q", r.Database, r.Replication)
+		}
+		checkReportSVG(t, strings.TrimSuffix(svg, ".svg")+"-"+slug(r.Database)+".svg", r)
+	}
+	return reps
+}
+
+// needPostgres skips t without PostgreSQL's server binaries, or fails it
+// when OPLEDGER_TEST_REQUIRE_DBS=1.
+func needPostgres(t *testing.T) {
+	t.Helper()
+	if !throwaway.PostgresInstalled() {
+		if os.Getenv("OPLEDGER_TEST_REQUIRE_DBS") == "1" {
+			t.Fatal("PostgreSQL's server binaries are not installed")
+		}
+		t.Skip("PostgreSQL's server binaries are not installed")
 	}
 }

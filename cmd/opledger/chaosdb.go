@@ -32,11 +32,12 @@ type chaosDatabase interface {
 	// migrations (which PgBouncer's transaction pooling refuses) and the
 	// checks at the end.
 	directDSN() string
-	// addr is the TCP address the replicas reach, "" without a server.
-	addr() string
-	// replicaDSN is the DSN of the replicas, reaching addr() through the
-	// proxy at via.
-	replicaDSN(via string) string
+	// addrs are the TCP addresses the replicas reach, none without a
+	// server (two for a primary and its standby).
+	addrs() []string
+	// replicaDSN is the DSN of the replicas, reaching addrs() through the
+	// proxies at via (one for each, in order; none without a server).
+	replicaDSN(via []string) string
 	// driver is the replicas' --driver ("" or "pq").
 	driver() string
 	// restart restarts the database server, with SIGKILL (crash) or
@@ -119,10 +120,10 @@ func (s *serverDB) directDSN() string {
 	return s.srv.DSN()
 }
 
-func (s *serverDB) addr() string { return s.srv.Addr() }
+func (s *serverDB) addrs() []string { return []string{s.srv.Addr()} }
 
-func (s *serverDB) replicaDSN(via string) string {
-	return strings.Replace(s.srv.DSN(), s.srv.Addr(), via, 1) + s.params
+func (s *serverDB) replicaDSN(via []string) string {
+	return strings.Replace(s.srv.DSN(), s.srv.Addr(), via[0], 1) + s.params
 }
 
 // restart kills the database server with SIGKILL and starts it again
@@ -151,9 +152,9 @@ type sqliteDB struct{ path string }
 
 func (s sqliteDB) label() string                       { return "sqlite" }
 func (s sqliteDB) directDSN() string                   { return "sqlite:" + s.path }
-func (s sqliteDB) addr() string                        { return "" }
+func (s sqliteDB) addrs() []string                     { return nil }
 func (s sqliteDB) driver() string                      { return "" }
-func (s sqliteDB) replicaDSN(string) string            { return s.directDSN() }
+func (s sqliteDB) replicaDSN([]string) string          { return s.directDSN() }
 func (s sqliteDB) restart(context.Context, bool) error { return errNoServer }
 func (s sqliteDB) restartNote() string                 { return "SQLite has no server" }
 func (s sqliteDB) close() error {
@@ -201,13 +202,18 @@ func newGivenDB(dsn string) (*givenDB, error) {
 
 func (g *givenDB) label() string     { return g.display }
 func (g *givenDB) directDSN() string { return g.dsn }
-func (g *givenDB) addr() string      { return g.host }
-func (g *givenDB) driver() string    { return "" }
-func (g *givenDB) replicaDSN(via string) string {
-	if via == "" || g.host == "" {
+func (g *givenDB) addrs() []string {
+	if g.host == "" {
+		return nil
+	}
+	return []string{g.host}
+}
+func (g *givenDB) driver() string { return "" }
+func (g *givenDB) replicaDSN(via []string) string {
+	if len(via) == 0 || g.host == "" {
 		return g.dsn
 	}
-	return strings.Replace(g.dsn, g.host, via, 1)
+	return strings.Replace(g.dsn, g.host, via[0], 1)
 }
 func (g *givenDB) restart(context.Context, bool) error { return errNoServer }
 func (g *givenDB) restartNote() string                 { return "given with --dsn: never restarted" }

@@ -47,11 +47,20 @@ func runChaosReplica(ctx context.Context, args []string, stdout, stderr io.Write
 	driver := fs.String("driver", "", "pq: open a postgres:// DSN with lib/pq instead of pgx")
 	atCommit := fs.Bool("claim-at-commit", false, "claim Transfer at commit (grpcint.WithClaimAtCommit)")
 	breakKeys := fs.Bool("break-keys", false, "replace every request's idempotency key with a fresh one (a broken service: the run must find duplicates)")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	commitLog := fs.String("commit-log", "", "append a line (unix nanoseconds, reference, transfer id) to this file for every Transfer whose handler ran and committed, before the answer")
+	caller := fs.String("caller", "", "the principal of the one client the replica accepts")
+	tokenSum := fs.String("token-sha256", "", "the hex SHA-256 of that client's bearer token (the token itself is never on the command line)")
+	if code, stop := parseFlags(fs, args, stdout); stop {
+		return code
 	}
 	if *dsn == "" || fs.NArg() > 0 {
 		return fail(stderr, chaosReplicaCommand, errors.New("--dsn is required and there are no arguments"))
+	}
+	// The caller comes from the client's token, checked before the kit's
+	// interceptor: a client cannot name another caller.
+	tokens := payments.NewTokens()
+	if err := tokens.Allow(*tokenSum, *caller); err != nil {
+		return fail(stderr, chaosReplicaCommand, fmt.Errorf("--caller and --token-sha256: %w", err))
 	}
 	db, t, err := openReplicaDB(ctx, *dsn, *driver)
 	if err != nil {
@@ -76,16 +85,28 @@ func runChaosReplica(ctx context.Context, args []string, stdout, stderr io.Write
 	if *atCommit {
 		opts = append(opts, grpcint.WithClaimAtCommit(paymentspb.TransferMethod))
 	}
-	kit, err := grpcint.NewServer(db, store, cat, grpcint.CallerFromTrustedHeader(payments.CallerHeader), opts...)
+	kit, err := grpcint.NewServer(db, store, cat, grpcint.CallerFromPrincipal(payments.Principal), opts...)
 	if err != nil {
 		return fail(stderr, chaosReplicaCommand, err)
 	}
-	chain := []grpc.UnaryServerInterceptor{dieAfterCommit(*dieAfter)}
+	var logf *os.File
+	if *commitLog != "" {
+		if logf, err = os.OpenFile(*commitLog, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644); err != nil {
+			return fail(stderr, chaosReplicaCommand, err)
+		}
+		defer logf.Close()
+	}
+	chain := []grpc.UnaryServerInterceptor{afterCommit(*dieAfter, logf), tokens.UnaryServerInterceptor()}
 	if *breakKeys {
 		chain = append(chain, freshKeys)
 	}
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(append(chain, kit.UnaryServerInterceptor())...))
+	chain = append(chain, kit.UnaryServerInterceptor(), markExecuted)
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(chain...),
+		grpc.ChainStreamInterceptor(kit.StreamServerInterceptor()))
 	paymentspb.RegisterPaymentsServer(srv, svc)
+	if err := kit.CheckRegistered(srv); err != nil {
+		return fail(stderr, chaosReplicaCommand, err)
+	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return fail(stderr, chaosReplicaCommand, err)
@@ -140,18 +161,56 @@ func freshKeys(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler gr
 	return handler(metadata.NewIncomingContext(ctx, md), req)
 }
 
-// dieAfterCommit returns the outermost server interceptor of a replica:
-// it counts successful Transfer answers, which the kit's interceptor
-// inside it returns only after the transaction committed, and SIGKILLs the
-// process at the n-th, before the answer leaves.
-func dieAfterCommit(n int) grpc.UnaryServerInterceptor {
+// afterCommit returns the outermost server interceptor of a replica. The
+// kit's interceptor inside it returns a successful Transfer only after
+// its transaction committed. When log is not nil, a Transfer whose
+// handler ran (markExecuted: not a replay) is written to it, one line of
+// unix nanoseconds, reference and transfer id, in one write(2) before the
+// answer leaves: the parent's record of what the database acknowledged,
+// which a failover to an asynchronous standby may lose. The n-th
+// successful Transfer (n > 0) then SIGKILLs the process, before the
+// answer.
+func afterCommit(n int, log *os.File) grpc.UnaryServerInterceptor {
 	var done atomic.Int64
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		resp, err := handler(ctx, req)
-		if n > 0 && err == nil && info.FullMethod == paymentspb.TransferMethod && done.Add(1) == int64(n) {
+		if info.FullMethod != paymentspb.TransferMethod {
+			return handler(ctx, req)
+		}
+		ran := new(executedTransfer)
+		resp, err := handler(context.WithValue(ctx, executedKey{}, ran), req)
+		if err != nil {
+			return resp, err
+		}
+		// The response is the last run's, unless that run rolled back
+		// and the kit then replayed another attempt's answer.
+		if r, ok := resp.(*paymentspb.TransferReply); log != nil && ok && ran.id != 0 && r.GetTransferId() == ran.id {
+			_, _ = fmt.Fprintf(log, "%d %s %d\n", time.Now().UnixNano(), ran.ref, ran.id)
+		}
+		if n > 0 && done.Add(1) == int64(n) {
 			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 			select {} // the signal is on its way; nothing more leaves this process
 		}
 		return resp, err
 	}
+}
+
+type executedKey struct{}
+
+// executedTransfer is the transfer the handler returned on its last run
+// (the one the kit committed, when the call succeeds).
+type executedTransfer struct {
+	ref string
+	id  int64
+}
+
+// markExecuted is the innermost server interceptor: it notes the transfer
+// of each handler run for afterCommit (a replay runs no handler).
+func markExecuted(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	resp, err := handler(ctx, req)
+	if ran, ok := ctx.Value(executedKey{}).(*executedTransfer); ok && err == nil {
+		if r, ok := resp.(*paymentspb.TransferReply); ok {
+			ran.ref, ran.id = r.GetReference(), r.GetTransferId()
+		}
+	}
+	return resp, err
 }

@@ -33,6 +33,10 @@ type replicaSet struct {
 	dieLo    int
 	dieHi    int
 	replicas []*replica
+	// onKill, when set, is called (with rs.mu held) for every replica
+	// exit the counters count as a kill: by the run (afterCommit false)
+	// or by the replica itself after a COMMIT.
+	onKill func(replica int, afterCommit bool)
 
 	mu           sync.Mutex
 	pendingDies  int // self-kills after commit still to hand out
@@ -179,8 +183,14 @@ func (rs *replicaSet) exitedOne(ctx context.Context, r *replica, cmd *exec.Cmd, 
 		if die > 0 {
 			rs.pendingDies++ // its self-kill did not come: the next start gets it
 		}
+		if rs.onKill != nil {
+			rs.onKill(r.i, false)
+		}
 	case killed && die > 0:
 		rs.commitKills++
+		if rs.onKill != nil {
+			rs.onKill(r.i, true)
+		}
 	default:
 		// Not ours: a replica that failed to start (the database was
 		// down: it pings first) or crashed.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -62,21 +61,21 @@ type conformanceCase struct {
 // runConformance implements "opledger conformance".
 func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("conformance", stderr)
-	fs.Usage = func() { io.WriteString(stderr, conformanceUsage) }
+	fs.Usage = func() {
+		io.WriteString(fs.Output(), conformanceUsage+"\nflags:\n")
+		fs.PrintDefaults()
+	}
 	dsn := fs.String("dsn", "", "database (default $OPLEDGER_DSN, else a temporary SQLite file)")
 	concurrency := fs.Int("concurrency", conformance.DefaultConcurrency, "claimants racing on one key")
 	keys := fs.Int("keys", conformance.DefaultKeys, "keys the herd runs over (other cases use a fraction)")
 	cases := fs.String("cases", "", "comma-separated case names to run (default all)")
 	asJSON := fs.Bool("json", false, "print one JSON report instead of a table")
 	atCommit := fs.Bool("at-commit", false, "run the units claim at commit (business write, then Record)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, stop := parseFlags(fs, args, stdout); stop {
+		return code
 	}
 	if fs.NArg() > 0 {
-		return fail(stderr, "conformance", fmt.Errorf("unexpected argument %q", fs.Arg(0)))
+		return fail(stderr, "conformance", unexpectedArg(fs))
 	}
 	if *concurrency < 2 {
 		return fail(stderr, "conformance", fmt.Errorf("--concurrency must be at least 2, not %d", *concurrency))
@@ -137,11 +136,19 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 	if *atCommit {
 		target = target.AtCommit()
 	}
+	return checkConformance(ctx, target, opts, *asJSON, stdout, stderr)
+}
+
+// checkConformance runs the suite on target and reports it: exit 2 with
+// the message on stderr for a set-up error (the probes before the cases,
+// or no case able to set up), else the summary or the JSON report and
+// conformanceExit's code.
+func checkConformance(ctx context.Context, target conformance.Target, opts []conformance.Option, asJSON bool, stdout, stderr io.Writer) int {
 	rep := conformance.Check(ctx, target, opts...)
 	if msg, ok := setupFailure(rep); ok {
 		return fail(stderr, "conformance", errors.New(msg))
 	}
-	if *asJSON {
+	if asJSON {
 		if err := writeConformanceJSON(stdout, rep); err != nil {
 			return fail(stderr, "conformance", err)
 		}

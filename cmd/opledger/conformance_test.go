@@ -3,13 +3,17 @@ package main
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/opledger/opledger/conformance"
+	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/dialects/sqlite"
 	"github.com/opledger/opledger/internal/testdb"
 )
 
@@ -178,6 +182,37 @@ func TestConformancePostgres(t *testing.T) {
 	for _, want := range []string{"herd/serializable", "snapshot/repeatable_read", "ErrRetryable (serialization failure)", "ErrInProgress", "connection killed", "PASS: 7 passed, 0 failed, 0 skipped"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// optimisticSQLite is SQLite with the TiDB dialect's refusal of an
+// optimistic transaction: what `opledger conformance` meets on TiDB with
+// tidb_txn_mode = 'optimistic' behind a DSN that does not set it.
+type optimisticSQLite struct{ sqlite.Dialect }
+
+func (optimisticSQLite) CheckTx(context.Context, *sql.Tx) error {
+	return fmt.Errorf("%w: TiDB runs this transaction optimistically (tidb_txn_mode = \"optimistic\"), checking the ledger's unique key only at COMMIT; set tidb_txn_mode = 'pessimistic'", dialects.ErrUnsuitableTx)
+}
+
+// TestConformanceOptimisticIsSetUp: a target whose transaction check
+// refuses is a set-up error: exit 2, one line on stderr that starts with
+// "set-up:" and names the setting, and no case reported (it was 23 failed
+// cases on TiDB).
+func TestConformanceOptimisticIsSetUp(t *testing.T) {
+	db, err := sql.Open("sqlite3", sqlite.DSN(filepath.Join(t.TempDir(), "opt.db"), 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, asJSON := range []bool{false, true} {
+		var out, errb bytes.Buffer
+		code := checkConformance(context.Background(), conformance.StoreTarget("tidb://root@127.0.0.1:4000/test", db, optimisticSQLite{}), nil, asJSON, &out, &errb)
+		errs := errb.String()
+		if code != 2 || out.Len() != 0 || strings.Count(errs, "\n") != 1 ||
+			!strings.HasPrefix(errs, "opledger conformance: set-up: the database's transactions are unsuitable for the ledger") ||
+			!strings.Contains(errs, "tidb_txn_mode = 'pessimistic'") {
+			t.Errorf("json %v: exit %d, stdout %q, stderr %q; want 2 and the set-up line", asJSON, code, out.String(), errs)
 		}
 	}
 }

@@ -23,7 +23,7 @@ func init() {
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("demo", stderr)
-	dsn := fs.String("dsn", "", "database for the ledger and the example's table (default: a SQLite file in a temporary directory)")
+	dsn := fs.String("dsn", "", "database for the ledger and the example's table (default $OPLEDGER_DSN, else a SQLite file in a temporary directory)")
 	calls := fs.Int("calls", 1000, "logical transfers in the faulty phase")
 	loss := fs.Float64("loss", 0.3, "probability that an answer is lost after the server committed (a third each: on the server, after the response headers, after the whole response)")
 	outage := fs.Int("outage-calls", 200, "logical transfers during the total outage (0 skips it)")
@@ -31,13 +31,14 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	ownerName := fs.String("owner", "application", "retry owner of the client's channel: application or service-config (grpc-go's own retries; gRPC only)")
 	transport := fs.String("transport", payments.TransportGRPC, "grpc (the gRPC Transfer through grpcint) or http (POST /transfers through httpint)")
 	chain := fs.Bool("chain", false, "every transfer calls the ledger-backed fraud check service (faults on that hop too, 10% of the transfers' transactions failed after the check) and emits TransferCompleted through the outbox (gRPC only)")
-	to := fs.String("to", "", "with --chain: publish the events to NATS JetStream (nats://host:port, stream OPLEDGER_DEMO) instead of an in-memory broker")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	to := fs.String("to", "", "with --chain: publish the events to NATS JetStream (nats://host:port, or a comma-separated list of servers; stream OPLEDGER_DEMO) instead of an in-memory broker")
+	report := fs.String("report", "", "write a picture of the run to this SVG file")
+	if code, stop := parseFlags(fs, args, stdout); stop {
+		return code
 	}
 	switch {
 	case fs.NArg() > 0:
-		return fail(stderr, "demo", fmt.Errorf("unexpected argument %q", fs.Arg(0)))
+		return fail(stderr, "demo", unexpectedArg(fs))
 	case *calls < 1 || *calls > 1_000_000:
 		return fail(stderr, "demo", errors.New("--calls must be 1 to 1000000"))
 	case !(*loss >= 0 && *loss < 1):
@@ -66,8 +67,16 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	default:
 		return fail(stderr, "demo", fmt.Errorf("--transport %q: want grpc or http", *transport))
 	}
-	if *to != "" && !*chain {
-		return fail(stderr, "demo", errors.New("--to needs --chain"))
+	var servers *natsServers
+	if *to != "" {
+		if !*chain {
+			return fail(stderr, "demo", errors.New("--to needs --chain"))
+		}
+		ns, err := parseNATSServers(*to)
+		if err != nil {
+			return fail(stderr, "demo", err)
+		}
+		servers = &ns
 	}
 	dir, err := os.MkdirTemp("", "opledger-demo-")
 	if err != nil {
@@ -75,6 +84,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	defer os.RemoveAll(dir)
 	d := *dsn
+	if d == "" {
+		d = os.Getenv("OPLEDGER_DSN")
+	}
 	if d == "" {
 		d = "sqlite:" + filepath.Join(dir, "demo.db")
 	}
@@ -123,19 +135,35 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "opledger demo: %d transfers on %s, loopback %s, retries owned by %s; %.0f%% of answers lost after commit (on the server, after the headers, after the response), 5%% failed before send, 5%% delayed; then %d transfers in a total outage\n",
 		*calls, t.display, map[string]string{payments.TransportGRPC: "gRPC", payments.TransportHTTP: "HTTP"}[*transport], owner, *loss*100, *outage)
 	if *chain {
-		stop, err := setUpChain(ctx, &sc, d, dir, t, run, *to, *loss)
+		stop, err := setUpChain(ctx, &sc, d, dir, t, run, *to, servers, *loss)
 		if err != nil {
 			return fail(stderr, "demo", err)
 		}
 		defer stop()
-		fmt.Fprintf(stdout, "chain: every transfer calls the fraud check service (its own ledger; the same faults on that hop) with the key derived from the transfer; 10%% of the transfers' transactions fail after the check committed; every transfer emits TransferCompleted through the outbox, relayed to %s\n", eventsTarget(*to))
+		fmt.Fprintf(stdout, "chain: every transfer calls the fraud check service (its own ledger; the same faults on that hop) with the key derived from the transfer; 10%% of the transfers' transactions fail after the check committed; every transfer emits TransferCompleted through the outbox, relayed to %s\n", eventsTarget(servers))
 	}
 	fmt.Fprintln(stdout)
+	var rec *demoRecorder
+	if *report != "" {
+		rec = newDemoRecorder()
+		sc.OnEvent = rec.add
+	}
 	rep, err := sc.Run(ctx)
 	if err != nil {
 		return fail(stderr, "demo", err)
 	}
 	rep.Print(stdout)
+	if rec != nil {
+		where := t.display
+		if *dsn == "" {
+			where = "SQLite (a temporary file)"
+		}
+		if err := rec.write(*report, "opledger demo on "+where, fmt.Sprintf("%d transfers over %s, retries owned by %s, %.0f%% of answers lost after commit, then %d in a total outage",
+			*calls, *transport, owner, *loss*100, *outage), rep); err != nil {
+			return fail(stderr, "demo", err)
+		}
+		fmt.Fprintf(stderr, "opledger demo: wrote %s\n", *report)
+	}
 	points, err := kitMetrics.Collect(ctx)
 	if err != nil {
 		return fail(stderr, "demo", err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -22,11 +23,31 @@ func TestDemo(t *testing.T) {
 		}
 	}
 	// The metrics are the run's: the server's executions as the SDK read
-	// them equal the report's.
-	executed := regexp.MustCompile(`(?m)^\s*executed\s+(\d+)\s*$`).FindStringSubmatch(out.String())
-	metric := regexp.MustCompile(`(?m)^\s*opledger\.server\.calls\s+executed\s+-\s+(\d+)\s*$`).FindStringSubmatch(out.String())
-	if executed == nil || metric == nil || executed[1] != metric[1] {
-		t.Errorf("report's executed %v, opledger.server.calls executed %v; want equal:\n%s", executed, metric, out.String())
+	// them equal the report's, and its replays are the report's two rows
+	// of them, before and during the resends: no row names one thing with
+	// two numbers.
+	num := func(re string) int {
+		t.Helper()
+		m := regexp.MustCompile(re).FindStringSubmatch(out.String())
+		if m == nil {
+			t.Fatalf("output lacks %q:\n%s", re, out.String())
+		}
+		n, err := strconv.Atoi(m[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	executed := num(`(?m)^\s*both phases: executed by the server\s+(\d+)\s*$`)
+	replayed := num(`(?m)^\s*both phases: replayed by the server\s+(\d+)\s*$`)
+	resent := num(`(?m)^\s*resends: answered calls sent again\s+(\d+)\s*$`)
+	resendReplayed := num(`(?m)^\s*resends: replayed by the server\s+(\d+)\s*$`)
+	if m := num(`(?m)^\s*opledger\.server\.calls\s+executed\s+-\s+(\d+)\s*$`); m != executed {
+		t.Errorf("report's executed %d, opledger.server.calls executed %d; want equal:\n%s", executed, m, out.String())
+	}
+	if m := num(`(?m)^\s*opledger\.server\.calls\s+replayed\s+-\s+(\d+)\s*$`); m != replayed+resendReplayed || resent == 0 || resendReplayed != resent {
+		t.Errorf("report's replays %d before and %d during %d resends, opledger.server.calls replayed %d; want the sum, and every resend replayed:\n%s",
+			replayed, resendReplayed, resent, m, out.String())
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"path/filepath"
 	"sync"
 	"time"
@@ -24,21 +23,20 @@ import (
 // demoStream is the JetStream stream `demo --chain --to` publishes to.
 const demoStream = "OPLEDGER_DEMO"
 
-func eventsTarget(to string) string {
-	if to == "" {
+// eventsTarget names where the demo's events go: servers (none: the
+// in-memory broker), with every credential masked.
+func eventsTarget(servers *natsServers) string {
+	if servers == nil {
 		return "an in-memory broker that drops repeated message ids"
 	}
-	if u, err := url.Parse(to); err == nil {
-		return u.Redacted() + " (JetStream stream " + demoStream + ")"
-	}
-	return "NATS"
+	return servers.display + " (JetStream stream " + demoStream + ")"
 }
 
 // setUpChain adds the fraud check service and the outbox's events to sc:
 // the fraud service's ledger lives in another SQLite file (a transfer
 // holds its database's write lock while it calls the check) or, on a
 // server database, in its own tables of the same database.
-func setUpChain(ctx context.Context, sc *payments.Scenario, dsn, dir string, t target, run int64, to string, loss float64) (func(), error) {
+func setUpChain(ctx context.Context, sc *payments.Scenario, dsn, dir string, t target, run int64, to string, servers *natsServers, loss float64) (func(), error) {
 	fdsn, ledgerTable := dsn, fmt.Sprintf("opledger_demo_fraud_%d", run)
 	if dialects.TraitsOf(t.dialect).SerialWriters {
 		fdsn, ledgerTable = "sqlite:"+filepath.Join(dir, "fraud.db"), "opledger_operations"
@@ -91,17 +89,17 @@ func setUpChain(ctx context.Context, sc *payments.Scenario, dsn, dir string, t t
 	nc, err := nats.Connect(to, nats.MaxReconnects(-1), nats.ReconnectWait(200*time.Millisecond))
 	if err != nil {
 		stop()
-		return nil, fmt.Errorf("connect %s: %w", eventsTarget(to), err)
+		return nil, fmt.Errorf("connect %s: %s", eventsTarget(servers), servers.scrub(err.Error()))
 	}
 	cleanups = append(cleanups, nc.Close)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		stop()
-		return nil, err
+		return nil, errors.New(servers.scrub(err.Error()))
 	}
 	if _, err := natsjs.EnsureStream(ctx, js, demoStream, []string{"opledger.demo.>"}, 0); err != nil {
 		stop()
-		return nil, err
+		return nil, fmt.Errorf("%s: %s", eventsTarget(servers), servers.scrub(err.Error()))
 	}
 	pub, err := natsjs.New(js, natsjs.WithSubjectPrefix("opledger.demo."), natsjs.WithStream(demoStream))
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"os"
 	"strconv"
@@ -40,6 +41,8 @@ type target struct {
 	dsn     string // in the driver's own format
 	dialect dialects.Dialect
 	display string // safe to print: no password
+	// sqlitePath is the file of a SQLite target ("" for a server).
+	sqlitePath string
 	// secrets are the passwords dsn holds, as parsed; scrub removes them
 	// from the drivers' messages.
 	secrets []string
@@ -280,8 +283,36 @@ func isKeywordValue(s string) bool {
 }
 
 func sqliteTarget(path string) target {
-	return target{driver: "sqlite3", dsn: sqlite.DSN(path, 5*time.Second), dialect: sqlite.New(), display: "sqlite:" + path}
+	return target{driver: "sqlite3", dsn: sqlite.DSN(path, 5*time.Second), dialect: sqlite.New(), display: "sqlite:" + path, sqlitePath: path}
 }
+
+// openExisting is openDB for the commands that read or operate a ledger
+// that must already be there (stats, inspect, sweep, evict, relay,
+// migrate status and down): a SQLite file that does not exist is refused
+// instead of created empty (a typo in a path would leave a stray file),
+// with an error naming opledger migrate up. The file is opened with
+// mode=rw, so that one removed meanwhile is not created either.
+func openExisting(ctx context.Context, dsn string) (*sql.DB, target, error) {
+	t, err := parseDSN(dsn)
+	if err != nil || t.sqlitePath == "" || isMemoryPath(t.sqlitePath) {
+		return openDB(ctx, dsn)
+	}
+	if _, err := os.Stat(t.sqlitePath); errors.Is(err, fs.ErrNotExist) {
+		note := ""
+		if strings.TrimSpace(dsn) == defaultSQLiteFile && os.Getenv("OPLEDGER_DSN") == "" {
+			note = " (the default: neither --dsn nor OPLEDGER_DSN is set)"
+		}
+		return nil, t, fmt.Errorf("no SQLite database at %s%s, and none created: create it with opledger migrate up, or check the path", t.sqlitePath, note)
+	}
+	t.dsn += "&mode=rw"
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	db, err := t.open(pctx)
+	return db, t, err
+}
+
+// isMemoryPath reports whether a SQLite path names an in-memory database.
+func isMemoryPath(p string) bool { return strings.HasPrefix(p, ":memory:") }
 
 // postgresTarget reads a postgres:// or postgresql:// URL (scheme is its
 // scheme in lower case).
@@ -324,7 +355,24 @@ func postgresTarget(dsn, scheme string) (target, error) {
 	// pgx also takes password= and sslpassword= in the query. Besides the
 	// value, the rest of the query from it is a secret: an unencoded '&'
 	// in the password splits it there.
-	q := u.RawQuery
+	for _, p := range rawQueryParams(u.RawQuery) {
+		if p.assigned && isPasswordKey(p.key) {
+			t.secrets = append(t.secrets, p.forms()...)
+		}
+	}
+	return t, nil
+}
+
+// queryParam is one key=value of a raw query, as typed.
+type queryParam struct {
+	key, value string
+	assigned   bool   // the part has an '=' (else value is the whole part)
+	rest       string // the query from value on: an unencoded '&' in a value splits it there
+}
+
+// rawQueryParams splits a raw query at every '&'.
+func rawQueryParams(q string) []queryParam {
+	var out []queryParam
 	for start := 0; start < len(q); {
 		end := strings.IndexByte(q[start:], '&')
 		if end < 0 {
@@ -332,15 +380,25 @@ func postgresTarget(dsn, scheme string) (target, error) {
 		} else {
 			end += start
 		}
-		if k, v, ok := strings.Cut(q[start:end], "="); ok && isPasswordKey(k) {
-			t.secrets = append(t.secrets, v, q[start+len(k)+1:])
-			if d, err := url.QueryUnescape(v); err == nil {
-				t.secrets = append(t.secrets, d)
-			}
+		p := queryParam{value: q[start:end]}
+		if k, v, ok := strings.Cut(q[start:end], "="); ok {
+			p = queryParam{key: k, value: v, assigned: true}
 		}
+		p.rest = q[end-len(p.value):]
+		out = append(out, p)
 		start = end + 1
 	}
-	return t, nil
+	return out
+}
+
+// forms returns p's value as typed and decoded, and the rest of the
+// query from it: the forms a password there may take.
+func (p queryParam) forms() []string {
+	out := []string{p.value, p.rest}
+	if d, err := url.QueryUnescape(p.value); err == nil {
+		out = append(out, d)
+	}
+	return out
 }
 
 // openDB opens and pings the database named by dsn and, when the target
@@ -388,7 +446,7 @@ func (t target) open(ctx context.Context) (*sql.DB, error) {
 	return db, nil
 }
 
-// scrubMask replaces a password in a message.
+// scrubMask replaces a password or token in a message.
 const scrubMask = "xxxxx"
 
 // minScrubLen is the shortest password scrub replaces in a message;
@@ -406,8 +464,14 @@ const withheld = "(the driver's message is withheld: it contains the password)"
 // pgx, for one, echoes parts of its connection string when it cannot
 // parse it, and a best-effort redaction is not enough.
 func (t target) scrub(msg string) string {
+	return scrubSecrets(msg, t.secrets, withheld)
+}
+
+// scrubSecrets is target.scrub for any list of secrets, with withheld
+// the message that replaces one it cannot clean.
+func scrubSecrets(msg string, secrets []string, withheld string) string {
 	var forms []string
-	for _, s := range t.secrets {
+	for _, s := range secrets {
 		if s == "" {
 			continue
 		}

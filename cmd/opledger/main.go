@@ -14,7 +14,10 @@
 // detected), tidb:// URLs, the go-sql-driver format
 // user:pass@tcp(host:port)/db, sqlite: or file: names, or a plain file
 // path for SQLite. Without either, the embedded default is the SQLite file
-// opledger.db in the working directory. No error prints a password.
+// opledger.db in the working directory; the commands that read or operate
+// a ledger refuse a SQLite file that does not exist (migrate up creates
+// it). No output repeats a password or a token, of a DSN or of a NATS
+// URL, however it was given. --help exits 0, a usage error 2.
 package main
 
 import (
@@ -59,18 +62,33 @@ func main() {
 	os.Exit(code)
 }
 
+// run runs the command args name. Everything it prints passes through
+// an argMasker: no output repeats an argument (or OPLEDGER_DSN) that
+// holds a credential unmasked.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	m := newArgMasker(args)
+	stdout, stderr = maskingWriter{stdout, m}, maskingWriter{stderr, m}
 	cmds := commands()
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		usage(stdout, cmds)
-		if len(args) == 0 {
+	if len(args) == 0 {
+		usage(stderr, cmds)
+		return 2
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		if len(args) > 1 {
+			if c, ok := cmds[args[1]]; ok {
+				// opledger help CMD: CMD's own help.
+				return c.run(ctx, []string{"--help"}, stdout, stderr)
+			}
+			fmt.Fprintf(stderr, "opledger help: unknown command %q\n", maskCredentials(args[1]))
 			return 2
 		}
+		usage(stdout, cmds)
 		return 0
 	}
 	c, ok := cmds[args[0]]
 	if !ok {
-		fmt.Fprintf(stderr, "opledger: unknown command %q (run opledger help)\n", args[0])
+		fmt.Fprintf(stderr, "opledger: unknown command %q (run opledger help)\n", maskCredentials(args[0]))
 		return 2
 	}
 	return c.run(ctx, args[1:], stdout, stderr)
@@ -91,7 +109,10 @@ func usage(w io.Writer, cmds map[string]command) {
 		fmt.Fprintf(&b, "  %-12s %s\n", n, cmds[n].summary)
 	}
 	b.WriteString("\nThe database: --dsn or OPLEDGER_DSN (postgres://…, mysql://…, tidb://…, user:pass@tcp(host:port)/db, sqlite:PATH or a file path).\n" +
-		"Default: the SQLite file opledger.db in the working directory (migrate, sweep, inspect),\n" +
-		"or a temporary SQLite file (demo, conformance).\n")
+		"Default: the SQLite file opledger.db in the working directory (migrate, sweep, inspect, stats, evict, relay),\n" +
+		"or a temporary SQLite file (demo, conformance). chaos runs on throw-away databases unless given --dsn.\n" +
+		"stats, inspect, sweep, evict, relay, migrate status and down refuse a SQLite file that does not exist (migrate up creates it).\n" +
+		"opledger CMD --help (or opledger help CMD) shows a command's flags. Exit codes: 0 success (and help),\n" +
+		"1 a failed check, 2 a usage or set-up error. No output repeats a password or token.\n")
 	io.WriteString(w, b.String())
 }

@@ -81,6 +81,7 @@ func TestErrorsAreOneLine(t *testing.T) {
 		{"nope"},
 		{"inspect", "--caller", "", "--method", "/a.B/C", "--key", "k"},
 		{"migrate", "export", "--dialect", "oracle", "--dir", "out"},
+		{"sweep", "--lock-wait", "-1s"},
 	}
 	for _, args := range cases {
 		code, _, errs := runCmd(t, args...)

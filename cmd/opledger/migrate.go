@@ -17,11 +17,52 @@ import (
 	"github.com/opledger/opledger/migrations"
 )
 
-// newFlags returns a flag set that reports errors instead of exiting.
+// newFlags returns a flag set that reports errors instead of exiting,
+// with a usage text that names the command and its summary. Parse it
+// with parseFlags.
 func newFlags(name string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		w := fs.Output()
+		fmt.Fprintf(w, "usage: opledger %s [flags]\n", name)
+		if first, _, _ := strings.Cut(name, " "); commands()[first].summary != "" {
+			fmt.Fprintf(w, "\n%s.\n", commands()[first].summary)
+		}
+		fmt.Fprintln(w, "\nflags:")
+		fs.PrintDefaults()
+	}
 	return fs
+}
+
+// parseFlags parses args with fs, the Go flag convention: -h, -help or
+// --help prints fs's usage to stdout and stops with exit code 0; a bad
+// flag prints one line to fs's output (stderr) and stops with exit
+// code 2. The line masks any credential of the arguments it repeats (the
+// flag package's "invalid value … for flag" quotes the value).
+func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer) (code int, stop bool) {
+	errOut := fs.Output()
+	fs.SetOutput(io.Discard) // the flag package would print the usage after the error
+	err := fs.Parse(args)
+	fs.SetOutput(errOut)
+	switch {
+	case err == nil:
+		return 0, false
+	case errors.Is(err, flag.ErrHelp):
+		fs.SetOutput(stdout)
+		fs.Usage()
+		fs.SetOutput(errOut)
+		return 0, true
+	}
+	fmt.Fprintf(errOut, "opledger %s: %s (opledger %s --help lists the flags)\n", fs.Name(), oneLine(errors.New(newArgMasker(args).mask(err.Error()))), fs.Name())
+	return 2, true
+}
+
+// unexpectedArg is the error for the first argument left after fs's
+// flags. It repeats the argument with any credential masked: a DSN
+// given without --dsn (or a second one after it) is one.
+func unexpectedArg(fs *flag.FlagSet) error {
+	return fmt.Errorf("unexpected argument %q (flags go before arguments; a DSN goes after --dsn)", maskCredentials(fs.Arg(0)))
 }
 
 // fail prints a one-line error and returns exit code 2.
@@ -29,6 +70,14 @@ func fail(stderr io.Writer, cmd string, err error) int {
 	fmt.Fprintf(stderr, "opledger %s: %s\n", cmd, oneLine(err))
 	return 2
 }
+
+// migrateHelp is what opledger migrate --help adds to the usage line.
+const migrateHelp = `up      creates the ledger's table and its outbox's (and a SQLite file that does not exist)
+down    removes them
+status  lists the migrations and when each was applied
+export  writes the migration files of a dialect into DIR, for your own migration tool
+
+opledger migrate SUBCOMMAND --help lists the subcommand's flags.`
 
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	const help = "usage: opledger migrate up|down|status [--dsn DSN] [--table NAME]\n" +
@@ -40,8 +89,11 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	sub := args[0]
 	switch sub {
 	case "up", "down", "status", "export":
+	case "-h", "-help", "--help", "help":
+		fmt.Fprintln(stdout, help+"\n\n"+migrateHelp)
+		return 0
 	default:
-		fmt.Fprintf(stderr, "opledger migrate: unknown subcommand %q\n%s\n", sub, help)
+		fmt.Fprintf(stderr, "opledger migrate: unknown subcommand %q (want up, down, status or export; opledger migrate --help)\n", maskCredentials(sub))
 		return 2
 	}
 	fs := newFlags("migrate "+sub, stderr)
@@ -49,11 +101,11 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	table := fs.String("table", ledger.DefaultTable, "ledger table name")
 	dialect := fs.String("dialect", "", "dialect to export (export only)")
 	dir := fs.String("dir", "", "directory to export into (export only)")
-	if err := fs.Parse(args[1:]); err != nil {
-		return 2
+	if code, stop := parseFlags(fs, args[1:], stdout); stop {
+		return code
 	}
 	if fs.NArg() > 0 {
-		return fail(stderr, "migrate", fmt.Errorf("unexpected argument %q", fs.Arg(0)))
+		return fail(stderr, "migrate", unexpectedArg(fs))
 	}
 	if sub == "export" {
 		if *dialect == "" || *dir == "" {
@@ -73,7 +125,14 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		}
 		return 0
 	}
-	db, t, err := openDB(ctx, dsnFrom(*dsn))
+	if err := dialects.CheckTableName(*table); err != nil {
+		return fail(stderr, "migrate", err) // before a SQLite file is created
+	}
+	open := openExisting // status and down read a ledger that is there
+	if sub == "up" {
+		open = openDB
+	}
+	db, t, err := open(ctx, dsnFrom(*dsn))
 	if err != nil {
 		return fail(stderr, "migrate", err)
 	}
@@ -124,23 +183,30 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	table := fs.String("table", ledger.DefaultTable, "ledger table name")
 	batch := fs.Int("batch", 1000, "entries deleted per statement (each statement commits on its own)")
 	maxDuration := fs.Duration("max-duration", 0, "stop after this long, leaving the rest for the next run (0: until no expired entry is left)")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	lockWait := fs.Duration("lock-wait", defaultSweepLockWait, "longest wait for an entry another transaction holds, which is then skipped (0: the database's own bound)")
+	if code, stop := parseFlags(fs, args, stdout); stop {
+		return code
 	}
 	switch {
 	case fs.NArg() > 0:
-		return fail(stderr, "sweep", fmt.Errorf("unexpected argument %q", fs.Arg(0)))
+		return fail(stderr, "sweep", unexpectedArg(fs))
 	case *batch < 1 || *batch > 1_000_000:
 		return fail(stderr, "sweep", errors.New("--batch must be 1 to 1000000"))
 	case *maxDuration < 0:
 		return fail(stderr, "sweep", errors.New("--max-duration must not be negative"))
+	case *lockWait < 0:
+		return fail(stderr, "sweep", errors.New("--lock-wait must not be negative"))
 	}
-	db, t, err := openDB(ctx, dsnFrom(*dsn))
+	db, t, err := openExisting(ctx, dsnFrom(*dsn))
 	if err != nil {
 		return fail(stderr, "sweep", err)
 	}
 	defer db.Close()
-	l, err := ledger.New(t.dialect, ledger.WithTable(*table))
+	lopts := []ledger.Option{ledger.WithTable(*table)}
+	if *lockWait > 0 {
+		lopts = append(lopts, ledger.WithSweepLockWait(*lockWait))
+	}
+	l, err := ledger.New(t.dialect, lopts...)
 	if err != nil {
 		return fail(stderr, "sweep", err)
 	}
@@ -184,15 +250,34 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	p.set(n)
 	p.done()
 	stopped := errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil
-	if err != nil && !stopped {
+	var held *ledger.HeldError
+	if err != nil && !stopped && !errors.As(err, &held) {
 		return fail(stderr, "sweep", fmt.Errorf("after %d entries: %w", n, t.scrubErr(err)))
 	}
 	fmt.Fprintf(stdout, "%s: swept %d expired entries from %s in %s (%s)", t.display, n, *table, elapsed.Round(time.Millisecond), rate(n, elapsed))
 	if stopped {
 		fmt.Fprintf(stdout, "; stopped at --max-duration %s with about %d expired entries left for the next run", *maxDuration, max(expired-n, 0))
 	}
+	if held != nil {
+		fmt.Fprintf(stdout, "; %d expired %s left for the next run: other open transactions hold %s", held.Held, plural(held.Held, "entry", "entries"), plural(held.Held, "it", "them"))
+		if held.Err != nil {
+			fmt.Fprintf(stdout, " (%s)", oneLine(t.scrubErr(held.Err)))
+		}
+	}
 	fmt.Fprintln(stdout)
 	return 0
+}
+
+// defaultSweepLockWait is sweep's --lock-wait: long enough for a claim's
+// transaction to end, far shorter than InnoDB's 50 s.
+const defaultSweepLockWait = 5 * time.Second
+
+// plural returns one for n == 1, else many.
+func plural(n int64, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // countExpired counts the entries a sweep at now deletes (through the
@@ -275,11 +360,11 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	pending := fs.Bool("pending", false, "list the entries committed without a result (stuck keys)")
 	olderThan := fs.Duration("older-than", 0, "with --pending: only entries at least this old")
 	limit := fs.Int("limit", 50, "most entries listed")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, stop := parseFlags(fs, args, stdout); stop {
+		return code
 	}
 	if fs.NArg() > 0 {
-		return fail(stderr, "inspect", fmt.Errorf("unexpected argument %q", fs.Arg(0)))
+		return fail(stderr, "inspect", unexpectedArg(fs))
 	}
 	if *key == "" && *caller == "" && (*pending || *method != "") {
 		return listCommand(ctx, stdout, stderr, *dsn, *table, *pending, *olderThan, *method, *limit)
@@ -291,7 +376,7 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if err != nil {
 		return fail(stderr, "inspect", err)
 	}
-	db, t, err := openDB(ctx, dsnFrom(*dsn))
+	db, t, err := openExisting(ctx, dsnFrom(*dsn))
 	if err != nil {
 		return fail(stderr, "inspect", err)
 	}
@@ -342,7 +427,7 @@ func listCommand(ctx context.Context, stdout, stderr io.Writer, dsn, table strin
 	if err := dialects.CheckTableName(table); err != nil {
 		return fail(stderr, "inspect", err)
 	}
-	db, t, err := openDB(ctx, dsnFrom(dsn))
+	db, t, err := openExisting(ctx, dsnFrom(dsn))
 	if err != nil {
 		return fail(stderr, "inspect", err)
 	}

@@ -110,16 +110,16 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	dsn := fs.String("dsn", "", "database (default $OPLEDGER_DSN, else the SQLite file opledger.db)")
 	table := fs.String("table", ledger.DefaultTable, "ledger table name")
 	asJSON := fs.Bool("json", false, "print the figures as one JSON object")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, stop := parseFlags(fs, args, stdout); stop {
+		return code
 	}
 	if fs.NArg() > 0 {
-		return fail(stderr, "stats", fmt.Errorf("unexpected argument %q", fs.Arg(0)))
+		return fail(stderr, "stats", unexpectedArg(fs))
 	}
 	if err := dialects.CheckTableName(*table); err != nil {
 		return fail(stderr, "stats", err)
 	}
-	db, t, err := openDB(ctx, dsnFrom(*dsn))
+	db, t, err := openExisting(ctx, dsnFrom(*dsn))
 	if err != nil {
 		return fail(stderr, "stats", err)
 	}
@@ -334,11 +334,11 @@ func runEvict(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	method := fs.String("method", "", "full method, /pkg.Service/Method")
 	key := fs.String("key", "", "idempotency key (hashed before use; never printed)")
 	wait := fs.Duration("wait", time.Second, "how long to wait for a transaction that holds the entry before refusing")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, stop := parseFlags(fs, args, stdout); stop {
+		return code
 	}
 	if fs.NArg() > 0 {
-		return fail(stderr, "evict", fmt.Errorf("unexpected argument %q", fs.Arg(0)))
+		return fail(stderr, "evict", unexpectedArg(fs))
 	}
 	if *wait <= 0 {
 		return fail(stderr, "evict", errors.New("--wait must be positive"))
@@ -350,7 +350,7 @@ func runEvict(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if err != nil {
 		return fail(stderr, "evict", err)
 	}
-	db, t, err := openDB(ctx, dsnFrom(*dsn))
+	db, t, err := openExisting(ctx, dsnFrom(*dsn))
 	if err != nil {
 		return fail(stderr, "evict", err)
 	}
@@ -377,8 +377,16 @@ func runEvict(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	return 0
 }
 
-// isTerminal reports whether w is a terminal (a character device).
+// isTerminal reports whether w (or the writer it wraps: a
+// maskingWriter) is a terminal (a character device).
 func isTerminal(w io.Writer) bool {
+	for {
+		u, ok := w.(interface{ Unwrap() io.Writer })
+		if !ok {
+			break
+		}
+		w = u.Unwrap()
+	}
 	f, ok := w.(*os.File)
 	if !ok {
 		return false

@@ -2,56 +2,115 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strings"
+	"text/tabwriter"
 
+	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/policy"
+	"github.com/opledger/opledger/policy/mesh"
 	"github.com/opledger/opledger/policy/serviceconfig"
 )
 
 func init() {
-	extraCommands["policy"] = command{"check a service config's retry ownership against proto descriptors (check)", runPolicy}
+	extraCommands["policy"] = command{"check retry ownership of a service config and mesh or xDS configs against proto descriptors (check), or write the mesh side (generate)", runPolicy}
 }
 
-const policyUsage = `usage: opledger policy check --service-config FILE --descriptors FILE [--owner OWNER]
-                             [--keyed METHOD]... [--keyed-no-ledger METHOD]...
+const policyUsage = `usage: opledger policy check --descriptors FILE [--owner OWNER] [--service-config FILE]
+                             [--mesh FILE]... [--xds FILE]... [--istio] [--target TARGET] [--host HOST]...
+                             [--keyed METHOD]... [--keyed-no-ledger METHOD]... [--json]
+       opledger policy generate --mesh istio|linkerd --descriptors FILE --host HOST [--namespace NS]
+                             [--retries N] [--keyed METHOD]... [--keyed-no-ledger METHOD]...
 
-Validates a gRPC service config (JSON) against the methods of a binary
-FileDescriptorSet (protoc --descriptor_set_out, buf build -o) and the channel's
-retry owner: application, service-config (default), mesh or none.
-Prints one finding per line; exits 1 if there is any, 2 on usage or I/O errors.
+check judges the retries of one channel against the methods of a binary
+FileDescriptorSet (protoc --descriptor_set_out, buf build -o) and the
+channel's retry owner: application, service-config (default), mesh or none.
+It prints one finding per line, each with how to fix it, then (with --mesh,
+--xds or --istio) the amplification per method: the product of the attempts
+of every layer that retries it. Exit status 1 if there is any finding, 2 on
+usage or I/O errors.
+
+What it reads:
+  --service-config  a gRPC service config (JSON)
+  --mesh            YAML (several documents) or JSON with:
+                      Istio VirtualService (networking.istio.io/v1, v1beta1, v1alpha3:
+                        spec.http[].match, spec.http[].retries), DestinationRule
+                        (trafficPolicy.connectionPool.http.maxRetries, trafficPolicy.retryBudget),
+                        the mesh config's defaultHttpRetryPolicy (IstioOperator spec.meshConfig,
+                        the istio ConfigMap's data.mesh, Helm values meshConfig, a bare MeshConfig);
+                        Istio's defaults apply where nothing is set (attempts 2 on
+                        connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes)
+                      Envoy RouteConfiguration (VirtualHost and RouteAction retry_policy; a
+                        route's replaces its host's), Listener or bootstrap with an inline
+                        route_config, Cluster circuit_breakers; protojson, camelCase or snake_case
+                      Linkerd ServiceProfile (linkerd.io/v1alpha2: spec.routes[] condition and
+                        isRetryable, spec.retryBudget) and the retry.linkerd.io/http, /grpc, /limit
+                        and /timeout annotations on a Service, HTTPRoute or GRPCRoute
+                      Gateway API HTTPRoute (spec.rules[].retry: codes, attempts, backoff) and
+                        GRPCRoute matches
+                    a Kubernetes List's items and a DiscoveryResponse's resources are read too;
+                    any other kind is reported
+  --xds             the RouteConfiguration (or Listener with an inline route_config) a
+                    control plane serves to an xds:/// channel, read as grpc-go does (gRFC A44):
+                    num_retries+1 attempts capped at 5, only cancelled, deadline-exceeded,
+                    internal, resource-exhausted and unavailable, retry_back_off, no budget;
+                    the channel's own service config is replaced
 
 flags:
-  --service-config FILE     the service config JSON
   --descriptors FILE        the FileDescriptorSet with the services called on the channel
   --owner OWNER             the channel's retry owner (default service-config)
+  --service-config FILE     the service config JSON
+  --mesh FILE               a mesh configuration file (repeatable)
+  --xds FILE                an xDS configuration file for a proxyless channel (repeatable)
+  --istio                   Istio is the mesh, even if no Istio resource is given
+  --target TARGET           the channel's target (xds:///NAME, dns:///HOST:PORT); its host selects
+                            the configuration that applies when --host is not given
+  --host HOST               a destination host of the channel (Kubernetes service name or xDS
+                            domain); only its configuration applies (repeatable; default: all)
   --keyed METHOD            /pkg.Service/Method is a keyed mutation backed by a durable ledger (repeatable)
   --keyed-no-ledger METHOD  /pkg.Service/Method is a keyed mutation without a ledger (repeatable)
+  --json                    print one JSON object instead of lines
+
+generate writes, for a channel whose owner is the mesh, the mesh side as
+YAML on stdout: for istio a VirtualService (one route per method, retries
+only for the retryable methods, attempts 0 elsewhere, which switches off
+Istio's default) and a DestinationRule with a retryBudget; for linkerd a
+ServiceProfile (isRetryable for the retryable methods, with a retryBudget;
+a profile, since the retry.linkerd.io annotations have no budget).
+"policy check --owner mesh --mesh" accepts what it writes.
+
+  --mesh istio|linkerd      the mesh
+  --host HOST               the destination service (name, name.namespace or full name)
+  --namespace NS            the resources' namespace (default: from --host, else default)
+  --retries N               retries of a retryable method with istio, 1 to 4 (default 2)
 `
 
-// maxPolicyConfigBytes bounds the service config file.
+// maxPolicyConfigBytes bounds each file read.
 const maxPolicyConfigBytes = 4 << 20
 
-// runPolicy implements "opledger policy": exit 0 when the service config
-// has no findings, 1 when it has some (one per line on stdout), 2 on usage
-// or I/O errors (one line on stderr).
+// runPolicy implements "opledger policy": exit 0 when the checks have no
+// findings, 1 when they have some (one per line on stdout), 2 on usage or
+// I/O errors (one line on stderr).
 func runPolicy(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprintln(stderr, "opledger policy: missing subcommand (usage: opledger policy check --service-config FILE --descriptors FILE [--owner OWNER])")
+		fmt.Fprintln(stderr, "opledger policy: missing subcommand (usage: opledger policy check --descriptors FILE [--service-config FILE] [--mesh FILE]... [--owner OWNER])")
 		return 2
 	}
 	switch args[0] {
 	case "check":
 		return runPolicyCheck(ctx, args[1:], stdout, stderr)
+	case "generate":
+		return runPolicyGenerate(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		io.WriteString(stdout, policyUsage)
 		return 0
 	default:
-		fmt.Fprintf(stderr, "opledger policy: unknown subcommand %q (want check)\n", args[0])
+		fmt.Fprintf(stderr, "opledger policy: unknown subcommand %q (want check or generate)\n", maskCredentials(args[0]))
 		return 2
 	}
 }
@@ -68,68 +127,256 @@ func (m *methodList) Set(s string) error {
 	return nil
 }
 
-func runPolicyCheck(_ context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("opledger policy check", flag.ContinueOnError)
-	fs.SetOutput(io.Discard) // errors are reported on one line below
-	scPath := fs.String("service-config", "", "")
-	descPath := fs.String("descriptors", "", "")
-	ownerName := fs.String("owner", policy.OwnerServiceConfig.String(), "")
-	var keyed, keyedNoLedger methodList
-	fs.Var(&keyed, "keyed", "")
-	fs.Var(&keyedNoLedger, "keyed-no-ledger", "")
-	fail := func(format string, a ...any) int {
+// stringList is a repeatable flag.
+type stringList []string
+
+func (l *stringList) String() string { return strings.Join(*l, ",") }
+func (l *stringList) Set(s string) error {
+	if s == "" {
+		return errors.New("empty value")
+	}
+	*l = append(*l, s)
+	return nil
+}
+
+// policyFlags are the flags check and generate share.
+type policyFlags struct {
+	fs                   *flag.FlagSet
+	descPath             *string
+	keyed, keyedNoLedger methodList
+}
+
+func newPolicyFlags(name string) *policyFlags {
+	pf := &policyFlags{fs: flag.NewFlagSet(name, flag.ContinueOnError)}
+	pf.fs.SetOutput(io.Discard) // errors are reported on one line
+	pf.descPath = pf.fs.String("descriptors", "", "")
+	pf.fs.Var(&pf.keyed, "keyed", "")
+	pf.fs.Var(&pf.keyedNoLedger, "keyed-no-ledger", "")
+	return pf
+}
+
+// catalog loads the descriptors and applies --keyed and --keyed-no-ledger.
+func (pf *policyFlags) catalog() (*policy.Catalog, error) {
+	cat, err := policy.LoadDescriptorSetFile(*pf.descPath)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range pf.keyed {
+		if cat, err = cat.WithKeyed(m, true); err != nil {
+			return nil, fmt.Errorf("--keyed: %w", err)
+		}
+	}
+	for _, m := range pf.keyedNoLedger {
+		if cat, err = cat.WithKeyed(m, false); err != nil {
+			return nil, fmt.Errorf("--keyed-no-ledger: %w", err)
+		}
+	}
+	return cat, nil
+}
+
+func usageFailer(name string, stderr io.Writer) func(format string, a ...any) int {
+	return func(format string, a ...any) int {
 		msg := strings.ReplaceAll(fmt.Sprintf(format, a...), "\n", " ")
-		fmt.Fprintf(stderr, "opledger policy check: %s\n", msg)
+		fmt.Fprintf(stderr, "opledger policy %s: %s\n", name, msg)
 		return 2
 	}
-	if err := fs.Parse(args); err != nil {
+}
+
+// parse parses the flags; done is true when the caller must return code.
+func (pf *policyFlags) parse(args []string, stdout io.Writer, fail func(string, ...any) int) (code int, done bool) {
+	if err := pf.fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			io.WriteString(stdout, policyUsage)
-			return 0
+			return 0, true
 		}
-		return fail("%v (run opledger policy --help)", err)
+		return fail("%s (run opledger policy --help)", newArgMasker(args).mask(err.Error())), true
 	}
-	switch {
-	case fs.NArg() > 0:
-		return fail("unexpected argument %q", fs.Arg(0))
-	case *scPath == "":
-		return fail("--service-config is required")
-	case *descPath == "":
-		return fail("--descriptors is required")
+	if pf.fs.NArg() > 0 {
+		return fail("%v", unexpectedArg(pf.fs)), true
+	}
+	if *pf.descPath == "" {
+		return fail("--descriptors is required"), true
+	}
+	return 0, false
+}
+
+// jsonFinding is a service config finding in --json output.
+type jsonFinding struct {
+	File    string  `json:"file"`
+	Kind    string  `json:"kind"`
+	Path    string  `json:"path,omitempty"`
+	Name    *string `json:"name,omitempty"`
+	Method  string  `json:"method,omitempty"`
+	Message string  `json:"message"`
+}
+
+func runPolicyCheck(_ context.Context, args []string, stdout, stderr io.Writer) int {
+	pf := newPolicyFlags("opledger policy check")
+	fs := pf.fs
+	scPath := fs.String("service-config", "", "")
+	ownerName := fs.String("owner", policy.OwnerServiceConfig.String(), "")
+	target := fs.String("target", "", "")
+	istio := fs.Bool("istio", false, "")
+	asJSON := fs.Bool("json", false, "")
+	var meshFiles, xdsFiles, hosts stringList
+	fs.Var(&meshFiles, "mesh", "")
+	fs.Var(&xdsFiles, "xds", "")
+	fs.Var(&hosts, "host", "")
+	fail := usageFailer("check", stderr)
+	if code, done := pf.parse(args, stdout, fail); done {
+		return code
+	}
+	meshMode := len(meshFiles) > 0 || len(xdsFiles) > 0 || *istio
+	if *scPath == "" && !meshMode {
+		return fail("--service-config, --mesh, --xds or --istio is required")
 	}
 	owner, err := policy.ParseRetryOwner(*ownerName)
 	if err != nil {
 		return fail("--owner: %v", err)
 	}
-	cat, err := policy.LoadDescriptorSetFile(*descPath)
+	cat, err := pf.catalog()
 	if err != nil {
 		return fail("%v", err)
 	}
-	for _, m := range keyed {
-		if cat, err = cat.WithKeyed(m, true); err != nil {
-			return fail("--keyed: %v", err)
+	var scFindings []serviceconfig.Finding
+	var sc *serviceconfig.Config
+	if *scPath != "" {
+		data, err := readPolicyFile(*scPath)
+		if err != nil {
+			return fail("%v", err)
+		}
+		if scFindings, err = serviceconfig.Validate(data, cat, owner); err != nil {
+			return fail("%v", err)
+		}
+		sc, _ = serviceconfig.Parse(data) // an invalid one has findings; the amplification then counts the generated one
+	}
+	var rep *mesh.Report
+	if meshMode {
+		var cfg mesh.Config
+		for _, p := range meshFiles {
+			data, err := readPolicyFile(p)
+			if err != nil {
+				return fail("%v", err)
+			}
+			cfg.AddMesh(p, data)
+		}
+		for _, p := range xdsFiles {
+			data, err := readPolicyFile(p)
+			if err != nil {
+				return fail("%v", err)
+			}
+			cfg.AddXDS(p, data)
+		}
+		rep, err = mesh.Check(&cfg, cat, mesh.Options{Owner: owner, Target: *target, Hosts: hosts, Istio: *istio,
+			ApplicationAttempts: grpcint.DefaultMaxAttempts, ServiceConfig: sc})
+		if err != nil {
+			return fail("%v", err)
 		}
 	}
-	for _, m := range keyedNoLedger {
-		if cat, err = cat.WithKeyed(m, false); err != nil {
-			return fail("--keyed-no-ledger: %v", err)
+	n := len(scFindings)
+	if rep != nil {
+		n += len(rep.Findings)
+	}
+	if *asJSON {
+		out := struct {
+			ServiceConfigFindings []jsonFinding `json:"serviceConfigFindings"`
+			*mesh.Report
+		}{ServiceConfigFindings: []jsonFinding{}, Report: rep}
+		if rep == nil {
+			out.Report = &mesh.Report{Owner: owner, Target: *target, Findings: []mesh.Finding{}, Methods: []mesh.MethodReport{}}
+		}
+		for _, f := range scFindings {
+			jf := jsonFinding{File: *scPath, Kind: string(f.Kind), Path: f.Path, Method: f.Method, Message: f.Message}
+			if f.HasName {
+				name := f.Name
+				jf.Name = &name
+			}
+			out.ServiceConfigFindings = append(out.ServiceConfigFindings, jf)
+		}
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(out); err != nil {
+			return fail("%v", err)
+		}
+	} else {
+		for _, f := range scFindings {
+			fmt.Fprintf(stdout, "%s: %s\n", *scPath, f)
+		}
+		if rep != nil {
+			for _, f := range rep.Findings {
+				file := f.File
+				if file == "" {
+					file = "(defaults)"
+				}
+				fmt.Fprintf(stdout, "%s: %s\n", file, f)
+			}
+			printAmplification(stdout, rep)
 		}
 	}
-	data, err := readPolicyFile(*scPath)
-	if err != nil {
-		return fail("%v", err)
-	}
-	findings, err := serviceconfig.Validate(data, cat, owner)
-	if err != nil {
-		return fail("%v", err)
-	}
-	for _, f := range findings {
-		fmt.Fprintf(stdout, "%s: %s\n", *scPath, f)
-	}
-	if len(findings) > 0 {
-		fmt.Fprintf(stderr, "opledger policy check: %d finding(s) in %s (owner %s)\n", len(findings), *scPath, owner)
+	if n > 0 {
+		fmt.Fprintf(stderr, "opledger policy check: %d finding(s) (owner %s)\n", n, owner)
 		return 1
 	}
+	return 0
+}
+
+// printAmplification writes the attempts per layer and their product for
+// every method, as a table.
+func printAmplification(w io.Writer, rep *mesh.Report) {
+	if len(rep.Methods) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\namplification per method (owner %s; attempts of one call at each layer and their product, worst case before budgets):\n", rep.Owner)
+	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
+	head := []string{"METHOD", "KIND"}
+	for _, l := range rep.Methods[0].Layers {
+		head = append(head, strings.ToUpper(string(l.Layer)))
+	}
+	fmt.Fprintln(tw, strings.Join(append(head, "TOTAL"), "\t"))
+	for _, m := range rep.Methods {
+		row := []string{m.Method, m.Kind}
+		for _, l := range m.Layers {
+			row = append(row, l.Attempts.String())
+		}
+		fmt.Fprintln(tw, strings.Join(append(row, m.Amplification.String()), "\t"))
+	}
+	tw.Flush()
+}
+
+func runPolicyGenerate(_ context.Context, args []string, stdout, stderr io.Writer) int {
+	pf := newPolicyFlags("opledger policy generate")
+	fs := pf.fs
+	meshName := fs.String("mesh", "", "")
+	host := fs.String("host", "", "")
+	namespace := fs.String("namespace", "", "")
+	retries := fs.Int("retries", 0, "")
+	fail := usageFailer("generate", stderr)
+	if code, done := pf.parse(args, stdout, fail); done {
+		return code
+	}
+	if *host == "" {
+		return fail("--host is required")
+	}
+	var gen func(*policy.Catalog, mesh.GenerateOptions) ([]byte, error)
+	switch *meshName {
+	case "istio":
+		gen = mesh.GenerateIstio
+	case "linkerd":
+		gen = mesh.GenerateLinkerd
+	case "":
+		return fail("--mesh is required (istio or linkerd)")
+	default:
+		return fail("--mesh %q: want istio or linkerd", *meshName)
+	}
+	cat, err := pf.catalog()
+	if err != nil {
+		return fail("%v", err)
+	}
+	out, err := gen(cat, mesh.GenerateOptions{Host: *host, Namespace: *namespace, Retries: *retries})
+	if err != nil {
+		return fail("%v", err)
+	}
+	stdout.Write(out)
 	return 0
 }
 

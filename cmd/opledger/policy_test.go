@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -92,7 +93,7 @@ func TestRunPolicyCheck(t *testing.T) {
 		{"syntax", []string{"check", "--service-config", notJSON, "--descriptors", desc}, 1, []string{`syntax: (document)`}, ""},
 		{"no args", nil, 2, nil, "missing subcommand"},
 		{"unknown subcommand", []string{"lint"}, 2, nil, `unknown subcommand "lint"`},
-		{"missing service config", []string{"check", "--descriptors", desc}, 2, nil, "--service-config is required"},
+		{"missing service config", []string{"check", "--descriptors", desc}, 2, nil, "--service-config, --mesh, --xds or --istio is required"},
 		{"missing descriptors", []string{"check", "--service-config", good}, 2, nil, "--descriptors is required"},
 		{"bad owner", []string{"check", "--owner", "sidecar", "--service-config", good, "--descriptors", desc}, 2, nil, "--owner"},
 		{"bad flag", []string{"check", "--nope"}, 2, nil, "flag provided but not defined"},
@@ -134,5 +135,121 @@ func TestRunPolicyCheck(t *testing.T) {
 	// The command is registered with main's dispatcher.
 	if _, ok := commands()["policy"]; !ok {
 		t.Error("policy is not registered in commands()")
+	}
+}
+
+// meshSample is a sample file of policy/mesh.
+func meshSample(name string) string {
+	return filepath.Join("..", "..", "policy", "mesh", "testdata", name)
+}
+
+func TestRunPolicyCheckMesh(t *testing.T) {
+	dir := t.TempDir()
+	desc := writePolicyDescriptors(t, dir)
+	run := func(args ...string) (int, string, string) {
+		var out, errOut bytes.Buffer
+		code := runPolicy(context.Background(), args, &out, &errOut)
+		return code, out.String(), errOut.String()
+	}
+
+	// Istio's defaults on a channel the application owns: a second owner for
+	// every method, the non-idempotent Create retried, no budget; and the
+	// amplification table.
+	code, out, errOut := run("check", "--descriptors", desc, "--owner", "application", "--mesh", meshSample("istio-default.yaml"))
+	if code != 1 || !strings.Contains(errOut, "7 finding(s) (owner application)") {
+		t.Fatalf("istio default: exit %d\n%s%s", code, out, errOut)
+	}
+	for _, want := range []string{
+		`(defaults): second-owner: Istio defaults meshConfig.defaultHttpRetryPolicy (not set) method "/shop.v1.Orders/Create": istio retries /shop.v1.Orders/Create (3 attempts) on a channel whose retry owner is application`,
+		`(defaults): retry-non-idempotent: Istio defaults`,
+		"; fix: set retries: {attempts: 0} on the VirtualService route",
+		"METHOD                  KIND             APPLICATION  SERVICE-CONFIG  ISTIO  TOTAL",
+		"/shop.v1.Orders/Get     no-side-effects  5            1               3      15",
+		"/shop.v1.Orders/Create  non-idempotent   1            1               3      3",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+
+	// --json: one object with the findings and the methods.
+	code, out, _ = run("check", "--descriptors", desc, "--owner", "mesh", "--mesh", meshSample("istio-virtualservice.yaml"), "--json")
+	var rep struct {
+		Owner                 string            `json:"owner"`
+		ServiceConfigFindings []json.RawMessage `json:"serviceConfigFindings"`
+		Findings              []struct {
+			Kind, File, Method, Fix string
+		} `json:"findings"`
+		Methods []struct {
+			Method        string          `json:"method"`
+			Amplification json.RawMessage `json:"amplification"`
+		} `json:"methods"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 1 {
+		t.Fatalf("--json: exit %d, %v:\n%s", code, err, out)
+	}
+	if rep.Owner != "mesh" || len(rep.Findings) != 2 || rep.Findings[0].Kind != "retry-non-idempotent" || rep.Findings[0].Fix == "" ||
+		rep.Findings[1].Kind != "route-matches-nothing" || len(rep.Methods) != 3 || string(rep.Methods[1].Amplification) != "4" {
+		t.Errorf("--json: %+v", rep)
+	}
+
+	// A service config and a mesh together: the service config's findings
+	// first, and its retries in the amplification.
+	sc := filepath.Join(dir, "sc.json")
+	if err := os.WriteFile(sc, []byte(`{"methodConfig":[{"name":[{"service":"shop.v1.Orders","method":"Get"}],"retryPolicy":{"maxAttempts":4,"initialBackoff":"0.1s","maxBackoff":"1s","backoffMultiplier":2,"retryableStatusCodes":["UNAVAILABLE"]}}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ = run("check", "--descriptors", desc, "--service-config", sc, "--mesh", meshSample("istio-mesh-off.yaml"))
+	if code != 0 || !strings.Contains(out, "/shop.v1.Orders/Get     no-side-effects  1            4               1      4") {
+		t.Errorf("service config and mesh: exit %d\n%s", code, out)
+	}
+
+	// --istio alone: the defaults of a mesh whose resources are not given.
+	if code, out, _ = run("check", "--descriptors", desc, "--owner", "none", "--istio"); code != 1 || !strings.Contains(out, "owner is none") {
+		t.Errorf("--istio: exit %d\n%s", code, out)
+	}
+
+	// generate, then check what it wrote: no finding.
+	for _, m := range []string{"istio", "linkerd"} {
+		code, gen, errOut := run("generate", "--mesh", m, "--descriptors", desc, "--host", "orders.shop")
+		if code != 0 {
+			t.Fatalf("generate %s: exit %d: %s", m, code, errOut)
+		}
+		p := filepath.Join(dir, m+".yaml")
+		if err := os.WriteFile(p, []byte(gen), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		code, out, errOut = run("check", "--descriptors", desc, "--owner", "mesh", "--mesh", p, "--host", "orders.shop")
+		if code != 0 {
+			t.Errorf("check of generated %s: exit %d\n%s%s\n%s", m, code, out, errOut, gen)
+		}
+	}
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"check", "--descriptors", desc, "--mesh", filepath.Join(dir, "nope.yaml")}, "no such file"},
+		{[]string{"check", "--descriptors", desc, "--host", "orders"}, "--service-config, --mesh, --xds or --istio is required"},
+		{[]string{"generate", "--descriptors", desc, "--host", "orders"}, "--mesh is required"},
+		{[]string{"generate", "--descriptors", desc, "--host", "orders", "--mesh", "consul"}, `--mesh "consul": want istio or linkerd`},
+		{[]string{"generate", "--descriptors", desc, "--mesh", "istio"}, "--host is required"},
+		{[]string{"generate", "--host", "orders", "--mesh", "istio"}, "--descriptors is required"},
+		{[]string{"generate", "--descriptors", desc, "--mesh", "istio", "--host", "orders", "--retries", "9"}, "Retries 9 outside"},
+		{[]string{"generate", "--descriptors", desc, "--mesh", "istio", "--host", "orders", "--keyed", "/shop.v1.Orders/Nope"}, "unknown method"},
+	} {
+		code, out, errOut := run(tc.args...)
+		if code != 2 || !strings.Contains(errOut, tc.want) || out != "" {
+			t.Errorf("%q: exit %d, stderr %q, stdout %q; want 2 and %q", tc.args, code, errOut, out, tc.want)
+		}
+	}
+
+	// The help lists the formats.
+	_, help, _ := run("check", "--help")
+	for _, want := range []string{"VirtualService", "DestinationRule", "defaultHttpRetryPolicy", "RouteConfiguration", "ServiceProfile",
+		"retry.linkerd.io/http", "HTTPRoute", "GRPCRoute", "gRFC A44", "--json", "generate"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("help lacks %q", want)
+		}
 	}
 }

@@ -1,10 +1,15 @@
 package mysql
 
 import (
+	"context"
+	"database/sql"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/opledger/opledger/dialects"
 )
@@ -37,7 +42,7 @@ func TestMigrationLockName(t *testing.T) {
 	if n := len(newMySQLLocker(long).name); n > 64 {
 		t.Fatalf("lock name of %d characters for a %d-byte table", n, len(long))
 	}
-	if l, ok := New().Migrations().Lock("ops").(mysqlLocker); !ok || l != newMySQLLocker("ops") {
+	if l, ok := New().Migrations().Lock("ops").(mysqlLocker); !ok || l != newMySQLLocker("ops") || l.timeout != mysqlLockTimeout {
 		t.Fatalf("Migrations().Lock returns %#v", New().Migrations().Lock("ops"))
 	}
 }
@@ -85,5 +90,59 @@ func TestTiDBSessionSQL(t *testing.T) {
 		if isPlainWord(s) != ok {
 			t.Errorf("isPlainWord(%q) = %v", s, !ok)
 		}
+	}
+}
+
+// TestMigrationLockRetries: the migration lock asks GET_LOCK again after a
+// transient lock error (TiDB's "pessimistic lock retry limit reached"
+// under contention, which arrives instead of 0), within its bound; any
+// other error ends it at once; a bound that passes with the error still
+// coming names it. (The GET_LOCK itself, waiting, granted and timed out,
+// runs against MariaDB in TestMigrationLock.)
+func TestMigrationLockRetries(t *testing.T) {
+	retryLimit := &gomysql.MySQLError{Number: 1105, Message: "pessimistic lock retry limit reached"}
+	copy(retryLimit.SQLState[:], "HY000")
+	if !lockContention(retryLimit) || !lockContention(fmt.Errorf("x: %w", retryLimit)) {
+		t.Fatal("TiDB's lock retry limit is not a lock conflict")
+	}
+	for _, err := range []error{
+		&gomysql.MySQLError{Number: 1105, Message: "some other unknown error"},
+		&gomysql.MySQLError{Number: 1064, Message: "syntax"},
+		errors.New("plain"), context.Canceled,
+	} {
+		if lockContention(err) {
+			t.Errorf("%v read as a lock conflict", err)
+		}
+	}
+	script := func(answers ...any) func(context.Context) (sql.NullInt64, error) {
+		return func(context.Context) (sql.NullInt64, error) {
+			a := answers[0]
+			if len(answers) > 1 {
+				answers = answers[1:]
+			}
+			if err, ok := a.(error); ok {
+				return sql.NullInt64{}, err
+			}
+			return sql.NullInt64{Int64: int64(a.(int)), Valid: true}, nil
+		}
+	}
+	l := newMySQLLocker("ops")
+	ctx := context.Background()
+	if err := l.wait(ctx, script(retryLimit, 0, retryLimit, retryLimit, 1)); err != nil {
+		t.Fatalf("granted after transient errors and a timed-out wait: %v", err)
+	}
+	other := &gomysql.MySQLError{Number: 1142, Message: "command denied"}
+	if err := l.wait(ctx, script(retryLimit, other, 1)); !errors.As(err, new(*gomysql.MySQLError)) || !strings.Contains(err.Error(), "denied") {
+		t.Fatalf("another error: %v, want it returned", err)
+	}
+	l.timeout = 200 * time.Millisecond
+	if err := l.wait(ctx, script(retryLimit)); err == nil || !strings.Contains(err.Error(), "not granted within") || !strings.Contains(err.Error(), "retry limit") {
+		t.Fatalf("the error until the bound: %v", err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	l.timeout = time.Hour
+	if err := l.wait(cctx, script(retryLimit)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the error until the context ends: %v", err)
 	}
 }

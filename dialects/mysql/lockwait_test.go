@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/dialects"
-	"github.com/opledger/opledger/dialects/mysql"
 	"github.com/opledger/opledger/internal/testdb"
 )
 
@@ -30,7 +29,7 @@ func lockWait(t *testing.T, q interface {
 // pool's other connections never see it.
 func TestBeginBounded(t *testing.T) {
 	testdb.Parallel(t, "mysql", 3)
-	var d dialects.Dialect = mysql.New()
+	var d dialects.Dialect = testdb.MySQLDialect(t)
 	lw, ok := d.(dialects.LockWaiter)
 	if !ok {
 		t.Fatal("the MySQL dialect is not a LockWaiter")
@@ -115,7 +114,7 @@ func TestBeginBounded(t *testing.T) {
 // connection is discarded: it never returns to the pool with the bound set.
 func TestBeginBoundedDiscardsUnrestored(t *testing.T) {
 	testdb.Parallel(t, "mysql", 3)
-	d := mysql.New()
+	d := testdb.MySQLDialect(t)
 	open := testdb.OpenMySQL(nil)
 	db, other := open(t, 2), open(t, 1)
 	ctx := context.Background()

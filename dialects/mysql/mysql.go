@@ -36,7 +36,9 @@
 // and [NewTiDB] returns the dialect's TiDB variant (see its doc): a Dialect
 // value holds no connection, so which server it is for is chosen when it is
 // built, by the caller ([New] or [NewTiDB]), from a tidb:// URL, or by
-// [Detect], which asks the server.
+// [Detect], which asks the server. [New] against a TiDB server fails the
+// first claim that needs its read-back with an error matching
+// [ErrTiDBServer], which names the fix.
 //
 // Times are stored as BIGINT Unix microseconds; open the database with a
 // DSN from [DSN] (or set parseTime=true yourself), which goose's version
@@ -138,7 +140,13 @@ func (d Dialect) Queries(table string) dialects.Queries {
 		Lookup: `SELECT ` + columns + ` FROM ` + t + ` WHERE id = ?`,
 		// Oldest first through the expires_at index; each batch is its own
 		// statement, so no lock is held longer than one batch.
-		Sweep: `DELETE FROM ` + t + ` WHERE expires_at <= ? ORDER BY expires_at LIMIT ?`,
+		Sweep:        `DELETE FROM ` + t + ` WHERE expires_at <= ? ORDER BY expires_at LIMIT ?`,
+		CountExpired: `SELECT COUNT(*) FROM ` + t + ` WHERE expires_at <= ?`,
+		// Entry by entry after the batch waited too long on a held row:
+		// a plain (consistent, non-locking) read of the candidates, then
+		// one DELETE each by primary key, which waits only on its own row.
+		SweepScan: `SELECT id FROM ` + t + ` WHERE expires_at <= ? ORDER BY expires_at LIMIT ?`,
+		SweepOne:  `DELETE FROM ` + t + ` WHERE id = ? AND expires_at <= ?`,
 	}
 }
 
@@ -203,15 +211,21 @@ const (
 
 // tidbUndetermined is the message of TiDB's ErrResultUndetermined, sent
 // with code 1105 when TiDB cannot tell whether a COMMIT took effect (it
-// then closes the connection).
-const tidbUndetermined = "result undetermined"
+// then closes the connection). tidbLockRetryLimit is the message, with
+// code 1105, of a pessimistic lock that TiDB gave up taking after
+// retrying it against other transactions' writes as often as it may
+// (GET_LOCK under contention answers it too, instead of 0).
+const (
+	tidbUndetermined   = "result undetermined"
+	tidbLockRetryLimit = "pessimistic lock retry limit reached"
+)
 
 // Classify maps MySQL error numbers: 1062 and 1586 unique violation; 1213
 // deadlock; 1205 lock wait timeout, 3572 NOWAIT, the statement timeouts
 // 3024 (MySQL) and 1969 (MariaDB) and TiDB's 9004 (resolve lock timeout)
 // lock timeout; TiDB's write conflicts and retryable aborts (9007, 8005,
-// 8002, 8022, 8027, 8028) and any other SQLSTATE 40001 serialization
-// failure; 1053, 1152, 1158–1161, 1927, 2006, 2013, 4031, SQLSTATE class 08
+// 8002, 8022, 8027, 8028), TiDB's "pessimistic lock retry limit reached"
+// (1105) and any other SQLSTATE 40001 serialization failure; 1053, 1152, 1158–1161, 1927, 2006, 2013, 4031, SQLSTATE class 08
 // and TiDB's "execution result undetermined" (1105) connection failures;
 // and the driver's broken-connection errors (driver.ErrBadConn,
 // mysql.ErrInvalidConn, network errors) as connection failures.
@@ -223,6 +237,9 @@ func (Dialect) Classify(err error) dialects.Class {
 	if errors.As(err, &me) && me != nil {
 		if me.Number == erUnknownError && strings.Contains(me.Message, tidbUndetermined) {
 			return dialects.ClassConnection
+		}
+		if me.Number == erUnknownError && strings.Contains(me.Message, tidbLockRetryLimit) {
+			return dialects.ClassSerialization
 		}
 		return classifyNumber(me.Number, string(me.SQLState[:]))
 	}

@@ -93,20 +93,78 @@ func TestForVersion(t *testing.T) {
 	}
 }
 
-// TestDetect asks the real server (MariaDB here): not TiDB.
+// TestDetect asks the real server: the TiDB variant exactly when the
+// server says it is TiDB (in VERSION() or @@version_comment), the
+// MySQL/MariaDB dialect otherwise; and the detected dialect's transaction
+// check passes a transaction of the test pool (pessimistic on TiDB, as
+// the pool's DSN sets).
 func TestDetect(t *testing.T) {
 	testdb.Parallel(t, "mysql", 1)
 	db := testdb.OpenMySQL(nil)(t, 1)
-	d, err := mysql.Detect(context.Background(), db)
+	ctx := context.Background()
+	d, err := mysql.Detect(ctx, db)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d != mysql.New() {
-		t.Fatalf("Detect on MariaDB: %s", d.Name())
-	}
-	// The InnoDB variant checks nothing and costs no round trip.
-	if err := d.CheckTx(context.Background(), nil); err != nil {
+	var version, comment string
+	if err := db.QueryRowContext(ctx, "SELECT VERSION(), @@version_comment").Scan(&version, &comment); err != nil {
 		t.Fatal(err)
+	}
+	tidb := strings.Contains(strings.ToLower(version+" "+comment), "tidb")
+	if want := map[bool]mysql.Dialect{false: mysql.New(), true: mysql.NewTiDB()}[tidb]; d != want {
+		t.Fatalf("Detect on %q (%q): %s, want %s", version, comment, d.Name(), want.Name())
+	}
+	if d != testdb.MySQLDialect(t) {
+		t.Fatalf("the test target's dialect is %s, Detect's %s", testdb.MySQLDialect(t).Name(), d.Name())
+	}
+	t.Logf("%s (%s): %s", version, comment, d.Name())
+	if !tidb {
+		// The InnoDB variant checks nothing and costs no round trip.
+		if err := d.CheckTx(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if err := d.CheckTx(ctx, tx); err != nil {
+		t.Fatalf("CheckTx on a transaction of the test pool: %v", err)
+	}
+}
+
+// TestExplainTiDBServer: the MySQL/MariaDB dialect explains TiDB's
+// refusal of its read-back (1235) with ErrTiDBServer, naming the TiDB
+// variant and Detect, and keeps the driver's error; other errors, and the
+// TiDB variant's, stay as they are.
+func TestExplainTiDBServer(t *testing.T) {
+	refused := tidb(1235, "function LOCK IN SHARE MODE has only noop implementation in tidb now, use tidb_enable_noop_functions to enable these functions")
+	got := dialects.Explain(mysql.New(), refused)
+	var me *gomysql.MySQLError
+	if !errors.Is(got, mysql.ErrTiDBServer) || !errors.As(got, &me) || me.Number != 1235 {
+		t.Fatalf("Explain(New, 1235) = %v", got)
+	}
+	for _, want := range []string{"mysql.NewTiDB()", "mysql.Detect", "tidb://"} {
+		if !strings.Contains(got.Error(), want) {
+			t.Errorf("%q does not name %s", got, want)
+		}
+	}
+	if again := dialects.Explain(mysql.New(), got); again != got {
+		t.Errorf("explained twice: %v", again)
+	}
+	if mysql.New().Classify(got) != dialects.ClassOther {
+		t.Errorf("the explained error is classified %v, want other (not retryable)", mysql.New().Classify(got))
+	}
+	for _, err := range []error{
+		nil, errors.New("plain"), tidb(1235, "function GET_LOCK has only noop implementation in tidb now"), tidb(1062, "Duplicate entry"),
+	} {
+		if got := dialects.Explain(mysql.New(), err); got != err {
+			t.Errorf("Explain(New, %v) = %v, want it unchanged", err, got)
+		}
+	}
+	if got := dialects.Explain(mysql.NewTiDB(), refused); got != refused {
+		t.Errorf("Explain(NewTiDB, 1235) = %v, want it unchanged", got)
 	}
 }
 
@@ -179,6 +237,7 @@ func TestClassifySynthetic(t *testing.T) {
 		{tidb(1062, "Duplicate entry '\\x01' for key 'opledger_operations.PRIMARY'"), dialects.ClassUniqueViolation},
 		{tidb(1105, "execution result undetermined"), dialects.ClassConnection},
 		{tidb(1105, "some other unknown error"), dialects.ClassOther},
+		{tidb(1105, "pessimistic lock retry limit reached"), dialects.ClassSerialization},
 		// What the InnoDB variant's read-back gets on TiDB, and what a
 		// lazy unique check reports at COMMIT: neither is retryable.
 		{tidb(1235, "function LOCK IN SHARE MODE has only noop implementation in tidb now, use tidb_enable_noop_functions to enable these functions"), dialects.ClassOther},
@@ -223,7 +282,7 @@ func tidb(n uint16, msg string) error {
 // TestClassifyRealErrors provokes each error on the real server.
 func TestClassifyRealErrors(t *testing.T) {
 	testdb.Parallel(t, "mysql", 6)
-	d := mysql.New()
+	d := testdb.MySQLDialect(t)
 	db := testdb.OpenMySQL(nil)(t, 6)
 	ctx := context.Background()
 	var b [4]byte
@@ -283,7 +342,9 @@ func TestClassifyRealErrors(t *testing.T) {
 	t1.Rollback()
 	t2.Rollback()
 
-	// Lock wait timeout, on a connection with a 1 s bound.
+	// Lock wait timeout, on a connection with a 1 s bound, in an explicit
+	// transaction (TiDB runs an autocommit statement optimistically, past
+	// the bound).
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -300,7 +361,12 @@ func TestClassifyRealErrors(t *testing.T) {
 	if _, err := holder.ExecContext(ctx, "UPDATE "+tbl+" SET v = 9 WHERE k = 1"); err != nil {
 		t.Fatal(err)
 	}
-	_, err = conn.ExecContext(ctx, "UPDATE "+tbl+" SET v = 8 WHERE k = 1")
+	waiter, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = waiter.ExecContext(ctx, "UPDATE "+tbl+" SET v = 8 WHERE k = 1")
+	waiter.Rollback()
 	check("lock wait timeout", err, dialects.ClassLockTimeout)
 	holder.Rollback()
 

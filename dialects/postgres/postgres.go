@@ -116,6 +116,7 @@ func (d Dialect) queries(table, lw string) dialects.Queries {
 		// is re-acquiring; it is picked up by a later sweep if still expired.
 		Sweep: `DELETE FROM ` + t + ` WHERE id IN (SELECT id FROM ` + t +
 			` WHERE expires_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)`,
+		CountExpired: `SELECT count(*) FROM ` + t + ` WHERE expires_at <= $1`,
 	}
 }
 

@@ -64,6 +64,7 @@ func (d Dialect) Queries(table string) dialects.Queries {
 		Lookup: `SELECT ` + columns + ` FROM ` + t + ` WHERE id = ?`,
 		Sweep: `DELETE FROM ` + t + ` WHERE id IN (SELECT id FROM ` + t +
 			` WHERE expires_at <= ? LIMIT ?)`,
+		CountExpired: `SELECT count(*) FROM ` + t + ` WHERE expires_at <= ?`,
 	}
 }
 

@@ -9,7 +9,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/opledger/opledger/dialects"
@@ -21,9 +20,9 @@ import (
 	"github.com/opledger/opledger/policy"
 )
 
-// serveKeyed serves one service behind the kit's server interceptor on a
-// loopback port until the test ends.
-func serveKeyed(t *testing.T, db *sql.DB, d dialects.Dialect, table string, register func(*grpc.Server)) (*grpcint.Server, string) {
+// serveKeyed serves one service behind tokens' authentication and the
+// kit's server interceptor on a loopback port until the test ends.
+func serveKeyed(t *testing.T, db *sql.DB, d dialects.Dialect, table string, tokens *payments.Tokens, register func(*grpc.Server)) (*grpcint.Server, string) {
 	t.Helper()
 	store, err := ledger.New(d, ledger.WithTable(table))
 	if err != nil {
@@ -33,11 +32,11 @@ func serveKeyed(t *testing.T, db *sql.DB, d dialects.Dialect, table string, regi
 	if err != nil {
 		t.Fatal(err)
 	}
-	kit, err := grpcint.NewServer(db, store, cat, grpcint.CallerFromTrustedHeader(payments.CallerHeader))
+	kit, err := grpcint.NewServer(db, store, cat, grpcint.CallerFromPrincipal(payments.Principal))
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(kit.UnaryServerInterceptor()))
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(tokens.UnaryServerInterceptor(), kit.UnaryServerInterceptor()))
 	register(srv)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -90,8 +89,18 @@ func TestChainDeclined(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			fkit, faddr := serveKeyed(t, fdb, d, ftable, func(s *grpc.Server) { paymentspb.RegisterFraudServer(s, fsvc) })
-			fconn, _, err := payments.DialFraud(faddr, nil, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			ftokens, ptokens := payments.NewTokens(), payments.NewTokens()
+			ftoken, err := ftokens.Issue(payments.FraudCaller)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ptoken, err := ptokens.Issue("shop")
+			if err != nil {
+				t.Fatal(err)
+			}
+			fkit, faddr := serveKeyed(t, fdb, d, ftable, ftokens, func(s *grpc.Server) { paymentspb.RegisterFraudServer(s, fsvc) })
+			fconn, _, err := payments.DialFraud(faddr, nil, grpc.WithTransportCredentials(insecure.NewCredentials()),
+				grpc.WithPerRPCCredentials(payments.BearerToken(ftoken)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -100,8 +109,9 @@ func TestChainDeclined(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			pkit, paddr := serveKeyed(t, pdb, d, ptable, func(s *grpc.Server) { paymentspb.RegisterPaymentsServer(s, svc) })
-			conn, _, err := payments.Dial(paddr, policy.OwnerApplication, nil, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			pkit, paddr := serveKeyed(t, pdb, d, ptable, ptokens, func(s *grpc.Server) { paymentspb.RegisterPaymentsServer(s, svc) })
+			conn, _, err := payments.Dial(paddr, policy.OwnerApplication, nil, grpc.WithTransportCredentials(insecure.NewCredentials()),
+				grpc.WithPerRPCCredentials(payments.BearerToken(ptoken)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -110,7 +120,7 @@ func TestChainDeclined(t *testing.T) {
 
 			req := &paymentspb.TransferRequest{Reference: "declined-1", FromAccount: "a", ToAccount: "b",
 				AmountCents: payments.FraudLimitCents + 1}
-			cctx := grpcint.WithKey(metadata.AppendToOutgoingContext(ctx, payments.CallerHeader, "shop"), "key-declined-1")
+			cctx := grpcint.WithKey(ctx, "key-declined-1")
 			var msgs []string
 			for i := range 2 {
 				_, err := pc.Transfer(cctx, req)

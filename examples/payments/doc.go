@@ -11,6 +11,13 @@
 // Dial builds the client side: a channel with one retry owner (see
 // grpcint.DialOptions).
 //
+// The caller of every call comes from authentication, never from a name
+// the client sends: Tokens issues bearer tokens, checks them in front of
+// the kit (its interceptor and middleware), and puts each token's
+// principal in the context, where grpcint.CallerFromPrincipal(Principal)
+// and httpint.CallerFromPrincipal(Principal) find it. The scenario and
+// `opledger chaos` authenticate their clients this way.
+//
 // The same Transfer is served over HTTP too (HTTPHandler, TransferRoute),
 // behind the httpint middleware on the same ledger, and called through
 // HTTPClient, which owns the retries of its requests and resolves a lost

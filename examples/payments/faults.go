@@ -118,6 +118,14 @@ func (f *Faults) Counts() FaultCounts {
 		RefusedInOutage: f.refused.Load(), ResponsesReturned: f.returned.Load(), FailedTransactions: f.txFailed.Load()}
 }
 
+// minus returns c less o, count by count.
+func (c FaultCounts) minus(o FaultCounts) FaultCounts {
+	return FaultCounts{FailedBeforeSend: c.FailedBeforeSend - o.FailedBeforeSend, DroppedAfterRun: c.DroppedAfterRun - o.DroppedAfterRun,
+		LostAfterHeaders: c.LostAfterHeaders - o.LostAfterHeaders, LostAfterResponse: c.LostAfterResponse - o.LostAfterResponse,
+		Delayed: c.Delayed - o.Delayed, FailedTransactions: c.FailedTransactions - o.FailedTransactions,
+		RefusedInOutage: c.RefusedInOutage - o.RefusedInOutage, ResponsesReturned: c.ResponsesReturned - o.ResponsesReturned}
+}
+
 func (f *Faults) roll(p float64) bool {
 	if p <= 0 || !f.enabled.Load() {
 		return false

@@ -7,7 +7,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/opledger/opledger/dialects"
@@ -23,8 +22,9 @@ const DefaultFraudTable = "payments_fraud_checks"
 // FraudLimitCents is the largest amount the fraud check approves.
 const FraudLimitCents = 10_000_000
 
-// FraudCaller is the caller identity the payments service presents to
-// the fraud check service (in CallerHeader).
+// FraudCaller is the principal the payments service authenticates as to
+// the fraud check service (with a bearer token the fraud service issued
+// it, see Tokens).
 const FraudCaller = "payments"
 
 // FraudService implements paymentspb.FraudServer: a ledger-backed
@@ -91,8 +91,10 @@ func boolInt(b bool) int {
 // DialFraud is the payments service's channel to the fraud check
 // service: the kit's client with WithDownstreamKeys, so that a Check
 // called from a Transfer handler carries the key derived from the
-// transfer's operation, and the caller header FraudCaller. kitOpts and
-// extra are added to the kit's client options and dial options.
+// transfer's operation. kitOpts and extra are added to the kit's client
+// options and dial options; extra holds the transport credentials and the
+// payments service's own (grpc.WithPerRPCCredentials(BearerToken(token))
+// with the token the fraud service issued to FraudCaller).
 func DialFraud(target string, kitOpts []grpcint.ClientOption, extra ...grpc.DialOption) (*grpc.ClientConn, *grpcint.Client, error) {
 	cat, err := Catalog()
 	if err != nil {
@@ -106,10 +108,6 @@ func DialFraud(target string, kitOpts []grpcint.ClientOption, extra ...grpc.Dial
 	if err != nil {
 		return nil, nil, err
 	}
-	asPayments := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		return invoker(metadata.AppendToOutgoingContext(ctx, CallerHeader, FraudCaller), method, req, reply, cc, opts...)
-	}
-	opts = append(opts, grpc.WithChainUnaryInterceptor(asPayments))
 	conn, err := grpc.NewClient(target, append(opts, extra...)...)
 	if err != nil {
 		return nil, nil, err

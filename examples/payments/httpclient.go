@@ -45,22 +45,23 @@ type HTTPClientStats struct {
 // lost answer) is resolved with Idempotency-Resolve before anything else.
 // It is safe for concurrent use.
 type HTTPClient struct {
-	base   string
-	caller string
-	hc     *http.Client
-	set    HTTPClientSettings
+	base  string
+	token string
+	hc    *http.Client
+	set   HTTPClientSettings
 
 	calls, attempts, retries, resolves, resolved, replays, refusals, ambiguous atomic.Int64
 }
 
 // NewHTTPClient returns a client of the HTTP service at base
-// ("http://host:port") that presents caller in CallerHeader (standing in
-// for a gateway) and sends requests through rt.
-func NewHTTPClient(base, caller string, rt http.RoundTripper, s HTTPClientSettings) *HTTPClient {
+// ("http://host:port") that authenticates with the bearer token token
+// (see Tokens: the service takes the caller from it) and sends requests
+// through rt.
+func NewHTTPClient(base, token string, rt http.RoundTripper, s HTTPClientSettings) *HTTPClient {
 	if s.MaxAttempts <= 0 {
 		s.MaxAttempts = 5
 	}
-	return &HTTPClient{base: base, caller: caller, hc: &http.Client{Transport: rt}, set: s}
+	return &HTTPClient{base: base, token: token, hc: &http.Client{Transport: rt}, set: s}
 }
 
 // Stats returns the counters.
@@ -234,7 +235,7 @@ func (c *HTTPClient) send(ctx context.Context, key string, body []byte, resolve 
 		return reading{outcome: httpint.OutcomeInvalidKey, next: httpint.Stop}
 	}
 	r.Header.Set(httpint.KeyHeader, field)
-	r.Header.Set(CallerHeader, c.caller)
+	r.Header.Set("Authorization", "Bearer "+c.token)
 	r.Header.Set("Content-Type", "application/json")
 	if resolve {
 		r.Header.Set(httpint.ResolveHeader, "1")

@@ -14,23 +14,18 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
+	"github.com/opledger/opledger/internal/answers"
 	"github.com/opledger/opledger/internal/wait"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/outbox"
 	"github.com/opledger/opledger/policy"
 )
-
-// CallerHeader is the metadata header the example trusts as the caller's
-// identity, standing in for an authenticating gateway. A real service
-// uses mTLS (grpcint.CallerFromPeerCertificate) or its own auth.
-const CallerHeader = "x-example-caller"
 
 // Scenario describes one run of the demo.
 type Scenario struct {
@@ -71,7 +66,11 @@ type Scenario struct {
 	// NewKey returns each logical call's idempotency key (default
 	// grpcint.NewKey).
 	NewKey func() string
-	// Caller is the caller identity the client presents (default "demo").
+	// Caller is the principal the client authenticates as (default
+	// "demo"): the run issues it a bearer token (Tokens), and the server
+	// takes the caller from the token, never from anything the client
+	// names (grpcint.CallerFromPrincipal), so the ledger's entries have
+	// the caller "principal:" and Caller.
 	Caller string
 	// RefPrefix prefixes each transfer's reference (default "call").
 	RefPrefix string
@@ -99,6 +98,45 @@ type Scenario struct {
 	// and no second effect: a lost answer alone may be resolved without
 	// ever running the claim's read-back.
 	Resends int
+	// OnEvent, when not nil, is called with every logical call of both
+	// phases as it ends, every 100ms with the faults injected meanwhile,
+	// and once with the outage (from several goroutines at once): the
+	// run's timeline, for a picture (opledger demo --report).
+	OnEvent func(Event)
+}
+
+// EventKind says what an Event is.
+type EventKind int
+
+// The kinds of Event.
+const (
+	// EventCall is a logical call that ended.
+	EventCall EventKind = iota + 1
+	// EventFaults are the faults injected since the previous one.
+	EventFaults
+	// EventOutage is the outage phase.
+	EventOutage
+)
+
+// Event is one thing a Scenario's run did, as Scenario.OnEvent receives
+// it.
+type Event struct {
+	Kind EventKind
+	// At is when the call started, the faults' period began or the
+	// outage began; Took is how long the call took, the period or the
+	// outage lasted.
+	At   time.Time
+	Took time.Duration
+	// Err is an EventCall's error, nil for an answer; Definite says
+	// whether the client knew its outcome (not CALL_OUTCOME_UNKNOWN).
+	Err      error
+	Definite bool
+	// Resolved and Replayed say where an EventCall's answer came from
+	// over gRPC: a resolve request, or a replay of the ledger's stored
+	// outcome (both false: the handler's own, or over HTTP).
+	Resolved, Replayed bool
+	// Faults are an EventFaults' counts.
+	Faults FaultCounts
 }
 
 // Chain is the fraud check service of a chained Scenario.
@@ -137,16 +175,17 @@ type Report struct {
 	Reconciled     int            // failed calls whose outcome a later Resolve found committed
 	FailedBy       map[string]int // errors by final status code and reason, both phases
 	Attempts       int64          // attempts on the wire, faulty phase
-	Executed       int64          // handler runs that committed (server)
-	Replayed       int64          // calls answered from the ledger (server)
-	Resolved       int64          // calls whose outcome a resolve returned (client)
-	BudgetRefusals int64          // retries the client's budget refused
+	Executed       int64          // handler runs that committed (server), both phases (before the resends)
+	Replayed       int64          // calls answered from the ledger (server), both phases (before the resends)
+	Resolved       int64          // calls whose outcome a resolve returned (client), faulty phase
+	BudgetRefusals int64          // retries the client's budget refused, both phases
 	Duplicates     int            // logical calls with more than one transfer row
 	Lost           int            // logical calls answered with success but no (or another) row
 	WrongResponses int            // responses that differ from the committed row
 	WrongOutcomes  int            // definite errors whose reason disagrees with the business table
 	Resent         int            // answered calls sent again with their key after the checks
-	ResendFailures int            // of those, not answered by a replay of the committed answer (must be 0)
+	ResendReplayed int64          // calls the server answered from the ledger during the resends
+	ResendFailures int            // of the resends, not answered by a replay of the committed answer (must be 0)
 	OutageCalls    int            // logical calls during the outage
 	OutageAttempts int64          // attempts on the wire during the outage
 	Faults         FaultCounts
@@ -185,28 +224,39 @@ func (r Report) OK() bool {
 		r.ResendFailures == 0
 }
 
-// Print writes the report as a table.
+// Print writes the report as a table. Each row's name says which calls
+// it counts: the faulty phase's, the outage's, both phases' (before the
+// resends), or the resends'; so the server's replays, for one, are two
+// rows, before and during the resends.
 func (r Report) Print(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	row := func(k string, v any) { fmt.Fprintf(tw, "%s\t%v\t\n", k, v) }
 	row("transport", r.Transport)
 	row("retry owner", r.Owner)
-	row("logical calls", r.Calls)
-	row("succeeded", r.Succeeded)
-	row("failed (of which resolve found committed)", fmt.Sprintf("%d (%d)", r.Failed, r.Reconciled))
-	row("returned a definite failure", r.Definite)
-	row("returned ambiguous (must be 0)", r.Ambiguous)
-	row("attempts", r.Attempts)
-	row("executed", r.Executed)
-	row("replayed", r.Replayed)
-	row("resolved", r.Resolved)
+	row("faulty phase: logical calls", r.Calls)
+	row("faulty phase: succeeded", r.Succeeded)
+	row("faulty phase: failed (of which resolve found committed)", fmt.Sprintf("%d (%d)", r.Failed, r.Reconciled))
+	row("faulty phase: attempts", r.Attempts)
+	row("faulty phase: resolved by the client", r.Resolved)
+	both := "faulty phase: "
+	if r.OutageCalls > 0 {
+		row("outage: logical calls", r.OutageCalls)
+		row("outage: attempts", r.OutageAttempts)
+		row("outage: amplification", strconv.FormatFloat(r.Amplification(), 'f', 2, 64)+"x")
+		both = "both phases: "
+	}
+	row(both+"returned a definite failure", r.Definite)
+	row(both+"returned ambiguous (must be 0)", r.Ambiguous)
+	row(both+"executed by the server", r.Executed)
+	row(both+"replayed by the server", r.Replayed)
+	row(both+"budget refusals", r.BudgetRefusals)
 	row("duplicate effects (must be 0)", r.Duplicates)
 	row("lost effects (must be 0)", r.Lost)
 	row("wrong responses (must be 0)", r.WrongResponses)
 	row("wrong failure reasons (must be 0)", r.WrongOutcomes)
-	row("answered calls sent again", r.Resent)
-	row("sent again, not replayed (must be 0)", r.ResendFailures)
-	row("budget refusals", r.BudgetRefusals)
+	row("resends: answered calls sent again", r.Resent)
+	row("resends: replayed by the server", r.ResendReplayed)
+	row("resends: not answered by a replay (must be 0)", r.ResendFailures)
 	row("faults: failed before send", r.Faults.FailedBeforeSend)
 	row("faults: answers lost after commit", r.Faults.DroppedAfterRun)
 	row("faults: delayed", r.Faults.Delayed)
@@ -226,11 +276,6 @@ func (r Report) Print(w io.Writer) {
 		row("outbox: missing events (must be 0)", r.EventsMissing)
 		row("outbox: events of uncommitted transfers (must be 0)", r.EventsForFailed)
 	}
-	if r.OutageCalls > 0 {
-		row("outage: logical calls", r.OutageCalls)
-		row("outage: attempts", r.OutageAttempts)
-		row("outage: amplification", strconv.FormatFloat(r.Amplification(), 'f', 2, 64)+"x")
-	}
 	row("elapsed", r.Elapsed.Round(time.Millisecond))
 	tw.Flush()
 }
@@ -240,6 +285,8 @@ type callResult struct {
 	req   *paymentspb.TransferRequest
 	reply *paymentspb.TransferReply
 	err   error
+
+	resolved, replayed bool // where the answer came from (gRPC)
 }
 
 // Run starts the example server on a loopback TCP port, runs the
@@ -322,22 +369,30 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 		return Report{}, err
 	}
 	faults := NewFaults(sc.Faults)
+	tokens := NewTokens()
+	token, err := tokens.Issue(sc.Caller)
+	if err != nil {
+		return Report{}, err
+	}
 	switch sc.Transport {
 	case "", TransportGRPC:
 		sc.Transport = TransportGRPC
 	case TransportHTTP:
-		return sc.runHTTP(ctx, start, store, svc, faults)
+		return sc.runHTTP(ctx, start, store, svc, faults, tokens, token)
 	default:
 		return Report{}, fmt.Errorf("payments: unknown transport %q", sc.Transport)
 	}
-	kitServer, err := grpcint.NewServer(sc.DB, store, cat, grpcint.CallerFromTrustedHeader(CallerHeader),
+	kitServer, err := grpcint.NewServer(sc.DB, store, cat, grpcint.CallerFromPrincipal(Principal),
 		append([]grpcint.ServerOption{grpcint.WithLockWait(sc.LockWait)}, sc.ServerOptions...)...)
 	if err != nil {
 		return Report{}, err
 	}
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(faults.UnaryServerInterceptor(), kitServer.UnaryServerInterceptor(),
-		faults.TxInterceptor(sc.DB, sc.Dialect)))
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(faults.UnaryServerInterceptor(), tokens.UnaryServerInterceptor(),
+		kitServer.UnaryServerInterceptor(), faults.TxInterceptor(sc.DB, sc.Dialect)), grpc.ChainStreamInterceptor(kitServer.StreamServerInterceptor()))
 	paymentspb.RegisterPaymentsServer(srv, svc)
+	if err := kitServer.CheckRegistered(srv); err != nil {
+		return Report{}, err
+	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return Report{}, err
@@ -347,27 +402,33 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 	defer func() { srv.Stop(); <-served }()
 
 	conn, client, err := Dial(lis.Addr().String(), sc.Owner, sc.ClientOptions,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithChainUnaryInterceptor(faults.UnaryClientInterceptor()))
+		grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(BearerToken(token)),
+		grpc.WithChainUnaryInterceptor(faults.UnaryClientInterceptor(), answers.Interceptor))
 	if err != nil {
 		return Report{}, err
 	}
 	defer conn.Close()
 	pc := paymentspb.NewPaymentsClient(conn)
-	callerCtx := metadata.AppendToOutgoingContext(ctx, CallerHeader, sc.Caller)
 
 	rep := Report{Transport: sc.Transport, Owner: sc.Owner, Calls: sc.Calls, OutageCalls: sc.OutageCalls}
 	counts := func() clientCounts {
 		st := client.Stats()
 		return clientCounts{st.Attempts, st.Resolved, st.BudgetRefusals}
 	}
-	results, outage, err := sc.phases(ctx, &rep, faults, counts, func(i int, prefix string) callResult {
+	classify := func(err error) (string, bool) {
+		ci, ok := grpcint.CallInfoOf(err)
+		return status.Code(err).String() + " " + string(grpcint.ReasonOf(err)) + " " + ci.Decision, ok && ci.Reason != grpcint.ReasonCallOutcomeUnknown
+	}
+	results, outage, err := sc.phases(ctx, &rep, faults, counts, classify, func(i int, prefix string) callResult {
 		req := transferRequest(i, prefix)
 		key := sc.NewKey()
-		cctx, cancel := context.WithTimeout(grpcint.WithKey(callerCtx, key), sc.CallTimeout)
+		actx, tr := answers.With(grpcint.WithKey(ctx, key))
+		cctx, cancel := context.WithTimeout(actx, sc.CallTimeout)
 		defer cancel()
 		reply, err := pc.Transfer(cctx, req)
-		return callResult{key: key, req: req, reply: reply, err: err}
+		r := callResult{key: key, req: req, reply: reply, err: err}
+		r.resolved, r.replayed = tr.Answer()
+		return r
 	})
 	if err != nil {
 		return rep, err
@@ -383,7 +444,7 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 	}
 	resolve := func(r callResult) (*paymentspb.TransferReply, bool, error) {
 		var stored paymentspb.TransferReply
-		rctx, cancel := context.WithTimeout(callerCtx, sc.CallTimeout)
+		rctx, cancel := context.WithTimeout(ctx, sc.CallTimeout)
 		defer cancel()
 		err := grpcint.Resolve(rctx, conn, paymentspb.TransferMethod, r.key, &paymentspb.TransferRequest{}, &stored)
 		switch {
@@ -393,10 +454,6 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 			return nil, false, nil
 		}
 		return nil, false, err
-	}
-	classify := func(err error) (string, bool) {
-		ci, ok := grpcint.CallInfoOf(err)
-		return status.Code(err).String() + " " + string(grpcint.ReasonOf(err)) + " " + ci.Decision, ok && ci.Reason != grpcint.ReasonCallOutcomeUnknown
 	}
 	if err := rep.check(ctx, sc, results, outage, resolve, classify); err != nil {
 		return rep, err
@@ -457,7 +514,7 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 		}
 	}
 	again := func(ctx context.Context, r callResult) (*paymentspb.TransferReply, error) {
-		return pc.Transfer(grpcint.WithKey(metadata.AppendToOutgoingContext(ctx, CallerHeader, sc.Caller), r.key), r.req)
+		return pc.Transfer(grpcint.WithKey(ctx, r.key), r.req)
 	}
 	counted := func() (int64, int64) { st := kitServer.Stats(); return st.Executed, st.Replayed }
 	if err := sc.resend(ctx, results, rows, &rep, again, counted); err != nil {
@@ -548,7 +605,11 @@ type clientCounts struct{ attempts, resolved, refusals int64 }
 // references start with prefix, and fills in the client's counts and the
 // faults of the report.
 func (sc Scenario) phases(ctx context.Context, rep *Report, faults *Faults, counts func() clientCounts,
-	call func(i int, prefix string) callResult) (results, outage []callResult, err error) {
+	classify func(error) (string, bool), call func(i int, prefix string) callResult) (results, outage []callResult, err error) {
+	if sc.OnEvent != nil {
+		stop := sc.faultEvents(faults)
+		defer stop()
+	}
 	run := func(n int, prefix string) []callResult {
 		out := make([]callResult, n)
 		var wg sync.WaitGroup
@@ -558,7 +619,16 @@ func (sc Scenario) phases(ctx context.Context, rep *Report, faults *Faults, coun
 			sem <- struct{}{}
 			go func() {
 				defer func() { <-sem; wg.Done() }()
+				at := time.Now()
 				out[i] = call(i, prefix)
+				if sc.OnEvent != nil {
+					ev := Event{Kind: EventCall, At: at, Took: time.Since(at), Err: out[i].err,
+						Resolved: out[i].resolved, Replayed: out[i].replayed}
+					if ev.Err != nil {
+						_, ev.Definite = classify(ev.Err)
+					}
+					sc.OnEvent(ev)
+				}
 			}()
 		}
 		wg.Wait()
@@ -576,14 +646,47 @@ func (sc Scenario) phases(ctx context.Context, rep *Report, faults *Faults, coun
 			return results, nil, err
 		}
 		faults.SetOutage(true)
+		at := time.Now()
 		o0 := counts()
 		outage = run(sc.OutageCalls, sc.RefPrefix+"-outage")
 		o1 := counts()
 		faults.SetOutage(false)
+		if sc.OnEvent != nil {
+			sc.OnEvent(Event{Kind: EventOutage, At: at, Took: time.Since(at)})
+		}
 		rep.OutageAttempts = o1.attempts - o0.attempts
 		rep.BudgetRefusals += o1.refusals - o0.refusals
 	}
 	return results, outage, nil
+}
+
+// faultEvents sends sc.OnEvent the faults injected in every 100ms, until
+// the function it returns is called (which sends the last ones).
+func (sc Scenario) faultEvents(faults *Faults) (stop func()) {
+	done, over := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(over)
+		last, at := faults.Counts(), time.Now()
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			var end bool
+			select {
+			case <-tick.C:
+			case <-done:
+				end = true
+			}
+			now, c := time.Now(), faults.Counts()
+			if d := c.minus(last); d != (FaultCounts{}) {
+				sc.OnEvent(Event{Kind: EventFaults, At: at, Took: now.Sub(at), Faults: d})
+			}
+			last, at = c, now
+			if end {
+				return
+			}
+		}
+	}()
+	return func() { close(done); <-over }
 }
 
 // transferRequest is the i-th transfer of a phase.
@@ -632,12 +735,19 @@ func (sc Scenario) startFraud(ctx context.Context) (func(), fraudChain, error) {
 	if err != nil {
 		return nil, fraudChain{}, err
 	}
-	kit, err := grpcint.NewServer(c.DB, store, cat, grpcint.CallerFromTrustedHeader(CallerHeader), grpcint.WithLockWait(sc.LockWait))
+	// The fraud service authenticates its callers with tokens of its own;
+	// the payments service presents the one issued to FraudCaller.
+	tokens := NewTokens()
+	token, err := tokens.Issue(FraudCaller)
+	if err != nil {
+		return nil, fraudChain{}, err
+	}
+	kit, err := grpcint.NewServer(c.DB, store, cat, grpcint.CallerFromPrincipal(Principal), grpcint.WithLockWait(sc.LockWait))
 	if err != nil {
 		return nil, fraudChain{}, err
 	}
 	faults := NewFaults(c.Faults)
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(faults.UnaryServerInterceptor(), kit.UnaryServerInterceptor()))
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(faults.UnaryServerInterceptor(), tokens.UnaryServerInterceptor(), kit.UnaryServerInterceptor()))
 	paymentspb.RegisterFraudServer(srv, fsvc)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -646,8 +756,8 @@ func (sc Scenario) startFraud(ctx context.Context) (func(), fraudChain, error) {
 	served := make(chan struct{})
 	go func() { _ = srv.Serve(lis); close(served) }()
 	conn, _, err := DialFraud(lis.Addr().String(), c.ClientOptions,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithChainUnaryInterceptor(faults.UnaryClientInterceptor()))
+		grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(BearerToken(token)),
+		grpc.WithChainUnaryInterceptor(faults.UnaryClientInterceptor(), answers.Interceptor))
 	if err != nil {
 		srv.Stop()
 		<-served
@@ -747,7 +857,7 @@ func (sc Scenario) resend(ctx context.Context, results []callResult, rows map[st
 	}
 	wg.Wait()
 	executed1, replayed1 := served()
-	rep.Resent = len(done)
+	rep.Resent, rep.ResendReplayed = len(done), replayed1-replayed0
 	for _, f := range failed {
 		if f {
 			rep.ResendFailures++

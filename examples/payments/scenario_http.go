@@ -26,11 +26,13 @@ const (
 // runHTTP is Run over HTTP: the Transfer route behind the httpint
 // middleware and the fault injector on a loopback port, called through
 // HTTPClient (the application owns the retries), then the same checks.
-func (sc Scenario) runHTTP(ctx context.Context, start time.Time, store *ledger.Store, svc *Service, faults *Faults) (Report, error) {
+//
+// tokens authenticates the requests, token is the client's.
+func (sc Scenario) runHTTP(ctx context.Context, start time.Time, store *ledger.Store, svc *Service, faults *Faults, tokens *Tokens, token string) (Report, error) {
 	if sc.Owner != policy.OwnerApplication {
 		return Report{}, fmt.Errorf("payments: over HTTP the application owns the retries, not %s", sc.Owner)
 	}
-	mw, err := httpint.New(sc.DB, store, httpint.CallerFromTrustedHeader(CallerHeader), []string{TransferRoute},
+	mw, err := httpint.New(sc.DB, store, httpint.CallerFromPrincipal(Principal), []string{TransferRoute},
 		httpint.WithLockWait(sc.LockWait))
 	if err != nil {
 		return Report{}, err
@@ -39,21 +41,28 @@ func (sc Scenario) runHTTP(ctx context.Context, start time.Time, store *ledger.S
 	if err != nil {
 		return Report{}, err
 	}
-	srv := &http.Server{Handler: faults.HTTPMiddleware(mw.Handler(svc.HTTPHandler())),
+	srv := &http.Server{Handler: faults.HTTPMiddleware(tokens.HTTPMiddleware(mw.Handler(svc.HTTPHandler()))),
 		ErrorLog: log.New(io.Discard, "", 0), ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan struct{})
 	go func() { _ = srv.Serve(lis); close(served) }()
 	defer func() { srv.Close(); <-served }()
 	tr := &http.Transport{MaxIdleConnsPerHost: 2 * sc.Concurrency}
 	defer tr.CloseIdleConnections()
-	client := NewHTTPClient("http://"+lis.Addr().String(), sc.Caller, faults.RoundTripper(tr), sc.HTTPClient)
+	client := NewHTTPClient("http://"+lis.Addr().String(), token, faults.RoundTripper(tr), sc.HTTPClient)
 
 	rep := Report{Transport: TransportHTTP, Owner: sc.Owner, Calls: sc.Calls, OutageCalls: sc.OutageCalls}
 	counts := func() clientCounts {
 		st := client.Stats()
 		return clientCounts{st.Attempts, st.Resolved, st.BudgetRefusals}
 	}
-	results, outage, err := sc.phases(ctx, &rep, faults, counts, func(i int, prefix string) callResult {
+	classify := func(err error) (string, bool) {
+		var he *HTTPError
+		if !errors.As(err, &he) {
+			return err.Error(), false
+		}
+		return fmt.Sprintf("%d %s %s", he.Status, he.Outcome, he.Decision), he.Outcome != OutcomeUnknown
+	}
+	results, outage, err := sc.phases(ctx, &rep, faults, counts, classify, func(i int, prefix string) callResult {
 		req := transferRequest(i, prefix)
 		key := rand.Text() // 128 random bits, a fresh key per logical call
 		cctx, cancel := context.WithTimeout(ctx, sc.CallTimeout)
@@ -81,13 +90,6 @@ func (sc Scenario) runHTTP(ctx context.Context, start time.Time, store *ledger.S
 			return nil, false, err
 		}
 		return got.reply(), true, nil
-	}
-	classify := func(err error) (string, bool) {
-		var he *HTTPError
-		if !errors.As(err, &he) {
-			return err.Error(), false
-		}
-		return fmt.Sprintf("%d %s %s", he.Status, he.Outcome, he.Decision), he.Outcome != OutcomeUnknown
 	}
 	if err := rep.check(ctx, sc, results, outage, resolve, classify); err != nil {
 		return rep, err

@@ -89,15 +89,8 @@ outer:
 // line for line (indentation aside), in one Go file of the module.
 func TestSnippetsAreQuoted(t *testing.T) {
 	files := goFiles(t)
-	docs := []string{filepath.Join(root, "README.md")}
-	_ = filepath.WalkDir(filepath.Join(root, "docs"), func(p string, d fs.DirEntry, err error) error {
-		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".md") {
-			docs = append(docs, p)
-		}
-		return nil
-	})
 	n := 0
-	for _, doc := range docs {
+	for _, doc := range markdownDocs(t) {
 		b, err := os.ReadFile(doc)
 		if err != nil {
 			t.Fatal(err)

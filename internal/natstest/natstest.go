@@ -6,6 +6,7 @@ package natstest
 import (
 	"context"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,12 +27,45 @@ type Server struct {
 	port int
 	dir  string
 	cmd  *exec.Cmd
+	opts Options
+}
+
+// Options configure a throw-away server.
+type Options struct {
+	// MaxPayload is the server's max_payload in bytes, the largest
+	// message (headers and payload) it accepts; 0 keeps its default,
+	// 1 MiB.
+	MaxPayload int
+	// Auth is what the server requires of its clients (nothing when
+	// zero).
+	Auth Auth
+}
+
+// Auth is what a server started by StartAuth requires of its clients:
+// a token, or a user and a password.
+type Auth struct {
+	Token          string
+	User, Password string
 }
 
 // Start starts a server on a free loopback port, stopped when the test
 // ends. Without nats-server on PATH it skips (fails with
 // OPLEDGER_TEST_REQUIRE_DBS=1).
 func Start(t *testing.T) *Server {
+	t.Helper()
+	return StartWith(t, Options{})
+}
+
+// StartAuth is Start for a server that requires auth of every client
+// (none when auth is zero). URL stays without the credentials;
+// AuthURL holds them.
+func StartAuth(t *testing.T, auth Auth) *Server {
+	t.Helper()
+	return StartWith(t, Options{Auth: auth})
+}
+
+// StartWith is Start with options.
+func StartWith(t *testing.T, o Options) *Server {
 	t.Helper()
 	bin, err := exec.LookPath("nats-server")
 	if err != nil {
@@ -46,18 +80,46 @@ func Start(t *testing.T) *Server {
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	s := &Server{t: t, port: port, dir: t.TempDir()}
+	s := &Server{t: t, port: port, dir: t.TempDir(), opts: o}
 	s.start(bin)
 	t.Cleanup(s.Stop)
 	return s
 }
 
-// URL is the server's nats:// URL.
+// URL is the server's nats:// URL, without credentials.
 func (s *Server) URL() string { return "nats://127.0.0.1:" + strconv.Itoa(s.port) }
+
+// AuthURL is the server's nats:// URL with the credentials it requires:
+// nats://TOKEN@host:port or nats://USER:PASSWORD@host:port (URL when it
+// requires none).
+func (s *Server) AuthURL() string {
+	u := url.URL{Scheme: "nats", Host: "127.0.0.1:" + strconv.Itoa(s.port)}
+	switch {
+	case s.opts.Auth.Token != "":
+		u.User = url.User(s.opts.Auth.Token)
+	case s.opts.Auth.User != "":
+		u.User = url.UserPassword(s.opts.Auth.User, s.opts.Auth.Password)
+	}
+	return u.String()
+}
 
 func (s *Server) start(bin string) {
 	s.t.Helper()
-	s.cmd = exec.Command(bin, "-a", "127.0.0.1", "-p", strconv.Itoa(s.port), "-js", "-sd", filepath.Join(s.dir, "js"))
+	args := []string{"-a", "127.0.0.1", "-p", strconv.Itoa(s.port), "-js", "-sd", filepath.Join(s.dir, "js")}
+	if s.opts.MaxPayload > 0 {
+		conf := filepath.Join(s.dir, "nats.conf")
+		if err := os.WriteFile(conf, []byte("max_payload: "+strconv.Itoa(s.opts.MaxPayload)+"\n"), 0o600); err != nil {
+			s.t.Fatal(err)
+		}
+		args = append(args, "-c", conf)
+	}
+	switch {
+	case s.opts.Auth.Token != "":
+		args = append(args, "--auth", s.opts.Auth.Token)
+	case s.opts.Auth.User != "":
+		args = append(args, "--user", s.opts.Auth.User, "--pass", s.opts.Auth.Password)
+	}
+	s.cmd = exec.Command(bin, args...)
 	s.cmd.Stdout, s.cmd.Stderr = nil, nil
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatal(err)
@@ -65,7 +127,7 @@ func (s *Server) start(bin string) {
 	// Ready when JetStream answers.
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		nc, err := nats.Connect(s.URL(), nats.Timeout(time.Second))
+		nc, err := nats.Connect(s.AuthURL(), nats.Timeout(time.Second))
 		if err == nil {
 			js, _ := jetstream.New(nc)
 			_, err = js.AccountInfo(context.Background())
@@ -104,6 +166,15 @@ func (s *Server) Restart(down time.Duration) {
 	bin := s.cmd.Path
 	s.Stop()
 	time.Sleep(down) // the outage itself: publishes fail meanwhile
+	s.start(bin)
+}
+
+// RestartWith stops the server and starts it again at once on the same
+// port and store, with options o (a new max_payload, say).
+func (s *Server) RestartWith(o Options) {
+	bin := s.cmd.Path
+	s.Stop()
+	s.opts = o
 	s.start(bin)
 }
 

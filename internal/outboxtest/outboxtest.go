@@ -51,6 +51,11 @@ type Config struct {
 	During func(ctx context.Context)
 	// Timeout bounds the whole run (default 2 minutes).
 	Timeout time.Duration
+	// Leave is how many messages the relays leave in the outbox, Dead of
+	// them dead (set aside as undeliverable) and the others waiting
+	// behind them: Run returns once exactly these are left (default
+	// none).
+	Leave, Dead int
 }
 
 // Want is what the producers committed.
@@ -183,18 +188,19 @@ func Run(t *testing.T, e *testdb.Env, cfg Config) Want {
 	for err := range errs {
 		t.Fatalf("producer: %v", err)
 	}
-	// Wait for the relays to empty the outbox, on the database's own view.
-	q := "SELECT COUNT(*) FROM " + e.Dialect.QuoteIdent(ob.Table())
+	// Wait for the relays to empty the outbox (but for what they leave),
+	// on the database's own view.
+	q := "SELECT COUNT(*), COALESCE(SUM(CASE WHEN dead_at IS NOT NULL THEN 1 ELSE 0 END), 0) FROM " + e.Dialect.QuoteIdent(ob.Table())
 	for {
-		var n int
-		if err := e.DB.QueryRowContext(ctx, q).Scan(&n); err != nil {
+		var n, dead int
+		if err := e.DB.QueryRowContext(ctx, q).Scan(&n, &dead); err != nil {
 			t.Fatalf("count the outbox: %v", err)
 		}
-		if n == 0 {
+		if n == cfg.Leave && dead == cfg.Dead {
 			break
 		}
 		if err := ctx.Err(); err != nil {
-			t.Fatalf("%d messages still in the outbox: %v", n, err)
+			t.Fatalf("%d messages (%d dead) still in the outbox, want %d (%d dead): %v", n, dead, cfg.Leave, cfg.Dead, err)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

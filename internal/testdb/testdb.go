@@ -4,7 +4,8 @@
 // OPLEDGER_TEST_POSTGRES_DSN is set, once through lib/pq and once through
 // pgx's stdlib driver. MySQL/MariaDB runs when OPLEDGER_TEST_MYSQL_DSN is
 // set, in the driver's format (root@tcp(127.0.0.1:3306)/test) or as a URL
-// (mysql://root@127.0.0.1:3306/test). Without its variable a target skips
+// (mysql://root@127.0.0.1:3306/test); a TiDB server there is detected and
+// tested with the TiDB dialect. Without its variable a target skips
 // with a message naming it, unless OPLEDGER_TEST_REQUIRE_DBS=1, when the skip
 // becomes a failure (CI sets it). Every target gets its own freshly
 // migrated table, dropped again when the test ends, and a check that no
@@ -63,8 +64,20 @@ func (tg Target) Family() string {
 	return f
 }
 
+// Server returns the target's database server kind: its family, or
+// "tidb" for the MySQL target on a TiDB server, for what a test pins per
+// server (statement counts, for one).
+func (tg Target) Server() string {
+	if TiDB(tg.Dialect) {
+		return "tidb"
+	}
+	return tg.Family()
+}
+
 // Targets returns every target: SQLite always, PostgreSQL (both drivers)
-// and MySQL when their DSNs are set. A missing DSN skips (or, with EnvRequire, fails)
+// and MySQL when their DSNs are set. The MySQL target's dialect is the
+// server's, as mysql.Detect finds it: mysql.NewTiDB() on TiDB, mysql.New()
+// on MySQL and MariaDB (see MySQLDialect). A missing DSN skips (or, with EnvRequire, fails)
 // only the subtests that use it: call Require in the subtest.
 //
 // A test binary that links modernc.org/sqlite (driver "sqlite", pure Go)
@@ -78,8 +91,16 @@ func Targets() []Target {
 	return append(out,
 		target("postgres/pq", postgres.New(), openPostgres("postgres")),
 		target("postgres/pgx", postgres.New(), openPostgres("pgx")),
-		target("mysql", mysql.New(), openMySQL(nil)),
+		target("mysql", mysqlTargetDialect(), openMySQL(nil)),
 	)
+}
+
+// mysqlTargetDialect is the MySQL target's dialect: the detected server's
+// (see MySQLDialect), or mysql.New() when it cannot be asked, in which
+// case the target's Open fails with the reason.
+func mysqlTargetDialect() mysql.Dialect {
+	d, _ := mysqlServer()
+	return d
 }
 
 func target(name string, d dialects.Dialect, open func(testing.TB, int, *Counter) *sql.DB) Target {
@@ -141,6 +162,10 @@ func openMySQL(configure func(*gomysql.Config)) func(testing.TB, int, *Counter) 
 		if err != nil {
 			t.Fatalf("%s: %v", EnvMySQL, err)
 		}
+		// TiDB behind a mysql:// URL or the driver's format gets what a
+		// tidb:// URL sets (pessimistic transactions), as opledger's
+		// commands do after detecting it.
+		MySQLDialect(t).Configure(cfg)
 		if configure != nil {
 			configure(cfg)
 		}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"syscall"
+	"time"
 
 	gomysql "github.com/go-sql-driver/mysql" // driver "mysql", for the readiness ping
 )
@@ -33,6 +34,21 @@ func MariaDBInstalled() bool {
 // answers, or an error when ctx ends first (leaving nothing behind). Call
 // Cleanup when done.
 func StartMariaDB(ctx context.Context) (*Server, error) {
+	s, err := startMariaDBNode(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := createTestDB(ctx, s); err != nil {
+		s.Cleanup()
+		return nil, err
+	}
+	return s, nil
+}
+
+// startMariaDBNode installs and starts a MariaDB whose command line has
+// extra's settings (when not nil; read at every start) after the common
+// ones, without the database "test".
+func startMariaDBNode(ctx context.Context, extra func() []string) (*Server, error) {
 	server, install, ok := mariadbBinaries()
 	if !ok {
 		return nil, fmt.Errorf("%w: MariaDB's mariadbd and mariadb-install-db", ErrNotInstalled)
@@ -45,29 +61,11 @@ func StartMariaDB(ctx context.Context) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, port, data := s.dir, s.port, filepath.Join(s.dir, "data")
-	var userArg []string
-	if acct != nil {
-		userArg = []string{"--user=" + acct.name}
+	if err := installMariaDB(ctx, s, install, acct); err != nil {
+		return nil, err
 	}
-	common := []string{
-		"--no-defaults",
-		"--datadir=" + data,
-		"--tmpdir=" + dir, // its own: concurrent bootstraps collide in /tmp
-		"--innodb-buffer-pool-size=32M",
-		"--innodb-log-file-size=16M",
-		"--character-set-server=utf8mb4",
-		"--collation-server=utf8mb4_general_ci",
-	}
-	args := append(append([]string{}, common...), userArg...)
-	args = append(args, "--auth-root-authentication-method=normal", "--skip-test-db")
-	if filepath.Base(install) == "mariadb-install-db" {
-		args = append(args, "--skip-name-resolve")
-	}
-	installCmd := exec.CommandContext(ctx, install, args...)
-	if err := run(ctx, s.log, installCmd); err != nil {
-		return nil, s.setupFailed("mariadb-install-db", err)
-	}
+	dir, port := s.dir, s.port
+	common := mariadbCommon(s.dir)
 	s.command = func() *exec.Cmd {
 		// Started as mysql rather than with --user: a server that changes
 		// its own user loses the parent-death signal.
@@ -82,34 +80,61 @@ func StartMariaDB(ctx context.Context) (*Server, error) {
 			"--innodb-flush-log-at-trx-commit=2",
 			"--max-connections=200",
 		)
+		if extra != nil {
+			a = append(a, extra()...)
+		}
 		cmd := exec.Command(server, a...)
 		acct.credential(cmd)
 		return cmd
 	}
 	s.ping = func(ctx context.Context) error {
-		cfg := gomysql.NewConfig()
-		cfg.User = "root"
-		cfg.Net = "tcp"
-		cfg.Addr = s.Addr()
-		cfg.Timeout = 2e9
-		return pingSQL(ctx, "mysql", cfg.FormatDSN())
+		return pingSQL(ctx, "mysql", rootConfig(s).FormatDSN())
 	}
-	if _, err := launch(ctx, s); err != nil {
-		return nil, err
-	}
-	if err := createTestDB(ctx, s); err != nil {
-		s.Cleanup()
-		return nil, err
-	}
-	return s, nil
+	return launch(ctx, s)
 }
 
-func createTestDB(ctx context.Context, s *Server) error {
+// mariadbCommon are the settings of mariadb-install-db and mariadbd.
+func mariadbCommon(dir string) []string {
+	return []string{
+		"--no-defaults",
+		"--datadir=" + filepath.Join(dir, "data"),
+		"--tmpdir=" + dir, // its own: concurrent bootstraps collide in /tmp
+		"--innodb-buffer-pool-size=32M",
+		"--innodb-log-file-size=16M",
+		"--character-set-server=utf8mb4",
+		"--collation-server=utf8mb4_general_ci",
+	}
+}
+
+// installMariaDB creates s's data directory with mariadb-install-db; on
+// error s's directory is gone.
+func installMariaDB(ctx context.Context, s *Server, install string, acct *account) error {
+	args := mariadbCommon(s.dir)
+	if acct != nil {
+		args = append(args, "--user="+acct.name)
+	}
+	args = append(args, "--auth-root-authentication-method=normal", "--skip-test-db")
+	if filepath.Base(install) == "mariadb-install-db" {
+		args = append(args, "--skip-name-resolve")
+	}
+	if err := run(ctx, s.log, exec.CommandContext(ctx, install, args...)); err != nil {
+		return s.setupFailed("mariadb-install-db", err)
+	}
+	return nil
+}
+
+// rootConfig is go-sql-driver's configuration for root on s, over TCP.
+func rootConfig(s *Server) *gomysql.Config {
 	cfg := gomysql.NewConfig()
 	cfg.User = "root"
 	cfg.Net = "tcp"
 	cfg.Addr = s.Addr()
-	db, err := openSQL("mysql", cfg.FormatDSN())
+	cfg.Timeout = 2 * time.Second
+	return cfg
+}
+
+func createTestDB(ctx context.Context, s *Server) error {
+	db, err := openSQL("mysql", rootConfig(s).FormatDSN())
 	if err != nil {
 		return err
 	}

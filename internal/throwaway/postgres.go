@@ -59,41 +59,81 @@ func PostgresInstalled() bool {
 // error when ctx ends first (leaving nothing behind). Call Cleanup when
 // done.
 func StartPostgres(ctx context.Context) (*Server, error) {
+	bin, acct, err := postgresSetup()
+	if err != nil {
+		return nil, err
+	}
+	s, data, err := initPostgres(ctx, bin, acct)
+	if err != nil {
+		return nil, err
+	}
+	setPostgresCommand(s, bin, acct, data, "-c", "full_page_writes=off")
+	return launch(ctx, s)
+}
+
+// postgresSetup finds the binaries and the account the servers run as.
+func postgresSetup() (bin string, acct *account, err error) {
 	bin, ok := postgresBinDir()
 	if !ok {
-		return nil, fmt.Errorf("%w: PostgreSQL's initdb and postgres (PATH, /usr/lib/postgresql/*/bin)", ErrNotInstalled)
+		return "", nil, fmt.Errorf("%w: PostgreSQL's initdb and postgres (PATH, /usr/lib/postgresql/*/bin)", ErrNotInstalled)
 	}
-	acct, err := runAs("postgres")
-	if err != nil {
-		return nil, err
-	}
+	acct, err = runAs("postgres")
+	return bin, acct, err
+}
+
+// newPostgresServer makes a KindPostgres server's directory and port; its
+// data directory (returned) is still to be made.
+func newPostgresServer(acct *account) (*Server, string, error) {
 	s, err := newServer(KindPostgres, acct, "postgres.log", "postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", syscall.SIGINT) // fast shutdown
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	dir, port, data := s.dir, s.port, filepath.Join(s.dir, "data")
-	initdb := exec.CommandContext(ctx, filepath.Join(bin, "initdb"),
+	return s, filepath.Join(s.dir, "data"), nil
+}
+
+// initPostgres makes a new server whose data directory initdb created.
+func initPostgres(ctx context.Context, bin string, acct *account) (*Server, string, error) {
+	s, data, err := newPostgresServer(acct)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := initdb(ctx, bin, acct, s, data); err != nil {
+		return nil, "", err
+	}
+	return s, data, nil
+}
+
+// initdb creates s's data directory data; on error s's directory is gone.
+func initdb(ctx context.Context, bin string, acct *account, s *Server, data string) error {
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, "initdb"),
 		"-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync")
-	acct.credential(initdb)
-	if err := run(ctx, s.log, initdb); err != nil {
-		return nil, s.setupFailed("initdb", err)
+	acct.credential(cmd)
+	if err := run(ctx, s.log, cmd); err != nil {
+		return s.setupFailed("initdb", err)
 	}
+	return nil
+}
+
+// setPostgresCommand gives s (a KindPostgres server of newServer) the
+// command line of a postgres on data, with settings ("-c", "name=value",
+// …) after the common ones, and its readiness ping.
+func setPostgresCommand(s *Server, bin string, acct *account, data string, settings ...string) {
+	dir, port := s.dir, s.port
 	s.command = func() *exec.Cmd {
-		cmd := exec.Command(filepath.Join(bin, "postgres"),
+		args := []string{
 			"-D", data,
 			"-p", strconv.Itoa(port),
 			"-k", dir,
 			"-c", "listen_addresses=127.0.0.1",
 			"-c", "fsync=off",
-			"-c", "full_page_writes=off",
 			"-c", "shared_buffers=32MB",
 			"-c", "max_connections=120",
-		)
+		}
+		cmd := exec.Command(filepath.Join(bin, "postgres"), append(args, settings...)...)
 		acct.credential(cmd)
 		return cmd
 	}
 	s.ping = func(ctx context.Context) error {
 		return pingSQL(ctx, "postgres", s.dsn+"&connect_timeout=2")
 	}
-	return launch(ctx, s)
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -205,43 +206,67 @@ func TestStartBoundedByContext(t *testing.T) {
 // test binary killed by its timeout) takes its servers with it.
 func TestServersDieWithTheirProcess(t *testing.T) {
 	if kind := os.Getenv("THROWAWAY_CHILD"); kind != "" {
-		start := map[string]func(context.Context) (*throwaway.Server, error){
-			"postgres": throwaway.StartPostgres, "mariadb": throwaway.StartMariaDB,
-		}[kind]
-		s, err := start(context.Background())
+		var servers []*throwaway.Server
+		var err error
+		switch kind {
+		case "pair": // a primary and its standby
+			var p *throwaway.PostgresPair
+			if p, err = throwaway.StartPostgresPair(context.Background(), throwaway.PairOptions{}); err == nil {
+				n := p.Nodes()
+				servers = n[:]
+			}
+		case "mariadb-pair":
+			var p *throwaway.MariaDBPair
+			if p, err = throwaway.StartMariaDBPair(context.Background(), throwaway.MariaDBPairOptions{SemiSync: true}); err == nil {
+				n := p.Nodes()
+				servers = n[:]
+			}
+		default:
+			var s *throwaway.Server
+			s, err = map[string]func(context.Context) (*throwaway.Server, error){
+				"postgres": throwaway.StartPostgres, "mariadb": throwaway.StartMariaDB,
+			}[kind](context.Background())
+			servers = []*throwaway.Server{s}
+		}
 		if err != nil {
 			fmt.Println("ERR", err)
 			os.Exit(1)
 		}
-		fmt.Println("SERVER", s.PID(), s.Dir())
+		for _, s := range servers {
+			fmt.Println("SERVER", s.PID(), s.Dir())
+		}
 		os.Exit(0) // no Cleanup
 	}
 	t.Parallel()
-	for _, kind := range []string{"postgres", "mariadb"} {
+	for _, kind := range []string{"postgres", "mariadb", "pair", "mariadb-pair"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			needInstalled(t, kind)
+			needInstalled(t, map[string]string{"postgres": "postgres", "mariadb": "mariadb", "pair": "postgres", "mariadb-pair": "mariadb"}[kind])
 			cmd := exec.Command(os.Args[0], "-test.run=^TestServersDieWithTheirProcess$")
 			cmd.Env = append(os.Environ(), "THROWAWAY_CHILD="+kind)
 			out, err := cmd.Output()
-			var pid int
-			var dir string
+			var pids []int
 			for _, line := range strings.Split(string(out), "\n") {
 				if strings.HasPrefix(line, "SERVER ") {
+					var pid int
+					var dir string
 					fmt.Sscan(strings.TrimPrefix(line, "SERVER "), &pid, &dir)
+					pids = append(pids, pid)
+					t.Cleanup(func() { os.RemoveAll(dir) })
 				}
 			}
-			if err != nil || pid == 0 {
-				t.Fatalf("child: %v\n%s", err, out)
+			if want := map[string]int{"pair": 2, "mariadb-pair": 2}[kind]; err != nil || len(pids) != max(want, 1) || slices.Contains(pids, 0) {
+				t.Fatalf("child: %v, servers %v\n%s", err, pids, out)
 			}
-			t.Cleanup(func() { os.RemoveAll(dir) })
 			deadline := time.Now().Add(20 * time.Second)
-			for processAlive(pid) {
-				if time.Now().After(deadline) {
-					syscall.Kill(pid, syscall.SIGKILL)
-					t.Fatalf("server %d still runs 20s after its process exited", pid)
+			for _, pid := range pids {
+				for processAlive(pid) {
+					if time.Now().After(deadline) {
+						syscall.Kill(pid, syscall.SIGKILL)
+						t.Fatalf("server %d still runs 20s after its process exited", pid)
+					}
+					time.Sleep(10 * time.Millisecond)
 				}
-				time.Sleep(10 * time.Millisecond)
 			}
 		})
 	}
@@ -316,3 +341,8 @@ func needInstalled(t *testing.T, kind string) {
 	}
 	t.Skipf("%s's server binaries are not installed", kind)
 }
+
+// sqlDB adds a row count to *sql.DB.
+type sqlDB struct{ *sql.DB }
+
+func (db *sqlDB) count(t *testing.T, table string) int { t.Helper(); return count(t, db.DB, table) }

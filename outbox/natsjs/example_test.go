@@ -15,7 +15,8 @@ import (
 
 // A relay from a PostgreSQL outbox to JetStream: the stream captures the
 // topics and drops repeated Nats-Msg-Ids within its duplicate window.
-// Several such relays may run at once.
+// Several such relays may run at once. With the publisher's limits, the
+// outbox's Enqueue refuses a message the server could never take.
 func Example() {
 	ctx := context.Background()
 	var db *sql.DB // the service's pool, holding the ledger and its outbox
@@ -35,7 +36,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	ob, err := outbox.New(postgres.New())
+	ob, err := outbox.New(postgres.New(), outbox.WithPublisherLimits(pub)) // subjects, the server's max_payload
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -15,12 +15,26 @@
 // delete; a relay that died mid-batch leaves its messages to the next
 // batch within seconds. Only this package of the kit imports the NATS
 // client.
+//
+// The Publisher knows its limits (it implements outbox.Checker): give it
+// to outbox.WithPublisherLimits and Enqueue refuses, in the handler's
+// transaction, a topic that is no valid NATS subject and a message that,
+// with the publisher's headers, exceeds the server's max_payload. A
+// message the server refuses anyway (one enqueued without the check, or
+// a limit lowered since) fails its publish with an error matching
+// outbox.ErrUndeliverable, and the relay sets it aside: the server's
+// maximum payload exceeded (nats.ErrMaxPayload), an invalid subject
+// (nats.ErrBadSubject), the stream's maximum message size exceeded
+// (JetStream error 10054), a subject captured by another stream than
+// WithStream's (10060). Every other error (no stream answers, a timeout, a
+// lost connection) is retried.
 package natsjs
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -102,7 +116,10 @@ type Publisher struct {
 	stored, dups, failed atomic.Int64
 }
 
-var _ outbox.Publisher = (*Publisher)(nil)
+var (
+	_ outbox.Publisher = (*Publisher)(nil)
+	_ outbox.Checker   = (*Publisher)(nil)
+)
 
 // New returns a publisher on js.
 func New(js jetstream.JetStream, opts ...Option) (*Publisher, error) {
@@ -124,20 +141,21 @@ func (p *Publisher) Stats() Stats {
 // Publish sends e to the subject of its topic with e.ID as Nats-Msg-Id
 // and waits for JetStream's acknowledgement. A repeat that JetStream
 // recognises within its duplicate window is acknowledged as such and
-// counts as delivered.
+// counts as delivered. A message that can never be delivered as it stands
+// (see the package's documentation) fails with an error that matches
+// outbox.ErrUndeliverable.
 func (p *Publisher) Publish(ctx context.Context, e outbox.Envelope) error {
-	m := nats.NewMsg(p.cfg.prefix + e.Topic)
-	m.Data = e.Payload
-	m.Header.Set(HeaderName, e.Name)
-	m.Header.Set(HeaderKey, e.Key)
-	m.Header.Set(HeaderSeq, strconv.FormatInt(e.Seq, 10))
-	opts := []jetstream.PublishOpt{jetstream.WithMsgID(e.ID)}
-	if p.cfg.stream != "" {
-		opts = append(opts, jetstream.WithExpectStream(p.cfg.stream))
+	m := p.message(e)
+	if err := checkSubject(m.Subject); err != nil {
+		p.failed.Add(1)
+		return fmt.Errorf("%w: %w", outbox.ErrUndeliverable, err)
 	}
-	ack, err := p.js.PublishMsg(ctx, m, opts...)
+	ack, err := p.js.PublishMsg(ctx, m)
 	if err != nil {
 		p.failed.Add(1)
+		if permanent(err) {
+			return fmt.Errorf("natsjs: publish to %s: %w: %w", m.Subject, outbox.ErrUndeliverable, err)
+		}
 		return fmt.Errorf("natsjs: publish to %s: %w", m.Subject, err)
 	}
 	if ack.Duplicate {
@@ -146,6 +164,107 @@ func (p *Publisher) Publish(ctx context.Context, e outbox.Envelope) error {
 		p.stored.Add(1)
 	}
 	return nil
+}
+
+// message is what Publish sends for e.
+func (p *Publisher) message(e outbox.Envelope) *nats.Msg {
+	m := nats.NewMsg(p.cfg.prefix + e.Topic)
+	m.Data = e.Payload
+	m.Header.Set(jetstream.MsgIDHeader, e.ID)
+	m.Header.Set(HeaderName, e.Name)
+	m.Header.Set(HeaderKey, e.Key)
+	m.Header.Set(HeaderSeq, strconv.FormatInt(e.Seq, 10))
+	if p.cfg.stream != "" {
+		m.Header.Set(jetstream.ExpectedStreamHeader, p.cfg.stream)
+	}
+	return m
+}
+
+// JetStream's error codes for a stream's maximum message size exceeded
+// and a message captured by another stream than the expected one.
+const (
+	errCodeMessageTooLarge = jetstream.JSErrCodeStreamMessageExceedsMaximum // 10054
+	errCodeStreamNotMatch  = jetstream.ErrorCode(10060)
+)
+
+// permanent reports whether err from a publish means the message will
+// never be stored as it stands: retrying it cannot help, while other
+// messages may still go through.
+func permanent(err error) bool {
+	var api *jetstream.APIError
+	switch {
+	case errors.Is(err, nats.ErrMaxPayload), errors.Is(err, nats.ErrBadSubject):
+		return true
+	case errors.As(err, &api):
+		return api.ErrorCode == errCodeMessageTooLarge || api.ErrorCode == errCodeStreamNotMatch
+	}
+	return false
+}
+
+// CheckMessage implements outbox.Checker: it refuses a message whose
+// subject (the prefix and the topic) is no valid NATS subject for a
+// publish — empty, with a space or a tab, with an empty token ("a..b", a
+// leading or trailing dot) or a wildcard token ("*", ">") — matching
+// nats.ErrBadSubject, and one whose payload with the publisher's headers
+// (at most 975 bytes and the expected stream's name, counted for the
+// message's own name and key) exceeds the max_payload of the server the connection
+// is on, read from the server when it connected, matching
+// nats.ErrMaxPayload. Before the first connection there is no size to
+// check against, and only the subject is checked.
+func (p *Publisher) CheckMessage(msg outbox.Message) error {
+	// The id and seq are not known yet: count their longest forms.
+	m := p.message(outbox.Envelope{Message: msg, ID: strings.Repeat("0", 64), Seq: math.MaxInt64})
+	if err := checkSubject(m.Subject); err != nil {
+		return err
+	}
+	max := p.maxPayload()
+	if max <= 0 {
+		return nil
+	}
+	size := int64(m.Size() - len(m.Subject))
+	if size > max {
+		return fmt.Errorf("natsjs: message of %d bytes (payload %d, headers %d) exceeds the server's max_payload of %d: %w",
+			size, len(m.Data), size-int64(len(m.Data)), max, nats.ErrMaxPayload)
+	}
+	return nil
+}
+
+// maxPayload is the max_payload of the server the connection is on, 0
+// before it connected.
+func (p *Publisher) maxPayload() int64 {
+	nc := p.js.Conn()
+	if nc == nil {
+		return 0
+	}
+	return nc.MaxPayload()
+}
+
+// checkSubject refuses what a NATS server does not take as the subject of
+// a publish: empty, ASCII white space (which would split the protocol
+// line), an empty token, or a token that is a wildcard.
+func checkSubject(s string) error {
+	why := ""
+	switch {
+	case s == "":
+		why = "is empty"
+	case strings.ContainsAny(s, " \t\r\n\f\v"):
+		why = "contains white space"
+	default:
+		for tok := range strings.SplitSeq(s, ".") {
+			if tok == "" {
+				why = "has an empty token"
+				break
+			}
+			if tok == "*" || tok == ">" {
+				why = "has a wildcard token"
+				break
+			}
+		}
+	}
+	if why == "" {
+		return nil
+	}
+	return fmt.Errorf("natsjs: subject %q %s: %w", s, why, nats.ErrBadSubject)
 }
 
 // DefaultDuplicateWindow is the duplicate window EnsureStream gives a

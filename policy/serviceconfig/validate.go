@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/opledger/opledger/internal/methodname"
+	"github.com/opledger/opledger/internal/suggest"
 	"github.com/opledger/opledger/policy"
 )
 
@@ -640,41 +641,7 @@ func joinPath(path, key string) string {
 }
 
 // closest returns the candidate within a small edit distance of s, or "".
-func closest(s string, candidates []string) string {
-	best, bestD := "", 3
-	if len(s) > 128 {
-		return ""
-	}
-	for _, c := range candidates {
-		if len(c) > 128 {
-			continue
-		}
-		if d := editDistance(strings.ToLower(s), strings.ToLower(c)); d < bestD {
-			best, bestD = c, d
-		}
-	}
-	return best
-}
-
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
-}
+func closest(s string, candidates []string) string { return suggest.Closest(s, candidates) }
 
 // isMethodConfigKey reports whether key belongs in a methodConfig entry: a
 // retryPolicy at the top level is a known way to get no retries at all.

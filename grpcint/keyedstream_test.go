@@ -1,0 +1,123 @@
+package grpcint_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+
+	"github.com/opledger/opledger/examples/payments/paymentspb"
+	"github.com/opledger/opledger/grpcint"
+	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/policy"
+)
+
+// streamedPayments is a Payments service whose keyed Transfer is
+// registered as a server stream, and a GetTransfer renamed: a server that
+// does not match the catalog.
+type streamedPayments struct{ ran atomic.Int32 }
+
+func (p *streamedPayments) desc(renamed bool) *grpc.ServiceDesc {
+	d := &grpc.ServiceDesc{ServiceName: paymentspb.ServiceName, HandlerType: (*any)(nil), Metadata: "payments.proto"}
+	if renamed {
+		d.Methods = []grpc.MethodDesc{{MethodName: "TransferV2", Handler: func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+			p.ran.Add(1)
+			return &paymentspb.TransferReply{}, dec(new(paymentspb.TransferRequest))
+		}}}
+		return d
+	}
+	d.Streams = []grpc.StreamDesc{{StreamName: "Transfer", ServerStreams: true, Handler: func(srv any, ss grpc.ServerStream) error {
+		p.ran.Add(1)
+		var req paymentspb.TransferRequest
+		if err := ss.RecvMsg(&req); err != nil {
+			return err
+		}
+		return ss.SendMsg(&paymentspb.TransferReply{TransferId: 1, Reference: req.GetReference()})
+	}}}
+	return d
+}
+
+// kitServer is a grpcint.Server for the payments catalog on a fresh
+// SQLite ledger.
+func kitServer(t *testing.T) *grpcint.Server {
+	t.Helper()
+	e, _, _ := sqliteEnv(t, nil, nil)
+	return e.server
+}
+
+// testKeyedStreamRefused: a keyed method served as a stream is refused
+// with KEYED_METHOD_SERVED_AS_STREAM, through a raw connection and through
+// the kit's client, and its handler never runs.
+func testKeyedStreamRefused(t *testing.T) {
+	kit := kitServer(t)
+	svc := &streamedPayments{}
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(kit.UnaryServerInterceptor()), grpc.ChainStreamInterceptor(kit.StreamServerInterceptor()))
+	srv.RegisterService(svc.desc(false), svc)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	ctx := context.Background()
+
+	_, pc := appClient(t, lis.Addr().String(), fastClient()...)
+	_, err = pc.Transfer(as(ctx, "alice", "k-stream"), transfer("r", 1))
+	wantStatus(t, err, codes.Unimplemented, grpcint.ReasonKeyedStream)
+	ci := wantCallInfo(t, err, grpcint.ReasonKeyedStream, policy.DoNotRetry)
+	if ci.Attempts != 1 {
+		t.Errorf("CallInfo %+v: a refusal of the server's configuration is not retried", ci)
+	}
+	// Without a key, as a client that knows nothing of the kit calls it.
+	_, raw := ownerClient(t, lis.Addr().String(), policy.OwnerNone)
+	_, err = raw.Transfer(as(ctx, "alice", ""), transfer("r", 1))
+	wantStatus(t, err, codes.Unimplemented, grpcint.ReasonKeyedStream)
+	if n := svc.ran.Load(); n != 0 {
+		t.Errorf("the handler of a keyed method served as a stream ran %d times", n)
+	}
+	if st := kit.Stats(); st.Refused != 2 {
+		t.Errorf("server stats %+v: want 2 refusals", st)
+	}
+}
+
+// TestCheckRegistered: the start-up check names a keyed method registered
+// as a stream and one missing from its registered service, and passes the
+// example's own server.
+func TestCheckRegistered(t *testing.T) {
+	kit := kitServer(t)
+	for _, c := range []struct {
+		name    string
+		renamed bool
+		want    string
+	}{
+		{"keyed method registered as a stream", false, "keyed method " + paymentspb.TransferMethod + " is registered as a server-stream method"},
+		{"keyed method renamed", true, "keyed method " + paymentspb.TransferMethod + " is not a method of the registered service " + paymentspb.ServiceName},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			svc := &streamedPayments{}
+			srv := grpc.NewServer()
+			srv.RegisterService(svc.desc(c.renamed), svc)
+			err := kit.CheckRegistered(srv)
+			if !errors.Is(err, grpcint.ErrInvalidConfig) || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("err %v, want ErrInvalidConfig saying %q", err, c.want)
+			}
+		})
+	}
+	e := newEnv(t, testdb.Targets()[0])
+	srv := grpc.NewServer()
+	paymentspb.RegisterPaymentsServer(srv, &earlierCommitted{})
+	if err := e.server.CheckRegistered(srv); err != nil {
+		t.Errorf("the example's server: %v", err)
+	}
+	if err := kit.CheckRegistered(grpc.NewServer()); err != nil {
+		t.Errorf("a server without the catalog's services: %v (they may be served elsewhere)", err)
+	}
+	if err := kit.CheckRegistered(nil); !errors.Is(err, grpcint.ErrInvalidConfig) {
+		t.Errorf("nil server: %v", err)
+	}
+}
