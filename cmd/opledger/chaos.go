@@ -104,6 +104,9 @@ type chaosReport struct {
 	StartFailures       int            `json:"replica_start_failures"`
 	FailedBy            map[string]int `json:"failed_by,omitempty"`
 	ReplicaTrouble      []string       `json:"replica_trouble,omitempty"`
+	Pooler              string         `json:"pooler,omitempty"`         // the run's own pooler ("PgBouncer 1.18.0"), "" for none
+	PoolerRestarts      int            `json:"pooler_restarts"`          // the pooler died by itself and was started again (chaospooler.go)
+	PoolerCrashes       []string       `json:"pooler_crashes,omitempty"` // how it died, each time
 }
 
 // failed reports whether the run broke the promise: a duplicate, a loss,
@@ -255,6 +258,10 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			fmt.Fprintf(stderr, "opledger chaos: %s: --strict: %s\n", rep.Database, short)
 			code = 1
 		}
+		if u := rep.unexplainedPoolerCrashes(); *strict && len(u) > 0 {
+			fmt.Fprintf(stderr, "opledger chaos: %s: --strict: the pooler crashed, not of a known PgBouncer bug: %s\n", rep.Database, strings.Join(u, "; "))
+			code = 1
+		}
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
@@ -315,6 +322,7 @@ func printChaos(w io.Writer, reps []chaosReport) {
 		}
 		return r.DBRestarts
 	})
+	row("pooler restarts (it crashed; started again)", func(r chaosReport) any { return r.poolerRow() })
 	row("proxy cuts (connections)", func(r chaosReport) any { return r.Cuts })
 	row("proxy blackholes", func(r chaosReport) any { return r.Blackholes })
 	row("amplification", func(r chaosReport) any { return fmt.Sprintf("%.2fx", r.Amplification) })
@@ -335,6 +343,9 @@ func printChaos(w io.Writer, reps []chaosReport) {
 		}
 		for _, t := range r.ReplicaTrouble {
 			fmt.Fprintf(w, "%s: a replica restart failed (it was started again): %s\n", r.Database, t)
+		}
+		for _, c := range r.PoolerCrashes {
+			fmt.Fprintf(w, "%s: the pooler (%s) crashed: %s\n", r.Database, r.Pooler, c)
 		}
 	}
 }
@@ -357,6 +368,7 @@ type chaosCall struct {
 func chaosRun(ctx context.Context, db chaosDatabase, s chaosSettings, progress io.Writer) (chaosReport, error) {
 	start := time.Now()
 	rep := chaosReport{Database: db.label(), Owner: s.owner.String(), Order: "claim-first", Seed: s.seed, Replicas: s.replicas}
+	poolerReport := supervisePooler(ctx, db)
 	if s.atCommit {
 		rep.Order = "claim-at-commit"
 	}
@@ -607,6 +619,7 @@ func chaosRun(ctx context.Context, db chaosDatabase, s chaosSettings, progress i
 	rep.Attempts, rep.Replayed, rep.Resolved = st.Attempts, st.Replayed, st.Resolved
 	parentKills, commitKills, startFailures, trouble := rs.counts()
 	rep.Killed, rep.KilledAfterCommit, rep.StartFailures, rep.ReplicaTrouble = parentKills+commitKills, commitKills, startFailures, trouble
+	poolerReport(&rep)
 	if db.restartNote() == "" {
 		rep.DBRestarts = int(restartsDone.Load())
 	}
