@@ -98,15 +98,15 @@ type chaosReport struct {
 	OutageCalls         int64          `json:"outage_calls"`
 	OutageAmplification float64        `json:"outage_amplification"`
 	OutageKind          string         `json:"outage"`
+	Pooler              string         `json:"pooler,omitempty"`         // the run's own pooler ("PgBouncer 1.18.0"), "" for none
+	PoolerRestarts      int            `json:"pooler_restarts"`          // the pooler died by itself and was started again (chaospooler.go)
+	PoolerCrashes       []string       `json:"pooler_crashes,omitempty"` // how it died, each time
 	P50ms               float64        `json:"p50_ms"`
 	P99ms               float64        `json:"p99_ms"`
 	ElapsedS            float64        `json:"elapsed_s"`
 	StartFailures       int            `json:"replica_start_failures"`
 	FailedBy            map[string]int `json:"failed_by,omitempty"`
 	ReplicaTrouble      []string       `json:"replica_trouble,omitempty"`
-	Pooler              string         `json:"pooler,omitempty"`         // the run's own pooler ("PgBouncer 1.18.0"), "" for none
-	PoolerRestarts      int            `json:"pooler_restarts"`          // the pooler died by itself and was started again (chaospooler.go)
-	PoolerCrashes       []string       `json:"pooler_crashes,omitempty"` // how it died, each time
 }
 
 // failed reports whether the run broke the promise: a duplicate, a loss,
@@ -322,9 +322,9 @@ func printChaos(w io.Writer, reps []chaosReport) {
 		}
 		return r.DBRestarts
 	})
-	row("pooler restarts (it crashed; started again)", func(r chaosReport) any { return r.poolerRow() })
 	row("proxy cuts (connections)", func(r chaosReport) any { return r.Cuts })
 	row("proxy blackholes", func(r chaosReport) any { return r.Blackholes })
+	row("pooler restarts (it crashed; started again)", func(r chaosReport) any { return r.poolerRow() })
 	row("amplification", func(r chaosReport) any { return fmt.Sprintf("%.2fx", r.Amplification) })
 	row("outage", func(r chaosReport) any { return r.OutageKind })
 	row("  amplification during the outage", func(r chaosReport) any { return fmt.Sprintf("%.2fx (%d calls)", r.OutageAmplification, r.OutageCalls) })
