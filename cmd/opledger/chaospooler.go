@@ -37,8 +37,9 @@ func supervisePooler(ctx context.Context, db chaosDatabase) func(*chaosReport) {
 	}
 	pb := p.pooler()
 	pb.Supervise(ctx)
+	version := poolerVersion(pb) // read now: the log grows
 	return func(r *chaosReport) {
-		r.Pooler = poolerVersion(pb)
+		r.Pooler = version
 		r.PoolerRestarts, r.PoolerCrashes = 0, nil
 		for _, c := range pb.Crashes() {
 			if c.Restart == nil {
