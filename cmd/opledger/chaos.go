@@ -103,6 +103,9 @@ type chaosReport struct {
 	OutageCalls         int64          `json:"outage_calls"`
 	OutageAmplification float64        `json:"outage_amplification"`
 	OutageKind          string         `json:"outage"`
+	Pooler              string         `json:"pooler,omitempty"`         // the run's own pooler ("PgBouncer 1.18.0"), "" for none
+	PoolerRestarts      int            `json:"pooler_restarts"`          // the pooler died by itself and was started again (chaospooler.go)
+	PoolerCrashes       []string       `json:"pooler_crashes,omitempty"` // how it died, each time
 	P50ms               float64        `json:"p50_ms"`
 	P99ms               float64        `json:"p99_ms"`
 	ElapsedS            float64        `json:"elapsed_s"`
@@ -302,6 +305,10 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			fmt.Fprintf(stderr, "opledger chaos: %s: --strict: %s\n", rep.Database, short)
 			code = 1
 		}
+		if u := rep.unexplainedPoolerCrashes(); *strict && len(u) > 0 {
+			fmt.Fprintf(stderr, "opledger chaos: %s: --strict: the pooler crashed, not of a known PgBouncer bug: %s\n", rep.Database, strings.Join(u, "; "))
+			code = 1
+		}
 	}
 	if *reportSVG != "" {
 		written, err := writeReports(*reportSVG, reports)
@@ -387,6 +394,7 @@ func printChaos(w io.Writer, reps []chaosReport) {
 	}
 	row("proxy cuts (connections)", func(r chaosReport) any { return r.Cuts })
 	row("proxy blackholes", func(r chaosReport) any { return r.Blackholes })
+	row("pooler restarts (it crashed; started again)", func(r chaosReport) any { return r.poolerRow() })
 	row("amplification", func(r chaosReport) any { return fmt.Sprintf("%.2fx", r.Amplification) })
 	row("outage", func(r chaosReport) any { return r.OutageKind })
 	row("  amplification during the outage", func(r chaosReport) any { return fmt.Sprintf("%.2fx (%d calls)", r.OutageAmplification, r.OutageCalls) })
@@ -405,6 +413,9 @@ func printChaos(w io.Writer, reps []chaosReport) {
 		}
 		for _, t := range r.ReplicaTrouble {
 			fmt.Fprintf(w, "%s: a replica restart failed (it was started again): %s\n", r.Database, t)
+		}
+		for _, c := range r.PoolerCrashes {
+			fmt.Fprintf(w, "%s: the pooler (%s) crashed: %s\n", r.Database, r.Pooler, c)
 		}
 	}
 }
@@ -447,6 +458,7 @@ type chaosCall struct {
 func chaosRun(ctx context.Context, db chaosDatabase, s chaosSettings, progress io.Writer) (chaosReport, error) {
 	start := time.Now()
 	rep := chaosReport{Database: db.label(), Owner: s.owner.String(), Order: "claim-first", Seed: s.seed, Replicas: s.replicas}
+	poolerReport := supervisePooler(ctx, db)
 	if s.atCommit {
 		rep.Order = "claim-at-commit"
 	}
@@ -790,6 +802,7 @@ func chaosRun(ctx context.Context, db chaosDatabase, s chaosSettings, progress i
 	// the resolves below is neither.
 	rep.faults = marks.list(t0)
 	rep.Killed, rep.KilledAfterCommit, rep.StartFailures, rep.ReplicaTrouble = parentKills+commitKills, commitKills, startFailures, trouble
+	poolerReport(&rep)
 	if db.restartNote() == "" {
 		rep.DBRestarts = int(restartsDone.Load())
 	}

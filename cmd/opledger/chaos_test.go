@@ -381,7 +381,8 @@ func TestGivenDBAddress(t *testing.T) {
 // TestChaosGivenDSNThroughPgBouncer runs on a --dsn through PgBouncer in
 // transaction mode (pgx with its setting), the ledger table migrated
 // beforehand over a direct connection: the run accepts the migration
-// lock's refusal once the table is there.
+// lock's refusal once the table is there. PgBouncer crashes mid-run and is
+// restarted: the run's check is the same.
 func TestChaosGivenDSNThroughPgBouncer(t *testing.T) {
 	t.Parallel()
 	backend := throwaway.Postgres(t)
@@ -390,7 +391,10 @@ func TestChaosGivenDSNThroughPgBouncer(t *testing.T) {
 	if code := run(t.Context(), []string{"migrate", "up", "--dsn", backend.DSN()}, &out, &errb); code != 0 {
 		t.Fatalf("migrate up over the direct connection: exit %d: %s", code, errb.String())
 	}
+	// PgBouncer is SIGKILLed mid-run and restarted (so is a crash of its own).
+	checkPoolerCrashes := crashPoolerMidRun(t, backend, pb, 100)
 	code, reps, stderr := runChaosJSON(t, "--dsn", pb.DriverDSN("pgx"), "--calls", "300", "--kills", "1", "--commit-kills", "1")
+	checkPoolerCrashes()
 	if code != 0 || len(reps) != 1 {
 		t.Fatalf("exit %d, %d reports\n%s", code, len(reps), stderr)
 	}

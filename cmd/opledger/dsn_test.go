@@ -8,6 +8,7 @@ import (
 	"errors"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -227,6 +228,10 @@ func TestScrub(t *testing.T) {
 	}
 }
 
+// registerEcho registers echoDriver: sql.Register panics on a second
+// registration of a name.
+var registerEcho sync.Once
+
 // echoDriver is a driver whose every connection fails with a message that
 // quotes its DSN, as some drivers do.
 type echoDriver struct{}
@@ -238,7 +243,7 @@ func (echoDriver) Open(name string) (driver.Conn, error) {
 // TestOpenDBScrubsDriverMessages: the "cannot reach" error of a driver that
 // echoes the password does not hold it.
 func TestOpenDBScrubsDriverMessages(t *testing.T) {
-	sql.Register("opledger-test-echo", echoDriver{})
+	registerEcho.Do(func() { sql.Register("opledger-test-echo", echoDriver{}) }) // once per binary, also under -count
 	extraSchemes["echotest"] = func(dsn string) (target, error) {
 		return target{driver: "opledger-test-echo", dsn: dsn, display: "echotest://u:xxxxx@h", secrets: []string{testPassword}}, nil
 	}

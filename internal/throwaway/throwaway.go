@@ -75,6 +75,13 @@ type Server struct {
 	exited  chan struct{}
 	removed bool
 	starts  int
+	// ends counts the ends asked for (Stop, Kill and the methods built
+	// on them): an exit with no new one is the server's own (a crash).
+	ends int
+	// superviseCtx is set by Supervise: while it lasts, an exit of the
+	// server's own is recorded in crashes and the server started again.
+	superviseCtx context.Context
+	crashes      []Crash
 }
 
 // Kind returns KindPostgres, KindMariaDB or KindPgBouncer.
@@ -195,7 +202,13 @@ func (s *Server) startLocked(ctx context.Context) error {
 		return fmt.Errorf("throwaway: start %s: %w", s.kind, err)
 	}
 	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); logf.Close(); close(exited) }()
+	ends, logFrom := s.ends, fileSize(s.log)
+	go func() {
+		_ = cmd.Wait()
+		logf.Close()
+		close(exited)
+		s.afterExit(cmd, ends, logFrom)
+	}()
 	s.cmd, s.exited = cmd, exited
 	s.starts++
 	if err := s.waitReady(ctx); err != nil {
@@ -239,6 +252,7 @@ func (s *Server) Stop(ctx context.Context) error {
 }
 
 func (s *Server) stopLocked(ctx context.Context) error {
+	s.ends++
 	if !s.runningLocked() {
 		return ErrStopped
 	}
@@ -277,6 +291,7 @@ func (s *Server) Kill(ctx context.Context) error {
 }
 
 func (s *Server) killLocked(ctx context.Context) error {
+	s.ends++
 	if s.cmd == nil {
 		return nil
 	}
@@ -410,9 +425,9 @@ func (s *Server) state() string {
 	case s.cmd == nil:
 		return "never started"
 	case s.runningLocked():
-		return fmt.Sprintf("running (pid %d, %d starts)", s.cmd.Process.Pid, s.starts)
+		return fmt.Sprintf("running (pid %d, %d starts%s)", s.cmd.Process.Pid, s.starts, s.crashNoteLocked())
 	case s.cmd.ProcessState != nil:
-		return fmt.Sprintf("exited: %s (%d starts)", s.cmd.ProcessState, s.starts)
+		return fmt.Sprintf("exited: %s (%d starts%s)", s.cmd.ProcessState, s.starts, s.crashNoteLocked())
 	default:
 		return "exited"
 	}
