@@ -16,21 +16,7 @@ import (
 func (e *env) claimWith(id ledger.Identity, f ledger.Fingerprint, r ledger.Result) (*ledger.Claim, error) {
 	var last error
 	for attempt := 0; attempt < maxAttempts; attempt++ {
-		c, err := func() (*ledger.Claim, error) {
-			tx, err := e.begin(e.ctx)
-			if err != nil {
-				return nil, err
-			}
-			defer tx.Rollback()
-			c, won, err := e.unitStep(e.ctx, tx, ledger.ClaimRequest{Identity: id, Fingerprint: f}, "", 0, r)
-			if err != nil {
-				return nil, err
-			}
-			if !won && e.atCommit {
-				return c, tx.Rollback()
-			}
-			return c, tx.Commit()
-		}()
+		c, _, err := e.runUnit(e.ctx, e.level, ledger.ClaimRequest{Identity: id, Fingerprint: f}, "", 0, r, true)
 		if err == nil || !e.retryable(err) {
 			return c, err
 		}
@@ -104,7 +90,7 @@ func caseIdentity(e *env) {
 			}
 		}
 		for _, v := range append([]variant{{"the original", base, f1, resBase, "acquire"}}, vs[:3]...) {
-			en, err := e.l.Lookup(e.ctx, e.db, v.id)
+			en, err := e.l.Lookup(e.ctx, v.id)
 			if err != nil || !sameResult(en.Result, v.res) || en.Fingerprint != v.fp {
 				e.t.Errorf("Lookup of %s: %+v, %v; want its own result %q", v.name, en, err, v.res.Response)
 			}
@@ -161,37 +147,43 @@ func caseFidelity(e *env) {
 	}
 	// One byte over the limit is refused and nothing is stored.
 	key := "fidelity-over"
-	tx, err := e.begin(e.ctx)
-	if err != nil {
-		e.t.Fatalf("begin: %v", err)
-	}
-	defer tx.Rollback()
 	over := append(append([]byte(nil), big...), 'y')
-	if e.atCommit {
+	switch {
+	case e.pipelined:
+		c, _, err := e.runUnit(e.ctx, e.level, e.req(key), "", 0, ledger.Result{Response: over}, true)
+		if !errors.Is(err, ledger.ErrInvalid) {
+			e.t.Errorf("a result of %d bytes (limit %d), pipelined: %v %v, want ErrInvalid", len(over), max, c, err)
+		}
+	case e.atCommit:
+		tx, err := e.begin(e.ctx)
+		if err != nil {
+			e.t.Fatalf("begin: %v", err)
+		}
 		if c, err := record(e.ctx, e.l, tx, e.req(key), ledger.Result{Response: over}); !errors.Is(err, ledger.ErrInvalid) {
 			e.t.Errorf("Record with %d bytes (limit %d): %v %v, want ErrInvalid", len(over), max, c, err)
 		}
-	} else {
+		tx.Rollback()
+	default:
+		tx, err := e.begin(e.ctx)
+		if err != nil {
+			e.t.Fatalf("begin: %v", err)
+		}
 		cl, err := claim(e.ctx, e.l, tx, e.req(key))
 		if err != nil || !cl.Acquired() {
+			tx.Rollback()
 			e.t.Fatalf("claim: %v %v", cl, err)
 		}
 		if err := e.l.Complete(e.ctx, tx, cl, ledger.Result{Response: over}); !errors.Is(err, ledger.ErrInvalid) {
 			e.t.Errorf("Complete with %d bytes (limit %d): %v, want ErrInvalid", len(over), max, err)
 		}
+		tx.Rollback()
 	}
-	tx.Rollback()
 	e.expectNothing(key, "result over the limit refused")
 	e.figure("%d results (empty, nil, binary, code %d, %d bytes) replayed exactly to %d concurrent replayers; %d bytes refused", len(cases), math.MaxInt32, max, replayers, max+1)
 }
 
 func (e *env) replayEquals(key string, want ledger.Result) error {
-	tx, err := e.begin(e.ctx)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	c, won, err := e.unitStep(e.ctx, tx, e.req(key), "", 0, ledger.Result{Response: []byte("must not be stored")})
+	c, won, err := e.runUnit(e.ctx, e.level, e.req(key), "", 0, ledger.Result{Response: []byte("must not be stored")}, false)
 	if err != nil {
 		return err
 	}

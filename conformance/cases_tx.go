@@ -2,7 +2,6 @@ package conformance
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -98,20 +97,33 @@ func (e *env) expectNothing(key, after string) {
 
 func caseAtomicity(e *env) {
 	steps := []string{"the claim", "the business write", "Complete"}
-	if e.atCommit {
+	switch {
+	case e.atCommit && e.pipelined:
+		// The record is sent with COMMIT: nothing comes between them.
+		steps = []string{"the business write"}
+	case e.atCommit:
 		steps = []string{"the business write", "Record"}
+	case e.pipelined:
+		// The completion is sent with COMMIT.
+		steps = []string{"the claim", "the business write"}
 	}
 	n := minInt(8, e.conc)
 	var tl tally
 	for i, step := range steps {
 		key := fmt.Sprintf("atomic-%d", i)
 		func() {
-			tx, err := e.begin(e.ctx)
-			if err != nil {
-				e.t.Fatalf("begin: %v", err)
-			}
-			defer tx.Rollback()
 			if e.atCommit {
+				var tx unitTx
+				var err error
+				if e.pipelined {
+					tx, err = e.pipe.BeginAt(e.ctx, e.level)
+				} else {
+					tx, err = e.begin(e.ctx)
+				}
+				if err != nil {
+					e.t.Fatalf("begin: %v", err)
+				}
+				defer tx.Rollback()
 				if err := e.writeBiz(e.ctx, tx, key, 0); err != nil {
 					e.t.Fatalf("business write: %v", err)
 				}
@@ -125,10 +137,23 @@ func caseAtomicity(e *env) {
 				}
 				return
 			}
-			c, err := claim(e.ctx, e.l, tx, e.req(key))
+			var (
+				tx  unitTx
+				c   *ledger.Claim
+				err error
+			)
+			if e.pipelined {
+				tx, c, err = e.pipe.BeginClaim(e.ctx, e.level, e.req(key))
+			} else if tx, err = e.begin(e.ctx); err == nil {
+				c, err = claim(e.ctx, e.l, tx, e.req(key))
+			}
 			if err != nil || !c.Acquired() {
+				if tx != nil {
+					tx.Rollback()
+				}
 				e.t.Fatalf("claim of a fresh key: %v %v", c, err)
 			}
+			defer tx.Rollback()
 			if i >= 1 {
 				if err := e.writeBiz(e.ctx, tx, key, 0); err != nil {
 					e.t.Fatalf("business write: %v", err)
@@ -181,28 +206,48 @@ func (e *env) faultCancelAfterClaim() {
 	key := "fault-cancel"
 	ctx, cancel := context.WithCancel(e.ctx)
 	defer cancel()
-	tx, err := e.db.BeginTx(ctx, &sql.TxOptions{Isolation: e.level})
+	var (
+		tx   unitTx
+		c    *ledger.Claim
+		err  error
+		cerr error
+	)
+	switch {
+	case e.pipelined && e.atCommit:
+		tx, err = e.pipe.BeginAt(ctx, e.level)
+	case e.pipelined:
+		tx, c, err = e.pipe.BeginClaim(ctx, e.level, e.req(key))
+		if err == nil && !c.Acquired() {
+			err = fmt.Errorf("outcome %v", c.Outcome)
+		}
+	default:
+		tx, err = e.beginAt(ctx, e.level)
+		if err == nil && !e.atCommit {
+			c, err = claim(ctx, e.l, tx, e.req(key))
+			if err == nil && !c.Acquired() {
+				err = fmt.Errorf("outcome %v", c.Outcome)
+			}
+		}
+	}
 	if err != nil {
-		e.t.Fatalf("begin: %v", err)
+		e.t.Fatalf("begin (and claim) a fresh key: %v", err)
 	}
 	defer tx.Rollback()
-	var cerr error
-	if e.atCommit {
+	if err := e.writeBiz(ctx, tx, key, 0); err != nil {
+		e.t.Fatalf("business write: %v", err)
+	}
+	cancel()
+	switch {
+	case e.pipelined && e.atCommit:
+		// Cancelled between the business write and the record sent with
+		// COMMIT.
+		_, cerr = e.pipe.RecordCommit(ctx, tx, e.req(key), resultFor(key, 0))
+	case e.pipelined:
+		cerr = e.pipe.CompleteCommit(ctx, tx, c, resultFor(key, 0))
+	case e.atCommit:
 		// Cancelled between the business write and Record.
-		if err := e.writeBiz(ctx, tx, key, 0); err != nil {
-			e.t.Fatalf("business write: %v", err)
-		}
-		cancel()
 		_, cerr = record(ctx, e.l, tx, e.req(key), resultFor(key, 0))
-	} else {
-		c, err := claim(ctx, e.l, tx, e.req(key))
-		if err != nil || !c.Acquired() {
-			e.t.Fatalf("claim of a fresh key: %v %v", c, err)
-		}
-		if err := e.writeBiz(ctx, tx, key, 0); err != nil {
-			e.t.Fatalf("business write: %v", err)
-		}
-		cancel()
+	default:
 		cerr = e.l.Complete(ctx, tx, c, resultFor(key, 0))
 	}
 	merr := tx.Commit()
@@ -226,16 +271,7 @@ func (e *env) faultCancelWhileWaiting() {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		tx, err := e.db.BeginTx(ctx, &sql.TxOptions{Isolation: e.level})
-		if err != nil {
-			done <- err
-			return
-		}
-		defer tx.Rollback()
-		_, _, err = e.unitStep(ctx, tx, e.req(key), "", 1, resultFor(key, 1))
-		if err == nil {
-			err = tx.Commit()
-		}
+		_, _, err := e.runUnit(ctx, e.level, e.req(key), "", 1, resultFor(key, 1), true)
 		done <- err
 	}()
 	var (

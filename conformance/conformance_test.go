@@ -4,10 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -21,22 +19,12 @@ import (
 
 // keys is the herd's key count in these tests (OPLEDGER_CONFORMANCE_KEYS
 // overrides it).
-func keys(t *testing.T) int {
-	if v := os.Getenv("OPLEDGER_CONFORMANCE_KEYS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			t.Fatalf("OPLEDGER_CONFORMANCE_KEYS: %v", err)
-		}
-		return n
-	}
-	if testing.Short() {
-		return 10
-	}
-	return 40
-}
+func keys(t *testing.T) int { return testdb.Keys(t, 40) }
 
 // TestStore: the kit's own ledger passes the whole suite on every target,
-// at every isolation level the target offers.
+// at every isolation level the target offers; through lib/pq with the
+// one-statement claim (ledger.WithOneStatementClaim), so that both forms
+// of the PostgreSQL claim are proven.
 func TestStore(t *testing.T) {
 	t.Parallel()
 	for _, tg := range testdb.Targets() {
@@ -44,7 +32,11 @@ func TestStore(t *testing.T) {
 			t.Parallel()
 			db := tg.Open(t, conformance.DefaultConcurrency+4)
 			start := time.Now()
-			conformance.Run(t, conformance.StoreTarget(tg.Name, db, tg.Dialect), conformance.WithKeys(keys(t)))
+			var opts []ledger.Option
+			if tg.Name == "postgres/pq" {
+				opts = append(opts, ledger.WithOneStatementClaim())
+			}
+			conformance.Run(t, conformance.StoreTarget(tg.Name, db, tg.Dialect, opts...), conformance.WithKeys(keys(t)))
 			t.Logf("suite took %v", time.Since(start).Round(time.Millisecond))
 		})
 	}

@@ -47,8 +47,13 @@ type env struct {
 	biz   string // quoted
 	clock *clock
 	l     safeLedger
+	api   txAPI
 	// atCommit: the units run claim at commit (Target.Order).
 	atCommit bool
+	// pipelined: the units run through the ledger's pipelined forms
+	// (Target.Pipelined), pipe.
+	pipelined bool
+	pipe      safePipeline
 
 	figMu sync.Mutex
 	figs  []string
@@ -60,19 +65,25 @@ type env struct {
 func newEnv(ctx context.Context, t testingT, tg *Target, o options, in instance) *env {
 	t.Helper()
 	e := &env{t: t, ctx: ctx, tg: tg, o: o, d: tg.Dialect, db: tg.DB, level: in.level, conc: o.concurrency, clock: &clock{},
-		atCommit: tg.Order == ClaimAtCommit}
-	if max := tg.DB.Stats().MaxOpenConnections; max > 0 && e.conc > max-2 {
+		atCommit: tg.Order == ClaimAtCommit, pipelined: tg.pipelined, api: tg.theAPI()}
+	inUse := func() int { return tg.DB.Stats().InUse }
+	maxConns := tg.DB.Stats().MaxOpenConnections
+	if p, ok := e.api.pool(); ok {
+		inUse = func() int { n, _ := p.PoolStats(); return n }
+		_, maxConns = p.PoolStats()
+	}
+	if max := maxConns; max > 0 && e.conc > max-2 {
 		e.conc = max - 2
 		if e.conc < 2 {
 			t.Fatalf("the pool allows %d connections; the suite needs at least 4", max)
 		}
 		t.Logf("concurrency lowered to %d: the pool allows %d connections", e.conc, max)
 	}
-	baseline := tg.DB.Stats().InUse
+	baseline := inUse()
 	t.Cleanup(func() {
 		deadline := time.Now().Add(leakWait)
 		for {
-			n := tg.DB.Stats().InUse
+			n := inUse()
 			if n <= baseline {
 				return
 			}
@@ -113,19 +124,25 @@ func newEnv(ctx context.Context, t testingT, tg *Target, o options, in instance)
 // newLedger constructs the ledger under test on the case's table.
 func (e *env) newLedger(now func() time.Time) safeLedger {
 	e.t.Helper()
-	l, err := e.tg.NewLedger(LedgerConfig{Table: e.table, Retention: retention, Clock: now, MaxResultSize: e.maxResult()})
+	l, err := e.api.newLedger(LedgerConfig{Table: e.table, Retention: retention, Clock: now, MaxResultSize: e.maxResult()}, e.db)
 	if err != nil {
 		e.t.Fatalf("set-up: construct the ledger: %v", err)
-	}
-	if l == nil {
-		e.t.Fatalf("set-up: NewLedger returned nil")
 	}
 	sl := safeLedger{l}
 	if sl.Dialect() == nil {
 		e.t.Fatalf("set-up: the ledger's Dialect returned nil")
 	}
-	if _, ok := l.(ledger.Recorder); e.atCommit && !ok {
+	if e.atCommit && !sl.recorder() {
 		e.t.Fatalf("set-up: %v", errNoRecorder)
+	}
+	if e.pipelined {
+		p, ok := sl.pipeline()
+		if !ok {
+			e.t.Fatalf("set-up: a pipelined target's ledger must implement conformance.Pipeliner")
+		}
+		if e.pipe.p == nil {
+			e.pipe = p
+		}
 	}
 	return sl
 }
@@ -171,12 +188,23 @@ func sameResult(a, b ledger.Result) bool {
 	return a.Code == b.Code && a.TypeName == b.TypeName && string(a.Response) == string(b.Response)
 }
 
-func (e *env) begin(ctx context.Context) (*sql.Tx, error) {
-	return e.db.BeginTx(ctx, &sql.TxOptions{Isolation: e.level})
+func (e *env) begin(ctx context.Context) (unitTx, error) {
+	return e.beginAt(ctx, e.level)
 }
 
-func (e *env) writeBiz(ctx context.Context, tx *sql.Tx, key string, worker int) error {
-	_, err := tx.ExecContext(ctx, "INSERT INTO "+e.biz+" (k, worker) VALUES ("+e.ph(1)+", "+e.ph(2)+")", key, worker)
+// beginAt begins a transaction of the target's API at level.
+func (e *env) beginAt(ctx context.Context, level sql.IsolationLevel) (unitTx, error) {
+	return e.api.begin(ctx, e.db, level)
+}
+
+func (e *env) writeBiz(ctx context.Context, tx unitTx, key string, worker int) error {
+	return e.api.exec(ctx, tx, "INSERT INTO "+e.biz+" (k, worker) VALUES ("+e.ph(1)+", "+e.ph(2)+")", key, worker)
+}
+
+// readBiz reads in tx (a statement before the claim: it takes the
+// snapshot at snapshot levels).
+func (e *env) readBiz(ctx context.Context, tx unitTx) error {
+	_, err := e.api.count(ctx, tx, "SELECT COUNT(*) FROM "+e.biz)
 	return err
 }
 
@@ -220,7 +248,7 @@ type outcome struct {
 // read first, claim, and on acquisition write the business row and
 // Complete; on replay write a marker row (proving the transaction is still
 // usable) and commit. A retryable failure retries the whole transaction.
-func (e *env) mutate(ctx context.Context, l ledger.Ledger, key string, worker int, priorRead bool) outcome {
+func (e *env) mutate(ctx context.Context, l safeLedger, key string, worker int, priorRead bool) outcome {
 	out := outcome{started: time.Now()}
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
@@ -243,16 +271,24 @@ func (e *env) mutate(ctx context.Context, l ledger.Ledger, key string, worker in
 	}
 }
 
-func (e *env) attempt(ctx context.Context, l ledger.Ledger, key string, worker int, priorRead bool, claimed func(error)) (bool, ledger.Result, error) {
-	tx, err := e.begin(ctx)
+func (e *env) attempt(ctx context.Context, l safeLedger, key string, worker int, priorRead bool, claimed func(error)) (bool, ledger.Result, error) {
+	if e.pipelined && !e.atCommit {
+		return e.attemptPipelined(ctx, l, key, worker, claimed)
+	}
+	var tx unitTx
+	var err error
+	if e.pipelined {
+		tx, err = e.pipeOf(l).BeginAt(ctx, e.level)
+	} else {
+		tx, err = e.begin(ctx)
+	}
 	if err != nil {
 		claimed(err)
 		return false, ledger.Result{}, err
 	}
 	defer tx.Rollback()
 	if priorRead {
-		var n int
-		if err := tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+e.biz).Scan(&n); err != nil {
+		if err := e.readBiz(ctx, tx); err != nil {
 			claimed(err)
 			return false, ledger.Result{}, fmt.Errorf("prior read: %w", err)
 		}
@@ -289,15 +325,65 @@ func (e *env) attempt(ctx context.Context, l ledger.Ledger, key string, worker i
 	return c.Outcome == ledger.Acquired, res, nil
 }
 
+// attemptPipelined is attempt's pipelined claim-first unit: BEGIN with
+// the claim, on acquisition the business write, then the completion with
+// COMMIT; a replay's transaction has ended with the claim's read-back.
+func (e *env) attemptPipelined(ctx context.Context, l safeLedger, key string, worker int, claimed func(error)) (bool, ledger.Result, error) {
+	p := e.pipeOf(l)
+	tx, c, err := p.BeginClaim(ctx, e.level, e.req(key))
+	claimed(err)
+	if err != nil {
+		return false, ledger.Result{}, err
+	}
+	switch c.Outcome {
+	case ledger.Acquired:
+		if err := e.writeBiz(ctx, tx, key, worker); err != nil {
+			tx.Rollback()
+			return false, ledger.Result{}, fmt.Errorf("business write after acquiring: %w", err)
+		}
+		res := resultFor(key, worker)
+		if err := p.CompleteCommit(ctx, tx, c, res); err != nil {
+			return false, res, fmt.Errorf("complete and commit: %w", err)
+		}
+		return true, res, nil
+	case ledger.Replay:
+		return false, c.Result, nil
+	}
+	return false, ledger.Result{}, fmt.Errorf("BeginClaim returned outcome %v", c.Outcome)
+}
+
+// pipeOf returns the pipelined forms of l (e.l's, or another ledger's on
+// the case's table).
+func (e *env) pipeOf(l safeLedger) safePipeline {
+	if p, ok := l.pipeline(); ok {
+		return p
+	}
+	return e.pipe
+}
+
 // attemptAtCommit is attempt's claim-at-commit unit: the business write,
 // then Record as the last statement; commit when it recorded, roll back
-// on a replay (the business write must not survive it).
-func (e *env) attemptAtCommit(ctx context.Context, l ledger.Ledger, tx *sql.Tx, key string, worker int, claimed func(error)) (bool, ledger.Result, error) {
+// on a replay (the business write must not survive it). Pipelined, the
+// record is sent with COMMIT and ends the transaction either way.
+func (e *env) attemptAtCommit(ctx context.Context, l safeLedger, tx unitTx, key string, worker int, claimed func(error)) (bool, ledger.Result, error) {
 	if err := e.writeBiz(ctx, tx, key, worker); err != nil {
 		claimed(err)
 		return false, ledger.Result{}, fmt.Errorf("business write before recording: %w", err)
 	}
 	res := resultFor(key, worker)
+	if e.pipelined {
+		c, err := e.pipeOf(l).RecordCommit(ctx, tx, e.req(key), res)
+		claimed(err)
+		switch {
+		case err != nil:
+			return false, ledger.Result{}, err
+		case c.Outcome == ledger.Recorded:
+			return true, res, nil
+		case c.Outcome == ledger.Replay:
+			return false, c.Result, nil
+		}
+		return false, res, fmt.Errorf("RecordCommit returned outcome %v", c.Outcome)
+	}
 	c, err := record(ctx, l, tx, e.req(key), res)
 	claimed(err)
 	if err != nil {
@@ -318,26 +404,18 @@ func (e *env) attemptAtCommit(ctx context.Context, l ledger.Ledger, tx *sql.Tx, 
 	return false, res, fmt.Errorf("Record returned outcome %v", c.Outcome)
 }
 
-// record calls Record on l (the suite's safeLedger, or any
-// ledger.Recorder).
-func record(ctx context.Context, l ledger.Ledger, tx *sql.Tx, req ledger.ClaimRequest, r ledger.Result) (*ledger.Claim, error) {
-	rec, ok := l.(ledger.Recorder)
-	if !ok {
-		return nil, errNoRecorder
-	}
-	c, err := rec.Record(ctx, tx, req, r)
-	if err == nil && c == nil {
-		return nil, errors.New("Record returned neither a claim nor an error")
-	}
-	return c, err
+// record calls Record on l.
+func record(ctx context.Context, l safeLedger, tx unitTx, req ledger.ClaimRequest, r ledger.Result) (*ledger.Claim, error) {
+	return l.Record(ctx, tx, req, r)
 }
 
 // unitStep is the ledger's part of one unit of work in tx, in the
 // target's order: claim first, on acquisition the business write of key
 // (when key is not empty) and Complete with r; at commit, the business
 // write, then Record with r. The caller ends tx: commit when won (the
-// claim was Acquired or Recorded), else roll back.
-func (e *env) unitStep(ctx context.Context, tx *sql.Tx, req ledger.ClaimRequest, key string, worker int, r ledger.Result) (c *ledger.Claim, won bool, err error) {
+// claim was Acquired or Recorded), else roll back. It never pipelines
+// (see runUnit).
+func (e *env) unitStep(ctx context.Context, tx unitTx, req ledger.ClaimRequest, key string, worker int, r ledger.Result) (c *ledger.Claim, won bool, err error) {
 	if e.atCommit {
 		if key != "" {
 			if err := e.writeBiz(ctx, tx, key, worker); err != nil {
@@ -365,6 +443,61 @@ func (e *env) unitStep(ctx context.Context, tx *sql.Tx, req ledger.ClaimRequest,
 	return c, true, nil
 }
 
+// runUnit runs one whole unit of work for req at level in the target's
+// order and form, as unitStep does, and ends it: with commit set it
+// commits when the unit won (rolls back otherwise), without it it rolls
+// back. Pipelined, the claim is sent with BEGIN and the completion with
+// COMMIT; at commit the record is always sent with COMMIT (a unit that
+// records commits).
+func (e *env) runUnit(ctx context.Context, level sql.IsolationLevel, req ledger.ClaimRequest, key string, worker int, r ledger.Result, commit bool) (*ledger.Claim, bool, error) {
+	if !e.pipelined {
+		tx, err := e.beginAt(ctx, level)
+		if err != nil {
+			return nil, false, err
+		}
+		defer tx.Rollback()
+		c, won, err := e.unitStep(ctx, tx, req, key, worker, r)
+		if err != nil || !won || !commit {
+			return c, won, err
+		}
+		return c, won, tx.Commit()
+	}
+	if e.atCommit {
+		tx, err := e.pipe.BeginAt(ctx, level)
+		if err != nil {
+			return nil, false, err
+		}
+		defer tx.Rollback()
+		if key != "" {
+			if err := e.writeBiz(ctx, tx, key, worker); err != nil {
+				return nil, false, fmt.Errorf("business write: %w", err)
+			}
+		}
+		c, err := e.pipe.RecordCommit(ctx, tx, req, r)
+		if err != nil {
+			return nil, false, err
+		}
+		return c, c.Outcome == ledger.Recorded, nil
+	}
+	tx, c, err := e.pipe.BeginClaim(ctx, level, req)
+	if err != nil || !c.Acquired() {
+		return c, false, err
+	}
+	if key != "" {
+		if err := e.writeBiz(ctx, tx, key, worker); err != nil {
+			tx.Rollback()
+			return nil, false, fmt.Errorf("business write: %w", err)
+		}
+	}
+	if !commit {
+		return c, true, tx.Rollback()
+	}
+	if err := e.pipe.CompleteCommit(ctx, tx, c, r); err != nil {
+		return nil, false, fmt.Errorf("complete and commit: %w", err)
+	}
+	return c, true, nil
+}
+
 // won reports whether c is this transaction's: acquired or recorded.
 func won(c *ledger.Claim) bool {
 	return c != nil && (c.Outcome == ledger.Acquired || c.Outcome == ledger.Recorded)
@@ -376,7 +509,7 @@ var errNoClaim = errors.New("Claim returned neither a claim nor an error")
 
 // claim calls l.Claim and turns a nil claim without an error into an
 // error, so that no case dereferences it.
-func claim(ctx context.Context, l ledger.Ledger, tx *sql.Tx, req ledger.ClaimRequest) (*ledger.Claim, error) {
+func claim(ctx context.Context, l safeLedger, tx unitTx, req ledger.ClaimRequest) (*ledger.Claim, error) {
 	c, err := l.Claim(ctx, tx, req)
 	if err == nil && c == nil {
 		return nil, errNoClaim
@@ -404,7 +537,7 @@ func (t tally) String() string {
 
 // herdOpts shapes one herd.
 type herdOpts struct {
-	l         ledger.Ledger
+	l         safeLedger
 	claimants int
 	priorRead bool
 	// before runs (on the case goroutine) before the claimants of a key
@@ -494,7 +627,7 @@ func (e *env) herd(key string, h herdOpts) tally {
 		}
 		e.t.Errorf("key %s: %d business rows; want exactly 1 (the mutation ran %d times)", key, n, n)
 	}
-	if n := e.bizRows(key + "#replayed"); n != tl.replayed && !e.atCommit {
+	if n := e.bizRows(key + "#replayed"); n != tl.replayed && !e.atCommit && !e.pipelined {
 		e.t.Errorf("key %s: %d rows written after replays, want %d (a replaying transaction did not commit its other writes)", key, n, tl.replayed)
 	}
 	return tl
@@ -521,9 +654,20 @@ func (e *env) herds(prefix string, keys int, h herdOpts) tally {
 }
 
 // claimOnce claims key and completes it with r in its own committed unit
-// of work, through l.
-func (e *env) claimOnce(l ledger.Ledger, key string, r ledger.Result) error {
-	tx, err := e.db.BeginTx(e.ctx, nil)
+// of work, through l (pipelined for a pipelined target).
+func (e *env) claimOnce(l safeLedger, key string, r ledger.Result) error {
+	if e.pipelined {
+		p := e.pipeOf(l)
+		tx, c, err := p.BeginClaim(e.ctx, sql.LevelDefault, e.req(key))
+		if err != nil {
+			return err
+		}
+		if !c.Acquired() {
+			return fmt.Errorf("claim of a fresh key %s: outcome %v, want acquired", key, c.Outcome)
+		}
+		return p.CompleteCommit(e.ctx, tx, c, r)
+	}
+	tx, err := e.beginAt(e.ctx, sql.LevelDefault)
 	if err != nil {
 		return err
 	}
@@ -543,7 +687,7 @@ func (e *env) claimOnce(l ledger.Ledger, key string, r ledger.Result) error {
 
 // lookup returns the committed entry for key.
 func (e *env) lookup(key string) (*ledger.Entry, error) {
-	return e.l.Lookup(e.ctx, e.db, e.id(key))
+	return e.l.Lookup(e.ctx, e.id(key))
 }
 
 // keysFrac is the key count for a secondary herd-like case: keys/div,

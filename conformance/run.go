@@ -225,7 +225,11 @@ type caseDef struct {
 	// firstOnly, when set, says why the case applies to the claim-first
 	// order only: a claim-at-commit target skips it with this reason.
 	firstOnly string
-	run       func(e *env)
+	// notPipelined, when set, says why the case does not apply to the
+	// pipelined claim-first form: a pipelined claim-first target skips it
+	// with this reason.
+	notPipelined string
+	run          func(e *env)
 }
 
 // instance is one case at one level.
@@ -251,6 +255,10 @@ func instances(tg *Target, o options) []instance {
 		lv := tg.levels()
 		if tg.Order == ClaimAtCommit && c.firstOnly != "" {
 			out = append(out, instance{def: c, name: c.name, skip: "claim first only: " + c.firstOnly})
+			continue
+		}
+		if tg.pipelined && tg.Order == ClaimFirst && c.notPipelined != "" {
+			out = append(out, instance{def: c, name: c.name, skip: "not pipelined claim first: " + c.notPipelined})
 			continue
 		}
 		if !c.perLevel {

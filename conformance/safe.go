@@ -12,7 +12,7 @@ import (
 
 // safeLedger wraps the ledger under test so that a panic in it, on any
 // goroutine, becomes an error the case reports instead of a crash.
-type safeLedger struct{ l ledger.Ledger }
+type safeLedger struct{ l suiteLedger }
 
 func recovered(op string, err *error) {
 	if p := recover(); p != nil {
@@ -20,36 +20,33 @@ func recovered(op string, err *error) {
 	}
 }
 
-func (s safeLedger) Claim(ctx context.Context, tx *sql.Tx, req ledger.ClaimRequest) (c *ledger.Claim, err error) {
+func (s safeLedger) Claim(ctx context.Context, tx unitTx, req ledger.ClaimRequest) (c *ledger.Claim, err error) {
 	defer recovered("Claim", &err)
-	return s.l.Claim(ctx, tx, req)
+	return s.l.claim(ctx, tx, req)
 }
 
-func (s safeLedger) Complete(ctx context.Context, tx *sql.Tx, c *ledger.Claim, r ledger.Result) (err error) {
+func (s safeLedger) Complete(ctx context.Context, tx unitTx, c *ledger.Claim, r ledger.Result) (err error) {
 	defer recovered("Complete", &err)
-	return s.l.Complete(ctx, tx, c, r)
+	return s.l.complete(ctx, tx, c, r)
 }
 
 // errNoRecorder is what a claim-at-commit case gets from a ledger
 // without Record.
 var errNoRecorder = errors.New("the ledger does not implement ledger.Recorder (Record), which a claim-at-commit target needs")
 
-func (s safeLedger) Record(ctx context.Context, tx *sql.Tx, req ledger.ClaimRequest, r ledger.Result) (c *ledger.Claim, err error) {
+func (s safeLedger) Record(ctx context.Context, tx unitTx, req ledger.ClaimRequest, r ledger.Result) (c *ledger.Claim, err error) {
 	defer recovered("Record", &err)
-	rec, ok := s.l.(ledger.Recorder)
-	if !ok {
-		return nil, errNoRecorder
-	}
-	c, err = rec.Record(ctx, tx, req, r)
+	c, err = s.l.record(ctx, tx, req, r)
 	if err == nil && c == nil {
 		err = errors.New("Record returned neither a claim nor an error")
 	}
 	return c, err
 }
 
-func (s safeLedger) Lookup(ctx context.Context, q ledger.Querier, id ledger.Identity) (en *ledger.Entry, err error) {
+// Lookup reads committed state for id.
+func (s safeLedger) Lookup(ctx context.Context, id ledger.Identity) (en *ledger.Entry, err error) {
 	defer recovered("Lookup", &err)
-	en, err = s.l.Lookup(ctx, q, id)
+	en, err = s.l.lookup(ctx, id)
 	if err == nil && en == nil {
 		err = fmt.Errorf("Lookup returned neither an entry nor an error")
 	}
@@ -63,21 +60,61 @@ func (s safeLedger) Dialect() (d dialects.Dialect) {
 			d = nil
 		}
 	}()
-	return s.l.Dialect()
+	return s.l.dialect()
 }
+
+// recorder reports whether the wrapped ledger records (claim at commit).
+func (s safeLedger) recorder() bool { return s.l.recorder() }
+
+// boundsLockWait reports whether the wrapped ledger honours
+// ClaimRequest.LockWait.
+func (s safeLedger) boundsLockWait() bool { return s.l.boundsLockWait() }
 
 // sweeper returns the wrapped ledger's Sweep, if it has one.
-func (s safeLedger) sweeper() (Sweeper, bool) {
-	sw, ok := s.l.(Sweeper)
-	if !ok {
+func (s safeLedger) sweeper() (func(ctx context.Context, batch int) (int64, error), bool) {
+	sw := s.l.sweep()
+	if sw == nil {
 		return nil, false
 	}
-	return safeSweeper{sw}, true
+	return func(ctx context.Context, batch int) (n int64, err error) {
+		defer recovered("Sweep", &err)
+		return sw(ctx, batch)
+	}, true
 }
 
-type safeSweeper struct{ s Sweeper }
+// pipeline returns the wrapped ledger's pipelined forms, if it has them.
+func (s safeLedger) pipeline() (safePipeline, bool) {
+	p := s.l.pipeline()
+	return safePipeline{p}, p != nil
+}
 
-func (s safeSweeper) Sweep(ctx context.Context, db ledger.Execer, batch int) (n int64, err error) {
-	defer recovered("Sweep", &err)
-	return s.s.Sweep(ctx, db, batch)
+// safePipeline is a ledger's pipelined forms, panics turned into errors.
+type safePipeline struct{ p suitePipeline }
+
+func (s safePipeline) BeginClaim(ctx context.Context, level sql.IsolationLevel, req ledger.ClaimRequest) (tx unitTx, c *ledger.Claim, err error) {
+	defer recovered("BeginClaim", &err)
+	tx, c, err = s.p.beginClaim(ctx, level, req)
+	if err == nil && c == nil {
+		err = errNoClaim
+	}
+	return tx, c, err
+}
+
+func (s safePipeline) BeginAt(ctx context.Context, level sql.IsolationLevel) (tx unitTx, err error) {
+	defer recovered("BeginAt", &err)
+	return s.p.beginAt(ctx, level)
+}
+
+func (s safePipeline) CompleteCommit(ctx context.Context, tx unitTx, c *ledger.Claim, r ledger.Result) (err error) {
+	defer recovered("CompleteCommit", &err)
+	return s.p.completeCommit(ctx, tx, c, r)
+}
+
+func (s safePipeline) RecordCommit(ctx context.Context, tx unitTx, req ledger.ClaimRequest, r ledger.Result) (c *ledger.Claim, err error) {
+	defer recovered("RecordCommit", &err)
+	c, err = s.p.recordCommit(ctx, tx, req, r)
+	if err == nil && c == nil {
+		err = errors.New("RecordCommit returned neither a claim nor an error")
+	}
+	return c, err
 }

@@ -45,6 +45,19 @@ type Target struct {
 	// must implement ledger.Recorder. Run the suite once per order the
 	// application uses (see [Target.AtCommit]).
 	Order Order
+
+	// api is the transaction API of a TxTarget; nil for database/sql.
+	api txAPI
+	// pipelined: the units run through the ledger's Pipeliner.
+	pipelined bool
+}
+
+// theAPI returns the target's transaction API.
+func (tg *Target) theAPI() txAPI {
+	if tg.api != nil {
+		return tg.api
+	}
+	return sqlAPI{tg: tg}
 }
 
 // Order is the order in which a unit of work touches the ledger.
@@ -175,8 +188,10 @@ func (tg *Target) validate() error {
 		return errors.New("conformance: target has no DB")
 	case tg.Dialect == nil:
 		return errors.New("conformance: target has no dialect")
-	case tg.NewLedger == nil:
+	case tg.NewLedger == nil && tg.api == nil:
 		return errors.New("conformance: target has no NewLedger")
+	case tg.pipelined && tg.api == nil:
+		return errors.New("conformance: a database/sql target cannot be pipelined (see TxTarget)")
 	case tg.Order != ClaimFirst && tg.Order != ClaimAtCommit:
 		return fmt.Errorf("conformance: target has an unknown order %d", int(tg.Order))
 	}
@@ -370,9 +385,9 @@ func (tg *Target) probe(ctx context.Context) error {
 // boundedWait is the lock-wait bound of the in-progress case.
 const boundedWait = 500 * time.Millisecond
 
-// beginBounded returns the target's bounded-wait transaction starter, or
-// a reason why there is none.
-func (tg *Target) beginBounded() (func(context.Context, *sql.DB) (*sql.Tx, func(), error), string) {
+// beginBoundedSQL returns a database/sql target's bounded-wait
+// transaction starter, or a reason why there is none.
+func (tg *Target) beginBoundedSQL() (func(context.Context, *sql.DB) (*sql.Tx, func(), error), string) {
 	if b := tg.caps().BeginBounded; b != nil {
 		return b, ""
 	}

@@ -69,7 +69,9 @@ type Queries struct {
 	// (ON CONFLICT DO NOTHING) or fail with an error classified as
 	// [ClassUniqueViolation] that leaves the transaction usable.
 	Insert string
-	// Claim, when not empty, replaces Insert: one statement that claims
+	// Claim, when not empty, is what a ledger built with
+	// ledger.WithOneStatementClaim claims with instead of Insert (a
+	// ledger claims with Insert otherwise): one statement that claims
 	// the identity like Insert and, on a conflict, also returns the
 	// existing entry when the statement's snapshot shows it, so that a
 	// replay costs one statement. Args as for Insert. It returns exactly

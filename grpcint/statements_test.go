@@ -14,12 +14,12 @@ import (
 // lock-wait bound: "WORK" is the handler's own INSERT, so the bare
 // handler transaction is BEGIN, WORK, COMMIT. No path takes a SAVEPOINT.
 var keyedCallStatements = map[string]map[string][]string{
-	// The bound is set inside the one claim statement (a CTE: "WITH"),
-	// at commit inside the one record statement (a CTE too), whose
-	// replay reads the stored entry with a SELECT of its own.
+	// The bound is set inside the claim's plain insert (a CTE: "WITH"),
+	// at commit inside the record's insert (a CTE too); a replay reads
+	// the stored entry with a SELECT of its own after the conflict.
 	"postgres": {
 		"call":             {"BEGIN", "WITH", "WORK", "UPDATE", "COMMIT"},
-		"replay":           {"BEGIN", "WITH", "ROLLBACK"},
+		"replay":           {"BEGIN", "WITH", "SELECT", "ROLLBACK"},
 		"call at commit":   {"BEGIN", "WORK", "WITH", "COMMIT"},
 		"replay at commit": {"BEGIN", "WORK", "WITH", "SELECT", "ROLLBACK"},
 	},

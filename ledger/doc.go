@@ -31,6 +31,17 @@
 // text and error classification come from a dialect (see package
 // dialects); the table comes from package migrations.
 //
+// # Other transaction APIs
+//
+// [Store] is [TxStore] over *sql.Tx: the ledger is one implementation
+// generic over the transaction type, whose statements run through a
+// [TxDriver] ([SQLDriver] for database/sql). Package pgxledger is it over
+// pgx.Tx, and adds the pipelined forms ([TxStore.BeginClaim],
+// [TxStore.CompleteCommit], [TxStore.RecordCommit]), which send the
+// claim with BEGIN and the completion or the record with COMMIT. Every
+// call that needs the caller's transaction takes one (*sql.Tx, pgx.Tx),
+// never a pool or a connection.
+//
 // # Implementing Ledger
 //
 // [Store] is the kit's implementation. Anyone may implement [Ledger]

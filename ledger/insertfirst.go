@@ -10,10 +10,10 @@ import (
 	"github.com/opledger/opledger/dialects"
 )
 
-// insertFirst is what Claim and Record differ in; (*Store).insertFirst
+// insertFirst is what Claim and Record differ in; (*TxStore).insertFirst
 // runs the loop they share: insert first, read only on conflict, take over
 // an expired entry, replay a completed one.
-type insertFirst struct {
+type insertFirst[TX any] struct {
 	op string // "claim" or "record", for errors
 	// one, when not empty, is the one-statement form (Queries.Claim): it
 	// inserts and returns the entry its snapshot shows. insert is the
@@ -30,10 +30,10 @@ type insertFirst struct {
 }
 
 // checkRequest refuses, before any statement, a Claim or Record without a
-// transaction, an identity or a fingerprint.
-func checkRequest(tx *sql.Tx, req ClaimRequest) error {
+// transaction (nilTx), an identity or a fingerprint.
+func checkRequest(nilTx bool, req ClaimRequest) error {
 	switch {
-	case tx == nil:
+	case nilTx:
 		return invalid("tx", "transaction must not be nil")
 	case req.Identity.IsZero():
 		return invalid("caller", "identity is zero; build it with NewIdentity")
@@ -44,9 +44,8 @@ func checkRequest(tx *sql.Tx, req ClaimRequest) error {
 }
 
 // insertFirst runs p for req in tx: read back with sel after a conflict.
-func (s *Store) insertFirst(ctx context.Context, tx *sql.Tx, req ClaimRequest, sel string, p insertFirst) (*Claim, error) {
+func (s *TxStore[TX]) insertFirst(ctx context.Context, tx TX, req ClaimRequest, sel string, p insertFirst[TX]) (*Claim, error) {
 	id := req.Identity.id[:]
-	fp := req.Fingerprint[:]
 	for range maxClaimLoops {
 		now := s.now()
 		created, expires := micros(now), micros(now.Add(s.retention))
@@ -55,7 +54,7 @@ func (s *Store) insertFirst(ctx context.Context, tx *sql.Tx, req ClaimRequest, s
 			found bool
 		)
 		if p.one != "" {
-			inserted, got, ok, err := s.scanClaim(tx.QueryRowContext(ctx, p.one, p.args(created, expires)...))
+			inserted, got, ok, err := scanClaim(s.drv.QueryRow(ctx, tx, p.one, p.args(created, expires)...))
 			if err != nil {
 				return nil, s.fail(ctx, p.op, err)
 			}
@@ -64,14 +63,11 @@ func (s *Store) insertFirst(ctx context.Context, tx *sql.Tx, req ClaimRequest, s
 			}
 			e, found = got, ok
 		} else {
-			res, err := tx.ExecContext(ctx, p.insert, p.args(created, expires)...)
-			if err != nil {
-				if s.d.Classify(err) != dialects.ClassUniqueViolation {
-					return nil, s.fail(ctx, p.op, err)
-				}
-			} else if n, err := res.RowsAffected(); err != nil {
+			n, err := s.drv.Exec(ctx, tx, p.insert, p.args(created, expires)...)
+			switch {
+			case err != nil && s.d.Classify(err) != dialects.ClassUniqueViolation:
 				return nil, s.fail(ctx, p.op, err)
-			} else if n == 1 {
+			case err == nil && n == 1:
 				return p.won(false), nil
 			}
 		}
@@ -82,7 +78,7 @@ func (s *Store) insertFirst(ctx context.Context, tx *sql.Tx, req ClaimRequest, s
 				s.afterConflict()
 			}
 			var err error
-			e, err = s.scan(tx.QueryRowContext(ctx, sel, id))
+			e, err = scanRow(s.drv.QueryRow(ctx, tx, sel, id))
 			if errors.Is(err, sql.ErrNoRows) {
 				continue // deleted between the conflict and the read: insert again
 			}
@@ -92,11 +88,7 @@ func (s *Store) insertFirst(ctx context.Context, tx *sql.Tx, req ClaimRequest, s
 		}
 		if e.expiresAt <= created {
 			q, args := p.takeOver(created, expires)
-			res, err := tx.ExecContext(ctx, q, args...)
-			if err != nil {
-				return nil, s.fail(ctx, p.op, err)
-			}
-			n, err := res.RowsAffected()
+			n, err := s.drv.Exec(ctx, tx, q, args...)
 			if err != nil {
 				return nil, s.fail(ctx, p.op, err)
 			}
@@ -105,13 +97,79 @@ func (s *Store) insertFirst(ctx context.Context, tx *sql.Tx, req ClaimRequest, s
 			}
 			continue // another transaction took it over first: read again
 		}
-		if !bytes.Equal(e.fp, fp) {
-			return nil, ErrKeyReused
-		}
-		if e.completedAt == nil {
-			return nil, ErrIncomplete
-		}
-		return NewReplay(req.Identity, e.result, fromMicros(*e.completedAt)), nil
+		return existing(req, e)
 	}
 	return nil, fmt.Errorf("ledger: %s: entry changed under the %s %d times: %w", p.op, p.op, maxClaimLoops, ErrRetryable)
+}
+
+// existing is the answer for a live entry e found where req wanted to
+// insert: a replay of its result, ErrKeyReused or ErrIncomplete.
+func existing(req ClaimRequest, e row) (*Claim, error) {
+	if !bytes.Equal(e.fp, req.Fingerprint[:]) {
+		return nil, ErrKeyReused
+	}
+	if e.completedAt == nil {
+		return nil, ErrIncomplete
+	}
+	return NewReplay(req.Identity, e.result, fromMicros(*e.completedAt)), nil
+}
+
+type row struct {
+	fp          []byte
+	result      Result
+	createdAt   int64
+	completedAt *int64
+	expiresAt   int64
+}
+
+// scanRow reads an entry (the columns of Queries.Select and Lookup).
+func scanRow(r Row) (row, error) {
+	var (
+		e        row
+		code     sql.NullInt64
+		typeName sql.NullString
+		done     sql.NullInt64
+	)
+	if err := r.Scan(&e.fp, &code, &e.result.Response, &typeName, &e.createdAt, &done, &e.expiresAt); err != nil {
+		return row{}, err
+	}
+	e.completed(done, code, typeName)
+	return e, nil
+}
+
+// completed fills in e's completion from the nullable columns read.
+func (e *row) completed(done, code sql.NullInt64, typeName sql.NullString) {
+	if !done.Valid {
+		return
+	}
+	e.completedAt = &done.Int64
+	e.result.Code = uint32(code.Int64)
+	e.result.TypeName = typeName.String
+	if e.result.Response == nil {
+		e.result.Response = []byte{}
+	}
+}
+
+// scanClaim reads the row of a one-statement Claim: whether it inserted,
+// and the existing entry when the statement saw one.
+func scanClaim(r Row) (inserted bool, e row, found bool, err error) {
+	var (
+		ins                          sql.NullBool
+		code, created, done, expires sql.NullInt64
+		typeName                     sql.NullString
+		fp, resp                     []byte
+	)
+	if err := r.Scan(&ins, &fp, &code, &resp, &typeName, &created, &done, &expires); err != nil {
+		return false, row{}, false, err
+	}
+	if ins.Valid && ins.Bool {
+		return true, row{}, false, nil
+	}
+	if fp == nil || !created.Valid || !expires.Valid {
+		return false, row{}, false, nil
+	}
+	e = row{fp: fp, createdAt: created.Int64, expiresAt: expires.Int64}
+	e.result.Response = resp
+	e.completed(done, code, typeName)
+	return false, e, true, nil
 }

@@ -267,10 +267,7 @@ func TestDeleteBetweenConflictAndRead(t *testing.T) {
 		if _, err := claimOnce(t, e, e.l, id, fp("d"), "old"); err != nil {
 			t.Fatal(err)
 		}
-		l := e.store(t)
-		// The one-statement claim sees the entry in its snapshot and has no
-		// read-back to race with: test the split claim's.
-		ledger.SplitClaim(l)
+		l := e.store(t) // the plain claim, whose read-back after the conflict races with the delete
 		fired := 0
 		ledger.SetAfterConflict(l, func() {
 			fired++

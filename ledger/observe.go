@@ -2,7 +2,6 @@ package ledger
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"strings"
 	"time"
@@ -226,10 +225,3 @@ func errorType(err error) string {
 // Record only where the take-over is a statement of its own (not on
 // SQLite, whose insert takes the entry over itself).
 func (c *Claim) TookOver() bool { return c != nil && c.tookOver }
-
-// reacquired is acquired for a claim that took over an expired entry.
-func (s *Store) reacquired(id Identity, tx *sql.Tx) *Claim {
-	c := s.acquired(id, tx)
-	c.tookOver = true
-	return c
-}

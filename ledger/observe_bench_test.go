@@ -25,7 +25,7 @@ func BenchmarkObserveNoSDK(b *testing.B) {
 	c := NewAcquired(id, nil)
 	b.ReportAllocs()
 	for b.Loop() {
-		cctx, op := s.obs.begin(ctx, "opledger.claim", id)
-		s.obs.claimed(cctx, op, id, c, nil)
+		cctx, op := s.core.obs.begin(ctx, "opledger.claim", id)
+		s.core.obs.claimed(cctx, op, id, c, nil)
 	}
 }

@@ -3,7 +3,6 @@ package ledger
 import (
 	"context"
 	"database/sql"
-	"fmt"
 )
 
 // Record inserts req's identity already completed with r, inside tx: the
@@ -41,13 +40,24 @@ import (
 // For a dialect without [dialects.Recorder] it claims and completes (two
 // statements, the same outcomes).
 func (s *Store) Record(ctx context.Context, tx *sql.Tx, req ClaimRequest, r Result) (*Claim, error) {
+	return s.core.Record(ctx, tx, req, r)
+}
+
+// Record inserts req's identity already completed with r, inside tx: the
+// claim at commit. It behaves as [Store.Record].
+func (s *TxStore[TX]) Record(ctx context.Context, tx TX, req ClaimRequest, r Result) (*Claim, error) {
 	ctx, op := s.obs.begin(ctx, "opledger.record", req.Identity)
 	c, err := s.record(ctx, tx, req, r)
 	s.obs.claimed(ctx, op, req.Identity, c, err)
 	return c, err
 }
 
-func (s *Store) record(ctx context.Context, tx *sql.Tx, req ClaimRequest, r Result) (*Claim, error) {
+// recorded returns this store's Recorded outcome for id in tx.
+func (s *TxStore[TX]) recorded(id Identity, tx TX, tookOver bool) *Claim {
+	return &Claim{Outcome: Recorded, Identity: id, tx: tx, owner: s, completed: true, tookOver: tookOver}
+}
+
+func (s *TxStore[TX]) record(ctx context.Context, tx TX, req ClaimRequest, r Result) (*Claim, error) {
 	if err := s.checkResult(r); err != nil {
 		return nil, err
 	}
@@ -59,16 +69,16 @@ func (s *Store) record(ctx context.Context, tx *sql.Tx, req ClaimRequest, r Resu
 		if err := s.complete(ctx, tx, c, r); err != nil {
 			return nil, err
 		}
-		return NewRecorded(req.Identity, tx), nil
+		return s.recorded(req.Identity, tx, false), nil
 	}
-	if err := checkRequest(tx, req); err != nil {
+	if err := checkRequest(isNil(tx), req); err != nil {
 		return nil, err
 	}
 	rq, err := s.recordQueries(req.LockWait)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.check(ctx, "record", tx); err != nil {
+	if err := s.checkTx(ctx, "record", tx); err != nil {
 		return nil, err
 	}
 	id, fp := req.Identity.id[:], req.Fingerprint[:]
@@ -76,7 +86,7 @@ func (s *Store) record(ctx context.Context, tx *sql.Tx, req ClaimRequest, r Resu
 	if resp == nil {
 		resp = []byte{}
 	}
-	p := insertFirst{
+	p := insertFirst[TX]{
 		op:     "record",
 		insert: rq.Insert,
 		args: func(created, expires int64) []any {
@@ -89,22 +99,7 @@ func (s *Store) record(ctx context.Context, tx *sql.Tx, req ClaimRequest, r Resu
 		takeOver: func(created, expires int64) (string, []any) {
 			return rq.TakeOver, []any{fp, int64(r.Code), resp, r.TypeName, created, created, expires, id, created}
 		},
-		won: func(tookOver bool) *Claim {
-			c := NewRecorded(req.Identity, tx)
-			c.tookOver = tookOver
-			return c
-		},
+		won: func(tookOver bool) *Claim { return s.recorded(req.Identity, tx, tookOver) },
 	}
 	return s.insertFirst(ctx, tx, req, s.q.Select, p)
-}
-
-// checkResult refuses a result over the limits.
-func (s *Store) checkResult(r Result) error {
-	if len(r.Response) > s.maxResult {
-		return invalid("result", fmt.Sprintf("response of %d bytes exceeds the limit of %d", len(r.Response), s.maxResult))
-	}
-	if r.Code > MaxCode {
-		return invalid("result", "code above 2147483647")
-	}
-	return checkTypeName(r.TypeName)
 }

@@ -110,17 +110,7 @@ func parallel(b *testing.B, op func() error) {
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "claims/s")
 }
 
-func inTx(db *sql.DB, f func(*sql.Tx) error) error {
-	tx, err := db.BeginTx(context.Background(), nil)
-	if err != nil {
-		return err
-	}
-	if err := f(tx); err != nil {
-		tx.Rollback()
-		return err
-	}
-	return tx.Commit()
-}
+func inTx(db *sql.DB, f func(*sql.Tx) error) error { return testdb.InTx(context.Background(), db, f) }
 
 // BenchmarkScaleSweep sweeps the scale table's entries that expire within
 // the next OPLEDGER_SCALE_SWEEP (default 30m; about 208,000 entries of ten

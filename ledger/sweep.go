@@ -115,7 +115,7 @@ func (s *Store) Sweep(ctx context.Context, db Execer, batch int) (int64, error) 
 	if batch <= 0 {
 		return 0, invalid("option", "batch must be positive")
 	}
-	if _, ok := db.(*sql.DB); s.sweepWait > 0 && !ok {
+	if _, ok := db.(*sql.DB); s.core.sweepWait > 0 && !ok {
 		return 0, invalid("tx", "WithSweepLockWait needs Sweep on a *sql.DB (each batch begins a bounded transaction)")
 	}
 	var (
@@ -128,7 +128,7 @@ func (s *Store) Sweep(ctx context.Context, db Execer, batch int) (int64, error) 
 		if err := ctx.Err(); err != nil {
 			return total, err
 		}
-		cutoff = s.now()
+		cutoff = s.core.now()
 		if !oneByOne {
 			n, err := s.sweepBatch(ctx, db, batch, cutoff)
 			total += n
@@ -139,7 +139,7 @@ func (s *Store) Sweep(ctx context.Context, db Execer, batch int) (int64, error) 
 				continue
 			case !errors.Is(err, ErrInProgress) || ctx.Err() != nil:
 				return total, err
-			case s.q.SweepScan == "" || s.q.SweepOne == "":
+			case s.core.q.SweepScan == "" || s.core.q.SweepOne == "":
 				return total, s.held(ctx, db, cutoff, err, 0)
 			}
 			// A held entry: go on one by one for the rest of this sweep (a
@@ -157,13 +157,27 @@ func (s *Store) Sweep(ctx context.Context, db Execer, batch int) (int64, error) 
 	}
 }
 
-// held is Sweep's report: a *HeldError when expired entries are left at
-// cutoff (counted with the dialect's CountExpired when it has one and db
-// can read, else the skipped count), stop when nothing tells, else nil.
+// held is Sweep's report (see [TxStore.held]), counting through db when
+// it can read.
 func (s *Store) held(ctx context.Context, db Execer, cutoff time.Time, stop error, skipped int) error {
+	var queryRow func(ctx context.Context, query string, args ...any) Row
+	if q, ok := db.(rowQuerier); ok {
+		queryRow = func(ctx context.Context, query string, args ...any) Row {
+			return q.QueryRowContext(ctx, query, args...)
+		}
+	}
+	return s.core.held(ctx, queryRow, cutoff, stop, skipped)
+}
+
+// held is a sweep's report: a *HeldError when expired entries are left at
+// cutoff (counted with the dialect's CountExpired when it has one and
+// queryRow is not nil, else the skipped count), stop when nothing tells,
+// else nil.
+func (s *TxStore[TX]) held(ctx context.Context, queryRow func(ctx context.Context, query string, args ...any) Row, cutoff time.Time, stop error, skipped int) error {
 	n := int64(skipped)
-	if q, ok := db.(rowQuerier); ok && s.q.CountExpired != "" {
-		if err := q.QueryRowContext(ctx, s.q.CountExpired, micros(cutoff)).Scan(&n); err != nil {
+	counted := queryRow != nil && s.q.CountExpired != ""
+	if counted {
+		if err := queryRow(ctx, s.q.CountExpired, micros(cutoff)).Scan(&n); err != nil {
 			return s.fail(ctx, "sweep", err)
 		}
 	}
@@ -176,20 +190,63 @@ func (s *Store) held(ctx context.Context, db Execer, cutoff time.Time, stop erro
 	return nil
 }
 
+// SweepWith deletes expired entries with exec, a function that runs a
+// statement outside the caller's transactions and returns the rows it
+// deleted, at most batch per statement, until a batch comes back short,
+// and returns how many it deleted: what [Store.Sweep] does on a dialect
+// without dialects.TxChecker whose Sweep statement skips held entries
+// (PostgreSQL's SKIP LOCKED). Package pgxledger's Sweep is built on it.
+// exec bounds each statement's lock waits to [TxStore.SweepLockWait]
+// when that is set (the store cannot: the transaction is exec's). When
+// queryRow is not nil and the dialect can count expired entries
+// (dialects.Queries' CountExpired), the entries left because other
+// transactions held them are reported as Store.Sweep reports them: a
+// *HeldError, matching ErrInProgress; a batch that waited past the bound
+// (ErrInProgress) stops the sweep with such a report too. It does not go
+// on entry by entry (dialects.Queries' SweepScan), which only
+// [Store.Sweep] does.
+func (s *TxStore[TX]) SweepWith(ctx context.Context, exec func(ctx context.Context, query string, args ...any) (int64, error), queryRow func(ctx context.Context, query string, args ...any) Row, batch int) (int64, error) {
+	if exec == nil {
+		return 0, invalid("tx", "database must not be nil")
+	}
+	if batch <= 0 {
+		return 0, invalid("option", "batch must be positive")
+	}
+	var total int64
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+		cutoff := s.now()
+		n, err := exec(ctx, s.q.Sweep, micros(cutoff), batch)
+		if err != nil {
+			err = s.fail(ctx, "sweep", err)
+			if !errors.Is(err, ErrInProgress) || ctx.Err() != nil {
+				return total, err
+			}
+			return total, s.held(ctx, queryRow, cutoff, err, 0)
+		}
+		total += n
+		if n < int64(batch) {
+			return total, s.held(ctx, queryRow, cutoff, nil, 0)
+		}
+	}
+}
+
 // sweepTx begins one of Sweep's transactions on db: bounded by the sweep's
 // lock wait when it has one (db is then a *sql.DB), else plain. release
 // is never nil.
 func (s *Store) sweepTx(ctx context.Context, b beginner) (*sql.Tx, func(), error) {
-	if s.sweepWait > 0 {
-		tx, release, err := s.waiter.BeginBounded(ctx, b.(*sql.DB), nil, s.sweepWait)
+	if s.core.sweepWait > 0 {
+		tx, release, err := s.core.waiter.BeginBounded(ctx, b.(*sql.DB), nil, s.core.sweepWait)
 		if err != nil {
-			return nil, func() {}, s.fail(ctx, "sweep", err)
+			return nil, func() {}, s.core.fail(ctx, "sweep", err)
 		}
 		return tx, release, nil
 	}
 	tx, err := b.BeginTx(ctx, nil)
 	if err != nil {
-		return nil, func() {}, s.fail(ctx, "sweep", err)
+		return nil, func() {}, s.core.fail(ctx, "sweep", err)
 	}
 	return tx, func() {}, nil
 }
@@ -199,7 +256,7 @@ func (s *Store) sweepTx(ctx context.Context, b beginner) (*sql.Tx, func(), error
 // else in one statement.
 func (s *Store) sweepBatch(ctx context.Context, db Execer, batch int, cutoff time.Time) (int64, error) {
 	b, ok := db.(beginner)
-	if !ok || (s.checker == nil && s.sweepWait == 0) {
+	if !ok || (s.checker == nil && s.core.sweepWait == 0) {
 		if tx, isTx := db.(*sql.Tx); isTx {
 			if err := s.check(ctx, "sweep", tx); err != nil {
 				return 0, err
@@ -221,19 +278,19 @@ func (s *Store) sweepBatch(ctx context.Context, db Execer, batch int, cutoff tim
 		return 0, err
 	}
 	if err := tx.Commit(); err != nil {
-		return 0, s.fail(ctx, "sweep", err)
+		return 0, s.core.fail(ctx, "sweep", err)
 	}
 	return n, nil
 }
 
 func (s *Store) sweepExec(ctx context.Context, db Execer, batch int, cutoff time.Time) (int64, error) {
-	res, err := db.ExecContext(ctx, s.q.Sweep, micros(cutoff), batch)
+	res, err := db.ExecContext(ctx, s.core.q.Sweep, micros(cutoff), batch)
 	if err != nil {
-		return 0, s.fail(ctx, "sweep", err)
+		return 0, s.core.fail(ctx, "sweep", err)
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return 0, s.fail(ctx, "sweep", err)
+		return 0, s.core.fail(ctx, "sweep", err)
 	}
 	return n, nil
 }
@@ -271,14 +328,14 @@ func (s *Store) sweepEach(ctx context.Context, db Execer, batch int, cutoff time
 	}
 	progress := false
 	for _, id := range ids {
-		res, err := tx.ExecContext(ctx, s.q.SweepOne, id, micros(cutoff))
+		res, err := tx.ExecContext(ctx, s.core.q.SweepOne, id, micros(cutoff))
 		if err == nil {
 			k, _ := res.RowsAffected()
 			n += k
 			progress = progress || k > 0
 			continue
 		}
-		err = s.fail(ctx, "sweep", err)
+		err = s.core.fail(ctx, "sweep", err)
 		switch {
 		case ctx.Err() != nil:
 			return 0, false, err
@@ -298,7 +355,7 @@ func (s *Store) sweepEach(ctx context.Context, db Execer, batch int, cutoff time
 	}
 	if _, own := db.(beginner); own {
 		if err := tx.Commit(); err != nil {
-			return 0, false, s.fail(ctx, "sweep", err)
+			return 0, false, s.core.fail(ctx, "sweep", err)
 		}
 	}
 	// A pass that deleted and skipped nothing met only entries that others
@@ -309,15 +366,15 @@ func (s *Store) sweepEach(ctx context.Context, db Execer, batch int, cutoff time
 // sweepScan lists at most limit expired entries, oldest first, and
 // returns their ids but those in skip, and how many it listed.
 func (s *Store) sweepScan(ctx context.Context, q rowQuerier, limit int, cutoff time.Time, skip map[string]bool) (ids [][]byte, listed int, err error) {
-	rows, err := q.QueryContext(ctx, s.q.SweepScan, micros(cutoff), limit)
+	rows, err := q.QueryContext(ctx, s.core.q.SweepScan, micros(cutoff), limit)
 	if err != nil {
-		return nil, 0, s.fail(ctx, "sweep", err)
+		return nil, 0, s.core.fail(ctx, "sweep", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var id []byte
 		if err := rows.Scan(&id); err != nil {
-			return nil, 0, s.fail(ctx, "sweep", err)
+			return nil, 0, s.core.fail(ctx, "sweep", err)
 		}
 		listed++
 		if !skip[string(id)] {
@@ -325,7 +382,7 @@ func (s *Store) sweepScan(ctx context.Context, q rowQuerier, limit int, cutoff t
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, 0, s.fail(ctx, "sweep", err)
+		return nil, 0, s.core.fail(ctx, "sweep", err)
 	}
 	return ids, listed, nil
 }

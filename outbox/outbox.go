@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"time"
 	"unicode"
@@ -252,6 +253,21 @@ func (o *Outbox) Enqueue(ctx context.Context, tx *sql.Tx, msg Message) (string, 
 	if tx == nil {
 		return "", fmt.Errorf("%w: nil transaction", ErrInvalid)
 	}
+	return EnqueueTx(ctx, o, ledger.SQLDriver{}, tx, msg)
+}
+
+// EnqueueTx is [Outbox.Enqueue] for a transaction of another API, of type
+// TX, whose statements run through drv (the ledger's driver for that API:
+// package pgxledger's Enqueue is EnqueueTx with pgxledger.Driver on a
+// pgx.Tx). The message is written in tx, with Enqueue's checks, id and
+// errors.
+func EnqueueTx[TX any](ctx context.Context, o *Outbox, drv ledger.TxDriver[TX], tx TX, msg Message) (string, error) {
+	if o == nil || drv == nil {
+		return "", fmt.Errorf("%w: nil outbox or driver", ErrInvalid)
+	}
+	if v := reflect.ValueOf(any(tx)); !v.IsValid() || v.Kind() == reflect.Pointer && v.IsNil() || v.Kind() == reflect.Interface && v.IsNil() {
+		return "", fmt.Errorf("%w: nil transaction", ErrInvalid)
+	}
 	op, ok := ledger.OperationFromContext(ctx)
 	if !ok {
 		return "", fmt.Errorf("outbox: enqueue: %w", ledger.ErrNoOperation)
@@ -272,15 +288,11 @@ func (o *Outbox) Enqueue(ctx context.Context, tx *sql.Tx, msg Message) (string, 
 	if payload == nil {
 		payload = []byte{}
 	}
-	res, err := tx.ExecContext(ctx, o.q.Insert, raw[:], msg.Key, msg.Topic, msg.Name, payload, o.now().UnixMicro())
+	n, err := drv.Exec(ctx, tx, o.q.Insert, raw[:], msg.Key, msg.Topic, msg.Name, payload, o.now().UnixMicro())
 	if err != nil {
 		if o.d.Classify(err) == dialects.ClassUniqueViolation {
 			return "", fmt.Errorf("%w: %q", ErrDuplicate, msg.Name)
 		}
-		return "", fmt.Errorf("outbox: enqueue: %w", err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
 		return "", fmt.Errorf("outbox: enqueue: %w", err)
 	}
 	if n != 1 {

@@ -40,4 +40,8 @@
 //
 // On SQLite, open the pool with the sqlite dialect's DSN (immediate
 // transactions and a busy timeout). See docs/txmiddleware.md.
+//
+// [Runner] is [TxRunner] for database/sql: the runner is generic over the
+// transaction type, and a [TxDriver] begins and ends each attempt's
+// transaction. Package pgxledger's Runner is the pgx one, pipelined.
 package txmiddleware

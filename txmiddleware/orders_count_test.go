@@ -48,9 +48,6 @@ func TestStatementCountsByOrder(t *testing.T) {
 			}
 			replayFirst := int64(4)  // BEGIN, INSERT, SELECT, ROLLBACK
 			replayCommit := int64(5) // BEGIN, the work, INSERT, SELECT, ROLLBACK
-			if tg.Family() == "postgres" {
-				replayFirst = 3 // BEGIN, the one-statement claim, ROLLBACK
-			}
 			// TiDB checks the transaction's mode before each claim and
 			// record: one SELECT more on every path.
 			check := int64(0)

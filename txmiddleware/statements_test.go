@@ -15,12 +15,12 @@ import (
 // BEGIN and COMMIT (or ROLLBACK) included, "WORK" standing for the work's
 // own statement. The runner takes no SAVEPOINT on any path.
 var keyedStatements = map[string]map[string][]string{
-	// The bound is set inside the one claim statement (a CTE: "WITH"),
-	// and at commit inside the one record statement (a CTE too); a
-	// replay at commit reads the stored entry with a SELECT of its own.
+	// The bound is set inside the claim's insert (a CTE: "WITH"), and at
+	// commit inside the record's insert (a CTE too); a replay reads the
+	// stored entry with a SELECT of its own.
 	"postgres": {
 		"happy":           {"BEGIN", "WITH", "WORK", "UPDATE", "COMMIT"},
-		"replay":          {"BEGIN", "WITH", "ROLLBACK"},
+		"replay":          {"BEGIN", "WITH", "SELECT", "ROLLBACK"},
 		"atcommit":        {"BEGIN", "WORK", "WITH", "COMMIT"},
 		"atcommit replay": {"BEGIN", "WORK", "WITH", "SELECT", "ROLLBACK"},
 	},

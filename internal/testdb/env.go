@@ -3,6 +3,8 @@ package testdb
 import (
 	"context"
 	"database/sql"
+	"os"
+	"strconv"
 	"testing"
 
 	"github.com/opledger/opledger/dialects"
@@ -93,4 +95,35 @@ func (e *Env) BizRows(t testing.TB, key string) int {
 // its dialects.Traits.
 func (e *Env) IsolationLevels() []sql.IsolationLevel {
 	return dialects.TraitsOf(e.Dialect).IsolationLevels
+}
+
+// Keys is the herd's key count for a conformance test: full, 10 with
+// -short, or OPLEDGER_CONFORMANCE_KEYS when it is set.
+func Keys(t testing.TB, full int) int {
+	t.Helper()
+	if v := os.Getenv("OPLEDGER_CONFORMANCE_KEYS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			t.Fatalf("OPLEDGER_CONFORMANCE_KEYS: %v", err)
+		}
+		return n
+	}
+	if testing.Short() {
+		return 10
+	}
+	return full
+}
+
+// InTx runs f in a transaction of db, committing when f succeeds and
+// rolling back when it fails.
+func InTx(ctx context.Context, db *sql.DB, f func(*sql.Tx) error) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := f(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return tx.Commit()
 }

@@ -1,0 +1,430 @@
+package ledger
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"time"
+
+	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/options"
+)
+
+// Row is one row a statement returned, read with Scan: *sql.Row and
+// pgx.Row both are. Scan returns an error matching sql.ErrNoRows when the
+// statement returned no row (pgx.ErrNoRows matches it).
+type Row interface {
+	Scan(dest ...any) error
+}
+
+// TxDriver runs the ledger's statements in a transaction of type TX. It
+// is the seam that lets one ledger serve more than one transaction API:
+// [SQLDriver] for database/sql's *sql.Tx, package pgxledger's for
+// pgx.Tx. It takes the transaction as an argument, so that a statement
+// costs no allocation of its own, and it never begins, commits or rolls
+// back: the caller's transaction is the one the ledger writes in.
+// Implementations are stateless and safe for concurrent use.
+type TxDriver[TX any] interface {
+	// Exec runs query with args in tx and returns how many rows it
+	// affected.
+	Exec(ctx context.Context, tx TX, query string, args ...any) (int64, error)
+	// QueryRow runs query with args in tx and returns its first row.
+	QueryRow(ctx context.Context, tx TX, query string, args ...any) Row
+}
+
+// SQLDriver is the [TxDriver] of database/sql: the statements run with
+// (*sql.Tx).ExecContext and QueryRowContext.
+type SQLDriver struct{}
+
+var _ TxDriver[*sql.Tx] = SQLDriver{}
+
+// Exec runs query in tx and returns the rows it affected.
+func (SQLDriver) Exec(ctx context.Context, tx *sql.Tx, query string, args ...any) (int64, error) {
+	res, err := tx.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// QueryRow runs query in tx.
+func (SQLDriver) QueryRow(ctx context.Context, tx *sql.Tx, query string, args ...any) Row {
+	return tx.QueryRowContext(ctx, query, args...)
+}
+
+// TxLedger is the ledger's port for a transaction API of type TX: what
+// claims and completes inside the caller's transaction. [Ledger] is it for
+// database/sql (*sql.Tx), with Lookup; a [TxStore] implements it for any
+// TX, and package pgxledger's Store for pgx.Tx. The conformance suite
+// proves an implementation over any TX it has a driver for.
+type TxLedger[TX any] interface {
+	// Claim claims req's identity inside tx. See [Store.Claim].
+	Claim(ctx context.Context, tx TX, req ClaimRequest) (*Claim, error)
+	// Complete records the result of an acquired claim in the same tx.
+	// See [Store.Complete].
+	Complete(ctx context.Context, tx TX, c *Claim, r Result) error
+	// Dialect returns the dialect of the ledger's database.
+	Dialect() dialects.Dialect
+}
+
+// TxRecorder is [Recorder] for a transaction API of type TX: claim at
+// commit.
+type TxRecorder[TX any] interface {
+	// Record inserts req's identity already completed with r, inside tx.
+	// See [Store.Record].
+	Record(ctx context.Context, tx TX, req ClaimRequest, r Result) (*Claim, error)
+}
+
+var (
+	_ TxLedger[*sql.Tx]   = (*TxStore[*sql.Tx])(nil)
+	_ TxRecorder[*sql.Tx] = (*TxStore[*sql.Tx])(nil)
+	_ TxLedger[*sql.Tx]   = Ledger(nil)
+	_ ResultSizer         = (*TxStore[*sql.Tx])(nil)
+)
+
+// TxStore is the kit's ledger over transactions of type TX, whose
+// statements run through a [TxDriver]: [Store] is it for database/sql,
+// package pgxledger's Store for pgx.Tx. Its Claim, Complete and Record
+// behave exactly as [Store.Claim], [Store.Complete] and [Store.Record]
+// (one implementation serves every API); it adds the pipelined forms
+// [TxStore.BeginClaim], [TxStore.CompleteCommit] and
+// [TxStore.RecordCommit] for an API that can send statements together
+// (see [Pipeline]). It holds no connection and is safe for concurrent use.
+type TxStore[TX any] struct {
+	drv       TxDriver[TX]
+	d         dialects.Dialect
+	table     string
+	retention time.Duration
+	maxResult int
+	sweepWait time.Duration       // WithSweepLockWait
+	waiter    dialects.LockWaiter // the dialect's, when it has one
+	now       func() time.Time
+	q         dialects.Queries
+	rq        *dialects.RecordQueries // the dialect's, when it has them
+	bounder   dialects.ClaimBounder   // the dialect's, when it can bound claims
+	rbounder  dialects.RecordBounder  // the dialect's, when it can bound records
+	piper     dialects.Pipeliner      // the dialect's, when it has pipelined forms
+	bounded   sync.Map                // time.Duration → *dialects.Queries
+	rbounded  sync.Map                // time.Duration → *dialects.RecordQueries
+	pbounded  sync.Map                // time.Duration → *dialects.PipelineQueries
+	obs       *observer
+
+	// check, when set (database/sql: the dialect's TxChecker), runs on tx
+	// before a claim or a record.
+	check func(ctx context.Context, op string, tx TX) error
+
+	// oneStatement, when set (WithOneStatementClaim), claims with the
+	// dialect's one-statement Claim (Queries.Claim) instead of Insert and,
+	// on a conflict only, Select.
+	oneStatement bool
+
+	// afterConflict, when set (by tests only), runs between a conflicting
+	// insert and the read that follows it.
+	afterConflict func()
+}
+
+// NewTxStore returns a ledger for dialect d whose statements run through
+// drv in transactions of type TX. [New] is NewTxStore for database/sql
+// (with SQLDriver and the dialect's dialects.TxChecker), and package
+// pgxledger's New for pgx. Bad options are an *InputError with Field
+// "option", matching ErrInvalid.
+func NewTxStore[TX any](d dialects.Dialect, drv TxDriver[TX], opts ...Option) (*TxStore[TX], error) {
+	if d == nil {
+		return nil, invalid("option", "dialect must not be nil")
+	}
+	if drv == nil {
+		return nil, invalid("option", "driver must not be nil")
+	}
+	c := config{table: DefaultTable, retention: DefaultRetention, maxResult: DefaultMaxResultSize, now: time.Now}
+	if err := options.Apply(&c, opts, func(o Option) options.Option[config] { return o.o }); err != nil {
+		return nil, &InputError{Field: "option", Reason: err.Error(), Err: err}
+	}
+	s := &TxStore[TX]{drv: drv, d: d, table: c.table, retention: c.retention, maxResult: c.maxResult, sweepWait: c.sweepWait, now: c.now}
+	s.waiter, _ = d.(dialects.LockWaiter)
+	if s.sweepWait > 0 && s.waiter == nil {
+		err := fmt.Errorf("WithSweepLockWait: dialect %q cannot bound a lock wait (no dialects.LockWaiter)", d.Name())
+		return nil, &InputError{Field: "option", Reason: err.Error(), Err: err}
+	}
+	s.q = d.Queries(s.table)
+	s.oneStatement = c.oneStatement && s.q.Claim != ""
+	if rd, ok := d.(dialects.Recorder); ok {
+		rq := rd.RecordQueries(s.table)
+		s.rq = &rq
+	}
+	if b, ok := d.(dialects.ClaimBounder); ok {
+		if q, ok := b.BoundedQueries(s.table, time.Second); ok && q.Insert != "" {
+			s.bounder = b
+		}
+	}
+	if rb, ok := d.(dialects.RecordBounder); ok && s.rq != nil {
+		if q, ok := rb.BoundedRecordQueries(s.table, time.Second); ok && q.Insert != "" {
+			s.rbounder = rb
+		}
+	}
+	if p, ok := d.(dialects.Pipeliner); ok {
+		if q, ok := p.PipelineQueries(s.table, 0); ok && q.Complete != "" && q.Record != "" {
+			s.piper = p
+		}
+	}
+	s.obs = newObserver(d, s.table, c.mp, c.tp)
+	return s, nil
+}
+
+// Dialect returns the store's dialect.
+func (s *TxStore[TX]) Dialect() dialects.Dialect { return s.d }
+
+// Table returns the store's table name.
+func (s *TxStore[TX]) Table() string { return s.table }
+
+// MaxResultSize returns the longest Result.Response the store accepts, in
+// bytes (see WithMaxResultSize).
+func (s *TxStore[TX]) MaxResultSize() int { return s.maxResult }
+
+// SweepLockWait returns the bound WithSweepLockWait set on each of a
+// sweep's statements, or 0 without it. [Store.Sweep] honours it itself;
+// an API's sweep built on [TxStore.SweepWith] bounds its statements to it
+// (package pgxledger's Sweep does).
+func (s *TxStore[TX]) SweepLockWait() time.Duration { return s.sweepWait }
+
+// BoundsLockWait reports whether Claim and Record honour
+// ClaimRequest.LockWait (see [Store.BoundsLockWait]).
+func (s *TxStore[TX]) BoundsLockWait() bool {
+	return s.bounder != nil && (s.rq == nil || s.rbounder != nil)
+}
+
+// queries returns the SQL of a claim bounded by wait (the store's plain
+// SQL for wait 0).
+func (s *TxStore[TX]) queries(wait time.Duration) (*dialects.Queries, error) {
+	var bound func(string, time.Duration) (dialects.Queries, bool)
+	if s.bounder != nil {
+		bound = s.bounder.BoundedQueries
+	}
+	return boundedSQL(s.d.Name(), s.table, "claim", wait, &s.q, &s.bounded, bound)
+}
+
+// recordQueries returns the SQL of a Record bounded by wait (the
+// dialect's plain Record SQL for wait 0); s.rq must be set.
+func (s *TxStore[TX]) recordQueries(wait time.Duration) (*dialects.RecordQueries, error) {
+	var bound func(string, time.Duration) (dialects.RecordQueries, bool)
+	if s.rbounder != nil {
+		bound = s.rbounder.BoundedRecordQueries
+	}
+	return boundedSQL(s.d.Name(), s.table, "record", wait, s.rq, &s.rbounded, bound)
+}
+
+// boundedSQL returns plain for wait 0, else the SQL that bound (nil when
+// the dialect cannot bound op) builds for wait, cached in cache.
+func boundedSQL[Q any](dialect, table, op string, wait time.Duration, plain *Q, cache *sync.Map, bound func(string, time.Duration) (Q, bool)) (*Q, error) {
+	if wait == 0 {
+		return plain, nil
+	}
+	if wait < 0 {
+		return nil, invalid("lock wait", "must not be negative")
+	}
+	if bound == nil {
+		return nil, invalid("lock wait", "dialect "+dialect+" cannot bound a "+op+"'s lock waits in its statements (see BoundsLockWait)")
+	}
+	if q, ok := cache.Load(wait); ok {
+		return q.(*Q), nil
+	}
+	q, ok := bound(table, wait)
+	if !ok {
+		return nil, invalid("lock wait", fmt.Sprintf("dialect %s cannot bound a %s's lock waits to %v", dialect, op, wait))
+	}
+	v, _ := cache.LoadOrStore(wait, &q)
+	return v.(*Q), nil
+}
+
+// Claim claims req.Identity inside tx. It behaves as [Store.Claim].
+func (s *TxStore[TX]) Claim(ctx context.Context, tx TX, req ClaimRequest) (*Claim, error) {
+	ctx, op := s.obs.begin(ctx, "opledger.claim", req.Identity)
+	c, err := s.claim(ctx, tx, req)
+	s.obs.claimed(ctx, op, req.Identity, c, err)
+	return c, err
+}
+
+func (s *TxStore[TX]) claim(ctx context.Context, tx TX, req ClaimRequest) (*Claim, error) {
+	if err := checkRequest(isNil(tx), req); err != nil {
+		return nil, err
+	}
+	q, err := s.queries(req.LockWait)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.checkTx(ctx, "claim", tx); err != nil {
+		return nil, err
+	}
+	id, fp := req.Identity.id[:], req.Fingerprint[:]
+	p := insertFirst[TX]{
+		op:     "claim",
+		insert: q.Insert,
+		args: func(created, expires int64) []any {
+			return []any{id, req.Identity.caller, req.Identity.method, fp, created, expires}
+		},
+		takeOver: func(created, expires int64) (string, []any) {
+			return q.Reacquire, []any{fp, created, expires, id, created}
+		},
+		won: func(tookOver bool) *Claim {
+			c := s.acquired(req.Identity, tx)
+			c.tookOver = tookOver
+			return c
+		},
+	}
+	if s.oneStatement {
+		p.one = q.Claim
+	}
+	return s.insertFirst(ctx, tx, req, q.Select, p)
+}
+
+// acquired returns this store's acquisition of id in tx.
+func (s *TxStore[TX]) acquired(id Identity, tx TX) *Claim {
+	return &Claim{Outcome: Acquired, Identity: id, tx: tx, owner: s}
+}
+
+// Complete records r as the result of c in tx. It behaves as
+// [Store.Complete].
+func (s *TxStore[TX]) Complete(ctx context.Context, tx TX, c *Claim, r Result) error {
+	var id Identity
+	if c != nil {
+		id = c.Identity
+	}
+	ctx, op := s.obs.begin(ctx, "opledger.complete", id)
+	err := s.complete(ctx, tx, c, r)
+	s.obs.completed(ctx, op, c, err)
+	return err
+}
+
+// mine checks that c is an acquisition of this store in tx, not yet
+// completed, and that r is within the limits.
+func (s *TxStore[TX]) mine(tx TX, c *Claim, r Result) error {
+	if isNil(tx) {
+		return invalid("tx", "transaction must not be nil")
+	}
+	if c == nil || c.Outcome != Acquired || !sameTx(c.tx, tx) || c.owner != any(s) || c.completed {
+		return ErrNotAcquired
+	}
+	return s.checkResult(r)
+}
+
+// completeArgs are the arguments of Complete and of the pipelined form.
+func (s *TxStore[TX]) completeArgs(c *Claim, r Result) []any {
+	resp := r.Response
+	if resp == nil {
+		resp = []byte{}
+	}
+	return []any{int64(r.Code), resp, r.TypeName, micros(s.now()), c.Identity.id[:]}
+}
+
+func (s *TxStore[TX]) complete(ctx context.Context, tx TX, c *Claim, r Result) error {
+	if err := s.mine(tx, c, r); err != nil {
+		return err
+	}
+	n, err := s.drv.Exec(ctx, tx, s.q.Complete, s.completeArgs(c, r)...)
+	if err != nil {
+		return s.fail(ctx, "complete", err)
+	}
+	if n != 1 {
+		return fmt.Errorf("ledger: complete: entry not pending (%d rows): %w", n, ErrNotAcquired)
+	}
+	c.completed = true
+	return nil
+}
+
+// LookupWith reads the committed entry for id with queryRow, a function
+// that runs a query outside the caller's transactions (on a pool, a
+// connection or a read-only transaction of the store's API), without
+// claiming or locking it: what [Store.Lookup] does through its Querier.
+// Package pgxledger's Lookup is built on it.
+func (s *TxStore[TX]) LookupWith(ctx context.Context, queryRow func(ctx context.Context, query string, args ...any) Row, id Identity) (*Entry, error) {
+	if queryRow == nil {
+		return nil, invalid("tx", "querier must not be nil")
+	}
+	if id.IsZero() {
+		return nil, invalid("caller", "identity is zero; build it with NewIdentity")
+	}
+	e, err := scanRow(queryRow(ctx, s.q.Lookup, id.id[:]))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, s.fail(ctx, "lookup", err)
+	}
+	if e.expiresAt <= micros(s.now()) {
+		return nil, ErrNotFound
+	}
+	out := &Entry{
+		Identity:  id,
+		State:     Pending,
+		CreatedAt: fromMicros(e.createdAt),
+		ExpiresAt: fromMicros(e.expiresAt),
+	}
+	copy(out.Fingerprint[:], e.fp)
+	if e.completedAt != nil {
+		out.State = Completed
+		out.Result = e.result
+		out.CompletedAt = fromMicros(*e.completedAt)
+	}
+	return out, nil
+}
+
+// checkTx runs the store's transaction check, when it has one.
+func (s *TxStore[TX]) checkTx(ctx context.Context, op string, tx TX) error {
+	if s.check == nil {
+		return nil
+	}
+	return s.check(ctx, op, tx)
+}
+
+// fail wraps a database error. A cancelled or expired context wins over
+// whatever the driver made of it.
+func (s *TxStore[TX]) fail(ctx context.Context, op string, err error) error {
+	if errors.Is(err, sql.ErrTxDone) {
+		return fmt.Errorf("ledger: %s: %w", op, err)
+	}
+	if cerr := ctx.Err(); cerr != nil {
+		return fmt.Errorf("ledger: %s: %w (%w)", op, cerr, err)
+	}
+	return &DBError{Op: op, Class: s.d.Classify(err), Err: dialects.Explain(s.d, err)}
+}
+
+// checkResult refuses a result over the limits.
+func (s *TxStore[TX]) checkResult(r Result) error {
+	if len(r.Response) > s.maxResult {
+		return invalid("result", fmt.Sprintf("response of %d bytes exceeds the limit of %d", len(r.Response), s.maxResult))
+	}
+	if r.Code > MaxCode {
+		return invalid("result", "code above 2147483647")
+	}
+	return checkTypeName(r.TypeName)
+}
+
+// isNil reports whether tx is nil: a nil pointer, interface, or any other
+// nil-able value.
+func isNil[TX any](tx TX) bool {
+	v := any(tx)
+	if v == nil {
+		return true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
+		return rv.IsNil()
+	}
+	return false
+}
+
+// sameTx reports whether a and b are the same transaction, without
+// panicking on a transaction type that is not comparable (it is then
+// never the same).
+func sameTx(a, b any) bool {
+	if a == nil || b == nil {
+		return false
+	}
+	ta := reflect.TypeOf(a)
+	if ta != reflect.TypeOf(b) || !ta.Comparable() {
+		return false
+	}
+	return a == b
+}

@@ -1,0 +1,205 @@
+// Package pgxconformance runs the ledger's conformance suite (package
+// conformance) over pgx: its units of work claim in pgx.Tx transactions
+// of a *pgxpool.Pool, against the kit's pgxledger.Store ([NewTarget]) or
+// a ledger of your own on pgx.Tx ([TargetFor]), claim first or at commit
+// (Target.AtCommit), in the caller's transaction or pipelined
+// (Target.Pipelined: the claim sent with BEGIN, the completion or the
+// record with COMMIT).
+//
+//	db := stdlib.OpenDBFromPool(pool) // the suite's own statements
+//	defer db.Close()
+//	tg := pgxconformance.NewTarget("pgx", pool, db)
+//	conformance.Run(t, tg)
+//	conformance.Run(t, tg.Pipelined().AtCommit())
+//
+// It imports package conformance, and with it package testing: import it
+// from tests and tools only.
+package pgxconformance
+
+import (
+	"context"
+	"database/sql"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/opledger/opledger/conformance"
+	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/dialects/postgres"
+	"github.com/opledger/opledger/ledger"
+	"github.com/opledger/opledger/pgxledger"
+)
+
+// Driver is the suite's conformance.Driver for pgx: transactions of Pool.
+// It also bounds a transaction's lock waits (SET LOCAL lock_timeout) and
+// reports the pool's connections to the suite.
+type Driver struct {
+	Pool *pgxpool.Pool
+}
+
+var (
+	_ conformance.Driver[pgx.Tx]          = Driver{}
+	_ conformance.BoundedBeginner[pgx.Tx] = Driver{}
+	_ conformance.PoolReporter            = Driver{}
+)
+
+func (d Driver) options(level sql.IsolationLevel) (pgx.TxOptions, error) {
+	iso, err := pgxledger.IsoLevel(level)
+	return pgx.TxOptions{IsoLevel: iso}, err
+}
+
+// Begin begins a transaction on the pool at level.
+func (d Driver) Begin(ctx context.Context, level sql.IsolationLevel) (pgx.Tx, error) {
+	opts, err := d.options(level)
+	if err != nil {
+		return nil, err
+	}
+	return d.Pool.BeginTx(ctx, opts)
+}
+
+// BeginBounded begins a transaction whose lock waits end after wait.
+func (d Driver) BeginBounded(ctx context.Context, wait time.Duration) (pgx.Tx, error) {
+	tx, err := d.Pool.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ms := max(int64((wait+time.Millisecond-1)/time.Millisecond), 1)
+	if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = "+strconv.FormatInt(ms, 10)); err != nil {
+		_ = tx.Rollback(ctx)
+		return nil, err
+	}
+	return tx, nil
+}
+
+// Commit commits tx.
+func (Driver) Commit(ctx context.Context, tx pgx.Tx) error { return tx.Commit(ctx) }
+
+// Rollback rolls tx back.
+func (Driver) Rollback(ctx context.Context, tx pgx.Tx) error { return tx.Rollback(ctx) }
+
+// Exec runs query in tx.
+func (Driver) Exec(ctx context.Context, tx pgx.Tx, query string, args ...any) error {
+	_, err := tx.Exec(ctx, query, args...)
+	return err
+}
+
+// QueryInt runs query in tx and returns its integer.
+func (Driver) QueryInt(ctx context.Context, tx pgx.Tx, query string, args ...any) (int64, error) {
+	var n int64
+	err := tx.QueryRow(ctx, query, args...).Scan(&n)
+	return n, err
+}
+
+// SessionID returns the backend pid of tx's session.
+func (Driver) SessionID(ctx context.Context, tx pgx.Tx) (int64, error) {
+	var pid int64
+	err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid)
+	return pid, err
+}
+
+// PoolStats returns the pool's acquired connections and its size.
+func (d Driver) PoolStats() (inUse, max int) {
+	s := d.Pool.Stat()
+	return int(s.AcquiredConns()), int(s.MaxConns())
+}
+
+// Ledger is a pgxledger.Store on a pool as the suite's ledger under
+// test, with its pipelined forms and its sweep.
+type Ledger struct {
+	Store *pgxledger.Store
+	Pool  *pgxpool.Pool
+}
+
+var (
+	_ conformance.TxLedger[pgx.Tx]  = Ledger{}
+	_ conformance.Pipeliner[pgx.Tx] = Ledger{}
+	_ ledger.TxRecorder[pgx.Tx]     = Ledger{}
+	_ ledger.LockWaitBounder        = Ledger{}
+)
+
+// Claim is the Store's.
+func (l Ledger) Claim(ctx context.Context, tx pgx.Tx, req ledger.ClaimRequest) (*ledger.Claim, error) {
+	return l.Store.Claim(ctx, tx, req)
+}
+
+// Complete is the Store's.
+func (l Ledger) Complete(ctx context.Context, tx pgx.Tx, c *ledger.Claim, r ledger.Result) error {
+	return l.Store.Complete(ctx, tx, c, r)
+}
+
+// Record is the Store's.
+func (l Ledger) Record(ctx context.Context, tx pgx.Tx, req ledger.ClaimRequest, r ledger.Result) (*ledger.Claim, error) {
+	return l.Store.Record(ctx, tx, req, r)
+}
+
+// Dialect is the Store's.
+func (l Ledger) Dialect() dialects.Dialect { return l.Store.Dialect() }
+
+// BoundsLockWait is the Store's.
+func (l Ledger) BoundsLockWait() bool { return l.Store.BoundsLockWait() }
+
+// Lookup reads through the pool.
+func (l Ledger) Lookup(ctx context.Context, id ledger.Identity) (*ledger.Entry, error) {
+	return l.Store.Lookup(ctx, l.Pool, id)
+}
+
+// Sweep sweeps through the pool.
+func (l Ledger) Sweep(ctx context.Context, batch int) (int64, error) {
+	return l.Store.Sweep(ctx, l.Pool, batch)
+}
+
+// BeginClaim is the Store's on the pool.
+func (l Ledger) BeginClaim(ctx context.Context, level sql.IsolationLevel, req ledger.ClaimRequest) (pgx.Tx, *ledger.Claim, error) {
+	opts, err := Driver{}.options(level)
+	if err != nil {
+		return nil, nil, err
+	}
+	return l.Store.BeginClaim(ctx, l.Pool, opts, req)
+}
+
+// BeginAt is the Store's Begin on the pool.
+func (l Ledger) BeginAt(ctx context.Context, level sql.IsolationLevel) (pgx.Tx, error) {
+	opts, err := Driver{}.options(level)
+	if err != nil {
+		return nil, err
+	}
+	return l.Store.Begin(ctx, l.Pool, opts)
+}
+
+// CompleteCommit is the Store's.
+func (l Ledger) CompleteCommit(ctx context.Context, tx pgx.Tx, c *ledger.Claim, r ledger.Result) error {
+	return l.Store.CompleteCommit(ctx, tx, c, r)
+}
+
+// RecordCommit is the Store's.
+func (l Ledger) RecordCommit(ctx context.Context, tx pgx.Tx, req ledger.ClaimRequest, r ledger.Result) (*ledger.Claim, error) {
+	return l.Store.RecordCommit(ctx, tx, req, r)
+}
+
+// NewTarget returns the conformance target of the kit's pgxledger.Store
+// on pool, db being a database/sql handle on the same database (for the
+// suite's own statements; stdlib.OpenDBFromPool(pool) is one). Extra
+// options are applied after the suite's table, retention, clock and size
+// limit.
+func NewTarget(name string, pool *pgxpool.Pool, db *sql.DB, opts ...ledger.Option) conformance.Target {
+	return TargetFor(name, pool, db, func(cfg conformance.LedgerConfig) (conformance.TxLedger[pgx.Tx], error) {
+		s, err := pgxledger.New(append([]ledger.Option{
+			ledger.WithTable(cfg.Table),
+			ledger.WithRetention(cfg.Retention),
+			ledger.WithClock(cfg.Clock),
+			ledger.WithMaxResultSize(cfg.MaxResultSize),
+		}, opts...)...)
+		if err != nil {
+			return nil, err
+		}
+		return Ledger{Store: s, Pool: pool}, nil
+	})
+}
+
+// TargetFor returns the conformance target of the ledgers newLedger
+// builds on pool (a ledger of your own on pgx.Tx), db as for NewTarget.
+func TargetFor(name string, pool *pgxpool.Pool, db *sql.DB, newLedger func(conformance.LedgerConfig) (conformance.TxLedger[pgx.Tx], error)) conformance.Target {
+	return conformance.TxTarget[pgx.Tx](name, db, postgres.New(), Driver{Pool: pool}, newLedger)
+}

@@ -1,0 +1,221 @@
+package pgxledger
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/ledger"
+	"github.com/opledger/opledger/txmiddleware"
+)
+
+// Work is the caller's mutation, run in tx, the transaction that holds
+// the claim: [txmiddleware.Work] for pgx. It returns the result to record
+// or an error, may run more than once before one run commits (keep every
+// side effect inside tx), and must not commit or roll back tx (its Commit
+// and Rollback return an error: the Runner ends it) nor use it after
+// returning. ctx carries tx for deeper code (see [TxFromContext]).
+type Work func(ctx context.Context, tx pgx.Tx) (ledger.Result, error)
+
+// Runner runs a keyed unit on a *pgxpool.Pool: claim, work and completion
+// (or, with txmiddleware.WithClaimAtCommit, work and record) as one
+// transaction, with the behaviour of txmiddleware.Runner (its options,
+// final errors and their codec, transient retries, the lock-wait bound,
+// ErrCommitUnknown, replays) and pipelined, so that a keyed call costs the
+// round trips of the bare transaction:
+//
+//	claim first:     {BEGIN, claim} → work → {complete, COMMIT}
+//	claim at commit: BEGIN → work → {record, COMMIT}
+//
+// ({…}: sent in one round trip). A replay claim first costs two round
+// trips ({BEGIN, claim}, {read, ROLLBACK}) and runs no work. The
+// lock-wait bound (txmiddleware.WithLockWait) covers the wait for a
+// connection of the pool (its Acquire) as txmiddleware.Runner's covers
+// database/sql's: past it the call fails with an error matching
+// ledger.ErrInProgress when a call with the same identity is in flight
+// on the runner, else txmiddleware.ErrBusy; the claim's own lock waits
+// get what the acquire left of the bound, rounded up to an eighth. It
+// holds no connection between calls and is safe for concurrent use.
+type Runner struct {
+	r *txmiddleware.TxRunner[pgx.Tx]
+}
+
+// NewRunner returns a Runner for pool, the database that holds both the
+// ledger's table and the work's tables, with the Store s. It takes
+// txmiddleware's options; WithIsolation's level must be one PostgreSQL
+// offers. Configuration errors match txmiddleware.ErrInvalidConfig.
+func NewRunner(pool *pgxpool.Pool, s *Store, opts ...txmiddleware.Option) (*Runner, error) {
+	if pool == nil || s == nil {
+		return nil, fmt.Errorf("%w: pool and store must not be nil", txmiddleware.ErrInvalidConfig)
+	}
+	r, err := txmiddleware.NewTxRunner(func(set txmiddleware.TxSettings) (txmiddleware.TxDriver[pgx.Tx], error) {
+		iso, err := IsoLevel(set.Isolation)
+		if err != nil {
+			return nil, err
+		}
+		return &runDriver{s: s, p: pipeline{s: s, pool: pool, opts: pgx.TxOptions{IsoLevel: iso}, owned: true}}, nil
+	}, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &Runner{r: r}, nil
+}
+
+// IsoLevel returns pgx's name of database/sql's isolation level l
+// ("" for sql.LevelDefault, the database's default), or an error for a
+// level PostgreSQL has not.
+func IsoLevel(l sql.IsolationLevel) (pgx.TxIsoLevel, error) {
+	switch l {
+	case sql.LevelDefault:
+		return "", nil
+	case sql.LevelReadUncommitted:
+		return pgx.ReadUncommitted, nil
+	case sql.LevelReadCommitted:
+		return pgx.ReadCommitted, nil
+	case sql.LevelRepeatableRead:
+		return pgx.RepeatableRead, nil
+	case sql.LevelSerializable:
+		return pgx.Serializable, nil
+	}
+	return "", fmt.Errorf("pgxledger: PostgreSQL has no isolation level %v", l)
+}
+
+// Run claims req's identity and, when this call acquires it, runs work and
+// records its result, all in one transaction, with the outcomes of
+// txmiddleware.Runner's Run.
+func (r *Runner) Run(ctx context.Context, req ledger.ClaimRequest, work Work) (txmiddleware.RunResult, error) {
+	return r.r.Run(ctx, req, txmiddleware.TxWork[pgx.Tx](work))
+}
+
+// Lookup reads the committed entry of id with the runner's Store on a
+// connection of its pool, as txmiddleware.Runner's Lookup does: with a
+// lock-wait bound the wait for that connection is bounded too, and past
+// it Lookup returns an error matching ledger.ErrInProgress when a Run of
+// id is in flight on the runner, and txmiddleware.ErrBusy otherwise.
+func (r *Runner) Lookup(ctx context.Context, id ledger.Identity) (*ledger.Entry, error) {
+	return r.r.Lookup(ctx, id)
+}
+
+// InFlight reports whether a Run of id is in progress on the runner, as
+// txmiddleware.Runner's InFlight does.
+func (r *Runner) InFlight(id ledger.Identity) bool { return r.r.InFlight(id) }
+
+// TxFromContext returns the transaction that a Runner passes to the work,
+// from the work's context or one derived from it: txmiddleware's
+// TxFromContext for pgx.
+func TxFromContext(ctx context.Context) (pgx.Tx, bool) {
+	tx, ok := txmiddleware.TxFrom[pgx.Tx](ctx)
+	return tx, ok && tx != nil
+}
+
+// runDriver is the Runner's txmiddleware.TxDriver: the Store's pipelined
+// steps on the pool.
+type runDriver struct {
+	s *Store
+	p pipeline
+}
+
+func (d *runDriver) Dialect() dialects.Dialect { return d.s.Dialect() }
+
+// bounded sets the claim's lock-wait bound, what the wait for a
+// connection left of the runner's (see txmiddleware.Began), in req.
+func bounded(req ledger.ClaimRequest, wait time.Duration) ledger.ClaimRequest {
+	if wait > 0 {
+		req.LockWait = wait
+	}
+	return req
+}
+
+// acquire takes a connection of the pool for one attempt, within the
+// runner's lock-wait bound: the wait for it is the attempt's wait for a
+// connection (BEGIN goes with the claim, or just after, on it). It
+// returns the pipeline that begins on it, the connection (to release
+// unless the pipeline took it) and the claim's bound.
+func (d *runDriver) acquire(ctx context.Context, began txmiddleware.Began) (pipeline, *heldConn, time.Duration, error) {
+	c, err := d.p.acquire(ctx)
+	wait, gerr := began(err)
+	if gerr != nil {
+		if err == nil {
+			c.Release()
+		}
+		return pipeline{}, nil, 0, gerr
+	}
+	p := d.p
+	p.held = &heldConn{c: c}
+	return p, p.held, wait, nil
+}
+
+func (d *runDriver) BeginClaim(ctx context.Context, began txmiddleware.Began, req ledger.ClaimRequest) (txmiddleware.TxUnit[pgx.Tx], *ledger.Claim, error) {
+	p, held, wait, err := d.acquire(ctx, began)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer held.release()
+	tx, c, err := d.s.core.BeginClaim(ctx, p, bounded(req, wait))
+	if err != nil || !c.Acquired() {
+		return nil, c, err
+	}
+	return &unit{d: d, tx: tx, wait: wait}, c, nil
+}
+
+func (d *runDriver) Begin(ctx context.Context, began txmiddleware.Began) (txmiddleware.TxUnit[pgx.Tx], error) {
+	p, held, wait, err := d.acquire(ctx, began)
+	if err != nil {
+		return nil, err
+	}
+	defer held.release()
+	tx, err := p.Begin(ctx)
+	if err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			return nil, fmt.Errorf("pgxledger: begin: %w (%w)", cerr, err)
+		}
+		return nil, fmt.Errorf("pgxledger: begin: %w", err)
+	}
+	return &unit{d: d, tx: tx, wait: wait}, nil
+}
+
+// Lookup reads id's entry on a connection of the pool, acquired within
+// the runner's bound.
+func (d *runDriver) Lookup(ctx context.Context, began txmiddleware.Began, id ledger.Identity) (*ledger.Entry, error) {
+	c, err := d.p.acquire(ctx)
+	if _, gerr := began(err); gerr != nil {
+		if err == nil {
+			c.Release()
+		}
+		return nil, gerr
+	}
+	defer c.Release()
+	return d.s.Lookup(ctx, c, id)
+}
+
+// unit is one attempt's transaction.
+type unit struct {
+	d    *runDriver
+	tx   pgx.Tx
+	wait time.Duration // the record's lock-wait bound (claim at commit)
+}
+
+func (u *unit) Tx() pgx.Tx { return u.tx }
+
+func (u *unit) Rollback(ctx context.Context) { _ = u.d.p.Rollback(ctx, u.tx) }
+
+func (u *unit) CompleteCommit(ctx context.Context, c *ledger.Claim, r ledger.Result, before func(context.Context) error) error {
+	if err := before(ctx); err != nil {
+		u.Rollback(ctx)
+		return err
+	}
+	return u.d.s.core.CompleteCommit(ctx, u.d.p, u.tx, c, r)
+}
+
+func (u *unit) RecordCommit(ctx context.Context, req ledger.ClaimRequest, r ledger.Result, before func(context.Context) error) (*ledger.Claim, error) {
+	if err := before(ctx); err != nil {
+		u.Rollback(ctx)
+		return nil, err
+	}
+	return u.d.s.core.RecordCommit(ctx, u.d.p, u.tx, bounded(req, u.wait), r)
+}

@@ -1,0 +1,342 @@
+package txmiddleware
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/options"
+	"github.com/opledger/opledger/ledger"
+)
+
+// TxWork is [Work] for a transaction API of type TX: the caller's
+// mutation, run in tx, the transaction that holds the claim.
+type TxWork[TX any] func(ctx context.Context, tx TX) (ledger.Result, error)
+
+// TxSettings is what a [TxRunner] asks of its driver, from its options.
+type TxSettings struct {
+	// Isolation is the isolation level of every transaction
+	// ([WithIsolation]).
+	Isolation sql.IsolationLevel
+	// LockWait bounds how long a claim waits for another transaction that
+	// holds the identity, zero for the database's own bound
+	// ([WithLockWait]).
+	LockWait time.Duration
+	// ClaimAtCommit is set for the claim-at-commit order
+	// ([WithClaimAtCommit]): the driver's ledger must then record.
+	ClaimAtCommit bool
+}
+
+// TxDriver is how a [TxRunner] runs the transactions of a keyed unit on
+// one transaction API, of type TX, with one ledger: the seam that lets one
+// runner serve database/sql ([Runner], whose driver is this package's)
+// and pgx (package pgxledger's Runner, whose driver sends the claim with
+// BEGIN and the completion with COMMIT). The runner owns everything else:
+// the attempts and their backoff, final errors and their codec, the
+// context's checks, the lock-wait bound over the wait for a connection
+// and BEGIN (through [Began]), the calls in flight, the outcomes and their
+// telemetry.
+//
+// A driver is built for one runner, from its settings, and must be safe
+// for concurrent use.
+type TxDriver[TX any] interface {
+	// Dialect classifies the failures of the whole transaction.
+	Dialect() dialects.Dialect
+	// BeginClaim begins a transaction and claims req in it (claim first),
+	// calling began once the transaction has begun (see [Began]) and
+	// bounding the claim's lock waits with what it returns. On Acquired
+	// it returns the open unit; on any other outcome (a replay, or an
+	// error) nothing is left open and the unit is nil.
+	BeginClaim(ctx context.Context, began Began, req ledger.ClaimRequest) (TxUnit[TX], *ledger.Claim, error)
+	// Begin begins a transaction (claim at commit, whose work runs before
+	// the ledger is touched), calling began as BeginClaim does; the unit's
+	// RecordCommit bounds the record's lock waits with what it returned.
+	Begin(ctx context.Context, began Began) (TxUnit[TX], error)
+	// Lookup reads the committed entry of id with the ledger (its
+	// Lookup) on a connection of the driver's pool, calling began once it
+	// holds that connection; the claim bound began returns is unused.
+	Lookup(ctx context.Context, began Began, id ledger.Identity) (*ledger.Entry, error)
+}
+
+// TxUnit is one attempt's open transaction, from a [TxDriver].
+type TxUnit[TX any] interface {
+	// Tx is the transaction the work runs in.
+	Tx() TX
+	// CompleteCommit completes c with r and commits, calling before just
+	// before COMMIT is sent; when before returns an error, it rolls back
+	// and returns that error. The unit has ended when it returns. An error
+	// matching [ErrCommitUnknown] means COMMIT may have committed; any
+	// other error means nothing did.
+	CompleteCommit(ctx context.Context, c *ledger.Claim, r ledger.Result, before func(context.Context) error) error
+	// RecordCommit records req completed with r and commits (claim at
+	// commit), calling before as CompleteCommit does; when the record
+	// finds the operation completed already (a replay, or an error such as
+	// ledger.ErrKeyReused) it rolls back instead, the work's writes with
+	// it. The unit has ended when it returns; errors as for
+	// CompleteCommit.
+	RecordCommit(ctx context.Context, req ledger.ClaimRequest, r ledger.Result, before func(context.Context) error) (*ledger.Claim, error)
+	// Rollback ends the transaction without committing; once it has ended
+	// it does nothing.
+	Rollback(ctx context.Context)
+}
+
+// TxRunner runs claim, work and completion as one transaction, on the
+// transaction API of its [TxDriver]: [Runner] is one for database/sql,
+// package pgxledger's Runner one for pgx. Its Run behaves as [Runner.Run].
+// It holds no connection between calls and is safe for concurrent use.
+type TxRunner[TX any] struct {
+	drv      TxDriver[TX]
+	d        dialects.Dialect
+	cfg      config
+	obs      *observer
+	inflight inflight // the identities of the Runs in progress
+}
+
+// NewTxRunner returns a runner whose driver newDriver builds from the
+// runner's settings (its options). A driver that cannot honour them
+// returns an error, reported matching [ErrInvalidConfig], as is a bad
+// option.
+func NewTxRunner[TX any](newDriver func(TxSettings) (TxDriver[TX], error), opts ...Option) (*TxRunner[TX], error) {
+	if newDriver == nil {
+		return nil, fmt.Errorf("%w: driver must not be nil", ErrInvalidConfig)
+	}
+	cfg := defaults()
+	if err := options.Apply(&cfg, opts, func(o Option) options.Option[config] { return o.o }); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	drv, err := newDriver(TxSettings{Isolation: cfg.iso, LockWait: cfg.lockWait, ClaimAtCommit: cfg.atCommit})
+	if err != nil {
+		if errors.Is(err, ErrInvalidConfig) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if drv == nil || drv.Dialect() == nil {
+		return nil, fmt.Errorf("%w: the driver has no dialect", ErrInvalidConfig)
+	}
+	r := &TxRunner[TX]{drv: drv, d: drv.Dialect(), cfg: cfg}
+	r.obs = newObserver(r.d, &r.cfg)
+	return r, nil
+}
+
+type txKey[TX any] struct{}
+
+// TxFrom returns the transaction of type TX that a [TxRunner] passes to
+// the work, from the work's context or one derived from it:
+// [TxFromContext] for database/sql.
+func TxFrom[TX any](ctx context.Context) (TX, bool) {
+	tx, ok := ctx.Value(txKey[TX]{}).(TX)
+	return tx, ok
+}
+
+// Run claims req's identity and, when this call acquires it, runs work and
+// records its result, all in one transaction, with the outcomes of
+// [Runner.Run].
+func (r *TxRunner[TX]) Run(ctx context.Context, req ledger.ClaimRequest, work TxWork[TX]) (RunResult, error) {
+	ctx, op := r.obs.begin(ctx, req)
+	out, err := r.run(ctx, req, work)
+	r.obs.ran(ctx, op, req, out, err)
+	return out, err
+}
+
+func (r *TxRunner[TX]) run(ctx context.Context, req ledger.ClaimRequest, work TxWork[TX]) (RunResult, error) {
+	if work == nil {
+		return RunResult{}, errors.New("txmiddleware: work must not be nil")
+	}
+	id := req.Identity.ID()
+	r.inflight.enter(id)
+	defer r.inflight.leave(id)
+	var (
+		out   RunResult
+		final *finalError // set once the work returned a final error
+	)
+	for {
+		out.Attempts++
+		var (
+			o   RunResult
+			err error
+		)
+		o, err = r.once(ctx, req, work, final)
+		o.Attempts = out.Attempts
+		out = o
+		if err == nil {
+			return out, nil
+		}
+		var fe *finalError
+		if errors.As(err, &fe) {
+			// The work's final error, its transaction rolled back: record it
+			// in a fresh transaction, at once (not a failure). The work
+			// does not run again.
+			final = fe
+			out.Attempts--
+			continue
+		}
+		if out.Executed || out.Replayed || !r.transient(ctx, err) {
+			return out, err
+		}
+		if out.Attempts >= r.cfg.maxAttempts {
+			return out, giveUp(fmt.Sprintf("%d attempts failed", out.Attempts), err)
+		}
+		delay := r.cfg.delay(out.Attempts)
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= delay {
+			return out, giveUp(fmt.Sprintf("no time left for attempt %d", out.Attempts+1), err)
+		}
+		if r.cfg.onRetry != nil {
+			r.cfg.onRetry(ctx, out.Attempts, err, delay)
+		}
+		if serr := sleep(ctx, delay); serr != nil {
+			return out, fmt.Errorf("txmiddleware: waiting to retry: %w (after: %v)", serr, err)
+		}
+	}
+}
+
+// transient reports whether the unit should run again after err.
+func (r *TxRunner[TX]) transient(ctx context.Context, err error) bool {
+	if ctx.Err() != nil || errors.Is(err, ErrCommitUnknown) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	if errors.Is(err, ledger.ErrRetryable) || errors.Is(err, driver.ErrBadConn) {
+		return true
+	}
+	switch r.d.Classify(err) {
+	case dialects.ClassSerialization, dialects.ClassDeadlock, dialects.ClassConnection:
+		return true
+	}
+	return false
+}
+
+// beforeCommit runs the test hook and checks the context, just before
+// COMMIT is sent.
+func (r *TxRunner[TX]) beforeCommit(ctx context.Context) error {
+	if r.cfg.beforeCommit != nil {
+		r.cfg.beforeCommit(ctx)
+	}
+	return ctxErr(ctx, "commit", nil) // COMMIT not sent; the unit rolls back
+}
+
+// once runs the unit one time. With fe set it records that final error of
+// an earlier run of the work, whose transaction was rolled back, in a
+// fresh transaction instead of running the work: claim again and complete
+// with the encoding. When another call completed the operation meanwhile,
+// its result is the answer, as a replay.
+func (r *TxRunner[TX]) once(ctx context.Context, req ledger.ClaimRequest, work TxWork[TX], fe *finalError) (out RunResult, err error) {
+	if fe != nil && r.cfg.afterFinalRollback != nil {
+		r.cfg.afterFinalRollback(ctx)
+	}
+	// The transaction lives in bctx, which the lock-wait bound's timer
+	// cancels only while the transaction has not begun. Deferred first, so
+	// that it runs once the unit has ended (the deferred rollback below).
+	bctx, b := r.bound(ctx)
+	defer b.end()
+	began, beganErr := r.began(ctx, req.Identity.ID(), b)
+	var (
+		u TxUnit[TX]
+		c *ledger.Claim
+	)
+	if r.cfg.atCommit {
+		if u, err = r.drv.Begin(bctx, began); err != nil {
+			return out, err
+		}
+	} else {
+		u, c, err = r.drv.BeginClaim(bctx, began, req)
+		if err != nil {
+			if isBoundErr(err, beganErr()) {
+				return out, err // the bound passed, or BEGIN failed
+			}
+			if cerr := ctxErr(ctx, "claim", err); cerr != nil {
+				return out, cerr
+			}
+			return out, err // the ledger's errors, unchanged
+		}
+		r.obs.claimed(ctx, req, c)
+		if !c.Acquired() {
+			// Nothing was written, and the driver ended the transaction.
+			return r.replayed(out, c)
+		}
+	}
+	ended := false
+	defer func() {
+		if !ended {
+			u.Rollback(ctx) // also when work panics; the panic goes on
+		}
+	}()
+
+	var (
+		res  ledger.Result
+		werr error
+	)
+	if fe != nil {
+		res, werr = fe.enc, fe.err
+	} else {
+		tx := u.Tx()
+		res, werr = work(ledger.ContextWithOperation(context.WithValue(ctx, txKey[TX]{}, tx), req.Identity), tx)
+	}
+	if werr != nil && fe == nil {
+		if cerr := ctxErr(ctx, "work", werr); cerr != nil {
+			return out, cerr
+		}
+		if r.transient(ctx, werr) {
+			return out, werr
+		}
+		if enc, ok := r.final(werr); ok {
+			// Roll back everything the work wrote; the encoding is recorded
+			// in a fresh transaction (see run).
+			ended = true
+			u.Rollback(ctx)
+			return out, &finalError{enc: enc, err: werr}
+		}
+		return out, werr
+	}
+	ended = true // the driver ends the unit from here on
+	if r.cfg.atCommit {
+		// Claim at commit: the completed entry, sent with COMMIT.
+		rc, err := u.RecordCommit(ctx, req, res, r.beforeCommit)
+		if err != nil {
+			if cerr := ctxErr(ctx, "record", err); cerr != nil && !errors.Is(err, ErrCommitUnknown) {
+				return out, cerr
+			}
+			return out, err // the driver rolled the work back
+		}
+		r.obs.claimed(ctx, req, rc)
+		if !rc.Recorded() {
+			// Another call completed it first: the work did not commit.
+			return r.replayed(out, rc)
+		}
+	} else if err := u.CompleteCommit(ctx, c, res, r.beforeCommit); err != nil {
+		if cerr := ctxErr(ctx, "complete", err); cerr != nil && !errors.Is(err, ErrCommitUnknown) {
+			return out, cerr
+		}
+		return out, err
+	}
+	out.Result, out.Executed = res, true
+	return out, werr
+}
+
+// replayed is the answer for a replay of c's stored result.
+func (r *TxRunner[TX]) replayed(out RunResult, c *ledger.Claim) (RunResult, error) {
+	out.Result, out.Replayed, out.CompletedAt = c.Result, true, c.CompletedAt
+	return out, r.replayErr(c.Result)
+}
+
+// final reports whether werr is final for the codec, with its encoding.
+func (r *TxRunner[TX]) final(werr error) (ledger.Result, bool) {
+	if r.cfg.codec == nil {
+		return ledger.Result{}, false
+	}
+	enc, ok := r.cfg.codec.Encode(werr)
+	return enc, ok && enc.Code != 0
+}
+
+// replayErr is the error a replayed result stands for: the codec's
+// decoding of a non-zero code, or nil.
+func (r *TxRunner[TX]) replayErr(res ledger.Result) error {
+	if res.Code == 0 || r.cfg.codec == nil {
+		return nil
+	}
+	return r.cfg.codec.Decode(res)
+}
