@@ -23,7 +23,8 @@ import (
 // callerHeader is the header the tests' gateway would set.
 const callerHeader = "X-Test-Caller"
 
-// testHeader tells the test handler what to do: "panic", "block" (wait
+// testHeader tells the test handler what to do: "panic", "stream" (say
+// whether the ResponseWriter can flush or hijack), "block" (wait
 // for the gate or the end of the request's context), "big" (write more than the response limit),
 // "big-headers" (a stored header of twice StoredHeaderRoom), "default-limit" (a body of exactly
 // DefaultMaxResponseBody bytes),
@@ -111,6 +112,11 @@ func (e *env) handle(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case mode == "panic":
 		panic("test handler panics")
+	case mode == "stream":
+		_, flusher := w.(http.Flusher)
+		_, hijacker := w.(http.Hijacker)
+		fmt.Fprintf(w, "flusher=%v hijacker=%v", flusher, hijacker)
+		return
 	case mode == "block":
 		e.entered <- struct{}{}
 		select {
