@@ -125,11 +125,19 @@ func serveLedger(t *testing.T, db *sql.DB, store ledger.Ledger, biz string, fron
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := payments.NewService(db, d, biz)
+	s, err := grpcint.NewServer(db, store, cat, grpcint.CallerFromTrustedHeader(callerHeader), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := grpcint.NewServer(db, store, cat, grpcint.CallerFromTrustedHeader(callerHeader), opts...)
+	return serveKit(t, db, d, biz, s, front)
+}
+
+// serveKit serves the example payments service on db behind the kit's
+// server s (and front, when not nil) on a loopback port, with a raw client
+// connection; both stop when the test ends.
+func serveKit(t *testing.T, db *sql.DB, d dialects.Dialect, biz string, s *grpcint.Server, front grpc.UnaryServerInterceptor) *env {
+	t.Helper()
+	svc, err := payments.NewService(db, d, biz)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package httpint_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/opledger/opledger/httpint"
 	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/txmiddleware"
 )
@@ -53,6 +55,13 @@ var routes = []string{"POST /items", "PUT /orders/{id}"}
 // ledger (wrapped by wrap, when not nil) with opts.
 func newEnv(t testing.TB, te *testdb.Env, wrap func(*ledger.Store) ledger.Ledger, opts ...httpint.Option) *env {
 	t.Helper()
+	return newEnvFor(t, te, wrap, nil, opts...)
+}
+
+// newEnvFor is newEnv with the middleware on the transactions txOf
+// returns for the database and the ledger (httpint.New's when nil).
+func newEnvFor(t testing.TB, te *testdb.Env, wrap func(*ledger.Store) ledger.Ledger, txOf func(*sql.DB, ledger.Ledger) keyed.Transactions, opts ...httpint.Option) *env {
+	t.Helper()
 	store, err := ledger.New(te.Dialect, ledger.WithTable(te.Table))
 	if err != nil {
 		t.Fatal(err)
@@ -62,7 +71,12 @@ func newEnv(t testing.TB, te *testdb.Env, wrap func(*ledger.Store) ledger.Ledger
 		l = wrap(store)
 	}
 	e := &env{Env: te, store: store, entered: make(chan struct{}, 64), release: make(chan struct{})}
-	mw, err := httpint.New(te.DB, l, httpint.CallerFromTrustedHeader(callerHeader), routes, opts...)
+	var mw *httpint.Middleware
+	if txOf != nil {
+		mw, err = httpint.NewFor(txOf(te.DB, l), httpint.CallerFromTrustedHeader(callerHeader), routes, opts...)
+	} else {
+		mw, err = httpint.New(te.DB, l, httpint.CallerFromTrustedHeader(callerHeader), routes, opts...)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,12 +5,41 @@
 package keyedtest
 
 import (
+	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/opledger/opledger/internal/doccheck"
 	"github.com/opledger/opledger/keyed"
+	"github.com/opledger/opledger/ledger"
+	"github.com/opledger/opledger/txmiddleware"
 )
+
+// Counting is a keyed.Transactions of a test's own around another one
+// (keyed.SQL): what a second transaction API plugs in is this seam. It
+// counts the runners built and the units run through them.
+type Counting struct {
+	keyed.Transactions
+	Runners, Runs atomic.Int64
+}
+
+// NewRunner builds the wrapped Transactions' runner and counts it.
+func (c *Counting) NewRunner(opts ...txmiddleware.Option) (keyed.Runner, error) {
+	r, err := c.Transactions.NewRunner(opts...)
+	c.Runners.Add(1)
+	return countingRunner{r, &c.Runs}, err
+}
+
+type countingRunner struct {
+	keyed.Runner
+	runs *atomic.Int64
+}
+
+func (r countingRunner) Run(ctx context.Context, req ledger.ClaimRequest, work keyed.Work) (txmiddleware.RunResult, error) {
+	r.runs.Add(1)
+	return r.Runner.Run(ctx, req, work)
+}
 
 // Rows runs one subtest per outcome of the classification (keyed.Outcomes),
 // named for the outcome, with its test in tests. An outcome without a test
