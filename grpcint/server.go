@@ -158,7 +158,8 @@ type ServerStats struct {
 	Executed int64
 	// Replayed counts keyed calls answered from a stored outcome.
 	Replayed int64
-	// Resolves counts resolve requests, whatever they found.
+	// Resolves counts resolve requests, whatever they found (and only
+	// here).
 	Resolves int64
 	// Refused counts keyed calls refused before the handler: no key, no
 	// caller, key reused, in progress.

@@ -32,7 +32,8 @@ type Stats struct {
 	Executed int64
 	// Replayed counts keyed requests answered with a stored response.
 	Replayed int64
-	// Resolves counts resolve requests, whatever they found.
+	// Resolves counts resolve requests, whatever they found (and only
+	// here).
 	Resolves int64
 	// Refused counts keyed requests refused before the handler ran: no
 	// caller, no or a bad key, a body too large, a reused key, a request

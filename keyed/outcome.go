@@ -84,11 +84,11 @@ const (
 type Side string
 
 const (
-	// SideServer: outcomes that come from the server side of a transport (or, for
-	// NotExecuted, from something in front of it).
+	// SideServer: outcomes that come from the server side of a
+	// transport (or, for NotExecuted, from something in front of it).
 	SideServer Side = "server"
-	// SideClient: outcomes that are the kit client's readings of a call whose last
-	// attempt carried no server outcome.
+	// SideClient: the kit client's readings of a call whose last attempt
+	// carried no server outcome.
 	SideClient Side = "client"
 )
 

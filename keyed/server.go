@@ -56,7 +56,17 @@ type ServerConfig struct {
 // Executed, Replayed, Refused and Failed, by its outcome's kind; every
 // resolve request in Resolves.
 type Stats struct {
-	Executed, Replayed, Resolves, Refused, Failed int64
+	// Executed counts calls whose handler ran and committed (KindExecuted).
+	Executed int64
+	// Replayed counts calls answered with a stored answer (KindReplayed).
+	Replayed int64
+	// Resolves counts resolve requests, whatever they found.
+	Resolves int64
+	// Refused counts calls refused without the handler (KindRefused).
+	Refused int64
+	// Failed counts calls that committed nothing or whose commit is
+	// unknown (KindFailed).
+	Failed int64
 }
 
 // Server is the transport-neutral server side of keyed calls: identity,
