@@ -2,7 +2,6 @@ package grpcint
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,13 +14,15 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/opledger/opledger/internal/options"
+	"github.com/opledger/opledger/keyed"
+	"github.com/opledger/opledger/keyed/retry"
 	"github.com/opledger/opledger/policy"
 	"github.com/opledger/opledger/policy/serviceconfig"
 )
 
 // NewKey returns a fresh random idempotency key: 128 bits as 26
 // base32 characters.
-func NewKey() string { return rand.Text() }
+func NewKey() string { return keyed.NewKey() }
 
 // WithKey returns a context whose outgoing calls carry key as their
 // idempotency key, replacing any key already set. Use it to choose the key
@@ -199,6 +200,7 @@ type Client struct {
 	catalog *policy.Catalog
 	owner   policy.RetryOwner
 	cfg     clientConfig
+	loop    retry.Config
 	c       counters
 	obs     *clientObs
 }
@@ -238,6 +240,8 @@ func NewClient(catalog *policy.Catalog, owner policy.RetryOwner, opts ...ClientO
 		}
 		c.cfg.budget = b
 	}
+	c.loop = retry.Config{Owner: owner, Budget: c.cfg.budget, FundBySuccess: c.cfg.fundBySuccess, Backoff: c.cfg.backoff,
+		MaxAttempts: c.cfg.maxAttempts, ResolveWindow: c.cfg.resolveWindow}
 	c.obs = newClientObs(c)
 	return c, nil
 }
@@ -263,21 +267,13 @@ func (c *Client) policyOf(method string) policy.MethodPolicy {
 
 // withKeyFor returns ctx carrying an idempotency key when method is keyed:
 // the caller's key if set, else (WithDownstreamKeys, inside a keyed call)
-// the derived one, else a new one. It returns the key ("" for a method
-// that is not keyed and has no key).
+// the derived one, else a new one (see retry.KeyFor). It returns the key
+// ("" for a method that is not keyed and has no key).
 func (c *Client) withKeyFor(ctx context.Context, p policy.MethodPolicy) (context.Context, string) {
-	if k := keyOf(ctx); k != "" {
+	set := keyOf(ctx)
+	k := retry.KeyFor(ctx, p, set, c.cfg.downstreamKeys)
+	if k == "" || k == set {
 		return ctx, k
-	}
-	if p.Kind != policy.KindKeyed {
-		return ctx, ""
-	}
-	k := ""
-	if c.cfg.downstreamKeys {
-		k, _ = DownstreamKey(ctx, p.FullMethod) // "" outside a keyed call
-	}
-	if k == "" {
-		k = NewKey()
 	}
 	return metadata.AppendToOutgoingContext(ctx, KeyHeader, k), k
 }
@@ -319,8 +315,8 @@ func (c *Client) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 		c.c.calls.Add(1)
 		p := c.policyOf(method)
 		ctx, key := c.withKeyFor(ctx, p)
-		call := &unaryCall{c: c, p: p, ctx: ctx, key: key, method: method, req: req, reply: reply, cc: cc, invoker: invoker, opts: opts}
-		err := call.run()
+		call := &unaryCall{c: c, ctx: ctx, key: key, method: method, req: req, reply: reply, cc: cc, invoker: invoker, opts: opts}
+		err := call.run(p)
 		c.obs.callDone(ctx, cc, method, &call.stats, err)
 		return err
 	}

@@ -1,22 +1,20 @@
 package grpcint
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 
-	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
+	"github.com/opledger/opledger/keyed/keyedproto"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/txmiddleware"
 )
 
 // StatusTypeName is the ledger.Result.TypeName of a recorded final error:
 // its Response is a deterministically marshalled google.rpc.Status.
-const StatusTypeName = "google.rpc.Status"
+const StatusTypeName = keyedproto.StatusTypeName
 
 // DefaultFinalCodes returns the codes the server treats as final by
 // default: answers that running the request again would give again
@@ -46,11 +44,7 @@ func (c statusCodec) Encode(err error) (ledger.Result, bool) {
 	if err == nil || !ok || !slices.Contains(c.final, st.Code()) {
 		return ledger.Result{}, false
 	}
-	b, merr := proto.MarshalOptions{Deterministic: true}.Marshal(st.Proto())
-	if merr != nil {
-		return ledger.Result{}, false
-	}
-	return ledger.Result{Code: uint32(st.Code()), Response: b, TypeName: StatusTypeName}, true
+	return keyedproto.EncodeStatus(st.Proto())
 }
 
 // Decode rebuilds a recorded status; a non-zero code stored without one
@@ -59,15 +53,9 @@ func (statusCodec) Decode(r ledger.Result) error {
 	if r.Code == 0 {
 		return nil
 	}
-	if r.TypeName != StatusTypeName {
-		return grpcstatus.Error(codes.Code(r.Code), "")
-	}
-	p := &status.Status{}
-	if err := proto.Unmarshal(r.Response, p); err != nil {
-		return fmt.Errorf("grpcint: stored final error (code %d) does not decode: %w", r.Code, err)
-	}
-	if p.GetCode() == 0 {
-		return errors.New("grpcint: stored final error has status code OK")
+	p, err := keyedproto.DecodeStatus(r)
+	if err != nil {
+		return fmt.Errorf("grpcint: %w", err)
 	}
 	return grpcstatus.FromProto(p).Err()
 }

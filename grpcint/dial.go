@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/opledger/opledger/internal/wait"
+	"github.com/opledger/opledger/keyed/retry"
 	"github.com/opledger/opledger/policy"
 	"github.com/opledger/opledger/policy/serviceconfig"
 )
@@ -191,11 +192,5 @@ func Resolve(ctx context.Context, cc grpc.ClientConnInterface, method, key strin
 // again: its answer was lost, the server's database failed, or an attempt
 // with the key is still in flight.
 func resolveAgain(err error, trl metadata.MD) bool {
-	if replayedError(err, trl) {
-		return false // a stored final error: the answer
-	}
-	if m, ok := serverMapping(err); ok {
-		return m.Reason == ReasonInProgress || (m.Next == policy.Retry && m.Reason != ReasonNotFound)
-	}
-	return mayHaveRun(status.Code(err))
+	return retry.ResolveAgain(retry.Attempt{Err: err, Code: status.Code(err), Reason: string(ReasonOf(err)), ReplayedError: replayedError(err, trl)})
 }

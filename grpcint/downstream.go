@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/opledger/opledger/ledger"
+	"github.com/opledger/opledger/keyed"
 )
 
 // DownstreamKey returns the idempotency key for a downstream call that a
@@ -23,13 +23,9 @@ import (
 // call the error matches ledger.ErrNoOperation; a bad step matches
 // ledger.ErrInvalid.
 func DownstreamKey(ctx context.Context, step string) (string, error) {
-	id, ok := ledger.OperationFromContext(ctx)
-	if !ok {
-		return "", fmt.Errorf("grpcint: downstream key: %w", ledger.ErrNoOperation)
-	}
-	k, err := id.DerivedKey(step)
+	k, err := keyed.DownstreamKey(ctx, step)
 	if err != nil {
-		return "", fmt.Errorf("grpcint: downstream key: %w", err)
+		return "", fmt.Errorf("grpcint: %w", err)
 	}
 	return k, nil
 }

@@ -1,14 +1,21 @@
 package grpcint
 
 import (
-	"google.golang.org/grpc/codes"
+	"strings"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/opledger/opledger/keyed"
+	"github.com/opledger/opledger/keyed/keyedproto"
+	"github.com/opledger/opledger/keyed/retry"
 	"github.com/opledger/opledger/policy"
 )
 
 // Mapping is one row of the kit's error map: a reason the kit puts in an
 // ErrorInfo (domain [ErrorDomain]), the status code it always comes with,
-// what produces it, and what a client does next.
+// what produces it, and what a client does next. The map is package
+// keyed's classification as gRPC renders it, one row per reason.
 type Mapping struct {
 	// Reason is the ErrorInfo reason.
 	Reason Reason
@@ -36,43 +43,93 @@ type Mapping struct {
 	Committed string
 }
 
-// errorMap is the one table. The server's statuses, the client's decisions
-// and docs/grpc.md's table all come from it (a test compares the doc with
-// it).
-var errorMap = []Mapping{
-	{ReasonMissingKey, codes.InvalidArgument, "server", "a keyed method called without an idempotency-key header", policy.DoNotRetry, "n/a"},
-	{ReasonInvalidKey, codes.InvalidArgument, "server", "the key is empty, longer than 255 bytes, not printable ASCII, or sent twice", policy.DoNotRetry, "n/a"},
-	{ReasonInvalidRequest, codes.InvalidArgument, "server", "the request cannot be fingerprinted, or a resolve names a method that is not keyed", policy.DoNotRetry, "n/a"},
-	{ReasonNoCaller, codes.Unauthenticated, "server", "no caller fingerprint for a keyed call", policy.DoNotRetry, "n/a"},
-	{ReasonKeyReused, codes.FailedPrecondition, "server", "ledger.ErrKeyReused: the key was used by the same caller on the same method for another request", policy.DoNotRetry, "answer"},
-	{ReasonInProgress, codes.Aborted, "server", "ledger.ErrInProgress: another attempt with the key holds it past the wait bound (with grpc-retry-pushback-ms)", policy.Retry, "unknown"},
-	{ReasonIncomplete, codes.FailedPrecondition, "server", "ledger.ErrIncomplete: the key's entry was committed without a result", policy.DoNotRetry, "unknown"},
-	{ReasonTransactionAborted, codes.Aborted, "server", "ledger.ErrRetryable: serialization failures or deadlocks outlasted the transaction's attempts; rolled back", policy.Retry, "no"},
-	{ReasonStorageBusy, codes.Unavailable, "server", "txmiddleware.ErrBusy: the transaction could not begin within the wait bound (no free pooled connection; on SQLite, another key held the write lock); rolled back (with grpc-retry-pushback-ms)", policy.Retry, "no"},
-	{ReasonStorageUnavailable, codes.Unavailable, "server", "the database failed before COMMIT was sent (a ledger.DBError, a lost connection, the handler's own database error); rolled back", policy.Retry, "no"},
-	{ReasonOutcomeUnknown, codes.Unavailable, "server", "txmiddleware.ErrCommitUnknown: the connection broke while COMMIT was in flight", policy.ResolveFirst, "unknown"},
-	{ReasonResultNotStorable, codes.Internal, "server", "ledger.ErrInvalid from Complete: the response is over the ledger's size limit or its type name is not storable; rolled back", policy.DoNotRetry, "no"},
-	{ReasonLedgerMisuse, codes.Internal, "server", "ledger.ErrNotAcquired: the ledger refused to complete its own claim", policy.DoNotRetry, "no"},
-	{ReasonResultUnreadable, codes.Internal, "server", "a stored result cannot be decoded (its message type is not linked into the server)", policy.DoNotRetry, "answer"},
-	{ReasonNotFound, codes.NotFound, "server", "a resolve found nothing committed for the key", policy.Retry, "no"},
-	{ReasonKeyedStream, codes.Unimplemented, "server", "a method the catalog marks keyed is served as a stream (see Server.CheckRegistered); refused without running", policy.DoNotRetry, "n/a"},
-	{ReasonNotExecuted, codes.Unavailable, "server", "NotExecuted: an interceptor in front of the handler refused the call without running it (load shedding, maintenance)", policy.Retry, "no"},
-	{ReasonNotSent, codes.Unknown, "client", "the last attempt never left the client and no earlier attempt can have committed", policy.Retry, "no"},
-	{ReasonHandlerError, codes.Unknown, "client", "the server answered with a status of its own: the handler's error (recorded and replayed when final) or gRPC's own (UNIMPLEMENTED, …)", policy.DoNotRetry, "answer"},
-	{ReasonCallOutcomeUnknown, codes.Unknown, "client", "the deadline (without one, the resolve window) or a cancellation ended the call before its outcome could be learned, or the channel's owner (mesh, none) does not resolve; resolve later with CallInfo's key", policy.ResolveFirst, "unknown"},
+// notes are what gRPC adds to a core outcome's cause.
+var notes = map[keyed.Outcome]string{
+	keyed.KeyMissing:  "the idempotency-key header",
+	keyed.KeyedStream: "see Server.CheckRegistered",
+	keyed.NotExecuted: "grpcint.NotExecuted, from an interceptor in front of the kit's",
+}
+
+// grpcOwn says, in grpc-go's terms, whose status some outcomes end with.
+var grpcOwn = map[keyed.Outcome]string{
+	keyed.RequestTooLarge: "grpc-go's RESOURCE_EXHAUSTED (MaxRecvMsgSize), before the interceptor",
+	keyed.HandlerPanic:    "none: the panic goes on to grpc-go, which does not recover it (an interceptor in front of the kit's may)",
+	keyed.Replayed:        "the stored answer's, with idempotency-replayed and its code in the trailer",
+}
+
+// cause is a core outcome's cause with gRPC's note.
+func cause(r keyed.Row) string {
+	if n := notes[r.Outcome]; n != "" {
+		return r.Cause + "; in gRPC: " + n
+	}
+	return r.Cause
+}
+
+// codeOf is the status code gRPC answers outcome o with when the status
+// is the kit's own; codes.Unknown for the others.
+func codeOf(o keyed.Outcome) codes.Code {
+	if r, ok := keyedproto.Render(o); ok && r.Own == "" {
+		return codes.Code(r.Code)
+	}
+	return codes.Unknown
+}
+
+// errorMap derives the error map from the classification: one row per
+// reason, in the classification's order; two outcomes with one reason
+// (INVALID_KEYED_REQUEST) share a row, their causes joined.
+func errorMap() []Mapping {
+	var out []Mapping
+	at := map[string]int{}
+	for _, r := range keyed.Outcomes() {
+		if r.Reason == "" {
+			continue
+		}
+		if i, ok := at[r.Reason]; ok {
+			out[i].Cause += "; or " + cause(r)
+			continue
+		}
+		at[r.Reason] = len(out)
+		out = append(out, Mapping{Reason: Reason(r.Reason), Code: codeOf(r.Outcome), Side: string(r.Side), Cause: cause(r),
+			Next: retry.Action(r.Next), Committed: string(r.Committed)})
+	}
+	return out
 }
 
 // ErrorMap returns the kit's error map, one row per reason, in a stable
-// order: the server interceptor's statuses and the client interceptor's
-// decisions both come from it, and docs/grpc.md prints it.
-func ErrorMap() []Mapping { return append([]Mapping(nil), errorMap...) }
+// order: package keyed's classification as gRPC renders it (docs/grpc.md
+// prints that, one row per outcome).
+func ErrorMap() []Mapping { return errorMap() }
 
-// mapping returns the row of reason r.
-func mapping(r Reason) (Mapping, bool) {
-	for _, m := range errorMap {
-		if m.Reason == r {
-			return m, true
+// Rendering returns how gRPC renders the outcome o: the status code and
+// ErrorInfo reason of the kit's own status (own ""), or whose status the
+// call ends with instead (the handler's, the context's, grpc-go's, the
+// last attempt's), and whether grpc-retry-pushback-ms comes with it.
+func Rendering(o keyed.Outcome) (code codes.Code, reason Reason, own string, pushback bool) {
+	r := o.Row()
+	rr, _ := keyedproto.Render(o)
+	if rr.Own != "" {
+		own = rr.Own
+		if g, ok := grpcOwn[o]; ok {
+			own = g
+		}
+		return codes.Unknown, Reason(r.Reason), own, false
+	}
+	return codes.Code(rr.Code), Reason(r.Reason), "", r.Pushback
+}
+
+// tableCells renders an outcome as docs/grpc.md's table prints it.
+func tableCells(r keyed.Row) []string {
+	code, reason, own, pushback := Rendering(r.Outcome)
+	c := own
+	if own == "" {
+		c = "`" + codeName(status.Error(code, "")) + "`"
+		if pushback {
+			c += " + grpc-retry-pushback-ms"
 		}
 	}
-	return Mapping{}, false
+	rs := "—"
+	if reason != "" {
+		rs = "`" + string(reason) + "`"
+	}
+	return []string{"`" + r.Name + "`", c, rs, string(r.Side), strings.ReplaceAll(cause(r), "|", "\\|"), string(r.Committed), r.Next.String()}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -19,8 +18,10 @@ import (
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
-	"github.com/opledger/opledger/internal/doccheck"
+	"github.com/opledger/opledger/internal/keyedtest"
 	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/keyed"
+	"github.com/opledger/opledger/keyed/retry"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/policy"
 	"github.com/opledger/opledger/txmiddleware"
@@ -72,18 +73,127 @@ func dropAnswers(ctx context.Context, req any, info *grpc.UnaryServerInfo, handl
 	return handler(ctx, req)
 }
 
-// TestErrorMapRows produces every row of the error map through a real
-// server on SQLite (PostgreSQL for the one that needs a cut COMMIT) and
-// checks its code, its reason and what the kit's client makes of it.
-func TestErrorMapRows(t *testing.T) {
+// TestOutcomeRows produces every outcome of package keyed's
+// classification through a real server on SQLite (PostgreSQL for the one
+// that needs a cut COMMIT) and checks gRPC's rendering of it: its code,
+// its reason and what the kit's client makes of it; or, for an outcome
+// gRPC does not answer itself, whose status the call ends with.
+func TestOutcomeRows(t *testing.T) {
 	ctx := context.Background()
-	rows := map[grpcint.Reason]func(t *testing.T){
-		grpcint.ReasonMissingKey: func(t *testing.T) {
+	keyedtest.Rows(t, map[keyed.Outcome]func(t *testing.T){
+		keyed.Executed: func(t *testing.T) {
+			e, _, _ := sqliteEnv(t, nil, nil)
+			var trl metadata.MD
+			if _, err := e.pc.Transfer(as(ctx, "alice", "k"), transfer("r", 1), grpc.Trailer(&trl)); err != nil {
+				t.Fatal(err)
+			}
+			if len(trl.Get(grpcint.ReplayedHeader)) != 0 || e.server.Stats().Executed != 1 || e.rows(t, "r") != 1 {
+				t.Errorf("trailer %v, stats %+v: want one execution, not a replay", trl, e.server.Stats())
+			}
+		},
+		keyed.Replayed: func(t *testing.T) {
+			e, _, _ := sqliteEnv(t, nil, nil)
+			first, err := e.pc.Transfer(as(ctx, "alice", "k"), transfer("r", 1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var trl metadata.MD
+			again, err := e.pc.Transfer(as(ctx, "alice", "k"), transfer("r", 1), grpc.Trailer(&trl))
+			if err != nil || again.GetTransferId() != first.GetTransferId() {
+				t.Fatalf("replay %v, %v; first %v", again, err, first)
+			}
+			if got := trl.Get(grpcint.ReplayedHeader); len(got) != 1 || got[0] != "true" || e.server.Stats().Replayed != 1 || e.rows(t, "r") != 1 {
+				t.Errorf("trailer %v, stats %+v", trl, e.server.Stats())
+			}
+		},
+		keyed.NotStored: func(t *testing.T) {
+			e, _, _ := sqliteEnv(t, nil, nil)
+			_, err := e.pc.Transfer(as(ctx, "alice", "k"), transfer("not-final", 1))
+			wantStatus(t, err, codes.Unavailable, "")
+			if e.rows(t, "not-final") != 0 || e.server.Stats().Failed != 1 {
+				t.Fatalf("the handler's writes survived a status that is not final: %+v", e.server.Stats())
+			}
+			// Nothing was recorded: the same key runs the handler again.
+			if _, err := e.pc.Transfer(as(ctx, "alice", "k"), transfer("not-final", 1)); status.Code(err) != codes.Unavailable || e.server.Stats().Failed != 2 {
+				t.Errorf("again: %v, %+v", err, e.server.Stats())
+			}
+		},
+		keyed.HandlerPanic: func(t *testing.T) {
+			recovered := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+				defer func() {
+					if p := recover(); p != nil {
+						err = status.Errorf(codes.Internal, "recovered: %v", p)
+					}
+				}()
+				return handler(ctx, req)
+			}
+			e, _, _ := sqliteEnv(t, nil, recovered)
+			_, err := e.pc.Transfer(as(ctx, "alice", "k"), transfer("panic", 1))
+			wantStatus(t, err, codes.Internal, "")
+			if e.rows(t, "panic") != 0 {
+				t.Fatal("a panicking handler's writes survived")
+			}
+			if _, err := e.pc.Transfer(as(ctx, "alice", "k"), transfer("panic", 1)); status.Code(err) != codes.Internal || e.rows(t, "panic") != 0 {
+				t.Errorf("again: %v: want the handler to run (and panic) again", err)
+			}
+		},
+		keyed.RequestTooLarge: func(t *testing.T) { testRequestTooLarge(t) },
+		keyed.RequestUnreadable: func(t *testing.T) {
+			// Something in front of the kit's interceptor hands it a request
+			// that is not a protobuf message: it cannot be fingerprinted.
+			swap := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+				return handler(ctx, struct{ Reference string }{"r"})
+			}
+			e, _, _ := sqliteEnv(t, nil, swap)
+			_, err := e.pc.Transfer(as(ctx, "alice", "k"), transfer("r", 1))
+			wantStatus(t, err, codes.InvalidArgument, grpcint.ReasonInvalidRequest)
+		},
+		keyed.RequestEnded: func(t *testing.T) {
+			answers, ended := make(chan error, 1), make(chan struct{})
+			capture := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+				go func() { <-ctx.Done(); close(ended) }()
+				resp, err := handler(ctx, req)
+				answers <- err
+				return resp, err
+			}
+			e, _, _ := sqliteEnv(t, nil, capture)
+			cctx, cancel := context.WithCancel(as(ctx, "alice", "k"))
+			done := make(chan error, 1)
+			go func() { _, err := e.pc.Transfer(cctx, transfer("block", 1)); done <- err }()
+			<-e.gate.entered
+			cancel()
+			if err := <-done; status.Code(err) != codes.Canceled {
+				t.Fatalf("client: %v", err)
+			}
+			<-ended               // the server saw the cancellation
+			close(e.gate.release) // the handler runs in a context that has ended
+			err := <-answers
+			wantStatus(t, err, codes.Canceled, "")
+			if e.rows(t, "block") != 0 || e.server.Stats().Failed != 1 {
+				t.Errorf("stats %+v: nothing committed, one failure", e.server.Stats())
+			}
+		},
+		keyed.ResponseTooLarge: func(t *testing.T) {
+			// gRPC never answers it: a response is a message, bounded only by
+			// the ledger's limit, which answers RESULT_NOT_STORABLE.
+			if _, _, own, _ := grpcint.Rendering(keyed.ResponseTooLarge); own == "" {
+				t.Fatal("gRPC renders response-too-large with a status of its own")
+			}
+			testNotStorable(t)
+		},
+		keyed.CallerMissing: func(t *testing.T) {
+			e, _, _ := sqliteEnv(t, nil, nil)
+			_, pc := appClient(t, e.addr, fastClient()...)
+			_, err := pc.Transfer(as(ctx, "", "k"), transfer("r", 1))
+			wantStatus(t, err, codes.Unauthenticated, grpcint.ReasonNoCaller)
+			wantCallInfo(t, err, grpcint.ReasonNoCaller, policy.DoNotRetry)
+		},
+		keyed.KeyMissing: func(t *testing.T) {
 			e, _, _ := sqliteEnv(t, nil, nil)
 			_, err := e.pc.Transfer(as(ctx, "alice", ""), transfer("r", 1))
 			wantStatus(t, err, codes.InvalidArgument, grpcint.ReasonMissingKey)
 		},
-		grpcint.ReasonInvalidKey: func(t *testing.T) {
+		keyed.KeyInvalid: func(t *testing.T) {
 			e, _, _ := sqliteEnv(t, nil, nil)
 			twice := metadata.AppendToOutgoingContext(as(ctx, "alice", "k1"), grpcint.KeyHeader, "k2")
 			_, err := e.pc.Transfer(twice, transfer("r", 1))
@@ -92,19 +202,12 @@ func TestErrorMapRows(t *testing.T) {
 			_, err = pc.Transfer(as(ctx, "alice", strings.Repeat("k", 300)), transfer("r", 1))
 			wantCallInfo(t, err, grpcint.ReasonInvalidKey, policy.DoNotRetry)
 		},
-		grpcint.ReasonInvalidRequest: func(t *testing.T) {
+		keyed.NotKeyed: func(t *testing.T) {
 			e, _, _ := sqliteEnv(t, nil, nil)
 			err := grpcint.Resolve(as(ctx, "alice", ""), e.conn, paymentspb.GetTransferMethod, "k", &paymentspb.GetTransferRequest{}, &paymentspb.TransferReply{})
 			wantStatus(t, err, codes.InvalidArgument, grpcint.ReasonInvalidRequest)
 		},
-		grpcint.ReasonNoCaller: func(t *testing.T) {
-			e, _, _ := sqliteEnv(t, nil, nil)
-			_, pc := appClient(t, e.addr, fastClient()...)
-			_, err := pc.Transfer(as(ctx, "", "k"), transfer("r", 1))
-			wantStatus(t, err, codes.Unauthenticated, grpcint.ReasonNoCaller)
-			wantCallInfo(t, err, grpcint.ReasonNoCaller, policy.DoNotRetry)
-		},
-		grpcint.ReasonKeyReused: func(t *testing.T) {
+		keyed.KeyReused: func(t *testing.T) {
 			e, _, _ := sqliteEnv(t, nil, nil)
 			_, pc := appClient(t, e.addr, fastClient()...)
 			if _, err := pc.Transfer(as(ctx, "alice", "k"), transfer("r", 1)); err != nil {
@@ -114,7 +217,7 @@ func TestErrorMapRows(t *testing.T) {
 			wantStatus(t, err, codes.FailedPrecondition, grpcint.ReasonKeyReused)
 			wantCallInfo(t, err, grpcint.ReasonKeyReused, policy.DoNotRetry)
 		},
-		grpcint.ReasonInProgress: func(t *testing.T) {
+		keyed.InProgress: func(t *testing.T) {
 			e, _, _ := sqliteEnv(t, nil, nil)
 			done := make(chan error, 1)
 			go func() { _, err := e.pc.Transfer(as(ctx, "alice", "k"), transfer("block", 1)); done <- err }()
@@ -140,7 +243,7 @@ func TestErrorMapRows(t *testing.T) {
 				t.Errorf("kit client behind an attempt in progress: %v; want the answer", err)
 			}
 		},
-		grpcint.ReasonIncomplete: func(t *testing.T) {
+		keyed.Incomplete: func(t *testing.T) {
 			e, db, store := sqliteEnv(t, nil, nil)
 			// An entry committed without a result, outside the kit.
 			tx, err := db.Begin()
@@ -159,7 +262,7 @@ func TestErrorMapRows(t *testing.T) {
 			wantStatus(t, err, codes.FailedPrecondition, grpcint.ReasonIncomplete)
 			wantCallInfo(t, err, grpcint.ReasonIncomplete, policy.DoNotRetry)
 		},
-		grpcint.ReasonTransactionAborted: func(t *testing.T) {
+		keyed.TxAborted: func(t *testing.T) {
 			serialization := &ledger.DBError{Op: "claim", Class: dialects.ClassSerialization, Err: errors.New("could not serialize")}
 			e, _, _ := sqliteEnv(t, func(s *ledger.Store) ledger.Ledger { return testdb.FaultyLedger{Store: s, ClaimErr: serialization} }, nil,
 				grpcint.WithTxOptions(txmiddleware.WithMaxTxAttempts(2), txmiddleware.WithTxBackoff(time.Millisecond, time.Millisecond)))
@@ -171,7 +274,7 @@ func TestErrorMapRows(t *testing.T) {
 				t.Errorf("CallInfo %+v: want 3 attempts (retried, nothing committed), max-attempts", ci)
 			}
 		},
-		grpcint.ReasonStorageUnavailable: func(t *testing.T) {
+		keyed.StorageUnavailable: func(t *testing.T) {
 			conn := &ledger.DBError{Op: "claim", Class: dialects.ClassConnection, Err: errors.New("connection refused")}
 			e, _, _ := sqliteEnv(t, func(s *ledger.Store) ledger.Ledger { return testdb.FaultyLedger{Store: s, ClaimErr: conn} }, nil,
 				grpcint.WithTxOptions(txmiddleware.WithMaxTxAttempts(1)))
@@ -183,28 +286,12 @@ func TestErrorMapRows(t *testing.T) {
 				t.Errorf("CallInfo %+v: nothing committed, so no resolve is needed", ci)
 			}
 		},
-		grpcint.ReasonStorageBusy: func(t *testing.T) { testPoolOfOne(t, testdb.Targets()[0]) },
-		grpcint.ReasonOutcomeUnknown: func(t *testing.T) {
+		keyed.StorageBusy: func(t *testing.T) { testPoolOfOne(t, testdb.Targets()[0]) },
+		keyed.CommitUnknown: func(t *testing.T) {
 			testCommitOutcomeUnknown(t)
 		},
-		grpcint.ReasonResultNotStorable: func(t *testing.T) {
-			tg := testdb.Targets()[0]
-			db := tg.Open(t, 8)
-			table, biz := newTables(t, db, tg.Dialect)
-			store, err := ledger.New(tg.Dialect, ledger.WithTable(table), ledger.WithMaxResultSize(8))
-			if err != nil {
-				t.Fatal(err)
-			}
-			e := serveLedger(t, db, store, biz, nil)
-			_, pc := appClient(t, e.addr, fastClient()...)
-			_, err = pc.Transfer(as(ctx, "alice", "k"), transfer("a reference too long to store", 1))
-			wantStatus(t, err, codes.Internal, grpcint.ReasonResultNotStorable)
-			ci := wantCallInfo(t, err, grpcint.ReasonResultNotStorable, policy.DoNotRetry)
-			if ci.Attempts != 1 || e.server.Stats().Executed != 0 {
-				t.Errorf("CallInfo %+v, server %+v: a result that cannot be stored is neither retried nor committed", ci, e.server.Stats())
-			}
-		},
-		grpcint.ReasonLedgerMisuse: func(t *testing.T) {
+		keyed.NotStorable: testNotStorable,
+		keyed.LedgerMisuse: func(t *testing.T) {
 			e, _, _ := sqliteEnv(t, func(s *ledger.Store) ledger.Ledger {
 				return testdb.FaultyLedger{Store: s, CompleteErr: ledger.ErrNotAcquired}
 			}, nil)
@@ -213,7 +300,7 @@ func TestErrorMapRows(t *testing.T) {
 			wantStatus(t, err, codes.Internal, grpcint.ReasonLedgerMisuse)
 			wantCallInfo(t, err, grpcint.ReasonLedgerMisuse, policy.DoNotRetry)
 		},
-		grpcint.ReasonResultUnreadable: func(t *testing.T) {
+		keyed.ResultUnreadable: func(t *testing.T) {
 			e, _, _ := sqliteEnv(t, nil, nil, grpcint.WithTypeResolver(new(protoregistry.Types)))
 			if _, err := e.pc.Transfer(as(ctx, "alice", "k"), transfer("r", 1)); err != nil {
 				t.Fatal(err)
@@ -223,13 +310,13 @@ func TestErrorMapRows(t *testing.T) {
 			wantStatus(t, err, codes.Internal, grpcint.ReasonResultUnreadable)
 			wantCallInfo(t, err, grpcint.ReasonResultUnreadable, policy.DoNotRetry)
 		},
-		grpcint.ReasonNotFound: func(t *testing.T) {
+		keyed.NotFound: func(t *testing.T) {
 			e, _, _ := sqliteEnv(t, nil, nil)
 			err := grpcint.Resolve(as(ctx, "alice", ""), e.conn, paymentspb.TransferMethod, "never-sent", &paymentspb.TransferRequest{}, &paymentspb.TransferReply{})
 			wantStatus(t, err, codes.NotFound, grpcint.ReasonNotFound)
 		},
-		grpcint.ReasonKeyedStream: testKeyedStreamRefused,
-		grpcint.ReasonNotExecuted: func(t *testing.T) {
+		keyed.KeyedStream: testKeyedStreamRefused,
+		keyed.NotExecuted: func(t *testing.T) {
 			shed := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 				return nil, grpcint.NotExecuted(codes.Unavailable, "shedding load")
 			}
@@ -241,12 +328,12 @@ func TestErrorMapRows(t *testing.T) {
 				t.Errorf("CallInfo %+v (%v): want 3 runs, no resolve", ci, err)
 			}
 		},
-		grpcint.ReasonNotSent: func(t *testing.T) {
+		keyed.NotSent: func(t *testing.T) {
 			_, dead := appClient(t, "127.0.0.1:1", fastClient()...)
 			_, err := dead.Transfer(as(ctx, "alice", "k"), transfer("r", 1))
 			wantCallInfo(t, err, grpcint.ReasonNotSent, policy.Retry)
 		},
-		grpcint.ReasonHandlerError: func(t *testing.T) {
+		keyed.ServerAnswered: func(t *testing.T) {
 			e, _, _ := sqliteEnv(t, nil, nil)
 			_, pc := appClient(t, e.addr, fastClient()...)
 			_, err := pc.Transfer(as(ctx, "alice", "k"), transfer("r", 0)) // amount 0: INVALID_ARGUMENT, final
@@ -259,7 +346,7 @@ func TestErrorMapRows(t *testing.T) {
 				t.Errorf("retry of a final error: %v, server %+v; want it replayed", again, e.server.Stats())
 			}
 		},
-		grpcint.ReasonCallOutcomeUnknown: func(t *testing.T) {
+		keyed.CallOutcomeUnknown: func(t *testing.T) {
 			e, _, _ := sqliteEnv(t, nil, dropAnswers)
 			// No owner resolves on the mesh's channel: the error says the
 			// outcome is unknown and carries the key.
@@ -280,39 +367,84 @@ func TestErrorMapRows(t *testing.T) {
 				t.Errorf("CallInfo %+v, stats %+v: want resolves until the deadline", ci, app.Stats())
 			}
 		},
+	})
+}
+
+// testNotStorable: a response over the ledger's limit is refused with
+// RESULT_NOT_STORABLE, neither retried nor committed.
+func testNotStorable(t *testing.T) {
+	ctx := context.Background()
+	tg := testdb.Targets()[0]
+	db := tg.Open(t, 8)
+	table, biz := newTables(t, db, tg.Dialect)
+	store, err := ledger.New(tg.Dialect, ledger.WithTable(table), ledger.WithMaxResultSize(8))
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, m := range grpcint.ErrorMap() {
-		t.Run(string(m.Reason), func(t *testing.T) {
-			f, ok := rows[m.Reason]
-			if !ok {
-				t.Fatalf("the error map's row %s has no test", m.Reason)
-			}
-			f(t)
-		})
+	e := serveLedger(t, db, store, biz, nil)
+	_, pc := appClient(t, e.addr, fastClient()...)
+	_, err = pc.Transfer(as(ctx, "alice", "k"), transfer("a reference too long to store", 1))
+	wantStatus(t, err, codes.Internal, grpcint.ReasonResultNotStorable)
+	ci := wantCallInfo(t, err, grpcint.ReasonResultNotStorable, policy.DoNotRetry)
+	if ci.Attempts != 1 || e.server.Stats().Executed != 0 {
+		t.Errorf("CallInfo %+v, server %+v: a result that cannot be stored is neither retried nor committed", ci, e.server.Stats())
 	}
-	if len(rows) != len(grpcint.ErrorMap()) {
-		t.Errorf("%d row tests for %d rows of the error map", len(rows), len(grpcint.ErrorMap()))
+
+}
+
+// testRequestTooLarge: grpc-go refuses a request over the server's
+// MaxRecvMsgSize (4 MiB by default) with RESOURCE_EXHAUSTED before the
+// kit's interceptor sees it; nothing runs, nothing is claimed.
+func testRequestTooLarge(t *testing.T) {
+	e, _, _ := sqliteEnv(t, nil, nil)
+	_, err := e.pc.Transfer(as(context.Background(), "alice", "k"), transfer(strings.Repeat("r", 5<<20), 1))
+	wantStatus(t, err, codes.ResourceExhausted, "")
+	if st := e.server.Stats(); st != (grpcint.ServerStats{}) {
+		t.Errorf("the kit saw the call: %+v", st)
 	}
 }
 
-// TestErrorMapIsTheDocTable: the table in docs/grpc.md is the error map.
+// TestErrorMapIsTheDocTable: the table in docs/grpc.md is package
+// keyed's classification as gRPC renders it.
 func TestErrorMapIsTheDocTable(t *testing.T) {
-	doccheck.WantSection(t, "../docs/grpc.md", "error-map", "grpcint.ErrorMap()", errorMapTable())
+	keyedtest.WantTable(t, "../docs/grpc.md", "error-map", "keyed.Outcomes() as grpcint renders them",
+		[]string{"outcome", "code", "reason", "from", "cause", "committed", "client's next step"}, grpcint.TableCells)
 }
 
-// errorMapTable renders the error map as docs/grpc.md prints it.
-func errorMapTable() string {
-	next := map[policy.Action]string{policy.Retry: "retry", policy.ResolveFirst: "resolve", policy.DoNotRetry: "stop"}
-	var b strings.Builder
-	b.WriteString("| reason | code | from | cause | committed | client's next step |\n|---|---|---|---|---|---|\n")
+// TestErrorMap: the error map is the classification's reasons, each with
+// the code gRPC renders it with; the reasons are the core's.
+func TestErrorMap(t *testing.T) {
+	seen := map[grpcint.Reason]bool{}
 	for _, m := range grpcint.ErrorMap() {
-		code := "`" + codeName(m.Code) + "`"
-		if m.Side == "client" {
-			code = "the last attempt's"
+		o, ok := keyed.OfReason(string(m.Reason))
+		if !ok || seen[m.Reason] {
+			t.Errorf("%s: not a reason of the classification, or twice", m.Reason)
+			continue
 		}
-		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s | %s |\n", m.Reason, code, m.Side, m.Cause, m.Committed, next[m.Next])
+		seen[m.Reason] = true
+		r := o.Row()
+		code, _, own, _ := grpcint.Rendering(o)
+		if string(m.Side) != string(r.Side) || retry.NextOf(m.Next) != r.Next || m.Committed != string(r.Committed) || (own == "") != (m.Side == "server") || (own == "" && m.Code != code) {
+			t.Errorf("%s: %+v, row %+v, rendering %v %q", m.Reason, m, r, code, own)
+		}
 	}
-	return b.String()
+	for _, r := range keyed.Outcomes() {
+		if r.Reason != "" && !seen[grpcint.Reason(r.Reason)] {
+			t.Errorf("reason %s of %s missing from the error map", r.Reason, r.Name)
+		}
+	}
+	for _, reason := range []grpcint.Reason{grpcint.ReasonMissingKey, grpcint.ReasonInvalidKey, grpcint.ReasonInvalidRequest,
+		grpcint.ReasonNoCaller, grpcint.ReasonKeyReused, grpcint.ReasonInProgress, grpcint.ReasonIncomplete,
+		grpcint.ReasonTransactionAborted, grpcint.ReasonStorageBusy, grpcint.ReasonStorageUnavailable, grpcint.ReasonOutcomeUnknown,
+		grpcint.ReasonResultNotStorable, grpcint.ReasonLedgerMisuse, grpcint.ReasonResultUnreadable, grpcint.ReasonNotFound,
+		grpcint.ReasonKeyedStream, grpcint.ReasonNotExecuted, grpcint.ReasonNotSent, grpcint.ReasonHandlerError, grpcint.ReasonCallOutcomeUnknown} {
+		if !seen[reason] {
+			t.Errorf("grpcint's reason %s is not the classification's", reason)
+		}
+	}
+	if len(seen) != 20 {
+		t.Errorf("%d reasons in the error map, grpcint names 20", len(seen))
+	}
 }
 
 var camel = regexp.MustCompile(`([a-z])([A-Z])`)

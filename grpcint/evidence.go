@@ -7,6 +7,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
+
+	"github.com/opledger/opledger/keyed/retry"
 )
 
 // evidence is what the stats handler saw of one call through the kit's
@@ -81,15 +83,11 @@ func (a *attemptEvidence) mayHaveCommitted(err error) bool {
 	if replayedError(err, trl) {
 		return true
 	}
-	if m, ok := serverMapping(err); ok {
-		return !nothingCommitted(m)
+	if r, ok := retry.ServerRow(string(ReasonOf(err))); ok {
+		return !r.Committed.Nothing()
 	}
-	return (a.sent.Load() || a.header.Load()) && mayHaveRun(status.Code(err))
+	return (a.sent.Load() || a.header.Load()) && retry.MayHaveRun(status.Code(err))
 }
-
-// nothingCommitted reports whether a server reason says that the attempt
-// that got it committed nothing (or never reached the ledger).
-func nothingCommitted(m Mapping) bool { return m.Committed == "no" || m.Committed == "n/a" }
 
 type (
 	evidenceKey struct{}

@@ -3,8 +3,7 @@ package grpcint
 import (
 	"fmt"
 
-	"google.golang.org/protobuf/proto"
-
+	"github.com/opledger/opledger/keyed/keyedproto"
 	"github.com/opledger/opledger/ledger"
 )
 
@@ -15,13 +14,9 @@ import (
 // the message's schema between a call and its retry can change it (the
 // retry then gets FAILED_PRECONDITION, never a wrong replay).
 func RequestFingerprint(req any) (ledger.Fingerprint, error) {
-	m, ok := req.(proto.Message)
-	if !ok {
-		return ledger.Fingerprint{}, fmt.Errorf("grpcint: request of type %T is not a protobuf message", req)
-	}
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	fp, err := keyedproto.Fingerprint(req)
 	if err != nil {
-		return ledger.Fingerprint{}, fmt.Errorf("grpcint: marshal request: %w", err)
+		return ledger.Fingerprint{}, fmt.Errorf("grpcint: %w", err)
 	}
-	return ledger.FingerprintOf(b), nil
+	return fp, nil
 }

@@ -31,9 +31,25 @@ type env struct {
 	pc     paymentspb.PaymentsClient
 	addr   string
 	gate   *gate
+	db     *sql.DB
+	biz    string // the business table
+}
+
+// rows counts the transfers with reference ref in the business table.
+func (e *env) rows(t *testing.T, ref string) int {
+	t.Helper()
+	var n int
+	if err := e.db.QueryRow("SELECT COUNT(*) FROM " + e.biz + " WHERE reference = '" + ref + "'").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // gate blocks Transfer calls whose reference is "block" until released.
+// Behind the kit's interceptor, it also runs the handler of a Transfer
+// whose reference is "not-final" and then fails it with a status that is
+// not final, and panics after the handler of one whose reference is
+// "panic".
 type gate struct {
 	entered chan struct{}
 	release chan struct{}
@@ -44,6 +60,15 @@ func (g *gate) interceptor() grpc.UnaryServerInterceptor {
 		if r, ok := req.(*paymentspb.TransferRequest); ok && r.GetReference() == "block" {
 			g.entered <- struct{}{}
 			<-g.release
+		}
+		if r, ok := req.(*paymentspb.TransferRequest); ok && (r.GetReference() == "not-final" || r.GetReference() == "panic") {
+			if _, err := handler(ctx, req); err != nil {
+				return nil, err
+			}
+			if r.GetReference() == "panic" {
+				panic("injected: handler panic")
+			}
+			return nil, status.Error(codes.Unavailable, "injected: not final")
 		}
 		return handler(ctx, req)
 	}
@@ -100,11 +125,19 @@ func serveLedger(t *testing.T, db *sql.DB, store ledger.Ledger, biz string, fron
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := payments.NewService(db, d, biz)
+	s, err := grpcint.NewServer(db, store, cat, grpcint.CallerFromTrustedHeader(callerHeader), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := grpcint.NewServer(db, store, cat, grpcint.CallerFromTrustedHeader(callerHeader), opts...)
+	return serveKit(t, db, d, biz, s, front)
+}
+
+// serveKit serves the example payments service on db behind the kit's
+// server s (and front, when not nil) on a loopback port, with a raw client
+// connection; both stop when the test ends.
+func serveKit(t *testing.T, db *sql.DB, d dialects.Dialect, biz string, s *grpcint.Server, front grpc.UnaryServerInterceptor) *env {
+	t.Helper()
+	svc, err := payments.NewService(db, d, biz)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +158,7 @@ func serveLedger(t *testing.T, db *sql.DB, store ledger.Ledger, biz string, fron
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close(); srv.Stop() })
-	return &env{server: s, conn: conn, pc: paymentspb.NewPaymentsClient(conn), addr: lis.Addr().String(), gate: g}
+	return &env{server: s, conn: conn, pc: paymentspb.NewPaymentsClient(conn), addr: lis.Addr().String(), gate: g, db: db, biz: biz}
 }
 
 func as(ctx context.Context, caller, key string) context.Context {

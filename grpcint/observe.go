@@ -13,14 +13,14 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	otelcodes "go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/opledger/opledger/internal/telemetry"
-	"github.com/opledger/opledger/txmiddleware"
+	"github.com/opledger/opledger/keyed"
+	"github.com/opledger/opledger/keyed/retry"
 )
 
 // grpcMethod is gRFC A66's grpc.method: the full method without its
@@ -233,15 +233,15 @@ func (o *clientObs) callDone(ctx context.Context, cc *grpc.ClientConn, method st
 
 // resolveOutcome names what a resolve request found.
 func resolveOutcome(err error, trl metadata.MD) string {
-	m, kit := serverMapping(err)
+	r, kit := retry.ServerRow(string(ReasonOf(err)))
 	switch {
 	case err == nil || replayedError(err, trl):
 		return "resolved"
-	case kit && m.Reason == ReasonNotFound:
+	case kit && r.Outcome == keyed.NotFound:
 		return "not-found"
-	case kit && m.Reason == ReasonInProgress:
+	case kit && r.Outcome == keyed.InProgress:
 		return "in-progress"
-	case !kit && mayHaveRun(status.Code(err)):
+	case !kit && retry.MayHaveRun(status.Code(err)):
 		return "lost"
 	}
 	return "failed"
@@ -350,134 +350,6 @@ func WithServerLogger(l *slog.Logger) ServerOption {
 	})
 }
 
-// runnerTelemetry returns the runner's and the resolve probe's telemetry
-// options: the server's providers and logger for the runner; for the
-// probe, whose transactions always roll back, the tracer only.
-func (c *serverConfig) runnerTelemetry() (runner, probe []txmiddleware.Option) {
-	tp := telemetry.TracerProvider(c.tp)
-	runner = []txmiddleware.Option{txmiddleware.WithMeterProvider(telemetry.MeterProvider(c.mp)),
-		txmiddleware.WithTracerProvider(tp), txmiddleware.WithLogger(c.logger)}
-	probe = []txmiddleware.Option{txmiddleware.WithMeterProvider(noop.NewMeterProvider()), txmiddleware.WithTracerProvider(tp)}
-	return runner, probe
-}
-
-// serverObs holds a Server's instruments.
-type serverObs struct {
-	tracer   trace.Tracer
-	log      *slog.Logger
-	calls    metric.Int64Counter
-	resolves metric.Int64Counter
-}
-
-func newServerObs(c *serverConfig) *serverObs {
-	m := telemetry.MeterProvider(c.mp).Meter(telemetry.ScopePrefix + "grpcint")
-	return &serverObs{
-		tracer: telemetry.TracerProvider(c.tp).Tracer(telemetry.ScopePrefix + "grpcint"),
-		log:    telemetry.Logger(c.logger),
-		calls: telemetry.Inst(m.Int64Counter("opledger.server.calls", metric.WithUnit("{call}"),
-			metric.WithDescription("Keyed calls the server interceptor handled, by outcome."))),
-		resolves: telemetry.Inst(m.Int64Counter("opledger.server.resolves", metric.WithUnit("{resolve}"),
-			metric.WithDescription("Resolve requests the server answered, by outcome."))),
-	}
-}
-
-// Server outcomes of a keyed call.
-const (
-	outcomeExecuted = "executed"
-	outcomeReplayed = "replayed"
-	outcomeRefused  = "refused"
-	outcomeFailed   = "failed"
-	outcomeFound    = "found"
-	outcomeNotFound = "not-found"
-)
-
-// callRecord is what one keyed call did, noted by the server's counters.
-type callRecord struct{ outcome string }
-
-type recordKey struct{}
-
-// note counts one keyed call's outcome in c and in the call's record.
-func note(ctx context.Context, c *atomic.Int64, outcome string) {
-	c.Add(1)
-	if r, ok := ctx.Value(recordKey{}).(*callRecord); ok {
-		r.outcome = outcome
-	}
-}
-
-// setOutcome notes a resolve's outcome, which no counter of its own has.
-func setOutcome(ctx context.Context, outcome string) {
-	if r, ok := ctx.Value(recordKey{}).(*callRecord); ok {
-		r.outcome = outcome
-	}
-}
-
-// refusedBeforeClaim are the reasons of a refusal the server decides
-// before any claim (the runner logs the ledger's refusals).
-var refusedBeforeClaim = map[Reason]bool{ReasonMissingKey: true, ReasonInvalidKey: true, ReasonNoCaller: true, ReasonInvalidRequest: true, ReasonKeyedStream: true}
-
-// begin starts a keyed call's span and record.
-func (o *serverObs) begin(ctx context.Context, method string, resolve bool, key string) (context.Context, trace.Span, *callRecord) {
-	name := "opledger.keyed_call"
-	if resolve {
-		name = "opledger.resolve"
-	}
-	ctx, span := o.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindInternal))
-	if span.IsRecording() {
-		span.SetAttributes(grpcMethod(method))
-		if key != "" {
-			span.SetAttributes(telemetry.KeyHash.String(telemetry.KeyHashOf(key)))
-		}
-	}
-	r := &callRecord{}
-	return context.WithValue(ctx, recordKey{}, r), span, r
-}
-
-// done records a finished keyed call: counter, span and log event.
-func (o *serverObs) done(ctx context.Context, span trace.Span, r *callRecord, method string, resolve bool, key string, err error) {
-	outcome := r.outcome
-	if outcome == "" {
-		outcome = outcomeFailed
-	}
-	reason := ReasonOf(err)
-	attrs := []attribute.KeyValue{grpcMethod(method), telemetry.Outcome.String(outcome), telemetry.GRPCStatus.String(codeName(err))}
-	if reason != "" {
-		attrs = append(attrs, telemetry.Reason.String(string(reason)))
-	}
-	c := o.calls
-	if resolve {
-		c = o.resolves
-	}
-	if c.Enabled(ctx) {
-		c.Add(ctx, 1, metric.WithAttributes(attrs...))
-	}
-	if span.IsRecording() {
-		span.SetAttributes(attrs[1:]...)
-		if outcome == outcomeFailed {
-			span.SetStatus(otelcodes.Error, outcome)
-		}
-	}
-	span.End()
-	var msg string
-	switch {
-	case resolve:
-		msg = "opledger: resolve"
-	case outcome == outcomeRefused && refusedBeforeClaim[reason]:
-		msg = "opledger: keyed call refused"
-	default:
-		return
-	}
-	if o.log.Enabled(ctx, slog.LevelInfo) {
-		la := []slog.Attr{slog.String("method", method), slog.String("outcome", outcome)}
-		if reason != "" {
-			la = append(la, slog.String("reason", string(reason)))
-		}
-		if key != "" {
-			la = append(la, slog.String("key_hash", telemetry.KeyHashOf(key)))
-		}
-		o.log.LogAttrs(ctx, slog.LevelInfo, msg, la...)
-	}
-}
-
 // codeName is the status code of err in gRFC A66's grpc.status form
 // ("OK", "FAILED_PRECONDITION", …).
 func codeName(err error) string {
@@ -491,12 +363,3 @@ func codeName(err error) string {
 var statusNames = [...]string{"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
 	"ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
 	"UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"}
-
-// keyOfIncoming returns the single idempotency key of an incoming call,
-// or "".
-func keyOfIncoming(md metadata.MD) string {
-	if v := md.Get(KeyHeader); len(v) == 1 {
-		return v[0]
-	}
-	return ""
-}

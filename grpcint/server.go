@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"sync/atomic"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -16,13 +16,13 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
-	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/internal/methodname"
 	"github.com/opledger/opledger/internal/options"
+	"github.com/opledger/opledger/internal/telemetry"
+	"github.com/opledger/opledger/keyed"
+	"github.com/opledger/opledger/keyed/keyedproto"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/policy"
 	"github.com/opledger/opledger/txmiddleware"
@@ -158,7 +158,8 @@ type ServerStats struct {
 	Executed int64
 	// Replayed counts keyed calls answered from a stored outcome.
 	Replayed int64
-	// Resolves counts resolve requests, whatever they found.
+	// Resolves counts resolve requests, whatever they found (and only
+	// here).
 	Resolves int64
 	// Refused counts keyed calls refused before the handler: no key, no
 	// caller, key reused, in progress.
@@ -170,24 +171,15 @@ type ServerStats struct {
 
 // Server is the server side of the kit: it runs each keyed unary method's
 // handler inside one transaction with its ledger claim, replays stored
-// outcomes and answers resolve requests. A Server is safe for concurrent
-// use.
+// outcomes and answers resolve requests; a gRPC rendering of package
+// keyed's core. A Server is safe for concurrent use.
 type Server struct {
-	db       *sql.DB
-	ledger   ledger.Ledger
-	dialect  dialects.Dialect
 	catalog  *policy.Catalog
 	caller   CallerFunc
-	codec    txmiddleware.ErrorCodec
 	pushback time.Duration
 	types    protoregistry.MessageTypeResolver
-	runner   *txmiddleware.Runner
-	atCommit map[string]*txmiddleware.Runner // WithClaimAtCommit's methods
-	probe    *txmiddleware.Runner
+	core     *keyed.Server
 	keyed    bool
-	obs      *serverObs
-
-	executed, replayed, resolves, refused, failed atomic.Int64
 }
 
 // NewServer returns the server side of the kit for the keyed methods of
@@ -198,7 +190,8 @@ type Server struct {
 // UNAUTHENTICATED. Methods that are not keyed, or not in the catalog, pass
 // through untouched. A keyed method must be registered as a unary method:
 // StreamServerInterceptor refuses one served as a stream, and
-// CheckRegistered finds it at start-up.
+// CheckRegistered finds it at start-up. It is NewServerFor with
+// keyed.SQL(db, l).
 //
 // A configuration that cannot work is an error wrapping ErrInvalidConfig:
 // a nil argument, a keyed streaming method, a lock-wait bound on a dialect
@@ -209,11 +202,23 @@ func NewServer(db *sql.DB, l ledger.Ledger, catalog *policy.Catalog, caller Call
 		return nil, fmt.Errorf("%w: nil database", ErrInvalidConfig)
 	case l == nil:
 		return nil, fmt.Errorf("%w: nil ledger", ErrInvalidConfig)
+	}
+	return NewServerFor(keyed.SQL(db, l), catalog, caller, opts...)
+}
+
+// NewServerFor is NewServer on the transactions of tx, any transaction
+// API's (see keyed.Transactions): keyed.SQL for database/sql, or
+// another API's, whose handlers find their transaction with that API's
+// function. Everything else is as for NewServer.
+func NewServerFor(tx keyed.Transactions, catalog *policy.Catalog, caller CallerFunc, opts ...ServerOption) (*Server, error) {
+	switch {
+	case tx == nil:
+		return nil, fmt.Errorf("%w: nil transactions", ErrInvalidConfig)
 	case catalog == nil:
 		return nil, fmt.Errorf("%w: nil method catalog", ErrInvalidConfig)
 	case caller == nil:
 		return nil, fmt.Errorf("%w: nil caller function", ErrInvalidConfig)
-	case l.Dialect() == nil:
+	case tx.Dialect() == nil:
 		return nil, fmt.Errorf("%w: the ledger has no dialect", ErrInvalidConfig)
 	}
 	cfg := serverConfig{lockWait: DefaultLockWait, codec: StatusCodec(DefaultFinalCodes()...),
@@ -221,8 +226,7 @@ func NewServer(db *sql.DB, l ledger.Ledger, catalog *policy.Catalog, caller Call
 	if err := options.Apply(&cfg, opts, func(o ServerOption) options.Option[serverConfig] { return o.o }); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	s := &Server{db: db, ledger: l, dialect: l.Dialect(), catalog: catalog, caller: caller,
-		codec: cfg.codec, pushback: cfg.pushback, types: cfg.types, obs: newServerObs(&cfg)}
+	s := &Server{catalog: catalog, caller: caller, pushback: cfg.pushback, types: cfg.types}
 	for _, p := range catalog.Methods() {
 		if p.Kind != policy.KindKeyed {
 			continue
@@ -232,44 +236,27 @@ func NewServer(db *sql.DB, l ledger.Ledger, catalog *policy.Catalog, caller Call
 		}
 		s.keyed = true
 	}
-	base := append([]txmiddleware.Option(nil), cfg.txOpts...)
-	if cfg.lockWait > 0 {
-		base = append(base, txmiddleware.WithLockWait(cfg.lockWait))
+	for _, m := range cfg.atCommit {
+		if p, ok := catalog.Lookup(m); !ok || p.Kind != policy.KindKeyed {
+			return nil, fmt.Errorf("%w: WithClaimAtCommit: %q is not a keyed method of the catalog", ErrInvalidConfig, m)
+		}
 	}
-	runnerTel, probeTel := cfg.runnerTelemetry()
-	r, err := txmiddleware.New(db, l, append(append(base, runnerTel...), txmiddleware.WithErrorCodec(cfg.codec))...)
+	core, err := keyed.NewServer(tx, keyed.ServerConfig{
+		Codec: cfg.codec, TxOptions: cfg.txOpts, LockWait: cfg.lockWait, AtCommit: cfg.atCommit,
+		Answered:  func(err error) bool { _, ok := status.FromError(err); return ok },
+		KeyHeader: KeyHeader, KeyNoun: "idempotency key",
+		Telemetry: &keyed.Telemetry{MeterProvider: cfg.mp, TracerProvider: cfg.tp, Logger: cfg.logger,
+			Scope: telemetry.ScopePrefix + "grpcint", Method: grpcMethod},
+	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	s.runner = r
-	if len(cfg.atCommit) > 0 {
-		rc, err := txmiddleware.New(db, l, append(append(base, runnerTel...), txmiddleware.WithErrorCodec(cfg.codec), txmiddleware.WithClaimAtCommit())...)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-		}
-		s.atCommit = map[string]*txmiddleware.Runner{}
-		for _, m := range cfg.atCommit {
-			if p, ok := catalog.Lookup(m); !ok || p.Kind != policy.KindKeyed {
-				return nil, fmt.Errorf("%w: WithClaimAtCommit: %q is not a keyed method of the catalog", ErrInvalidConfig, m)
-			}
-			s.atCommit[m] = rc
-		}
-	}
-	// The resolve probe records nothing (no codec): its claim always
-	// rolls back.
-	p, err := txmiddleware.New(db, l, append(base, probeTel...)...)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-	}
-	s.probe = p
+	s.core = core
 	return s, nil
 }
 
 // Stats returns a snapshot of the server's counters.
-func (s *Server) Stats() ServerStats {
-	return ServerStats{Executed: s.executed.Load(), Replayed: s.replayed.Load(), Resolves: s.resolves.Load(),
-		Refused: s.refused.Load(), Failed: s.failed.Load()}
-}
+func (s *Server) Stats() ServerStats { return ServerStats(s.core.Stats()) }
 
 // StreamServerInterceptor returns the streaming interceptor. NewServer
 // refuses a catalog with a keyed streaming method, so a stream never
@@ -290,16 +277,15 @@ func (s *Server) StreamServerInterceptor() grpc.StreamServerInterceptor {
 		md, _ := metadata.FromIncomingContext(ctx)
 		if s.keyed {
 			if p, ok := s.catalog.Lookup(info.FullMethod); ok && p.Kind == policy.KindKeyed {
-				key := keyOfIncoming(md)
-				ctx, span, rec := s.obs.begin(ctx, info.FullMethod, false, key)
-				note(ctx, &s.refused, outcomeRefused)
-				err := statusErr(ReasonKeyedStream, info.FullMethod+" is keyed in the method catalog but the server serves it as a stream, which the kit cannot protect; it is refused (register it as a unary method)")
-				s.obs.done(ctx, span, rec, info.FullMethod, false, key, err)
+				ctx, call := s.core.Begin(ctx, info.FullMethod, false)
+				ans := keyed.Answer{Outcome: keyed.KeyedStream, Detail: info.FullMethod + " is keyed in the method catalog but the server serves it as a stream, which the kit cannot protect; it is refused (register it as a unary method)"}
+				err := statusErr(ans.Outcome, ans.Detail)
+				call.End(ctx, ans, telemetry.GRPCStatus.String(codeName(err)))
 				return err
 			}
 		}
 		if len(md[ResolveHeader]) > 0 {
-			return statusErr(ReasonInvalidRequest, info.FullMethod+" is not a keyed method; there is nothing to resolve")
+			return statusErr(keyed.NotKeyed, info.FullMethod+" is not a keyed method; there is nothing to resolve")
 		}
 		return handler(srv, ss)
 	}
@@ -397,7 +383,7 @@ func (s *Server) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 		}
 		// A resolve must never run a handler, keyed or not.
 		if md, ok := metadata.FromIncomingContext(ctx); ok && len(md[ResolveHeader]) > 0 {
-			return nil, statusErr(ReasonInvalidRequest, info.FullMethod+" is not a keyed method; there is nothing to resolve")
+			return nil, statusErr(keyed.NotKeyed, info.FullMethod+" is not a keyed method; there is nothing to resolve")
 		}
 		return handler(ctx, req)
 	}
@@ -405,131 +391,79 @@ func (s *Server) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 
 func (s *Server) keyedCall(ctx context.Context, req any, method string, handler grpc.UnaryHandler) (any, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
-	resolve, key := len(md.Get(ResolveHeader)) > 0, keyOfIncoming(md)
-	ctx, span, rec := s.obs.begin(ctx, method, resolve, key)
-	resp, err := s.serveKeyed(ctx, req, method, handler)
-	s.obs.done(ctx, span, rec, method, resolve, key, err)
-	return resp, err
-}
-
-func (s *Server) serveKeyed(ctx context.Context, req any, method string, handler grpc.UnaryHandler) (any, error) {
-	md, _ := metadata.FromIncomingContext(ctx)
-	keys := md.Get(KeyHeader)
 	resolve := len(md.Get(ResolveHeader)) > 0
-	if resolve {
-		s.resolves.Add(1)
-	}
-	switch {
-	case len(keys) == 0:
-		note(ctx, &s.refused, outcomeRefused)
-		return nil, statusErr(ReasonMissingKey, method+" needs an idempotency-key header")
-	case len(keys) > 1:
-		note(ctx, &s.refused, outcomeRefused)
-		return nil, statusErr(ReasonInvalidKey, "more than one idempotency-key header")
-	}
-	caller, ok := s.caller(ctx)
-	if !ok {
-		note(ctx, &s.refused, outcomeRefused)
-		return nil, statusErr(ReasonNoCaller, "no authenticated caller for a keyed call")
-	}
-	id, err := ledger.NewIdentity(caller, method, keys[0])
-	if err != nil {
-		note(ctx, &s.refused, outcomeRefused)
-		var ie *ledger.InputError
-		if errors.As(err, &ie) && ie.Field == "caller" {
-			return nil, statusErr(ReasonNoCaller, "caller fingerprint is not usable: "+ie.Reason)
-		}
-		if errors.As(err, &ie) && ie.Field == "key" {
-			return nil, statusErr(ReasonInvalidKey, "idempotency key "+ie.Reason)
-		}
-		return nil, statusErr(ReasonInvalidRequest, "cannot build the operation identity")
-	}
-	fp, err := RequestFingerprint(req)
-	if err != nil {
-		note(ctx, &s.refused, outcomeRefused)
-		return nil, statusErr(ReasonInvalidRequest, "request cannot be fingerprinted")
-	}
-	creq := ledger.ClaimRequest{Identity: id, Fingerprint: fp}
-	if resolve {
-		return s.resolve(ctx, creq)
-	}
-
-	var (
-		workErr error
-		resp    any
-	)
-	out, err := s.runnerFor(method).Run(ctx, creq, func(ctx context.Context, tx *sql.Tx) (ledger.Result, error) {
+	ctx, call := s.core.Begin(ctx, method, resolve)
+	var resp any
+	ans := s.serveKeyed(ctx, call, md, req, resolve, func(ctx context.Context) (ledger.Result, error) {
 		r, herr := handler(ctx, req)
 		if herr != nil {
-			workErr = herr
 			return ledger.Result{}, herr
 		}
 		resp = r
 		return encodeResponse(r)
 	})
+	out, err := s.render(ctx, &ans, resp)
+	call.End(ctx, ans, telemetry.GRPCStatus.String(codeName(err)))
+	return out, err
+}
+
+// serveKeyed reads a keyed call and has the core run or resolve it.
+func (s *Server) serveKeyed(ctx context.Context, call *keyed.Call, md metadata.MD, req any, resolve bool, work keyed.Work) keyed.Answer {
+	caller, ok := s.caller(ctx)
+	id, refusal := call.Identify(caller, ok, md.Get(KeyHeader), nil)
 	switch {
-	case out.Replayed:
-		note(ctx, &s.replayed, outcomeReplayed)
-		return s.replay(ctx, out.Result)
-	case out.Executed:
-		note(ctx, &s.executed, outcomeExecuted)
-		if err != nil {
-			return nil, err // a recorded final error, as the handler returned it
+	case refusal.Outcome != 0:
+		return refusal
+	case resolve:
+		return call.Resolve(ctx, id)
+	}
+	fp, err := RequestFingerprint(req)
+	if err != nil {
+		return keyed.Answer{Outcome: keyed.RequestUnreadable, Err: err, Detail: "request cannot be fingerprinted"}
+	}
+	return call.Run(ctx, ledger.ClaimRequest{Identity: id, Fingerprint: fp}, work)
+}
+
+// render is the gRPC rendering of a keyed call's answer: resp (the
+// handler's response, for an executed call) or the stored answer, or the
+// status the error map gives its outcome. A stored response that cannot be
+// decoded changes the answer's outcome to keyed.ResultUnreadable.
+func (s *Server) render(ctx context.Context, a *keyed.Answer, resp any) (any, error) {
+	switch a.Outcome {
+	case keyed.Executed:
+		if a.Err != nil {
+			return nil, a.Err // a recorded final error, as the handler returned it
 		}
 		return resp, nil
-	}
-	return nil, s.failure(ctx, err, workErr)
-}
-
-// runnerFor returns the runner of a keyed method's calls.
-func (s *Server) runnerFor(method string) *txmiddleware.Runner {
-	if rc, ok := s.atCommit[method]; ok {
-		return rc
-	}
-	return s.runner
-}
-
-// failure maps an error of an unfinished keyed call to its status, as
-// the error map says.
-func (s *Server) failure(ctx context.Context, err, workErr error) error {
-	switch {
-	case errors.Is(err, ledger.ErrKeyReused):
-		note(ctx, &s.refused, outcomeRefused)
-		return statusErr(ReasonKeyReused, "idempotency key already used for a different request")
-	case errors.Is(err, ledger.ErrInProgress):
-		note(ctx, &s.refused, outcomeRefused)
-		s.setPushback(ctx)
-		return statusErr(ReasonInProgress, "another attempt with this idempotency key is in progress")
-	case errors.Is(err, ledger.ErrIncomplete):
-		note(ctx, &s.refused, outcomeRefused)
-		return statusErr(ReasonIncomplete, "an earlier attempt committed without a result; its outcome is unknown")
-	}
-	note(ctx, &s.failed, outcomeFailed)
-	switch {
-	case errors.Is(err, txmiddleware.ErrBusy):
-		s.setPushback(ctx)
-		return statusErr(ReasonStorageBusy, "the database was busy past the wait bound (no free connection, or another transaction held its write lock); nothing was committed; retry with the same idempotency key after the pushback")
-	case workErr != nil && errors.Is(err, workErr):
-		// The handler's own non-final error: nothing was recorded. A bare
-		// database error is not passed on to the client as it is.
-		if _, ok := status.FromError(workErr); !ok && s.dialect.Classify(workErr) != dialects.ClassOther {
-			return statusErr(ReasonStorageUnavailable, "the database failed; nothing was committed; retry with the same idempotency key")
+	case keyed.Replayed:
+		// In the trailer, not the header: response headers sent ahead of an
+		// error would commit the call for grpc-go's retries (and for the
+		// kit's evidence), so a replay lost on the way back could not be
+		// retried.
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(ReplayedHeader, "true", ReplayedCodeHeader, strconv.FormatUint(uint64(a.Result.Code), 10)))
+		if a.Result.Code != 0 {
+			if a.Err == nil {
+				return nil, status.Error(codes.Code(a.Result.Code), "")
+			}
+			return nil, a.Err
 		}
-		return workErr
-	case errors.Is(err, txmiddleware.ErrCommitUnknown):
-		return statusErr(ReasonOutcomeUnknown, "commit outcome unknown; resolve with the same idempotency key before retrying")
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		m, err := keyedproto.DecodeResponse(a.Result, s.types)
+		if err != nil {
+			*a = keyed.Answer{Outcome: keyed.ResultUnreadable, Err: err, Detail: strings.TrimPrefix(err.Error(), keyedproto.ErrUnreadable.Error()+": ")}
+			break
+		}
+		return m, nil
+	case keyed.NotStored:
+		return nil, a.Err
+	case keyed.RequestEnded:
 		if cerr := ctx.Err(); cerr != nil {
-			return status.FromContextError(cerr).Err()
+			return nil, status.FromContextError(cerr).Err()
 		}
-	case errors.Is(err, ledger.ErrInvalid):
-		return statusErr(ReasonResultNotStorable, "the response cannot be stored in the operation ledger; nothing was committed")
-	case errors.Is(err, ledger.ErrNotAcquired):
-		return statusErr(ReasonLedgerMisuse, "the operation ledger refused to complete its own claim; nothing was committed")
-	case errors.Is(err, ledger.ErrRetryable) && s.dialect.Classify(err) != dialects.ClassConnection:
-		return statusErr(ReasonTransactionAborted, "the transaction kept conflicting with others; nothing was committed; retry with the same idempotency key")
 	}
-	return statusErr(ReasonStorageUnavailable, "the operation ledger's database failed; nothing was committed; retry with the same idempotency key")
+	if a.Row().Pushback {
+		s.setPushback(ctx)
+	}
+	return nil, statusErr(a.Outcome, a.Detail)
 }
 
 // setPushback sets the server's grpc-retry-pushback-ms in the trailer.
@@ -537,83 +471,11 @@ func (s *Server) setPushback(ctx context.Context) {
 	_ = grpc.SetTrailer(ctx, metadata.Pairs(policy.PushbackHeader, strconv.FormatInt(s.pushback.Milliseconds(), 10)))
 }
 
-// resolve answers a resolve request without running the handler.
-func (s *Server) resolve(ctx context.Context, creq ledger.ClaimRequest) (any, error) {
-	e, err := s.runnerFor(creq.Identity.Method()).Lookup(ctx, creq.Identity)
-	switch {
-	case err == nil && e.State == ledger.Completed:
-		setOutcome(ctx, outcomeFound)
-		return s.replay(ctx, e.Result)
-	case err == nil:
-		setOutcome(ctx, outcomeRefused)
-		return nil, statusErr(ReasonIncomplete, "an earlier attempt committed without a result; its outcome is unknown")
-	case !errors.Is(err, ledger.ErrNotFound):
-		return nil, s.failure(ctx, err, nil)
-	}
-	// Nothing committed. An attempt may still be in flight, invisible to
-	// Lookup: probe with a claim that is always rolled back. It waits for
-	// an in-flight attempt (up to the wait bound) and never records.
-	out, err := s.probe.Run(ctx, creq, func(context.Context, *sql.Tx) (ledger.Result, error) {
-		return ledger.Result{}, errProbe
-	})
-	switch {
-	case errors.Is(err, errProbe):
-		setOutcome(ctx, outcomeNotFound)
-		return nil, statusErr(ReasonNotFound, "nothing was committed for this idempotency key; running the call again with it is safe")
-	case out.Replayed:
-		setOutcome(ctx, outcomeFound)
-		return s.replay(ctx, out.Result)
-	case errors.Is(err, ledger.ErrKeyReused):
-		// Committed meanwhile by a request with another fingerprint.
-		if e, lerr := s.runnerFor(creq.Identity.Method()).Lookup(ctx, creq.Identity); lerr == nil && e.State == ledger.Completed {
-			setOutcome(ctx, outcomeFound)
-			return s.replay(ctx, e.Result)
-		}
-	case errors.Is(err, txmiddleware.ErrBusy) && s.runnerFor(creq.Identity.Method()).InFlight(creq.Identity):
-		// The probe could not begin in time behind a call with the key that
-		// is still in flight here: that is the answer.
-		err = fmt.Errorf("%w: %w", ledger.ErrInProgress, err)
-	}
-	return nil, s.failure(ctx, err, nil)
-}
-
-var errProbe = errors.New("grpcint: resolve probe")
-
-// replay returns a stored outcome, marked as replayed.
-func (s *Server) replay(ctx context.Context, r ledger.Result) (any, error) {
-	// In the trailer, not the header: response headers sent ahead of an
-	// error would commit the call for grpc-go's retries (and for the
-	// kit's evidence), so a replay lost on the way back could not be
-	// retried.
-	_ = grpc.SetTrailer(ctx, metadata.Pairs(ReplayedHeader, "true", ReplayedCodeHeader, strconv.FormatUint(uint64(r.Code), 10)))
-	if r.Code != 0 {
-		return nil, s.codec.Decode(r)
-	}
-	return s.decode(r)
-}
-
-// decode rebuilds a stored response message.
-func (s *Server) decode(r ledger.Result) (any, error) {
-	mt, err := s.types.FindMessageByName(protoreflect.FullName(r.TypeName))
-	if err != nil {
-		return nil, statusErr(ReasonResultUnreadable, "stored response type "+strconv.Quote(r.TypeName)+" is not known to this server")
-	}
-	m := mt.New().Interface()
-	if err := proto.Unmarshal(r.Response, m); err != nil {
-		return nil, statusErr(ReasonResultUnreadable, "stored response does not decode as "+r.TypeName)
-	}
-	return m, nil
-}
-
 // encodeResponse is the stored form of a handler's response.
 func encodeResponse(resp any) (ledger.Result, error) {
-	m, ok := resp.(proto.Message)
-	if !ok || m == nil {
-		return ledger.Result{}, status.Errorf(codes.Internal, "grpcint: response of type %T is not a protobuf message", resp)
-	}
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	r, err := keyedproto.EncodeResponse(resp)
 	if err != nil {
-		return ledger.Result{}, status.Errorf(codes.Internal, "grpcint: encode response: %v", err)
+		return ledger.Result{}, status.Errorf(codes.Internal, "grpcint: %v", err)
 	}
-	return ledger.Result{Response: b, TypeName: string(m.ProtoReflect().Descriptor().FullName())}, nil
+	return r, nil
 }

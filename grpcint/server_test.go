@@ -18,7 +18,9 @@ import (
 	"github.com/opledger/opledger/examples/payments"
 	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
+	"github.com/opledger/opledger/internal/keyedtest"
 	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/policy"
 )
@@ -273,5 +275,56 @@ func TestFinalErrorSaysAttempts(t *testing.T) {
 	ci, _ = grpcint.CallInfoOf(err)
 	if status.Code(err) != codes.Unavailable || ci.Attempts != 3 || ci.Reason != grpcint.ReasonNotSent || ci.Next != policy.Retry || ci.Key != "k-dead" {
 		t.Errorf("keyed call to a dead address: %v (%+v), want 3 attempts, not sent, retry, key k-dead", err, ci)
+	}
+}
+
+// TestNewServerFor: the server runs on any keyed.Transactions: its calls,
+// its claim-at-commit methods and its resolves go through the runners the
+// seam builds, and the handler finds its transaction in its context.
+func TestNewServerFor(t *testing.T) {
+	ctx := context.Background()
+	tg := targets()[0]
+	db := tg.Open(t, 4)
+	table, biz := newTables(t, db, tg.Dialect)
+	store, err := ledger.New(tg.Dialect, ledger.WithTable(table))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat, err := payments.Catalog()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx := &keyedtest.Counting{Transactions: keyed.SQL(db, store)}
+	s, err := grpcint.NewServerFor(tx, cat, grpcint.CallerFromTrustedHeader(callerHeader), grpcint.WithClaimAtCommit(paymentspb.TransferMethod))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tx.Runners.Load() != 3 {
+		t.Fatalf("%d runners built; want the calls', the claim-at-commit methods' and the resolve probe's", tx.Runners.Load())
+	}
+	e := serveKit(t, db, tg.Dialect, biz, s, nil)
+	first, err := e.pc.Transfer(as(ctx, "alice", "k"), transfer("r", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := e.pc.Transfer(as(ctx, "alice", "k"), transfer("r", 1))
+	if err != nil || again.GetTransferId() != first.GetTransferId() || e.rows(t, "r") != 1 {
+		t.Fatalf("replay %v, %v", again, err)
+	}
+	var reply paymentspb.TransferReply
+	if err := grpcint.Resolve(as(ctx, "alice", ""), e.conn, paymentspb.TransferMethod, "k", &paymentspb.TransferRequest{}, &reply); err != nil || reply.GetTransferId() != first.GetTransferId() {
+		t.Fatalf("resolve %v, %v", &reply, err)
+	}
+	if err := grpcint.Resolve(as(ctx, "alice", ""), e.conn, paymentspb.TransferMethod, "never", &paymentspb.TransferRequest{}, &reply); grpcint.ReasonOf(err) != grpcint.ReasonNotFound {
+		t.Fatalf("resolve of a key never used: %v", err)
+	}
+	if n := tx.Runs.Load(); n != 3 { // two calls and the probe of the resolve that found nothing
+		t.Errorf("%d runs through the seam, want 3", n)
+	}
+	if _, err := grpcint.NewServerFor(nil, cat, grpcint.CallerFromTrustedHeader(callerHeader)); !errors.Is(err, grpcint.ErrInvalidConfig) {
+		t.Errorf("nil transactions: %v", err)
+	}
+	if _, err := grpcint.NewServerFor(keyed.SQL(db, nil), cat, grpcint.CallerFromTrustedHeader(callerHeader)); !errors.Is(err, grpcint.ErrInvalidConfig) {
+		t.Errorf("transactions without a dialect: %v", err)
 	}
 }

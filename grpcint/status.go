@@ -2,13 +2,14 @@ package grpcint
 
 import (
 	"errors"
-	"strconv"
 	"strings"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/opledger/opledger/keyed"
+	"github.com/opledger/opledger/keyed/retry"
 	"github.com/opledger/opledger/policy"
 )
 
@@ -143,11 +144,14 @@ func newStatus(c codes.Code, reason Reason, msg string, meta map[string]string) 
 	return st
 }
 
-// statusErr builds the server's error for reason, with the code the error
-// map gives it.
-func statusErr(reason Reason, msg string) error {
-	m, _ := mapping(reason)
-	return newStatus(m.Code, reason, msg, nil).Err()
+// statusErr builds the server's error for outcome o: the code and the
+// reason its rendering gives it.
+func statusErr(o keyed.Outcome, msg string) error {
+	c := codeOf(o)
+	if c == codes.Unknown {
+		c = codes.Internal // an outcome the server never answers itself
+	}
+	return newStatus(c, Reason(o.Row().Reason), msg, nil).Err()
 }
 
 // kitInfos returns the kit's ErrorInfo details in err's status, in order.
@@ -182,6 +186,8 @@ func ReasonOf(err error) Reason {
 type CallInfo struct {
 	// Reason is the kit's reading of the call (as ReasonOf returns it).
 	Reason Reason
+	// Outcome is the same reading in package keyed's classification.
+	Outcome keyed.Outcome
 	// Next is what the caller can do: policy.Retry (nothing was
 	// committed: calling again with Key is safe), policy.ResolveFirst
 	// (the outcome is unknown: resolve with Key before anything else, see
@@ -200,36 +206,17 @@ type CallInfo struct {
 	Decision string
 }
 
-// Metadata keys of the client's ErrorInfo.
-const (
-	metaAttempts = "attempts"
-	metaResolves = "resolves"
-	metaNext     = "next"
-	metaKey      = "key"
-	metaDecision = "decision"
-)
-
 // CallInfoOf returns what the client interceptor recorded in err, and
 // false when err did not come from it.
 func CallInfoOf(err error) (CallInfo, bool) {
 	infos := kitInfos(err)
 	for i := len(infos) - 1; i >= 0; i-- {
-		md := infos[i].GetMetadata()
-		if _, ok := md[metaAttempts]; !ok {
+		ri, ok := retry.InfoOf(infos[i].GetReason(), infos[i].GetMetadata())
+		if !ok {
 			continue
 		}
-		ci := CallInfo{Reason: Reason(infos[i].GetReason()), Key: md[metaKey], Decision: md[metaDecision]}
-		ci.Attempts, _ = strconv.Atoi(md[metaAttempts])
-		ci.Resolves, _ = strconv.Atoi(md[metaResolves])
-		switch md[metaNext] {
-		case policy.Retry.String():
-			ci.Next = policy.Retry
-		case policy.ResolveFirst.String():
-			ci.Next = policy.ResolveFirst
-		default:
-			ci.Next = policy.DoNotRetry
-		}
-		return ci, true
+		return CallInfo{Reason: Reason(infos[i].GetReason()), Outcome: ri.Outcome, Next: retry.Action(ri.Next), Key: ri.Key,
+			Attempts: ri.Attempts, Resolves: ri.Resolves, Decision: ri.Decision}, true
 	}
 	return CallInfo{}, false
 }
@@ -237,37 +224,17 @@ func CallInfoOf(err error) (CallInfo, bool) {
 // withCallInfo returns err (its code and details, its message followed by
 // the attempt count and the decision) with the client's ErrorInfo
 // appended.
-func withCallInfo(err error, ci CallInfo) error {
+func withCallInfo(err error, ci retry.Info) error {
 	st, ok := status.FromError(err)
 	if !ok {
 		st = status.FromContextError(err)
 	}
 	p := st.Proto()
-	suffix := " (after " + strconv.Itoa(ci.Attempts) + " attempt"
-	if ci.Attempts != 1 {
-		suffix += "s"
-	}
-	if ci.Resolves > 0 {
-		suffix += ", " + strconv.Itoa(ci.Resolves) + " of them resolve"
-		if ci.Resolves != 1 {
-			suffix += "s"
-		}
-	}
-	suffix += ": " + ci.Decision + ")"
-	if !strings.HasSuffix(p.GetMessage(), suffix) {
+	if suffix := ci.Suffix(); !strings.HasSuffix(p.GetMessage(), suffix) {
 		p.Message = p.GetMessage() + suffix
 	}
 	st = status.FromProto(p)
-	meta := map[string]string{
-		metaAttempts: strconv.Itoa(ci.Attempts),
-		metaResolves: strconv.Itoa(ci.Resolves),
-		metaNext:     ci.Next.String(),
-		metaDecision: ci.Decision,
-	}
-	if ci.Key != "" {
-		meta[metaKey] = ci.Key
-	}
-	if d, derr := st.WithDetails(&errdetails.ErrorInfo{Reason: string(ci.Reason), Domain: ErrorDomain, Metadata: meta}); derr == nil {
+	if d, derr := st.WithDetails(&errdetails.ErrorInfo{Reason: ci.Outcome.Row().Reason, Domain: ErrorDomain, Metadata: ci.Metadata()}); derr == nil {
 		st = d
 	}
 	return st.Err()

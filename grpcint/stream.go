@@ -7,6 +7,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 
+	"github.com/opledger/opledger/keyed"
+	"github.com/opledger/opledger/keyed/retry"
 	"github.com/opledger/opledger/policy"
 )
 
@@ -88,9 +90,9 @@ func (s *retryStream) CloseSend() error {
 // stopped returns err with the client's reading: the stream delivered
 // nothing, and it was not retried for the reason why.
 func (s *retryStream) stopped(err error, why string) error {
-	ci := CallInfo{Reason: ReasonCallOutcomeUnknown, Next: policy.Retry, Attempts: s.attempts, Decision: why}
+	ci := retry.Info{Outcome: keyed.CallOutcomeUnknown, Next: keyed.Retry, Attempts: s.attempts, Decision: why}
 	if !s.ev.reached() {
-		ci.Reason = ReasonNotSent
+		ci.Outcome = keyed.NotSent
 	}
 	return withCallInfo(err, ci)
 }
@@ -140,7 +142,7 @@ func (s *retryStream) recv(m any) error {
 			s.c.obs.refused(s.ctx, s.method, "")
 			return s.stopped(err, "budget-exhausted")
 		}
-		if why := s.c.pause(s.ctx, &s.step, s.Trailer().Get(policy.PushbackHeader), nil); why != "" {
+		if why := retry.Pause(s.ctx, s.c.cfg.backoff, &s.step, s.Trailer().Get(policy.PushbackHeader), nil); why != "" {
 			return s.stopped(err, why)
 		}
 		s.c.c.retries.Add(1)

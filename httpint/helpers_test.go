@@ -2,6 +2,7 @@ package httpint_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/opledger/opledger/httpint"
 	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/txmiddleware"
 )
@@ -23,7 +25,8 @@ import (
 // callerHeader is the header the tests' gateway would set.
 const callerHeader = "X-Test-Caller"
 
-// testHeader tells the test handler what to do: "panic", "block" (wait
+// testHeader tells the test handler what to do: "panic", "stream" (say
+// whether the ResponseWriter can flush or hijack), "block" (wait
 // for the gate or the end of the request's context), "big" (write more than the response limit),
 // "big-headers" (a stored header of twice StoredHeaderRoom), "default-limit" (a body of exactly
 // DefaultMaxResponseBody bytes),
@@ -52,6 +55,13 @@ var routes = []string{"POST /items", "PUT /orders/{id}"}
 // ledger (wrapped by wrap, when not nil) with opts.
 func newEnv(t testing.TB, te *testdb.Env, wrap func(*ledger.Store) ledger.Ledger, opts ...httpint.Option) *env {
 	t.Helper()
+	return newEnvFor(t, te, wrap, nil, opts...)
+}
+
+// newEnvFor is newEnv with the middleware on the transactions txOf
+// returns for the database and the ledger (httpint.New's when nil).
+func newEnvFor(t testing.TB, te *testdb.Env, wrap func(*ledger.Store) ledger.Ledger, txOf func(*sql.DB, ledger.Ledger) keyed.Transactions, opts ...httpint.Option) *env {
+	t.Helper()
 	store, err := ledger.New(te.Dialect, ledger.WithTable(te.Table))
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +71,12 @@ func newEnv(t testing.TB, te *testdb.Env, wrap func(*ledger.Store) ledger.Ledger
 		l = wrap(store)
 	}
 	e := &env{Env: te, store: store, entered: make(chan struct{}, 64), release: make(chan struct{})}
-	mw, err := httpint.New(te.DB, l, httpint.CallerFromTrustedHeader(callerHeader), routes, opts...)
+	var mw *httpint.Middleware
+	if txOf != nil {
+		mw, err = httpint.NewFor(txOf(te.DB, l), httpint.CallerFromTrustedHeader(callerHeader), routes, opts...)
+	} else {
+		mw, err = httpint.New(te.DB, l, httpint.CallerFromTrustedHeader(callerHeader), routes, opts...)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,6 +126,11 @@ func (e *env) handle(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case mode == "panic":
 		panic("test handler panics")
+	case mode == "stream":
+		_, flusher := w.(http.Flusher)
+		_, hijacker := w.(http.Hijacker)
+		fmt.Fprintf(w, "flusher=%v hijacker=%v", flusher, hijacker)
+		return
 	case mode == "block":
 		e.entered <- struct{}{}
 		select {

@@ -8,13 +8,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"sync/atomic"
+
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/internal/methodname"
 	"github.com/opledger/opledger/internal/options"
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
-	"github.com/opledger/opledger/txmiddleware"
 )
 
 // ErrInvalidConfig is returned (wrapped) by New for a configuration that
@@ -31,7 +32,8 @@ type Stats struct {
 	Executed int64
 	// Replayed counts keyed requests answered with a stored response.
 	Replayed int64
-	// Resolves counts resolve requests, whatever they found.
+	// Resolves counts resolve requests, whatever they found (and only
+	// here).
 	Resolves int64
 	// Refused counts keyed requests refused before the handler ran: no
 	// caller, no or a bad key, a body too large, a reused key, a request
@@ -44,21 +46,16 @@ type Stats struct {
 
 // Middleware runs the handlers of keyed routes inside one transaction
 // with their ledger claim, stores their responses and replays them to
-// retries with the same key. It is safe for concurrent use.
+// retries with the same key: an HTTP rendering of package keyed's core.
+// It is safe for concurrent use.
 type Middleware struct {
-	db      *sql.DB
-	l       ledger.Ledger
 	dialect dialects.Dialect
 	caller  CallerFunc
 	cfg     config
 	routes  *http.ServeMux
 	methods map[string]bool
 	allow   map[string]bool
-	runner  *txmiddleware.Runner
-	commit  map[string]*txmiddleware.Runner // WithClaimAtCommit's routes
-	probe   *txmiddleware.Runner
-
-	executed, replayed, resolves, refused, failed atomic.Int64
+	core    *keyed.Server
 }
 
 // route is the internal mux's handler of one keyed route: matching a
@@ -75,7 +72,7 @@ func (route) ServeHTTP(http.ResponseWriter, *http.Request) {}
 // handlers of keyed routes write through the transaction in db that holds
 // the claim in l (see txmiddleware.TxFromContext on the request's
 // context), and caller fingerprints who asks; a keyed request without a
-// caller is answered 401.
+// caller is answered 401. It is NewFor with keyed.SQL(db, l).
 //
 // The identity of a keyed request is the caller, the route ("PUT
 // /orders/{id}", not the request's path) and the SHA-256 of the key; its
@@ -88,14 +85,27 @@ func New(db *sql.DB, l ledger.Ledger, caller CallerFunc, routes []string, opts .
 		return nil, fmt.Errorf("%w: nil database", ErrInvalidConfig)
 	case l == nil:
 		return nil, fmt.Errorf("%w: nil ledger", ErrInvalidConfig)
+	}
+	return NewFor(keyed.SQL(db, l), caller, routes, opts...)
+}
+
+// NewFor is New on the transactions of tx, any transaction API's (see
+// keyed.Transactions): keyed.SQL for database/sql, or another API's, whose
+// handlers find their transaction with that API's function. When tx
+// implements ledger.ResultSizer, a response body limit it cannot store is
+// refused. Everything else is as for New.
+func NewFor(tx keyed.Transactions, caller CallerFunc, routes []string, opts ...Option) (*Middleware, error) {
+	switch {
+	case tx == nil:
+		return nil, fmt.Errorf("%w: nil transactions", ErrInvalidConfig)
 	case caller == nil:
 		return nil, fmt.Errorf("%w: nil caller function", ErrInvalidConfig)
-	case l.Dialect() == nil:
+	case tx.Dialect() == nil:
 		return nil, fmt.Errorf("%w: the ledger has no dialect", ErrInvalidConfig)
 	case len(routes) == 0:
 		return nil, fmt.Errorf("%w: no keyed route", ErrInvalidConfig)
 	}
-	m := &Middleware{db: db, l: l, dialect: l.Dialect(), caller: caller, cfg: defaults(),
+	m := &Middleware{dialect: tx.Dialect(), caller: caller, cfg: defaults(),
 		routes: http.NewServeMux(), methods: map[string]bool{}, allow: map[string]bool{}}
 	if err := options.Apply(&m.cfg, opts, func(o Option) options.Option[config] { return o.o }); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
@@ -107,7 +117,7 @@ func New(db *sql.DB, l ledger.Ledger, caller CallerFunc, routes []string, opts .
 		}
 		known[op] = true
 	}
-	if rs, ok := l.(ledger.ResultSizer); ok && m.cfg.maxResponse > rs.MaxResultSize()-StoredHeaderRoom {
+	if rs, ok := tx.(ledger.ResultSizer); ok && m.cfg.maxResponse > rs.MaxResultSize()-StoredHeaderRoom {
 		return nil, fmt.Errorf("%w: a response body of %d bytes (WithMaxResponseBody) and %d bytes for its stored headers (StoredHeaderRoom) are over the ledger's result limit of %d bytes (ledger.WithMaxResultSize): a response at the limit could not be stored",
 			ErrInvalidConfig, m.cfg.maxResponse, StoredHeaderRoom, rs.MaxResultSize())
 	}
@@ -117,34 +127,17 @@ func New(db *sql.DB, l ledger.Ledger, caller CallerFunc, routes []string, opts .
 	if m.cfg.setCookie {
 		m.allow["Set-Cookie"] = true
 	}
-	base := append([]txmiddleware.Option(nil), m.cfg.txOpts...)
-	if m.cfg.lockWait > 0 {
-		base = append(base, txmiddleware.WithLockWait(m.cfg.lockWait))
+	for _, op := range m.cfg.atCommit {
+		if !known[op] {
+			return nil, fmt.Errorf("%w: WithClaimAtCommit: %q is not one of the keyed routes", ErrInvalidConfig, op)
+		}
 	}
-	r, err := txmiddleware.New(db, l, append(base, txmiddleware.WithErrorCodec(codec{}))...)
+	core, err := keyed.NewServer(tx, keyed.ServerConfig{Codec: codec{}, TxOptions: m.cfg.txOpts, LockWait: m.cfg.lockWait,
+		AtCommit: m.cfg.atCommit, KeyHeader: KeyHeader, KeyNoun: KeyHeader})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	// The resolve probe records nothing (no codec): its claim always
-	// rolls back.
-	p, err := txmiddleware.New(db, l, base...)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-	}
-	m.runner, m.probe = r, p
-	if len(m.cfg.atCommit) > 0 {
-		rc, err := txmiddleware.New(db, l, append(base, txmiddleware.WithErrorCodec(codec{}), txmiddleware.WithClaimAtCommit())...)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-		}
-		m.commit = map[string]*txmiddleware.Runner{}
-		for _, op := range m.cfg.atCommit {
-			if !known[op] {
-				return nil, fmt.Errorf("%w: WithClaimAtCommit: %q is not one of the keyed routes", ErrInvalidConfig, op)
-			}
-			m.commit[op] = rc
-		}
-	}
+	m.core = core
 	return m, nil
 }
 
@@ -173,10 +166,7 @@ func (m *Middleware) addRoute(op string) (err error) {
 }
 
 // Stats returns a snapshot of the counters.
-func (m *Middleware) Stats() Stats {
-	return Stats{Executed: m.executed.Load(), Replayed: m.replayed.Load(), Resolves: m.resolves.Load(),
-		Refused: m.refused.Load(), Failed: m.failed.Load()}
-}
+func (m *Middleware) Stats() Stats { return Stats(m.core.Stats()) }
 
 // Handler returns next behind the middleware: the shape
 // func(http.Handler) http.Handler that routers take. For a keyed route it:
@@ -209,125 +199,81 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 			return
 		}
 		h, _ := m.routes.Handler(r)
-		rt, keyed := h.(route)
+		rt, isKeyed := h.(route)
 		switch {
-		case keyed:
+		case isKeyed:
 			m.keyed(w, r, rt.op, resolve, next)
 		case resolve:
-			writeProblem(w, OutcomeNotKeyed, r.Method+" "+r.URL.Path+" is not a keyed route; there is nothing to resolve", 0)
+			writeProblem(w, keyed.NotKeyed, r.Method+" "+r.URL.Path+" is not a keyed route; there is nothing to resolve", 0)
 		default:
 			next.ServeHTTP(w, r)
 		}
 	})
 }
 
-func (m *Middleware) refuse(w http.ResponseWriter, name, detail string) {
-	m.refused.Add(1)
-	writeProblem(w, name, detail, m.cfg.retryAfter)
+func (m *Middleware) keyed(w http.ResponseWriter, r *http.Request, op string, resolve bool, next http.Handler) {
+	ctx, call := m.core.Begin(r.Context(), op, resolve)
+	r = r.WithContext(ctx)
+	ans, last := m.serve(call, r, resolve, next)
+	status := m.render(w, &ans, last)
+	call.End(ctx, ans, httpStatus.Int(status))
 }
 
-func (m *Middleware) keyed(w http.ResponseWriter, r *http.Request, op string, resolve bool, next http.Handler) {
-	if resolve {
-		m.resolves.Add(1)
-	}
+// httpStatus is OpenTelemetry's attribute of a response's status.
+const httpStatus = attribute.Key("http.response.status_code")
+
+// serve reads a keyed request and has the core run or resolve it. last is
+// the last run's recorded response, nil when the handler did not run.
+func (m *Middleware) serve(call *keyed.Call, r *http.Request, resolve bool, next http.Handler) (keyed.Answer, *recorder) {
 	caller, ok := m.caller(r)
-	if !ok {
-		m.refuse(w, OutcomeNoCaller, "no authenticated caller for a keyed request")
-		return
-	}
-	fields := r.Header[KeyHeader]
-	switch {
-	case len(fields) == 0:
-		m.refuse(w, OutcomeMissingKey, op+" needs an Idempotency-Key header")
-		return
-	case len(fields) > 1:
-		m.refuse(w, OutcomeInvalidKey, "more than one Idempotency-Key header")
-		return
-	}
 	parse := ParseKey
 	if m.cfg.bareKeys {
 		parse = parseBareKey
 	}
-	key, err := parse(fields[0])
-	if err != nil {
-		m.refuse(w, OutcomeInvalidKey, err.Error())
-		return
+	id, refusal := call.Identify(caller, ok, r.Header[KeyHeader], parse)
+	switch {
+	case refusal.Outcome != 0:
+		return refusal, nil
+	case resolve:
+		return call.Resolve(r.Context(), id), nil
 	}
-	id, err := ledger.NewIdentity(caller, op, key)
-	if err != nil {
-		var ie *ledger.InputError
-		if errors.As(err, &ie) && ie.Field == "caller" {
-			m.refuse(w, OutcomeNoCaller, "the caller fingerprint is not usable: "+ie.Reason)
-			return
-		}
-		m.refuse(w, OutcomeInvalidKey, "the idempotency key is not usable")
-		return
-	}
-	if resolve {
-		m.resolve(w, r, id)
-		return
-	}
-
+	tooLarge := keyed.Answer{Outcome: keyed.RequestTooLarge, Detail: fmt.Sprintf("the body is over the limit of %d bytes", m.cfg.maxRequest)}
 	if r.ContentLength > m.cfg.maxRequest {
-		m.refuse(w, OutcomeRequestTooLarge, fmt.Sprintf("the body is over the limit of %d bytes", m.cfg.maxRequest))
-		return
+		return tooLarge, nil
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, m.cfg.maxRequest+1))
 	switch {
 	case err != nil:
-		m.refuse(w, OutcomeRequestUnreadable, "the body could not be read")
-		return
+		return keyed.Answer{Outcome: keyed.RequestUnreadable, Err: err, Detail: "the body could not be read"}, nil
 	case int64(len(body)) > m.cfg.maxRequest:
-		m.refuse(w, OutcomeRequestTooLarge, fmt.Sprintf("the body is over the limit of %d bytes", m.cfg.maxRequest))
-		return
+		return tooLarge, nil
 	}
 	fp, err := m.fingerprint(r, body)
 	if err != nil {
-		m.refuse(w, OutcomeRequestUnreadable, "the body cannot be fingerprinted: "+err.Error())
-		return
+		return keyed.Answer{Outcome: keyed.RequestUnreadable, Err: err, Detail: "the body cannot be fingerprinted: " + err.Error()}, nil
 	}
-
 	var last *recorder
-	out, err := m.runnerFor(op).Run(r.Context(), ledger.ClaimRequest{Identity: id, Fingerprint: fp},
-		func(ctx context.Context, tx *sql.Tx) (ledger.Result, error) {
-			rec := newRecorder(m.cfg.maxResponse)
-			last = rec
-			slot := &reported{}
-			req := r.WithContext(context.WithValue(ctx, reportKey{}, slot))
-			req.Body = io.NopCloser(bytes.NewReader(body))
-			next.ServeHTTP(rec, req)
-			status := rec.statusCode()
-			switch {
-			case rec.overflow:
-				return ledger.Result{}, errResponseTooLarge
-			case slot.err != nil && m.transientErr(slot.err):
-				return ledger.Result{}, &notStored{status: status, err: slot.err}
-			case status < 400:
-				return encodeResponse(status, rec.header, m.allow, rec.body.Bytes()), nil
-			case m.cfg.final(status):
-				return ledger.Result{}, &finalResponse{encodeResponse(status, rec.header, m.allow, rec.body.Bytes())}
-			}
+	ans := call.Run(r.Context(), ledger.ClaimRequest{Identity: id, Fingerprint: fp}, func(ctx context.Context) (ledger.Result, error) {
+		rec := newRecorder(m.cfg.maxResponse)
+		last = rec
+		slot := &reported{}
+		req := r.WithContext(context.WithValue(ctx, reportKey{}, slot))
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		next.ServeHTTP(rec, req)
+		status := rec.statusCode()
+		switch {
+		case rec.overflow:
+			return ledger.Result{}, errResponseTooLarge
+		case slot.err != nil && m.transientErr(slot.err):
 			return ledger.Result{}, &notStored{status: status, err: slot.err}
-		})
-	switch {
-	case out.Replayed:
-		m.replayed.Add(1)
-		m.replay(w, out.Result)
-		return
-	case out.Executed:
-		m.executed.Add(1)
-		last.send(w)
-		return
-	}
-	m.failure(w, err, last)
-}
-
-// runnerFor returns the runner of a keyed route's requests.
-func (m *Middleware) runnerFor(op string) *txmiddleware.Runner {
-	if rc, ok := m.commit[op]; ok {
-		return rc
-	}
-	return m.runner
+		case status < 400:
+			return encodeResponse(status, rec.header, m.allow, rec.body.Bytes()), nil
+		case m.cfg.final(status):
+			return ledger.Result{}, &finalResponse{encodeResponse(status, rec.header, m.allow, rec.body.Bytes())}
+		}
+		return ledger.Result{}, &notStored{status: status, err: slot.err}
+	})
+	return ans, last
 }
 
 // transientErr reports whether an error the handler reported is one of
@@ -337,99 +283,30 @@ func (m *Middleware) transientErr(err error) bool {
 	return m.dialect.Classify(err) != dialects.ClassOther
 }
 
-// failure answers a keyed request that committed nothing, as the outcome
-// table says.
-func (m *Middleware) failure(w http.ResponseWriter, err error, last *recorder) {
-	switch {
-	case errors.Is(err, ledger.ErrKeyReused):
-		m.refuse(w, OutcomeKeyReused, "the Idempotency-Key was already used for a different request")
-		return
-	case errors.Is(err, ledger.ErrInProgress):
-		m.refuse(w, OutcomeInProgress, "a request with the same Idempotency-Key is being processed; retry after Retry-After")
-		return
-	case errors.Is(err, ledger.ErrIncomplete):
-		m.refuse(w, OutcomeIncomplete, "an earlier request committed without a response; its outcome is unknown")
-		return
-	}
-	m.failed.Add(1)
-	var ns *notStored
-	switch {
-	case errors.Is(err, txmiddleware.ErrBusy):
-		writeProblem(w, OutcomeStorageBusy, "the database was busy past the wait bound (no free connection, or another transaction held its write lock); nothing was committed; retry with the same Idempotency-Key after Retry-After", m.cfg.retryAfter)
-	case errors.Is(err, txmiddleware.ErrCommitUnknown):
-		writeProblem(w, OutcomeCommitUnknown, "the commit's outcome is unknown; resolve with the same Idempotency-Key before sending the request again", m.cfg.retryAfter)
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		writeProblem(w, OutcomeRequestEnded, "the request ended before its outcome was committed; nothing was committed", m.cfg.retryAfter)
-	case errors.As(err, &ns) && !errors.Is(err, ledger.ErrRetryable) && (ns.err == nil || !m.transientErr(ns.err)) && last != nil:
-		last.send(w) // the handler's own answer, not stored
-	case errors.Is(err, errResponseTooLarge):
-		writeProblem(w, OutcomeResponseTooLarge, fmt.Sprintf("the response is over the limit of %d bytes; nothing was committed", m.cfg.maxResponse), 0)
-	case errors.Is(err, ledger.ErrInvalid):
-		writeProblem(w, OutcomeNotStorable, "the response cannot be stored in the operation ledger; nothing was committed", 0)
-	case errors.Is(err, ledger.ErrNotAcquired):
-		writeProblem(w, OutcomeLedgerMisuse, "the operation ledger refused to complete its own claim; nothing was committed", 0)
-	case errors.Is(err, ledger.ErrRetryable) && m.dialect.Classify(err) != dialects.ClassConnection:
-		writeProblem(w, OutcomeTxAborted, "the transaction kept conflicting with others; nothing was committed; retry with the same Idempotency-Key", m.cfg.retryAfter)
-	default:
-		writeProblem(w, OutcomeStorage, "the database failed; nothing was committed; retry with the same Idempotency-Key", m.cfg.retryAfter)
-	}
-}
-
-// replay answers with a stored response.
-func (m *Middleware) replay(w http.ResponseWriter, res ledger.Result) {
-	s, err := decodeResponse(res)
-	if err != nil {
-		writeProblem(w, OutcomeUnreadable, "the stored response cannot be read by this server", 0)
-		return
-	}
-	writeStored(w, s)
-}
-
-// resolve answers a resolve request without running the handler.
-func (m *Middleware) resolve(w http.ResponseWriter, r *http.Request, id ledger.Identity) {
-	ctx := r.Context()
-	e, err := m.runnerFor(id.Method()).Lookup(ctx, id)
-	switch {
-	case err == nil && e.State == ledger.Completed:
-		m.replay(w, e.Result)
-		return
-	case err == nil:
-		m.failure(w, ledger.ErrIncomplete, nil)
-		return
-	case !errors.Is(err, ledger.ErrNotFound):
-		m.failure(w, err, nil)
-		return
-	}
-	// Nothing committed. A request may still be in flight, invisible to
-	// Lookup: probe with a claim that is always rolled back. It waits for
-	// it (up to the wait bound) and never records. Its fingerprint is not
-	// the request's: a resolve does not compare requests.
-	probeFP := ledger.FingerprintOf([]byte("opledger/httpint resolve probe"))
-	out, err := m.probe.Run(ctx, ledger.ClaimRequest{Identity: id, Fingerprint: probeFP},
-		func(context.Context, *sql.Tx) (ledger.Result, error) { return ledger.Result{}, errProbe })
-	switch {
-	case errors.Is(err, errProbe):
-		writeProblem(w, OutcomeNotFound, "nothing was committed for this Idempotency-Key; sending the request again with it is safe", 0)
-		return
-	case out.Replayed:
-		m.replay(w, out.Result)
-		return
-	case errors.Is(err, ledger.ErrKeyReused):
-		// Completed meanwhile (the probe's fingerprint is never the
-		// request's): read it.
-		if e, lerr := m.runnerFor(id.Method()).Lookup(ctx, id); lerr == nil && e.State == ledger.Completed {
-			m.replay(w, e.Result)
-			return
+// render is the HTTP rendering of a keyed request's answer: the handler's
+// response (last), the stored one, or the problem of its outcome. It
+// returns the status sent. A stored response that cannot be read changes
+// the answer's outcome to keyed.ResultUnreadable.
+func (m *Middleware) render(w http.ResponseWriter, a *keyed.Answer, last *recorder) int {
+	switch a.Outcome {
+	case keyed.Executed, keyed.NotStored:
+		if last != nil {
+			last.send(w)
+			return last.statusCode()
 		}
-	case errors.Is(err, txmiddleware.ErrBusy) && m.runnerFor(id.Method()).InFlight(id):
-		// The probe could not begin in time behind a request with the key
-		// that is still in flight here: that is the answer.
-		err = fmt.Errorf("%w: %w", ledger.ErrInProgress, err)
+	case keyed.Replayed:
+		s, err := decodeResponse(a.Result)
+		if err == nil {
+			writeStored(w, s)
+			return s.status
+		}
+		*a = keyed.Answer{Outcome: keyed.ResultUnreadable, Err: err, Detail: "the stored response cannot be read by this server"}
+	case keyed.ResponseTooLarge:
+		a.Detail = fmt.Sprintf("the response is over the limit of %d bytes; nothing was committed", m.cfg.maxResponse)
 	}
-	m.failure(w, err, nil)
+	writeProblem(w, a.Outcome, a.Detail, m.cfg.retryAfter)
+	return problemOf(a.Outcome).Status
 }
-
-var errProbe = errors.New("httpint: resolve probe")
 
 type reportKey struct{}
 

@@ -2,6 +2,7 @@ package httpint_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"net/http"
 	"strings"
@@ -11,7 +12,9 @@ import (
 
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/httpint"
+	"github.com/opledger/opledger/internal/keyedtest"
 	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/txmiddleware"
 )
@@ -333,5 +336,37 @@ func TestCallers(t *testing.T) {
 	r = r.WithContext(context.WithValue(r.Context(), key{}, "alice"))
 	if c, ok := first(r); !ok || c != "principal:alice" {
 		t.Errorf("a repeated header is no caller; FirstCaller = %q, %v", c, ok)
+	}
+}
+
+// TestNewFor: the middleware runs on any keyed.Transactions: its requests,
+// its claim-at-commit routes and its resolves go through the runners the
+// seam builds, and the handler finds its transaction in its context.
+func TestNewFor(t *testing.T) {
+	tg := testdb.Targets()[0]
+	te := testdb.NewEnv(t, tg.Name, tg.Dialect, tg.Open(t, 4))
+	var tx *keyedtest.Counting
+	e := newEnvFor(t, te, nil, func(db *sql.DB, l ledger.Ledger) keyed.Transactions {
+		tx = &keyedtest.Counting{Transactions: keyed.SQL(db, l)}
+		return tx
+	}, httpint.WithClaimAtCommit("PUT /orders/{id}"))
+	if tx.Runners.Load() != 3 {
+		t.Fatalf("%d runners built; want the requests', the claim-at-commit routes' and the resolve probe's", tx.Runners.Load())
+	}
+	first := e.do(t, req{caller: "alice", key: "k", body: "r"})
+	again := e.do(t, req{caller: "alice", key: "k", body: "r"})
+	if first.status != 201 || !again.replayed() || again.body != first.body || e.BizRows(t, "r") != 1 {
+		t.Fatalf("first %d %q, again %d %q (replayed %v)", first.status, first.body, again.status, again.body, again.replayed())
+	}
+	resolve := map[string]string{httpint.ResolveHeader: "1"}
+	if got := e.do(t, req{caller: "alice", key: "k", header: resolve}); !got.replayed() || got.body != first.body {
+		t.Fatalf("resolve: %d %q", got.status, got.body)
+	}
+	wantProblem(t, e.do(t, req{caller: "alice", key: "never", header: resolve}), httpint.OutcomeNotFound, "")
+	if n := tx.Runs.Load(); n != 3 { // two requests and the probe of the resolve that found nothing
+		t.Errorf("%d runs through the seam, want 3", n)
+	}
+	if _, err := httpint.NewFor(nil, httpint.CallerFromTrustedHeader(callerHeader), routes); !errors.Is(err, httpint.ErrInvalidConfig) {
+		t.Errorf("nil transactions: %v", err)
 	}
 }

@@ -1,6 +1,12 @@
 package httpint
 
-import "fmt"
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/opledger/opledger/keyed"
+)
 
 // ProblemTypeBase prefixes the type URI of every problem the middleware
 // answers with: ProblemTypeBase + the outcome's name, for example
@@ -9,42 +15,30 @@ import "fmt"
 // outcome table in docs/http.md.
 const ProblemTypeBase = "https://github.com/opledger/opledger/blob/main/docs/http.md#"
 
-// Next is what a client does after a response.
-type Next int
+// Next is what a client does after a response: package keyed's Next.
+type Next = keyed.Next
 
 const (
 	// Stop: the response is the answer; send nothing more with this key
 	// (fix the request first, when it is a refusal).
-	Stop Next = iota + 1
+	Stop = keyed.Stop
 	// Retry: send the same request with the same key again (after
 	// Retry-After, when there is one). Nothing was committed, or a retry
 	// replays what was.
-	Retry
+	Retry = keyed.Retry
 	// Resolve: the outcome is unknown; ask for it with the key and
 	// Idempotency-Resolve: 1 before anything else (a retry with the same
 	// key is safe too: it replays when the first one committed).
-	Resolve
+	Resolve = keyed.Resolve
 )
-
-// String returns "stop", "retry" or "resolve".
-func (n Next) String() string {
-	switch n {
-	case Stop:
-		return "stop"
-	case Retry:
-		return "retry"
-	case Resolve:
-		return "resolve"
-	}
-	return fmt.Sprintf("Next(%d)", int(n))
-}
 
 // Outcome is one row of the middleware's outcome table: what a keyed
 // request can end with, the status it is answered with, what it says
-// about the key's operation and what a client does next.
+// about the key's operation and what a client does next. The table is
+// package keyed's classification as HTTP renders it.
 type Outcome struct {
-	// Name is the outcome's stable name. For a problem it is the end of
-	// the problem's type URI (see Type).
+	// Name is the outcome's stable name, the classification's. For a
+	// problem it is the end of the problem's type URI (see Type).
 	Name string
 	// Status is the HTTP status the middleware answers with, or 0 when
 	// the response is the handler's own (its status, stored or not).
@@ -74,7 +68,8 @@ func (o Outcome) Type() string {
 	return ProblemTypeBase + o.Name
 }
 
-// The names of the outcomes, in the order of the table.
+// The names of the outcomes, in the order of the table: the names of
+// package keyed's outcomes.
 const (
 	OutcomeExecuted          = "executed"
 	OutcomeReplayed          = "replayed"
@@ -99,44 +94,86 @@ const (
 	OutcomeLedgerMisuse      = "ledger-misuse"
 	OutcomeUnreadable        = "stored-result-unreadable"
 	OutcomeNotFound          = "operation-not-found"
+	OutcomeNotExecuted       = "request-not-executed"
 )
 
-// outcomes is the one table: the middleware's responses come from it, and
-// docs/http.md prints it (a test compares the two).
-var outcomes = []Outcome{
-	{OutcomeExecuted, 0, "", "the handler answered with a status below 400, or with a final one (WithFinalStatus; by default 4xx but 401, 408, 425 and 429); stored with the claim and committed, the handler's writes with it (for a final status, without them)", "answer", Stop, false},
-	{OutcomeReplayed, 0, "", "an earlier request with the key completed: its stored status, allow-listed headers and body, with Idempotent-Replayed: true; the handler does not run", "answer", Stop, false},
-	{OutcomeNotStored, 0, "", "the handler answered with a status that is not final (by default 5xx, 401, 408, 425, 429): sent as it is, everything rolled back", "no", Retry, false},
-	{OutcomePanic, 0, "", "the handler panicked: rolled back, nothing stored; the panic goes on to net/http, which aborts the response", "no", Retry, false},
-	{OutcomeNoCaller, 401, "Caller not identified", "no caller for a keyed request (the caller function found none, or an unusable one)", "n/a", Stop, false},
-	{OutcomeMissingKey, 400, "Idempotency-Key is missing", "a keyed route called without an Idempotency-Key header", "n/a", Stop, false},
-	{OutcomeInvalidKey, 400, "Idempotency-Key is invalid", "the header is not one structured-field string of 1 to 255 printable ASCII bytes, or is sent twice", "n/a", Stop, false},
-	{OutcomeRequestTooLarge, 413, "Request body too large", "the request body is over the limit (WithMaxRequestBody, default 1 MiB); refused before anything is claimed", "n/a", Stop, false},
-	{OutcomeRequestUnreadable, 400, "Request cannot be fingerprinted", "the request body cannot be read, or the body canonicaliser refused it", "n/a", Stop, false},
-	{OutcomeNotKeyed, 400, "Route is not keyed", "Idempotency-Resolve on a route that is not keyed: there is nothing to resolve, and the handler does not run", "n/a", Stop, false},
-	{OutcomeKeyReused, 422, "Idempotency-Key is already used", "ledger.ErrKeyReused: the same caller used the key on the same route for another request (method, path, query or body differ)", "answer", Stop, false},
-	{OutcomeInProgress, 409, "A request is outstanding for this Idempotency-Key", "ledger.ErrInProgress: another request with the key holds it, or the connection or the write lock this one waited for, past the wait bound (WithLockWait)", "unknown", Retry, true},
-	{OutcomeIncomplete, 500, "Operation has no result", "ledger.ErrIncomplete: the key's entry was committed without a result, outside the middleware", "unknown", Stop, false},
-	{OutcomeTxAborted, 503, "Transaction aborted", "ledger.ErrRetryable: serialization failures or deadlocks outlasted the transaction's attempts; rolled back", "no", Retry, true},
-	{OutcomeStorageBusy, 503, "Storage busy", "txmiddleware.ErrBusy: the transaction could not begin within the wait bound (WithLockWait) while no other request with the key was in flight: every pooled connection was in use, or on SQLite another transaction held the write lock; nothing was written", "no", Retry, true},
-	{OutcomeStorage, 503, "Storage unavailable", "the database failed before COMMIT was sent (a ledger.DBError, a lost connection, a database error the handler reported with ReportError); rolled back", "no", Retry, true},
-	{OutcomeCommitUnknown, 503, "Commit outcome unknown", "txmiddleware.ErrCommitUnknown: the connection broke while COMMIT was in flight", "unknown", Resolve, true},
-	{OutcomeRequestEnded, 503, "Request ended", "the request's context ended (the client went away, a server timeout) before COMMIT was sent; rolled back", "no", Retry, true},
-	{OutcomeResponseTooLarge, 500, "Response too large", "the handler wrote more than the response limit (WithMaxResponseBody, default 1 MiB less StoredHeaderRoom); rolled back", "no", Stop, false},
-	{OutcomeNotStorable, 500, "Response cannot be stored", "ledger.ErrInvalid from Complete: the encoded response is over the ledger's size limit (ledger.WithMaxResultSize): with a body within WithMaxResponseBody, only when its stored headers take more than StoredHeaderRoom; rolled back", "no", Stop, false},
-	{OutcomeLedgerMisuse, 500, "Ledger misuse", "ledger.ErrNotAcquired: the ledger refused to complete its own claim", "no", Stop, false},
-	{OutcomeUnreadable, 500, "Stored response unreadable", "a stored result is not a response this middleware stored", "answer", Stop, false},
-	{OutcomeNotFound, 404, "Nothing committed for this Idempotency-Key", "a resolve found nothing committed for the key: sending the request again with it is safe", "no", Retry, false},
+// rendering is how HTTP renders one of the classification's outcomes:
+// with a problem (status, title, Retry-After) or the handler's own
+// response (status 0), a note that adds HTTP's terms to the outcome's
+// cause; or never, and why.
+type rendering struct {
+	status     int
+	title      string
+	retryAfter bool
+	note       string
+	never      string
 }
 
-// Outcomes returns the middleware's outcome table, one row per outcome,
-// in a stable order. docs/http.md prints it.
-func Outcomes() []Outcome { return append([]Outcome(nil), outcomes...) }
+// renderings is the HTTP rendering of every outcome (a test keeps it
+// total).
+var renderings = map[keyed.Outcome]rendering{
+	keyed.Executed:           {note: "the handler answered with a status below 400, or with a final one (WithFinalStatus; by default 4xx but 401, 408, 425 and 429), stored with the claim"},
+	keyed.Replayed:           {note: "its stored status, allow-listed headers and body, with Idempotent-Replayed: true"},
+	keyed.NotStored:          {note: "a status that is not final (by default 5xx, 401, 408, 425, 429), sent as it is"},
+	keyed.HandlerPanic:       {note: "net/http aborts the response"},
+	keyed.CallerMissing:      {status: 401, title: "Caller not identified"},
+	keyed.KeyMissing:         {status: 400, title: "Idempotency-Key is missing", note: "the Idempotency-Key header"},
+	keyed.KeyInvalid:         {status: 400, title: "Idempotency-Key is invalid", note: "the header is one structured-field string; WithBareKeys also takes a bare value"},
+	keyed.RequestTooLarge:    {status: 413, title: "Request body too large", note: "WithMaxRequestBody, default 1 MiB"},
+	keyed.RequestUnreadable:  {status: 400, title: "Request cannot be fingerprinted", note: "the body cannot be read, or the body canonicaliser refused it"},
+	keyed.NotKeyed:           {status: 400, title: "Route is not keyed", note: "Idempotency-Resolve on a route that is not keyed"},
+	keyed.KeyedStream:        {never: "never: a keyed route's response is buffered whole (its ResponseWriter cannot flush, hijack or stream)"},
+	keyed.KeyReused:          {status: 422, title: "Idempotency-Key is already used", note: "the method, path, query, body or a header of WithFingerprintHeaders differ"},
+	keyed.InProgress:         {status: 409, title: "A request is outstanding for this Idempotency-Key", retryAfter: true, note: "WithLockWait"},
+	keyed.Incomplete:         {status: 500, title: "Operation has no result"},
+	keyed.TxAborted:          {status: 503, title: "Transaction aborted", retryAfter: true},
+	keyed.StorageBusy:        {status: 503, title: "Storage busy", retryAfter: true, note: "WithLockWait"},
+	keyed.StorageUnavailable: {status: 503, title: "Storage unavailable", retryAfter: true, note: "the handler's own database error is one it reported with ReportError"},
+	keyed.CommitUnknown:      {status: 503, title: "Commit outcome unknown", retryAfter: true},
+	keyed.RequestEnded:       {status: 503, title: "Request ended", retryAfter: true},
+	keyed.ResponseTooLarge:   {status: 500, title: "Response too large", note: "WithMaxResponseBody, default 1 MiB less StoredHeaderRoom"},
+	keyed.NotStorable:        {status: 500, title: "Response cannot be stored", note: "ledger.WithMaxResultSize; with a body within WithMaxResponseBody, only when its stored headers take more than StoredHeaderRoom"},
+	keyed.LedgerMisuse:       {status: 500, title: "Ledger misuse"},
+	keyed.ResultUnreadable:   {status: 500, title: "Stored response unreadable", note: "a stored result that is not a response this middleware stored"},
+	keyed.NotFound:           {status: 404, title: "Nothing committed for this Idempotency-Key"},
+	keyed.NotExecuted:        {status: 503, title: "Request not executed", retryAfter: true, note: "NotExecuted, from a middleware in front of this one"},
+	keyed.NotSent:            {never: "never: a client's reading (httpint has no client)"},
+	keyed.ServerAnswered:     {never: "never: a client's reading (httpint has no client)"},
+	keyed.CallOutcomeUnknown: {never: "never: a client's reading (httpint has no client)"},
+}
+
+// outcomeOf is the HTTP outcome of one of the classification's rows, and
+// false when HTTP never ends a request with it.
+func outcomeOf(r keyed.Row) (Outcome, bool) {
+	h, ok := renderings[r.Outcome]
+	if !ok || h.never != "" {
+		return Outcome{}, false
+	}
+	cause := r.Cause
+	if h.note != "" {
+		cause += "; in HTTP: " + h.note
+	}
+	return Outcome{Name: r.Name, Status: h.status, Title: h.title, Cause: cause, Committed: string(r.Committed),
+		Next: r.Next, RetryAfter: h.retryAfter}, true
+}
+
+// Outcomes returns the middleware's outcome table, one row per outcome it
+// can end a keyed request with, in a stable order (the classification's).
+// docs/http.md prints it with the outcomes it never ends one with.
+func Outcomes() []Outcome {
+	var out []Outcome
+	for _, r := range keyed.Outcomes() {
+		if o, ok := outcomeOf(r); ok {
+			out = append(out, o)
+		}
+	}
+	return out
+}
 
 // OutcomeOf returns the row whose problem type URI is typeURI, for a
 // client that read a problem+json body.
 func OutcomeOf(typeURI string) (Outcome, bool) {
-	for _, o := range outcomes {
+	for _, o := range Outcomes() {
 		if o.Status != 0 && o.Type() == typeURI {
 			return o, true
 		}
@@ -144,11 +181,39 @@ func OutcomeOf(typeURI string) (Outcome, bool) {
 	return Outcome{}, false
 }
 
-func outcome(name string) Outcome {
-	for _, o := range outcomes {
-		if o.Name == name {
-			return o
+// problemOf is the HTTP outcome of the classification's outcome o.
+func problemOf(o keyed.Outcome) Outcome {
+	if out, ok := outcomeOf(o.Row()); ok && out.Status != 0 {
+		return out
+	}
+	return Outcome{Name: o.String(), Status: 500, Title: "Internal error", Committed: "unknown", Next: Stop}
+}
+
+// tableCells renders an outcome as docs/http.md's table prints it: each
+// problem's row has an anchor, the fragment of its type URI.
+func tableCells(r keyed.Row) []string {
+	name, status := "`"+r.Name+"`", "the handler's"
+	o, ok := outcomeOf(r)
+	switch {
+	case !ok:
+		status, o = renderings[r.Outcome].never, Outcome{Cause: r.Cause, Committed: string(r.Committed), Next: r.Next}
+	case o.Status != 0:
+		name = `<a id="` + o.Name + `"></a>` + name
+		status = strconv.Itoa(o.Status)
+		if o.RetryAfter {
+			status += " + Retry-After"
 		}
 	}
-	return Outcome{Name: name, Status: 500, Title: "Internal error", Committed: "unknown", Next: Stop}
+	return []string{name, status, o.Cause, o.Committed, o.Next.String()}
+}
+
+// NotExecuted answers a keyed request that a middleware in front of this
+// one refuses without running it (load shedding, maintenance, a rate
+// limit): 503 with Retry-After (retryAfter rounded up to whole seconds, at
+// least 1) and the problem request-not-executed. A client then knows that
+// nothing was committed and needs no resolve; any other 503 may come from
+// a proxy that lost a committed answer. Never call it after the handler
+// ran.
+func NotExecuted(w http.ResponseWriter, retryAfter time.Duration, detail string) {
+	writeProblem(w, keyed.NotExecuted, detail, retryAfter)
 }

@@ -2,8 +2,11 @@ package httpint_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"strings"
@@ -13,19 +16,80 @@ import (
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/dialects/postgres"
 	"github.com/opledger/opledger/httpint"
-	"github.com/opledger/opledger/internal/doccheck"
+	"github.com/opledger/opledger/internal/keyedtest"
 	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/txmiddleware"
 )
 
-// TestOutcomeRows produces every row of the outcome table through a real
-// server on SQLite (PostgreSQL for the cut COMMIT) and checks the answer.
+// named is the classification's outcome called name.
+func named(name string) keyed.Outcome {
+	o, ok := keyed.Named(name)
+	if !ok {
+		panic("no outcome " + name)
+	}
+	return o
+}
+
+// neverRendered: HTTP never ends a request with o, and its table says why.
+func neverRendered(t *testing.T, o keyed.Outcome) {
+	t.Helper()
+	if _, ok := httpint.OutcomeOf(httpint.ProblemTypeBase + o.String()); ok {
+		t.Errorf("%s is a problem of the middleware's", o)
+	}
+	for _, x := range httpint.Outcomes() {
+		if x.Name == o.String() {
+			t.Errorf("%s is in the outcome table", o)
+		}
+	}
+	if cells := httpint.TableCells(o.Row()); !strings.HasPrefix(cells[1], "never: ") {
+		t.Errorf("%s: the table's rendering %q does not say why it never happens", o, cells[1])
+	}
+}
+
+// TestOutcomeRows produces every outcome of package keyed's
+// classification that HTTP renders through a real server on SQLite
+// (PostgreSQL for the cut COMMIT) and checks the answer; for the others,
+// that the middleware never answers with them.
 func TestOutcomeRows(t *testing.T) {
 	ctx := context.Background()
 	alice := func(key, body string) req { return req{caller: "alice", key: key, body: body} }
-	rows := map[string]func(t *testing.T){
-		httpint.OutcomeExecuted: func(t *testing.T) {
+	keyedtest.Rows(t, map[keyed.Outcome]func(t *testing.T){
+		keyed.KeyedStream: func(t *testing.T) {
+			// A keyed route's handler gets a buffering ResponseWriter: it
+			// cannot stream, so the outcome never happens.
+			e := sqliteEnv(t, nil)
+			r := e.do(t, req{caller: "alice", key: "k", body: "r", header: map[string]string{testHeader: "stream"}})
+			if r.status != 200 || r.body != "flusher=false hijacker=false" {
+				t.Fatalf("%d %q", r.status, r.body)
+			}
+			neverRendered(t, keyed.KeyedStream)
+		},
+		keyed.NotExecuted: func(t *testing.T) {
+			shed := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				httpint.NotExecuted(w, 1500*time.Millisecond, "shedding load")
+			}))
+			defer shed.Close()
+			resp, err := http.Post(shed.URL+"/items", "text/plain", strings.NewReader("r"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var p httpint.Problem
+			if err := json.NewDecoder(resp.Body).Decode(&p); err != nil {
+				t.Fatal(err)
+			}
+			o, ok := httpint.OutcomeOf(p.Type)
+			if resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "2" || !ok || o.Name != httpint.OutcomeNotExecuted ||
+				o.Next != httpint.Retry || o.Committed != "no" || p.Detail != "shedding load" {
+				t.Fatalf("%d Retry-After %q %+v: %+v", resp.StatusCode, resp.Header.Get("Retry-After"), p, o)
+			}
+		},
+		keyed.NotSent:            func(t *testing.T) { neverRendered(t, keyed.NotSent) },
+		keyed.ServerAnswered:     func(t *testing.T) { neverRendered(t, keyed.ServerAnswered) },
+		keyed.CallOutcomeUnknown: func(t *testing.T) { neverRendered(t, keyed.CallOutcomeUnknown) },
+		named(httpint.OutcomeExecuted): func(t *testing.T) {
 			e := sqliteEnv(t, nil)
 			r := e.do(t, alice("k1", "r1"))
 			if r.status != 201 || r.replayed() || e.BizRows(t, "r1") != 1 {
@@ -40,7 +104,7 @@ func TestOutcomeRows(t *testing.T) {
 				t.Errorf("stats %+v", s)
 			}
 		},
-		httpint.OutcomeReplayed: func(t *testing.T) {
+		named(httpint.OutcomeReplayed): func(t *testing.T) {
 			e := sqliteEnv(t, nil)
 			first := e.do(t, alice("k", "r"))
 			again := e.do(t, alice("k", "r"))
@@ -54,7 +118,7 @@ func TestOutcomeRows(t *testing.T) {
 				t.Fatalf("replayed final error: %d %q, handler ran %d times", a409.status, a409.body, e.runs.Load())
 			}
 		},
-		httpint.OutcomeNotStored: func(t *testing.T) {
+		named(httpint.OutcomeNotStored): func(t *testing.T) {
 			e := sqliteEnv(t, nil)
 			for _, status := range []string{"500", "503", "429", "401"} {
 				q := req{caller: "alice", key: "k" + status, body: "r" + status, header: map[string]string{testHeader: "status:" + status}}
@@ -68,7 +132,7 @@ func TestOutcomeRows(t *testing.T) {
 				}
 			}
 		},
-		httpint.OutcomePanic: func(t *testing.T) {
+		named(httpint.OutcomePanic): func(t *testing.T) {
 			e := sqliteEnv(t, nil)
 			q := req{caller: "alice", key: "k", body: "r", header: map[string]string{testHeader: "panic"}}
 			if r, err := e.send(ctx, q); err == nil {
@@ -82,7 +146,7 @@ func TestOutcomeRows(t *testing.T) {
 				t.Fatalf("retry after a panic: %d (replayed %v)", r.status, r.replayed())
 			}
 		},
-		httpint.OutcomeNoCaller: func(t *testing.T) {
+		named(httpint.OutcomeNoCaller): func(t *testing.T) {
 			e := sqliteEnv(t, nil)
 			wantProblem(t, e.do(t, req{key: "k", body: "r"}), httpint.OutcomeNoCaller, "")
 			bad := req{key: "k", body: "r", header: map[string]string{callerHeader: "a\x01b"}}
@@ -93,12 +157,12 @@ func TestOutcomeRows(t *testing.T) {
 				t.Fatal("the handler ran")
 			}
 		},
-		httpint.OutcomeMissingKey: func(t *testing.T) {
+		named(httpint.OutcomeMissingKey): func(t *testing.T) {
 			e := sqliteEnv(t, nil)
 			wantProblem(t, e.do(t, req{caller: "alice", body: "r"}), httpint.OutcomeMissingKey, "")
 			wantProblem(t, e.do(t, req{method: "PUT", path: "/orders/7", caller: "alice", body: "r"}), httpint.OutcomeMissingKey, "")
 		},
-		httpint.OutcomeInvalidKey: func(t *testing.T) {
+		named(httpint.OutcomeInvalidKey): func(t *testing.T) {
 			e := sqliteEnv(t, nil)
 			for _, v := range []string{"unquoted-key", `""`, `"a" "b"`, `"` + strings.Repeat("k", 256) + `"`, `"a";1`} {
 				wantProblem(t, e.do(t, req{caller: "alice", key: v, rawKey: true, body: "r"}), httpint.OutcomeInvalidKey, "")
@@ -112,7 +176,7 @@ func TestOutcomeRows(t *testing.T) {
 				t.Fatal("an invalid key reached the handler or the ledger")
 			}
 		},
-		httpint.OutcomeRequestTooLarge: func(t *testing.T) {
+		named(httpint.OutcomeRequestTooLarge): func(t *testing.T) {
 			e := sqliteEnv(t, nil, httpint.WithMaxRequestBody(16))
 			wantProblem(t, e.do(t, alice("k", strings.Repeat("b", 17))), httpint.OutcomeRequestTooLarge, "")
 			// Without a Content-Length (chunked): read, then refused.
@@ -127,7 +191,7 @@ func TestOutcomeRows(t *testing.T) {
 				t.Fatalf("a body at the limit: %d", r.status)
 			}
 		},
-		httpint.OutcomeRequestUnreadable: func(t *testing.T) {
+		named(httpint.OutcomeRequestUnreadable): func(t *testing.T) {
 			e := sqliteEnv(t, nil, httpint.WithBodyCanonicalizer(httpint.CanonicalJSON))
 			wantProblem(t, e.do(t, alice("k", "{not json")), httpint.OutcomeRequestUnreadable, "")
 			// Bodies that encoding/json would merge with another (U+FFFD,
@@ -140,7 +204,7 @@ func TestOutcomeRows(t *testing.T) {
 				t.Fatal("a body the canonicaliser refused reached the handler or the ledger")
 			}
 		},
-		httpint.OutcomeNotKeyed: func(t *testing.T) {
+		named(httpint.OutcomeNotKeyed): func(t *testing.T) {
 			e := sqliteEnv(t, nil)
 			for _, method := range []string{"GET", "POST"} {
 				q := req{method: method, path: "/items", caller: "alice", key: "k", header: map[string]string{httpint.ResolveHeader: "1"}}
@@ -154,7 +218,7 @@ func TestOutcomeRows(t *testing.T) {
 				t.Fatal("a resolve ran a handler")
 			}
 		},
-		httpint.OutcomeKeyReused: func(t *testing.T) {
+		named(httpint.OutcomeKeyReused): func(t *testing.T) {
 			e := sqliteEnv(t, nil)
 			e.do(t, alice("k", "r1"))
 			wantProblem(t, e.do(t, alice("k", "r2")), httpint.OutcomeKeyReused, "")
@@ -162,7 +226,7 @@ func TestOutcomeRows(t *testing.T) {
 				t.Fatal("a reused key ran the handler")
 			}
 		},
-		httpint.OutcomeInProgress: func(t *testing.T) {
+		named(httpint.OutcomeInProgress): func(t *testing.T) {
 			e := sqliteEnv(t, nil)
 			q := req{caller: "alice", key: "k", body: "r", header: map[string]string{testHeader: "block"}}
 			done := make(chan response, 1)
@@ -177,7 +241,7 @@ func TestOutcomeRows(t *testing.T) {
 				t.Fatal("after the first request committed, a retry does not replay")
 			}
 		},
-		httpint.OutcomeIncomplete: func(t *testing.T) {
+		named(httpint.OutcomeIncomplete): func(t *testing.T) {
 			e := sqliteEnv(t, nil)
 			// An entry committed without a result, outside the middleware.
 			tx, err := e.DB.Begin()
@@ -193,21 +257,21 @@ func TestOutcomeRows(t *testing.T) {
 			}
 			wantProblem(t, e.do(t, req{caller: "alice", key: "k", header: map[string]string{httpint.ResolveHeader: "1"}}), httpint.OutcomeIncomplete, "")
 		},
-		httpint.OutcomeTxAborted: func(t *testing.T) {
+		named(httpint.OutcomeTxAborted): func(t *testing.T) {
 			serialization := &ledger.DBError{Op: "claim", Class: dialects.ClassSerialization, Err: errors.New("could not serialize")}
 			e := sqliteEnv(t, func(s *ledger.Store) ledger.Ledger { return testdb.FaultyLedger{Store: s, ClaimErr: serialization} },
 				httpint.WithTxOptions(txmiddleware.WithMaxTxAttempts(2), txmiddleware.WithTxBackoff(time.Millisecond, time.Millisecond)))
 			wantProblem(t, e.do(t, alice("k", "r")), httpint.OutcomeTxAborted, "")
 		},
-		httpint.OutcomeStorageBusy: func(t *testing.T) { testPoolOfOne(t, testdb.Targets()[0]) },
-		httpint.OutcomeStorage: func(t *testing.T) {
+		named(httpint.OutcomeStorageBusy): func(t *testing.T) { testPoolOfOne(t, testdb.Targets()[0]) },
+		named(httpint.OutcomeStorage): func(t *testing.T) {
 			conn := &ledger.DBError{Op: "claim", Class: dialects.ClassConnection, Err: errors.New("connection refused")}
 			e := sqliteEnv(t, func(s *ledger.Store) ledger.Ledger { return testdb.FaultyLedger{Store: s, ClaimErr: conn} },
 				httpint.WithTxOptions(txmiddleware.WithMaxTxAttempts(1)))
 			wantProblem(t, e.do(t, alice("k", "r")), httpint.OutcomeStorage, "")
 		},
-		httpint.OutcomeCommitUnknown: func(t *testing.T) { commitUnknown(t) },
-		httpint.OutcomeRequestEnded: func(t *testing.T) {
+		named(httpint.OutcomeCommitUnknown): func(t *testing.T) { commitUnknown(t) },
+		named(httpint.OutcomeRequestEnded): func(t *testing.T) {
 			e := sqliteEnv(t, nil)
 			q := req{caller: "alice", key: "k", body: "r", header: map[string]string{testHeader: "block"}}
 			cctx, cancel := context.WithCancel(ctx)
@@ -224,14 +288,14 @@ func TestOutcomeRows(t *testing.T) {
 			rec := newRecorderRequest(t, e, cctx)
 			wantProblem(t, rec, httpint.OutcomeRequestEnded, "")
 		},
-		httpint.OutcomeResponseTooLarge: func(t *testing.T) {
+		named(httpint.OutcomeResponseTooLarge): func(t *testing.T) {
 			e := sqliteEnv(t, nil, httpint.WithMaxResponseBody(100))
 			wantProblem(t, e.do(t, req{caller: "alice", key: "k", body: "r", header: map[string]string{testHeader: "big"}}), httpint.OutcomeResponseTooLarge, "")
 			if e.LedgerRows(t) != 0 {
 				t.Fatal("a response over the limit was stored")
 			}
 		},
-		httpint.OutcomeNotStorable: func(t *testing.T) {
+		named(httpint.OutcomeNotStorable): func(t *testing.T) {
 			// New refuses a body limit the ledger cannot store, so only
 			// stored headers over StoredHeaderRoom get here.
 			tg := testdb.Targets()[0]
@@ -249,13 +313,13 @@ func TestOutcomeRows(t *testing.T) {
 				t.Fatalf("a response within the limits: %d %q", r.status, r.body)
 			}
 		},
-		httpint.OutcomeLedgerMisuse: func(t *testing.T) {
+		named(httpint.OutcomeLedgerMisuse): func(t *testing.T) {
 			e := sqliteEnv(t, func(s *ledger.Store) ledger.Ledger {
 				return testdb.FaultyLedger{Store: s, CompleteErr: ledger.ErrNotAcquired}
 			})
 			wantProblem(t, e.do(t, alice("k", "r")), httpint.OutcomeLedgerMisuse, "")
 		},
-		httpint.OutcomeUnreadable: func(t *testing.T) {
+		named(httpint.OutcomeUnreadable): func(t *testing.T) {
 			e := sqliteEnv(t, nil)
 			// A result stored under the route's identity by something else.
 			tx, err := e.DB.Begin()
@@ -275,7 +339,7 @@ func TestOutcomeRows(t *testing.T) {
 			}
 			wantProblem(t, e.do(t, req{caller: "alice", key: "k", header: map[string]string{httpint.ResolveHeader: "1"}}), httpint.OutcomeUnreadable, "")
 		},
-		httpint.OutcomeNotFound: func(t *testing.T) {
+		named(httpint.OutcomeNotFound): func(t *testing.T) {
 			e := sqliteEnv(t, nil)
 			resolve := req{caller: "alice", key: "never-sent", header: map[string]string{httpint.ResolveHeader: "1"}}
 			wantProblem(t, e.do(t, resolve), httpint.OutcomeNotFound, "never-sent")
@@ -285,19 +349,7 @@ func TestOutcomeRows(t *testing.T) {
 				t.Fatalf("resolve after the request: %d %q (replayed %v), first %q", got.status, got.body, got.replayed(), first.body)
 			}
 		},
-	}
-	for _, o := range httpint.Outcomes() {
-		t.Run(o.Name, func(t *testing.T) {
-			f, ok := rows[o.Name]
-			if !ok {
-				t.Fatalf("the outcome table's row %s has no test", o.Name)
-			}
-			f(t)
-		})
-	}
-	if len(rows) != len(httpint.Outcomes()) {
-		t.Errorf("%d row tests for %d rows of the outcome table", len(rows), len(httpint.Outcomes()))
-	}
+	})
 }
 
 // commitUnknown cuts the connection while COMMIT is in flight, through
@@ -329,28 +381,46 @@ func commitUnknown(t *testing.T) {
 	}
 }
 
-// TestOutcomeTableIsTheDoc: the table in docs/http.md is Outcomes().
+// TestOutcomeTableIsTheDoc: the table in docs/http.md is package keyed's
+// classification as httpint renders it.
 func TestOutcomeTableIsTheDoc(t *testing.T) {
-	doccheck.WantSection(t, "../docs/http.md", "outcome-table", "httpint.Outcomes()", outcomeTable())
+	keyedtest.WantTable(t, "../docs/http.md", "outcome-table", "keyed.Outcomes() as httpint renders them",
+		[]string{"outcome", "status", "cause", "committed", "client's next step"}, httpint.TableCells)
 }
 
-// outcomeTable renders the outcome table as docs/http.md prints it: each
-// problem's row has an anchor, the fragment of its type URI.
-func outcomeTable() string {
-	var b strings.Builder
-	b.WriteString("| outcome | status | cause | committed | client's next step |\n|---|---|---|---|---|\n")
-	for _, o := range httpint.Outcomes() {
-		name, status := "`"+o.Name+"`", "the handler's"
-		if o.Status != 0 {
-			name = `<a id="` + o.Name + `"></a>` + name
-			status = fmt.Sprint(o.Status)
-			if o.RetryAfter {
-				status += " + Retry-After"
-			}
+// TestOutcomeTable: httpint's table is the classification's rows that HTTP
+// produces, in its order, with its names, committed and next steps; an
+// outcome the server pushes back on carries Retry-After; every outcome
+// name of httpint is one of the classification's.
+func TestOutcomeTable(t *testing.T) {
+	var want []string
+	for _, r := range keyed.Outcomes() {
+		if !strings.HasPrefix(httpint.TableCells(r)[1], "never: ") {
+			want = append(want, r.Name)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", name, status, o.Cause, o.Committed, o.Next)
 	}
-	return b.String()
+	var got []string
+	for _, o := range httpint.Outcomes() {
+		got = append(got, o.Name)
+		r := named(o.Name).Row()
+		if o.Committed != string(r.Committed) || o.Next != r.Next || (r.Pushback && !o.RetryAfter) || !strings.HasPrefix(o.Cause, r.Cause) ||
+			(o.Status == 0) != (o.Title == "") {
+			t.Errorf("%s: %+v, row %+v", o.Name, o, r)
+		}
+	}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("outcomes %v, want %v", got, want)
+	}
+	for _, n := range []string{httpint.OutcomeExecuted, httpint.OutcomeReplayed, httpint.OutcomeNotStored, httpint.OutcomePanic,
+		httpint.OutcomeNoCaller, httpint.OutcomeMissingKey, httpint.OutcomeInvalidKey, httpint.OutcomeRequestTooLarge,
+		httpint.OutcomeRequestUnreadable, httpint.OutcomeNotKeyed, httpint.OutcomeKeyReused, httpint.OutcomeInProgress,
+		httpint.OutcomeIncomplete, httpint.OutcomeTxAborted, httpint.OutcomeStorageBusy, httpint.OutcomeStorage,
+		httpint.OutcomeCommitUnknown, httpint.OutcomeRequestEnded, httpint.OutcomeResponseTooLarge, httpint.OutcomeNotStorable,
+		httpint.OutcomeLedgerMisuse, httpint.OutcomeUnreadable, httpint.OutcomeNotFound, httpint.OutcomeNotExecuted} {
+		if _, ok := keyed.Named(n); !ok {
+			t.Errorf("httpint's outcome %s is not the classification's", n)
+		}
+	}
 }
 
 func TestOutcomeOf(t *testing.T) {

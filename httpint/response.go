@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
 )
 
@@ -48,8 +49,8 @@ type Problem struct {
 
 // writeProblem answers with the outcome's problem. detail never holds the
 // key.
-func writeProblem(w http.ResponseWriter, name, detail string, retryAfter time.Duration) {
-	o := outcome(name)
+func writeProblem(w http.ResponseWriter, outcome keyed.Outcome, detail string, retryAfter time.Duration) {
+	o := problemOf(outcome)
 	b, _ := json.Marshal(Problem{Type: o.Type(), Title: o.Title, Status: o.Status, Detail: detail})
 	h := w.Header()
 	h.Set("Content-Type", ProblemContentType)
@@ -191,7 +192,7 @@ func writeStored(w http.ResponseWriter, s storedResponse) {
 }
 
 // errResponseTooLarge is what the recorder's Write returns past the limit.
-var errResponseTooLarge = errors.New("httpint: response over the limit of WithMaxResponseBody")
+var errResponseTooLarge = fmt.Errorf("httpint: response over the limit of WithMaxResponseBody: %w", keyed.ErrResponseTooLarge)
 
 // recorder buffers one attempt's response. It implements only
 // http.ResponseWriter: a keyed route's response is stored whole, so it

@@ -142,15 +142,17 @@ const (
 	Recorded
 )
 
-// String returns "acquired", "replay" or "recorded".
+// String returns "acquired", "replayed" or "recorded": the names the
+// ledger's metrics give these outcomes (OutcomeAcquired, OutcomeReplayed,
+// OutcomeRecorded).
 func (o Outcome) String() string {
 	switch o {
 	case Acquired:
-		return "acquired"
+		return OutcomeAcquired
 	case Replay:
-		return "replay"
+		return OutcomeReplayed
 	case Recorded:
-		return "recorded"
+		return OutcomeRecorded
 	}
 	return fmt.Sprintf("Outcome(%d)", int(o))
 }

@@ -208,3 +208,13 @@ func TestMetricsOfARealRun(t *testing.T) {
 		}
 	})
 }
+
+// TestOutcomeNames: a claim's Outcome is named as the metrics name it.
+func TestOutcomeNames(t *testing.T) {
+	for o, want := range map[ledger.Outcome]string{ledger.Acquired: ledger.OutcomeAcquired, ledger.Replay: ledger.OutcomeReplayed,
+		ledger.Recorded: ledger.OutcomeRecorded} {
+		if o.String() != want {
+			t.Errorf("%d: %q, want %q", int(o), o.String(), want)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/opledger/opledger/dialects"
@@ -84,6 +85,17 @@ func WithLogger(l *slog.Logger) Option {
 	})
 }
 
+// WithSpansOnly makes the runner record its spans but no metrics and no
+// log events, whatever WithMeterProvider and WithLogger say: for a
+// transport's resolve probe, whose claim always rolls back and whose
+// outcome is the resolve's, not a transaction's to count.
+func WithSpansOnly() Option {
+	return option("WithSpansOnly", func(c *config) error {
+		c.spansOnly = true
+		return nil
+	})
+}
+
 // observer holds a runner's instruments.
 type observer struct {
 	d             dialects.Dialect
@@ -96,12 +108,16 @@ type observer struct {
 }
 
 func newObserver(d dialects.Dialect, c *config) *observer {
-	m := telemetry.MeterProvider(c.mp).Meter(telemetry.ScopePrefix + "txmiddleware")
+	mp, logger := telemetry.MeterProvider(c.mp), c.logger
+	if c.spansOnly {
+		mp, logger = noop.NewMeterProvider(), nil
+	}
+	m := mp.Meter(telemetry.ScopePrefix + "txmiddleware")
 	return &observer{
 		d:      d,
 		system: telemetry.DBSystemName.String(dialects.SystemNameOf(d)),
 		tracer: telemetry.TracerProvider(c.tp).Tracer(telemetry.ScopePrefix + "txmiddleware"),
-		log:    telemetry.Logger(c.logger),
+		log:    telemetry.Logger(logger),
 		duration: telemetry.Inst(m.Float64Histogram("opledger.tx.duration", metric.WithUnit("s"),
 			metric.WithDescription("Duration of a keyed transaction, all its attempts included."),
 			metric.WithExplicitBucketBoundaries(telemetry.DurationBounds...))),

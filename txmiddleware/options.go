@@ -41,6 +41,7 @@ type config struct {
 	mp          metric.MeterProvider
 	tp          trace.TracerProvider
 	logger      *slog.Logger
+	spansOnly   bool
 
 	// beforeCommit, set by tests only, runs after Complete and before the
 	// context check that precedes COMMIT.

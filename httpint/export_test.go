@@ -1,0 +1,4 @@
+package httpint
+
+// TableCells renders an outcome as docs/http.md's table prints it.
+var TableCells = tableCells

@@ -1,0 +1,183 @@
+package keyed
+
+import (
+	"context"
+	"log/slog"
+
+	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/opledger/opledger/internal/telemetry"
+	"github.com/opledger/opledger/txmiddleware"
+)
+
+// Telemetry is a transport server's telemetry, recorded by the core:
+//
+//   - opledger.server.calls, a counter of keyed calls by opledger.outcome
+//     (the outcome's [Kind]: executed, replayed, refused, failed) and
+//     opledger.reason (its [Row].Reason, when it has one);
+//   - opledger.server.resolves, a counter of resolve requests by
+//     opledger.outcome (found, not-found, refused, failed), with the
+//     reason;
+//   - one opledger.keyed_call span per keyed call (opledger.resolve for a
+//     resolve request), the parent of its runner's, with the outcome, the
+//     reason and the key's short hash;
+//   - one log event per call refused before its claim ("opledger: keyed
+//     call refused") and per resolve request ("opledger: resolve"), with
+//     the method, the outcome, the reason and the key's short hash.
+//
+// Each carries the method's attribute and the transport's attributes of
+// its rendering (see [Call.End]); never a key, a caller, a request or a
+// response. The runners get the same providers and logger (the resolve
+// probe only the tracer provider).
+type Telemetry struct {
+	// MeterProvider; nil: the global one.
+	MeterProvider metric.MeterProvider
+	// TracerProvider; nil: the global one.
+	TracerProvider trace.TracerProvider
+	// Logger; nil discards.
+	Logger *slog.Logger
+	// Scope is the instrumentation scope's name (the transport's import
+	// path).
+	Scope string
+	// Method returns the attribute that names a call's method (gRPC's
+	// grpc.method); nil: opledger.method.
+	Method func(method string) attribute.KeyValue
+}
+
+// observer holds a Server's instruments.
+type observer struct {
+	tel      *Telemetry
+	tracer   trace.Tracer
+	log      *slog.Logger
+	calls    metric.Int64Counter
+	resolves metric.Int64Counter
+	method   func(string) attribute.KeyValue
+}
+
+func newObserver(tel *Telemetry) *observer {
+	var (
+		mp metric.MeterProvider = metricnoop.NewMeterProvider()
+		tp trace.TracerProvider = tracenoop.NewTracerProvider()
+		lg *slog.Logger
+	)
+	scope := telemetry.ScopePrefix + "keyed"
+	o := &observer{tel: tel, method: telemetry.Method.String}
+	if tel != nil {
+		mp, tp, lg = telemetry.MeterProvider(tel.MeterProvider), telemetry.TracerProvider(tel.TracerProvider), tel.Logger
+		if tel.Scope != "" {
+			scope = tel.Scope
+		}
+		if tel.Method != nil {
+			o.method = tel.Method
+		}
+	}
+	m := mp.Meter(scope)
+	o.tracer, o.log = tp.Tracer(scope), telemetry.Logger(lg)
+	o.calls = telemetry.Inst(m.Int64Counter("opledger.server.calls", metric.WithUnit("{call}"),
+		metric.WithDescription("Keyed calls the server handled, by outcome.")))
+	o.resolves = telemetry.Inst(m.Int64Counter("opledger.server.resolves", metric.WithUnit("{resolve}"),
+		metric.WithDescription("Resolve requests the server answered, by outcome.")))
+	return o
+}
+
+// runnerOptions are the telemetry options of the calls' runners.
+func (o *observer) runnerOptions() []txmiddleware.Option {
+	if o.tel == nil {
+		return nil
+	}
+	return []txmiddleware.Option{txmiddleware.WithMeterProvider(telemetry.MeterProvider(o.tel.MeterProvider)),
+		txmiddleware.WithTracerProvider(telemetry.TracerProvider(o.tel.TracerProvider)), txmiddleware.WithLogger(o.tel.Logger)}
+}
+
+// probeOptions are the resolve probe's: its spans, neither metrics nor
+// log events (its claim always rolls back; the resolve is what counts).
+func (o *observer) probeOptions() []txmiddleware.Option {
+	opts := []txmiddleware.Option{txmiddleware.WithSpansOnly()}
+	if o.tel != nil {
+		opts = append(opts, txmiddleware.WithTracerProvider(telemetry.TracerProvider(o.tel.TracerProvider)))
+	}
+	return opts
+}
+
+type callOp struct{ span trace.Span }
+
+// begin starts a keyed call's span.
+func (o *observer) begin(ctx context.Context, method string, resolve bool) (context.Context, callOp) {
+	name := "opledger.keyed_call"
+	if resolve {
+		name = "opledger.resolve"
+	}
+	ctx, span := o.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindInternal))
+	if span.IsRecording() {
+		span.SetAttributes(o.method(method))
+	}
+	return ctx, callOp{span: span}
+}
+
+// keyed notes the call's key (its short hash) on the span.
+func (o *observer) keyed(op callOp, key string) {
+	if op.span.IsRecording() {
+		op.span.SetAttributes(telemetry.KeyHash.String(telemetry.KeyHashOf(key)))
+	}
+}
+
+// kindOf is the opledger.outcome of an answer: its outcome's kind, or for
+// a resolve request "found" for a stored answer.
+func kindOf(resolve bool, o Outcome) string {
+	k := o.Row().Kind
+	switch {
+	case k == "":
+		return string(KindFailed)
+	case resolve && k == KindReplayed:
+		return "found"
+	}
+	return string(k)
+}
+
+// end records a finished call: counter, span and log event.
+func (o *observer) end(ctx context.Context, op callOp, method string, resolve bool, key string, a Answer, extra []attribute.KeyValue) {
+	row := a.Row()
+	outcome := kindOf(resolve, a.Outcome)
+	attrs := append([]attribute.KeyValue{o.method(method), telemetry.Outcome.String(outcome)}, extra...)
+	if row.Reason != "" {
+		attrs = append(attrs, telemetry.Reason.String(row.Reason))
+	}
+	c := o.calls
+	if resolve {
+		c = o.resolves
+	}
+	if c.Enabled(ctx) {
+		c.Add(ctx, 1, metric.WithAttributes(attrs...))
+	}
+	if op.span.IsRecording() {
+		op.span.SetAttributes(attrs[1:]...)
+		if outcome == string(KindFailed) {
+			op.span.SetStatus(otelcodes.Error, outcome)
+		}
+	}
+	op.span.End()
+	var msg string
+	switch {
+	case resolve:
+		msg = "opledger: resolve"
+	case row.Kind == KindRefused && row.Committed == CommittedNA:
+		msg = "opledger: keyed call refused"
+	default:
+		return
+	}
+	if o.log.Enabled(ctx, slog.LevelInfo) {
+		la := []slog.Attr{slog.String("method", method), slog.String("outcome", outcome)}
+		if row.Reason != "" {
+			la = append(la, slog.String("reason", row.Reason))
+		}
+		if key != "" {
+			la = append(la, slog.String("key_hash", telemetry.KeyHashOf(key)))
+		}
+		o.log.LogAttrs(ctx, slog.LevelInfo, msg, la...)
+	}
+}

@@ -1,0 +1,93 @@
+package retry
+
+import (
+	"strconv"
+
+	"github.com/opledger/opledger/keyed"
+	"github.com/opledger/opledger/policy"
+)
+
+// Action returns policy's name of n: policy.DoNotRetry for keyed.Stop,
+// policy.Retry, policy.ResolveFirst for keyed.Resolve.
+func Action(n keyed.Next) policy.Action {
+	switch n {
+	case keyed.Retry:
+		return policy.Retry
+	case keyed.Resolve:
+		return policy.ResolveFirst
+	}
+	return policy.DoNotRetry
+}
+
+// NextOf returns the classification's name of a: keyed.Stop for
+// policy.DoNotRetry.
+func NextOf(a policy.Action) keyed.Next {
+	switch a {
+	case policy.Retry:
+		return keyed.Retry
+	case policy.ResolveFirst:
+		return keyed.Resolve
+	}
+	return keyed.Stop
+}
+
+// The keys of an Info's metadata (see Info.Metadata).
+const (
+	metaAttempts = "attempts"
+	metaResolves = "resolves"
+	metaNext     = "next"
+	metaKey      = "key"
+	metaDecision = "decision"
+)
+
+// Metadata is the Info as the ErrorInfo metadata the client adds to the
+// error it returns (its reason is the outcome's): attempts, resolves,
+// next (policy's name of the action), decision and, for a keyed call,
+// key. Every transport whose errors carry ErrorInfo details writes it so.
+func (i Info) Metadata() map[string]string {
+	md := map[string]string{
+		metaAttempts: strconv.Itoa(i.Attempts),
+		metaResolves: strconv.Itoa(i.Resolves),
+		metaNext:     Action(i.Next).String(),
+		metaDecision: i.Decision,
+	}
+	if i.Key != "" {
+		md[metaKey] = i.Key
+	}
+	return md
+}
+
+// InfoOf reads back what Metadata wrote in an ErrorInfo with reason, and
+// false when md is not a client's (it has no attempt count).
+func InfoOf(reason string, md map[string]string) (Info, bool) {
+	if _, ok := md[metaAttempts]; !ok {
+		return Info{}, false
+	}
+	i := Info{Key: md[metaKey], Decision: md[metaDecision], Next: keyed.Stop}
+	i.Outcome, _ = keyed.OfReason(reason)
+	i.Attempts, _ = strconv.Atoi(md[metaAttempts])
+	i.Resolves, _ = strconv.Atoi(md[metaResolves])
+	switch md[metaNext] {
+	case policy.Retry.String():
+		i.Next = keyed.Retry
+	case policy.ResolveFirst.String():
+		i.Next = keyed.Resolve
+	}
+	return i, true
+}
+
+// Suffix is what the client adds to the message of the error it returns:
+// " (after 3 attempts, 1 of them resolve: max-attempts)".
+func (i Info) Suffix() string {
+	s := " (after " + strconv.Itoa(i.Attempts) + " attempt"
+	if i.Attempts != 1 {
+		s += "s"
+	}
+	if i.Resolves > 0 {
+		s += ", " + strconv.Itoa(i.Resolves) + " of them resolve"
+		if i.Resolves != 1 {
+			s += "s"
+		}
+	}
+	return s + ": " + i.Decision + ")"
+}

@@ -1,0 +1,384 @@
+package keyed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+
+	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/ledger"
+	"github.com/opledger/opledger/txmiddleware"
+)
+
+// ErrResponseTooLarge is what a transport's work returns (wrapped) when
+// the handler wrote more than the transport's response limit: the call
+// ends with [ResponseTooLarge], rolled back.
+var ErrResponseTooLarge = errors.New("keyed: response over the transport's limit")
+
+// ServerConfig configures a [Server]: what the transport decides.
+type ServerConfig struct {
+	// Codec decides which errors of the work are final, recorded and
+	// replayed (txmiddleware.WithErrorCodec); nil: none is.
+	Codec txmiddleware.ErrorCodec
+	// TxOptions are the runner options the transport's user gave
+	// (isolation, attempts, backoff, a retry hook). With Telemetry set
+	// they must not hold txmiddleware's telemetry options.
+	TxOptions []txmiddleware.Option
+	// LockWait, when positive, bounds how long a call and a resolve wait
+	// before their claim is decided (txmiddleware.WithLockWait).
+	LockWait time.Duration
+	// AtCommit names the methods whose calls run claim at commit
+	// (txmiddleware.WithClaimAtCommit); the transport checks the names.
+	AtCommit []string
+	// Answered reports whether an error of the work is the handler's own
+	// answer, passed on as it is even when it wraps a database error
+	// (grpcint: an error with a gRPC status). Without it an error the
+	// dialect classifies as the database's is storage trouble.
+	Answered func(error) bool
+	// KeyHeader names the key's header in messages ("idempotency-key";
+	// default "Idempotency-Key").
+	KeyHeader string
+	// KeyNoun names the key in messages ("idempotency key"; default
+	// "Idempotency-Key").
+	KeyNoun string
+	// Telemetry, when set, gives the server spans, metrics and log events
+	// of its own and its runners the same providers and logger (see
+	// [Telemetry]). Without it the server records nothing of its own, and
+	// its runners get what TxOptions says.
+	Telemetry *Telemetry
+}
+
+// Stats are a Server's counters. Every keyed call counts in one of
+// Executed, Replayed, Refused and Failed, by its outcome's kind; every
+// resolve request in Resolves.
+type Stats struct {
+	// Executed counts calls whose handler ran and committed (KindExecuted).
+	Executed int64
+	// Replayed counts calls answered with a stored answer (KindReplayed).
+	Replayed int64
+	// Resolves counts resolve requests, whatever they found.
+	Resolves int64
+	// Refused counts calls refused without the handler (KindRefused).
+	Refused int64
+	// Failed counts calls that committed nothing or whose commit is
+	// unknown (KindFailed).
+	Failed int64
+}
+
+// Server is the transport-neutral server side of keyed calls: identity,
+// the run in the ledger's transaction in either claim order, resolve and
+// the one classification of what a call ends with. A transport reads a
+// call, hands it to a [Call] and renders its [Answer]. A Server is safe
+// for concurrent use.
+type Server struct {
+	dialect  dialects.Dialect
+	codec    txmiddleware.ErrorCodec
+	calls    Runner
+	atCommit map[string]Runner
+	probe    Runner
+	answered func(error) bool
+	header   string
+	noun     string
+	obs      *observer
+
+	executed, replayed, resolves, refused, failed atomic.Int64
+}
+
+// NewServer returns the core of a transport's server on tx. It builds
+// three runners: one for the calls (cfg's codec and options), one for
+// cfg.AtCommit's methods (claim at commit), and the resolve probe, which
+// records nothing (no codec), measures nothing and logs nothing (its claim
+// always rolls back) but keeps its spans. Errors wrap
+// txmiddleware.ErrInvalidConfig.
+func NewServer(tx Transactions, cfg ServerConfig) (*Server, error) {
+	d, err := checkTransactions(tx)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{dialect: d, codec: cfg.Codec, answered: cfg.Answered, header: cfg.KeyHeader, noun: cfg.KeyNoun, obs: newObserver(cfg.Telemetry)}
+	if s.header == "" {
+		s.header = "Idempotency-Key"
+	}
+	if s.noun == "" {
+		s.noun = "Idempotency-Key"
+	}
+	base := append([]txmiddleware.Option(nil), cfg.TxOptions...)
+	if cfg.LockWait > 0 {
+		base = append(base, txmiddleware.WithLockWait(cfg.LockWait))
+	}
+	callOpts := append(append([]txmiddleware.Option(nil), base...), s.obs.runnerOptions()...)
+	if cfg.Codec != nil {
+		callOpts = append(callOpts, txmiddleware.WithErrorCodec(cfg.Codec))
+	}
+	if s.calls, err = tx.NewRunner(callOpts...); err != nil {
+		return nil, err
+	}
+	if len(cfg.AtCommit) > 0 {
+		rc, err := tx.NewRunner(append(callOpts[:len(callOpts):len(callOpts)], txmiddleware.WithClaimAtCommit())...)
+		if err != nil {
+			return nil, err
+		}
+		s.atCommit = make(map[string]Runner, len(cfg.AtCommit))
+		for _, m := range cfg.AtCommit {
+			s.atCommit[m] = rc
+		}
+	}
+	if s.probe, err = tx.NewRunner(append(base, s.obs.probeOptions()...)...); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Stats returns a snapshot of the counters.
+func (s *Server) Stats() Stats {
+	return Stats{Executed: s.executed.Load(), Replayed: s.replayed.Load(), Resolves: s.resolves.Load(),
+		Refused: s.refused.Load(), Failed: s.failed.Load()}
+}
+
+// runnerFor returns the runner of a keyed method's calls.
+func (s *Server) runnerFor(method string) Runner {
+	if rc, ok := s.atCommit[method]; ok {
+		return rc
+	}
+	return s.calls
+}
+
+// Answer is what a keyed call ends with: its outcome and what the
+// transport renders it from.
+type Answer struct {
+	// Outcome is the call's outcome; zero only for the Answer of an
+	// Identify that succeeded.
+	Outcome Outcome
+	// Result is the answer to send: for Executed the result committed,
+	// for Replayed the stored one (a non-zero Code for a recorded final
+	// error).
+	Result ledger.Result
+	// Err is, for Executed, the work's final error (nil for a result);
+	// for Replayed, the codec's decoding of a stored final error (nil for
+	// a stored result); for NotStored, the handler's own error, to pass
+	// on; for the other outcomes the error behind them, to log, never to
+	// send as it is.
+	Err error
+	// Detail is a message for the caller, without the key, for the
+	// outcomes the transport answers itself.
+	Detail string
+}
+
+// Row returns the row of the answer's outcome.
+func (a Answer) Row() Row { return a.Outcome.Row() }
+
+func answer(o Outcome, err error, detail string) Answer {
+	return Answer{Outcome: o, Err: err, Detail: detail}
+}
+
+// Call is one keyed call, or resolve request, in the hands of the core:
+// the transport begins it ([Server.Begin]), identifies it, runs or
+// resolves it, renders the Answer and ends it ([Call.End]). It is not
+// safe for concurrent use.
+type Call struct {
+	s       *Server
+	method  string
+	resolve bool
+	key     string
+	op      callOp
+}
+
+// Begin starts a keyed call of method (a resolve request when resolve):
+// its span, a child of ctx's, is in the returned context, the parent of
+// its runner's.
+func (s *Server) Begin(ctx context.Context, method string, resolve bool) (context.Context, *Call) {
+	ctx, op := s.obs.begin(ctx, method, resolve)
+	return ctx, &Call{s: s, method: method, resolve: resolve, op: op}
+}
+
+// Identify builds the call's identity from the caller fingerprint (ok
+// false: none), the call's method and the key values it carried (keys:
+// every value of the key's header; parse, when not nil, decodes the one
+// value into the key, its error a refusal with its message). On a refusal
+// it returns an Answer with the outcome (CallerMissing, KeyMissing,
+// KeyInvalid or RequestUnreadable) and a zero Identity; otherwise an
+// Answer with no outcome.
+func (c *Call) Identify(caller string, ok bool, keys []string, parse func(string) (string, error)) (ledger.Identity, Answer) {
+	s := c.s
+	if !ok || caller == "" {
+		return ledger.Identity{}, answer(CallerMissing, nil, "no authenticated caller for a keyed call")
+	}
+	switch {
+	case len(keys) == 0:
+		return ledger.Identity{}, answer(KeyMissing, nil, c.method+" needs an "+s.header+" header")
+	case len(keys) > 1:
+		return ledger.Identity{}, answer(KeyInvalid, nil, "more than one "+s.header+" header")
+	}
+	key := keys[0]
+	if parse != nil {
+		k, err := parse(key)
+		if err != nil {
+			return ledger.Identity{}, answer(KeyInvalid, err, err.Error())
+		}
+		key = k
+	}
+	c.key = key
+	c.s.obs.keyed(c.op, key)
+	id, err := ledger.NewIdentity(caller, c.method, key)
+	if err != nil {
+		var ie *ledger.InputError
+		switch {
+		case errors.As(err, &ie) && ie.Field == "caller":
+			return ledger.Identity{}, answer(CallerMissing, err, "the caller fingerprint is not usable: "+ie.Reason)
+		case errors.As(err, &ie) && ie.Field == "key":
+			return ledger.Identity{}, answer(KeyInvalid, err, "the "+s.noun+" "+ie.Reason)
+		}
+		return ledger.Identity{}, answer(RequestUnreadable, err, "the operation's identity cannot be built")
+	}
+	return id, Answer{}
+}
+
+// Run runs work in the ledger's transaction for req (claim first, or at
+// commit for the methods configured so) and classifies what happened.
+// work finds its transaction in its context.
+func (c *Call) Run(ctx context.Context, req ledger.ClaimRequest, work Work) Answer {
+	s := c.s
+	var workErr error // the last run's error
+	out, err := s.runnerFor(req.Identity.Method()).Run(ctx, req, func(ctx context.Context) (ledger.Result, error) {
+		workErr = nil
+		r, werr := work(ctx)
+		workErr = werr
+		return r, werr
+	})
+	switch {
+	case out.Replayed:
+		return Answer{Outcome: Replayed, Result: out.Result, Err: err}
+	case out.Executed:
+		return Answer{Outcome: Executed, Result: out.Result, Err: err}
+	}
+	return s.failure(ctx, err, workErr)
+}
+
+// failure classifies the error of a call that neither executed nor
+// replayed. workErr is the last run's error of the work, if it failed.
+func (s *Server) failure(ctx context.Context, err, workErr error) Answer {
+	switch {
+	case errors.Is(err, ledger.ErrKeyReused):
+		return answer(KeyReused, err, "the "+s.noun+" was already used for a different request")
+	case errors.Is(err, ledger.ErrInProgress):
+		return answer(InProgress, err, "another attempt with this "+s.noun+" is in progress; retry with it after the pushback")
+	case errors.Is(err, ledger.ErrIncomplete):
+		return answer(Incomplete, err, "an earlier attempt committed without a result; its outcome is unknown")
+	case errors.Is(err, txmiddleware.ErrBusy):
+		return answer(StorageBusy, err, "the database was busy past the wait bound (no free connection, or another transaction held its write lock); nothing was committed; retry with the same "+s.noun+" after the pushback")
+	case errors.Is(err, txmiddleware.ErrCommitUnknown):
+		return answer(CommitUnknown, err, "the commit's outcome is unknown; resolve with the same "+s.noun+" before running the call again")
+	case ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
+		return answer(RequestEnded, err, "the call ended before its outcome was committed; nothing was committed")
+	case errors.Is(err, ErrResponseTooLarge):
+		return answer(ResponseTooLarge, err, "the response is over the limit; nothing was committed")
+	case errors.Is(err, ledger.ErrRetryable):
+		if s.dialect.Classify(err) == dialects.ClassConnection {
+			break
+		}
+		return answer(TxAborted, err, "the transaction kept conflicting with others; nothing was committed; retry with the same "+s.noun)
+	case workErr != nil && errors.Is(err, workErr):
+		// The handler's own error, not final: nothing was recorded. A bare
+		// database error is not passed on as it is.
+		if (s.answered != nil && s.answered(workErr)) || s.dialect.Classify(workErr) == dialects.ClassOther {
+			return Answer{Outcome: NotStored, Err: workErr}
+		}
+	case errors.Is(err, ledger.ErrInvalid):
+		return answer(NotStorable, err, "the response cannot be stored in the operation ledger; nothing was committed")
+	case errors.Is(err, ledger.ErrNotAcquired):
+		return answer(LedgerMisuse, err, "the operation ledger refused to complete its own claim; nothing was committed")
+	}
+	return answer(StorageUnavailable, err, "the database failed; nothing was committed; retry with the same "+s.noun)
+}
+
+// probeFingerprint is the resolve probe's: never a request's, so its claim
+// never replays, and what a resolve request carries is never compared.
+var probeFingerprint = ledger.FingerprintOf([]byte("opledger/keyed resolve probe"))
+
+var errProbe = errors.New("keyed: resolve probe")
+
+// Resolve answers a resolve request for id without running the handler:
+// Replayed with the stored result, NotFound when nothing was committed
+// (running the call again with the key is safe), Incomplete, InProgress
+// while an attempt with the key is still in flight past the wait bound,
+// or storage trouble.
+//
+// Nothing committed may still mean an attempt in flight, invisible to a
+// read: the resolve then probes with a claim of its own, always rolled
+// back, which waits for that attempt (up to the wait bound) and never
+// records. The probe's fingerprint is a constant: a resolve does not
+// compare requests (its read does not), so what the resolve request
+// carries never matters, and a transport that has no request body to
+// fingerprint (HTTP) resolves alike.
+func (c *Call) Resolve(ctx context.Context, id ledger.Identity) Answer {
+	s := c.s
+	r := s.runnerFor(id.Method())
+	e, err := r.Lookup(ctx, id)
+	switch {
+	case err == nil && e.State == ledger.Completed:
+		return s.stored(e.Result)
+	case err == nil:
+		return s.failure(ctx, ledger.ErrIncomplete, nil)
+	case !errors.Is(err, ledger.ErrNotFound):
+		return s.failure(ctx, err, nil)
+	}
+	out, err := s.probe.Run(ctx, ledger.ClaimRequest{Identity: id, Fingerprint: probeFingerprint},
+		func(context.Context) (ledger.Result, error) { return ledger.Result{}, errProbe })
+	switch {
+	case errors.Is(err, errProbe):
+		return answer(NotFound, nil, "nothing was committed for this "+s.noun+"; running the call again with it is safe")
+	case out.Replayed:
+		return s.stored(out.Result)
+	case errors.Is(err, ledger.ErrKeyReused):
+		// Completed meanwhile (the probe's fingerprint is never a
+		// request's): read it.
+		if e, lerr := r.Lookup(ctx, id); lerr == nil && e.State == ledger.Completed {
+			return s.stored(e.Result)
+		}
+	case errors.Is(err, txmiddleware.ErrBusy) && r.InFlight(id):
+		// The probe could not begin in time behind a call with the key that
+		// is still in flight here: that is the answer.
+		err = fmt.Errorf("%w: %w", ledger.ErrInProgress, err)
+	}
+	return s.failure(ctx, err, nil)
+}
+
+// stored is the Replayed answer of a stored result read by a resolve.
+func (s *Server) stored(r ledger.Result) Answer {
+	a := Answer{Outcome: Replayed, Result: r}
+	if r.Code != 0 && s.codec != nil {
+		a.Err = s.codec.Decode(r)
+	}
+	return a
+}
+
+// End records the call's answer: the server's counters, its span, its
+// metrics and its log event. attrs are the transport's attributes of the
+// answer as it rendered it (grpc.status, …), added to the span and the
+// metrics.
+func (c *Call) End(ctx context.Context, a Answer, attrs ...attribute.KeyValue) {
+	c.s.count(c.resolve, a.Outcome)
+	c.s.obs.end(ctx, c.op, c.method, c.resolve, c.key, a, attrs)
+}
+
+// count adds an answer to the counters.
+func (s *Server) count(resolve bool, o Outcome) {
+	if resolve {
+		s.resolves.Add(1)
+		return
+	}
+	switch o.Row().Kind {
+	case KindExecuted:
+		s.executed.Add(1)
+	case KindReplayed:
+		s.replayed.Add(1)
+	case KindRefused:
+		s.refused.Add(1)
+	default:
+		s.failed.Add(1)
+	}
+}
