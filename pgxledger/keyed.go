@@ -1,0 +1,54 @@
+package pgxledger
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/keyed"
+	"github.com/opledger/opledger/ledger"
+	"github.com/opledger/opledger/txmiddleware"
+)
+
+// Transactions returns pgx's keyed.Transactions: Runners over pool with
+// the Store s, so that every transport of the kit runs its keyed calls in
+// pipelined pgx transactions (grpcint.NewServerFor, httpint.NewFor). The
+// handlers find their transaction with TxFromContext. It implements
+// ledger.ResultSizer with s's limit.
+func Transactions(pool *pgxpool.Pool, s *Store) keyed.Transactions { return transactions{pool, s} }
+
+type transactions struct {
+	pool *pgxpool.Pool
+	s    *Store
+}
+
+func (t transactions) Dialect() dialects.Dialect {
+	if t.s == nil {
+		return nil
+	}
+	return t.s.Dialect()
+}
+
+func (t transactions) MaxResultSize() int {
+	if t.s == nil {
+		return 0
+	}
+	return t.s.MaxResultSize()
+}
+
+func (t transactions) NewRunner(opts ...txmiddleware.Option) (keyed.Runner, error) {
+	r, err := NewRunner(t.pool, t.s, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return keyedRunner{r}, nil
+}
+
+// keyedRunner is a Runner as a keyed.Runner.
+type keyedRunner struct{ *Runner }
+
+func (r keyedRunner) Run(ctx context.Context, req ledger.ClaimRequest, work keyed.Work) (txmiddleware.RunResult, error) {
+	return r.Runner.Run(ctx, req, func(ctx context.Context, _ pgx.Tx) (ledger.Result, error) { return work(ctx) })
+}
