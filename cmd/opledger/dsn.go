@@ -479,6 +479,12 @@ func scrubSecrets(msg string, secrets []string, withheld string) string {
 			strings.TrimPrefix(url.UserPassword("", s).String(), ":"),
 			strings.Trim(strconv.Quote(s), `"`), strings.Join(strings.Fields(s), " "))
 	}
+	// Every occurrence of every form is found in the message as given and
+	// the union of them masked: replacing one secret after another would
+	// let an earlier replacement cut through a longer secret that holds
+	// it (a token 0010 inside a password 0000@0010) and leave the rest
+	// of that one shown.
+	covered := make([]bool, len(msg))
 	for _, f := range forms {
 		if f == "" || !strings.Contains(msg, f) {
 			continue
@@ -486,8 +492,28 @@ func scrubSecrets(msg string, secrets []string, withheld string) string {
 		if len(f) < minScrubLen {
 			return withheld
 		}
-		msg = strings.ReplaceAll(msg, f, scrubMask)
+		for from := 0; ; {
+			i := strings.Index(msg[from:], f)
+			if i < 0 {
+				break
+			}
+			for j := from + i; j < from+i+len(f); j++ {
+				covered[j] = true
+			}
+			from += i + 1
+		}
 	}
+	var b strings.Builder
+	for i := 0; i < len(msg); i++ {
+		if !covered[i] {
+			b.WriteByte(msg[i])
+			continue
+		}
+		if i == 0 || !covered[i-1] {
+			b.WriteString(scrubMask)
+		}
+	}
+	msg = b.String()
 	line := strings.Join(strings.Fields(msg), " ")
 	for _, f := range forms {
 		if f != "" && (strings.Contains(msg, f) || strings.Contains(line, f)) {
