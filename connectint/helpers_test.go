@@ -252,4 +252,3 @@ func wantCallInfo(t *testing.T, err error, reason string, next policy.Action) co
 
 // replayed reports whether a response carries the replay marker.
 func replayed(h http.Header) bool { return h.Get(connectint.ReplayedHeader) == "true" }
-
