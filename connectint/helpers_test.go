@@ -131,8 +131,14 @@ func newStore(t testing.TB, te *testdb.Env, opts ...ledger.Option) *ledger.Store
 // opts (after a short lock wait and pushback) and front handler options.
 func serveOn(t *testing.T, te *testdb.Env, tx keyed.Transactions, front []connect.HandlerOption, opts ...connectint.ServerOption) *env {
 	t.Helper()
-	s, err := connectint.NewServerFor(tx, catalog(t), connectint.CallerFromTrustedHeader(callerHeader),
-		append([]connectint.ServerOption{connectint.WithLockWait(300 * time.Millisecond), connectint.WithInProgressPushback(20 * time.Millisecond)}, opts...)...)
+	return serveExactly(t, te, tx, front, append([]connectint.ServerOption{connectint.WithLockWait(300 * time.Millisecond),
+		connectint.WithInProgressPushback(20 * time.Millisecond)}, opts...)...)
+}
+
+// serveExactly is serveOn with only opts.
+func serveExactly(t *testing.T, te *testdb.Env, tx keyed.Transactions, front []connect.HandlerOption, opts ...connectint.ServerOption) *env {
+	t.Helper()
+	s, err := connectint.NewServerFor(tx, catalog(t), connectint.CallerFromTrustedHeader(callerHeader), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
