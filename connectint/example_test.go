@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -75,6 +76,34 @@ func transferHandler(ctx context.Context, req *connect.Request[paymentspb.Transf
 		AmountCents: req.Msg.GetAmountCents()}), nil
 }
 
+// issued maps the bearer tokens the service issued to their principals:
+// it stands for the service's authentication.
+var issued = map[string]string{"token-of-billing": "billing"}
+
+type principalKey struct{}
+
+// authentication is the service's own interceptor, installed in front of
+// the kit's: a call without a token the service issued is refused with
+// UNAUTHENTICATED; any other goes on with the token's principal in its
+// context.
+var authentication = connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		bearer, _ := strings.CutPrefix(req.Header().Get("Authorization"), "Bearer ")
+		who, ok := issued[bearer]
+		if !ok {
+			return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("no token the service issued"))
+		}
+		return next(context.WithValue(ctx, principalKey{}, who), req)
+	}
+})
+
+// principalOf returns the principal the authentication found: what
+// connectint.CallerFromPrincipal takes.
+func principalOf(ctx context.Context) (string, bool) {
+	who, ok := ctx.Value(principalKey{}).(string)
+	return who, ok
+}
+
 // exampleCatalog is the method catalog from connect's Specs of the
 // Payments service (GetTransfer is NO_SIDE_EFFECTS in its descriptor),
 // with Transfer keyed and backed by the durable ledger.
@@ -95,9 +124,9 @@ func exampleCatalog() *policy.Catalog {
 // interceptor, on HTTP/1.1 and h2c (Connect, gRPC and gRPC-Web), and
 // called through a connect client whose retries the kit owns: a retry
 // with the same key replays the first answer, and the same key for
-// another request is refused. The caller here is a header an
-// authenticating gateway sets; use CallerFromPrincipal or
-// CallerFromPeerCertificate when the service authenticates itself.
+// another request is refused. The caller is the principal the service's
+// authentication found (bearer tokens, checked by an interceptor in
+// front of the kit's), never a name the client sends.
 func Example() {
 	ctx := context.Background()
 	db, store, cleanup := openExample(ctx)
@@ -105,13 +134,13 @@ func Example() {
 	catalog := exampleCatalog()
 
 	// The server.
-	kit, err := connectint.NewServer(db, store, catalog, connectint.CallerFromTrustedHeader("X-Caller"))
+	kit, err := connectint.NewServer(db, store, catalog, connectint.CallerFromPrincipal(principalOf))
 	if err != nil {
 		log.Fatal(err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle(paymentspb.TransferMethod, connect.NewUnaryHandler(paymentspb.TransferMethod, transferHandler,
-		connect.WithInterceptors(kit.Interceptor())))
+		connect.WithInterceptors(authentication, kit.Interceptor())))
 	srv := httptest.NewUnstartedServer(mux)
 	srv.Config.Protocols = new(http.Protocols)
 	srv.Config.Protocols.SetHTTP1(true)
@@ -129,7 +158,7 @@ func Example() {
 
 	send := func(amount int64) (*connect.Response[paymentspb.TransferReply], error) {
 		req := connect.NewRequest(&paymentspb.TransferRequest{FromAccount: "a", ToAccount: "b", AmountCents: amount, Reference: "invoice-7"})
-		req.Header().Set("X-Caller", "billing")
+		req.Header().Set("Authorization", "Bearer token-of-billing")
 		return client.CallUnary(connectint.WithKey(ctx, "invoice-7-attempt"), req)
 	}
 	first, err := send(500)
@@ -159,18 +188,18 @@ func ExampleResolve() {
 	db, store, cleanup := openExample(ctx)
 	defer cleanup()
 	catalog := exampleCatalog()
-	kit, err := connectint.NewServer(db, store, catalog, connectint.CallerFromTrustedHeader("X-Caller"))
+	kit, err := connectint.NewServer(db, store, catalog, connectint.CallerFromPrincipal(principalOf))
 	if err != nil {
 		log.Fatal(err)
 	}
-	h := connect.NewUnaryHandler(paymentspb.TransferMethod, transferHandler, connect.WithInterceptors(kit.Interceptor()))
+	h := connect.NewUnaryHandler(paymentspb.TransferMethod, transferHandler, connect.WithInterceptors(authentication, kit.Interceptor()))
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 	client := connect.NewClient[paymentspb.TransferRequest, paymentspb.TransferReply](http.DefaultClient, srv.URL+paymentspb.TransferMethod)
 
 	newRequest := func() *connect.Request[paymentspb.TransferRequest] {
 		req := connect.NewRequest(&paymentspb.TransferRequest{FromAccount: "a", ToAccount: "b", AmountCents: 250, Reference: "r-9"})
-		req.Header().Set("X-Caller", "billing")
+		req.Header().Set("Authorization", "Bearer token-of-billing")
 		return req
 	}
 	_, err = connectint.Resolve(ctx, client.CallUnary, "k-9", newRequest())
@@ -226,7 +255,7 @@ func ExampleNewServerFor() {
 		log.Fatal(err)
 	}
 	kit, err := connectint.NewServerFor(pgxledger.Transactions(pool, store), exampleCatalog(),
-		connectint.CallerFromTrustedHeader("X-Caller"))
+		connectint.CallerFromPrincipal(principalOf))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -243,5 +272,5 @@ func ExampleNewServerFor() {
 		return connect.NewResponse(&paymentspb.TransferReply{TransferId: id, Reference: req.Msg.GetReference()}), nil
 	}
 	http.Handle(paymentspb.TransferMethod, connect.NewUnaryHandler(paymentspb.TransferMethod, handler,
-		connect.WithInterceptors(kit.Interceptor())))
+		connect.WithInterceptors(authentication, kit.Interceptor())))
 }
