@@ -298,11 +298,10 @@ func (i serverInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFun
 }
 
 func (s *Server) keyedCall(ctx context.Context, req connect.AnyRequest, proc string, next connect.UnaryFunc) (connect.AnyResponse, error) {
-	h := req.Header()
-	resolve := len(h.Values(ResolveHeader)) > 0
+	resolve := len(req.Header().Values(ResolveHeader)) > 0
 	ctx, call := s.core.Begin(ctx, proc, resolve)
 	var resp connect.AnyResponse
-	ans := s.serveKeyed(ctx, call, h, req, resolve, func(ctx context.Context) (ledger.Result, error) {
+	ans := s.serveKeyed(ctx, call, req, resolve, func(ctx context.Context) (ledger.Result, error) {
 		r, herr := next(ctx, req)
 		if herr != nil {
 			return ledger.Result{}, herr
@@ -328,7 +327,7 @@ func (s *Server) keyedCall(ctx context.Context, req connect.AnyRequest, proc str
 }
 
 // serveKeyed reads a keyed call and has the core run or resolve it.
-func (s *Server) serveKeyed(ctx context.Context, call *keyed.Call, h map[string][]string, req connect.AnyRequest, resolve bool, work keyed.Work) keyed.Answer {
+func (s *Server) serveKeyed(ctx context.Context, call *keyed.Call, req connect.AnyRequest, resolve bool, work keyed.Work) keyed.Answer {
 	caller, ok := s.caller(ctx, req.Header())
 	id, refusal := call.Identify(caller, ok, req.Header().Values(KeyHeader), nil)
 	switch {
