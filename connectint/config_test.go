@@ -48,14 +48,26 @@ func TestConfig(t *testing.T) {
 			_, err := connectint.NewServer(te.DB, store, cat, caller, connectint.WithLockWait(1), connectint.WithLockWait(2))
 			return err
 		},
-		"negative wait":   func() error { _, err := connectint.NewServer(te.DB, store, cat, caller, connectint.WithLockWait(-1)); return err },
-		"nil codec":       func() error { _, err := connectint.NewServer(te.DB, store, cat, caller, connectint.WithErrorCodec(nil)); return err },
-		"no dialect":      func() error { _, err := connectint.NewServerFor(keyed.SQL(te.DB, noDialect{store}), cat, caller); return err },
+		"negative wait": func() error {
+			_, err := connectint.NewServer(te.DB, store, cat, caller, connectint.WithLockWait(-1))
+			return err
+		},
+		"nil codec": func() error {
+			_, err := connectint.NewServer(te.DB, store, cat, caller, connectint.WithErrorCodec(nil))
+			return err
+		},
+		"no dialect": func() error {
+			_, err := connectint.NewServerFor(keyed.SQL(te.DB, noDialect{store}), cat, caller)
+			return err
+		},
 		"service config":  func() error { _, err := connectint.NewClient(cat, policy.OwnerServiceConfig); return err },
 		"client, nil cat": func() error { _, err := connectint.NewClient(nil, policy.OwnerApplication); return err },
 		"client, stream":  func() error { _, err := connectint.NewClient(stream, policy.OwnerApplication); return err },
-		"max attempts":    func() error { _, err := connectint.NewClient(cat, policy.OwnerApplication, connectint.WithMaxAttempts(0)); return err },
-		"bad owner":       func() error { _, err := connectint.NewClient(cat, policy.RetryOwner(99)); return err },
+		"max attempts": func() error {
+			_, err := connectint.NewClient(cat, policy.OwnerApplication, connectint.WithMaxAttempts(0))
+			return err
+		},
+		"bad owner": func() error { _, err := connectint.NewClient(cat, policy.RetryOwner(99)); return err },
 	}
 	for name, f := range servers {
 		if err := f(); !errors.Is(err, connectint.ErrInvalidConfig) {
