@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/http/httptrace"
 	"sync/atomic"
 	"time"
@@ -29,7 +30,9 @@ type keyCtx struct{}
 // call, so that [Resolve] can find the outcome after a restart). An
 // Idempotency-Key header set on the request does the same. Without either
 // the interceptor generates one key per logical call, which the error of
-// a keyed call carries (see [CallInfo]).
+// a keyed call carries (see [CallInfo]). The interceptor sets the key's
+// header on the request for the call's attempts and restores the header
+// the request came with when the call ends.
 func WithKey(ctx context.Context, key string) context.Context {
 	return context.WithValue(ctx, keyCtx{}, key)
 }
@@ -282,12 +285,22 @@ func (i clientInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		c.c.calls.Add(1)
 		p := c.policyOf(req.Spec().Procedure)
 		set, _ := ctx.Value(keyCtx{}).(string)
-		if v := req.Header().Values(KeyHeader); set == "" && len(v) > 0 {
-			set = v[len(v)-1]
+		given := req.Header().Values(KeyHeader)
+		if set == "" && len(given) > 0 {
+			set = given[len(given)-1]
 		}
 		key := retry.KeyFor(ctx, p, set, c.cfg.downstreamKeys)
 		if key != "" {
 			req.Header().Set(KeyHeader, key)
+			// The key is the call's: a request sent again later is a new
+			// logical call unless its caller sets the key.
+			defer func() {
+				if given != nil {
+					req.Header()[http.CanonicalHeaderKey(KeyHeader)] = given
+				} else {
+					req.Header().Del(KeyHeader)
+				}
+			}()
 		}
 		u := &unaryCall{c: c, ctx: ctx, req: req, next: next}
 		res := retry.Do(ctx, &c.loop, p, key, u)

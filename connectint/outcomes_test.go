@@ -377,10 +377,12 @@ func TestOutcomeRows(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			h1, _ := httpClients(t)
-			dead := transferClient("http://127.0.0.1:1", h1, nil, "connect", kit.ClientOptions()...)
-			_, err = dead.CallUnary(ctx, request("alice", "k", "r", 1))
-			wantCallInfo(t, err, "REQUEST_NOT_SENT", policy.Retry)
+			h1, h2 := httpClients(t)
+			for _, p := range protocols {
+				dead := transferClient("http://127.0.0.1:1", h1, h2, p, kit.ClientOptions()...)
+				_, err = dead.CallUnary(ctx, request("alice", "k", "r", 1))
+				wantCallInfo(t, err, "REQUEST_NOT_SENT", policy.Retry)
+			}
 		},
 		keyed.ServerAnswered: func(t *testing.T) {
 			e, _ := sqliteEnv(t, nil, nil)
@@ -390,26 +392,32 @@ func TestOutcomeRows(t *testing.T) {
 				t.Fatalf("err %v", err)
 			}
 			wantCallInfo(t, err, "SERVER_ANSWERED", policy.DoNotRetry)
-			_, again := e.client("grpc").CallUnary(ctx, request("alice", "k", "r", 0))
-			var ce *connect.Error
-			if !errors.As(again, &ce) || ce.Code() != connect.CodeInvalidArgument || ce.Message() != "amount_cents must be positive" ||
-				!replayed(ce.Meta()) || e.server.Stats().Replayed != 1 {
-				t.Errorf("retry of a final error: %v, server %+v; want it replayed", again, e.server.Stats())
+			for i, p := range protocols {
+				_, again := e.client(p).CallUnary(ctx, request("alice", "k", "r", 0))
+				var ce *connect.Error
+				if !errors.As(again, &ce) || ce.Code() != connect.CodeInvalidArgument || ce.Message() != "amount_cents must be positive" ||
+					!replayed(ce.Meta()) || ce.Meta().Get(connectint.ReplayedCodeHeader) != "3" || e.server.Stats().Replayed != int64(i+1) {
+					t.Errorf("%s: retry of a final error: %v (metadata %v), server %+v; want it replayed", p, again, ce.Meta(), e.server.Stats())
+				}
 			}
 		},
 		keyed.CallOutcomeUnknown: func(t *testing.T) {
 			e, _ := sqliteEnv(t, nil, front(dropAnswers))
-			mesh, mc := e.kitClient(t, policy.OwnerMesh, "connect")
-			_, err := mc.CallUnary(connectint.WithKey(ctx, "k-mesh"), request("alice", "", "r", 1))
-			ci := wantCallInfo(t, err, "CALL_OUTCOME_UNKNOWN", policy.ResolveFirst)
-			if ci.Key != "k-mesh" || mesh.Stats().Ambiguous != 1 {
-				t.Errorf("CallInfo %+v, stats %+v: want the key and one ambiguous call", ci, mesh.Stats())
+			// On every protocol the client trace shows the request went out:
+			// the lost answer leaves the outcome unknown, never "not sent".
+			for _, p := range protocols {
+				mesh, mc := e.kitClient(t, policy.OwnerMesh, p)
+				_, err := mc.CallUnary(connectint.WithKey(ctx, "k-mesh-"+p), request("alice", "", "r-"+p, 1))
+				ci := wantCallInfo(t, err, "CALL_OUTCOME_UNKNOWN", policy.ResolveFirst)
+				if ci.Key != "k-mesh-"+p || mesh.Stats().Ambiguous != 1 {
+					t.Errorf("%s: CallInfo %+v, stats %+v: want the key and one ambiguous call", p, ci, mesh.Stats())
+				}
 			}
 			app, ac := e.kitClient(t, policy.OwnerApplication, "grpc", fastClient()...)
 			dctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 			defer cancel()
-			_, err = ac.CallUnary(dctx, request("alice", "k-app", "r2", 1))
-			ci = wantCallInfo(t, err, "CALL_OUTCOME_UNKNOWN", policy.ResolveFirst)
+			_, err := ac.CallUnary(dctx, request("alice", "k-app", "r2", 1))
+			ci := wantCallInfo(t, err, "CALL_OUTCOME_UNKNOWN", policy.ResolveFirst)
 			if ci.Resolves == 0 || ci.Decision != "deadline" || app.Stats().Ambiguous != 1 {
 				t.Errorf("CallInfo %+v, stats %+v: want resolves until the deadline", ci, app.Stats())
 			}
