@@ -3,6 +3,7 @@ module github.com/opledger/opledger
 go 1.26.0
 
 require (
+	connectrpc.com/connect v1.21.1
 	github.com/envoyproxy/go-control-plane v0.14.0
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0
 	github.com/go-chi/chi/v5 v5.5.0

@@ -1,0 +1,446 @@
+package connectint
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptrace"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/opledger/opledger/internal/options"
+	"github.com/opledger/opledger/internal/wait"
+	"github.com/opledger/opledger/keyed"
+	"github.com/opledger/opledger/keyed/retry"
+	"github.com/opledger/opledger/policy"
+)
+
+// NewKey returns a fresh random idempotency key: 128 bits as 26 base32
+// characters.
+func NewKey() string { return keyed.NewKey() }
+
+type keyCtx struct{}
+
+// WithKey returns a context whose calls through the kit's client
+// interceptor carry key as their idempotency key, replacing any key set
+// before. Use it to choose the key yourself (to persist it before the
+// call, so that [Resolve] can find the outcome after a restart). An
+// Idempotency-Key header set on the request does the same. Without either
+// the interceptor generates one key per logical call, which the error of
+// a keyed call carries (see [CallInfo]). The interceptor sets the key's
+// header on the request for the call's attempts and restores the header
+// the request came with when the call ends.
+func WithKey(ctx context.Context, key string) context.Context {
+	return context.WithValue(ctx, keyCtx{}, key)
+}
+
+// DownstreamKey returns the idempotency key for a downstream call that a
+// keyed handler makes as step (see keyed.DownstreamKey): the same on every
+// retry of the upstream call, revealing nothing of its key. Outside a
+// keyed call the error matches ledger.ErrNoOperation.
+func DownstreamKey(ctx context.Context, step string) (string, error) {
+	k, err := keyed.DownstreamKey(ctx, step)
+	if err != nil {
+		return "", fmt.Errorf("connectint: %w", err)
+	}
+	return k, nil
+}
+
+// ClientStats are the counters of a Client, read with Client.Stats.
+type ClientStats struct {
+	// Calls is the number of logical calls through the interceptor.
+	Calls int64
+	// Attempts is the number of attempts it sent, resolves included.
+	Attempts int64
+	// Retries is the number of times the interceptor ran a call again.
+	Retries int64
+	// Resolves is the number of resolve requests sent through it.
+	Resolves int64
+	// Resolved is the number of calls whose outcome a resolve returned.
+	Resolved int64
+	// Replayed is the number of successful calls whose response was a
+	// stored outcome (the replay marker).
+	Replayed int64
+	// BudgetRefusals is the number of retries the budget refused.
+	BudgetRefusals int64
+	// Ambiguous is the number of keyed calls that returned an error whose
+	// outcome the client could not learn (CALL_OUTCOME_UNKNOWN).
+	Ambiguous int64
+}
+
+type counters struct {
+	calls, attempts, retries, resolves, resolved, replayed, refusals, ambiguous atomic.Int64
+}
+
+// ClientOption configures a Client; the With functions build them. Giving
+// the same option twice is an error.
+type ClientOption struct{ o options.Option[clientConfig] }
+
+type clientConfig struct {
+	budget         *policy.Budget
+	fundBySuccess  bool
+	backoff        policy.Backoff
+	maxAttempts    int
+	resolveWindow  time.Duration
+	downstreamKeys bool
+}
+
+func clientOption(name string, f func(*clientConfig) error) ClientOption {
+	return ClientOption{options.New(name, f)}
+}
+
+// Defaults of the client's options.
+const (
+	DefaultMaxAttempts   = 5
+	DefaultResolveWindow = 30 * time.Second
+)
+
+// WithBudget sets the retry budget shared by the client's calls (one per
+// target). Default: policy.NewBudget with its defaults. Resolve requests,
+// which only read, do not spend it.
+func WithBudget(b *policy.Budget) ClientOption {
+	return clientOption("WithBudget", func(c *clientConfig) error {
+		if b == nil {
+			return errors.New("nil budget")
+		}
+		c.budget = b
+		return nil
+	})
+}
+
+// WithBudgetFundedBySuccess deposits into the budget once per successful
+// call instead of once per call.
+func WithBudgetFundedBySuccess() ClientOption {
+	return clientOption("WithBudgetFundedBySuccess", func(c *clientConfig) error {
+		c.fundBySuccess = true
+		return nil
+	})
+}
+
+// WithBackoff sets the backoff between attempts, resolves included
+// (default policy.Backoff's). The server's pushback always wins.
+func WithBackoff(b policy.Backoff) ClientOption {
+	return clientOption("WithBackoff", func(c *clientConfig) error {
+		if err := b.Validate(); err != nil {
+			return err
+		}
+		c.backoff = b
+		return nil
+	})
+}
+
+// WithMaxAttempts bounds how many times one logical call is run: 1 to
+// 100; default 5. Resolve requests are not counted.
+func WithMaxAttempts(n int) ClientOption {
+	return clientOption("WithMaxAttempts", func(c *clientConfig) error {
+		if n < 1 || n > 100 {
+			return fmt.Errorf("max attempts %d outside [1, 100]", n)
+		}
+		c.maxAttempts = n
+		return nil
+	})
+}
+
+// WithResolveWindow bounds how long the client keeps resolving a keyed
+// call whose outcome is unknown when the call has no deadline (default
+// 30 s, at least 1 ms).
+func WithResolveWindow(d time.Duration) ClientOption {
+	return clientOption("WithResolveWindow", func(c *clientConfig) error {
+		if d < time.Millisecond {
+			return fmt.Errorf("resolve window %v under 1ms", d)
+		}
+		c.resolveWindow = d
+		return nil
+	})
+}
+
+// WithDownstreamKeys makes the client attach a derived key to a keyed
+// procedure called from inside a keyed call without a key of its own:
+// DownstreamKey(ctx, procedure) instead of a new random key, so that a
+// chain of keyed services behaves as one.
+func WithDownstreamKeys() ClientOption {
+	return clientOption("WithDownstreamKeys", func(c *clientConfig) error {
+		c.downstreamKeys = true
+		return nil
+	})
+}
+
+// Client is the client side of the kit for a connect client (one target):
+// it attaches one idempotency key per logical call of a keyed procedure;
+// when the application owns retries (connect-go has none of its own) it
+// retries according to policy eligibility with a budget and backoff, and
+// resolves a keyed call whose outcome is unknown, so that such a call
+// returns its result or a definite error. It reads each attempt's
+// evidence (whether the request went out, whether the response began)
+// from net/http's client trace. A Client is safe for concurrent use.
+type Client struct {
+	catalog *policy.Catalog
+	owner   policy.RetryOwner
+	cfg     clientConfig
+	loop    retry.Config
+	c       counters
+}
+
+// NewClient returns a Client for a connect client whose retries belong to
+// owner: policy.OwnerApplication (the kit retries and resolves),
+// policy.OwnerMesh or policy.OwnerNone (one attempt). connect-go has no
+// service config, so policy.OwnerServiceConfig is an error. Procedures
+// missing from the catalog are treated as non-idempotent and never
+// retried. Configuration errors wrap ErrInvalidConfig.
+func NewClient(catalog *policy.Catalog, owner policy.RetryOwner, opts ...ClientOption) (*Client, error) {
+	switch {
+	case !owner.Valid():
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, policy.ErrInvalidOwner)
+	case owner == policy.OwnerServiceConfig:
+		return nil, fmt.Errorf("%w: connect-go has no service config to own retries; use policy.OwnerApplication", ErrInvalidConfig)
+	case catalog == nil:
+		return nil, fmt.Errorf("%w: nil catalog", ErrInvalidConfig)
+	}
+	c := &Client{catalog: catalog, owner: owner,
+		cfg: clientConfig{maxAttempts: DefaultMaxAttempts, resolveWindow: DefaultResolveWindow}}
+	if err := options.Apply(&c.cfg, opts, func(o ClientOption) options.Option[clientConfig] { return o.o }); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	for _, p := range catalog.Methods() {
+		if p.Kind == policy.KindKeyed && p.Shape != policy.ShapeUnary {
+			return nil, fmt.Errorf("%w: keyed procedure %s is %s; only unary procedures can be keyed", ErrInvalidConfig, p.FullMethod, p.Shape)
+		}
+	}
+	if c.cfg.budget == nil {
+		b, err := policy.NewBudget(policy.BudgetSettings{})
+		if err != nil {
+			return nil, err
+		}
+		c.cfg.budget = b
+	}
+	c.loop = retry.Config{Owner: owner, Budget: c.cfg.budget, FundBySuccess: c.cfg.fundBySuccess, Backoff: c.cfg.backoff,
+		MaxAttempts: c.cfg.maxAttempts, ResolveWindow: c.cfg.resolveWindow}
+	return c, nil
+}
+
+// Owner returns the client's retry owner.
+func (c *Client) Owner() policy.RetryOwner { return c.owner }
+
+// Stats returns a snapshot of the client's counters.
+func (c *Client) Stats() ClientStats {
+	return ClientStats{
+		Calls: c.c.calls.Load(), Attempts: c.c.attempts.Load(), Retries: c.c.retries.Load(),
+		Resolves: c.c.resolves.Load(), Resolved: c.c.resolved.Load(), Replayed: c.c.replayed.Load(),
+		BudgetRefusals: c.c.refusals.Load(), Ambiguous: c.c.ambiguous.Load(),
+	}
+}
+
+func (c *Client) policyOf(procedure string) policy.MethodPolicy {
+	if p, ok := c.catalog.Lookup(procedure); ok {
+		return p
+	}
+	return policy.MethodPolicy{FullMethod: procedure, Kind: policy.KindNonIdempotent}
+}
+
+// ClientOptions returns the options that install the client's interceptor
+// on a connect client: connect.WithInterceptors(c.Interceptor()). Put it
+// last among the client's interceptors, so that it sees every attempt
+// closest to the wire.
+func (c *Client) ClientOptions() []connect.ClientOption {
+	return []connect.ClientOption{connect.WithInterceptors(c.Interceptor())}
+}
+
+// Interceptor returns the client interceptor (unary calls; streams pass
+// through):
+//
+//   - policy.OwnerApplication: per logical call it attaches one
+//     idempotency key to a keyed procedure, the same on every attempt;
+//     after a failed attempt it decides with the kit's error map (for an
+//     error with a reason of the kit's) or policy.Eligible (with the
+//     evidence net/http's client trace saw); it resolves a keyed call
+//     whose outcome is unknown before running it again; it spends the
+//     budget on every retry and waits the backoff or the server's
+//     pushback, never past the call's deadline.
+//   - policy.OwnerMesh and policy.OwnerNone: it attaches the key and
+//     sends nothing more.
+//
+// A keyed call returns its result (original or replayed) or an error
+// with a definite CallInfo; only when the deadline (or the resolve
+// window) ends before its outcome could be learned does it return
+// CALL_OUTCOME_UNKNOWN, with the key. A request carrying
+// Idempotency-Resolve (see [Resolve]) passes through.
+func (c *Client) Interceptor() connect.Interceptor { return clientInterceptor{c} }
+
+type clientInterceptor struct{ c *Client }
+
+func (i clientInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	c := i.c
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if !req.Spec().IsClient {
+			return next(ctx, req)
+		}
+		if req.Header().Get(ResolveHeader) != "" {
+			c.c.resolves.Add(1)
+			c.c.attempts.Add(1)
+			return next(ctx, req)
+		}
+		c.c.calls.Add(1)
+		p := c.policyOf(req.Spec().Procedure)
+		set, _ := ctx.Value(keyCtx{}).(string)
+		given := req.Header().Values(KeyHeader)
+		if set == "" && len(given) > 0 {
+			set = given[len(given)-1]
+		}
+		key := retry.KeyFor(ctx, p, set, c.cfg.downstreamKeys)
+		if key != "" {
+			req.Header().Set(KeyHeader, key)
+			// The key is the call's: a request sent again later is a new
+			// logical call unless its caller sets the key.
+			defer func() {
+				if given != nil {
+					req.Header()[http.CanonicalHeaderKey(KeyHeader)] = given
+				} else {
+					req.Header().Del(KeyHeader)
+				}
+			}()
+		}
+		u := &unaryCall{c: c, ctx: ctx, req: req, next: next}
+		res := retry.Do(ctx, &c.loop, p, key, u)
+		if res.Err == nil {
+			if res.Success == "replayed" {
+				c.c.replayed.Add(1)
+			}
+			return u.resp, nil
+		}
+		if res.Ambiguous() {
+			c.c.ambiguous.Add(1)
+		}
+		if !res.Attach {
+			return nil, res.Err
+		}
+		return nil, withCallInfo(res.Err, res.Info)
+	}
+}
+
+func (clientInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (clientInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}
+
+// unaryCall is one logical unary call through the client interceptor: the
+// connect transport of package retry's loop.
+type unaryCall struct {
+	c    *Client
+	ctx  context.Context
+	req  connect.AnyRequest
+	next connect.UnaryFunc
+	resp connect.AnyResponse
+}
+
+// evidence is what net/http's client trace saw of one attempt.
+type evidence struct {
+	traced, sent, header atomic.Bool
+}
+
+func (ev *evidence) trace() *httptrace.ClientTrace {
+	return &httptrace.ClientTrace{
+		GetConn:              func(string) { ev.traced.Store(true) },
+		WroteHeaders:         func() { ev.sent.Store(true) },
+		GotFirstResponseByte: func() { ev.header.Store(true) },
+	}
+}
+
+// Attempt sends the call (or a resolve request for it) once.
+func (u *unaryCall) Attempt(resolve, rerun bool) retry.Attempt {
+	ev := &evidence{}
+	actx := httptrace.WithClientTrace(u.ctx, ev.trace())
+	h := u.req.Header()
+	if resolve {
+		h.Set(ResolveHeader, "1")
+		u.c.c.resolves.Add(1)
+	}
+	u.c.c.attempts.Add(1)
+	resp, err := u.next(actx, u.req)
+	h.Del(ResolveHeader)
+	// A client whose transport does not trace (no connection was asked
+	// for) may have sent the request: never read it as not sent.
+	sent := ev.sent.Load() || !ev.traced.Load()
+	a := retry.Attempt{Err: err, Evidence: policy.Evidence{Sent: sent, HeadersReceived: ev.header.Load()}}
+	if err == nil {
+		u.resp = resp
+		a.Replayed = resp != nil && (isReplayed(resp.Trailer()) || isReplayed(resp.Header()))
+		return a
+	}
+	a.Code = grpcCode(connect.CodeOf(err))
+	a.Reason = ReasonOf(err)
+	a.ReplayedError = replayedError(err)
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		a.Pushback = ce.Meta().Values(policy.PushbackHeader)
+		if len(ce.Meta()) > 0 { // the server's response headers or trailers
+			a.Evidence.HeadersReceived = true
+		}
+	}
+	return a
+}
+
+// Event counts what the loop did.
+func (u *unaryCall) Event(e retry.Event) {
+	switch e {
+	case retry.Retried:
+		u.c.c.retries.Add(1)
+	case retry.Resolved:
+		u.c.c.resolved.Add(1)
+	case retry.BudgetRefused:
+		u.c.c.refusals.Add(1)
+	}
+}
+
+// Resolve asks the server for the stored outcome of a keyed call without
+// running it, through call (a connect client's CallUnary, or a generated
+// client's method): for an application that persisted the key and lost
+// the answer, or got CALL_OUTCOME_UNKNOWN. req must be a request of the
+// procedure (its content is not compared). It asks again, after a
+// backoff (or the server's pushback), while the answer is lost on the way,
+// the server's database fails, or another attempt with the key is still
+// in flight; it stops when ctx ends, or after 10 tries when ctx has no
+// deadline. It returns the stored response; an error with the reason
+// OPERATION_NOT_FOUND (NOT_FOUND) when nothing was committed, so running
+// the call again with the same key is safe; the stored error of a call
+// that failed for good; or the last failure when it had to stop.
+func Resolve[Req, Res any](ctx context.Context, call func(context.Context, *connect.Request[Req]) (*connect.Response[Res], error), key string, req *connect.Request[Req]) (*connect.Response[Res], error) {
+	if key == "" {
+		return nil, errors.New("connectint: resolve: empty key")
+	}
+	if req == nil || call == nil {
+		return nil, errors.New("connectint: resolve: nil request or call")
+	}
+	req.Header().Set(KeyHeader, key)
+	req.Header().Set(ResolveHeader, "1")
+	_, hasDeadline := ctx.Deadline()
+	var b policy.Backoff
+	for try, step := 1, 1; ; try++ {
+		resp, err := call(ctx, req)
+		if err == nil {
+			return resp, nil
+		}
+		var pushback []string
+		var ce *connect.Error
+		if errors.As(err, &ce) {
+			pushback = ce.Meta().Values(policy.PushbackHeader)
+		}
+		again := retry.ResolveAgain(retry.Attempt{Err: err, Code: grpcCode(connect.CodeOf(err)), Reason: ReasonOf(err), ReplayedError: replayedError(err)})
+		if !again || ctx.Err() != nil || (!hasDeadline && try >= 10) {
+			return nil, err
+		}
+		d, n, berr := b.Next(ctx, step, pushback)
+		if berr != nil {
+			return nil, err
+		}
+		step = n
+		if wait.Sleep(ctx, d) != nil {
+			return nil, err
+		}
+	}
+}

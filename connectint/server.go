@@ -1,0 +1,398 @@
+package connectint
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoregistry"
+
+	"github.com/opledger/opledger/internal/options"
+	"github.com/opledger/opledger/internal/telemetry"
+	"github.com/opledger/opledger/keyed"
+	"github.com/opledger/opledger/keyed/keyedproto"
+	"github.com/opledger/opledger/ledger"
+	"github.com/opledger/opledger/policy"
+	"github.com/opledger/opledger/txmiddleware"
+)
+
+// DefaultLockWait is how long a keyed call waits before its claim is
+// decided (see WithLockWait).
+const DefaultLockWait = 2 * time.Second
+
+// DefaultInProgressPushback is the grpc-retry-pushback-ms sent with
+// ABORTED OPERATION_IN_PROGRESS and UNAVAILABLE STORAGE_BUSY.
+const DefaultInProgressPushback = 200 * time.Millisecond
+
+// ServerOption configures a Server; the With functions build them. Giving
+// the same option twice is an error.
+type ServerOption struct{ o options.Option[serverConfig] }
+
+type serverConfig struct {
+	txOpts   []txmiddleware.Option
+	atCommit []string
+	lockWait time.Duration
+	codec    txmiddleware.ErrorCodec
+	pushback time.Duration
+	types    protoregistry.MessageTypeResolver
+	mp       metric.MeterProvider
+	tp       trace.TracerProvider
+	logger   *slog.Logger
+}
+
+func serverOption(name string, f func(*serverConfig) error) ServerOption {
+	return ServerOption{options.New(name, f)}
+}
+
+// WithTxOptions passes options to the server's runners: isolation,
+// transaction attempts and backoff, a retry hook. The lock-wait bound, the
+// error codec and the telemetry are the server's own options.
+func WithTxOptions(opts ...txmiddleware.Option) ServerOption {
+	return serverOption("WithTxOptions", func(c *serverConfig) error {
+		c.txOpts = append(c.txOpts, opts...)
+		return nil
+	})
+}
+
+// WithClaimAtCommit runs the named keyed procedures
+// ("/pkg.Service/Method") claim at commit (see
+// txmiddleware.WithClaimAtCommit). A name that is not a keyed procedure
+// of the catalog is an error.
+func WithClaimAtCommit(procedures ...string) ServerOption {
+	return serverOption("WithClaimAtCommit", func(c *serverConfig) error {
+		if len(procedures) == 0 {
+			return errors.New("no procedure named")
+		}
+		c.atCommit = append([]string(nil), procedures...)
+		return nil
+	})
+}
+
+// WithLockWait bounds how long a keyed call (and a resolve) waits before
+// its claim is decided (default [DefaultLockWait]); past it the call
+// answers ABORTED OPERATION_IN_PROGRESS or UNAVAILABLE STORAGE_BUSY with
+// grpc-retry-pushback-ms. Zero sets no bound.
+func WithLockWait(d time.Duration) ServerOption {
+	return serverOption("WithLockWait", func(c *serverConfig) error {
+		if d < 0 {
+			return errors.New("lock wait must not be negative")
+		}
+		c.lockWait = d
+		return nil
+	})
+}
+
+// WithErrorCodec sets which handler errors are final, recorded and
+// replayed (default ErrorCodec(DefaultFinalCodes()...)). It must decode
+// what it encodes.
+func WithErrorCodec(codec txmiddleware.ErrorCodec) ServerOption {
+	return serverOption("WithErrorCodec", func(c *serverConfig) error {
+		if codec == nil {
+			return errors.New("codec must not be nil")
+		}
+		c.codec = codec
+		return nil
+	})
+}
+
+// WithInProgressPushback sets the grpc-retry-pushback-ms sent with
+// OPERATION_IN_PROGRESS and STORAGE_BUSY (default
+// [DefaultInProgressPushback]).
+func WithInProgressPushback(d time.Duration) ServerOption {
+	return serverOption("WithInProgressPushback", func(c *serverConfig) error {
+		if d < 0 {
+			return errors.New("negative pushback")
+		}
+		c.pushback = d
+		return nil
+	})
+}
+
+// WithTypeResolver sets where stored responses find their message type by
+// full name (default protoregistry.GlobalTypes).
+func WithTypeResolver(r protoregistry.MessageTypeResolver) ServerOption {
+	return serverOption("WithTypeResolver", func(c *serverConfig) error {
+		if r == nil {
+			return errors.New("type resolver must not be nil")
+		}
+		c.types = r
+		return nil
+	})
+}
+
+// WithServerMeterProvider, WithServerTracerProvider and WithServerLogger
+// give the server (package keyed's core) its telemetry: calls and resolves
+// by outcome and reason, a span per keyed call, a log event per refusal
+// and resolve; never a key.
+func WithServerMeterProvider(mp metric.MeterProvider) ServerOption {
+	return serverOption("WithServerMeterProvider", func(c *serverConfig) error { c.mp = mp; return nil })
+}
+
+// WithServerTracerProvider: see WithServerMeterProvider.
+func WithServerTracerProvider(tp trace.TracerProvider) ServerOption {
+	return serverOption("WithServerTracerProvider", func(c *serverConfig) error { c.tp = tp; return nil })
+}
+
+// WithServerLogger: see WithServerMeterProvider.
+func WithServerLogger(l *slog.Logger) ServerOption {
+	return serverOption("WithServerLogger", func(c *serverConfig) error { c.logger = l; return nil })
+}
+
+// ServerStats are the counters of a Server (package keyed's Stats).
+type ServerStats = keyed.Stats
+
+// Server is the server side of the kit for connect-go: it runs each keyed
+// unary procedure's handler inside one transaction with its ledger claim,
+// replays stored outcomes and answers resolve requests; a connect
+// rendering of package keyed's core. A Server is safe for concurrent use.
+type Server struct {
+	catalog  *policy.Catalog
+	caller   CallerFunc
+	pushback time.Duration
+	types    protoregistry.MessageTypeResolver
+	core     *keyed.Server
+}
+
+// NewServer returns the server side of the kit for the keyed procedures of
+// catalog: their handlers write through the transaction in db that holds
+// the claim in l (txmiddleware.TxFromContext), and caller fingerprints
+// who calls; a keyed call without a caller is refused with
+// UNAUTHENTICATED. It is NewServerFor with keyed.SQL(db, l).
+func NewServer(db *sql.DB, l ledger.Ledger, catalog *policy.Catalog, caller CallerFunc, opts ...ServerOption) (*Server, error) {
+	switch {
+	case db == nil:
+		return nil, fmt.Errorf("%w: nil database", ErrInvalidConfig)
+	case l == nil:
+		return nil, fmt.Errorf("%w: nil ledger", ErrInvalidConfig)
+	}
+	return NewServerFor(keyed.SQL(db, l), catalog, caller, opts...)
+}
+
+// NewServerFor is NewServer on the transactions of tx, any transaction
+// API's (see keyed.Transactions): keyed.SQL for database/sql,
+// pgxledger.Transactions for pgx, whose handlers find their transaction
+// with pgxledger.TxFromContext. Procedures that are not keyed, or not in
+// the catalog, pass through untouched. A configuration that cannot work is
+// an error wrapping ErrInvalidConfig.
+func NewServerFor(tx keyed.Transactions, catalog *policy.Catalog, caller CallerFunc, opts ...ServerOption) (*Server, error) {
+	switch {
+	case tx == nil:
+		return nil, fmt.Errorf("%w: nil transactions", ErrInvalidConfig)
+	case catalog == nil:
+		return nil, fmt.Errorf("%w: nil method catalog", ErrInvalidConfig)
+	case caller == nil:
+		return nil, fmt.Errorf("%w: nil caller function", ErrInvalidConfig)
+	}
+	cfg := serverConfig{lockWait: DefaultLockWait, codec: ErrorCodec(DefaultFinalCodes()...),
+		pushback: DefaultInProgressPushback, types: protoregistry.GlobalTypes}
+	if err := options.Apply(&cfg, opts, func(o ServerOption) options.Option[serverConfig] { return o.o }); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	for _, p := range catalog.Methods() {
+		if p.Kind == policy.KindKeyed && p.Shape != policy.ShapeUnary {
+			return nil, fmt.Errorf("%w: keyed procedure %s is %s; only unary procedures can be keyed", ErrInvalidConfig, p.FullMethod, p.Shape)
+		}
+	}
+	for _, m := range cfg.atCommit {
+		if p, ok := catalog.Lookup(m); !ok || p.Kind != policy.KindKeyed {
+			return nil, fmt.Errorf("%w: WithClaimAtCommit: %q is not a keyed procedure of the catalog", ErrInvalidConfig, m)
+		}
+	}
+	core, err := keyed.NewServer(tx, keyed.ServerConfig{
+		Codec: cfg.codec, TxOptions: cfg.txOpts, LockWait: cfg.lockWait, AtCommit: cfg.atCommit,
+		Answered:  func(err error) bool { var ce *connect.Error; return errors.As(err, &ce) },
+		KeyHeader: KeyHeader, KeyNoun: "idempotency key",
+		Telemetry: &keyed.Telemetry{MeterProvider: cfg.mp, TracerProvider: cfg.tp, Logger: cfg.logger,
+			Scope: telemetry.ScopePrefix + "connectint", Method: rpcMethod},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return &Server{catalog: catalog, caller: caller, pushback: cfg.pushback, types: cfg.types, core: core}, nil
+}
+
+// rpcMethod is the attribute naming a procedure: OpenTelemetry's
+// rpc.method ("/pkg.Service/Method", as connect-go's own instrumentation
+// names it in full).
+func rpcMethod(m string) attribute.KeyValue { return attribute.String("rpc.method", m) }
+
+var rpcCode = attribute.Key("rpc.connect_rpc.error_code")
+
+// Stats returns a snapshot of the server's counters.
+func (s *Server) Stats() ServerStats { return s.core.Stats() }
+
+// Interceptor returns the server interceptor; install it on every handler
+// of the catalog's services (connect.WithInterceptors). For a keyed unary
+// procedure it:
+//
+//  1. reads the Idempotency-Key header (INVALID_ARGUMENT without one) and
+//     the caller fingerprint (UNAUTHENTICATED without one);
+//  2. fingerprints the request (SHA-256 of its deterministic protobuf
+//     encoding, keyed/keyedproto's, as grpcint does);
+//  3. for a resolve request (Idempotency-Resolve: 1) answers with the
+//     stored outcome, NOT_FOUND or ABORTED, without running the handler;
+//  4. otherwise runs the handler with the transaction in its context,
+//     storing its response or its final error with the claim in the same
+//     transaction;
+//  5. on a replay returns the stored response or error, with the trailer
+//     Idempotency-Replayed: true and Idempotency-Replayed-Code.
+//
+// Every refusal and failure carries an ErrorInfo with a stable reason
+// (package keyed's). A replayed response is the stored message, not the
+// handler's *connect.Response: interceptors outside the kit's see it as a
+// connect.AnyResponse whose Any is the message. Other procedures pass
+// through, except a resolve request, which never runs a handler
+// (INVALID_ARGUMENT). A keyed procedure served by a streaming handler is
+// refused (UNIMPLEMENTED).
+func (s *Server) Interceptor() connect.Interceptor { return serverInterceptor{s} }
+
+type serverInterceptor struct{ s *Server }
+
+func (i serverInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	s := i.s
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if req.Spec().IsClient {
+			return next(ctx, req)
+		}
+		proc := req.Spec().Procedure
+		if p, ok := s.catalog.Lookup(proc); ok && p.Kind == policy.KindKeyed {
+			return s.keyedCall(ctx, req, proc, next)
+		}
+		if len(req.Header().Values(ResolveHeader)) > 0 {
+			return nil, outcomeError(keyed.NotKeyed, proc+" is not a keyed procedure; there is nothing to resolve")
+		}
+		return next(ctx, req)
+	}
+}
+
+func (serverInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (i serverInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	s := i.s
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		proc := conn.Spec().Procedure
+		if p, ok := s.catalog.Lookup(proc); ok && p.Kind == policy.KindKeyed {
+			ctx, call := s.core.Begin(ctx, proc, false)
+			ans := keyed.Answer{Outcome: keyed.KeyedStream, Detail: proc + " is keyed in the method catalog but is served by a streaming handler, which the kit cannot protect; it is refused (serve it with connect.NewUnaryHandler)"}
+			err := outcomeError(ans.Outcome, ans.Detail)
+			call.End(ctx, ans, rpcCode.String(err.Code().String()))
+			return err
+		}
+		if len(conn.RequestHeader().Values(ResolveHeader)) > 0 {
+			return outcomeError(keyed.NotKeyed, proc+" is not a keyed procedure; there is nothing to resolve")
+		}
+		return next(ctx, conn)
+	}
+}
+
+func (s *Server) keyedCall(ctx context.Context, req connect.AnyRequest, proc string, next connect.UnaryFunc) (connect.AnyResponse, error) {
+	resolve := len(req.Header().Values(ResolveHeader)) > 0
+	ctx, call := s.core.Begin(ctx, proc, resolve)
+	var resp connect.AnyResponse
+	ans := s.serveKeyed(ctx, call, req, resolve, func(ctx context.Context) (ledger.Result, error) {
+		r, herr := next(ctx, req)
+		if herr != nil {
+			return ledger.Result{}, herr
+		}
+		resp = r
+		var msg any
+		if r != nil {
+			msg = r.Any()
+		}
+		res, err := keyedproto.EncodeResponse(msg)
+		if err != nil {
+			return ledger.Result{}, connect.NewError(connect.CodeInternal, fmt.Errorf("connectint: %w", err))
+		}
+		return res, nil
+	})
+	out, err := s.render(ctx, &ans, resp)
+	code := "ok"
+	if err != nil {
+		code = connect.CodeOf(err).String()
+	}
+	call.End(ctx, ans, rpcCode.String(code))
+	return out, err
+}
+
+// serveKeyed reads a keyed call and has the core run or resolve it.
+func (s *Server) serveKeyed(ctx context.Context, call *keyed.Call, req connect.AnyRequest, resolve bool, work keyed.Work) keyed.Answer {
+	caller, ok := s.caller(ctx, req.Header())
+	id, refusal := call.Identify(caller, ok, req.Header().Values(KeyHeader), nil)
+	switch {
+	case refusal.Outcome != 0:
+		return refusal
+	case resolve:
+		return call.Resolve(ctx, id)
+	}
+	fp, err := keyedproto.Fingerprint(req.Any())
+	if err != nil {
+		return keyed.Answer{Outcome: keyed.RequestUnreadable, Err: err, Detail: "request cannot be fingerprinted"}
+	}
+	return call.Run(ctx, ledger.ClaimRequest{Identity: id, Fingerprint: fp}, work)
+}
+
+// render is the connect rendering of a keyed call's answer: resp (the
+// handler's response, for an executed call) or the stored answer, or the
+// error the rendering gives its outcome. A stored response that cannot be
+// decoded changes the answer's outcome to keyed.ResultUnreadable.
+func (s *Server) render(ctx context.Context, a *keyed.Answer, resp connect.AnyResponse) (connect.AnyResponse, error) {
+	switch a.Outcome {
+	case keyed.Executed:
+		if a.Err != nil {
+			return nil, a.Err // a recorded final error, as the handler returned it
+		}
+		return resp, nil
+	case keyed.Replayed:
+		if a.Result.Code != 0 {
+			var ce *connect.Error
+			if !errors.As(a.Err, &ce) {
+				ce = connect.NewError(connect.Code(a.Result.Code), nil)
+			}
+			// In the trailer, as grpcint does: headers sent ahead of an error
+			// would make a replay lost on the way back look delivered.
+			replayMarker(ce.Meta(), a.Result.Code)
+			return nil, ce
+		}
+		m, err := keyedproto.DecodeResponse(a.Result, s.types)
+		if err != nil {
+			*a = keyed.Answer{Outcome: keyed.ResultUnreadable, Err: err, Detail: strings.TrimPrefix(err.Error(), keyedproto.ErrUnreadable.Error()+": ")}
+			break
+		}
+		r := &replayedResponse{Response: connect.NewResponse(&struct{}{}), msg: m}
+		replayMarker(r.Trailer(), 0)
+		return r, nil
+	case keyed.NotStored:
+		return nil, a.Err
+	case keyed.RequestEnded:
+		if cerr := ctx.Err(); cerr != nil {
+			return nil, connect.NewError(contextCode(cerr), cerr)
+		}
+	}
+	err := outcomeError(a.Outcome, a.Detail)
+	if a.Row().Pushback {
+		err.Meta().Set(policy.PushbackHeader, strconv.FormatInt(s.pushback.Milliseconds(), 10))
+	}
+	return nil, err
+}
+
+// replayedResponse is a stored response as connect-go's handler sends it:
+// the message it decoded, with the replay marker in the trailer.
+type replayedResponse struct {
+	*connect.Response[struct{}]
+	msg proto.Message
+}
+
+// Any returns the stored message.
+func (r *replayedResponse) Any() any { return r.msg }

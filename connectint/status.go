@@ -1,0 +1,267 @@
+package connectint
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"connectrpc.com/connect"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+
+	"github.com/opledger/opledger/keyed"
+	"github.com/opledger/opledger/keyed/keyedproto"
+	"github.com/opledger/opledger/keyed/retry"
+	"github.com/opledger/opledger/policy"
+)
+
+// Headers the kit reads and writes, on every protocol (Connect, gRPC and
+// gRPC-Web carry them alike: gRPC metadata keys are HTTP headers). They
+// are grpcint's metadata keys, so that grpc-go clients and servers of the
+// kit read them too.
+const (
+	// KeyHeader carries the caller's idempotency key on a keyed call. The
+	// same key must be sent on every attempt of one logical call.
+	KeyHeader = "Idempotency-Key"
+	// ResolveHeader, set to "1" on a keyed call, asks the server for the
+	// stored outcome of the key instead of running the handler.
+	ResolveHeader = "Idempotency-Resolve"
+	// ReplayedHeader is set to "true" in the response trailer (for the
+	// Connect protocol's unary calls: the Trailer- headers, or the error's
+	// metadata) when the answer is a stored outcome, not a new execution.
+	ReplayedHeader = "Idempotency-Replayed"
+	// ReplayedCodeHeader comes with ReplayedHeader and holds the code of
+	// the replayed outcome in decimal ("0" for a stored response).
+	ReplayedCodeHeader = "Idempotency-Replayed-Code"
+)
+
+// ErrorDomain is the ErrorInfo domain of every error detail the kit adds.
+// It is grpcint's, on purpose: a connect server of the kit and a gRPC one
+// answer the same errors, so that the kit's clients of either transport
+// read both.
+const ErrorDomain = "opledger.grpcint"
+
+// ErrInvalidConfig is returned (wrapped) by constructors given a
+// configuration that cannot work: a nil argument, a keyed streaming
+// procedure, a retry owner connect-go cannot have, a bad option.
+var ErrInvalidConfig = errors.New("connectint: invalid configuration")
+
+// newError builds a connect error with the kit's ErrorInfo detail.
+func newError(c connect.Code, reason, msg string, meta map[string]string) *connect.Error {
+	e := connect.NewError(c, errors.New(msg))
+	if reason != "" {
+		if d, err := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain, Metadata: meta}); err == nil {
+			e.AddDetail(d)
+		}
+	}
+	return e
+}
+
+// outcomeError is the server's error for outcome o: the code and the
+// reason its rendering gives it.
+func outcomeError(o keyed.Outcome, msg string) *connect.Error {
+	c, _, own, _ := Rendering(o)
+	if own != "" {
+		c = connect.CodeInternal // an outcome the server never answers itself
+	}
+	return newError(c, o.Row().Reason, msg, nil)
+}
+
+// NotExecuted returns an error with code c, message msg and the reason
+// REQUEST_NOT_EXECUTED, for an interceptor that runs before the kit's
+// server interceptor and refuses a keyed call without running it (load
+// shedding, maintenance, rate limits). The kit's client then knows that
+// nothing was committed and needs no resolve. Never return it after the
+// handler ran.
+func NotExecuted(c connect.Code, msg string) *connect.Error {
+	return newError(c, keyed.NotExecuted.Row().Reason, msg, nil)
+}
+
+// kitInfos returns the kit's ErrorInfo details in err, in order.
+func kitInfos(err error) []*errdetails.ErrorInfo {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return nil
+	}
+	var out []*errdetails.ErrorInfo
+	for _, d := range ce.Details() {
+		v, derr := d.Value()
+		if derr != nil {
+			continue
+		}
+		if ei, ok := v.(*errdetails.ErrorInfo); ok && ei.GetDomain() == ErrorDomain {
+			out = append(out, ei)
+		}
+	}
+	return out
+}
+
+// ReasonOf returns the kit's ErrorInfo reason in err (a *connect.Error,
+// possibly wrapped), or "" if it carries none. For an error the client
+// interceptor returned it is the client's reading of the call (see
+// [CallInfo]); for an error the server returned, the server's reason.
+func ReasonOf(err error) string {
+	infos := kitInfos(err)
+	if len(infos) == 0 {
+		return ""
+	}
+	return infos[len(infos)-1].GetReason()
+}
+
+// CallInfo is what the client interceptor adds to the error it returns
+// for a call it retried or resolved, and to every error of a keyed call.
+type CallInfo struct {
+	// Reason is the kit's reading of the call (as ReasonOf returns it).
+	Reason string
+	// Outcome is the same reading in package keyed's classification.
+	Outcome keyed.Outcome
+	// Next is what the caller can do: policy.Retry (nothing was
+	// committed: calling again with Key is safe), policy.ResolveFirst
+	// (the outcome is unknown: resolve with Key before anything else, see
+	// [Resolve]) or policy.DoNotRetry (the error is the answer).
+	Next policy.Action
+	// Key is the call's idempotency key ("" for a procedure that is not
+	// keyed). It is never part of the error's message.
+	Key string
+	// Attempts counts the attempts made, resolves included.
+	Attempts int
+	// Resolves counts the resolve requests among them.
+	Resolves int
+	// Decision says why the client stopped (see retry.Info).
+	Decision string
+}
+
+// CallInfoOf returns what the client interceptor recorded in err, and
+// false when err did not come from it.
+func CallInfoOf(err error) (CallInfo, bool) {
+	infos := kitInfos(err)
+	for i := len(infos) - 1; i >= 0; i-- {
+		ri, ok := retry.InfoOf(infos[i].GetReason(), infos[i].GetMetadata())
+		if !ok {
+			continue
+		}
+		return CallInfo{Reason: infos[i].GetReason(), Outcome: ri.Outcome, Next: retry.Action(ri.Next), Key: ri.Key,
+			Attempts: ri.Attempts, Resolves: ri.Resolves, Decision: ri.Decision}, true
+	}
+	return CallInfo{}, false
+}
+
+// withCallInfo returns err (its code, details and metadata, its message
+// followed by the attempt count and the decision) with the client's
+// ErrorInfo appended.
+func withCallInfo(err error, ci retry.Info) error {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		ce = connect.NewError(connect.CodeOf(err), err)
+	}
+	msg := ce.Message()
+	if suffix := ci.Suffix(); !strings.HasSuffix(msg, suffix) {
+		msg += suffix
+	}
+	out := connect.NewError(ce.Code(), errors.New(msg))
+	for _, d := range ce.Details() {
+		out.AddDetail(d)
+	}
+	for k, v := range ce.Meta() {
+		out.Meta()[k] = append([]string(nil), v...)
+	}
+	if d, derr := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: ci.Outcome.Row().Reason, Domain: ErrorDomain, Metadata: ci.Metadata()}); derr == nil {
+		out.AddDetail(d)
+	}
+	return out
+}
+
+// Rendering returns how connect renders the outcome o: the code and
+// ErrorInfo reason of the kit's own error (own ""), or whose error or
+// answer the call ends with instead (the handler's, the context's,
+// connect-go's, the last attempt's), and whether grpc-retry-pushback-ms
+// comes with it. connect's codes are gRPC's, with the same numbers: the
+// rendering is keyed/keyedproto's.
+func Rendering(o keyed.Outcome) (code connect.Code, reason string, own string, pushback bool) {
+	r := o.Row()
+	rr, _ := keyedproto.Render(o)
+	if rr.Own != "" {
+		own = rr.Own
+		if c, ok := connectOwn[o]; ok {
+			own = c
+		}
+		return 0, r.Reason, own, false
+	}
+	return connect.Code(rr.Code), r.Reason, "", r.Pushback
+}
+
+// connectOwn says, in connect-go's terms, whose answer some outcomes end
+// with.
+var connectOwn = map[keyed.Outcome]string{
+	keyed.RequestTooLarge: "connect-go's RESOURCE_EXHAUSTED (connect.WithReadMaxBytes), before the interceptor",
+	keyed.HandlerPanic:    "none: the panic goes on to connect-go (connect.WithRecover recovers it)",
+	keyed.Replayed:        "the stored answer's, with Idempotency-Replayed and its code in the trailer",
+}
+
+// notes are what connect adds to a core outcome's cause.
+var notes = map[keyed.Outcome]string{
+	keyed.KeyMissing:  "the Idempotency-Key header",
+	keyed.KeyedStream: "a keyed procedure served by a streaming handler",
+	keyed.NotExecuted: "connectint.NotExecuted, from an interceptor in front of the kit's",
+}
+
+// cause is a core outcome's cause with connect's note.
+func cause(r keyed.Row) string {
+	if n := notes[r.Outcome]; n != "" {
+		return r.Cause + "; in connect: " + n
+	}
+	return r.Cause
+}
+
+// codeName is the code's name as the gRPC spec writes it: NOT_FOUND.
+func codeName(c connect.Code) string {
+	return strings.ToUpper(c.String())
+}
+
+// tableCells renders an outcome as docs/connect.md's table prints it.
+func tableCells(r keyed.Row) []string {
+	code, reason, own, pushback := Rendering(r.Outcome)
+	c := own
+	if own == "" {
+		c = "`" + codeName(code) + "`"
+		if pushback {
+			c += " + grpc-retry-pushback-ms"
+		}
+	}
+	rs := "—"
+	if reason != "" {
+		rs = "`" + reason + "`"
+	}
+	return []string{"`" + r.Name + "`", c, rs, string(r.Side), strings.ReplaceAll(cause(r), "|", "\\|"), string(r.Committed), r.Next.String()}
+}
+
+// replayMarker sets the replay marker of a stored answer with code c.
+func replayMarker(h http.Header, c uint32) {
+	h.Set(ReplayedHeader, "true")
+	h.Set(ReplayedCodeHeader, strconv.FormatUint(uint64(c), 10))
+}
+
+// isReplayed reports whether h carries the replay marker.
+func isReplayed(h http.Header) bool { return h.Get(ReplayedHeader) == "true" }
+
+// replayedError reports whether err is the server's replay of a stored
+// error: the marker in its metadata, with err's code.
+func replayedError(err error) bool {
+	var ce *connect.Error
+	if !errors.As(err, &ce) || !isReplayed(ce.Meta()) {
+		return false
+	}
+	if v := ce.Meta().Get(ReplayedCodeHeader); v != "" {
+		return v == strconv.FormatUint(uint64(ce.Code()), 10)
+	}
+	return !retry.MayHaveRun(grpcCode(ce.Code()))
+}
+
+// contextCode is connect's code of a context's error.
+func contextCode(err error) connect.Code {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return connect.CodeDeadlineExceeded
+	}
+	return connect.CodeCanceled
+}
