@@ -17,6 +17,7 @@ import (
 	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/internal/options"
 	"github.com/opledger/opledger/outbox"
+	"github.com/opledger/opledger/pgxledger"
 	"github.com/opledger/opledger/policy"
 	"github.com/opledger/opledger/txmiddleware"
 )
@@ -179,24 +180,33 @@ func (s *Service) Transfer(ctx context.Context, req *paymentspb.TransferRequest)
 		}
 		checkID = check.GetCheckId()
 	}
-	tx, ok := txmiddleware.TxFromContext(ctx)
-	if !ok {
-		return nil, status.Error(codes.Internal, "payments: Transfer must run behind the grpcint server interceptor")
-	}
 	id := newTransferID()
-	if _, err := tx.ExecContext(ctx, s.insert, id, req.GetFromAccount(), req.GetToAccount(), req.GetAmountCents(), req.GetReference()); err != nil {
-		return nil, err
-	}
+	var ev *outbox.Message
 	if s.events != nil {
-		ev, err := proto.Marshal(&paymentspb.TransferCompleted{TransferId: id, FromAccount: req.GetFromAccount(),
+		payload, err := proto.Marshal(&paymentspb.TransferCompleted{TransferId: id, FromAccount: req.GetFromAccount(),
 			ToAccount: req.GetToAccount(), AmountCents: req.GetAmountCents(), Reference: req.GetReference(), FraudCheckId: checkID})
 		if err != nil {
 			return nil, err
 		}
-		if _, err := s.events.Enqueue(ctx, tx, outbox.Message{Name: "TransferCompleted", Topic: TransferCompletedTopic,
-			Key: req.GetFromAccount(), Payload: ev}); err != nil {
+		ev = &outbox.Message{Name: "TransferCompleted", Topic: TransferCompletedTopic, Key: req.GetFromAccount(), Payload: payload}
+	}
+	// Behind a server on pgx's transactions (pgxledger.Transactions), the
+	// claim is in a pgx.Tx; behind one on database/sql's, in a *sql.Tx.
+	if tx, ok := pgxledger.TxFromContext(ctx); ok {
+		if err := s.writePgx(ctx, tx, id, req, ev); err != nil {
 			return nil, err
 		}
+	} else if tx, ok := txmiddleware.TxFromContext(ctx); ok {
+		if _, err := tx.ExecContext(ctx, s.insert, id, req.GetFromAccount(), req.GetToAccount(), req.GetAmountCents(), req.GetReference()); err != nil {
+			return nil, err
+		}
+		if ev != nil {
+			if _, err := s.events.Enqueue(ctx, tx, *ev); err != nil {
+				return nil, err
+			}
+		}
+	} else {
+		return nil, status.Error(codes.Internal, "payments: Transfer must run behind the grpcint server interceptor")
 	}
 	return &paymentspb.TransferReply{
 		TransferId: id, FromAccount: req.GetFromAccount(), ToAccount: req.GetToAccount(),
