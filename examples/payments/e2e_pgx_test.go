@@ -9,6 +9,7 @@ import (
 	"github.com/opledger/opledger/examples/payments"
 	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
+	"github.com/opledger/opledger/internal/outboxtest"
 	"github.com/opledger/opledger/internal/testdb"
 	"github.com/opledger/opledger/policy"
 	"github.com/opledger/opledger/policy/serviceconfig"
@@ -33,7 +34,8 @@ func pgxScenario(t *testing.T, calls int) payments.Scenario {
 // keyed transfers with 30% of the answers lost after the server committed
 // at three places, 5% of the attempts failed before sending, 5% delayed;
 // zero duplicates, losses, wrong answers and ambiguous returns, for both
-// owners and both claim orders, and over HTTP.
+// owners and both claim orders, and over HTTP; and one TransferCompleted
+// event per committed transfer through the outbox (pgxledger.Enqueue).
 func TestDefiniteOutcomesPgx(t *testing.T) {
 	appOptions := func(t *testing.T) []grpcint.ClientOption {
 		budget, err := policy.NewBudget(policy.BudgetSettings{Percent: 10, MinRetriesPerSecond: 100})
@@ -57,9 +59,14 @@ func TestDefiniteOutcomesPgx(t *testing.T) {
 		sc := pgxScenario(t, 2000)
 		sc.Faults = lossAtThreePlaces(17)
 		sc.ClientOptions = appOptions(t)
+		sc.Events = &outboxtest.Broker{} // TransferCompleted through pgxledger.Enqueue
 		rep := run(t, sc)
 		checkDefinite(t, rep)
 		everyAnswer(t, rep)
+		if !rep.OK() || rep.Events != rep.Calls {
+			t.Errorf("%d events for %d calls; duplicates %d, missing %d, of uncommitted transfers %d",
+				rep.Events, rep.Calls, rep.EventDuplicates, rep.EventsMissing, rep.EventsForFailed)
+		}
 	})
 	t.Run("claim-at-commit", func(t *testing.T) {
 		t.Parallel()

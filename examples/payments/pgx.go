@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/dialects/postgres"
@@ -16,20 +17,28 @@ import (
 	"github.com/opledger/opledger/pgxledger"
 )
 
-// writePgx is Transfer on pgx: the transfer's row, and its event with
-// WithEvents, written through tx, the pgx.Tx that holds the ledger claim
-// (pgxledger.TxFromContext), so that they commit with it, pipelined with
-// the completion and COMMIT.
-func (s *Service) writePgx(ctx context.Context, tx pgx.Tx, id int64, req *paymentspb.TransferRequest, ev *outbox.Message) error {
-	if _, err := tx.Exec(ctx, s.insert, id, req.GetFromAccount(), req.GetToAccount(), req.GetAmountCents(), req.GetReference()); err != nil {
-		return err
+// transferPgx is Transfer on pgx: the transfer's row, and with
+// WithEvents its TransferCompleted event, written through tx, the pgx.Tx
+// that holds the ledger claim (pgxledger.TxFromContext), so that they
+// commit with it (pipelined with the completion and COMMIT).
+func (s *Service) transferPgx(ctx context.Context, tx pgx.Tx, req *paymentspb.TransferRequest, checkID int64) (*paymentspb.TransferReply, error) {
+	r := &paymentspb.TransferReply{TransferId: newTransferID(), FromAccount: req.GetFromAccount(), ToAccount: req.GetToAccount(),
+		AmountCents: req.GetAmountCents(), Reference: req.GetReference()}
+	if _, err := tx.Exec(ctx, s.insert, r.TransferId, r.FromAccount, r.ToAccount, r.AmountCents, r.Reference); err != nil {
+		return nil, err
 	}
-	if ev != nil {
-		if _, err := pgxledger.Enqueue(ctx, s.events, tx, *ev); err != nil {
-			return err
+	if s.events != nil {
+		ev, err := proto.Marshal(&paymentspb.TransferCompleted{TransferId: r.TransferId, FromAccount: r.FromAccount,
+			ToAccount: r.ToAccount, AmountCents: r.AmountCents, Reference: r.Reference, FraudCheckId: checkID})
+		if err != nil {
+			return nil, err
+		}
+		msg := outbox.Message{Name: "TransferCompleted", Topic: TransferCompletedTopic, Key: r.FromAccount, Payload: ev}
+		if _, err := pgxledger.Enqueue(ctx, s.events, tx, msg); err != nil {
+			return nil, err
 		}
 	}
-	return nil
+	return r, nil
 }
 
 // PgxTransactions returns the keyed.Transactions that serve Transfer in

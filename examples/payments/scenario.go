@@ -41,6 +41,8 @@ type Scenario struct {
 	// Transfer writes through the pgx.Tx of its claim. Dialect must then
 	// be PostgreSQL's, and DB a database/sql handle on the same database
 	// (stdlib.OpenDBFromPool(Pgx)) for the reads and the checks.
+	// FaultSettings.FailTransaction is not injected there (it fails
+	// database/sql transactions).
 	Pgx *pgxpool.Pool
 	// LedgerTable is the ledger's table (default ledger.DefaultTable).
 	LedgerTable string

@@ -180,33 +180,29 @@ func (s *Service) Transfer(ctx context.Context, req *paymentspb.TransferRequest)
 		}
 		checkID = check.GetCheckId()
 	}
+	// Served on pgx's transactions (pgxledger.Transactions), the claim is
+	// in a pgx.Tx; on database/sql's, in a *sql.Tx.
+	if tx, ok := pgxledger.TxFromContext(ctx); ok {
+		return s.transferPgx(ctx, tx, req, checkID)
+	}
+	tx, ok := txmiddleware.TxFromContext(ctx)
+	if !ok {
+		return nil, status.Error(codes.Internal, "payments: Transfer must run behind the grpcint server interceptor")
+	}
 	id := newTransferID()
-	var ev *outbox.Message
+	if _, err := tx.ExecContext(ctx, s.insert, id, req.GetFromAccount(), req.GetToAccount(), req.GetAmountCents(), req.GetReference()); err != nil {
+		return nil, err
+	}
 	if s.events != nil {
-		payload, err := proto.Marshal(&paymentspb.TransferCompleted{TransferId: id, FromAccount: req.GetFromAccount(),
+		ev, err := proto.Marshal(&paymentspb.TransferCompleted{TransferId: id, FromAccount: req.GetFromAccount(),
 			ToAccount: req.GetToAccount(), AmountCents: req.GetAmountCents(), Reference: req.GetReference(), FraudCheckId: checkID})
 		if err != nil {
 			return nil, err
 		}
-		ev = &outbox.Message{Name: "TransferCompleted", Topic: TransferCompletedTopic, Key: req.GetFromAccount(), Payload: payload}
-	}
-	// Behind a server on pgx's transactions (pgxledger.Transactions), the
-	// claim is in a pgx.Tx; behind one on database/sql's, in a *sql.Tx.
-	if tx, ok := pgxledger.TxFromContext(ctx); ok {
-		if err := s.writePgx(ctx, tx, id, req, ev); err != nil {
+		if _, err := s.events.Enqueue(ctx, tx, outbox.Message{Name: "TransferCompleted", Topic: TransferCompletedTopic,
+			Key: req.GetFromAccount(), Payload: ev}); err != nil {
 			return nil, err
 		}
-	} else if tx, ok := txmiddleware.TxFromContext(ctx); ok {
-		if _, err := tx.ExecContext(ctx, s.insert, id, req.GetFromAccount(), req.GetToAccount(), req.GetAmountCents(), req.GetReference()); err != nil {
-			return nil, err
-		}
-		if ev != nil {
-			if _, err := s.events.Enqueue(ctx, tx, *ev); err != nil {
-				return nil, err
-			}
-		}
-	} else {
-		return nil, status.Error(codes.Internal, "payments: Transfer must run behind the grpcint server interceptor")
 	}
 	return &paymentspb.TransferReply{
 		TransferId: id, FromAccount: req.GetFromAccount(), ToAccount: req.GetToAccount(),
