@@ -65,6 +65,7 @@ type chaosSettings struct {
 	breakKeys                    bool
 	atCommit                     bool
 	failovers                    int
+	driver                       string // --driver: the replicas' PostgreSQL driver ("" for the database's own)
 	dir                          string // the run's temporary directory
 }
 
@@ -188,6 +189,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	strict := fs.Bool("strict", false, "also fail (exit 1) when a database cannot be started, or a run injected less than asked: fewer replica kills than --kills, fewer database restarts than --db-restarts (server databases), fewer failovers than --failovers, no proxy cut (CI)")
 	failover := fs.Bool("failover", false, "run on a throw-away primary and standby instead (postgres: streaming replication; mariadb: semi-synchronous or asynchronous replication): mid-run the primary is SIGKILLed and the standby promoted, then the old primary rejoins as the new standby; --failovers times, once for each --replication mode and --drivers driver")
 	replication := fs.String("replication", "sync,async", "with --failover: comma-separated replication modes: sync (postgres synchronous_commit = on; mariadb semi-synchronous, AFTER_SYNC), async, remote_apply (postgres only)")
+	driver := fs.String("driver", "", "the replicas' driver on postgres, pgbouncer and a postgres:// --dsn: pgx (pgx's database/sql driver, the default), pq (lib/pq) or pgx-native (pipelined pgx transactions through pgxledger; exec mode through pgbouncer); the other databases keep their own (not with --failover: see --drivers)")
 	drivers := fs.String("drivers", "pgx,pq", "with --failover on postgres: comma-separated drivers of the replicas (pgx, pq for lib/pq), each reaching the pair through a multi-host DSN")
 	failovers := fs.Int("failovers", 2, "with --failover: failovers per run (the second fails back to the rejoined old primary, and so on)")
 	streamDelay := fs.Duration("replication-delay", 10*time.Millisecond, "with --failover: the standby's replication stream goes through a loopback proxy that holds it this long each way (a standby in another zone): an asynchronous standby is this far behind, a synchronous primary waits twice this long for each COMMIT; 0 for plain loopback")
@@ -212,6 +214,10 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return fail(stderr, "chaos", errors.New("--failovers must be 1 to 10"))
 	case *streamDelay < 0 || *streamDelay > 10*time.Second:
 		return fail(stderr, "chaos", errors.New("--replication-delay must be 0 to 10s"))
+	case *driver != "" && !slices.Contains(chaosDrivers, *driver):
+		return fail(stderr, "chaos", fmt.Errorf("--driver %q: want one of %s", *driver, strings.Join(chaosDrivers, ", ")))
+	case *driver != "" && *failover:
+		return fail(stderr, "chaos", errors.New("--driver is for runs without --failover (use --drivers)"))
 	}
 	owner, err := policy.ParseRetryOwner(*ownerName)
 	if err != nil {
@@ -240,7 +246,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		name := tg.name
 		s := chaosSettings{calls: *calls, replicas: *replicas, concurrency: *concurrency, seed: *seed, duration: *duration,
 			callTimeout: *callTimeout, owner: owner, kills: *kills, commitKills: *commitKills, dbRestarts: *restarts,
-			proxyEvery: 700 * time.Millisecond, exe: exe, breakKeys: *breakKeys, atCommit: *atCommit, dir: dir}
+			proxyEvery: 700 * time.Millisecond, exe: exe, breakKeys: *breakKeys, atCommit: *atCommit, driver: *driver, dir: dir}
 		if s.calls == 0 {
 			s.calls = chaosDefaultCalls[name]
 		}
@@ -523,8 +529,13 @@ func chaosRun(ctx context.Context, db chaosDatabase, s chaosSettings, progress i
 		lockWait, maxConns = 10*time.Second, 4
 	}
 	perReplica := max(s.calls/s.replicas, 2)
+	drv := replicaDriver(db, t, s.driver)
+	if drv != db.driver() {
+		rep.Driver = drv
+		rep.Database += " [" + drv + "]"
+	}
 	replicaArgs := []string{"--dsn", replicaDSN, "--table", table, "--lock-wait", lockWait.String(),
-		"--max-conns", fmt.Sprint(maxConns), "--driver", db.driver(), "--caller", caller, "--token-sha256", payments.TokenDigest(token), "--commit-log", commitLog}
+		"--max-conns", fmt.Sprint(maxConns), "--driver", drv, "--caller", caller, "--token-sha256", payments.TokenDigest(token), "--commit-log", commitLog}
 	if s.breakKeys {
 		replicaArgs = append(replicaArgs, "--break-keys")
 	}

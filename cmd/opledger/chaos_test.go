@@ -160,10 +160,60 @@ func TestChaosPostgres(t *testing.T) {
 	}
 }
 
+// TestChaosPgxNative is TestChaosPostgres with the replicas on pgx's
+// native API (--driver pgx-native: the keyed calls in pipelined pgx
+// transactions through pgxledger), claim first and at commit: a restart
+// of the server, replicas killed (one after a COMMIT, before the answer),
+// cuts between the replicas and the database; 0 duplicates, 0 losses, 0
+// ambiguous.
+func TestChaosPgxNative(t *testing.T) {
+	t.Parallel()
+	needPostgres(t)
+	for _, order := range [][]string{nil, {"--claim-at-commit"}} {
+		args := append([]string{"--databases", "postgres", "--driver", "pgx-native", "--calls", "1000", "--kills", "2", "--commit-kills", "1", "--seed", "9"}, order...)
+		code, reps, stderr := runChaosJSON(t, args...)
+		if code != 0 || len(reps) != 1 {
+			t.Fatalf("%v: exit %d, %d reports\n%s", args, code, len(reps), stderr)
+		}
+		r := reps[0]
+		checkChaosReport(t, r, 1000)
+		if r.Driver != "pgx-native" || !strings.Contains(r.Database, "pgx-native") {
+			t.Errorf("driver %q, database %q; want the replicas on pgx-native", r.Driver, r.Database)
+		}
+		if r.DBRestarts != 1 || r.Cuts == 0 {
+			t.Errorf("%s: %d restarts, %d cuts", r.Database, r.DBRestarts, r.Cuts)
+		}
+	}
+}
+
+// TestChaosPgxNativePgBouncer: the replicas on pgx-native behind a
+// throw-away PgBouncer in transaction mode (pgx in exec mode), the
+// PostgreSQL behind it restarted, kills and cuts: 0 duplicates, 0 losses,
+// 0 ambiguous.
+func TestChaosPgxNativePgBouncer(t *testing.T) {
+	t.Parallel()
+	needPostgres(t)
+	if !throwaway.PgBouncerInstalled() {
+		if os.Getenv("OPLEDGER_TEST_REQUIRE_DBS") == "1" {
+			t.Fatal("pgbouncer is not installed, and OPLEDGER_TEST_REQUIRE_DBS=1 requires every database")
+		}
+		t.Skip("pgbouncer is not installed")
+	}
+	code, reps, stderr := runChaosJSON(t, "--databases", "pgbouncer", "--driver", "pgx-native", "--calls", "600", "--kills", "1", "--commit-kills", "1", "--seed", "10")
+	if code != 0 || len(reps) != 1 {
+		t.Fatalf("exit %d, %d reports\n%s", code, len(reps), stderr)
+	}
+	checkChaosReport(t, reps[0], 600)
+	if reps[0].Driver != "pgx-native" {
+		t.Errorf("driver %q, want pgx-native", reps[0].Driver)
+	}
+}
+
 func TestChaosFlags(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{
 		{"--databases", "oracle"}, {"--replicas", "0"}, {"--calls", "-1"}, {"--owner", "mesh"}, {"--kills", "1000"}, {"extra"},
+		{"--driver", "odbc"}, {"--driver", "pgx-native", "--failover"},
 	} {
 		var out, errb bytes.Buffer
 		if code := run(t.Context(), append([]string{"chaos"}, args...), &out, &errb); code != 2 {

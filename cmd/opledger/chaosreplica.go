@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 	_ "github.com/lib/pq" // driver "postgres", for --driver pq
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -19,6 +21,7 @@ import (
 	"github.com/opledger/opledger/examples/payments"
 	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
 )
 
@@ -44,7 +47,7 @@ func runChaosReplica(ctx context.Context, args []string, stdout, stderr io.Write
 	lockWait := fs.Duration("lock-wait", 2*time.Second, "the claim's lock-wait bound")
 	dieAfter := fs.Int("die-after", 0, "SIGKILL itself after this many committed transfers, before the answer (0: never)")
 	maxConns := fs.Int("max-conns", 16, "the connection pool's size")
-	driver := fs.String("driver", "", "pq: open a postgres:// DSN with lib/pq instead of pgx")
+	driver := fs.String("driver", "", "pq: open a postgres:// DSN with lib/pq instead of pgx; pgx-native: serve on pipelined pgx transactions (pgxledger) on a pgx pool")
 	atCommit := fs.Bool("claim-at-commit", false, "claim Transfer at commit (grpcint.WithClaimAtCommit)")
 	breakKeys := fs.Bool("break-keys", false, "replace every request's idempotency key with a fresh one (a broken service: the run must find duplicates)")
 	commitLog := fs.String("commit-log", "", "append a line (unix nanoseconds, reference, transfer id) to this file for every Transfer whose handler ran and committed, before the answer")
@@ -62,16 +65,34 @@ func runChaosReplica(ctx context.Context, args []string, stdout, stderr io.Write
 	if err := tokens.Allow(*tokenSum, *caller); err != nil {
 		return fail(stderr, chaosReplicaCommand, fmt.Errorf("--caller and --token-sha256: %w", err))
 	}
-	db, t, err := openReplicaDB(ctx, *dsn, *driver)
-	if err != nil {
+	var (
+		db  *sql.DB
+		t   target
+		txs keyed.Transactions
+		err error
+	)
+	if *driver == driverPgxNative {
+		var pool *pgxpool.Pool
+		if pool, t, err = openReplicaPool(ctx, *dsn, *maxConns); err != nil {
+			return fail(stderr, chaosReplicaCommand, err)
+		}
+		defer pool.Close()
+		db = stdlib.OpenDBFromPool(pool) // GetTransfer's reads
+		if txs, err = payments.PgxTransactions(pool, ""); err != nil {
+			return fail(stderr, chaosReplicaCommand, err)
+		}
+	} else if db, t, err = openReplicaDB(ctx, *dsn, *driver); err != nil {
 		return fail(stderr, chaosReplicaCommand, err)
 	}
 	defer db.Close()
-	db.SetMaxOpenConns(*maxConns)
-	db.SetMaxIdleConns(*maxConns)
-	store, err := ledger.New(t.dialect)
-	if err != nil {
-		return fail(stderr, chaosReplicaCommand, err)
+	if txs == nil {
+		db.SetMaxOpenConns(*maxConns)
+		db.SetMaxIdleConns(*maxConns)
+		store, err := ledger.New(t.dialect)
+		if err != nil {
+			return fail(stderr, chaosReplicaCommand, err)
+		}
+		txs = keyed.SQL(db, store)
 	}
 	svc, err := payments.NewService(db, t.dialect, *table)
 	if err != nil {
@@ -85,7 +106,7 @@ func runChaosReplica(ctx context.Context, args []string, stdout, stderr io.Write
 	if *atCommit {
 		opts = append(opts, grpcint.WithClaimAtCommit(paymentspb.TransferMethod))
 	}
-	kit, err := grpcint.NewServer(db, store, cat, grpcint.CallerFromPrincipal(payments.Principal), opts...)
+	kit, err := grpcint.NewServerFor(txs, cat, grpcint.CallerFromPrincipal(payments.Principal), opts...)
 	if err != nil {
 		return fail(stderr, chaosReplicaCommand, err)
 	}
@@ -148,6 +169,58 @@ func openReplicaDB(ctx context.Context, dsn, driver string) (*sql.DB, target, er
 	defer cancel()
 	db, err := t.open(pctx)
 	return db, t, err
+}
+
+// driverPgxNative is the replicas' --driver (and chaos's) for pgx's
+// native API: the kit's keyed calls in pipelined pgx transactions
+// (pgxledger.Transactions) on a pgxpool.
+const driverPgxNative = "pgx-native"
+
+// chaosDrivers are the values of chaos's --driver: pgx (its database/sql
+// driver, the replicas' ""), pq (lib/pq) and pgx-native.
+var chaosDrivers = []string{"pgx", "pq", driverPgxNative}
+
+// replicaDriver is the replicas' --driver on db: db's own, or want
+// (chaos's --driver) on a PostgreSQL database whose driver its name does
+// not fix (postgres, pgbouncer, a postgres:// --dsn; not pgbouncer-pq).
+func replicaDriver(db chaosDatabase, t target, want string) string {
+	if want == "" || db.driver() != "" || t.driver != "pgx" {
+		return db.driver()
+	}
+	if want == "pgx" {
+		return ""
+	}
+	return want
+}
+
+// openReplicaPool opens a pgx pool of maxConns on dsn, a postgres:// DSN
+// (with default_query_exec_mode=exec behind a transaction pooler), and
+// pings it.
+func openReplicaPool(ctx context.Context, dsn string, maxConns int) (*pgxpool.Pool, target, error) {
+	t, err := parseDSN(dsn)
+	if err != nil {
+		return nil, t, err
+	}
+	if t.driver != "pgx" {
+		return nil, t, errors.New("--driver pgx-native needs a postgres:// DSN")
+	}
+	cfg, err := pgxpool.ParseConfig(t.dsn)
+	if err != nil {
+		return nil, t, fmt.Errorf("open %s: %s", t.display, t.scrub(err.Error()))
+	}
+	cfg.MaxConns = int32(maxConns)
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err == nil {
+		if err = pool.Ping(ctx); err != nil {
+			pool.Close()
+		}
+	}
+	if err != nil {
+		return nil, t, fmt.Errorf("cannot reach %s: %s", t.display, t.scrub(err.Error()))
+	}
+	return pool, t, nil
 }
 
 // freshKeys breaks the service on purpose (--break-keys): every attempt

@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
@@ -22,8 +23,10 @@ import (
 	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/answers"
 	"github.com/opledger/opledger/internal/wait"
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/outbox"
+	"github.com/opledger/opledger/pgxledger"
 	"github.com/opledger/opledger/policy"
 )
 
@@ -33,6 +36,14 @@ type Scenario struct {
 	DB *sql.DB
 	// Dialect is the database family of DB.
 	Dialect dialects.Dialect
+	// Pgx, when not nil, serves the keyed calls in pipelined pgx
+	// transactions on this pool (PgxTransactions), over either transport:
+	// Transfer writes through the pgx.Tx of its claim. Dialect must then
+	// be PostgreSQL's, and DB a database/sql handle on the same database
+	// (stdlib.OpenDBFromPool(Pgx)) for the reads and the checks.
+	// FaultSettings.FailTransaction is not injected there (it fails
+	// database/sql transactions).
+	Pgx *pgxpool.Pool
 	// LedgerTable is the ledger's table (default ledger.DefaultTable).
 	LedgerTable string
 	// BusinessTable is the transfers table (default DefaultTable); it is
@@ -337,6 +348,17 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
+	txs := keyed.SQL(sc.DB, store)
+	if sc.Pgx != nil {
+		if !isPostgres(sc.Dialect) {
+			return Report{}, errors.New("payments: a scenario on pgx needs the PostgreSQL dialect")
+		}
+		ps, err := pgxStore(sc.LedgerTable, sc.LedgerOptions)
+		if err != nil {
+			return Report{}, err
+		}
+		txs = pgxledger.Transactions(sc.Pgx, ps)
+	}
 	var (
 		svcOpts     []ServiceOption
 		chainFaults *Faults
@@ -378,11 +400,11 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 	case "", TransportGRPC:
 		sc.Transport = TransportGRPC
 	case TransportHTTP:
-		return sc.runHTTP(ctx, start, store, svc, faults, tokens, token)
+		return sc.runHTTP(ctx, start, txs, svc, faults, tokens, token)
 	default:
 		return Report{}, fmt.Errorf("payments: unknown transport %q", sc.Transport)
 	}
-	kitServer, err := grpcint.NewServer(sc.DB, store, cat, grpcint.CallerFromPrincipal(Principal),
+	kitServer, err := grpcint.NewServerFor(txs, cat, grpcint.CallerFromPrincipal(Principal),
 		append([]grpcint.ServerOption{grpcint.WithLockWait(sc.LockWait)}, sc.ServerOptions...)...)
 	if err != nil {
 		return Report{}, err

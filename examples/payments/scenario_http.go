@@ -13,7 +13,7 @@ import (
 
 	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/httpint"
-	"github.com/opledger/opledger/ledger"
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/policy"
 )
 
@@ -28,11 +28,11 @@ const (
 // HTTPClient (the application owns the retries), then the same checks.
 //
 // tokens authenticates the requests, token is the client's.
-func (sc Scenario) runHTTP(ctx context.Context, start time.Time, store *ledger.Store, svc *Service, faults *Faults, tokens *Tokens, token string) (Report, error) {
+func (sc Scenario) runHTTP(ctx context.Context, start time.Time, txs keyed.Transactions, svc *Service, faults *Faults, tokens *Tokens, token string) (Report, error) {
 	if sc.Owner != policy.OwnerApplication {
 		return Report{}, fmt.Errorf("payments: over HTTP the application owns the retries, not %s", sc.Owner)
 	}
-	mw, err := httpint.New(sc.DB, store, httpint.CallerFromPrincipal(Principal), []string{TransferRoute},
+	mw, err := httpint.NewFor(txs, httpint.CallerFromPrincipal(Principal), []string{TransferRoute},
 		httpint.WithLockWait(sc.LockWait))
 	if err != nil {
 		return Report{}, err

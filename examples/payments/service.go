@@ -17,6 +17,7 @@ import (
 	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/internal/options"
 	"github.com/opledger/opledger/outbox"
+	"github.com/opledger/opledger/pgxledger"
 	"github.com/opledger/opledger/policy"
 	"github.com/opledger/opledger/txmiddleware"
 )
@@ -178,6 +179,11 @@ func (s *Service) Transfer(ctx context.Context, req *paymentspb.TransferRequest)
 			return nil, status.Error(codes.FailedPrecondition, "declined by the fraud check: "+check.GetReason())
 		}
 		checkID = check.GetCheckId()
+	}
+	// Served on pgx's transactions (pgxledger.Transactions), the claim is
+	// in a pgx.Tx; on database/sql's, in a *sql.Tx.
+	if tx, ok := pgxledger.TxFromContext(ctx); ok {
+		return s.transferPgx(ctx, tx, req, checkID)
 	}
 	tx, ok := txmiddleware.TxFromContext(ctx)
 	if !ok {

@@ -1,0 +1,152 @@
+package grpcint_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/opledger/opledger/dialects/postgres"
+	"github.com/opledger/opledger/examples/payments"
+	"github.com/opledger/opledger/examples/payments/paymentspb"
+	"github.com/opledger/opledger/grpcint"
+	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/ledger"
+	"github.com/opledger/opledger/pgxledger"
+)
+
+// TestPgxRoundTrips counts, on a pool of one connection that counts its
+// round trips, what a keyed gRPC call costs the database on the pgx path
+// (grpcint.NewServerFor on pgxledger.Transactions, the example's Transfer
+// writing through its pgx.Tx): exactly the round trips of the bare
+// transaction that writes the same row (BEGIN, the INSERT, COMMIT: 3), in
+// both claim orders; a replay costs 2 claim first ({BEGIN, claim}, {read,
+// ROLLBACK}) and 4 at commit (the work runs first: BEGIN, the INSERT,
+// {record, COMMIT}, {ROLLBACK, read}); a resolve 1. It counts twice, so
+// that the second pass shows that nothing a call did (a replay's failed
+// batch) costs a later call a round trip, with pgx's statement cache and
+// in exec mode (for a transaction pooler).
+func TestPgxRoundTrips(t *testing.T) {
+	testdb.Parallel(t, "postgres", 2)
+	ctx := context.Background()
+	for _, mode := range []struct{ name, params string }{
+		{"cache", ""}, {"exec", "&default_query_exec_mode=exec"},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			rt := &testdb.RoundTrips{}
+			pool := testdb.OpenPgx(t, testdb.PgxConfig(t, mode.params, 1, rt))
+			db := testdb.SQLDB(t, pool)
+			table, biz := newTables(t, db, postgres.New())
+			store, err := pgxledger.New(ledger.WithTable(table))
+			if err != nil {
+				t.Fatal(err)
+			}
+			insert := "INSERT INTO " + postgres.New().QuoteIdent(biz) +
+				" (id, from_account, to_account, amount_cents, reference) VALUES ($1, $2, $3, $4, $5)"
+			var bareID int64
+			bare := func() error {
+				tx, err := pool.Begin(ctx)
+				if err != nil {
+					return err
+				}
+				defer tx.Rollback(ctx)
+				bareID++
+				if _, err := tx.Exec(ctx, insert, bareID, "a", "b", 1, "bare"); err != nil {
+					return err
+				}
+				return tx.Commit(ctx)
+			}
+			for _, order := range []struct {
+				name   string
+				opts   []grpcint.ServerOption
+				replay int
+			}{
+				{"claim first", nil, 2},
+				{"claim at commit", []grpcint.ServerOption{grpcint.WithClaimAtCommit(paymentspb.TransferMethod)}, 4},
+			} {
+				t.Run(order.name, func(t *testing.T) {
+					cat, err := payments.Catalog()
+					if err != nil {
+						t.Fatal(err)
+					}
+					s, err := grpcint.NewServerFor(pgxledger.Transactions(pool, store), cat,
+						grpcint.CallerFromTrustedHeader(callerHeader), order.opts...)
+					if err != nil {
+						t.Fatal(err)
+					}
+					e := serveKit(t, db, postgres.New(), biz, s, nil)
+					call := func(key, ref string) (*paymentspb.TransferReply, int, error) {
+						rt.Reset()
+						r, err := e.pc.Transfer(as(ctx, "alice", key), transfer(ref, 1))
+						return r, rt.Count(), err
+					}
+					// Once each, so that pgx has prepared every statement on
+					// the connection: the counts are the steady state.
+					if err := bare(); err != nil {
+						t.Fatal(err)
+					}
+					warm := "warm-" + order.name
+					for range 2 {
+						if _, _, err := call(warm, warm); err != nil {
+							t.Fatal(err)
+						}
+					}
+					resolve := func(key string) (*paymentspb.TransferReply, int, error) {
+						rt.Reset()
+						var reply paymentspb.TransferReply
+						err := grpcint.Resolve(as(ctx, "alice", ""), e.conn, paymentspb.TransferMethod, key, &paymentspb.TransferRequest{}, &reply)
+						return &reply, rt.Count(), err
+					}
+					if _, _, err := resolve(warm); err != nil {
+						t.Fatal(err)
+					}
+					for pass := range 2 {
+						rt.Reset()
+						if err := bare(); err != nil {
+							t.Fatal(err)
+						}
+						want := rt.Count()
+						if want != 3 {
+							t.Errorf("the bare transaction: %d round trips, want 3", want)
+						}
+						key, ref := fmt.Sprintf("k-%s-%d", order.name, pass), fmt.Sprintf("r-%s-%d", order.name, pass)
+						first, n, err := call(key, ref)
+						if err != nil {
+							t.Fatal(err)
+						}
+						t.Logf("pass %d: bare %d, keyed call %d round trips", pass, want, n)
+						if n != want {
+							t.Errorf("pass %d: a keyed call: %d round trips, want the bare transaction's %d", pass, n, want)
+						}
+						again, n, err := call(key, ref)
+						if err != nil || again.GetTransferId() != first.GetTransferId() {
+							t.Fatalf("replay: %v, %v; want transfer %d", again, err, first.GetTransferId())
+						}
+						t.Logf("pass %d: replay %d round trips", pass, n)
+						if n != order.replay {
+							t.Errorf("pass %d: a replay: %d round trips, want %d", pass, n, order.replay)
+						}
+						if order.name == "claim first" && n > 2 {
+							t.Errorf("a replay claim first costs %d round trips, more than 2", n)
+						}
+						reply, n, err := resolve(key)
+						if err != nil || reply.GetTransferId() != first.GetTransferId() {
+							t.Fatalf("resolve: %v, %v", reply, err)
+						}
+						if n != 1 {
+							t.Errorf("pass %d: a resolve: %d round trips, want 1", pass, n)
+						}
+						if rows := e.rows(t, ref); rows != 1 {
+							t.Errorf("%d transfers with reference %s, want 1", rows, ref)
+						}
+					}
+					if st := s.Stats(); st.Executed != 3 || st.Replayed != 3 {
+						t.Errorf("stats %+v, want 3 executed and 3 replayed", st)
+					}
+				})
+			}
+			if d := rt.Dials(); d != 1 {
+				t.Errorf("%d connections dialled, want the pool's one", d)
+			}
+		})
+	}
+}
