@@ -177,6 +177,11 @@ func ClassifyConnection(err error) Class {
 	return ClassOther
 }
 
+// DefaultTable is the ledger's table when none is configured; the ledger,
+// migrations and outbox all default to it (ledger.DefaultTable is the same
+// constant).
+const DefaultTable = "opledger_operations"
+
 // MaxTableNameLen is the longest table name accepted, leaving room for the
 // suffixes of index and version-table names within every database's limit.
 const MaxTableNameLen = 48

@@ -253,7 +253,7 @@ type Entry struct {
 
 // Defaults for Store options.
 const (
-	DefaultTable         = "opledger_operations"
+	DefaultTable         = dialects.DefaultTable
 	DefaultRetention     = 24 * time.Hour
 	DefaultMaxResultSize = 1 << 20
 )
