@@ -528,12 +528,12 @@ func TestCommittedWithoutResult(t *testing.T) {
 
 func TestNewRejectsBadOptions(t *testing.T) {
 	var d dialects.Dialect = nil
-	if _, err := ledger.New(d); !errors.Is(err, ledger.ErrInvalid) {
+	if _, err := ledger.New(d); !errors.Is(err, ledger.ErrInvalid) || !errors.Is(err, ledger.ErrInvalidConfig) {
 		t.Fatalf("nil dialect: %v", err)
 	}
 	for _, tg := range []string{"x; DROP TABLE y", "", "a.b", `a"b`, "1abc", strings.Repeat("a", 49), "tab le"} {
 		_, err := ledger.New(fakeDialect{}, ledger.WithTable(tg))
-		if !errors.Is(err, ledger.ErrInvalid) || !errors.Is(err, dialects.ErrBadTableName) {
+		if !errors.Is(err, ledger.ErrInvalid) || !errors.Is(err, ledger.ErrInvalidConfig) || !errors.Is(err, dialects.ErrBadTableName) {
 			t.Errorf("table %q: %v, want ErrInvalid", tg, err)
 		}
 	}
@@ -551,8 +551,8 @@ func TestNewRejectsBadOptions(t *testing.T) {
 	for name, opts := range bad {
 		_, err := ledger.New(fakeDialect{}, opts...)
 		var ie *ledger.InputError
-		if !errors.Is(err, ledger.ErrInvalid) || !errors.As(err, &ie) || ie.Field != "option" {
-			t.Errorf("%s: %v, want an *InputError on option matching ErrInvalid", name, err)
+		if !errors.Is(err, ledger.ErrInvalid) || !errors.Is(err, ledger.ErrInvalidConfig) || !errors.As(err, &ie) || ie.Field != "option" {
+			t.Errorf("%s: %v, want an *InputError on option matching ErrInvalid and ErrInvalidConfig", name, err)
 		}
 	}
 	l, err := ledger.New(fakeDialect{}, ledger.WithTable("a"), ledger.WithRetention(time.Hour), ledger.WithMaxResultSize(0), ledger.WithClock(time.Now))
