@@ -319,7 +319,6 @@ func TestRelayHoldsKeyOrder(t *testing.T) {
 	}, "postgres", "mysql")
 }
 
-
 // isConfigErr reports whether err is a configuration error: it matches
 // ErrInvalidConfig and, for callers of the old name, ErrInvalid.
 func isConfigErr(err error) bool {
