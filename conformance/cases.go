@@ -32,7 +32,7 @@ func caseList() []caseDef {
 		{name: "identity-isolation", run: caseIdentity,
 			proves: "the same key from another caller, for another method or for an HTTP route is independent; with another request fingerprint it is ErrKeyReused, never a replay"},
 		{name: "expiry", perLevel: true, run: caseExpiry,
-			proves: "an expired entry is re-acquired by exactly one of 16 concurrent claimants, and nobody replays the expired result (catches an unconditional re-acquire)"},
+			proves: "an expired entry is taken over by exactly one of 16 concurrent claimants, and nobody replays the expired result (catches an unconditional re-acquire)"},
 		{name: "replay-fidelity", run: caseFidelity,
 			proves: "stored bytes, code and type come back exactly, for empty, binary and maximum-size results, to concurrent replayers; one byte over the limit is refused with ErrInvalid and nothing is stored"},
 		{name: "faults", run: caseFaults,

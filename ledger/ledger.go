@@ -77,8 +77,8 @@ type ClaimRequest struct {
 	// true honours it (see [LockWaitBounder]); [Store.Claim] refuses a
 	// positive LockWait with ErrInvalid when its dialect cannot bound a
 	// claim this way. How far the bound reaches is the dialect's (see
-	// dialects.ClaimBounder, and dialects.RecordBounder for
-	// [Store.Record], which honours it too): on PostgreSQL it is
+	// dialects.StatementBounder; [Store.Record] honours it too): on
+	// PostgreSQL it is
 	// lock_timeout for the rest of the transaction. Zero leaves the
 	// database's own bound.
 	LockWait time.Duration
@@ -287,7 +287,7 @@ func WithTable(name string) Option {
 }
 
 // WithRetention sets how long an entry lives after it is claimed (default
-// 24h). Past it, a claim re-acquires the entry and Sweep deletes it.
+// 24h). Past it, a claim takes the entry over and Sweep deletes it.
 func WithRetention(d time.Duration) Option {
 	return Option{options.New("WithRetention", func(c *config) error {
 		if d <= 0 {
@@ -363,9 +363,9 @@ func (s *Store) Dialect() dialects.Dialect { return s.core.d }
 
 // BoundsLockWait reports whether Claim and Record honour
 // ClaimRequest.LockWait: whether the store's dialect implements
-// dialects.ClaimBounder and can bound a claim inside its statements and,
-// when it implements dialects.Recorder, also dialects.RecordBounder
-// (PostgreSQL). Claim honours it with a ClaimBounder alone.
+// dialects.StatementBounder and can bound a claim inside its statements
+// and, when it implements dialects.RecordQuerier, a Record too
+// (PostgreSQL). Claim honours it with the claim's bound alone.
 func (s *Store) BoundsLockWait() bool { return s.core.BoundsLockWait() }
 
 // MaxResultSize returns the longest Result.Response the store accepts, in
@@ -376,7 +376,7 @@ func (s *Store) MaxResultSize() int { return s.core.maxResult }
 func (s *Store) Table() string { return s.core.table }
 
 // maxClaimLoops bounds the insert/read loop: a row can be deleted (swept)
-// between the conflict and the read, or re-acquired by another claimant.
+// between the conflict and the read, or taken over by another claimant.
 const maxClaimLoops = 4
 
 // Claim claims req.Identity inside tx.
@@ -399,7 +399,7 @@ const maxClaimLoops = 4
 //     message names the setting to change;
 //   - ErrInvalid, a context error, sql.ErrTxDone, or another *DBError.
 //
-// An entry past its retention is re-acquired atomically: of many
+// An entry past its retention is taken over atomically: of many
 // concurrent claimants exactly one acquires it.
 func (s *Store) Claim(ctx context.Context, tx *sql.Tx, req ClaimRequest) (*Claim, error) {
 	return s.core.Claim(ctx, tx, req)

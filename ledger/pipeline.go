@@ -71,7 +71,7 @@ func (s *TxStore[TX]) pipelineQueries(wait time.Duration) (*dialects.PipelineQue
 	}
 	plain, _ := s.pipelineQueries(0)
 	bound := s.piper.PipelineQueries
-	if s.rbounder == nil {
+	if !s.rbounds {
 		bound = nil
 	}
 	return boundedSQL(s.d.Name(), s.table, "record", wait, plain, &s.pbounded, bound)

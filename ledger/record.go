@@ -37,7 +37,7 @@ import (
 // on SQLite, by one more statement after the read-back on PostgreSQL and
 // MySQL (see each dialect's RecordQueries). What a
 // concurrent duplicate does depends on the database: see docs/ledger.md.
-// For a dialect without [dialects.Recorder] it claims and completes (two
+// For a dialect without [dialects.RecordQuerier] it claims and completes (two
 // statements, the same outcomes).
 func (s *Store) Record(ctx context.Context, tx *sql.Tx, req ClaimRequest, r Result) (*Claim, error) {
 	return s.core.Record(ctx, tx, req, r)

@@ -103,13 +103,13 @@ type TxStore[TX any] struct {
 	waiter    dialects.LockWaiter // the dialect's, when it has one
 	now       func() time.Time
 	q         dialects.Queries
-	rq        *dialects.RecordQueries // the dialect's, when it has them
-	bounder   dialects.ClaimBounder   // the dialect's, when it can bound claims
-	rbounder  dialects.RecordBounder  // the dialect's, when it can bound records
-	piper     dialects.Pipeliner      // the dialect's, when it has pipelined forms
-	bounded   sync.Map                // time.Duration → *dialects.Queries
-	rbounded  sync.Map                // time.Duration → *dialects.RecordQueries
-	pbounded  sync.Map                // time.Duration → *dialects.PipelineQueries
+	rq        *dialects.RecordQueries   // the dialect's, when it has them
+	bounder   dialects.StatementBounder // the dialect's, when it can bound claims
+	rbounds   bool                      // bounder bounds records too
+	piper     dialects.Pipeliner        // the dialect's, when it has pipelined forms
+	bounded   sync.Map                  // time.Duration → *dialects.Queries
+	rbounded  sync.Map                  // time.Duration → *dialects.RecordQueries
+	pbounded  sync.Map                  // time.Duration → *dialects.PipelineQueries
 	obs       *observer
 
 	// check, when set (database/sql: the dialect's TxChecker), runs on tx
@@ -148,20 +148,19 @@ func NewTxStore[TX any](d dialects.Dialect, drv TxDriver[TX], opts ...Option) (*
 		err := fmt.Errorf("WithSweepLockWait: dialect %q cannot bound a lock wait (no dialects.LockWaiter)", d.Name())
 		return nil, &InputError{Field: "option", Reason: err.Error(), Err: err}
 	}
-	s.q = d.Queries(s.table)
+	s.q = withTakeOver(d.Queries(s.table))
 	s.oneStatement = c.oneStatement && s.q.Claim != ""
-	if rd, ok := d.(dialects.Recorder); ok {
+	if rd, ok := d.(dialects.RecordQuerier); ok {
 		rq := rd.RecordQueries(s.table)
 		s.rq = &rq
 	}
-	if b, ok := d.(dialects.ClaimBounder); ok {
+	if b, ok := d.(dialects.StatementBounder); ok {
 		if q, ok := b.BoundedQueries(s.table, time.Second); ok && q.Insert != "" {
 			s.bounder = b
-		}
-	}
-	if rb, ok := d.(dialects.RecordBounder); ok && s.rq != nil {
-		if q, ok := rb.BoundedRecordQueries(s.table, time.Second); ok && q.Insert != "" {
-			s.rbounder = rb
+			if s.rq != nil {
+				rq, ok := b.BoundedRecordQueries(s.table, time.Second)
+				s.rbounds = ok && rq.Insert != ""
+			}
 		}
 	}
 	if p, ok := d.(dialects.Pipeliner); ok {
@@ -192,7 +191,7 @@ func (s *TxStore[TX]) SweepLockWait() time.Duration { return s.sweepWait }
 // BoundsLockWait reports whether Claim and Record honour
 // ClaimRequest.LockWait (see [Store.BoundsLockWait]).
 func (s *TxStore[TX]) BoundsLockWait() bool {
-	return s.bounder != nil && (s.rq == nil || s.rbounder != nil)
+	return s.bounder != nil && (s.rq == nil || s.rbounds)
 }
 
 // queries returns the SQL of a claim bounded by wait (the store's plain
@@ -200,17 +199,29 @@ func (s *TxStore[TX]) BoundsLockWait() bool {
 func (s *TxStore[TX]) queries(wait time.Duration) (*dialects.Queries, error) {
 	var bound func(string, time.Duration) (dialects.Queries, bool)
 	if s.bounder != nil {
-		bound = s.bounder.BoundedQueries
+		bound = func(table string, d time.Duration) (dialects.Queries, bool) {
+			q, ok := s.bounder.BoundedQueries(table, d)
+			return withTakeOver(q), ok
+		}
 	}
 	return boundedSQL(s.d.Name(), s.table, "claim", wait, &s.q, &s.bounded, bound)
+}
+
+// withTakeOver fills q.TakeOver from the deprecated q.Reacquire of a
+// dialect that still sets only the old field.
+func withTakeOver(q dialects.Queries) dialects.Queries {
+	if q.TakeOver == "" {
+		q.TakeOver = q.Reacquire
+	}
+	return q
 }
 
 // recordQueries returns the SQL of a Record bounded by wait (the
 // dialect's plain Record SQL for wait 0); s.rq must be set.
 func (s *TxStore[TX]) recordQueries(wait time.Duration) (*dialects.RecordQueries, error) {
 	var bound func(string, time.Duration) (dialects.RecordQueries, bool)
-	if s.rbounder != nil {
-		bound = s.rbounder.BoundedRecordQueries
+	if s.rbounds {
+		bound = s.bounder.BoundedRecordQueries
 	}
 	return boundedSQL(s.d.Name(), s.table, "record", wait, s.rq, &s.rbounded, bound)
 }
@@ -265,7 +276,7 @@ func (s *TxStore[TX]) claim(ctx context.Context, tx TX, req ClaimRequest) (*Clai
 			return []any{id, req.Identity.caller, req.Identity.method, fp, created, expires}
 		},
 		takeOver: func(created, expires int64) (string, []any) {
-			return q.Reacquire, []any{fp, created, expires, id, created}
+			return q.TakeOver, []any{fp, created, expires, id, created}
 		},
 		won: func(tookOver bool) *Claim {
 			c := s.acquired(req.Identity, tx)

@@ -648,7 +648,7 @@ func (l dialectLedger) Dialect() dialects.Dialect { return l.d }
 
 // BoundsLockWait is the store's, for a dialect that can bound a claim.
 func (l dialectLedger) BoundsLockWait() bool {
-	_, ok := l.d.(dialects.ClaimBounder)
+	_, ok := l.d.(dialects.StatementBounder)
 	return ok && l.Store.BoundsLockWait()
 }
 

@@ -27,8 +27,8 @@
 //     which the ledger reports as retryable. Lock wait timeout 1205 rolls
 //     back only the statement (innodb_rollback_on_timeout=OFF, the default)
 //     and is classified [dialects.ClassLockTimeout] (ledger.ErrInProgress).
-//   - Reacquire and Complete are UPDATEs that always change the row
-//     (Reacquire moves expires_at forward, Complete sets completed_at from
+//   - TakeOver and Complete are UPDATEs that always change the row
+//     (TakeOver moves expires_at forward, Complete sets completed_at from
 //     NULL), so one matched row is one affected row with and without
 //     clientFoundRows: the ledger may decide by RowsAffected.
 //
@@ -66,9 +66,9 @@ type Dialect struct {
 }
 
 var (
-	_ dialects.Dialect   = Dialect{}
-	_ dialects.TxChecker = Dialect{}
-	_ dialects.Recorder  = Dialect{}
+	_ dialects.Dialect       = Dialect{}
+	_ dialects.TxChecker     = Dialect{}
+	_ dialects.RecordQuerier = Dialect{}
 )
 
 // New returns the MySQL/MariaDB (InnoDB) dialect.
@@ -132,7 +132,7 @@ func (d Dialect) Queries(table string) dialects.Queries {
 		Insert: `INSERT INTO ` + t + ` (id, caller, method, request_fp, created_at, expires_at) ` +
 			`VALUES (?, ?, ?, ?, ?, ?)`,
 		Select: `SELECT ` + columns + ` FROM ` + t + ` WHERE id = ? ` + d.readBackLock(),
-		Reacquire: `UPDATE ` + t + ` SET request_fp = ?, created_at = ?, expires_at = ?, ` +
+		TakeOver: `UPDATE ` + t + ` SET request_fp = ?, created_at = ?, expires_at = ?, ` +
 			`code = NULL, response = NULL, response_type = NULL, completed_at = NULL ` +
 			`WHERE id = ? AND expires_at <= ?`,
 		Complete: `UPDATE ` + t + ` SET code = ?, response = ?, response_type = ?, completed_at = ? ` +

@@ -12,13 +12,12 @@ import (
 )
 
 var (
-	_ dialects.LockWaiter    = Dialect{}
-	_ dialects.ClaimBounder  = Dialect{}
-	_ dialects.RecordBounder = Dialect{}
+	_ dialects.LockWaiter       = Dialect{}
+	_ dialects.StatementBounder = Dialect{}
 )
 
 // BoundedQueries returns the ledger's SQL for table with the claim
-// statements (Insert, Claim, Reacquire) setting lock_timeout to d (rounded
+// statements (Insert, Claim, TakeOver) setting lock_timeout to d (rounded
 // up to milliseconds) for the rest of the transaction, inside the
 // statement and before it can wait: set_config('lock_timeout', '<ms>',
 // true) in a CTE. The setting is transaction-scoped like SET LOCAL (safe

@@ -51,8 +51,8 @@ import (
 type Dialect struct{}
 
 var (
-	_ dialects.Dialect  = Dialect{}
-	_ dialects.Recorder = Dialect{}
+	_ dialects.Dialect       = Dialect{}
+	_ dialects.RecordQuerier = Dialect{}
 )
 
 // New returns the PostgreSQL dialect.
@@ -106,14 +106,14 @@ func (d Dialect) queries(table, lw string) dialects.Queries {
 			`SELECT EXISTS (SELECT 1 FROM ins), e.request_fp, e.code, e.response, e.response_type, e.created_at, e.completed_at, e.expires_at ` +
 			`FROM (SELECT 1) AS one LEFT JOIN (SELECT * FROM ` + t + ` WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM ins)) AS e ON true`,
 		Select: `SELECT ` + columns + ` FROM ` + t + ` WHERE id = $1`,
-		Reacquire: with + `UPDATE ` + t + ` SET request_fp = $1, created_at = $2, expires_at = $3, ` +
+		TakeOver: with + `UPDATE ` + t + ` SET request_fp = $1, created_at = $2, expires_at = $3, ` +
 			`code = NULL, response = NULL, response_type = NULL, completed_at = NULL` + from + ` ` +
 			`WHERE id = $4 AND expires_at <= $5`,
 		Complete: `UPDATE ` + t + ` SET code = $1, response = $2, response_type = $3, completed_at = $4 ` +
 			`WHERE id = $5 AND completed_at IS NULL`,
 		Lookup: `SELECT ` + columns + ` FROM ` + t + ` WHERE id = $1`,
 		// SKIP LOCKED: never wait on (or delete) a row another transaction
-		// is re-acquiring; it is picked up by a later sweep if still expired.
+		// is taking it over; it is picked up by a later sweep if still expired.
 		Sweep: `DELETE FROM ` + t + ` WHERE id IN (SELECT id FROM ` + t +
 			` WHERE expires_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)`,
 		CountExpired: `SELECT count(*) FROM ` + t + ` WHERE expires_at <= $1`,
