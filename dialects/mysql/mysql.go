@@ -442,28 +442,55 @@ func fromURL(dsn, scheme string) (*gomysql.Config, error) {
 	}
 	base.DBName = db
 	q := u.Query()
+	if err := urlAddr(base, u, q, scheme); err != nil {
+		return nil, err
+	}
+	// Let the driver parse the parameters (with their validation) by
+	// formatting base and appending them.
+	s := base.FormatDSN()
+	if params := urlParams(q); params != "" {
+		if strings.Contains(s, "?") {
+			s += "&" + params
+		} else {
+			s += "?" + params
+		}
+	}
+	cfg, err := gomysql.ParseDSN(s)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s", ErrBadDSN, redactString(err.Error(), s, base.Passwd))
+	}
+	return cfg, nil
+}
+
+// urlAddr sets base's network and address from u: the socket parameter
+// (taken out of q) or the host and port, defaulting to 127.0.0.1 and the
+// scheme's port.
+func urlAddr(base *gomysql.Config, u *url.URL, q url.Values, scheme string) error {
 	if sock := q.Get("socket"); sock != "" {
 		if u.Host != "" {
-			return nil, fmt.Errorf("%w: give either a host or a socket, not both", ErrBadDSN)
+			return fmt.Errorf("%w: give either a host or a socket, not both", ErrBadDSN)
 		}
 		base.Net, base.Addr = "unix", sock
 		q.Del("socket")
-	} else {
-		host, port := u.Hostname(), u.Port()
-		if host == "" {
-			host = "127.0.0.1"
-		}
-		if port == "" {
-			port = "3306"
-			if scheme == "tidb" {
-				port = "4000"
-			}
-		}
-		base.Net, base.Addr = "tcp", net.JoinHostPort(host, port)
+		return nil
 	}
-	// Let the driver parse the parameters (with their validation) by
-	// formatting base and appending them, each value query-escaped as the
-	// driver's format requires.
+	host, port := u.Hostname(), u.Port()
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	if port == "" {
+		port = "3306"
+		if scheme == "tidb" {
+			port = "4000"
+		}
+	}
+	base.Net, base.Addr = "tcp", net.JoinHostPort(host, port)
+	return nil
+}
+
+// urlParams formats q as the driver's DSN parameters, sorted by name,
+// each value query-escaped as the driver's format requires.
+func urlParams(q url.Values) string {
 	keys := make([]string, 0, len(q))
 	for k := range q {
 		keys = append(keys, k)
@@ -475,19 +502,7 @@ func fromURL(dsn, scheme string) (*gomysql.Config, error) {
 			params = append(params, url.QueryEscape(k)+"="+url.QueryEscape(v))
 		}
 	}
-	s := base.FormatDSN()
-	if len(params) > 0 {
-		if strings.Contains(s, "?") {
-			s += "&" + strings.Join(params, "&")
-		} else {
-			s += "?" + strings.Join(params, "&")
-		}
-	}
-	cfg, err := gomysql.ParseDSN(s)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s", ErrBadDSN, redactString(err.Error(), s, base.Passwd))
-	}
-	return cfg, nil
+	return strings.Join(params, "&")
 }
 
 // redactString returns msg, the driver's error for the driver DSN dsn,
