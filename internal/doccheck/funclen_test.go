@@ -30,14 +30,6 @@ var longFuncAllowed = map[string]bool{
 	"policy/mesh/k8s.go:Config.readAnnotations":    true,
 	"policy/mesh/k8s.go:Config.readServiceProfile": true,
 	"policy/mesh/k8s.go:Config.routeMatches":       true,
-	// conformance's cases: to split next.
-	"conformance/cases_identity.go:caseFidelity": true,
-	"conformance/cases_identity.go:caseIdentity": true,
-	"conformance/cases_tx.go:caseAtomicity":      true,
-	"conformance/cases_wait.go:caseInProgress":   true,
-	"conformance/cases_wait.go:caseThreeWaiter":  true,
-	"conformance/env.go:env.herd":                true,
-	"conformance/run.go:Check":                   true,
 }
 
 // libraryFile reports whether a module file (slash-separated, relative to
