@@ -328,10 +328,9 @@ func WithClock(now func() time.Time) Option {
 // CTE, which also returns the existing entry), so that a replay costs one
 // statement instead of the insert and a read. The default is the plain
 // insert, and the read only after a conflict: an acquisition, the common
-// case, costs one plain statement. Measured on PostgreSQL (16 workers,
-// docs/benchmarks.md), the one-statement form costs every acquisition
-// 8–9% of throughput and saves a replay about 11%: choose it for a
-// workload that replays more than it acquires.
+// case, costs one plain statement. The one-statement form slows every
+// acquisition a little to speed up a replay (docs/benchmarks.md): choose
+// it for a workload that replays more than it acquires.
 func WithOneStatementClaim() Option {
 	return Option{options.New("WithOneStatementClaim", func(c *config) error {
 		c.oneStatement = true

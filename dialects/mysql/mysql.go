@@ -76,32 +76,17 @@ func New() Dialect { return Dialect{} }
 
 // NewTiDB returns the dialect's TiDB variant, for TiDB 6.5 and later. It
 // differs from [New] where TiDB differs from InnoDB:
+//   - the read-back after a duplicate key is SELECT … FOR UPDATE (TiDB's
+//     shared locks are no-ops, and its 1062 leaves no lock behind);
+//   - it implements [dialects.TxChecker]: a claim (and each Sweep batch)
+//     in an optimistic transaction, or one that checks unique keys only at
+//     COMMIT, is refused with an error matching [dialects.ErrUnsuitableTx]
+//     that names the fix; BeginBounded and a tidb:// URL through [DSN] set
+//     pessimistic transactions themselves;
+//   - its lock-wait view ([Dialect.BlockedBy]) reads TiDB's
+//     DATA_LOCK_WAITS and TIDB_TRX.
 //
-//   - The read-back after a duplicate key is SELECT … FOR UPDATE. TiDB
-//     implements LOCK IN SHARE MODE and FOR SHARE only as no-ops, which
-//     it refuses by default (error 1235), and a 1062 leaves no lock behind
-//     on TiDB, so a plain read at REPEATABLE READ would not see the
-//     committed winner. FOR UPDATE reads the latest committed version in
-//     a pessimistic transaction. (On InnoDB FOR UPDATE would deadlock
-//     concurrent replays, which hold the shared lock of their 1062.)
-//   - The ledger's claims need pessimistic transactions with unique
-//     checks at the INSERT: an optimistic transaction (tidb_txn_mode =
-//     'optimistic') or a pessimistic one with
-//     tidb_constraint_check_in_place_pessimistic = OFF checks the key only
-//     at COMMIT, so a claim of a key another transaction holds or has
-//     committed would look acquired. The variant implements
-//     [dialects.TxChecker]: Claim (and each Sweep batch) reads those two
-//     session variables first, one round trip to the TiDB server, and
-//     refuses such a transaction with an error matching
-//     [dialects.ErrUnsuitableTx] that names the fix. BeginBounded (what
-//     txmiddleware.WithLockWait uses) sets tidb_txn_mode = 'pessimistic'
-//     for its transaction itself, and a tidb:// URL through [DSN] sets it
-//     on every connection.
-//   - Its lock-wait view ([Dialect.BlockedBy]) is TiDB's
-//     information_schema.DATA_LOCK_WAITS and TIDB_TRX, not InnoDB's.
-//
-// Classify is the same for both: TiDB's own codes do not occur on MySQL
-// or MariaDB.
+// Classify is the same for both. docs/scaling.md has the why of each.
 func NewTiDB() Dialect { return Dialect{tidb: true} }
 
 // TiDB reports whether d is the TiDB variant.

@@ -52,9 +52,8 @@ func (d Dialect) BoundedRecordQueries(table string, wait time.Duration) (dialect
 // release has nothing to undo.
 //
 // The value is an integer formatted here, so the statement carries no
-// parameters: drivers send it in one round trip (lib/pq sends a
-// parameterised statement such as set_config('lock_timeout', $1, true) in
-// two, measured at about 200µs against 70µs for one).
+// parameters: drivers send it in one round trip, where lib/pq sends a
+// parameterised one in two (docs/benchmarks.md).
 func (Dialect) BeginBounded(ctx context.Context, db *sql.DB, opts *sql.TxOptions, d time.Duration) (*sql.Tx, func(), error) {
 	if d <= 0 {
 		return nil, nil, fmt.Errorf("postgres: lock wait bound %v is not positive", d)

@@ -17,8 +17,8 @@
 // ledger.WithOneStatementClaim): the insert in a data-modifying CTE whose
 // outer query reads the existing entry from the statement's snapshot, so
 // that a replay of an entry committed before the statement began costs
-// that one statement (measured: it costs every acquisition 8–9% of
-// throughput, to save a replay about 11%).
+// that one statement (at a cost to every acquisition: see
+// docs/benchmarks.md).
 //
 // For a driver that pipelines (pgx: package pgxledger), [Dialect.PipelineQueries]
 // has the forms sent with COMMIT: a completion and a record that fail,
@@ -129,15 +129,11 @@ func (d Dialect) queries(table, lw string) dialects.Queries {
 // READ and SERIALIZABLE it fails with 40001.
 //
 // Record is optimised for what claim at commit is for, recording: the
-// plain insert. A one-statement form like the claim's (a data-modifying
-// CTE whose outer query also returns the existing entry) would save a
-// replay its read-back, but cost every recorded entry 7–12% of throughput
-// (BenchmarkRounds in ledger, 16 workers), and a replay in this mode has
-// already run the work. The take-over could be part of the insert (ON
-// CONFLICT DO UPDATE … WHERE expires_at <= now), but that form locks the
-// conflicting row even when it is live, so concurrent replays of one key
-// queue behind each other until each transaction ends: measured with 16
-// workers replaying one key, it ran at a fifth of the speed of this form.
+// plain insert, and the take-over a separate UPDATE. A one-statement form
+// like the claim's would slow every recorded entry, and a take-over inside
+// the insert (ON CONFLICT DO UPDATE … WHERE expires_at <= now) locks the
+// conflicting row even when it is live, so that concurrent replays of one
+// key queue behind each other (figures in docs/benchmarks.md).
 func (d Dialect) RecordQueries(table string) dialects.RecordQueries {
 	return d.recordQueries(table, "")
 }
