@@ -36,8 +36,9 @@
 //     after a bound ([BeginOnConn] builds one from a session setting).
 //     Called by txmiddleware.WithLockWait (also behind grpcint and
 //     httpint), ledger.WithSweepLockWait and the conformance suite.
-//     Without it (and without [StatementBounder]) those options are refused
-//     at construction.
+//     Without it WithSweepLockWait is refused at construction, and so is
+//     WithLockWait unless the ledger bounds its statements
+//     ([StatementBounder]).
 //
 // Schema and outbox:
 //   - [Schema]: the ledger's table as goose migrations, with a
