@@ -58,7 +58,7 @@ func caseExpiry(e *env) {
 	})
 	e.figure("%d claimants × %d expired keys: %s", claimants, keys, tl)
 	if n := e.ledgerRows(); n != keys && !e.t.Failed() {
-		e.t.Errorf("%d ledger rows after re-acquiring %d keys; want one per key", n, keys)
+		e.t.Errorf("%d ledger rows after taking over %d keys; want one per key", n, keys)
 	}
 }
 

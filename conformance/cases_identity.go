@@ -28,78 +28,93 @@ func (e *env) claimWith(id ledger.Identity, f ledger.Fingerprint, r ledger.Resul
 func caseIdentity(e *env) {
 	const rounds = 3
 	for r := range rounds {
-		key := fmt.Sprintf("shared-key-%d", r)
-		mk := func(caller, method string) ledger.Identity {
-			id, err := ledger.NewIdentity(caller, method, key)
-			if err != nil {
-				e.t.Fatalf("identity: %v", err)
-			}
-			return id
-		}
-		f1, f2 := ledger.FingerprintOf([]byte("request one")), ledger.FingerprintOf([]byte("request two"))
-		base := mk("tenant-a", suiteMethod)
-		resBase := ledger.Result{Code: 1, Response: []byte("tenant-a " + key), TypeName: suiteType}
-		if _, err := e.claimWith(base, f1, resBase); err != nil {
-			e.t.Fatalf("set-up: %v", err)
-		}
-		type variant struct {
-			name string
-			id   ledger.Identity
-			fp   ledger.Fingerprint
-			res  ledger.Result
-			want string // "acquire", "replay", "reused"
-		}
-		vs := []variant{
-			{"another caller", mk("tenant-b", suiteMethod), f1, ledger.Result{Code: 2, Response: []byte("tenant-b " + key), TypeName: suiteType}, "acquire"},
-			{"another method", mk("tenant-a", "/opledger.conformance.v1.Suite/Other"), f1, ledger.Result{Code: 3, Response: []byte("other method " + key), TypeName: suiteType}, "acquire"},
-			{"an HTTP route", mk("tenant-a", "POST /opledger/conformance/{id}"), f1, ledger.Result{Code: 201, Response: []byte("http route " + key), TypeName: suiteType}, "acquire"},
-			{"another request", base, f2, ledger.Result{Response: []byte("must not be stored")}, "reused"},
-			{"the same request", base, f1, ledger.Result{Response: []byte("must not be stored")}, "replay"},
-		}
-		var (
-			wg    sync.WaitGroup
-			start = make(chan struct{})
-			got   = make([]*ledger.Claim, len(vs))
-			errs  = make([]error, len(vs))
-		)
-		for i, v := range vs {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				got[i], errs[i] = e.claimWith(v.id, v.fp, v.res)
-			}()
-		}
-		close(start)
-		wg.Wait()
-		for i, v := range vs {
-			c, err := got[i], errs[i]
-			switch v.want {
-			case "acquire":
-				if err != nil || !won(c) {
-					e.t.Errorf("same key, %s: %v %v; want an independent acquisition", v.name, c, err)
-				}
-			case "reused":
-				if !errors.Is(err, ledger.ErrKeyReused) {
-					e.t.Errorf("same key, %s: %v %v; want ErrKeyReused", v.name, c, err)
-				}
-			case "replay":
-				if err != nil || won(c) || !sameResult(c.Result, resBase) {
-					e.t.Errorf("same key, %s: %v %v; want a replay of %q", v.name, c, err, resBase.Response)
-				}
-			}
-		}
-		for _, v := range append([]variant{{"the original", base, f1, resBase, "acquire"}}, vs[:3]...) {
-			en, err := e.l.Lookup(e.ctx, v.id)
-			if err != nil || !sameResult(en.Result, v.res) || en.Fingerprint != v.fp {
-				e.t.Errorf("Lookup of %s: %+v, %v; want its own result %q", v.name, en, err, v.res.Response)
-			}
-		}
+		e.identityRound(fmt.Sprintf("shared-key-%d", r))
 		if e.t.Failed() {
 			return
 		}
 	}
 	e.figure("%d rounds × 5 concurrent claims of one key: another caller, another method and an HTTP route acquired independently, another request ErrKeyReused, the same request replayed", rounds)
+}
+
+// identityVariant is a claim of the identity-isolation case that shares
+// the original's key.
+type identityVariant struct {
+	name string
+	id   ledger.Identity
+	fp   ledger.Fingerprint
+	res  ledger.Result
+	want string // "acquire", "replay", "reused"
+}
+
+// identityRound claims key for one caller and method, then claims it
+// concurrently for another caller, another method, an HTTP route, another
+// request and the same request, and checks each outcome and entry.
+func (e *env) identityRound(key string) {
+	mk := func(caller, method string) ledger.Identity {
+		id, err := ledger.NewIdentity(caller, method, key)
+		if err != nil {
+			e.t.Fatalf("identity: %v", err)
+		}
+		return id
+	}
+	f1, f2 := ledger.FingerprintOf([]byte("request one")), ledger.FingerprintOf([]byte("request two"))
+	base := mk("tenant-a", suiteMethod)
+	resBase := ledger.Result{Code: 1, Response: []byte("tenant-a " + key), TypeName: suiteType}
+	if _, err := e.claimWith(base, f1, resBase); err != nil {
+		e.t.Fatalf("set-up: %v", err)
+	}
+	vs := []identityVariant{
+		{"another caller", mk("tenant-b", suiteMethod), f1, ledger.Result{Code: 2, Response: []byte("tenant-b " + key), TypeName: suiteType}, "acquire"},
+		{"another method", mk("tenant-a", "/opledger.conformance.v1.Suite/Other"), f1, ledger.Result{Code: 3, Response: []byte("other method " + key), TypeName: suiteType}, "acquire"},
+		{"an HTTP route", mk("tenant-a", "POST /opledger/conformance/{id}"), f1, ledger.Result{Code: 201, Response: []byte("http route " + key), TypeName: suiteType}, "acquire"},
+		{"another request", base, f2, ledger.Result{Response: []byte("must not be stored")}, "reused"},
+		{"the same request", base, f1, ledger.Result{Response: []byte("must not be stored")}, "replay"},
+	}
+	got, errs := e.claimAll(vs)
+	for i, v := range vs {
+		c, err := got[i], errs[i]
+		switch v.want {
+		case "acquire":
+			if err != nil || !won(c) {
+				e.t.Errorf("same key, %s: %v %v; want an independent acquisition", v.name, c, err)
+			}
+		case "reused":
+			if !errors.Is(err, ledger.ErrKeyReused) {
+				e.t.Errorf("same key, %s: %v %v; want ErrKeyReused", v.name, c, err)
+			}
+		case "replay":
+			if err != nil || won(c) || !sameResult(c.Result, resBase) {
+				e.t.Errorf("same key, %s: %v %v; want a replay of %q", v.name, c, err, resBase.Response)
+			}
+		}
+	}
+	for _, v := range append([]identityVariant{{"the original", base, f1, resBase, "acquire"}}, vs[:3]...) {
+		en, err := e.l.Lookup(e.ctx, v.id)
+		if err != nil || !sameResult(en.Result, v.res) || en.Fingerprint != v.fp {
+			e.t.Errorf("Lookup of %s: %+v, %v; want its own result %q", v.name, en, err, v.res.Response)
+		}
+	}
+}
+
+// claimAll claims every variant at once and returns the outcomes in order.
+func (e *env) claimAll(vs []identityVariant) ([]*ledger.Claim, []error) {
+	var (
+		wg    sync.WaitGroup
+		start = make(chan struct{})
+		got   = make([]*ledger.Claim, len(vs))
+		errs  = make([]error, len(vs))
+	)
+	for i, v := range vs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			got[i], errs[i] = e.claimWith(v.id, v.fp, v.res)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	return got, errs
 }
 
 func caseFidelity(e *env) {
@@ -147,7 +162,14 @@ func caseFidelity(e *env) {
 	}
 	// One byte over the limit is refused and nothing is stored.
 	key := "fidelity-over"
-	over := append(append([]byte(nil), big...), 'y')
+	e.storeOver(key, append(append([]byte(nil), big...), 'y'), max)
+	e.expectNothing(key, "result over the limit refused")
+	e.figure("%d results (empty, nil, binary, code %d, %d bytes) replayed exactly to %d concurrent replayers; %d bytes refused", len(cases), math.MaxInt32, max, replayers, max+1)
+}
+
+// storeOver tries to store a result of over bytes (past the limit max) as
+// key's and reports anything but ErrInvalid.
+func (e *env) storeOver(key string, over []byte, max int) {
 	switch {
 	case e.pipelined:
 		c, _, err := e.runUnit(e.ctx, e.level, e.req(key), "", 0, ledger.Result{Response: over}, true)
@@ -178,8 +200,6 @@ func caseFidelity(e *env) {
 		}
 		tx.Rollback()
 	}
-	e.expectNothing(key, "result over the limit refused")
-	e.figure("%d results (empty, nil, binary, code %d, %d bytes) replayed exactly to %d concurrent replayers; %d bytes refused", len(cases), math.MaxInt32, max, replayers, max+1)
 }
 
 func (e *env) replayEquals(key string, want ledger.Result) error {

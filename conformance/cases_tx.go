@@ -111,63 +111,11 @@ func caseAtomicity(e *env) {
 	var tl tally
 	for i, step := range steps {
 		key := fmt.Sprintf("atomic-%d", i)
-		func() {
-			if e.atCommit {
-				var tx unitTx
-				var err error
-				if e.pipelined {
-					tx, err = e.pipe.BeginAt(e.ctx, e.level)
-				} else {
-					tx, err = e.begin(e.ctx)
-				}
-				if err != nil {
-					e.t.Fatalf("begin: %v", err)
-				}
-				defer tx.Rollback()
-				if err := e.writeBiz(e.ctx, tx, key, 0); err != nil {
-					e.t.Fatalf("business write: %v", err)
-				}
-				if i >= 1 {
-					if c, err := record(e.ctx, e.l, tx, e.req(key), resultFor(key, 0)); err != nil || !won(c) {
-						e.t.Fatalf("record of a fresh key: %v %v", c, err)
-					}
-				}
-				if err := tx.Rollback(); err != nil {
-					e.t.Fatalf("rollback: %v", err)
-				}
-				return
-			}
-			var (
-				tx  unitTx
-				c   *ledger.Claim
-				err error
-			)
-			if e.pipelined {
-				tx, c, err = e.pipe.BeginClaim(e.ctx, e.level, e.req(key))
-			} else if tx, err = e.begin(e.ctx); err == nil {
-				c, err = claim(e.ctx, e.l, tx, e.req(key))
-			}
-			if err != nil || !c.Acquired() {
-				if tx != nil {
-					tx.Rollback()
-				}
-				e.t.Fatalf("claim of a fresh key: %v %v", c, err)
-			}
-			defer tx.Rollback()
-			if i >= 1 {
-				if err := e.writeBiz(e.ctx, tx, key, 0); err != nil {
-					e.t.Fatalf("business write: %v", err)
-				}
-			}
-			if i >= 2 {
-				if err := e.l.Complete(e.ctx, tx, c, resultFor(key, 0)); err != nil {
-					e.t.Fatalf("complete: %v", err)
-				}
-			}
-			if err := tx.Rollback(); err != nil {
-				e.t.Fatalf("rollback: %v", err)
-			}
-		}()
+		if e.atCommit {
+			e.rollBackRecord(key, i)
+		} else {
+			e.rollBackClaim(key, i)
+		}
 		e.expectNothing(key, "rolled back after "+step)
 		// The key is free again: a herd acquires it exactly once, and the
 		// committed claim and business row both survive.
@@ -181,6 +129,68 @@ func caseAtomicity(e *env) {
 		}
 	}
 	e.figure("rolled back after %s: nothing survived; then %d claimants per key: %s", strings.Join(steps, ", "), n, tl)
+}
+
+// rollBackRecord writes key's business row and, from step 1 on, records
+// key at commit, then rolls the unit back.
+func (e *env) rollBackRecord(key string, step int) {
+	var tx unitTx
+	var err error
+	if e.pipelined {
+		tx, err = e.pipe.BeginAt(e.ctx, e.level)
+	} else {
+		tx, err = e.begin(e.ctx)
+	}
+	if err != nil {
+		e.t.Fatalf("begin: %v", err)
+	}
+	defer tx.Rollback()
+	if err := e.writeBiz(e.ctx, tx, key, 0); err != nil {
+		e.t.Fatalf("business write: %v", err)
+	}
+	if step >= 1 {
+		if c, err := record(e.ctx, e.l, tx, e.req(key), resultFor(key, 0)); err != nil || !won(c) {
+			e.t.Fatalf("record of a fresh key: %v %v", c, err)
+		}
+	}
+	if err := tx.Rollback(); err != nil {
+		e.t.Fatalf("rollback: %v", err)
+	}
+}
+
+// rollBackClaim claims key, from step 1 on writes its business row, from
+// step 2 on completes it, then rolls the unit back.
+func (e *env) rollBackClaim(key string, step int) {
+	var (
+		tx  unitTx
+		c   *ledger.Claim
+		err error
+	)
+	if e.pipelined {
+		tx, c, err = e.pipe.BeginClaim(e.ctx, e.level, e.req(key))
+	} else if tx, err = e.begin(e.ctx); err == nil {
+		c, err = claim(e.ctx, e.l, tx, e.req(key))
+	}
+	if err != nil || !c.Acquired() {
+		if tx != nil {
+			tx.Rollback()
+		}
+		e.t.Fatalf("claim of a fresh key: %v %v", c, err)
+	}
+	defer tx.Rollback()
+	if step >= 1 {
+		if err := e.writeBiz(e.ctx, tx, key, 0); err != nil {
+			e.t.Fatalf("business write: %v", err)
+		}
+	}
+	if step >= 2 {
+		if err := e.l.Complete(e.ctx, tx, c, resultFor(key, 0)); err != nil {
+			e.t.Fatalf("complete: %v", err)
+		}
+	}
+	if err := tx.Rollback(); err != nil {
+		e.t.Fatalf("rollback: %v", err)
+	}
 }
 
 func caseFaults(e *env) {
@@ -306,9 +316,10 @@ func (e *env) faultCancelWhileWaiting() {
 	if err == nil {
 		e.t.Errorf("a claimant whose context was cancelled while it waited committed")
 	}
-	if took > 2*time.Second {
-		e.t.Errorf("a claimant whose context was cancelled while it waited returned only %v later", took.Round(time.Millisecond))
-	}
+	// It returned while the holder still held the identity (the holder
+	// commits only below): the cancellation, not the holder, ended the
+	// wait. How soon is a figure, not a verdict.
+	e.figure("a cancelled waiter returned %v after its cancellation", took.Round(time.Millisecond))
 	a.mutate()
 	a.commit()
 	if n := e.bizRows(key); n != 1 {

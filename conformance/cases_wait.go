@@ -372,34 +372,8 @@ func caseThreeWaiter(e *env) {
 		a.mutate()
 		ended := time.Now()
 		a.rollback()
-		ob, oc := e.collect(b), e.collect(c)
-		var win *outcome
-		for i, o := range []*outcome{&ob, &oc} {
-			retried += o.retries
-			switch {
-			case o.err != nil:
-				e.t.Errorf("round %d, waiter %d: %v (after %d retries)", r, i+1, o.err, o.retries)
-			case o.firstDone.Before(ended):
-				e.t.Errorf("round %d, waiter %d: returned before the holder rolled back", r, i+1)
-			case o.acquired:
-				acquired++
-				if win != nil {
-					e.t.Errorf("round %d: both waiters acquired: the mutation ran twice", r)
-				}
-				win = o
-			default:
-				replayed++
-			}
-		}
-		for i, o := range []*outcome{&ob, &oc} {
-			if o.err == nil && !o.acquired {
-				if win == nil {
-					e.t.Errorf("round %d, waiter %d: replayed %q but nobody acquired", r, i+1, o.result.Response)
-				} else if !sameResult(o.result, win.result) {
-					e.t.Errorf("round %d, waiter %d: replayed %q, want the winner's %q", r, i+1, o.result.Response, win.result.Response)
-				}
-			}
-		}
+		ac, re, rt := e.judgeWaiters(r, ended, e.collect(b), e.collect(c))
+		acquired, replayed, retried = acquired+ac, replayed+re, retried+rt
 		if n := e.bizRows(key); n != 1 {
 			e.t.Errorf("round %d: %d business rows, want 1", r, n)
 		}
@@ -413,12 +387,47 @@ func caseThreeWaiter(e *env) {
 	e.figure("%d rounds, holder rolled back with 2 waiting (%s): %d acquired, %d replayed, %d retried", rounds, seen, acquired, replayed, retried)
 }
 
-// inProgressLimit is how soon a claimant whose lock wait is bounded at
-// boundedWait (0.5 s; MySQL rounds it up to 1 s) must give up. A claimant
-// that ignores the bound waits for the holder, which stays open until the
-// claim returns: it is stopped at 5 s. The margin is for a loaded machine,
-// where SQLite's busy handler and the race detector overshoot their sleeps.
-const inProgressLimit = 2500 * time.Millisecond
+// judgeWaiters reports what is wrong with round r's two waiters, given
+// when the holder ended: each must have returned after it, at most one
+// acquired, and the other replays the winner's result. It counts them.
+func (e *env) judgeWaiters(r int, ended time.Time, ob, oc outcome) (acquired, replayed, retried int) {
+	var win *outcome
+	for i, o := range []*outcome{&ob, &oc} {
+		retried += o.retries
+		switch {
+		case o.err != nil:
+			e.t.Errorf("round %d, waiter %d: %v (after %d retries)", r, i+1, o.err, o.retries)
+		case o.firstDone.Before(ended):
+			e.t.Errorf("round %d, waiter %d: returned before the holder rolled back", r, i+1)
+		case o.acquired:
+			acquired++
+			if win != nil {
+				e.t.Errorf("round %d: both waiters acquired: the mutation ran twice", r)
+			}
+			win = o
+		default:
+			replayed++
+		}
+	}
+	for i, o := range []*outcome{&ob, &oc} {
+		if o.err == nil && !o.acquired {
+			if win == nil {
+				e.t.Errorf("round %d, waiter %d: replayed %q but nobody acquired", r, i+1, o.result.Response)
+			} else if !sameResult(o.result, win.result) {
+				e.t.Errorf("round %d, waiter %d: replayed %q, want the winner's %q", r, i+1, o.result.Response, win.result.Response)
+			}
+		}
+	}
+	return acquired, replayed, retried
+}
+
+// inProgressGuard is the hang guard of the in-progress case: a claimant
+// whose lock wait is bounded at boundedWait (0.5 s; MySQL rounds it up to
+// 1 s) must give up with ErrInProgress while the holder stays open, and a
+// claimant that ignores the bound would wait for the holder, which stays
+// open until the claim returns: it is stopped here, ten times the bound
+// and more, so that a loaded machine never trips it.
+const inProgressGuard = 10 * time.Second
 
 func caseInProgress(e *env) {
 	begin := e.api.beginBounded()
@@ -431,57 +440,12 @@ func caseInProgress(e *env) {
 	}
 	key := "in-progress"
 	a := e.hold(key)
-	var (
-		err   error
-		took  time.Duration
-		where = "claim"
-		inTx  = ""
-	)
+	inTx, inClaim := "", ""
 	if begin != nil {
-		// Give up well past the limit: a claim that does not honour the
-		// bound has failed already, and may otherwise wait as long as the
-		// holder.
-		ctx, cancel := context.WithTimeout(e.ctx, 5*time.Second)
-		start := time.Now()
-		b, release, berr := begin(ctx)
-		err = berr
-		if err == nil {
-			_, _, err = e.unitStep(ctx, b, e.req(key), key, 1, resultFor(key, 1))
-			b.Rollback()
-			release()
-		} else if dialects.TraitsOf(e.d).SerialWriters && e.d.Classify(err) == dialects.ClassLockTimeout {
-			// The database waits for its write lock at BEGIN, so the bound
-			// ends BEGIN: txmiddleware reports exactly this as ErrInProgress.
-			where, err = "BEGIN", fmt.Errorf("%w: %w", ledger.ErrInProgress, err)
-		} else {
-			cancel()
-			e.t.Fatalf("begin a transaction with a bounded lock wait: %v", err)
-		}
-		took = time.Since(start)
-		cancel()
-		if !errors.Is(err, ledger.ErrInProgress) || took > inProgressLimit {
-			e.t.Errorf("%s while another transaction holds the key: %v after %v; want ErrInProgress within %v", where, err, took.Round(time.Millisecond), inProgressLimit)
-		}
-		inTx = fmt.Sprintf("claimant with a bounded lock wait got %v at %s after %v (limit %v)", errName(err), where, took.Round(time.Millisecond), inProgressLimit)
+		inTx = e.inProgressInTx(begin, key)
 	}
-	inClaim := ""
 	if e.l.boundsLockWait() {
-		// The ledger bounds the wait inside its claim statement
-		// (ClaimRequest.LockWait), or at commit inside its Record: the
-		// same, in a plain transaction (pipelined: sent with BEGIN, or at
-		// commit with COMMIT). No business write: only the ledger's
-		// statement carries the bound.
-		ctx, cancel := context.WithTimeout(e.ctx, 5*time.Second)
-		start := time.Now()
-		req := e.req(key)
-		req.LockWait = boundedWait
-		_, _, cerr := e.runUnit(ctx, sql.LevelDefault, req, "", 1, resultFor(key, 1), false)
-		ctook := time.Since(start)
-		cancel()
-		if !errors.Is(cerr, ledger.ErrInProgress) || ctook > inProgressLimit {
-			e.t.Errorf("claim with ClaimRequest.LockWait while another transaction holds the key: %v after %v; want ErrInProgress within %v", cerr, ctook.Round(time.Millisecond), inProgressLimit)
-		}
-		inClaim = fmt.Sprintf("bounded in the claim (ClaimRequest.LockWait): %v after %v", errName(cerr), ctook.Round(time.Millisecond))
+		inClaim = e.inProgressInClaim(key)
 	}
 	a.mutate()
 	a.commit()
@@ -490,6 +454,53 @@ func caseInProgress(e *env) {
 		e.t.Errorf("retry after the holder committed: acquired=%v %q %v; want a replay of the holder's result", o.acquired, o.result.Response, o.err)
 	}
 	e.figure("%s; the retry replayed", strings.Join(slices.DeleteFunc([]string{inTx, inClaim}, func(s string) bool { return s == "" }), "; "))
+}
+
+// inProgressInTx claims key, held by another transaction, in a
+// transaction that begin bounds, and returns the case's figure. The bound,
+// not the guard, must end the wait: the error is ErrInProgress and the
+// guard's context is still live.
+func (e *env) inProgressInTx(begin func(ctx context.Context) (unitTx, func(), error), key string) string {
+	ctx, cancel := context.WithTimeout(e.ctx, inProgressGuard)
+	defer cancel()
+	where := "claim"
+	start := time.Now()
+	b, release, err := begin(ctx)
+	if err == nil {
+		_, _, err = e.unitStep(ctx, b, e.req(key), key, 1, resultFor(key, 1))
+		b.Rollback()
+		release()
+	} else if dialects.TraitsOf(e.d).SerialWriters && e.d.Classify(err) == dialects.ClassLockTimeout {
+		// The database waits for its write lock at BEGIN, so the bound
+		// ends BEGIN: txmiddleware reports exactly this as ErrInProgress.
+		where, err = "BEGIN", fmt.Errorf("%w: %w", ledger.ErrInProgress, err)
+	} else {
+		e.t.Fatalf("begin a transaction with a bounded lock wait: %v", err)
+	}
+	took := time.Since(start)
+	if guarded := ctx.Err() != nil; !errors.Is(err, ledger.ErrInProgress) || guarded {
+		e.t.Errorf("%s while another transaction holds the key: %v after %v (hang guard passed: %v); want ErrInProgress from the bound", where, err, took.Round(time.Millisecond), guarded)
+	}
+	return fmt.Sprintf("claimant with a bounded lock wait got %v at %s after %v", errName(err), where, took.Round(time.Millisecond))
+}
+
+// inProgressInClaim claims key, held by another transaction, with the
+// bound inside the ledger's claim statement (ClaimRequest.LockWait), or at
+// commit inside its Record: the same, in a plain transaction (pipelined:
+// sent with BEGIN, or at commit with COMMIT). No business write: only the
+// ledger's statement carries the bound. It returns the case's figure.
+func (e *env) inProgressInClaim(key string) string {
+	ctx, cancel := context.WithTimeout(e.ctx, inProgressGuard)
+	defer cancel()
+	start := time.Now()
+	req := e.req(key)
+	req.LockWait = boundedWait
+	_, _, err := e.runUnit(ctx, sql.LevelDefault, req, "", 1, resultFor(key, 1), false)
+	took := time.Since(start)
+	if guarded := ctx.Err() != nil; !errors.Is(err, ledger.ErrInProgress) || guarded {
+		e.t.Errorf("claim with ClaimRequest.LockWait while another transaction holds the key: %v after %v (hang guard passed: %v); want ErrInProgress from the bound", err, took.Round(time.Millisecond), guarded)
+	}
+	return fmt.Sprintf("bounded in the claim (ClaimRequest.LockWait): %v after %v", errName(err), took.Round(time.Millisecond))
 }
 
 func errName(err error) string {

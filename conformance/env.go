@@ -555,15 +555,38 @@ type herdOpts struct {
 // byte-for-byte, one business row. Failures are reported on e.t.
 func (e *env) herd(key string, h herdOpts) tally {
 	e.t.Helper()
+	if h.before != nil {
+		h.before(key)
+	}
+	outs := e.race(key, h)
+	tl := e.judge(key, h, outs)
+	if tl.acquired > 1 {
+		tl.duplicates += tl.acquired - 1
+		e.t.Errorf("key %s: %d claimants acquired; want exactly 1", key, tl.acquired)
+	}
+	if tl.acquired == 0 && tl.failed == 0 {
+		e.t.Errorf("key %s: nobody acquired", key)
+	}
+	if n := e.bizRows(key); n != 1 && tl.failed == 0 || n > 1 {
+		if n > 1 {
+			tl.duplicates += n - 1
+		}
+		e.t.Errorf("key %s: %d business rows; want exactly 1 (the mutation ran %d times)", key, n, n)
+	}
+	if n := e.bizRows(key + "#replayed"); n != tl.replayed && !e.atCommit && !e.pipelined {
+		e.t.Errorf("key %s: %d rows written after replays, want %d (a replaying transaction did not commit its other writes)", key, n, tl.replayed)
+	}
+	return tl
+}
+
+// race releases h.claimants claimants on key at once and returns their
+// outcomes, in claimant order.
+func (e *env) race(key string, h herdOpts) []outcome {
 	var (
-		tl    tally
 		start = make(chan struct{})
 		outs  = make([]outcome, h.claimants)
 		wg    sync.WaitGroup
 	)
-	if h.before != nil {
-		h.before(key)
-	}
 	for w := range h.claimants {
 		wg.Add(1)
 		go func() {
@@ -582,6 +605,14 @@ func (e *env) herd(key string, h herdOpts) tally {
 	}
 	close(start)
 	wg.Wait()
+	return outs
+}
+
+// judge counts a herd's outcomes and reports each claimant's that is
+// wrong: a failure, a replay of nothing, of the forbidden result or of
+// another result than the winner's.
+func (e *env) judge(key string, h herdOpts, outs []outcome) tally {
+	var tl tally
 	var winner *ledger.Result
 	for w := range outs {
 		if outs[w].acquired {
@@ -613,22 +644,6 @@ func (e *env) herd(key string, h herdOpts) tally {
 					key, w, o.result.Code, o.result.Response, o.result.TypeName, winner.Code, winner.Response, winner.TypeName)
 			}
 		}
-	}
-	if tl.acquired > 1 {
-		tl.duplicates += tl.acquired - 1
-		e.t.Errorf("key %s: %d claimants acquired; want exactly 1", key, tl.acquired)
-	}
-	if tl.acquired == 0 && tl.failed == 0 {
-		e.t.Errorf("key %s: nobody acquired", key)
-	}
-	if n := e.bizRows(key); n != 1 && tl.failed == 0 || n > 1 {
-		if n > 1 {
-			tl.duplicates += n - 1
-		}
-		e.t.Errorf("key %s: %d business rows; want exactly 1 (the mutation ran %d times)", key, n, n)
-	}
-	if n := e.bizRows(key + "#replayed"); n != tl.replayed && !e.atCommit && !e.pipelined {
-		e.t.Errorf("key %s: %d rows written after replays, want %d (a replaying transaction did not commit its other writes)", key, n, tl.replayed)
 	}
 	return tl
 }

@@ -68,10 +68,12 @@ func TestOutsideDialect(t *testing.T) {
 	var d dialects.Dialect = pgCompatible{}
 	// What the kit finds on the wrapper by type assertion alone.
 	for name, ok := range map[string]bool{
-		"dialects.Schema":     implements[dialects.Schema](d),
-		"dialects.LockWaiter": implements[dialects.LockWaiter](d),
-		"dialects.Sessions":   implements[dialects.Sessions](d),
-		"dialects.Described":  implements[dialects.Described](d),
+		"dialects.Schema":           implements[dialects.Schema](d),
+		"dialects.LockWaiter":       implements[dialects.LockWaiter](d),
+		"dialects.StatementBounder": implements[dialects.StatementBounder](d),
+		"dialects.RecordQuerier":    implements[dialects.RecordQuerier](d),
+		"dialects.Sessions":         implements[dialects.Sessions](d),
+		"dialects.Described":        implements[dialects.Described](d),
 	} {
 		if !ok {
 			t.Fatalf("the wrapper does not implement %s", name)

@@ -339,42 +339,7 @@ func Check(ctx context.Context, tg Target, list ...Option) Report {
 		return rep
 	}
 	for _, in := range instances(&tg, o) {
-		res := CaseResult{Name: in.name, Case: in.def.name}
-		if in.def.perLevel && in.skip == "" {
-			res.Level = levelName(in.level)
-		}
-		if in.skip != "" {
-			res.Verdict, res.Messages = Skip, []string{in.skip}
-			rep.Results = append(rep.Results, res)
-			if o.progress != nil {
-				o.progress(res)
-			}
-			continue
-		}
-		r := &recorder{}
-		t0 := time.Now()
-		var figures string
-		r.run(func() {
-			cctx, cancel := context.WithTimeout(ctx, o.caseTimeout)
-			r.Cleanup(cancel)
-			e := newEnv(cctx, r, &tg, o, in)
-			if e == nil {
-				return
-			}
-			defer func() { figures = e.figures() }()
-			in.def.run(e)
-		})
-		res.Duration = time.Since(t0)
-		res.Figures = figures
-		res.Messages = r.messages()
-		switch {
-		case r.Failed():
-			res.Verdict = Fail
-		case r.skipped:
-			res.Verdict = Skip
-		default:
-			res.Verdict = Pass
-		}
+		res := checkCase(ctx, &tg, o, in)
 		rep.Results = append(rep.Results, res)
 		if o.progress != nil {
 			o.progress(res)
@@ -382,6 +347,44 @@ func Check(ctx context.Context, tg Target, list ...Option) Report {
 	}
 	rep.Duration = time.Since(start)
 	return rep
+}
+
+// checkCase runs one case instance for Check, recording instead of
+// failing, within the case timeout.
+func checkCase(ctx context.Context, tg *Target, o options, in instance) CaseResult {
+	res := CaseResult{Name: in.name, Case: in.def.name}
+	if in.def.perLevel && in.skip == "" {
+		res.Level = levelName(in.level)
+	}
+	if in.skip != "" {
+		res.Verdict, res.Messages = Skip, []string{in.skip}
+		return res
+	}
+	r := &recorder{}
+	t0 := time.Now()
+	var figures string
+	r.run(func() {
+		cctx, cancel := context.WithTimeout(ctx, o.caseTimeout)
+		r.Cleanup(cancel)
+		e := newEnv(cctx, r, tg, o, in)
+		if e == nil {
+			return
+		}
+		defer func() { figures = e.figures() }()
+		in.def.run(e)
+	})
+	res.Duration = time.Since(t0)
+	res.Figures = figures
+	res.Messages = r.messages()
+	switch {
+	case r.Failed():
+		res.Verdict = Fail
+	case r.skipped:
+		res.Verdict = Skip
+	default:
+		res.Verdict = Pass
+	}
+	return res
 }
 
 // recorder is the testingT of Check: it records instead of failing.

@@ -1,31 +1,3 @@
-// Package dialects is the seam between the ledger and a database family.
-//
-// A [Dialect] owns every SQL statement the ledger runs (see [Queries]),
-// its placeholder syntax and identifier quoting, and classifies driver
-// errors into the few [Class] values the ledger and txmiddleware act on.
-// What only some databases need is an optional interface, found with a type
-// assertion: [LockWaiter] (a bound on lock waits), [Schema] (the ledger's
-// table as migrations), [Sessions] (the database's own view of sessions and
-// lock waits, for tests), [Described] (how the database behaves under
-// concurrency, for the conformance suite), [Outboxer] (the SQL of the
-// transactional outbox), [Recorder] (the SQL of the ledger's Record, the
-// claim at commit) and [TxChecker] (a transaction mode in which a claim is
-// unsafe, refused before the claim). Nothing outside this package
-// and its sub-packages looks at a dialect's name to decide anything.
-//
-// Implementations for PostgreSQL, SQLite and MySQL/MariaDB (and TiDB) live
-// in the sub-packages postgres, sqlite and mysql. None of them imports a cgo
-// driver, so a PostgreSQL or MySQL user never needs cgo.
-//
-// # Writing a dialect
-//
-// Anyone may implement Dialect, in any module: the ledger, migrations,
-// txmiddleware and the conformance suite use only this package's
-// interfaces. Wrapping an existing dialect (embedding postgres.Dialect and
-// overriding what differs) is enough for a database that speaks the same
-// SQL. A new dialect is ready when the conformance suite passes on it. The
-// kit adds no methods to Dialect within a major version; new abilities come
-// as new optional interfaces.
 package dialects
 
 import (
@@ -88,9 +60,15 @@ type Queries struct {
 	// row that the conflicting transaction committed (a locking read where
 	// the database's snapshot would otherwise hide it).
 	Select string
-	// Reacquire takes over an expired entry atomically. Args: request_fp,
-	// created_at, expires_at, id, now. It must only match when the stored
-	// expires_at <= now, and must clear any stored result.
+	// TakeOver takes over an expired entry atomically: the claimant
+	// acquires it as if new. Args: request_fp, created_at, expires_at, id,
+	// now. It must only match when the stored expires_at <= now, and must
+	// clear any stored result.
+	TakeOver string
+	// Reacquire is TakeOver under its old name; the ledger runs it when
+	// TakeOver is empty.
+	//
+	// Deprecated: set TakeOver. This field goes in the next minor release.
 	Reacquire string
 	// Complete stores the result of an acquired entry. Args: code,
 	// response, response_type, completed_at, id. It must only match a row
@@ -176,6 +154,11 @@ func ClassifyConnection(err error) Class {
 	}
 	return ClassOther
 }
+
+// DefaultTable is the ledger's table when none is configured; the ledger,
+// migrations and outbox all default to it (ledger.DefaultTable is the same
+// constant).
+const DefaultTable = "opledger_operations"
 
 // MaxTableNameLen is the longest table name accepted, leaving room for the
 // suffixes of index and version-table names within every database's limit.

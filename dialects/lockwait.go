@@ -33,23 +33,36 @@ type LockWaiter interface {
 	BeginBounded(ctx context.Context, db *sql.DB, opts *sql.TxOptions, d time.Duration) (tx *sql.Tx, release func(), err error)
 }
 
-// ClaimBounder is implemented by dialects that can bound the lock waits
-// of a claim inside the claim's own statements, so that a bounded claim
-// costs no statement of its own (no SET before it, nothing to restore
-// after it). The ledger uses it for ClaimRequest.LockWait, and
-// txmiddleware prefers it to [LockWaiter] when the ledger says it bounds
-// its claims.
+// StatementBounder is implemented by dialects that can bound the lock
+// waits of the ledger's own statements inside those statements, so that a
+// bounded claim or Record costs no statement of its own (no SET before it,
+// nothing to restore after it). The ledger uses it for
+// ClaimRequest.LockWait and reports it through ledger.LockWaitBounder;
+// txmiddleware then prefers it to [LockWaiter].
 //
 // It is optional: check for it with a type assertion. Implementations are
 // stateless and safe for concurrent use.
-type ClaimBounder interface {
+type StatementBounder interface {
 	// BoundedQueries returns the ledger's SQL for table (see
 	// [Dialect.Queries]) with every statement of a claim (Insert or
-	// Claim, and Reacquire) bounding its own lock waits to about d, rounded
+	// Claim, and TakeOver) bounding its own lock waits to about d, rounded
 	// up as for [LockWaiter.BeginBounded]; the bound must end with the
 	// transaction at the latest (so that it never reaches the next
 	// transaction on a pooled connection). ok is false when the dialect
 	// cannot bound lock waits this way; d must be positive.
+	BoundedQueries(table string, d time.Duration) (q Queries, ok bool)
+	// BoundedRecordQueries does the same for the SQL of Record (see
+	// [RecordQuerier]): every statement that can wait on another
+	// transaction's entry (Insert, and TakeOver). A dialect without
+	// RecordQuerier returns ok false.
+	BoundedRecordQueries(table string, d time.Duration) (q RecordQueries, ok bool)
+}
+
+// ClaimBounder is the claim half of [StatementBounder].
+//
+// Deprecated: implement [StatementBounder]; the ledger looks for it alone
+// and no longer for ClaimBounder. This name goes in the next minor release.
+type ClaimBounder interface {
 	BoundedQueries(table string, d time.Duration) (q Queries, ok bool)
 }
 

@@ -17,7 +17,7 @@ import "time"
 type Pipeliner interface {
 	// PipelineQueries returns the pipelined forms for the given (already
 	// validated, unquoted) table, with Record bounding its lock waits to
-	// about wait when wait is positive (as [RecordBounder] does; zero
+	// about wait when wait is positive (as [StatementBounder] does for Record; zero
 	// leaves the database's own bound). ok is false when the dialect cannot
 	// build them for wait.
 	PipelineQueries(table string, wait time.Duration) (q PipelineQueries, ok bool)

@@ -2,21 +2,28 @@ package dialects
 
 import "time"
 
-// Recorder is implemented by dialects that record a completed entry
+// RecordQuerier is implemented by dialects that record a completed entry
 // first, in one statement: the ledger's Record (claim at commit), run as
 // the last statement of a transaction whose work has already run. A
 // dialect without it still supports Record: the ledger then claims and
-// completes, two statements.
-type Recorder interface {
+// completes, two statements. (ledger.Recorder is the ledger's side: a
+// ledger that offers Record.)
+type RecordQuerier interface {
 	// RecordQueries returns the SQL of Record for the given (already
 	// validated, unquoted) table name.
 	RecordQueries(table string) RecordQueries
 }
 
+// Recorder is RecordQuerier under its old name.
+//
+// Deprecated: use [RecordQuerier] (the same interface; ledger.Recorder is
+// another thing). This name goes in the next minor release.
+type Recorder = RecordQuerier
+
 // RecordQueries holds the SQL of the ledger's Record. After a conflict
 // the ledger reads the entry with [Queries.Select] (unless Record
-// returned it) and, when it has
-// expired and Insert does not take it over itself, runs TakeOver.
+// returned it) and, when it has expired and Insert does not take it over
+// itself, runs TakeOver.
 type RecordQueries struct {
 	// Insert inserts a completed entry. Args: id, caller, method,
 	// request_fp, code, response, response_type, created_at, completed_at,
@@ -36,22 +43,11 @@ type RecordQueries struct {
 	TakeOver string
 }
 
-// RecordBounder is implemented by dialects that can bound the lock waits
-// of the ledger's Record inside Record's own statements, as
-// [ClaimBounder] does for a claim: a bounded Record costs no statement of
-// its own. The ledger uses it for ClaimRequest.LockWait in Record, and
-// reports that it bounds lock waits only when a dialect with [Recorder]
-// also implements it.
+// RecordBounder is the Record half of [StatementBounder].
 //
-// It is optional: check for it with a type assertion. Implementations are
-// stateless and safe for concurrent use.
+// Deprecated: implement [StatementBounder]; the ledger looks for it alone
+// and no longer for RecordBounder. This name goes in the next minor
+// release.
 type RecordBounder interface {
-	// BoundedRecordQueries returns the SQL of Record for table (see
-	// [Recorder.RecordQueries]) with every statement that can wait on
-	// another transaction's entry (Insert or Record, and TakeOver) bounding its own
-	// lock waits to about d, rounded up as for [LockWaiter.BeginBounded];
-	// the bound must end with the transaction at the latest. ok is false
-	// when the dialect cannot bound lock waits this way; d must be
-	// positive.
 	BoundedRecordQueries(table string, d time.Duration) (q RecordQueries, ok bool)
 }

@@ -14,6 +14,12 @@ var (
 	// limit, a nil transaction, a bad table name. Nothing was written.
 	ErrInvalid = errors.New("ledger: invalid input")
 
+	// ErrInvalidConfig marks a bad option or constructor argument (New,
+	// NewTxStore, a sweep's batch): the configuration error every package
+	// of the kit names ErrInvalidConfig. Such an error matches ErrInvalid
+	// too.
+	ErrInvalidConfig = errors.New("ledger: invalid configuration")
+
 	// ErrKeyReused means the identity exists with a different request
 	// fingerprint: the caller reused a key for another request. It is a
 	// caller error (gRPC FAILED_PRECONDITION), never a replay.
@@ -43,7 +49,8 @@ var (
 	ErrNotFound = errors.New("ledger: no entry for this identity")
 )
 
-// InputError describes bad input. It matches [ErrInvalid].
+// InputError describes bad input. It matches [ErrInvalid], and with Field
+// "option" also [ErrInvalidConfig].
 type InputError struct {
 	// Field names the offending input: "caller", "method", "key",
 	// "fingerprint", "result", "tx", "table", "option", "name", "lock
@@ -58,12 +65,17 @@ type InputError struct {
 // Error names the field and the reason.
 func (e *InputError) Error() string { return "ledger: invalid " + e.Field + ": " + e.Reason }
 
-// Unwrap returns [ErrInvalid] and the underlying error, if any.
+// Unwrap returns [ErrInvalid], [ErrInvalidConfig] for Field "option", and
+// the underlying error, if any.
 func (e *InputError) Unwrap() []error {
-	if e.Err != nil {
-		return []error{ErrInvalid, e.Err}
+	errs := []error{ErrInvalid}
+	if e.Field == "option" {
+		errs = append(errs, ErrInvalidConfig)
 	}
-	return []error{ErrInvalid}
+	if e.Err != nil {
+		errs = append(errs, e.Err)
+	}
+	return errs
 }
 
 func invalid(field, reason string) error { return &InputError{Field: field, Reason: reason} }

@@ -5,16 +5,12 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
-
-	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/internal/options"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Ledger is the port the rest of the kit depends on. The SQL
@@ -77,8 +73,8 @@ type ClaimRequest struct {
 	// true honours it (see [LockWaitBounder]); [Store.Claim] refuses a
 	// positive LockWait with ErrInvalid when its dialect cannot bound a
 	// claim this way. How far the bound reaches is the dialect's (see
-	// dialects.ClaimBounder, and dialects.RecordBounder for
-	// [Store.Record], which honours it too): on PostgreSQL it is
+	// dialects.StatementBounder; [Store.Record] honours it too): on
+	// PostgreSQL it is
 	// lock_timeout for the rest of the transaction. Zero leaves the
 	// database's own bound.
 	LockWait time.Duration
@@ -210,6 +206,13 @@ func (c *Claim) Recorded() bool { return c != nil && c.Outcome == Recorded }
 // Acquired reports whether this transaction owns the identity.
 func (c *Claim) Acquired() bool { return c != nil && c.Outcome == Acquired }
 
+// TookOver reports whether the claim acquired an entry that was past its
+// retention (an earlier operation with the same identity had expired),
+// rather than a new one. Only a [Store]'s claims report it, and its
+// Record only where the take-over is a statement of its own (not on
+// SQLite, whose insert takes the entry over itself).
+func (c *Claim) TookOver() bool { return c != nil && c.tookOver }
+
 // Tx returns the *sql.Tx that acquired the claim, or nil for a replay or
 // a claim acquired in another transaction API's transaction (see
 // [ClaimTx]).
@@ -253,7 +256,7 @@ type Entry struct {
 
 // Defaults for Store options.
 const (
-	DefaultTable         = "opledger_operations"
+	DefaultTable         = dialects.DefaultTable
 	DefaultRetention     = 24 * time.Hour
 	DefaultMaxResultSize = 1 << 20
 )
@@ -287,7 +290,7 @@ func WithTable(name string) Option {
 }
 
 // WithRetention sets how long an entry lives after it is claimed (default
-// 24h). Past it, a claim re-acquires the entry and Sweep deletes it.
+// 24h). Past it, a claim takes the entry over and Sweep deletes it.
 func WithRetention(d time.Duration) Option {
 	return Option{options.New("WithRetention", func(c *config) error {
 		if d <= 0 {
@@ -325,10 +328,9 @@ func WithClock(now func() time.Time) Option {
 // CTE, which also returns the existing entry), so that a replay costs one
 // statement instead of the insert and a read. The default is the plain
 // insert, and the read only after a conflict: an acquisition, the common
-// case, costs one plain statement. Measured on PostgreSQL (16 workers,
-// docs/benchmarks.md), the one-statement form costs every acquisition
-// 8–9% of throughput and saves a replay about 11%: choose it for a
-// workload that replays more than it acquires.
+// case, costs one plain statement. The one-statement form slows every
+// acquisition a little to speed up a replay (docs/benchmarks.md): choose
+// it for a workload that replays more than it acquires.
 func WithOneStatementClaim() Option {
 	return Option{options.New("WithOneStatementClaim", func(c *config) error {
 		c.oneStatement = true
@@ -363,9 +365,9 @@ func (s *Store) Dialect() dialects.Dialect { return s.core.d }
 
 // BoundsLockWait reports whether Claim and Record honour
 // ClaimRequest.LockWait: whether the store's dialect implements
-// dialects.ClaimBounder and can bound a claim inside its statements and,
-// when it implements dialects.Recorder, also dialects.RecordBounder
-// (PostgreSQL). Claim honours it with a ClaimBounder alone.
+// dialects.StatementBounder and can bound a claim inside its statements
+// and, when it implements dialects.RecordQuerier, a Record too
+// (PostgreSQL). Claim honours it with the claim's bound alone.
 func (s *Store) BoundsLockWait() bool { return s.core.BoundsLockWait() }
 
 // MaxResultSize returns the longest Result.Response the store accepts, in
@@ -374,69 +376,6 @@ func (s *Store) MaxResultSize() int { return s.core.maxResult }
 
 // Table returns the store's table name.
 func (s *Store) Table() string { return s.core.table }
-
-// maxClaimLoops bounds the insert/read loop: a row can be deleted (swept)
-// between the conflict and the read, or re-acquired by another claimant.
-const maxClaimLoops = 4
-
-// Claim claims req.Identity inside tx.
-//
-// It inserts first; only on conflict does it read the existing entry
-// (never read-then-insert). It never opens a transaction or connection of
-// its own, so the claim commits or rolls back with the caller's mutation.
-// The result is:
-//   - a Claim with Outcome Acquired: this transaction owns the identity;
-//   - a Claim with Outcome Replay and the stored Result;
-//   - ErrKeyReused: the identity exists with another fingerprint;
-//   - ErrInProgress: another open transaction held the identity past the
-//     transaction's lock timeout (or SQLite's busy timeout);
-//   - ErrIncomplete: the entry was committed without a result;
-//   - an error matching ErrRetryable (serialization failure, deadlock):
-//     roll back and retry the whole transaction;
-//   - an error matching dialects.ErrUnsuitableTx, before any insert, when
-//     the dialect implements dialects.TxChecker and tx runs in a mode in
-//     which a claim is not safe (TiDB's optimistic transactions): its
-//     message names the setting to change;
-//   - ErrInvalid, a context error, sql.ErrTxDone, or another *DBError.
-//
-// An entry past its retention is re-acquired atomically: of many
-// concurrent claimants exactly one acquires it.
-func (s *Store) Claim(ctx context.Context, tx *sql.Tx, req ClaimRequest) (*Claim, error) {
-	return s.core.Claim(ctx, tx, req)
-}
-
-// Complete records r as the result of c in tx, which must be the
-// transaction that acquired c. It returns ErrNotAcquired for a replay, a
-// claim from another transaction or store, or a claim already completed,
-// and ErrInvalid for a result over the size limit.
-func (s *Store) Complete(ctx context.Context, tx *sql.Tx, c *Claim, r Result) error {
-	return s.core.Complete(ctx, tx, c, r)
-}
-
-func checkTypeName(name string) error {
-	switch {
-	case len(name) > MaxTypeNameLen:
-		return invalid("result", "type name longer than 512 bytes")
-	case !utf8.ValidString(name):
-		return invalid("result", "type name is not valid UTF-8")
-	case strings.IndexFunc(name, unicode.IsControl) >= 0:
-		return invalid("result", "type name contains a control character")
-	}
-	return nil
-}
-
-// Lookup reads the committed entry for id without claiming or locking it.
-// It returns ErrNotFound when there is none or it has expired; an entry
-// committed without a result comes back with State Pending. An attempt
-// still in flight in another transaction is invisible to it.
-func (s *Store) Lookup(ctx context.Context, q Querier, id Identity) (*Entry, error) {
-	if q == nil {
-		return nil, invalid("tx", "querier must not be nil")
-	}
-	return s.core.LookupWith(ctx, func(ctx context.Context, query string, args ...any) Row {
-		return q.QueryRowContext(ctx, query, args...)
-	}, id)
-}
 
 // check runs the dialect's dialects.TxChecker on tx, when it has one.
 func (s *Store) check(ctx context.Context, op string, tx *sql.Tx) error {

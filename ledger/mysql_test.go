@@ -290,7 +290,7 @@ func TestMySQLPriorReadRepeatableRead(t *testing.T) {
 }
 
 // With clientFoundRows=true, MySQL reports matched rather than changed
-// rows. The ledger decides by rows affected only for Reacquire and
+// rows. The ledger decides by rows affected only for TakeOver and
 // Complete, whose UPDATEs always change the row they match, so the answer
 // is the same; ownership of a new claim is told by the INSERT's 1062,
 // never by a count.

@@ -218,10 +218,3 @@ func errorType(err error) string {
 	}
 	return telemetry.ErrorTypeOf(err, class)
 }
-
-// TookOver reports whether the claim acquired an entry that was past its
-// retention (an earlier operation with the same identity had expired),
-// rather than a new one. Only a [Store]'s claims report it, and its
-// Record only where the take-over is a statement of its own (not on
-// SQLite, whose insert takes the entry over itself).
-func (c *Claim) TookOver() bool { return c != nil && c.tookOver }

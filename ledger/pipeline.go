@@ -71,7 +71,7 @@ func (s *TxStore[TX]) pipelineQueries(wait time.Duration) (*dialects.PipelineQue
 	}
 	plain, _ := s.pipelineQueries(0)
 	bound := s.piper.PipelineQueries
-	if s.rbounder == nil {
+	if !s.rbounds {
 		bound = nil
 	}
 	return boundedSQL(s.d.Name(), s.table, "record", wait, plain, &s.pbounded, bound)
@@ -256,29 +256,20 @@ func (s *TxStore[TX]) recordCommit(ctx context.Context, p Pipeline[TX], tx TX, r
 		return fail(err)
 	}
 	if s.piper == nil || s.check != nil || !p.Owns(tx) {
-		c, err := s.record(ctx, tx, req, r)
-		if err != nil || !c.Recorded() {
-			_ = p.Rollback(ctx, tx)
-			return c, err
-		}
-		if err := p.Commit(ctx, tx); err != nil {
-			return nil, err
-		}
-		return c, nil
+		return s.recordThenCommit(ctx, p, tx, req, r)
 	}
 	pq, err := s.pipelineQueries(req.LockWait)
 	if err != nil {
 		return fail(err)
 	}
-	id, fp := req.Identity.id[:], req.Fingerprint[:]
+	now := s.now()
+	created, expires := micros(now), micros(now.Add(s.retention))
 	resp := r.Response
 	if resp == nil {
 		resp = []byte{}
 	}
-	now := s.now()
-	created, expires := micros(now), micros(now.Add(s.retention))
-	execErr, commitErr := p.ExecCommit(ctx, tx, pq.Record,
-		id, req.Identity.caller, req.Identity.method, fp, int64(r.Code), resp, r.TypeName, created, created, expires)
+	execErr, commitErr := p.ExecCommit(ctx, tx, pq.Record, req.Identity.id[:], req.Identity.caller, req.Identity.method,
+		req.Fingerprint[:], int64(r.Code), resp, r.TypeName, created, created, expires)
 	switch {
 	case execErr == nil && commitErr != nil:
 		return nil, commitErr
@@ -288,10 +279,31 @@ func (s *TxStore[TX]) recordCommit(ctx context.Context, p Pipeline[TX], tx TX, r
 		_ = p.Rollback(ctx, tx)
 		return nil, s.fail(ctx, "record", execErr)
 	}
-	// A conflict: roll the work back and read the entry outside it.
+	return s.recordConflict(ctx, p, pq, tx, req, created)
+}
+
+// recordThenCommit is RecordCommit without pipelining: Record, then
+// COMMIT when it recorded (a rollback otherwise).
+func (s *TxStore[TX]) recordThenCommit(ctx context.Context, p Pipeline[TX], tx TX, req ClaimRequest, r Result) (*Claim, error) {
+	c, err := s.record(ctx, tx, req, r)
+	if err != nil || !c.Recorded() {
+		_ = p.Rollback(ctx, tx)
+		return c, err
+	}
+	if err := p.Commit(ctx, tx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// recordConflict handles a pipelined record that conflicted: it rolls the
+// work back and reads the entry outside it, replaying a live entry and
+// deleting an expired one (the unit then runs again).
+func (s *TxStore[TX]) recordConflict(ctx context.Context, p Pipeline[TX], pq *dialects.PipelineQueries, tx TX, req ClaimRequest, created int64) (*Claim, error) {
 	if s.afterConflict != nil {
 		s.afterConflict()
 	}
+	id := req.Identity.id[:]
 	e, err := scanRow(p.RollbackQuery(ctx, tx, s.q.Select, id))
 	switch {
 	case errors.Is(err, sql.ErrNoRows):

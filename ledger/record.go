@@ -11,9 +11,8 @@ import (
 // roll back together, exactly as with Claim and Complete, and only one
 // transaction can ever commit an entry for the identity.
 //
-// It inserts first, against the same unique constraint as Claim, and reads
-// only on conflict (recording is what this order is for: the insert alone,
-// no statement that also returns an existing entry). The result is:
+// It inserts first, against the same unique constraint as Claim, and
+// reads only on conflict. The result is:
 //   - a Claim with Outcome Recorded: the completed entry is in tx; commit;
 //   - a Claim with Outcome Replay and the stored Result: another
 //     transaction completed the operation first; roll tx back (the work's
@@ -33,12 +32,10 @@ import (
 // A positive req.LockWait bounds the record's lock waits inside its own
 // statements, as for Claim (see [Store.BoundsLockWait]).
 //
-// An entry past its retention is taken over with r: in the insert itself
-// on SQLite, by one more statement after the read-back on PostgreSQL and
-// MySQL (see each dialect's RecordQueries). What a
-// concurrent duplicate does depends on the database: see docs/ledger.md.
-// For a dialect without [dialects.Recorder] it claims and completes (two
-// statements, the same outcomes).
+// An entry past its retention is taken over with r. For a dialect
+// without [dialects.RecordQuerier] Record claims and completes (two
+// statements, the same outcomes). What a concurrent duplicate does per
+// database is in docs/ledger.md.
 func (s *Store) Record(ctx context.Context, tx *sql.Tx, req ClaimRequest, r Result) (*Claim, error) {
 	return s.core.Record(ctx, tx, req, r)
 }

@@ -343,10 +343,10 @@ func (e *env) raceRecord(t *testing.T, key string, level sql.IsolationLevel, com
 }
 
 // plainDialect hides every optional interface of the dialect it wraps,
-// dialects.Recorder among them.
+// dialects.RecordQuerier among them.
 type plainDialect struct{ dialects.Dialect }
 
-// A dialect without dialects.Recorder still supports Record: the store
+// A dialect without dialects.RecordQuerier still supports Record: the store
 // claims and completes, with the same outcomes.
 func TestRecordWithoutRecorderDialect(t *testing.T) {
 	t.Parallel()

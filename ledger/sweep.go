@@ -326,7 +326,25 @@ func (s *Store) sweepEach(ctx context.Context, db Execer, batch int, cutoff time
 	if err := s.check(ctx, "sweep", tx); err != nil {
 		return 0, false, err
 	}
-	progress := false
+	n, progress, again, err := s.sweepIDs(ctx, tx, ids, cutoff, skipped)
+	if err != nil || again {
+		return 0, again, err
+	}
+	if _, own := db.(beginner); own {
+		if err := tx.Commit(); err != nil {
+			return 0, false, s.core.fail(ctx, "sweep", err)
+		}
+	}
+	// A pass that deleted and skipped nothing met only entries that others
+	// deleted or took over meanwhile: the scan will not bring new ones.
+	return n, more && progress, nil
+}
+
+// sweepIDs deletes each of ids in tx if it is still expired, adding to
+// skipped those that wait past the bound or lose a deadlock. progress
+// says it deleted or skipped one; again, that a deadlock or write conflict
+// rolled tx back, so that the caller sweeps the rest again.
+func (s *Store) sweepIDs(ctx context.Context, tx *sql.Tx, ids [][]byte, cutoff time.Time, skipped map[string]bool) (n int64, progress, again bool, err error) {
 	for _, id := range ids {
 		res, err := tx.ExecContext(ctx, s.core.q.SweepOne, id, micros(cutoff))
 		if err == nil {
@@ -338,7 +356,7 @@ func (s *Store) sweepEach(ctx context.Context, db Execer, batch int, cutoff time
 		err = s.core.fail(ctx, "sweep", err)
 		switch {
 		case ctx.Err() != nil:
-			return 0, false, err
+			return 0, false, false, err
 		case errors.Is(err, ErrInProgress):
 			// Only the statement rolled back (InnoDB with
 			// innodb_rollback_on_timeout=OFF, its default; TiDB).
@@ -348,19 +366,12 @@ func (s *Store) sweepEach(ctx context.Context, db Execer, batch int, cutoff time
 			// A deadlock or write conflict rolled the whole transaction
 			// back: skip the entry, and sweep the rest again.
 			skipped[string(id)] = true
-			return 0, true, nil
+			return 0, false, true, nil
 		default:
-			return 0, false, err
+			return 0, false, false, err
 		}
 	}
-	if _, own := db.(beginner); own {
-		if err := tx.Commit(); err != nil {
-			return 0, false, s.core.fail(ctx, "sweep", err)
-		}
-	}
-	// A pass that deleted and skipped nothing met only entries that others
-	// deleted or took over meanwhile: the scan will not bring new ones.
-	return n, more && progress, nil
+	return n, progress, false, nil
 }
 
 // sweepScan lists at most limit expired entries, oldest first, and

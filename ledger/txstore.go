@@ -103,13 +103,13 @@ type TxStore[TX any] struct {
 	waiter    dialects.LockWaiter // the dialect's, when it has one
 	now       func() time.Time
 	q         dialects.Queries
-	rq        *dialects.RecordQueries // the dialect's, when it has them
-	bounder   dialects.ClaimBounder   // the dialect's, when it can bound claims
-	rbounder  dialects.RecordBounder  // the dialect's, when it can bound records
-	piper     dialects.Pipeliner      // the dialect's, when it has pipelined forms
-	bounded   sync.Map                // time.Duration → *dialects.Queries
-	rbounded  sync.Map                // time.Duration → *dialects.RecordQueries
-	pbounded  sync.Map                // time.Duration → *dialects.PipelineQueries
+	rq        *dialects.RecordQueries   // the dialect's, when it has them
+	bounder   dialects.StatementBounder // the dialect's, when it can bound claims
+	rbounds   bool                      // bounder bounds records too
+	piper     dialects.Pipeliner        // the dialect's, when it has pipelined forms
+	bounded   sync.Map                  // time.Duration → *dialects.Queries
+	rbounded  sync.Map                  // time.Duration → *dialects.RecordQueries
+	pbounded  sync.Map                  // time.Duration → *dialects.PipelineQueries
 	obs       *observer
 
 	// check, when set (database/sql: the dialect's TxChecker), runs on tx
@@ -148,20 +148,19 @@ func NewTxStore[TX any](d dialects.Dialect, drv TxDriver[TX], opts ...Option) (*
 		err := fmt.Errorf("WithSweepLockWait: dialect %q cannot bound a lock wait (no dialects.LockWaiter)", d.Name())
 		return nil, &InputError{Field: "option", Reason: err.Error(), Err: err}
 	}
-	s.q = d.Queries(s.table)
+	s.q = withTakeOver(d.Queries(s.table))
 	s.oneStatement = c.oneStatement && s.q.Claim != ""
-	if rd, ok := d.(dialects.Recorder); ok {
+	if rd, ok := d.(dialects.RecordQuerier); ok {
 		rq := rd.RecordQueries(s.table)
 		s.rq = &rq
 	}
-	if b, ok := d.(dialects.ClaimBounder); ok {
+	if b, ok := d.(dialects.StatementBounder); ok {
 		if q, ok := b.BoundedQueries(s.table, time.Second); ok && q.Insert != "" {
 			s.bounder = b
-		}
-	}
-	if rb, ok := d.(dialects.RecordBounder); ok && s.rq != nil {
-		if q, ok := rb.BoundedRecordQueries(s.table, time.Second); ok && q.Insert != "" {
-			s.rbounder = rb
+			if s.rq != nil {
+				rq, ok := b.BoundedRecordQueries(s.table, time.Second)
+				s.rbounds = ok && rq.Insert != ""
+			}
 		}
 	}
 	if p, ok := d.(dialects.Pipeliner); ok {
@@ -192,7 +191,7 @@ func (s *TxStore[TX]) SweepLockWait() time.Duration { return s.sweepWait }
 // BoundsLockWait reports whether Claim and Record honour
 // ClaimRequest.LockWait (see [Store.BoundsLockWait]).
 func (s *TxStore[TX]) BoundsLockWait() bool {
-	return s.bounder != nil && (s.rq == nil || s.rbounder != nil)
+	return s.bounder != nil && (s.rq == nil || s.rbounds)
 }
 
 // queries returns the SQL of a claim bounded by wait (the store's plain
@@ -200,17 +199,29 @@ func (s *TxStore[TX]) BoundsLockWait() bool {
 func (s *TxStore[TX]) queries(wait time.Duration) (*dialects.Queries, error) {
 	var bound func(string, time.Duration) (dialects.Queries, bool)
 	if s.bounder != nil {
-		bound = s.bounder.BoundedQueries
+		bound = func(table string, d time.Duration) (dialects.Queries, bool) {
+			q, ok := s.bounder.BoundedQueries(table, d)
+			return withTakeOver(q), ok
+		}
 	}
 	return boundedSQL(s.d.Name(), s.table, "claim", wait, &s.q, &s.bounded, bound)
+}
+
+// withTakeOver fills q.TakeOver from the deprecated q.Reacquire of a
+// dialect that still sets only the old field.
+func withTakeOver(q dialects.Queries) dialects.Queries {
+	if q.TakeOver == "" {
+		q.TakeOver = q.Reacquire
+	}
+	return q
 }
 
 // recordQueries returns the SQL of a Record bounded by wait (the
 // dialect's plain Record SQL for wait 0); s.rq must be set.
 func (s *TxStore[TX]) recordQueries(wait time.Duration) (*dialects.RecordQueries, error) {
 	var bound func(string, time.Duration) (dialects.RecordQueries, bool)
-	if s.rbounder != nil {
-		bound = s.rbounder.BoundedRecordQueries
+	if s.rbounds {
+		bound = s.bounder.BoundedRecordQueries
 	}
 	return boundedSQL(s.d.Name(), s.table, "record", wait, s.rq, &s.rbounded, bound)
 }
@@ -238,138 +249,6 @@ func boundedSQL[Q any](dialect, table, op string, wait time.Duration, plain *Q, 
 	return v.(*Q), nil
 }
 
-// Claim claims req.Identity inside tx. It behaves as [Store.Claim].
-func (s *TxStore[TX]) Claim(ctx context.Context, tx TX, req ClaimRequest) (*Claim, error) {
-	ctx, op := s.obs.begin(ctx, "opledger.claim", req.Identity)
-	c, err := s.claim(ctx, tx, req)
-	s.obs.claimed(ctx, op, req.Identity, c, err)
-	return c, err
-}
-
-func (s *TxStore[TX]) claim(ctx context.Context, tx TX, req ClaimRequest) (*Claim, error) {
-	if err := checkRequest(isNil(tx), req); err != nil {
-		return nil, err
-	}
-	q, err := s.queries(req.LockWait)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.checkTx(ctx, "claim", tx); err != nil {
-		return nil, err
-	}
-	id, fp := req.Identity.id[:], req.Fingerprint[:]
-	p := insertFirst[TX]{
-		op:     "claim",
-		insert: q.Insert,
-		args: func(created, expires int64) []any {
-			return []any{id, req.Identity.caller, req.Identity.method, fp, created, expires}
-		},
-		takeOver: func(created, expires int64) (string, []any) {
-			return q.Reacquire, []any{fp, created, expires, id, created}
-		},
-		won: func(tookOver bool) *Claim {
-			c := s.acquired(req.Identity, tx)
-			c.tookOver = tookOver
-			return c
-		},
-	}
-	if s.oneStatement {
-		p.one = q.Claim
-	}
-	return s.insertFirst(ctx, tx, req, q.Select, p)
-}
-
-// acquired returns this store's acquisition of id in tx.
-func (s *TxStore[TX]) acquired(id Identity, tx TX) *Claim {
-	return &Claim{Outcome: Acquired, Identity: id, tx: tx, owner: s}
-}
-
-// Complete records r as the result of c in tx. It behaves as
-// [Store.Complete].
-func (s *TxStore[TX]) Complete(ctx context.Context, tx TX, c *Claim, r Result) error {
-	var id Identity
-	if c != nil {
-		id = c.Identity
-	}
-	ctx, op := s.obs.begin(ctx, "opledger.complete", id)
-	err := s.complete(ctx, tx, c, r)
-	s.obs.completed(ctx, op, c, err)
-	return err
-}
-
-// mine checks that c is an acquisition of this store in tx, not yet
-// completed, and that r is within the limits.
-func (s *TxStore[TX]) mine(tx TX, c *Claim, r Result) error {
-	if isNil(tx) {
-		return invalid("tx", "transaction must not be nil")
-	}
-	if c == nil || c.Outcome != Acquired || !sameTx(c.tx, tx) || c.owner != any(s) || c.completed {
-		return ErrNotAcquired
-	}
-	return s.checkResult(r)
-}
-
-// completeArgs are the arguments of Complete and of the pipelined form.
-func (s *TxStore[TX]) completeArgs(c *Claim, r Result) []any {
-	resp := r.Response
-	if resp == nil {
-		resp = []byte{}
-	}
-	return []any{int64(r.Code), resp, r.TypeName, micros(s.now()), c.Identity.id[:]}
-}
-
-func (s *TxStore[TX]) complete(ctx context.Context, tx TX, c *Claim, r Result) error {
-	if err := s.mine(tx, c, r); err != nil {
-		return err
-	}
-	n, err := s.drv.Exec(ctx, tx, s.q.Complete, s.completeArgs(c, r)...)
-	if err != nil {
-		return s.fail(ctx, "complete", err)
-	}
-	if n != 1 {
-		return fmt.Errorf("ledger: complete: entry not pending (%d rows): %w", n, ErrNotAcquired)
-	}
-	c.completed = true
-	return nil
-}
-
-// LookupWith reads the committed entry for id with queryRow, a function
-// that runs a query outside the caller's transactions (on a pool, a
-// connection or a read-only transaction of the store's API), without
-// claiming or locking it: what [Store.Lookup] does through its Querier.
-// Package pgxledger's Lookup is built on it.
-func (s *TxStore[TX]) LookupWith(ctx context.Context, queryRow func(ctx context.Context, query string, args ...any) Row, id Identity) (*Entry, error) {
-	if queryRow == nil {
-		return nil, invalid("tx", "querier must not be nil")
-	}
-	if id.IsZero() {
-		return nil, invalid("caller", "identity is zero; build it with NewIdentity")
-	}
-	e, err := scanRow(queryRow(ctx, s.q.Lookup, id.id[:]))
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, ErrNotFound
-	}
-	if err != nil {
-		return nil, s.fail(ctx, "lookup", err)
-	}
-	if e.expiresAt <= micros(s.now()) {
-		return nil, ErrNotFound
-	}
-	out := &Entry{
-		Identity:  id,
-		State:     Pending,
-		CreatedAt: fromMicros(e.createdAt),
-		ExpiresAt: fromMicros(e.expiresAt),
-	}
-	copy(out.Fingerprint[:], e.fp)
-	if e.completedAt != nil {
-		out.State = Completed
-		out.Result = e.result
-		out.CompletedAt = fromMicros(*e.completedAt)
-	}
-	return out, nil
-}
-
 // checkTx runs the store's transaction check, when it has one.
 func (s *TxStore[TX]) checkTx(ctx context.Context, op string, tx TX) error {
 	if s.check == nil {
@@ -388,17 +267,6 @@ func (s *TxStore[TX]) fail(ctx context.Context, op string, err error) error {
 		return fmt.Errorf("ledger: %s: %w (%w)", op, cerr, err)
 	}
 	return &DBError{Op: op, Class: s.d.Classify(err), Err: dialects.Explain(s.d, err)}
-}
-
-// checkResult refuses a result over the limits.
-func (s *TxStore[TX]) checkResult(r Result) error {
-	if len(r.Response) > s.maxResult {
-		return invalid("result", fmt.Sprintf("response of %d bytes exceeds the limit of %d", len(r.Response), s.maxResult))
-	}
-	if r.Code > MaxCode {
-		return invalid("result", "code above 2147483647")
-	}
-	return checkTypeName(r.TypeName)
 }
 
 // isNil reports whether tx is nil: a nil pointer, interface, or any other

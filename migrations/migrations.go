@@ -34,7 +34,6 @@ import (
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/internal/memfs"
 	"github.com/opledger/opledger/internal/options"
-	"github.com/opledger/opledger/ledger"
 )
 
 var (
@@ -156,7 +155,7 @@ type Option struct{ o options.Option[config] }
 type config struct{ table string }
 
 // WithTable sets the ledger table to create (default
-// ledger.DefaultTable, "opledger_operations"). The version table is
+// dialects.DefaultTable, "opledger_operations"). The version table is
 // VersionTable(name).
 func WithTable(name string) Option {
 	return Option{options.New("WithTable", func(c *config) error {
@@ -191,7 +190,7 @@ func New(db *sql.DB, d dialects.Dialect, opts ...Option) (*Migrator, error) {
 	if db == nil || d == nil {
 		return nil, fmt.Errorf("%w: db and dialect must not be nil", ErrInvalidConfig)
 	}
-	cfg := config{table: ledger.DefaultTable}
+	cfg := config{table: dialects.DefaultTable}
 	if err := options.Apply(&cfg, opts, func(o Option) options.Option[config] { return o.o }); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}

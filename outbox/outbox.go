@@ -45,6 +45,10 @@ var (
 	// empty name or topic, a part over its limit, a nil transaction.
 	// Nothing was written.
 	ErrInvalid = errors.New("outbox: invalid input")
+	// ErrInvalidConfig marks a bad option or constructor argument of New
+	// or NewRelay: the configuration error every package of the kit names
+	// ErrInvalidConfig. Such an error matches ErrInvalid too.
+	ErrInvalidConfig = errors.New("outbox: invalid configuration")
 	// ErrDuplicate means the operation already enqueued a message with
 	// this name (in this transaction, or in a committed one whose ledger
 	// entry has since expired): each message of an operation needs a name
@@ -184,10 +188,11 @@ type Outbox struct {
 }
 
 // New returns the outbox of dialect d. A dialect without an outbox is an
-// error matching ErrNoOutbox; a bad option matches ErrInvalid.
+// error matching ErrNoOutbox; a bad option matches ErrInvalidConfig (and
+// ErrInvalid).
 func New(d dialects.Dialect, opts ...Option) (*Outbox, error) {
 	if d == nil {
-		return nil, fmt.Errorf("%w: nil dialect", ErrInvalid)
+		return nil, fmt.Errorf("%w: nil dialect", errConfig)
 	}
 	ob, ok := d.(dialects.Outboxer)
 	if !ok {
@@ -195,7 +200,7 @@ func New(d dialects.Dialect, opts ...Option) (*Outbox, error) {
 	}
 	c := config{table: DefaultTable, now: time.Now}
 	if err := options.Apply(&c, opts, func(o Option) options.Option[config] { return o.o }); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: %w", errConfig, err)
 	}
 	q := ob.OutboxQueries(c.table)
 	for _, s := range []string{q.Insert, q.Batch, q.Upto, q.Delete, q.Fail, q.Dead, q.DeadByID, q.Revive, q.Discard, q.Count} {
@@ -205,6 +210,15 @@ func New(d dialects.Dialect, opts ...Option) (*Outbox, error) {
 	}
 	return &Outbox{d: d, table: c.table, q: q, now: c.now, check: c.check}, nil
 }
+
+// errConfig is what configuration errors wrap: it matches ErrInvalidConfig
+// and ErrInvalid.
+var errConfig = configError{}
+
+type configError struct{}
+
+func (configError) Error() string   { return ErrInvalidConfig.Error() }
+func (configError) Unwrap() []error { return []error{ErrInvalidConfig, ErrInvalid} }
 
 // Table returns the outbox's table name.
 func (o *Outbox) Table() string { return o.table }

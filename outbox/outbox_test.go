@@ -143,17 +143,17 @@ func TestEnqueue(t *testing.T) {
 }
 
 func TestNewErrors(t *testing.T) {
-	if _, err := outbox.New(nil); !errors.Is(err, outbox.ErrInvalid) {
+	if _, err := outbox.New(nil); !isConfigErr(err) {
 		t.Errorf("nil dialect: %v", err)
 	}
 	if _, err := outbox.New(noOutbox{}); !errors.Is(err, outbox.ErrNoOutbox) {
 		t.Errorf("dialect without an outbox: %v", err)
 	}
 	d := testdb.Targets()[0].Dialect
-	if _, err := outbox.New(d, outbox.WithTable("bad name")); !errors.Is(err, outbox.ErrInvalid) {
+	if _, err := outbox.New(d, outbox.WithTable("bad name")); !isConfigErr(err) {
 		t.Errorf("bad table: %v", err)
 	}
-	if _, err := outbox.New(d, outbox.WithTable("a"), outbox.WithTable("b")); !errors.Is(err, outbox.ErrInvalid) {
+	if _, err := outbox.New(d, outbox.WithTable("a"), outbox.WithTable("b")); !isConfigErr(err) {
 		t.Errorf("table twice: %v", err)
 	}
 	ob, err := outbox.New(d)
@@ -162,11 +162,11 @@ func TestNewErrors(t *testing.T) {
 	}
 	for _, opt := range []outbox.RelayOption{outbox.WithBatchSize(0), outbox.WithBatchSize(outbox.MaxBatchSize + 1),
 		outbox.WithPollInterval(0), outbox.WithBackoff(0, time.Second), outbox.WithBackoff(time.Second, time.Millisecond), outbox.WithPublishTimeout(0)} {
-		if _, err := outbox.NewRelay(&sql.DB{}, ob, &outboxtest.Broker{}, opt); !errors.Is(err, outbox.ErrInvalid) {
+		if _, err := outbox.NewRelay(&sql.DB{}, ob, &outboxtest.Broker{}, opt); !isConfigErr(err) {
 			t.Errorf("bad relay option: %v", err)
 		}
 	}
-	if _, err := outbox.NewRelay(nil, ob, &outboxtest.Broker{}); !errors.Is(err, outbox.ErrInvalid) {
+	if _, err := outbox.NewRelay(nil, ob, &outboxtest.Broker{}); !isConfigErr(err) {
 		t.Errorf("nil db: %v", err)
 	}
 }
@@ -317,4 +317,10 @@ func TestRelayHoldsKeyOrder(t *testing.T) {
 			t.Fatal("outbox not empty")
 		}
 	}, "postgres", "mysql")
+}
+
+// isConfigErr reports whether err is a configuration error: it matches
+// ErrInvalidConfig and, for callers of the old name, ErrInvalid.
+func isConfigErr(err error) bool {
+	return errors.Is(err, outbox.ErrInvalidConfig) && errors.Is(err, outbox.ErrInvalid)
 }

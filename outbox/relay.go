@@ -218,15 +218,15 @@ type Relay struct {
 }
 
 // NewRelay returns a relay that publishes ob's messages from db to pub.
-// Configuration errors match ErrInvalid.
+// Configuration errors match ErrInvalidConfig (and ErrInvalid).
 func NewRelay(db *sql.DB, ob *Outbox, pub Publisher, opts ...RelayOption) (*Relay, error) {
 	if db == nil || ob == nil || pub == nil {
-		return nil, fmt.Errorf("%w: database, outbox and publisher must not be nil", ErrInvalid)
+		return nil, fmt.Errorf("%w: database, outbox and publisher must not be nil", errConfig)
 	}
 	cfg := relayConfig{batch: DefaultBatchSize, poll: DefaultPollInterval, base: DefaultBackoffBase,
 		max: DefaultBackoffMax, publishTimeout: DefaultPublishTimeout}
 	if err := options.Apply(&cfg, opts, func(o RelayOption) options.Option[relayConfig] { return o.o }); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: %w", errConfig, err)
 	}
 	cfg.log = telemetry.Logger(cfg.log)
 	return &Relay{db: db, ob: ob, pub: pub, cfg: cfg, obs: newRelayObserver(ob, cfg.mp)}, nil

@@ -73,17 +73,17 @@ func (b Backoff) norm() Backoff {
 
 // Validate reports settings that Delay would replace by defaults: a negative
 // duration, a multiplier that is not positive, a jitter outside [0, 1].
-// The error wraps ErrInvalidSettings.
+// The error wraps ErrInvalidConfig.
 func (b Backoff) Validate() error {
 	switch {
 	case b.Initial < 0 || b.Max < 0:
-		return fmt.Errorf("%w: negative backoff", ErrInvalidSettings)
+		return fmt.Errorf("%w: negative backoff", ErrInvalidConfig)
 	case b.Max != 0 && b.Max < b.Initial:
-		return fmt.Errorf("%w: backoff Max %s below Initial %s", ErrInvalidSettings, b.Max, b.Initial)
+		return fmt.Errorf("%w: backoff Max %s below Initial %s", ErrInvalidConfig, b.Max, b.Initial)
 	case b.Multiplier < 0 || math.IsNaN(b.Multiplier) || math.IsInf(b.Multiplier, 0):
-		return fmt.Errorf("%w: backoff Multiplier %v", ErrInvalidSettings, b.Multiplier)
+		return fmt.Errorf("%w: backoff Multiplier %v", ErrInvalidConfig, b.Multiplier)
 	case !(b.Jitter >= 0 && b.Jitter <= 1):
-		return fmt.Errorf("%w: backoff Jitter %v outside [0, 1]", ErrInvalidSettings, b.Jitter)
+		return fmt.Errorf("%w: backoff Jitter %v outside [0, 1]", ErrInvalidConfig, b.Jitter)
 	}
 	return nil
 }

@@ -57,7 +57,7 @@ func TestBackoffFormula(t *testing.T) {
 	if d := bad.Delay(2); d != 200*time.Millisecond {
 		t.Errorf("nonsense settings: %v", d)
 	}
-	if err := bad.Validate(); !errors.Is(err, ErrInvalidSettings) {
+	if err := bad.Validate(); !errors.Is(err, ErrInvalidConfig) {
 		t.Errorf("Validate: %v", err)
 	}
 	if err := (Backoff{}).Validate(); err != nil {

@@ -63,7 +63,7 @@ type Budget struct {
 }
 
 // NewBudget returns a budget with the given settings. Out-of-range settings
-// are an error wrapping ErrInvalidSettings.
+// are an error wrapping ErrInvalidConfig.
 func NewBudget(s BudgetSettings) (*Budget, error) {
 	if s.TTL == 0 {
 		s.TTL = 10 * time.Second
@@ -79,11 +79,11 @@ func NewBudget(s BudgetSettings) (*Budget, error) {
 	}
 	switch {
 	case s.TTL < time.Second || s.TTL > time.Minute:
-		return nil, fmt.Errorf("%w: budget TTL %s outside [1s, 60s]", ErrInvalidSettings, s.TTL)
+		return nil, fmt.Errorf("%w: budget TTL %s outside [1s, 60s]", ErrInvalidConfig, s.TTL)
 	case !(s.Percent >= 0 && s.Percent <= 10):
-		return nil, fmt.Errorf("%w: budget Percent %v outside [0, 10]", ErrInvalidSettings, s.Percent)
+		return nil, fmt.Errorf("%w: budget Percent %v outside [0, 10]", ErrInvalidConfig, s.Percent)
 	case !(s.MinRetriesPerSecond >= 0 && s.MinRetriesPerSecond <= 1e6):
-		return nil, fmt.Errorf("%w: budget MinRetriesPerSecond %v outside [0, 1e6]", ErrInvalidSettings, s.MinRetriesPerSecond)
+		return nil, fmt.Errorf("%w: budget MinRetriesPerSecond %v outside [0, 1e6]", ErrInvalidConfig, s.MinRetriesPerSecond)
 	}
 	b := &Budget{now: s.Now, base: s.Now(), slice: int64(s.TTL) / budgetSlices}
 	if s.Percent == 0 {

@@ -111,7 +111,7 @@ func TestBudgetSettings(t *testing.T) {
 	for _, s := range []BudgetSettings{
 		{TTL: time.Millisecond}, {TTL: 2 * time.Minute}, {Percent: -1}, {Percent: 11}, {MinRetriesPerSecond: -1},
 	} {
-		if _, err := NewBudget(s); !errors.Is(err, ErrInvalidSettings) {
+		if _, err := NewBudget(s); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("%+v: %v", s, err)
 		}
 	}

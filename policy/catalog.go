@@ -163,10 +163,10 @@ func checkPolicy(p MethodPolicy) error {
 		return fmt.Errorf("%w: %q: %w", ErrInvalidMethodName, truncate(p.FullMethod), err)
 	}
 	if p.Kind > KindKeyed {
-		return fmt.Errorf("%w: %q has unknown kind %d", ErrInvalidSettings, p.FullMethod, uint8(p.Kind))
+		return fmt.Errorf("%w: %q has unknown kind %d", ErrInvalidConfig, p.FullMethod, uint8(p.Kind))
 	}
 	if p.Shape > ShapeBidiStream {
-		return fmt.Errorf("%w: %q has unknown shape %d", ErrInvalidSettings, p.FullMethod, uint8(p.Shape))
+		return fmt.Errorf("%w: %q has unknown shape %d", ErrInvalidConfig, p.FullMethod, uint8(p.Shape))
 	}
 	return nil
 }

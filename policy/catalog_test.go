@@ -94,7 +94,7 @@ func TestNewCatalog(t *testing.T) {
 	if _, err := NewCatalog(MethodPolicy{FullMethod: "/a.B/X"}, MethodPolicy{FullMethod: "/a.B/X"}); !errors.Is(err, ErrDuplicateMethod) {
 		t.Errorf("duplicate: %v", err)
 	}
-	if _, err := NewCatalog(MethodPolicy{FullMethod: "/a.B/X", Kind: 9}); !errors.Is(err, ErrInvalidSettings) {
+	if _, err := NewCatalog(MethodPolicy{FullMethod: "/a.B/X", Kind: 9}); !errors.Is(err, ErrInvalidConfig) {
 		t.Errorf("bad kind: %v", err)
 	}
 	if _, err := c.WithKeyed("/a.B/Nope", true); !errors.Is(err, ErrUnknownMethod) {

@@ -17,9 +17,15 @@ var (
 	ErrInvalidOwner = errors.New("policy: invalid retry owner")
 	// ErrInvalidDescriptors reports proto descriptors that cannot be read.
 	ErrInvalidDescriptors = errors.New("policy: invalid descriptors")
-	// ErrInvalidSettings reports settings (budget, backoff, or the retry
-	// settings of a generated service config) that are out of range.
-	ErrInvalidSettings = errors.New("policy: invalid settings")
+	// ErrInvalidConfig reports settings (budget, backoff, or the retry
+	// settings of a generated service config) that are out of range: the
+	// configuration error every package of the kit names ErrInvalidConfig.
+	ErrInvalidConfig = errors.New("policy: invalid configuration")
+	// ErrInvalidSettings is ErrInvalidConfig, under its old name.
+	//
+	// Deprecated: use [ErrInvalidConfig] (the same value); this name goes
+	// in the next minor release.
+	ErrInvalidSettings = ErrInvalidConfig
 	// ErrPushbackStop reports server pushback that says not to retry: a
 	// negative, unparseable or repeated grpc-retry-pushback-ms value.
 	ErrPushbackStop = errors.New("policy: server pushback says do not retry")

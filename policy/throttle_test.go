@@ -34,14 +34,14 @@ type Throttle struct {
 // NewThrottle returns a full token bucket. maxTokens must be in (0, 1000]
 // and tokenRatio positive, as in the service config's retryThrottling;
 // decimals past the third are ignored. Anything else is an error wrapping
-// ErrInvalidSettings.
+// ErrInvalidConfig.
 func NewThrottle(maxTokens, tokenRatio float64) (*Throttle, error) {
 	m, r := fixed3(maxTokens), fixed3(tokenRatio)
 	if !(maxTokens > 0 && maxTokens <= 1000) || m <= 0 {
-		return nil, fmt.Errorf("%w: throttle maxTokens %v outside (0, 1000]", ErrInvalidSettings, maxTokens)
+		return nil, fmt.Errorf("%w: throttle maxTokens %v outside (0, 1000]", ErrInvalidConfig, maxTokens)
 	}
 	if !(tokenRatio > 0 && tokenRatio <= 1000) || r <= 0 {
-		return nil, fmt.Errorf("%w: throttle tokenRatio %v must be in [0.001, 1000]", ErrInvalidSettings, tokenRatio)
+		return nil, fmt.Errorf("%w: throttle tokenRatio %v must be in [0.001, 1000]", ErrInvalidConfig, tokenRatio)
 	}
 	t := &Throttle{max: m, ratio: r}
 	t.tokens.Store(m)
@@ -154,7 +154,7 @@ func TestThrottleArithmetic(t *testing.T) {
 		t.Errorf("tokens %v, want 2.001", th2.Tokens())
 	}
 	for _, bad := range [][2]float64{{0, 1}, {1001, 1}, {10, 0}, {10, -1}, {10, 0.0001}} {
-		if _, err := NewThrottle(bad[0], bad[1]); !errors.Is(err, ErrInvalidSettings) {
+		if _, err := NewThrottle(bad[0], bad[1]); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("NewThrottle(%v): %v", bad, err)
 		}
 	}

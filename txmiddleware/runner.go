@@ -114,57 +114,29 @@ func TxFromContext(ctx context.Context) (*sql.Tx, bool) {
 }
 
 // Run claims req's identity and, when this call acquires it, runs work and
-// records its result, all in one transaction:
-//
-//	BEGIN → Claim → work → Complete → COMMIT
-//
-// or, with [WithClaimAtCommit], the work first and the completed entry
-// recorded last:
-//
-//	BEGIN → work → Record → COMMIT
-//
-// in which a replay or a reused key is found only after the work ran: the
-// transaction then rolls back and the outcome is as below.
-//
-// It returns:
+// records its result, all in one transaction (BEGIN → Claim → work →
+// Complete → COMMIT; with [WithClaimAtCommit], BEGIN → work → Record →
+// COMMIT). It returns:
 //   - the work's result with Executed set, once it committed;
-//   - the stored result with Replayed set, when an earlier call completed
-//     the operation (the work does not run). A stored final error (a
-//     non-zero Code) comes back as the error too, rebuilt by the
-//     [ErrorCodec]'s Decode;
-//   - for a final error of the work (see [WithErrorCodec]): the whole
-//     transaction is rolled back, so none of the work's writes survive,
-//     and the error's encoding is recorded in a fresh transaction (claim
-//     again, complete with the encoding, commit); the work's error is
-//     returned with Executed set. If another call completed the operation
-//     in between, its result is returned as a replay instead; if another
-//     transaction holds the identity, the in-progress error. The work
-//     never runs twice for one final error, and no savepoint is taken;
-//   - for any other error of the work: everything is rolled back, nothing
-//     is recorded, and that error is returned (a later call runs the work
-//     again);
-//   - ledger.ErrKeyReused, ledger.ErrIncomplete, and an error matching
-//     ledger.ErrInProgress when another transaction held the identity past
-//     the wait bound, or when the transaction could not begin within it
-//     (no free connection in the pool; on SQLite, the write lock not had
-//     within the busy timeout) while another call with the same identity
-//     was in flight on this runner;
-//   - an error matching [ErrBusy] when the transaction could not begin
-//     within the wait bound and no other call with the same identity was
-//     in flight on this runner: nothing was written;
-//   - an error matching [ErrCommitUnknown] when the connection broke during
-//     COMMIT, or the context ended while COMMIT was in flight (the error
-//     then matches the context's error too);
-//   - the context's error (matching errors.Is) when it ended first;
-//     nothing is then committed unless COMMIT had already been sent.
+//   - the stored result with Replayed set (the work did not run; a stored
+//     final error comes back as the error too, through the [ErrorCodec]);
+//   - for a final error of the work ([WithErrorCodec]): everything rolled
+//     back, the error's encoding recorded in a fresh transaction, and the
+//     work's error with Executed set;
+//   - for any other error of the work: that error, nothing recorded;
+//   - ledger.ErrKeyReused, ledger.ErrIncomplete, or an error matching
+//     ledger.ErrInProgress (another transaction held the identity past the
+//     wait bound, or the transaction could not begin within it while a
+//     call with the same identity was in flight on this runner) or
+//     [ErrBusy] (it could not begin within it otherwise; nothing written);
+//   - an error matching [ErrCommitUnknown] when COMMIT's outcome is
+//     unknown, or the context's error when it ended first.
 //
-// Transient failures, a serialization failure or deadlock on any
-// statement including BEGIN and COMMIT, or a connection lost before COMMIT
-// was sent, roll back and run the whole unit again, up to the attempt
-// bound, with jittered backoff that never sleeps past the context's
-// deadline; once a final error is being recorded, only its recording is
-// run again. When attempts run out the last error is returned, matching
+// Serialization failures, deadlocks and connections lost before COMMIT
+// run the whole unit again, up to the attempt bound, with backoff that
+// never sleeps past the context's deadline; past it the error matches
 // ledger.ErrRetryable. A panic in work rolls back and propagates.
+// docs/txmiddleware.md says what each outcome means for the caller.
 func (r *Runner) Run(ctx context.Context, req ledger.ClaimRequest, work Work) (RunResult, error) {
 	return r.r.Run(ctx, req, TxWork[*sql.Tx](work))
 }

@@ -233,31 +233,13 @@ func (r *TxRunner[TX]) once(ctx context.Context, req ledger.ClaimRequest, work T
 	// that it runs once the unit has ended (the deferred rollback below).
 	bctx, b := r.bound(ctx)
 	defer b.end()
-	began, beganErr := r.began(ctx, req.Identity.ID(), b)
-	var (
-		u TxUnit[TX]
-		c *ledger.Claim
-	)
-	if r.cfg.atCommit {
-		if u, err = r.drv.Begin(bctx, began); err != nil {
-			return out, err
-		}
-	} else {
-		u, c, err = r.drv.BeginClaim(bctx, began, req)
-		if err != nil {
-			if isBoundErr(err, beganErr()) {
-				return out, err // the bound passed, or BEGIN failed
-			}
-			if cerr := ctxErr(ctx, "claim", err); cerr != nil {
-				return out, cerr
-			}
-			return out, err // the ledger's errors, unchanged
-		}
-		r.obs.claimed(ctx, req, c)
-		if !c.Acquired() {
-			// Nothing was written, and the driver ended the transaction.
-			return r.replayed(out, c)
-		}
+	u, c, err := r.open(ctx, bctx, req, b)
+	if err != nil {
+		return out, err
+	}
+	if c != nil && !c.Acquired() {
+		// Nothing was written, and the driver ended the transaction.
+		return r.replayed(out, c)
 	}
 	ended := false
 	defer func() {
@@ -277,24 +259,58 @@ func (r *TxRunner[TX]) once(ctx context.Context, req ledger.ClaimRequest, work T
 		res, werr = work(ledger.ContextWithOperation(context.WithValue(ctx, txKey[TX]{}, tx), req.Identity), tx)
 	}
 	if werr != nil && fe == nil {
-		if cerr := ctxErr(ctx, "work", werr); cerr != nil {
-			return out, cerr
-		}
-		if r.transient(ctx, werr) {
-			return out, werr
-		}
-		if enc, ok := r.final(werr); ok {
-			// Roll back everything the work wrote; the encoding is recorded
-			// in a fresh transaction (see run).
-			ended = true
-			u.Rollback(ctx)
-			return out, &finalError{enc: enc, err: werr}
-		}
-		return out, werr
+		ended, err = r.workFailed(ctx, u, werr)
+		return out, err
 	}
 	ended = true // the driver ends the unit from here on
+	return r.commit(ctx, out, req, u, c, res, werr)
+}
+
+// open begins the unit's transaction in bctx and, claim first, claims req
+// in it; a replay comes back as a claim not acquired, its transaction
+// ended by the driver. Claim at commit, it only begins (the claim is nil).
+func (r *TxRunner[TX]) open(ctx, bctx context.Context, req ledger.ClaimRequest, b *bound) (TxUnit[TX], *ledger.Claim, error) {
+	began, beganErr := r.began(ctx, req.Identity.ID(), b)
 	if r.cfg.atCommit {
-		// Claim at commit: the completed entry, sent with COMMIT.
+		u, err := r.drv.Begin(bctx, began)
+		return u, nil, err
+	}
+	u, c, err := r.drv.BeginClaim(bctx, began, req)
+	if err != nil {
+		if isBoundErr(err, beganErr()) {
+			return u, nil, err // the bound passed, or BEGIN failed
+		}
+		if cerr := ctxErr(ctx, "claim", err); cerr != nil {
+			return u, nil, cerr
+		}
+		return u, nil, err // the ledger's errors, unchanged
+	}
+	r.obs.claimed(ctx, req, c)
+	return u, c, nil
+}
+
+// workFailed is the error of a unit whose work failed with werr, and
+// whether it rolled u back: a final error is rolled back here, so that
+// its encoding is recorded in a fresh transaction (see run).
+func (r *TxRunner[TX]) workFailed(ctx context.Context, u TxUnit[TX], werr error) (rolledBack bool, err error) {
+	if cerr := ctxErr(ctx, "work", werr); cerr != nil {
+		return false, cerr
+	}
+	if r.transient(ctx, werr) {
+		return false, werr
+	}
+	if enc, ok := r.final(werr); ok {
+		u.Rollback(ctx)
+		return true, &finalError{enc: enc, err: werr}
+	}
+	return false, werr
+}
+
+// commit ends the unit whose work returned res (and werr, the final error
+// being recorded): claim at commit, the completed entry sent with COMMIT;
+// claim first, c's completion sent with COMMIT.
+func (r *TxRunner[TX]) commit(ctx context.Context, out RunResult, req ledger.ClaimRequest, u TxUnit[TX], c *ledger.Claim, res ledger.Result, werr error) (RunResult, error) {
+	if r.cfg.atCommit {
 		rc, err := u.RecordCommit(ctx, req, res, r.beforeCommit)
 		if err != nil {
 			if cerr := ctxErr(ctx, "record", err); cerr != nil && !errors.Is(err, ErrCommitUnknown) {

@@ -27,8 +27,8 @@
 //     which the ledger reports as retryable. Lock wait timeout 1205 rolls
 //     back only the statement (innodb_rollback_on_timeout=OFF, the default)
 //     and is classified [dialects.ClassLockTimeout] (ledger.ErrInProgress).
-//   - Reacquire and Complete are UPDATEs that always change the row
-//     (Reacquire moves expires_at forward, Complete sets completed_at from
+//   - TakeOver and Complete are UPDATEs that always change the row
+//     (TakeOver moves expires_at forward, Complete sets completed_at from
 //     NULL), so one matched row is one affected row with and without
 //     clientFoundRows: the ledger may decide by RowsAffected.
 //
@@ -66,9 +66,9 @@ type Dialect struct {
 }
 
 var (
-	_ dialects.Dialect   = Dialect{}
-	_ dialects.TxChecker = Dialect{}
-	_ dialects.Recorder  = Dialect{}
+	_ dialects.Dialect       = Dialect{}
+	_ dialects.TxChecker     = Dialect{}
+	_ dialects.RecordQuerier = Dialect{}
 )
 
 // New returns the MySQL/MariaDB (InnoDB) dialect.
@@ -76,32 +76,17 @@ func New() Dialect { return Dialect{} }
 
 // NewTiDB returns the dialect's TiDB variant, for TiDB 6.5 and later. It
 // differs from [New] where TiDB differs from InnoDB:
+//   - the read-back after a duplicate key is SELECT … FOR UPDATE (TiDB's
+//     shared locks are no-ops, and its 1062 leaves no lock behind);
+//   - it implements [dialects.TxChecker]: a claim (and each Sweep batch)
+//     in an optimistic transaction, or one that checks unique keys only at
+//     COMMIT, is refused with an error matching [dialects.ErrUnsuitableTx]
+//     that names the fix; BeginBounded and a tidb:// URL through [DSN] set
+//     pessimistic transactions themselves;
+//   - its lock-wait view ([Dialect.BlockedBy]) reads TiDB's
+//     DATA_LOCK_WAITS and TIDB_TRX.
 //
-//   - The read-back after a duplicate key is SELECT … FOR UPDATE. TiDB
-//     implements LOCK IN SHARE MODE and FOR SHARE only as no-ops, which
-//     it refuses by default (error 1235), and a 1062 leaves no lock behind
-//     on TiDB, so a plain read at REPEATABLE READ would not see the
-//     committed winner. FOR UPDATE reads the latest committed version in
-//     a pessimistic transaction. (On InnoDB FOR UPDATE would deadlock
-//     concurrent replays, which hold the shared lock of their 1062.)
-//   - The ledger's claims need pessimistic transactions with unique
-//     checks at the INSERT: an optimistic transaction (tidb_txn_mode =
-//     'optimistic') or a pessimistic one with
-//     tidb_constraint_check_in_place_pessimistic = OFF checks the key only
-//     at COMMIT, so a claim of a key another transaction holds or has
-//     committed would look acquired. The variant implements
-//     [dialects.TxChecker]: Claim (and each Sweep batch) reads those two
-//     session variables first, one round trip to the TiDB server, and
-//     refuses such a transaction with an error matching
-//     [dialects.ErrUnsuitableTx] that names the fix. BeginBounded (what
-//     txmiddleware.WithLockWait uses) sets tidb_txn_mode = 'pessimistic'
-//     for its transaction itself, and a tidb:// URL through [DSN] sets it
-//     on every connection.
-//   - Its lock-wait view ([Dialect.BlockedBy]) is TiDB's
-//     information_schema.DATA_LOCK_WAITS and TIDB_TRX, not InnoDB's.
-//
-// Classify is the same for both: TiDB's own codes do not occur on MySQL
-// or MariaDB.
+// Classify is the same for both. docs/scaling.md has the why of each.
 func NewTiDB() Dialect { return Dialect{tidb: true} }
 
 // TiDB reports whether d is the TiDB variant.
@@ -132,7 +117,7 @@ func (d Dialect) Queries(table string) dialects.Queries {
 		Insert: `INSERT INTO ` + t + ` (id, caller, method, request_fp, created_at, expires_at) ` +
 			`VALUES (?, ?, ?, ?, ?, ?)`,
 		Select: `SELECT ` + columns + ` FROM ` + t + ` WHERE id = ? ` + d.readBackLock(),
-		Reacquire: `UPDATE ` + t + ` SET request_fp = ?, created_at = ?, expires_at = ?, ` +
+		TakeOver: `UPDATE ` + t + ` SET request_fp = ?, created_at = ?, expires_at = ?, ` +
 			`code = NULL, response = NULL, response_type = NULL, completed_at = NULL ` +
 			`WHERE id = ? AND expires_at <= ?`,
 		Complete: `UPDATE ` + t + ` SET code = ?, response = ?, response_type = ?, completed_at = ? ` +
@@ -442,28 +427,55 @@ func fromURL(dsn, scheme string) (*gomysql.Config, error) {
 	}
 	base.DBName = db
 	q := u.Query()
+	if err := urlAddr(base, u, q, scheme); err != nil {
+		return nil, err
+	}
+	// Let the driver parse the parameters (with their validation) by
+	// formatting base and appending them.
+	s := base.FormatDSN()
+	if params := urlParams(q); params != "" {
+		if strings.Contains(s, "?") {
+			s += "&" + params
+		} else {
+			s += "?" + params
+		}
+	}
+	cfg, err := gomysql.ParseDSN(s)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s", ErrBadDSN, redactString(err.Error(), s, base.Passwd))
+	}
+	return cfg, nil
+}
+
+// urlAddr sets base's network and address from u: the socket parameter
+// (taken out of q) or the host and port, defaulting to 127.0.0.1 and the
+// scheme's port.
+func urlAddr(base *gomysql.Config, u *url.URL, q url.Values, scheme string) error {
 	if sock := q.Get("socket"); sock != "" {
 		if u.Host != "" {
-			return nil, fmt.Errorf("%w: give either a host or a socket, not both", ErrBadDSN)
+			return fmt.Errorf("%w: give either a host or a socket, not both", ErrBadDSN)
 		}
 		base.Net, base.Addr = "unix", sock
 		q.Del("socket")
-	} else {
-		host, port := u.Hostname(), u.Port()
-		if host == "" {
-			host = "127.0.0.1"
-		}
-		if port == "" {
-			port = "3306"
-			if scheme == "tidb" {
-				port = "4000"
-			}
-		}
-		base.Net, base.Addr = "tcp", net.JoinHostPort(host, port)
+		return nil
 	}
-	// Let the driver parse the parameters (with their validation) by
-	// formatting base and appending them, each value query-escaped as the
-	// driver's format requires.
+	host, port := u.Hostname(), u.Port()
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	if port == "" {
+		port = "3306"
+		if scheme == "tidb" {
+			port = "4000"
+		}
+	}
+	base.Net, base.Addr = "tcp", net.JoinHostPort(host, port)
+	return nil
+}
+
+// urlParams formats q as the driver's DSN parameters, sorted by name,
+// each value query-escaped as the driver's format requires.
+func urlParams(q url.Values) string {
 	keys := make([]string, 0, len(q))
 	for k := range q {
 		keys = append(keys, k)
@@ -475,19 +487,7 @@ func fromURL(dsn, scheme string) (*gomysql.Config, error) {
 			params = append(params, url.QueryEscape(k)+"="+url.QueryEscape(v))
 		}
 	}
-	s := base.FormatDSN()
-	if len(params) > 0 {
-		if strings.Contains(s, "?") {
-			s += "&" + strings.Join(params, "&")
-		} else {
-			s += "?" + strings.Join(params, "&")
-		}
-	}
-	cfg, err := gomysql.ParseDSN(s)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s", ErrBadDSN, redactString(err.Error(), s, base.Passwd))
-	}
-	return cfg, nil
+	return strings.Join(params, "&")
 }
 
 // redactString returns msg, the driver's error for the driver DSN dsn,

@@ -45,7 +45,7 @@ func TestQueries(t *testing.T) {
 			t.Fatal(got)
 		}
 		q := d.Queries("ops")
-		for name, s := range map[string]string{"insert": q.Insert, "select": q.Select, "reacquire": q.Reacquire, "complete": q.Complete, "lookup": q.Lookup, "sweep": q.Sweep} {
+		for name, s := range map[string]string{"insert": q.Insert, "select": q.Select, "take over": q.TakeOver, "complete": q.Complete, "lookup": q.Lookup, "sweep": q.Sweep} {
 			if !strings.Contains(s, "`ops`") || strings.Contains(s, "$1") {
 				t.Errorf("%s %s: %s", c.name, name, s)
 			}
@@ -61,7 +61,7 @@ func TestQueries(t *testing.T) {
 			t.Errorf("%s: Lookup must not lock: %s", c.name, q.Lookup)
 		}
 		other := mysql.New().Queries("ops")
-		if q.Insert != other.Insert || q.Reacquire != other.Reacquire || q.Complete != other.Complete ||
+		if q.Insert != other.Insert || q.TakeOver != other.TakeOver || q.Complete != other.Complete ||
 			q.Lookup != other.Lookup || q.Sweep != other.Sweep {
 			t.Errorf("%s: statements other than the read-back differ from InnoDB's", c.name)
 		}

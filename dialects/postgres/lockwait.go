@@ -12,13 +12,12 @@ import (
 )
 
 var (
-	_ dialects.LockWaiter    = Dialect{}
-	_ dialects.ClaimBounder  = Dialect{}
-	_ dialects.RecordBounder = Dialect{}
+	_ dialects.LockWaiter       = Dialect{}
+	_ dialects.StatementBounder = Dialect{}
 )
 
 // BoundedQueries returns the ledger's SQL for table with the claim
-// statements (Insert, Claim, Reacquire) setting lock_timeout to d (rounded
+// statements (Insert, Claim, TakeOver) setting lock_timeout to d (rounded
 // up to milliseconds) for the rest of the transaction, inside the
 // statement and before it can wait: set_config('lock_timeout', '<ms>',
 // true) in a CTE. The setting is transaction-scoped like SET LOCAL (safe
@@ -53,9 +52,8 @@ func (d Dialect) BoundedRecordQueries(table string, wait time.Duration) (dialect
 // release has nothing to undo.
 //
 // The value is an integer formatted here, so the statement carries no
-// parameters: drivers send it in one round trip (lib/pq sends a
-// parameterised statement such as set_config('lock_timeout', $1, true) in
-// two, measured at about 200µs against 70µs for one).
+// parameters: drivers send it in one round trip, where lib/pq sends a
+// parameterised one in two (docs/benchmarks.md).
 func (Dialect) BeginBounded(ctx context.Context, db *sql.DB, opts *sql.TxOptions, d time.Duration) (*sql.Tx, func(), error) {
 	if d <= 0 {
 		return nil, nil, fmt.Errorf("postgres: lock wait bound %v is not positive", d)

@@ -17,8 +17,8 @@
 // ledger.WithOneStatementClaim): the insert in a data-modifying CTE whose
 // outer query reads the existing entry from the statement's snapshot, so
 // that a replay of an entry committed before the statement began costs
-// that one statement (measured: it costs every acquisition 8–9% of
-// throughput, to save a replay about 11%).
+// that one statement (at a cost to every acquisition: see
+// docs/benchmarks.md).
 //
 // For a driver that pipelines (pgx: package pgxledger), [Dialect.PipelineQueries]
 // has the forms sent with COMMIT: a completion and a record that fail,
@@ -51,8 +51,8 @@ import (
 type Dialect struct{}
 
 var (
-	_ dialects.Dialect  = Dialect{}
-	_ dialects.Recorder = Dialect{}
+	_ dialects.Dialect       = Dialect{}
+	_ dialects.RecordQuerier = Dialect{}
 )
 
 // New returns the PostgreSQL dialect.
@@ -106,14 +106,14 @@ func (d Dialect) queries(table, lw string) dialects.Queries {
 			`SELECT EXISTS (SELECT 1 FROM ins), e.request_fp, e.code, e.response, e.response_type, e.created_at, e.completed_at, e.expires_at ` +
 			`FROM (SELECT 1) AS one LEFT JOIN (SELECT * FROM ` + t + ` WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM ins)) AS e ON true`,
 		Select: `SELECT ` + columns + ` FROM ` + t + ` WHERE id = $1`,
-		Reacquire: with + `UPDATE ` + t + ` SET request_fp = $1, created_at = $2, expires_at = $3, ` +
+		TakeOver: with + `UPDATE ` + t + ` SET request_fp = $1, created_at = $2, expires_at = $3, ` +
 			`code = NULL, response = NULL, response_type = NULL, completed_at = NULL` + from + ` ` +
 			`WHERE id = $4 AND expires_at <= $5`,
 		Complete: `UPDATE ` + t + ` SET code = $1, response = $2, response_type = $3, completed_at = $4 ` +
 			`WHERE id = $5 AND completed_at IS NULL`,
 		Lookup: `SELECT ` + columns + ` FROM ` + t + ` WHERE id = $1`,
 		// SKIP LOCKED: never wait on (or delete) a row another transaction
-		// is re-acquiring; it is picked up by a later sweep if still expired.
+		// is taking it over; it is picked up by a later sweep if still expired.
 		Sweep: `DELETE FROM ` + t + ` WHERE id IN (SELECT id FROM ` + t +
 			` WHERE expires_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)`,
 		CountExpired: `SELECT count(*) FROM ` + t + ` WHERE expires_at <= $1`,
@@ -129,15 +129,11 @@ func (d Dialect) queries(table, lw string) dialects.Queries {
 // READ and SERIALIZABLE it fails with 40001.
 //
 // Record is optimised for what claim at commit is for, recording: the
-// plain insert. A one-statement form like the claim's (a data-modifying
-// CTE whose outer query also returns the existing entry) would save a
-// replay its read-back, but cost every recorded entry 7–12% of throughput
-// (BenchmarkRounds in ledger, 16 workers), and a replay in this mode has
-// already run the work. The take-over could be part of the insert (ON
-// CONFLICT DO UPDATE … WHERE expires_at <= now), but that form locks the
-// conflicting row even when it is live, so concurrent replays of one key
-// queue behind each other until each transaction ends: measured with 16
-// workers replaying one key, it ran at a fifth of the speed of this form.
+// plain insert, and the take-over a separate UPDATE. A one-statement form
+// like the claim's would slow every recorded entry, and a take-over inside
+// the insert (ON CONFLICT DO UPDATE … WHERE expires_at <= now) locks the
+// conflicting row even when it is live, so that concurrent replays of one
+// key queue behind each other (figures in docs/benchmarks.md).
 func (d Dialect) RecordQueries(table string) dialects.RecordQueries {
 	return d.recordQueries(table, "")
 }

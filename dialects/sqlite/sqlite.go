@@ -29,8 +29,8 @@ import (
 type Dialect struct{}
 
 var (
-	_ dialects.Dialect  = Dialect{}
-	_ dialects.Recorder = Dialect{}
+	_ dialects.Dialect       = Dialect{}
+	_ dialects.RecordQuerier = Dialect{}
 )
 
 // New returns the SQLite dialect.
@@ -56,7 +56,7 @@ func (d Dialect) Queries(table string) dialects.Queries {
 		Insert: `INSERT INTO ` + t + ` (id, caller, method, request_fp, created_at, expires_at) ` +
 			`VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
 		Select: `SELECT ` + columns + ` FROM ` + t + ` WHERE id = ?`,
-		Reacquire: `UPDATE ` + t + ` SET request_fp = ?, created_at = ?, expires_at = ?, ` +
+		TakeOver: `UPDATE ` + t + ` SET request_fp = ?, created_at = ?, expires_at = ?, ` +
 			`code = NULL, response = NULL, response_type = NULL, completed_at = NULL ` +
 			`WHERE id = ? AND expires_at <= ?`,
 		Complete: `UPDATE ` + t + ` SET code = ?, response = ?, response_type = ?, completed_at = ? ` +

@@ -202,14 +202,14 @@ func betterHit(a, b hit) bool {
 // options, and reports every finding and the amplification of every method.
 // A nil catalog is empty. An invalid owner is an error wrapping
 // policy.ErrInvalidOwner; an invalid ApplicationAttempts one wrapping
-// policy.ErrInvalidSettings. Problems of the configuration are findings,
+// policy.ErrInvalidConfig. Problems of the configuration are findings,
 // never errors.
 func Check(c *Config, cat *policy.Catalog, opts Options) (*Report, error) {
 	if !opts.Owner.Valid() {
 		return nil, fmt.Errorf("%w: %d", policy.ErrInvalidOwner, uint8(opts.Owner))
 	}
 	if opts.ApplicationAttempts < 0 {
-		return nil, fmt.Errorf("%w: ApplicationAttempts %d is negative", policy.ErrInvalidSettings, opts.ApplicationAttempts)
+		return nil, fmt.Errorf("%w: ApplicationAttempts %d is negative", policy.ErrInvalidConfig, opts.ApplicationAttempts)
 	}
 	if opts.ApplicationAttempts == 0 {
 		opts.ApplicationAttempts = DefaultApplicationAttempts

@@ -53,5 +53,5 @@
 // its own code: it does not import Envoy's or Istio's generated types. It
 // keeps no global mutable state, logs nothing, never panics on bad input,
 // and returns errors wrapping policy.ErrInvalidOwner or
-// policy.ErrInvalidSettings.
+// policy.ErrInvalidConfig.
 package mesh

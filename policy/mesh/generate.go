@@ -34,7 +34,7 @@ type GenerateOptions struct {
 
 func (o GenerateOptions) withDefaults() (GenerateOptions, string, error) {
 	if strings.TrimSpace(o.Host) == "" {
-		return o, "", fmt.Errorf("%w: GenerateOptions.Host is required", policy.ErrInvalidSettings)
+		return o, "", fmt.Errorf("%w: GenerateOptions.Host is required", policy.ErrInvalidConfig)
 	}
 	if o.Namespace == "" {
 		o.Namespace = "default"
@@ -43,25 +43,25 @@ func (o GenerateOptions) withDefaults() (GenerateOptions, string, error) {
 		}
 	}
 	if !dnsLabel.MatchString(o.Namespace) {
-		return o, "", fmt.Errorf("%w: namespace %q is not a DNS label", policy.ErrInvalidSettings, truncate(o.Namespace))
+		return o, "", fmt.Errorf("%w: namespace %q is not a DNS label", policy.ErrInvalidConfig, truncate(o.Namespace))
 	}
 	host := qualify(o.Host, o.Namespace)
 	for _, l := range strings.Split(host, ".") {
 		if !dnsLabel.MatchString(l) {
-			return o, "", fmt.Errorf("%w: host %q is not a DNS name", policy.ErrInvalidSettings, truncate(o.Host))
+			return o, "", fmt.Errorf("%w: host %q is not a DNS name", policy.ErrInvalidConfig, truncate(o.Host))
 		}
 	}
 	if o.Retries == 0 {
 		o.Retries = 2
 	}
 	if o.Retries < 1 || o.Retries > grpcMaxAttempts-1 {
-		return o, "", fmt.Errorf("%w: Retries %d outside [1, %d]", policy.ErrInvalidSettings, o.Retries, grpcMaxAttempts-1)
+		return o, "", fmt.Errorf("%w: Retries %d outside [1, %d]", policy.ErrInvalidConfig, o.Retries, grpcMaxAttempts-1)
 	}
 	if o.BudgetPercent == 0 {
 		o.BudgetPercent = 10
 	}
 	if !(o.BudgetPercent > 0 && o.BudgetPercent <= 100) {
-		return o, "", fmt.Errorf("%w: BudgetPercent %v outside (0, 100]", policy.ErrInvalidSettings, o.BudgetPercent)
+		return o, "", fmt.Errorf("%w: BudgetPercent %v outside (0, 100]", policy.ErrInvalidConfig, o.BudgetPercent)
 	}
 	return o, host, nil
 }
@@ -79,7 +79,7 @@ const generatedRetryOn = "connect-failure,refused-stream,unavailable"
 // every other method and a final catch-all route (for a method added
 // later) set attempts 0, which switches off Istio's default; the
 // DestinationRule sets trafficPolicy.retryBudget. Check accepts it for the
-// owner mesh. Errors wrap policy.ErrInvalidSettings.
+// owner mesh. Errors wrap policy.ErrInvalidConfig.
 func GenerateIstio(cat *policy.Catalog, opts GenerateOptions) ([]byte, error) {
 	o, host, err := opts.withDefaults()
 	if err != nil {
@@ -130,7 +130,7 @@ func GenerateIstio(cat *policy.Catalog, opts GenerateOptions) ([]byte, error) {
 // over 10 s). A ServiceProfile rather than the retry.linkerd.io
 // annotations: only a profile has a retry budget, and a profile overrides
 // the annotations. Check accepts it for the owner mesh. Errors wrap
-// policy.ErrInvalidSettings.
+// policy.ErrInvalidConfig.
 func GenerateLinkerd(cat *policy.Catalog, opts GenerateOptions) ([]byte, error) {
 	o, host, err := opts.withDefaults()
 	if err != nil {

@@ -27,5 +27,5 @@
 // The package builds on package policy, which does not import it. It keeps
 // no global mutable state, logs nothing, never panics on bad input, and
 // returns errors that wrap [ErrInvalid], [ErrRetryNotOwned],
-// policy.ErrInvalidOwner or policy.ErrInvalidSettings.
+// policy.ErrInvalidOwner or policy.ErrInvalidConfig.
 package serviceconfig

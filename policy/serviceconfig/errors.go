@@ -8,7 +8,7 @@ import (
 )
 
 // Sentinel errors. Errors returned by this package wrap one of them, or one
-// of package policy's (policy.ErrInvalidOwner, policy.ErrInvalidSettings),
+// of package policy's (policy.ErrInvalidOwner, policy.ErrInvalidConfig),
 // so that callers can test with errors.Is.
 var (
 	// ErrInvalid reports a service config that grpc-go would reject, or that

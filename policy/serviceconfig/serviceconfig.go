@@ -471,19 +471,19 @@ func (s RetrySettings) withDefaults() (RetrySettings, error) {
 	}
 	switch {
 	case !maxAttemptsRule.ok(int64(s.MaxAttempts)) || attemptsClamped(int64(s.MaxAttempts)):
-		return s, fmt.Errorf("%w: MaxAttempts %d outside [%d, %d]", policy.ErrInvalidSettings, s.MaxAttempts, minAttempts, grpcMaxAttempts)
+		return s, fmt.Errorf("%w: MaxAttempts %d outside [%d, %d]", policy.ErrInvalidConfig, s.MaxAttempts, minAttempts, grpcMaxAttempts)
 	case s.InitialBackoff <= 0 || s.MaxBackoff <= 0 || s.MaxBackoff < s.InitialBackoff:
-		return s, fmt.Errorf("%w: backoff %s..%s must be positive and ordered", policy.ErrInvalidSettings, s.InitialBackoff, s.MaxBackoff)
+		return s, fmt.Errorf("%w: backoff %s..%s must be positive and ordered", policy.ErrInvalidConfig, s.InitialBackoff, s.MaxBackoff)
 	case !(s.BackoffMultiplier >= 1) || math.IsInf(s.BackoffMultiplier, 0):
-		return s, fmt.Errorf("%w: BackoffMultiplier %v must be >= 1", policy.ErrInvalidSettings, s.BackoffMultiplier)
+		return s, fmt.Errorf("%w: BackoffMultiplier %v must be >= 1", policy.ErrInvalidConfig, s.BackoffMultiplier)
 	}
 	for _, c := range s.RetryableStatusCodes {
 		if d := retryable(c); d.Action != policy.Retry {
-			return s, fmt.Errorf("%w: %s is not retryable (%s)", policy.ErrInvalidSettings, CodeName(c), d.Reason)
+			return s, fmt.Errorf("%w: %s is not retryable (%s)", policy.ErrInvalidConfig, CodeName(c), d.Reason)
 		}
 	}
 	if err := s.Throttling.Validate(); err != nil {
-		return s, fmt.Errorf("%w: %w", policy.ErrInvalidSettings, err)
+		return s, fmt.Errorf("%w: %w", policy.ErrInvalidConfig, err)
 	}
 	return s, nil
 }
@@ -500,7 +500,7 @@ func (s RetrySettings) withDefaults() (RetrySettings, error) {
 // For policy.OwnerApplication, policy.OwnerMesh and policy.OwnerNone it
 // returns a config with no retry or hedging entry at all: the service config
 // must not retry on a channel it does not own. An invalid owner is
-// policy.ErrInvalidOwner; invalid settings are policy.ErrInvalidSettings.
+// policy.ErrInvalidOwner; invalid settings are policy.ErrInvalidConfig.
 func Generate(c *policy.Catalog, owner policy.RetryOwner, settings RetrySettings) (*Config, error) {
 	if !owner.Valid() {
 		return nil, fmt.Errorf("%w: %d", policy.ErrInvalidOwner, uint8(owner))

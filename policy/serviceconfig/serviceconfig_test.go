@@ -132,8 +132,8 @@ func TestGenerateSettings(t *testing.T) {
 		{BackoffMultiplier: 0.5}, {RetryableStatusCodes: []codes.Code{codes.InvalidArgument}},
 		{RetryableStatusCodes: []codes.Code{codes.OK}}, {Throttling: &RetryThrottling{MaxTokens: 2000, TokenRatio: 1}},
 	} {
-		if _, err := Generate(c, policy.OwnerServiceConfig, bad); !errors.Is(err, policy.ErrInvalidSettings) {
-			t.Errorf("settings %+v: error %v, want ErrInvalidSettings", bad, err)
+		if _, err := Generate(c, policy.OwnerServiceConfig, bad); !errors.Is(err, policy.ErrInvalidConfig) {
+			t.Errorf("settings %+v: error %v, want ErrInvalidConfig", bad, err)
 		}
 	}
 	// A catalog without retryable methods gets throttling only.

@@ -277,43 +277,13 @@ func (v *validator) methodConfig(mc *jsonValue, path string) {
 	idx := len(v.entries)
 	v.entries = append(v.entries, entryInfo{})
 	f := v.fields(mc, path, "name", "waitForReady", "timeout", "maxRequestMessageBytes", "maxResponseMessageBytes", "retryPolicy", "hedgingPolicy")
-	if w := f["waitForReady"]; w != nil && w.kind != jsonNull {
-		v.expect(w, joinPath(path, "waitForReady"), jsonBool)
-	}
-	if t := f["timeout"]; t != nil && t.kind != jsonNull {
-		v.duration(t, joinPath(path, "timeout"))
-	}
-	for _, k := range []string{"maxRequestMessageBytes", "maxResponseMessageBytes"} {
-		if n := f[k]; n != nil && n.kind != jsonNull {
-			p := joinPath(path, k)
-			if v.expect(n, p, jsonNumber) {
-				if _, err := strconv.ParseInt(n.num.String(), 10, 64); err != nil {
-					v.at(FindingWrongType, p, "%s is not a 64-bit integer; grpc-go rejects the config", truncate(n.num.String()))
-				}
-			}
-		}
-	}
+	v.plainFields(f, path)
 	rp, hp := f["retryPolicy"], f["hedgingPolicy"]
 	hasRetry := rp != nil && rp.kind != jsonNull
 	hasHedge := hp != nil && hp.kind != jsonNull
 	v.entries[idx] = entryInfo{retry: hasRetry}
 
-	var names []string // grpc-go keys of valid names
-	nm := f["name"]
-	if nm == nil || nm.kind == jsonNull {
-		msg := "methodConfig entry without \"name\"; grpc-go skips it, so its settings apply to nothing"
-		v.at(FindingMissingName, path, "%s", msg)
-	} else if v.expect(nm, joinPath(path, "name"), jsonArray) {
-		if len(nm.elems) == 0 {
-			v.at(FindingMissingName, joinPath(path, "name"), "empty name list; this entry applies to nothing")
-		}
-		for j, n := range nm.elems {
-			np := fmt.Sprintf("%s.name[%d]", path, j)
-			if key, ok := v.name(n, np, idx); ok {
-				names = append(names, key)
-			}
-		}
-	}
+	names := v.nameList(f["name"], path, idx)
 	if hasRetry {
 		v.retryPolicy(rp, joinPath(path, "retryPolicy"))
 	}
@@ -333,6 +303,51 @@ func (v *validator) methodConfig(mc *jsonValue, path string) {
 			v.add(Finding{Kind: FindingRetryNotOwned, Path: joinPath(path, pol), Name: key, HasName: true, Message: msg})
 		}
 	}
+}
+
+// plainFields checks the fields of a methodConfig entry that are not about
+// names or retries: waitForReady, timeout and the message size limits.
+func (v *validator) plainFields(f map[string]*jsonValue, path string) {
+	if w := f["waitForReady"]; w != nil && w.kind != jsonNull {
+		v.expect(w, joinPath(path, "waitForReady"), jsonBool)
+	}
+	if t := f["timeout"]; t != nil && t.kind != jsonNull {
+		v.duration(t, joinPath(path, "timeout"))
+	}
+	for _, k := range []string{"maxRequestMessageBytes", "maxResponseMessageBytes"} {
+		if n := f[k]; n != nil && n.kind != jsonNull {
+			p := joinPath(path, k)
+			if v.expect(n, p, jsonNumber) {
+				if _, err := strconv.ParseInt(n.num.String(), 10, 64); err != nil {
+					v.at(FindingWrongType, p, "%s is not a 64-bit integer; grpc-go rejects the config", truncate(n.num.String()))
+				}
+			}
+		}
+	}
+}
+
+// nameList checks the name list nm of methodConfig entry idx at path and
+// returns grpc-go's keys of its valid names.
+func (v *validator) nameList(nm *jsonValue, path string, idx int) []string {
+	var names []string
+	if nm == nil || nm.kind == jsonNull {
+		msg := "methodConfig entry without \"name\"; grpc-go skips it, so its settings apply to nothing"
+		v.at(FindingMissingName, path, "%s", msg)
+		return nil
+	}
+	if !v.expect(nm, joinPath(path, "name"), jsonArray) {
+		return nil
+	}
+	if len(nm.elems) == 0 {
+		v.at(FindingMissingName, joinPath(path, "name"), "empty name list; this entry applies to nothing")
+	}
+	for j, n := range nm.elems {
+		np := fmt.Sprintf("%s.name[%d]", path, j)
+		if key, ok := v.name(n, np, idx); ok {
+			names = append(names, key)
+		}
+	}
+	return names
 }
 
 // name checks one name object and records it; it returns grpc-go's key.

@@ -10,6 +10,91 @@ import (
 	"github.com/opledger/opledger/dialects"
 )
 
+// Claim claims req.Identity inside tx.
+//
+// It inserts first; only on conflict does it read the existing entry
+// (never read-then-insert). It never opens a transaction or connection of
+// its own, so the claim commits or rolls back with the caller's mutation.
+// The result is:
+//   - a Claim with Outcome Acquired: this transaction owns the identity;
+//   - a Claim with Outcome Replay and the stored Result;
+//   - ErrKeyReused: the identity exists with another fingerprint;
+//   - ErrInProgress: another open transaction held the identity past the
+//     transaction's lock timeout (or SQLite's busy timeout);
+//   - ErrIncomplete: the entry was committed without a result;
+//   - an error matching ErrRetryable (serialization failure, deadlock):
+//     roll back and retry the whole transaction;
+//   - an error matching dialects.ErrUnsuitableTx, before any insert, when
+//     the dialect implements dialects.TxChecker and tx runs in a mode in
+//     which a claim is not safe (TiDB's optimistic transactions): its
+//     message names the setting to change;
+//   - ErrInvalid, a context error, sql.ErrTxDone, or another *DBError.
+//
+// An entry past its retention is taken over atomically: of many
+// concurrent claimants exactly one acquires it.
+func (s *Store) Claim(ctx context.Context, tx *sql.Tx, req ClaimRequest) (*Claim, error) {
+	return s.core.Claim(ctx, tx, req)
+}
+
+// Claim claims req.Identity inside tx. It behaves as [Store.Claim].
+func (s *TxStore[TX]) Claim(ctx context.Context, tx TX, req ClaimRequest) (*Claim, error) {
+	ctx, op := s.obs.begin(ctx, "opledger.claim", req.Identity)
+	c, err := s.claim(ctx, tx, req)
+	s.obs.claimed(ctx, op, req.Identity, c, err)
+	return c, err
+}
+
+func (s *TxStore[TX]) claim(ctx context.Context, tx TX, req ClaimRequest) (*Claim, error) {
+	if err := checkRequest(isNil(tx), req); err != nil {
+		return nil, err
+	}
+	q, err := s.queries(req.LockWait)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.checkTx(ctx, "claim", tx); err != nil {
+		return nil, err
+	}
+	id, fp := req.Identity.id[:], req.Fingerprint[:]
+	p := insertFirst[TX]{
+		op:     "claim",
+		insert: q.Insert,
+		args: func(created, expires int64) []any {
+			return []any{id, req.Identity.caller, req.Identity.method, fp, created, expires}
+		},
+		takeOver: func(created, expires int64) (string, []any) {
+			return q.TakeOver, []any{fp, created, expires, id, created}
+		},
+		won: func(tookOver bool) *Claim {
+			c := s.acquired(req.Identity, tx)
+			c.tookOver = tookOver
+			return c
+		},
+	}
+	if s.oneStatement {
+		p.one = q.Claim
+	}
+	return s.insertFirst(ctx, tx, req, q.Select, p)
+}
+
+// checkRequest refuses, before any statement, a Claim or Record without a
+// transaction (nilTx), an identity or a fingerprint.
+func checkRequest(nilTx bool, req ClaimRequest) error {
+	switch {
+	case nilTx:
+		return invalid("tx", "transaction must not be nil")
+	case req.Identity.IsZero():
+		return invalid("caller", "identity is zero; build it with NewIdentity")
+	case req.Fingerprint.IsZero():
+		return invalid("fingerprint", "must not be all zero")
+	}
+	return nil
+}
+
+// maxClaimLoops bounds the insert/read loop: a row can be deleted (swept)
+// between the conflict and the read, or taken over by another claimant.
+const maxClaimLoops = 4
+
 // insertFirst is what Claim and Record differ in; (*TxStore).insertFirst
 // runs the loop they share: insert first, read only on conflict, take over
 // an expired entry, replay a completed one.
@@ -27,20 +112,6 @@ type insertFirst[TX any] struct {
 	// won returns the outcome when this transaction inserted the entry
 	// (tookOver: by taking over an expired one).
 	won func(tookOver bool) *Claim
-}
-
-// checkRequest refuses, before any statement, a Claim or Record without a
-// transaction (nilTx), an identity or a fingerprint.
-func checkRequest(nilTx bool, req ClaimRequest) error {
-	switch {
-	case nilTx:
-		return invalid("tx", "transaction must not be nil")
-	case req.Identity.IsZero():
-		return invalid("caller", "identity is zero; build it with NewIdentity")
-	case req.Fingerprint.IsZero():
-		return invalid("fingerprint", "must not be all zero")
-	}
-	return nil
 }
 
 // insertFirst runs p for req in tx: read back with sel after a conflict.
@@ -112,6 +183,11 @@ func existing(req ClaimRequest, e row) (*Claim, error) {
 		return nil, ErrIncomplete
 	}
 	return NewReplay(req.Identity, e.result, fromMicros(*e.completedAt)), nil
+}
+
+// acquired returns this store's acquisition of id in tx.
+func (s *TxStore[TX]) acquired(id Identity, tx TX) *Claim {
+	return &Claim{Outcome: Acquired, Identity: id, tx: tx, owner: s}
 }
 
 type row struct {

@@ -1,0 +1,57 @@
+package ledger
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+)
+
+// Lookup reads the committed entry for id without claiming or locking it.
+// It returns ErrNotFound when there is none or it has expired; an entry
+// committed without a result comes back with State Pending. An attempt
+// still in flight in another transaction is invisible to it.
+func (s *Store) Lookup(ctx context.Context, q Querier, id Identity) (*Entry, error) {
+	if q == nil {
+		return nil, invalid("tx", "querier must not be nil")
+	}
+	return s.core.LookupWith(ctx, func(ctx context.Context, query string, args ...any) Row {
+		return q.QueryRowContext(ctx, query, args...)
+	}, id)
+}
+
+// LookupWith reads the committed entry for id with queryRow, a function
+// that runs a query outside the caller's transactions (on a pool, a
+// connection or a read-only transaction of the store's API), without
+// claiming or locking it: what [Store.Lookup] does through its Querier.
+// Package pgxledger's Lookup is built on it.
+func (s *TxStore[TX]) LookupWith(ctx context.Context, queryRow func(ctx context.Context, query string, args ...any) Row, id Identity) (*Entry, error) {
+	if queryRow == nil {
+		return nil, invalid("tx", "querier must not be nil")
+	}
+	if id.IsZero() {
+		return nil, invalid("caller", "identity is zero; build it with NewIdentity")
+	}
+	e, err := scanRow(queryRow(ctx, s.q.Lookup, id.id[:]))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, s.fail(ctx, "lookup", err)
+	}
+	if e.expiresAt <= micros(s.now()) {
+		return nil, ErrNotFound
+	}
+	out := &Entry{
+		Identity:  id,
+		State:     Pending,
+		CreatedAt: fromMicros(e.createdAt),
+		ExpiresAt: fromMicros(e.expiresAt),
+	}
+	copy(out.Fingerprint[:], e.fp)
+	if e.completedAt != nil {
+		out.State = Completed
+		out.Result = e.result
+		out.CompletedAt = fromMicros(*e.completedAt)
+	}
+	return out, nil
+}
