@@ -2,16 +2,23 @@ package grpcint_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/opledger/opledger/dialects/postgres"
 	"github.com/opledger/opledger/examples/payments"
 	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/internal/throwaway"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/pgxledger"
+	"github.com/opledger/opledger/txmiddleware"
 )
 
 // TestPgxRoundTrips counts, on a pool of one connection that counts its
@@ -149,4 +156,99 @@ func TestPgxRoundTrips(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPgxHerd: 64 concurrent keyed gRPC calls per key, 50 keys, on the
+// pgx path (grpcint.NewServerFor on pgxledger.Transactions, a pool of 16)
+// at READ COMMITTED, REPEATABLE READ and SERIALIZABLE, claim first and at
+// commit, against PostgreSQL and behind a throw-away PgBouncer in
+// transaction mode (pgx in exec mode, 16 server connections): every call
+// gets the one committed transfer, one row per key, one execution per key
+// and the other 63 calls replayed.
+func TestPgxHerd(t *testing.T) {
+	const callers = 64
+	keys := 50
+	if testing.Short() {
+		keys = 10
+	}
+	herd := func(t *testing.T, pool *pgxpool.Pool, direct *sql.DB) {
+		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+		defer cancel()
+		cat, err := payments.Catalog()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, level := range []struct {
+			name string
+			l    sql.IsolationLevel
+		}{
+			{"read_committed", sql.LevelReadCommitted}, {"repeatable_read", sql.LevelRepeatableRead}, {"serializable", sql.LevelSerializable},
+		} {
+			for _, order := range []struct {
+				name string
+				opts []grpcint.ServerOption
+			}{
+				{"claim-first", nil}, {"claim-at-commit", []grpcint.ServerOption{grpcint.WithClaimAtCommit(paymentspb.TransferMethod)}},
+			} {
+				t.Run(level.name+"/"+order.name, func(t *testing.T) {
+					table, biz := newTables(t, direct, postgres.New())
+					store, err := pgxledger.New(ledger.WithTable(table))
+					if err != nil {
+						t.Fatal(err)
+					}
+					s, err := grpcint.NewServerFor(pgxledger.Transactions(pool, store), cat, grpcint.CallerFromTrustedHeader(callerHeader),
+						append([]grpcint.ServerOption{grpcint.WithLockWait(10 * time.Second),
+							grpcint.WithTxOptions(txmiddleware.WithIsolation(level.l))}, order.opts...)...)
+					if err != nil {
+						t.Fatal(err)
+					}
+					e := serveKit(t, direct, postgres.New(), biz, s, nil)
+					for k := range keys {
+						ref := fmt.Sprintf("herd-%d", k)
+						var wg sync.WaitGroup
+						start := make(chan struct{})
+						ids := make([]int64, callers)
+						errs := make([]error, callers)
+						for w := range callers {
+							wg.Add(1)
+							go func() {
+								defer wg.Done()
+								<-start
+								r, err := e.pc.Transfer(as(ctx, "alice", ref), transfer(ref, 1))
+								ids[w], errs[w] = r.GetTransferId(), err
+							}()
+						}
+						close(start)
+						wg.Wait()
+						for w := range callers {
+							if errs[w] != nil || ids[w] != ids[0] {
+								t.Fatalf("key %s call %d: transfer %d, %v; want transfer %d", ref, w, ids[w], errs[w], ids[0])
+							}
+						}
+						if n := e.rows(t, ref); n != 1 {
+							t.Fatalf("key %s: %d transfers", ref, n)
+						}
+					}
+					st := s.Stats()
+					if st.Executed != int64(keys) || st.Replayed != int64(keys*(callers-1)) {
+						t.Errorf("stats %+v: want %d executed and %d replayed", st, keys, keys*(callers-1))
+					}
+					t.Logf("%d keys × %d concurrent calls: %+v", keys, callers, st)
+				})
+			}
+		}
+	}
+	t.Run("postgres", func(t *testing.T) {
+		testdb.Parallel(t, "postgres", 16)
+		pool := testdb.OpenPgx(t, testdb.PgxConfig(t, "", 16, nil))
+		herd(t, pool, testdb.SQLDB(t, pool))
+	})
+	t.Run("pgbouncer", func(t *testing.T) {
+		t.Parallel()
+		pg := throwaway.Postgres(t)
+		pb := throwaway.PgBouncer(t, pg, throwaway.PgBouncerOptions{PoolSize: 16})
+		direct := testdb.SQLDB(t, testdb.OpenPgx(t, testdb.PgxConfigDSN(t, pg.DSN(), 4, nil))) // the migrations and the checks
+		pool := testdb.OpenPgx(t, testdb.PgxConfigDSN(t, pb.DSN()+throwaway.PgxPoolerSetting, 16, nil))
+		herd(t, pool, direct)
+	})
 }
