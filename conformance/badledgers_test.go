@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	"github.com/opledger/opledger/conformance"
-	"github.com/opledger/opledger/internal/badledgers"
+	"github.com/opledger/opledger/internal/testkit/badledgers"
 	"github.com/opledger/opledger/ledger"
 )
 

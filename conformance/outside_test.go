@@ -4,7 +4,7 @@ package conformance_test
 // embedding an existing one under another name, gets migrations, the
 // ledger and the whole conformance suite (capabilities included) with no
 // edit inside the kit. The dialects and assertions use only the kit's
-// exported API (internal/testdb merely opens PostgreSQL), as another
+// exported API (internal/testkit/testdb merely opens PostgreSQL), as another
 // module would.
 
 import (
@@ -20,7 +20,7 @@ import (
 	"github.com/opledger/opledger/conformance"
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/dialects/postgres"
-	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/migrations"
 )

@@ -9,8 +9,8 @@ import (
 	"github.com/opledger/opledger/conformance"
 	"github.com/opledger/opledger/dialects/mysql"
 	"github.com/opledger/opledger/dialects/postgres"
-	"github.com/opledger/opledger/internal/testdb"
-	"github.com/opledger/opledger/internal/throwaway"
+	"github.com/opledger/opledger/internal/harness/throwaway"
+	"github.com/opledger/opledger/internal/testkit/testdb"
 )
 
 // poolerDrivers are the two PostgreSQL drivers with the DSN setting each

@@ -13,7 +13,7 @@ import (
 	"github.com/opledger/opledger/connectint"
 	"github.com/opledger/opledger/dialects/postgres"
 	"github.com/opledger/opledger/examples/payments/paymentspb"
-	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/pgxledger"

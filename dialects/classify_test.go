@@ -14,7 +14,7 @@ import (
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/dialects/postgres"
 	"github.com/opledger/opledger/dialects/sqlite"
-	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/internal/testkit/testdb"
 )
 
 func TestClassString(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/opledger/opledger/dialects"
-	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/internal/testkit/testdb"
 )
 
 // ownSessionID is each family's own function for the session's id, which

@@ -14,7 +14,7 @@ import (
 
 	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
-	"github.com/opledger/opledger/internal/testcerts"
+	"github.com/opledger/opledger/internal/testkit/testcerts"
 )
 
 // TestCallerFromPeerCertificate: over real mTLS, the caller is the hash

@@ -14,7 +14,7 @@ import (
 	"github.com/opledger/opledger/dialects/postgres"
 	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
-	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/internal/testkit/testdb"
 )
 
 // TestCommitOutcomeUnknown: the connection breaks while COMMIT is in

@@ -6,7 +6,7 @@ import (
 
 	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
-	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/internal/testkit/testdb"
 )
 
 // keyedCallStatements is what a keyed unary call over loopback costs in

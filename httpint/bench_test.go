@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/httpint"
-	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/internal/testkit/testdb"
 )
 
 // BenchmarkPassThrough: a request to a route that is not keyed, straight

@@ -12,8 +12,8 @@ import (
 
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/httpint"
-	"github.com/opledger/opledger/internal/keyedtest"
-	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/internal/testkit/keyedtest"
+	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/txmiddleware"

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/httpint"
-	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/internal/testkit/testdb"
 )
 
 // TestPoolOfOne: with db.SetMaxOpenConns(1) and a handler stuck inside

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/ledger"
 )
 

@@ -13,7 +13,7 @@ import (
 
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/dialects/sqlite"
-	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/ledger"
 )
 

@@ -20,7 +20,7 @@ import (
 	"github.com/opledger/opledger/dialects/mysql"
 	"github.com/opledger/opledger/dialects/postgres"
 	"github.com/opledger/opledger/dialects/sqlite"
-	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/migrations"
 )

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/outbox"
 )

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opledger/opledger/internal/otelread"
-	"github.com/opledger/opledger/internal/outboxtest"
-	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/internal/harness/otelread"
+	"github.com/opledger/opledger/internal/testkit/outboxtest"
+	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/outbox"
 )

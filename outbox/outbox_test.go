@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/dialects"
-	"github.com/opledger/opledger/internal/outboxtest"
-	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/internal/testkit/outboxtest"
+	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/outbox"
 	"github.com/opledger/opledger/txmiddleware"

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/dialects"
-	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/txmiddleware"
 )

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/txmiddleware"
 )
 

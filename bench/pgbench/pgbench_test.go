@@ -14,7 +14,7 @@ import (
 	"testing"
 
 	"github.com/opledger/opledger/dialects/postgres"
-	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/internal/testkit/testdb"
 )
 
 // TestScripts runs every script a few times on 2 clients against a fresh

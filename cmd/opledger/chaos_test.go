@@ -15,8 +15,8 @@ import (
 
 	"github.com/opledger/opledger/examples/payments"
 	"github.com/opledger/opledger/examples/payments/paymentspb"
-	"github.com/opledger/opledger/internal/throwaway"
-	"github.com/opledger/opledger/internal/timeline"
+	"github.com/opledger/opledger/internal/harness/throwaway"
+	"github.com/opledger/opledger/internal/harness/timeline"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/migrations"
 )

@@ -9,8 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/opledger/opledger/internal/faultproxy"
-	"github.com/opledger/opledger/internal/throwaway"
+	"github.com/opledger/opledger/internal/harness/faultproxy"
+	"github.com/opledger/opledger/internal/harness/throwaway"
 )
 
 // The databases `opledger chaos` knows by name, in the order it runs them.
@@ -98,7 +98,7 @@ func startChaosDatabase(ctx context.Context, name, dir string) (chaosDatabase, e
 	return nil, fmt.Errorf("unknown database %q (want %s)", name, strings.Join(chaosDatabases, ", "))
 }
 
-// serverDB is a throw-away server (internal/throwaway). Through PgBouncer,
+// serverDB is a throw-away server (internal/harness/throwaway). Through PgBouncer,
 // srv is the pooler and restartee (and backend) the PostgreSQL behind it.
 type serverDB struct {
 	name      string

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/opledger/opledger/internal/throwaway"
+	"github.com/opledger/opledger/internal/harness/throwaway"
 )
 
 // The replication modes and drivers of `opledger chaos --failover`.

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/opledger/opledger/internal/throwaway"
+	"github.com/opledger/opledger/internal/harness/throwaway"
 )
 
 // A connection pooler of the run's own (the throw-away PgBouncer of the

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opledger/opledger/internal/throwaway"
+	"github.com/opledger/opledger/internal/harness/throwaway"
 	"github.com/opledger/opledger/internal/wait"
 	"github.com/opledger/opledger/ledger"
 )

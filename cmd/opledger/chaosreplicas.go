@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/opledger/opledger/internal/faultproxy"
+	"github.com/opledger/opledger/internal/harness/faultproxy"
 	"github.com/opledger/opledger/internal/wait"
 )
 

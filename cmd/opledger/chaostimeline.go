@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/opledger/opledger/internal/faultproxy"
-	"github.com/opledger/opledger/internal/timeline"
+	"github.com/opledger/opledger/internal/harness/faultproxy"
+	"github.com/opledger/opledger/internal/harness/timeline"
 )
 
 // faultLog records the faults of a run with their times, for the

@@ -11,7 +11,7 @@ import (
 
 	"github.com/opledger/opledger/examples/payments"
 	"github.com/opledger/opledger/grpcint"
-	"github.com/opledger/opledger/internal/otelread"
+	"github.com/opledger/opledger/internal/harness/otelread"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/migrations"
 	"github.com/opledger/opledger/policy"

@@ -9,7 +9,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 
-	"github.com/opledger/opledger/internal/otelread"
+	"github.com/opledger/opledger/internal/harness/otelread"
 )
 
 // metricRow is one line of the demo's metrics table: a metric summed

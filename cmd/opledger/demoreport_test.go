@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/opledger/opledger/internal/timeline"
+	"github.com/opledger/opledger/internal/harness/timeline"
 )
 
 // TestDemoReport: demo --report draws the run; the picture parses and

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/internal/testkit/testdb"
 )
 
 func runCmd(t *testing.T, args ...string) (code int, stdout, stderr string) {

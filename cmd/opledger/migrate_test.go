@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/dialects/sqlite"
-	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/internal/testkit/testdb"
 )
 
 // TestMigrateUpConcurrentProcesses: eight `opledger migrate up` processes

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/opledger/opledger/dialects/mysql"
-	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/migrations"
 )
 

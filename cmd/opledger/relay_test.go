@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/dialects/sqlite"
-	"github.com/opledger/opledger/internal/natstest"
+	"github.com/opledger/opledger/internal/testkit/natstest"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/outbox"
 	"github.com/opledger/opledger/txmiddleware"

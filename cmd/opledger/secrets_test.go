@@ -13,8 +13,8 @@ import (
 
 	gomysql "github.com/go-sql-driver/mysql"
 
-	"github.com/opledger/opledger/internal/natstest"
-	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/internal/testkit/natstest"
+	"github.com/opledger/opledger/internal/testkit/testdb"
 )
 
 // cliSecret is the password or token of every DSN and URL of these

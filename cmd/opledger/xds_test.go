@@ -22,7 +22,7 @@ import (
 	"google.golang.org/protobuf/types/descriptorpb"
 
 	"github.com/opledger/opledger/examples/payments/paymentspb"
-	"github.com/opledger/opledger/internal/xdstest"
+	"github.com/opledger/opledger/internal/testkit/xdstest"
 )
 
 const (

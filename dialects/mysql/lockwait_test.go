@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/dialects"
-	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/internal/testkit/testdb"
 )
 
 // lockWait reads innodb_lock_wait_timeout of q's session.

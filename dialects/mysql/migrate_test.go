@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/internal/testkit/testdb"
 )
 
 // TestMigrationLock: the session lock of the MySQL migrations is the named

@@ -8,7 +8,7 @@ import (
 
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/dialects/postgres"
-	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/internal/testkit/testdb"
 )
 
 // TestBeginBounded: BeginBounded sets lock_timeout for the transaction

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/dialects/postgres"
-	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/internal/testkit/testdb"
 )
 
 // kitLockID is the advisory lock the kit's PostgreSQL migrations take

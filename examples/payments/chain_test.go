@@ -7,8 +7,8 @@ import (
 
 	"github.com/opledger/opledger/examples/payments"
 	"github.com/opledger/opledger/grpcint"
-	"github.com/opledger/opledger/internal/outboxtest"
-	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/internal/testkit/outboxtest"
+	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/policy"
 )
 

@@ -9,8 +9,8 @@ import (
 	"github.com/opledger/opledger/examples/payments"
 	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
-	"github.com/opledger/opledger/internal/outboxtest"
-	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/internal/testkit/outboxtest"
+	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/policy"
 	"github.com/opledger/opledger/policy/serviceconfig"
 )

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/examples/payments"
-	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/internal/testkit/testdb"
 )
 
 // TestScenarioEvents: OnEvent receives every logical call of both

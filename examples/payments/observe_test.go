@@ -9,8 +9,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/opledger/opledger/grpcint"
-	"github.com/opledger/opledger/internal/otelread"
-	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/internal/harness/otelread"
+	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/txmiddleware"
 )

@@ -21,7 +21,7 @@ import (
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
-	"github.com/opledger/opledger/internal/answers"
+	"github.com/opledger/opledger/internal/harness/answers"
 	"github.com/opledger/opledger/internal/wait"
 	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"

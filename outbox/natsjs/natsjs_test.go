@@ -8,9 +8,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/opledger/opledger/internal/natstest"
-	"github.com/opledger/opledger/internal/outboxtest"
-	"github.com/opledger/opledger/internal/testdb"
+	"github.com/opledger/opledger/internal/testkit/natstest"
+	"github.com/opledger/opledger/internal/testkit/outboxtest"
+	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/outbox"
 	"github.com/opledger/opledger/outbox/natsjs"
 )

@@ -10,7 +10,7 @@ import (
 
 	"github.com/opledger/opledger/conformance"
 	"github.com/opledger/opledger/dialects/postgres"
-	"github.com/opledger/opledger/internal/badledgers"
+	"github.com/opledger/opledger/internal/testkit/badledgers"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/pgxledger"
 	"github.com/opledger/opledger/pgxledger/pgxconformance"

@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/opledger/opledger/conformance"
-	"github.com/opledger/opledger/internal/testdb"
-	"github.com/opledger/opledger/internal/throwaway"
+	"github.com/opledger/opledger/internal/harness/throwaway"
+	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/pgxledger/pgxconformance"
 )
 

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opledger/opledger/internal/faultproxy"
-	"github.com/opledger/opledger/internal/throwaway"
+	"github.com/opledger/opledger/internal/harness/faultproxy"
+	"github.com/opledger/opledger/internal/harness/throwaway"
 )
 
 // waitFor polls cond (the server's own view: its process, its answers)

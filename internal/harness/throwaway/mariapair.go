@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/opledger/opledger/internal/faultproxy"
+	"github.com/opledger/opledger/internal/harness/faultproxy"
 )
 
 // MariaDBPairOptions configures StartMariaDBPair.

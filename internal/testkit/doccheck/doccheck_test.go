@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-const root = "../.."
+const root = "../../.."
 
 // goFiles returns every .go file of the module, each as its normalised
 // lines.

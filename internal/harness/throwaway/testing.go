@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// envRequire is internal/testdb's EnvRequire: with it set to 1 a missing
+// envRequire is internal/testkit/testdb's EnvRequire: with it set to 1 a missing
 // server binary fails the test instead of skipping it.
 const envRequire = "OPLEDGER_TEST_REQUIRE_DBS"
 

@@ -34,27 +34,20 @@ var longFuncAllowed = map[string]bool{
 
 // libraryFile reports whether a module file (slash-separated, relative to
 // the module root) is library code: not a test, not under cmd/ or
-// examples/ (commands and runnable examples), not an internal test kit.
+// examples/ (commands and runnable examples), not in internal/testkit
+// (what only tests import) or internal/harness (what the chaos and demo
+// commands and the tests run).
 func libraryFile(rel string) bool {
 	if !strings.HasSuffix(rel, ".go") || strings.HasSuffix(rel, "_test.go") {
 		return false
 	}
-	for _, skip := range []string{"cmd/", "examples/", "bench/"} {
+	for _, skip := range []string{"cmd/", "examples/", "bench/", "internal/testkit/", "internal/harness/"} {
 		if strings.HasPrefix(rel, skip) {
-			return false
-		}
-	}
-	for _, kit := range testKits {
-		if strings.HasPrefix(rel, "internal/"+kit+"/") {
 			return false
 		}
 	}
 	return true
 }
-
-// testKits are the packages under internal/ that only tests import.
-var testKits = []string{"testdb", "outboxtest", "natstest", "keyedtest", "badledgers", "faultproxy",
-	"throwaway", "testcerts", "xdstest", "otelread", "timeline", "answers", "doccheck"}
 
 // longFuncs returns every library function longer than maxFuncLines, as
 // "dir/file.go:Func" with its length.

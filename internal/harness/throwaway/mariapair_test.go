@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opledger/opledger/internal/throwaway"
+	"github.com/opledger/opledger/internal/harness/throwaway"
 )
 
 // TestMariaDBPairLifecycle: semi-synchronous (AFTER_SYNC) and

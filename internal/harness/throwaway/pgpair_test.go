@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opledger/opledger/internal/throwaway"
+	"github.com/opledger/opledger/internal/harness/throwaway"
 )
 
 // TestPostgresPairLifecycle: in each mode the pair replicates, through

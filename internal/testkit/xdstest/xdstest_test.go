@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/opledger/opledger/examples/payments/paymentspb"
-	"github.com/opledger/opledger/internal/xdstest"
+	"github.com/opledger/opledger/internal/testkit/xdstest"
 )
 
 const getTransfer = "/opledger.examples.payments.v1.Payments/GetTransfer"

@@ -15,7 +15,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/opledger/opledger/internal/faultproxy"
+	"github.com/opledger/opledger/internal/harness/faultproxy"
 )
 
 // Replication is how the primary of a PostgresPair waits for its standby
