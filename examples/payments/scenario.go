@@ -686,9 +686,12 @@ func (sc Scenario) phases(ctx context.Context, rep *Report, faults *Faults, coun
 // the function it returns is called (which sends the last ones).
 func (sc Scenario) faultEvents(faults *Faults) (stop func()) {
 	done, over := make(chan struct{}), make(chan struct{})
+	// The baseline is read before the goroutine starts: a fault injected
+	// before a late-scheduled goroutine first ran would otherwise never
+	// be sent.
+	last, at := faults.Counts(), time.Now()
 	go func() {
 		defer close(over)
-		last, at := faults.Counts(), time.Now()
 		tick := time.NewTicker(100 * time.Millisecond)
 		defer tick.Stop()
 		for {
