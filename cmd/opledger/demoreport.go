@@ -68,26 +68,9 @@ func (r *demoRecorder) chart(title, subtitle string, rep payments.Report) timeli
 		}
 	}
 	p50, p99, p999 := timeline.Percentiles(c.Calls)
-	c.Totals = []timeline.Total{
-		{Label: "logical calls (faulty phase)", N: int64(rep.Calls)},
-		{Label: "attempts", Text: fmt.Sprintf("%s (%.2f×)", timeline.Thousands(rep.Attempts), rep.Amplification())},
-		{Label: "answered", N: int64(rep.Succeeded)},
-		{Label: "executed / replayed", Text: timeline.Thousands(rep.Executed) + " / " + timeline.Thousands(rep.Replayed)},
-		{Label: "resolved", N: rep.Resolved},
-		{Label: "definite failures", N: int64(rep.Definite)},
-		{Label: "ambiguous", N: int64(rep.Ambiguous), MustBeZero: true},
-		{Label: "duplicate effects", N: int64(rep.Duplicates), MustBeZero: true},
-		{Label: "lost effects", N: int64(rep.Lost), MustBeZero: true},
-		{Label: "wrong responses", N: int64(rep.WrongResponses), MustBeZero: true},
-		{Label: "wrong failure reasons", N: int64(rep.WrongOutcomes), MustBeZero: true},
-		{Label: "resends not replayed", N: int64(rep.ResendFailures), MustBeZero: true},
-		{Label: "answers lost after commit", N: rep.Faults.DroppedAfterRun},
-		{Label: "failed before send", N: rep.Faults.FailedBeforeSend},
-		{Label: "latency p50 / p99 / p99.9", Text: fmt.Sprintf("%.0f / %.0f / %.0f ms", ms(p50), ms(p99), ms(p999))},
-	}
-	if rep.OutageCalls > 0 {
-		c.Totals = append(c.Totals, timeline.Total{Label: "outage calls / attempts", Text: fmt.Sprintf("%d / %d", rep.OutageCalls, rep.OutageAttempts)})
-	}
+	c.Totals = demoTotals(rep)
+	c.Totals = append(c.Totals, timeline.Total{Label: "latency p50 / p99 / p99.9",
+		Text: fmt.Sprintf("%.0f / %.0f / %.0f ms", ms(p50), ms(p99), ms(p999))})
 	return c
 }
 
@@ -102,4 +85,37 @@ func (r *demoRecorder) write(path, title, subtitle string, rep payments.Report) 
 		err = cerr
 	}
 	return err
+}
+
+// demoTotals are the picture's totals, named as the rows of the demo's
+// table (payments.Report.Print) that count the same calls: the faulty
+// phase's, the outage's, both phases', the resends'.
+func demoTotals(rep payments.Report) []timeline.Total {
+	both := "faulty phase: "
+	if rep.OutageCalls > 0 {
+		both = "both phases: "
+	}
+	t := []timeline.Total{
+		{Label: "faulty phase: logical calls", N: int64(rep.Calls)},
+		{Label: "faulty phase: attempts", N: rep.Attempts},
+		{Label: "faulty phase: succeeded", N: int64(rep.Succeeded)},
+		{Label: "faulty phase: resolved by the client", N: rep.Resolved},
+	}
+	if rep.OutageCalls > 0 {
+		t = append(t, timeline.Total{Label: "outage: logical calls / attempts (amplification)",
+			Text: fmt.Sprintf("%d / %d (%.2f×)", rep.OutageCalls, rep.OutageAttempts, rep.Amplification())})
+	}
+	return append(t,
+		timeline.Total{Label: both + "executed / replayed by the server", Text: timeline.Thousands(rep.Executed) + " / " + timeline.Thousands(rep.Replayed)},
+		timeline.Total{Label: both + "returned a definite failure", N: int64(rep.Definite)},
+		timeline.Total{Label: both + "returned ambiguous", N: int64(rep.Ambiguous), MustBeZero: true},
+		timeline.Total{Label: "duplicate effects", N: int64(rep.Duplicates), MustBeZero: true},
+		timeline.Total{Label: "lost effects", N: int64(rep.Lost), MustBeZero: true},
+		timeline.Total{Label: "wrong responses", N: int64(rep.WrongResponses), MustBeZero: true},
+		timeline.Total{Label: "wrong failure reasons", N: int64(rep.WrongOutcomes), MustBeZero: true},
+		timeline.Total{Label: "resends: answered calls sent again / replayed", Text: fmt.Sprintf("%d / %d", rep.Resent, rep.ResendReplayed)},
+		timeline.Total{Label: "resends: not answered by a replay", N: int64(rep.ResendFailures), MustBeZero: true},
+		timeline.Total{Label: "faults: answers lost after commit", N: rep.Faults.DroppedAfterRun},
+		timeline.Total{Label: "faults: failed before send", N: rep.Faults.FailedBeforeSend},
+	)
 }
