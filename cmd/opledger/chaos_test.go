@@ -45,6 +45,11 @@ func runChaosJSON(t *testing.T, args ...string) (int, []chaosReport, string) {
 			t.Fatalf("the --json output: %v\n%s\n%s", err, out.String(), errb.String())
 		}
 	}
+	if code != 0 {
+		// A failed run's reports say which run broke what: shown with the
+		// test's failure (or with -v).
+		t.Logf("chaos %v: exit %d, the reports:\n%s", args, code, out.String())
+	}
 	return code, reps, errb.String()
 }
 
