@@ -61,10 +61,10 @@ func WithConcurrency(n int) Option {
 }
 
 // WithKeys sets how many keys the herd runs over (default 200, at least
-// 1; the whole suite then takes about 30 s on a 2-core PostgreSQL
-// server). The other herd-like cases use a fraction of it: a quarter for
+// 1). The other herd-like cases use a fraction of it: a quarter for
 // delete-race and sweep-under-load, an eighth for prior-read, a tenth (at
-// most 20) for expiry, with a floor of 10 (5 for expiry).
+// most 20) for expiry, with a floor of 10 (5 for expiry). The herd
+// dominates the suite's run time (docs/conformance.md, "Run times").
 func WithKeys(n int) Option {
 	return option("WithKeys", func(o *options) error {
 		if n < 1 {

@@ -33,32 +33,14 @@ func grpcMethod(fullMethod string) attribute.KeyValue {
 // Client
 
 // WithClientMeterProvider sets where the client's metrics go (default:
-// the global meter provider, a no-op until an SDK is installed). Per
-// logical unary call (and server-streaming call the client retries),
-// recorded when the call ends, with grpc.method and grpc.target:
-//
-//   - grpc.client.call.retries, grpc.client.call.transparent_retries and
-//     grpc.client.call.retry_delay, gRFC A96's histograms: the attempts
-//     after the first that ran the call again (the kit's own and, on a
-//     service-config-owned channel, grpc-go's; resolve requests are not
-//     retries), grpc-go's transparent retries, and the time in seconds
-//     during which no attempt was in flight. As A96 says, a call without
-//     retries records no 0 in the first two;
-//   - opledger.client.calls, a counter by opledger.outcome (ok, replayed,
-//     resolved, error) and, for an error, opledger.reason (the error's
-//     CallInfo reason).
-//
-// And, with grpc.method and opledger.owner:
-//
-//   - opledger.client.resolves, a counter of resolve requests by
-//     opledger.outcome (resolved, not-found, in-progress, lost, failed);
-//   - opledger.client.budget.refusals, a counter of retries the budget
-//     refused;
-//   - opledger.client.budget.balance, an observable gauge of the retries
-//     the budget would allow now (opledger.owner and, once a call has been
-//     made, grpc.target).
-//
-// Never a key or a caller.
+// the global meter provider, a no-op until an SDK is installed): gRFC
+// A96's histograms grpc.client.call.retries, .transparent_retries and
+// .retry_delay, recorded when a unary call (or a server-streaming call the
+// client retries) ends, and the counters opledger.client.calls,
+// opledger.client.resolves and opledger.client.budget.refusals and the
+// gauge opledger.client.budget.balance. Their attributes and what each
+// counts are in docs/operations.md ("The instruments"); none carries a key
+// or a caller. A nil provider is an error.
 func WithClientMeterProvider(mp metric.MeterProvider) ClientOption {
 	return clientOption("WithClientMeterProvider", func(c *clientConfig) error {
 		if mp == nil {

@@ -8,34 +8,20 @@ import (
 // Record inserts req's identity already completed with r, inside tx: the
 // claim at commit. The caller runs its work in tx first and calls Record
 // as the last statement before COMMIT; the entry and the work commit or
-// roll back together, exactly as with Claim and Complete, and only one
-// transaction can ever commit an entry for the identity.
-//
-// It inserts first, against the same unique constraint as Claim, and
-// reads only on conflict. The result is:
+// roll back together, and only one transaction can ever commit an entry
+// for the identity. The result is:
 //   - a Claim with Outcome Recorded: the completed entry is in tx; commit;
-//   - a Claim with Outcome Replay and the stored Result: another
-//     transaction completed the operation first; roll tx back (the work's
-//     writes must not commit) and return the stored result;
-//   - ErrKeyReused: the identity exists with another fingerprint; roll
-//     back;
-//   - ErrInProgress: another open transaction held the identity past the
-//     transaction's lock timeout (or SQLite's busy timeout);
-//   - ErrIncomplete: the entry was committed without a result;
-//   - an error matching ErrRetryable (serialization failure, deadlock):
-//     roll back and retry the whole transaction, work included;
-//   - ErrInvalid (bad input, a result over the limits, or a positive
-//     LockWait the store cannot honour, before any statement), an error
-//     matching dialects.ErrUnsuitableTx (as for Claim), a context error,
-//     sql.ErrTxDone, or another *DBError.
+//   - a Claim with Outcome Replay and the stored Result, or ErrKeyReused:
+//     roll tx back (the work's writes must not commit);
+//   - ErrInProgress, ErrIncomplete, an error matching ErrRetryable (roll
+//     back and run the whole transaction again, work included) or
+//     dialects.ErrUnsuitableTx, ErrInvalid (also for a positive LockWait
+//     the store cannot honour: see [Store.BoundsLockWait]), a context
+//     error, sql.ErrTxDone or another *DBError, as for [Store.Claim].
 //
-// A positive req.LockWait bounds the record's lock waits inside its own
-// statements, as for Claim (see [Store.BoundsLockWait]).
-//
-// An entry past its retention is taken over with r. For a dialect
-// without [dialects.RecordQuerier] Record claims and completes (two
-// statements, the same outcomes). What a concurrent duplicate does per
-// database is in docs/ledger.md.
+// An entry past its retention is taken over with r. docs/ledger.md ("Claim
+// at commit") has the statements per database and what a concurrent
+// duplicate does.
 func (s *Store) Record(ctx context.Context, tx *sql.Tx, req ClaimRequest, r Result) (*Claim, error) {
 	return s.core.Record(ctx, tx, req, r)
 }

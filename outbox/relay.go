@@ -182,31 +182,18 @@ type RelayStats struct {
 
 // Relay publishes committed messages from the outbox, in order per
 // partition key, at least once, and deletes each once the publisher
-// acknowledged it.
+// acknowledged it. Several relays, in one process or many, may share the
+// outbox on PostgreSQL, MySQL 8 and MariaDB 10.6 and later (each batch
+// takes its rows with FOR UPDATE SKIP LOCKED, and sharing never reorders a
+// key); run one relay per SQLite database. A relay that dies mid-batch
+// rolls back, and the next batch publishes its messages again.
 //
-// On a dialect whose batch locks rows (PostgreSQL, MySQL 8, MariaDB 10.6
-// and later: FOR UPDATE SKIP LOCKED) several relays, in one process or
-// many, share the outbox: each batch is one READ COMMITTED transaction
-// that locks its rows while it publishes them and deletes them before it
-// commits; a message whose key has an earlier message held by another
-// relay waits for a later batch, so a key's messages are never published
-// out of order. A relay that dies mid-batch (its connection closes) rolls
-// back: its messages are published again by the next batch, and a
-// deduplicating broker (NATS JetStream's Nats-Msg-Id) drops the repeats.
-// On SQLite (one writer at a time) the relay reads without a transaction
-// and deletes in a short one after publishing, so that handlers never
-// wait for a publish; run one relay per SQLite database.
-//
-// A message the publisher refuses as undeliverable (its error matches
-// ErrUndeliverable) is set aside in the outbox table: dead, with the
-// publisher's error and its attempts, logged and counted
-// (opledger.outbox.dead). Only its own partition key waits behind it: the
-// batch goes on with the other keys, and later batches skip the key's
-// later messages, until an operator retries the dead message
-// (Outbox.RetryDead: it goes out first, then the rest of its key, in
-// order) or discards it (Outbox.DiscardDead). Any other failure stops the
-// batch and backs off (WithBackoff), as the failed message may go through
-// on a later try.
+// A message the publisher refuses with an error matching ErrUndeliverable
+// is set aside in the outbox table as dead, logged and counted
+// (opledger.outbox.dead); only its own partition key waits behind it,
+// until Outbox.RetryDead or Outbox.DiscardDead. Any other failure stops
+// the batch and backs off (WithBackoff). docs/beyond-the-transaction.md
+// ("The relay", "Dead messages") has the details.
 type Relay struct {
 	db  *sql.DB
 	ob  *Outbox

@@ -102,16 +102,10 @@ func (d Decision) String() string { return d.Action.String() + " (" + string(d.R
 //
 //  1. OK is never retried (ReasonSucceeded).
 //  2. A streaming call that delivered response headers or a message is
-//     never retried (ReasonPrefixDelivered): the caller may already have
-//     acted on them. A unary call delivers nothing to its caller before it
-//     returns, so for a unary method headers and a message only prove that
-//     the request was sent: grpc-go's unary server sends the headers
-//     together with the message after the handler returned, so headers
-//     without a message mean that the answer was lost on the way back, and
-//     a message without a status (or thrown away below the caller) means
-//     the same; a keyed mutation then resolves its outcome (rule 7).
-//  3. A non-idempotent method is never retried (ReasonNonIdempotent); gRPC's
-//     transparent retries already cover attempts that never left the client.
+//     never retried (ReasonPrefixDelivered). For a unary method they only
+//     prove that the request was sent (docs/retry-ownership.md, "Response
+//     headers are not a delivered prefix for unary calls").
+//  3. A non-idempotent method is never retried (ReasonNonIdempotent).
 //  4. A keyed mutation without a key (ReasonNoKey) or without a durable
 //     ledger (ReasonNoLedger) is never retried.
 //  5. Codes that will not change on a retry are not retried

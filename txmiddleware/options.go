@@ -115,38 +115,21 @@ func WithRandom(f func() float64) Option {
 	})
 }
 
-// WithLockWait bounds how long a call waits before its claim can be
-// decided: for a connection of the pool, for BEGIN (on SQLite, for the
-// database's write lock) and for another transaction that holds the same
-// identity uncommitted. Past it the call returns an error matching
-// ledger.ErrInProgress when another call with the same identity is in
-// flight (on this runner, for a wait before the transaction began), or
-// [ErrBusy] when the transaction could not begin in time for any other
-// reason (every connection was in use, another key held SQLite's write
-// lock). Neither is retried by the runner.
-//
-// The wait for a connection and BEGIN is bounded by a timer on the
-// transaction's context, cancelled once it has begun; the claim's lock
-// waits by the database. When the ledger bounds its claims itself
-// (ledger.LockWaitBounder: a ledger.Store on PostgreSQL), the claim's
-// bound goes in each ClaimRequest.LockWait and costs no statement: what
-// the wait for a connection left of d, rounded up to an eighth of d, so
-// the whole wait stays within d and an eighth. Otherwise the dialect
-// must implement dialects.LockWaiter, which begins a bounded transaction
-// with d: on SQLite the whole wait happens before the transaction has
-// begun, within d; on MySQL the claim's lock wait is bounded again by d
-// in whole seconds after the wait for a connection.
-//
-// Zero (the default) sets nothing: the wait is then bounded by the
-// database's own setting (the busy timeout in SQLite's DSN, PostgreSQL's
-// lock_timeout, MySQL's innodb_lock_wait_timeout) and by the context,
-// which also bounds the wait for a connection. The bound applies to
-// every statement of the transaction from the claim on, including the
-// work's own. With [WithClaimAtCommit] on a ledger that bounds lock
-// waits itself, the claim is the Record at the end: the work before it
-// waits as long as the database's own setting allows, and only the
-// Record (and a final error's claim) is bounded; on any other ledger the
-// bounded transaction covers the work too.
+// WithLockWait bounds how long a call waits before its claim is decided:
+// for a connection of the pool, for BEGIN (on SQLite, for the write lock)
+// and for another transaction that holds the same identity uncommitted.
+// Past it the call returns an error matching ledger.ErrInProgress when a
+// call with the same identity is in flight, or [ErrBusy] when the
+// transaction could not begin in time for another reason; the runner
+// retries neither. The bound also applies to every later statement of the
+// transaction (with [WithClaimAtCommit] on a ledger that bounds its own
+// statements, from the Record on). New refuses it, with an error matching
+// [ErrInvalidConfig], when neither the ledger (ledger.LockWaitBounder) nor
+// the dialect (dialects.LockWaiter) can bound the wait, and refuses a
+// negative d. Zero (the default) sets nothing: the database's own setting
+// and the context bound the wait. How each database is bounded, and what
+// it costs, is in docs/txmiddleware.md ("In-progress duplicates: the wait
+// bound").
 func WithLockWait(d time.Duration) Option {
 	return option("WithLockWait", func(c *config) error {
 		if d < 0 {

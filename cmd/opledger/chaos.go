@@ -909,7 +909,7 @@ func roundRobinConfig(c *grpcint.Client) (string, error) {
 }
 
 // resolveTime is how much of its deadline a call must have left for a
-// resolve: several round trips on loopback (a call's p50 is ~10 ms here).
+// resolve: several round trips on loopback, with room to spare.
 // An ambiguous return with at least that left is a failure of the run.
 const resolveTime = 100 * time.Millisecond
 

@@ -263,34 +263,25 @@ func classifyNumber(n uint16, state string) dialects.Class {
 // name they cannot read. Its message never contains the password.
 var ErrBadDSN = errors.New("mysql: invalid DSN")
 
-// Config parses dsn into a go-sql-driver configuration with the options
-// the kit needs set: parseTime=true (goose's version table has a TIMESTAMP
-// column). dsn is either a URL,
+// Config parses dsn into a go-sql-driver configuration with parseTime=true
+// set (goose's version table has a TIMESTAMP column); every other option is
+// left as given. dsn is either a URL,
 //
 //	mysql://user:password@host:port/dbname?param=value
 //
-// (scheme mysql, mariadb or tidb; port 3306, or 4000 for tidb, when
-// omitted; user and password percent-encoded; a socket=/path parameter
-// selects a Unix socket instead of host:port; other parameters are the
-// driver's, such as clientFoundRows=true or tls=true), or the driver's own
+// (scheme mysql, mariadb or tidb; the port defaults to 3306, or 4000 for
+// tidb; user and password percent-encoded; a socket=/path parameter selects
+// a Unix socket; other parameters are the driver's), or the driver's own
 // format,
 //
 //	user:password@tcp(host:port)/dbname?param=value
 //
-// Every other option is left as given; the dialect is correct with
-// clientFoundRows on or off and at READ COMMITTED or REPEATABLE READ.
-//
-// A tidb:// URL is a mysql:// URL for a TiDB server: its port defaults to
-// 4000, and it also gets what the TiDB dialect needs ([Dialect.Configure]
-// of [NewTiDB]: tidb_txn_mode = 'pessimistic' unless the URL sets
-// tidb_txn_mode itself). [SchemeDialect] gives the dialect a DSN names.
-//
-// An '@' in a URL's user name or password must be percent-encoded (%40),
-// as must '/', '?' and '#': a URL with an '@' after its host is refused,
-// since it most likely holds a password that did not parse as one. So is
-// a driver DSN with an '@' after its last '/', and a password=…
-// parameter, which the driver would send as SET password=…. The errors,
-// all matching [ErrBadDSN], never contain the password.
+// A tidb:// URL also gets what [NewTiDB] needs (tidb_txn_mode =
+// 'pessimistic' unless it sets it); [SchemeDialect] gives the dialect a
+// DSN names. A DSN whose password may not have parsed as one (an unencoded
+// '@', a password=… parameter) is refused. The errors match [ErrBadDSN] and
+// never contain the password. docs/mysql.md ("Connection strings") has the
+// forms and rules.
 func Config(dsn string) (*gomysql.Config, error) {
 	dsn = strings.TrimSpace(dsn)
 	if dsn == "" {

@@ -205,72 +205,22 @@ func betterHit(a, b hit) bool {
 // policy.ErrInvalidConfig. Problems of the configuration are findings,
 // never errors.
 func Check(c *Config, cat *policy.Catalog, opts Options) (*Report, error) {
-	if !opts.Owner.Valid() {
-		return nil, fmt.Errorf("%w: %d", policy.ErrInvalidOwner, uint8(opts.Owner))
+	opts, err := checkOptions(opts)
+	if err != nil {
+		return nil, err
 	}
-	if opts.ApplicationAttempts < 0 {
-		return nil, fmt.Errorf("%w: ApplicationAttempts %d is negative", policy.ErrInvalidConfig, opts.ApplicationAttempts)
+	c = c.forCheck(opts)
+	sc, err := channelServiceConfig(cat, opts)
+	if err != nil {
+		return nil, err
 	}
-	if opts.ApplicationAttempts == 0 {
-		opts.ApplicationAttempts = DefaultApplicationAttempts
-	}
-	if c == nil {
-		c = &Config{}
-	}
-	// Findings made while building tables (overridden annotations) must not
-	// accumulate in the Config across calls.
-	work := *c
-	work.findings = append([]Finding(nil), c.findings...)
-	c = &work
-	if opts.Istio {
-		c.istioSeen = true
-	}
-	xdsTarget := targetScheme(opts.Target) == "xds"
-	rep := &Report{Owner: opts.Owner, Target: opts.Target, XDS: c.HasXDS() || xdsTarget}
-	hosts := opts.Hosts
-	if len(hosts) == 0 {
-		if h := targetHost(opts.Target); h != "" {
-			hosts = []string{h}
-		}
-	}
-	sc := opts.ServiceConfig
-	if sc == nil && opts.Owner == policy.OwnerServiceConfig {
-		g, err := serviceconfig.Generate(cat, opts.Owner, serviceconfig.RetrySettings{})
-		if err != nil {
-			return nil, err
-		}
-		sc = g
-	}
-
-	tables := map[Layer][]*table{
-		LayerIstio:      c.istioTables(hosts),
-		LayerEnvoy:      c.envoyTables(LayerEnvoy, hosts),
-		LayerLinkerd:    c.linkerdTables(hosts),
-		LayerGatewayAPI: c.gatewayTables(hosts),
-		LayerXDS:        c.envoyTables(LayerXDS, hosts),
-	}
-	var present []Layer
-	for _, l := range meshLayers {
-		// Gateway API routes without a retry field are read for coverage
-		// only; their implementation's retries are its own layer.
-		if len(tables[l]) > 0 && (l != LayerGatewayAPI || anyRule(tables[l])) {
-			present = append(present, l)
-		}
-	}
+	rep := &Report{Owner: opts.Owner, Target: opts.Target, XDS: c.HasXDS() || targetScheme(opts.Target) == "xds"}
+	tables := c.meshTables(channelHosts(opts))
+	present := presentLayers(tables)
 	ck := &checker{c: c, cat: cat, opts: opts, rep: rep, sc: sc, tables: tables, seen: map[string]bool{}}
 	rep.Findings = append(rep.Findings, c.findings...)
 	if rep.XDS && opts.Owner == policy.OwnerServiceConfig {
-		f := Finding{Kind: FindingServiceConfigReplaced, Layer: LayerXDS, Object: "channel " + opts.Target,
-			Message: "the channel dials xds:///, so grpc-go takes its service config from the xDS resolver: a generated config given with grpc.WithDefaultServiceConfig is not used (its retry policy and throttling are lost), " +
-				"and with grpc.WithDisableServiceConfig (grpcint's DialOptions for the service-config owner) the channel gets no addresses and every call fails",
-			Fix: "make the owner mesh (the control plane's retry_policy) or application (the kit's interceptor, with grpc.WithDisableRetry), and dial without a service config of your own"}
-		if opts.Target == "" {
-			f.Object = "xds:/// channel"
-		}
-		if len(c.xdsRoutes) > 0 {
-			f.File = c.xdsRoutes[0].loc.file
-		}
-		rep.Findings = append(rep.Findings, f)
+		rep.Findings = append(rep.Findings, serviceConfigReplaced(c, opts.Target))
 	}
 	for _, p := range cat.Methods() {
 		rep.Methods = append(rep.Methods, ck.method(p, present))
@@ -287,6 +237,98 @@ func Check(c *Config, cat *policy.Catalog, opts Options) (*Report, error) {
 		rep.Methods = []MethodReport{}
 	}
 	return rep, nil
+}
+
+// checkOptions validates the options and fills in their defaults.
+func checkOptions(opts Options) (Options, error) {
+	if !opts.Owner.Valid() {
+		return opts, fmt.Errorf("%w: %d", policy.ErrInvalidOwner, uint8(opts.Owner))
+	}
+	if opts.ApplicationAttempts < 0 {
+		return opts, fmt.Errorf("%w: ApplicationAttempts %d is negative", policy.ErrInvalidConfig, opts.ApplicationAttempts)
+	}
+	if opts.ApplicationAttempts == 0 {
+		opts.ApplicationAttempts = DefaultApplicationAttempts
+	}
+	return opts, nil
+}
+
+// forCheck returns the copy of c that one Check works on: findings made
+// while building tables (overridden annotations) must not accumulate in the
+// caller's Config across calls. A nil c is empty.
+func (c *Config) forCheck(opts Options) *Config {
+	if c == nil {
+		c = &Config{}
+	}
+	work := *c
+	work.findings = append([]Finding(nil), c.findings...)
+	if opts.Istio {
+		work.istioSeen = true
+	}
+	return &work
+}
+
+// channelHosts returns the hosts whose configuration applies to the
+// channel: Options.Hosts, or else the host of its target, or else none
+// (every host).
+func channelHosts(opts Options) []string {
+	if len(opts.Hosts) > 0 {
+		return opts.Hosts
+	}
+	if h := targetHost(opts.Target); h != "" {
+		return []string{h}
+	}
+	return nil
+}
+
+// channelServiceConfig returns the service config Check counts: the one in
+// the options, or else the one serviceconfig.Generate writes when the
+// service config owns retries, or else nil.
+func channelServiceConfig(cat *policy.Catalog, opts Options) (*serviceconfig.Config, error) {
+	if opts.ServiceConfig != nil || opts.Owner != policy.OwnerServiceConfig {
+		return opts.ServiceConfig, nil
+	}
+	return serviceconfig.Generate(cat, opts.Owner, serviceconfig.RetrySettings{})
+}
+
+// meshTables returns the route tables of every mesh layer for the hosts.
+func (c *Config) meshTables(hosts []string) map[Layer][]*table {
+	return map[Layer][]*table{
+		LayerIstio:      c.istioTables(hosts),
+		LayerEnvoy:      c.envoyTables(LayerEnvoy, hosts),
+		LayerLinkerd:    c.linkerdTables(hosts),
+		LayerGatewayAPI: c.gatewayTables(hosts),
+		LayerXDS:        c.envoyTables(LayerXDS, hosts),
+	}
+}
+
+// presentLayers returns the mesh layers that have tables, in meshLayers'
+// order. Gateway API routes without a retry field are read for coverage
+// only; their implementation's retries are its own layer.
+func presentLayers(tables map[Layer][]*table) []Layer {
+	var present []Layer
+	for _, l := range meshLayers {
+		if len(tables[l]) > 0 && (l != LayerGatewayAPI || anyRule(tables[l])) {
+			present = append(present, l)
+		}
+	}
+	return present
+}
+
+// serviceConfigReplaced is the finding of an xds:/// channel whose retry
+// owner is the service config.
+func serviceConfigReplaced(c *Config, target string) Finding {
+	f := Finding{Kind: FindingServiceConfigReplaced, Layer: LayerXDS, Object: "channel " + target,
+		Message: "the channel dials xds:///, so grpc-go takes its service config from the xDS resolver: a generated config given with grpc.WithDefaultServiceConfig is not used (its retry policy and throttling are lost), " +
+			"and with grpc.WithDisableServiceConfig (grpcint's DialOptions for the service-config owner) the channel gets no addresses and every call fails",
+		Fix: "make the owner mesh (the control plane's retry_policy) or application (the kit's interceptor, with grpc.WithDisableRetry), and dial without a service config of your own"}
+	if target == "" {
+		f.Object = "xds:/// channel"
+	}
+	if len(c.xdsRoutes) > 0 {
+		f.File = c.xdsRoutes[0].loc.file
+	}
+	return f
 }
 
 func anyRule(ts []*table) bool {
@@ -331,68 +373,81 @@ func retryable(p policy.MethodPolicy) bool {
 	return false
 }
 
+// method reports what every layer does to one method, and the findings of
+// its mesh layers' retries.
 func (ck *checker) method(p policy.MethodPolicy, present []Layer) MethodReport {
 	mr := MethodReport{Method: p.FullMethod, Kind: p.Kind.String()}
-	app := LayerAttempts{Layer: LayerApplication, Attempts: one}
-	if ck.opts.Owner == policy.OwnerApplication {
-		app.Sources = []string{"the kit's client interceptor (policy.Eligible decides each retry)"}
-		if retryable(p) {
-			app.Attempts = Attempts{N: ck.opts.ApplicationAttempts}
-			app.Budget = "the kit's retry budget per target (policy.Budget)"
-		}
-	}
-	mr.Layers = append(mr.Layers, app, ck.serviceConfigLayer(p))
+	mr.Layers = append(mr.Layers, ck.applicationLayer(p), ck.serviceConfigLayer(p))
 	var retrying []Layer
-	type layerRules struct{ rules []*rule }
-	var all []layerRules
+	var rules []*rule
 	for _, l := range present {
-		la := LayerAttempts{Layer: l, Attempts: one}
-		var rules []*rule
-		for _, t := range ck.tables[l] {
-			for _, r := range t.resolve(p.FullMethod) {
-				if r.rule != nil && r.rule.attempts.Retries() {
-					rules = append(rules, r.rule)
-				}
-			}
-		}
-		budgets := []string{}
-		allBudgeted := true
-		for _, r := range rules {
-			if r.attempts.more(la.Attempts) {
-				la.Attempts = r.attempts
-			}
-			la.Conditions = union(la.Conditions, r.conds)
-			la.Sources = union(la.Sources, []string{r.source()})
-			if r.budget != "" {
-				budgets = union(budgets, []string{r.budget})
-			} else {
-				allBudgeted = false
-			}
-		}
-		all = append(all, layerRules{rules})
-		if allBudgeted && len(budgets) > 0 {
-			la.Budget = strings.Join(budgets, "; ")
-		}
-		if l == LayerXDS && len(rules) > 0 {
-			la.Sources = append(la.Sources, "grpc-go applies it unless the channel is built with grpc.WithDisableRetry()")
-		}
-		if len(rules) > 0 {
+		la, lrules := ck.meshLayer(l, p)
+		if len(lrules) > 0 {
 			retrying = append(retrying, l)
 		}
+		rules = append(rules, lrules...)
 		mr.Layers = append(mr.Layers, la)
 	}
 	ck.ownerFindings(p, retrying, mr.Layers)
-	for _, lr := range all {
-		for _, r := range lr.rules {
-			ck.ruleFindings(p, r)
+	for _, r := range rules {
+		ck.ruleFindings(p, r)
+	}
+	mr.Amplification = one
+	for _, la := range mr.Layers {
+		mr.Amplification = mr.Amplification.Times(la.Attempts)
+	}
+	return mr
+}
+
+// applicationLayer is what the kit's client interceptor does to a method
+// when the application owns retries; one attempt otherwise.
+func (ck *checker) applicationLayer(p policy.MethodPolicy) LayerAttempts {
+	app := LayerAttempts{Layer: LayerApplication, Attempts: one}
+	if ck.opts.Owner != policy.OwnerApplication {
+		return app
+	}
+	app.Sources = []string{"the kit's client interceptor (policy.Eligible decides each retry)"}
+	if retryable(p) {
+		app.Attempts = Attempts{N: ck.opts.ApplicationAttempts}
+		app.Budget = "the kit's retry budget per target (policy.Budget)"
+	}
+	return app
+}
+
+// meshLayer is what one mesh layer does to a method: the most attempts of
+// its retrying rules for the method, their conditions and sources, and
+// their budgets when every rule has one. It returns the rules too.
+func (ck *checker) meshLayer(l Layer, p policy.MethodPolicy) (LayerAttempts, []*rule) {
+	la := LayerAttempts{Layer: l, Attempts: one}
+	var rules []*rule
+	for _, t := range ck.tables[l] {
+		for _, r := range t.resolve(p.FullMethod) {
+			if r.rule != nil && r.rule.attempts.Retries() {
+				rules = append(rules, r.rule)
+			}
 		}
 	}
-	amp := one
-	for _, la := range mr.Layers {
-		amp = amp.Times(la.Attempts)
+	budgets := []string{}
+	allBudgeted := true
+	for _, r := range rules {
+		if r.attempts.more(la.Attempts) {
+			la.Attempts = r.attempts
+		}
+		la.Conditions = union(la.Conditions, r.conds)
+		la.Sources = union(la.Sources, []string{r.source()})
+		if r.budget != "" {
+			budgets = union(budgets, []string{r.budget})
+		} else {
+			allBudgeted = false
+		}
 	}
-	mr.Amplification = amp
-	return mr
+	if allBudgeted && len(budgets) > 0 {
+		la.Budget = strings.Join(budgets, "; ")
+	}
+	if l == LayerXDS && len(rules) > 0 {
+		la.Sources = append(la.Sources, "grpc-go applies it unless the channel is built with grpc.WithDisableRetry()")
+	}
+	return la, rules
 }
 
 func (ck *checker) serviceConfigLayer(p policy.MethodPolicy) LayerAttempts {

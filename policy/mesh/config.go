@@ -190,6 +190,8 @@ func objectName(kind string, meta obj) (name, namespace, full string) {
 	return name, namespace, full
 }
 
+// kubernetes reads a Kubernetes resource by its group and kind, and reports
+// one this checker does not read.
 func (c *Config) kubernetes(loc location, o obj, apiVersion, kind string) {
 	group, version, found := strings.Cut(apiVersion, "/")
 	if !found {
@@ -198,26 +200,10 @@ func (c *Config) kubernetes(loc location, o obj, apiVersion, kind string) {
 	meta, _ := o.child("metadata")
 	name, ns, full := objectName(kind, meta)
 	loc.object = full
-	base := o.path
-	loc.path = base
-	unknown := func(why, fix string) {
-		c.add(loc.finding(FindingUnknownKind, "", why, fix))
-	}
+	loc.path = o.path
 	switch {
 	case group == "networking.istio.io":
-		if version != "v1" && version != "v1beta1" && version != "v1alpha3" {
-			unknown(fmt.Sprintf("apiVersion %s is not read (networking.istio.io/v1, v1beta1 and v1alpha3 are)", truncate(apiVersion)), "use a served version")
-			return
-		}
-		c.istioSeen = true
-		switch kind {
-		case "VirtualService":
-			c.readVirtualService(loc, o, name, ns)
-		case "DestinationRule":
-			c.readDestinationRule(loc, o, ns)
-		default:
-			unknown(fmt.Sprintf("an Istio %s does not configure retries (VirtualService and DestinationRule do)", truncate(kind)), "remove it from the input")
-		}
+		c.istioNetworking(loc, o, apiVersion, version, kind, name, ns)
 	case group == "install.istio.io" && kind == "IstioOperator":
 		c.istioSeen = true
 		if spec, ok := o.child("spec"); ok {
@@ -226,31 +212,12 @@ func (c *Config) kubernetes(loc location, o obj, apiVersion, kind string) {
 			}
 		}
 	case group == "" && version == "v1" && kind == "ConfigMap":
-		data, _ := o.child("data")
-		mesh, hasMesh := data.str("mesh")
-		if !hasMesh || !(name == "istio" || strings.HasPrefix(name, "istio-")) {
-			unknown("a ConfigMap other than Istio's mesh config (named istio or istio-REVISION, with data.mesh)", "remove it from the input")
-			return
-		}
-		c.istioSeen = true
-		v, err := decode([]byte(mesh))
-		if err != nil {
-			c.add(loc.at(joinPath(data.path, "mesh")).finding(FindingSyntax, LayerIstio, "data.mesh is not valid YAML: "+truncate(err.Error()), "fix the mesh config"))
-			return
-		}
-		mc, ok := asObj(v, joinPath(data.path, "mesh"))
-		if !ok {
-			if v != nil {
-				c.add(loc.at(joinPath(data.path, "mesh")).finding(FindingSyntax, LayerIstio, "data.mesh is not an object", "fix the mesh config"))
-			}
-			return
-		}
-		c.readMeshConfig(loc, mc, full)
+		c.readIstioConfigMap(loc, o, name)
 	case group == "" && version == "v1" && kind == "Service":
 		c.readService(loc, o, meta, name, ns)
 	case group == "linkerd.io" && kind == "ServiceProfile":
 		if version != "v1alpha2" && version != "v1alpha1" {
-			unknown(fmt.Sprintf("apiVersion %s is not read (linkerd.io/v1alpha2 is)", truncate(apiVersion)), "use linkerd.io/v1alpha2")
+			c.add(loc.finding(FindingUnknownKind, "", fmt.Sprintf("apiVersion %s is not read (linkerd.io/v1alpha2 is)", truncate(apiVersion)), "use linkerd.io/v1alpha2"))
 			return
 		}
 		c.readServiceProfile(loc, o, name, ns)
@@ -261,7 +228,51 @@ func (c *Config) kubernetes(loc location, o obj, apiVersion, kind string) {
 		if kind == "" {
 			what = "a document without kind"
 		}
-		unknown(what+" is not a retry configuration this checker reads (Istio VirtualService, DestinationRule, IstioOperator, the istio ConfigMap; Linkerd ServiceProfile, Service annotations; Gateway API HTTPRoute, GRPCRoute; Envoy RouteConfiguration)",
-			"remove it from the input, or check it by hand")
+		c.add(loc.finding(FindingUnknownKind, "", what+" is not a retry configuration this checker reads (Istio VirtualService, DestinationRule, IstioOperator, the istio ConfigMap; Linkerd ServiceProfile, Service annotations; Gateway API HTTPRoute, GRPCRoute; Envoy RouteConfiguration)",
+			"remove it from the input, or check it by hand"))
 	}
+}
+
+// istioNetworking reads a networking.istio.io resource: a VirtualService or
+// a DestinationRule of a served version.
+func (c *Config) istioNetworking(loc location, o obj, apiVersion, version, kind, name, ns string) {
+	if version != "v1" && version != "v1beta1" && version != "v1alpha3" {
+		c.add(loc.finding(FindingUnknownKind, "", fmt.Sprintf("apiVersion %s is not read (networking.istio.io/v1, v1beta1 and v1alpha3 are)", truncate(apiVersion)), "use a served version"))
+		return
+	}
+	c.istioSeen = true
+	switch kind {
+	case "VirtualService":
+		c.readVirtualService(loc, o, name, ns)
+	case "DestinationRule":
+		c.readDestinationRule(loc, o, ns)
+	default:
+		c.add(loc.finding(FindingUnknownKind, "", fmt.Sprintf("an Istio %s does not configure retries (VirtualService and DestinationRule do)", truncate(kind)), "remove it from the input"))
+	}
+}
+
+// readIstioConfigMap reads Istio's mesh config from the istio ConfigMap
+// (named istio or istio-REVISION) and reports any other ConfigMap.
+func (c *Config) readIstioConfigMap(loc location, o obj, name string) {
+	data, _ := o.child("data")
+	mesh, hasMesh := data.str("mesh")
+	if !hasMesh || !(name == "istio" || strings.HasPrefix(name, "istio-")) {
+		c.add(loc.finding(FindingUnknownKind, "", "a ConfigMap other than Istio's mesh config (named istio or istio-REVISION, with data.mesh)", "remove it from the input"))
+		return
+	}
+	c.istioSeen = true
+	meshLoc := loc.at(joinPath(data.path, "mesh"))
+	v, err := decode([]byte(mesh))
+	if err != nil {
+		c.add(meshLoc.finding(FindingSyntax, LayerIstio, "data.mesh is not valid YAML: "+truncate(err.Error()), "fix the mesh config"))
+		return
+	}
+	mc, ok := asObj(v, joinPath(data.path, "mesh"))
+	if !ok {
+		if v != nil {
+			c.add(meshLoc.finding(FindingSyntax, LayerIstio, "data.mesh is not an object", "fix the mesh config"))
+		}
+		return
+	}
+	c.readMeshConfig(loc, mc, loc.object)
 }

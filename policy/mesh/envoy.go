@@ -330,103 +330,139 @@ func (c *Config) readEnvoyRetry(loc location, v any, layer Layer) *envoyRetry {
 		return nil
 	}
 	r := &envoyRetry{loc: loc, numRetries: 1}
-	for _, k := range o.unknownKeys(append(envoyRetryFields, "@type")...) {
-		c.add(loc.at(joinPath(o.path, k)).finding(FindingUnknownField, layer, fmt.Sprintf("unknown field %q in a RetryPolicy%s; the resource is rejected", truncate(k), didYouMean(k, envoyRetryFields)),
-			"spell it as the API does (snake_case or lowerCamelCase)"))
+	c.checkRetryFields(r, o, layer)
+	c.envoyRetryOn(r, o, layer)
+	c.envoyNumRetries(r, o, layer)
+	if layer != LayerXDS {
+		c.envoyStatusCodes(r, o, layer)
 	}
-	xds := layer == LayerXDS
-	if xds {
-		for _, k := range envoyRetryFields {
-			if contains(grpcReadsRetryFields, k) || !has(o, k) {
-				continue
-			}
-			r.ignored = append(r.ignored, k)
-			_, p, _ := o.key(k)
-			c.add(loc.at(p).finding(FindingIgnoredByGRPC, layer, fmt.Sprintf("grpc-go ignores %s on an xds:/// channel (gRFC A44 reads retry_on, num_retries and retry_back_off only)", k),
-				"remove it; a per-attempt timeout or status code list has no effect on proxyless gRPC"))
-		}
-	}
-	if ov, op, ok := o.key("retry_on"); ok {
-		s, isString := ov.(string)
-		if !isString {
-			c.add(loc.at(op).finding(FindingInvalidValue, layer, "retry_on must be a comma-separated string, not "+describe(ov), "write retry_on: \"unavailable\""))
-		}
-		for _, tok := range splitList(s) {
-			if xds {
-				if g := strings.ToLower(tok); isGRPCCondition(g) {
-					r.retryOn = union(r.retryOn, []string{g})
-					continue
-				}
-				c.add(loc.at(op).finding(FindingIgnoredByGRPC, layer, fmt.Sprintf("grpc-go ignores the retry condition %q: it reads only cancelled, deadline-exceeded, internal, resource-exhausted and unavailable", truncate(tok)),
-					"use the gRPC conditions"))
-				continue
-			}
-			if _, ok := envoyConditions[tok]; !ok {
-				c.add(loc.at(op).finding(FindingUnknownCondition, layer, fmt.Sprintf("%q is not a retry condition Envoy knows%s; Envoy ignores it", truncate(tok), didYouMean(tok, conditionNames())),
-					"use Envoy's names (5xx, gateway-error, reset, connect-failure, refused-stream, retriable-status-codes…) or the gRPC ones"))
-				continue
-			}
-			r.retryOn = union(r.retryOn, []string{tok})
-		}
-	}
-	if nv, np, ok := o.key("num_retries"); ok {
-		n, ok := wrappedInteger(nv)
-		switch {
-		case !ok || n < 0 || n > 1<<32-1:
-			c.add(loc.at(np).finding(FindingInvalidValue, layer, "num_retries must be an unsigned 32-bit integer, not "+describe(nv), "write the number of retries"))
-		case xds && n < 1:
-			r.rejected = true
-			c.add(loc.at(np).finding(FindingInvalidValue, layer, "num_retries 0: grpc-go rejects (NACKs) the whole RouteConfiguration (\"must be >= 1\") and keeps the previous one",
-				"remove the retry_policy to switch retries off"))
-		default:
-			r.numRetries = n
-			if xds && n+1 > grpcMaxAttempts {
-				c.add(loc.at(np).finding(FindingMaxAttemptsClamped, layer, fmt.Sprintf("num_retries %d is %d attempts; grpc-go clamps them to %d silently", n, n+1, grpcMaxAttempts),
-					fmt.Sprintf("write at most %d", grpcMaxAttempts-1)))
-			}
-		}
-	}
-	if cv, cp, ok := o.key("retriable_status_codes"); ok && !xds {
-		list, _ := cv.([]any)
-		for _, x := range list {
-			if n, ok := integer(x); ok {
-				r.codes = append(r.codes, n)
-			} else {
-				c.add(loc.at(cp).finding(FindingInvalidValue, layer, "retriable_status_codes must list integers", "fix the list"))
-			}
-		}
-	}
-	if bo, ok := o.child("retry_back_off"); ok {
-		base, _, hasBase := bo.key("base_interval")
-		bd, okBase := time.Duration(0), false
-		if hasBase {
-			bd, okBase = duration(base)
-		}
-		if !okBase || bd <= 0 {
-			what := "retry_back_off.base_interval must be a positive duration"
-			if xds {
-				r.rejected = true
-				what += "; grpc-go rejects (NACKs) the whole RouteConfiguration"
-			}
-			c.add(loc.at(joinPath(bo.path, "base_interval")).finding(FindingInvalidValue, layer, what, "write base_interval: 0.025s"))
-		}
-		if mv, mp, ok := bo.key("max_interval"); ok {
-			md, ok := duration(mv)
-			if !ok || md <= 0 || (okBase && md < bd) {
-				what := "retry_back_off.max_interval must be a positive duration, not below base_interval"
-				if xds {
-					r.rejected = true
-					what += "; grpc-go rejects (NACKs) the whole RouteConfiguration"
-				}
-				c.add(loc.at(mp).finding(FindingInvalidValue, layer, what, "write max_interval: 0.25s"))
-			}
-		}
-	}
-	if xds && len(r.retryOn) == 0 && !r.rejected {
+	c.envoyBackOff(r, o, layer)
+	if layer == LayerXDS && len(r.retryOn) == 0 && !r.rejected {
 		c.add(loc.finding(FindingIgnoredByGRPC, layer, "no gRPC retry condition in retry_on, so grpc-go makes one attempt: the policy retries nothing",
 			"add unavailable (and only conditions the methods' idempotency allows), or remove the retry_policy"))
 	}
 	return r
+}
+
+// checkRetryFields reports a RetryPolicy's unknown fields and, on an
+// xds:/// channel, the fields grpc-go ignores (recorded in r.ignored).
+func (c *Config) checkRetryFields(r *envoyRetry, o obj, layer Layer) {
+	for _, k := range o.unknownKeys(append(envoyRetryFields, "@type")...) {
+		c.add(r.loc.at(joinPath(o.path, k)).finding(FindingUnknownField, layer, fmt.Sprintf("unknown field %q in a RetryPolicy%s; the resource is rejected", truncate(k), didYouMean(k, envoyRetryFields)),
+			"spell it as the API does (snake_case or lowerCamelCase)"))
+	}
+	if layer != LayerXDS {
+		return
+	}
+	for _, k := range envoyRetryFields {
+		if contains(grpcReadsRetryFields, k) || !has(o, k) {
+			continue
+		}
+		r.ignored = append(r.ignored, k)
+		_, p, _ := o.key(k)
+		c.add(r.loc.at(p).finding(FindingIgnoredByGRPC, layer, fmt.Sprintf("grpc-go ignores %s on an xds:/// channel (gRFC A44 reads retry_on, num_retries and retry_back_off only)", k),
+			"remove it; a per-attempt timeout or status code list has no effect on proxyless gRPC"))
+	}
+}
+
+// envoyRetryOn reads retry_on into r.retryOn: Envoy's known conditions, or
+// on an xds:/// channel the gRPC ones grpc-go reads.
+func (c *Config) envoyRetryOn(r *envoyRetry, o obj, layer Layer) {
+	ov, op, ok := o.key("retry_on")
+	if !ok {
+		return
+	}
+	s, isString := ov.(string)
+	if !isString {
+		c.add(r.loc.at(op).finding(FindingInvalidValue, layer, "retry_on must be a comma-separated string, not "+describe(ov), "write retry_on: \"unavailable\""))
+	}
+	for _, tok := range splitList(s) {
+		if layer == LayerXDS {
+			if g := strings.ToLower(tok); isGRPCCondition(g) {
+				r.retryOn = union(r.retryOn, []string{g})
+				continue
+			}
+			c.add(r.loc.at(op).finding(FindingIgnoredByGRPC, layer, fmt.Sprintf("grpc-go ignores the retry condition %q: it reads only cancelled, deadline-exceeded, internal, resource-exhausted and unavailable", truncate(tok)),
+				"use the gRPC conditions"))
+			continue
+		}
+		if _, ok := envoyConditions[tok]; !ok {
+			c.add(r.loc.at(op).finding(FindingUnknownCondition, layer, fmt.Sprintf("%q is not a retry condition Envoy knows%s; Envoy ignores it", truncate(tok), didYouMean(tok, conditionNames())),
+				"use Envoy's names (5xx, gateway-error, reset, connect-failure, refused-stream, retriable-status-codes…) or the gRPC ones"))
+			continue
+		}
+		r.retryOn = union(r.retryOn, []string{tok})
+	}
+}
+
+// envoyNumRetries reads num_retries; on an xds:/// channel 0 makes grpc-go
+// reject the resource, and more than grpcMaxAttempts attempts are clamped.
+func (c *Config) envoyNumRetries(r *envoyRetry, o obj, layer Layer) {
+	nv, np, ok := o.key("num_retries")
+	if !ok {
+		return
+	}
+	xds := layer == LayerXDS
+	n, ok := wrappedInteger(nv)
+	switch {
+	case !ok || n < 0 || n > 1<<32-1:
+		c.add(r.loc.at(np).finding(FindingInvalidValue, layer, "num_retries must be an unsigned 32-bit integer, not "+describe(nv), "write the number of retries"))
+	case xds && n < 1:
+		r.rejected = true
+		c.add(r.loc.at(np).finding(FindingInvalidValue, layer, "num_retries 0: grpc-go rejects (NACKs) the whole RouteConfiguration (\"must be >= 1\") and keeps the previous one",
+			"remove the retry_policy to switch retries off"))
+	default:
+		r.numRetries = n
+		if xds && n+1 > grpcMaxAttempts {
+			c.add(r.loc.at(np).finding(FindingMaxAttemptsClamped, layer, fmt.Sprintf("num_retries %d is %d attempts; grpc-go clamps them to %d silently", n, n+1, grpcMaxAttempts),
+				fmt.Sprintf("write at most %d", grpcMaxAttempts-1)))
+		}
+	}
+}
+
+// envoyStatusCodes reads retriable_status_codes into r.codes.
+func (c *Config) envoyStatusCodes(r *envoyRetry, o obj, layer Layer) {
+	cv, cp, ok := o.key("retriable_status_codes")
+	if !ok {
+		return
+	}
+	list, _ := cv.([]any)
+	for _, x := range list {
+		if n, ok := integer(x); ok {
+			r.codes = append(r.codes, n)
+		} else {
+			c.add(r.loc.at(cp).finding(FindingInvalidValue, layer, "retriable_status_codes must list integers", "fix the list"))
+		}
+	}
+}
+
+// envoyBackOff checks retry_back_off's intervals; on an xds:/// channel an
+// invalid one makes grpc-go reject the resource (r.rejected).
+func (c *Config) envoyBackOff(r *envoyRetry, o obj, layer Layer) {
+	bo, ok := o.child("retry_back_off")
+	if !ok {
+		return
+	}
+	invalid := func(p, what, fix string) {
+		if layer == LayerXDS {
+			r.rejected = true
+			what += "; grpc-go rejects (NACKs) the whole RouteConfiguration"
+		}
+		c.add(r.loc.at(p).finding(FindingInvalidValue, layer, what, fix))
+	}
+	base, _, hasBase := bo.key("base_interval")
+	bd, okBase := time.Duration(0), false
+	if hasBase {
+		bd, okBase = duration(base)
+	}
+	if !okBase || bd <= 0 {
+		invalid(joinPath(bo.path, "base_interval"), "retry_back_off.base_interval must be a positive duration", "write base_interval: 0.025s")
+	}
+	if mv, mp, ok := bo.key("max_interval"); ok {
+		if md, ok := duration(mv); !ok || md <= 0 || (okBase && md < bd) {
+			invalid(mp, "retry_back_off.max_interval must be a positive duration, not below base_interval", "write max_interval: 0.25s")
+		}
+	}
 }
 
 // envoyRule turns a RetryPolicy into a rule.

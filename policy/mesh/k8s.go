@@ -71,76 +71,106 @@ type k8sRule struct {
 	retry   *rule // the HTTPRoute retry field's rule; nil: none
 }
 
-// readAnnotations reads the retry.linkerd.io annotations of a resource.
+// readAnnotations reads the retry.linkerd.io annotations of a resource; nil
+// when it has none that are strings.
 func (c *Config) readAnnotations(loc location, meta obj, kind string) *linkerdRetry {
 	ann, ok := meta.child("annotations")
 	if !ok {
 		return nil
 	}
+	c.unknownAnnotations(loc, ann)
 	var r *linkerdRetry
-	get := func(name string) (string, string, bool) {
+	get := func(name string) (string, location, bool) {
 		v, p, ok := ann.key(name)
 		if !ok {
-			return "", "", false
+			return "", loc, false
 		}
 		s, isString := v.(string)
 		if !isString {
 			c.add(loc.at(p).finding(FindingInvalidValue, LayerLinkerd, fmt.Sprintf("annotation %s must be a string, not %s (quote it)", name, describe(v)), fmt.Sprintf("write %s: \"%s\"", name, describe(v))))
-			return "", "", false
+			return "", loc, false
 		}
 		if r == nil {
 			r = &linkerdRetry{loc: loc.at(ann.path), limit: 1}
 		}
-		return s, p, true
+		return s, loc.at(p), true
 	}
+	if s, at, ok := get(annoHTTP); ok {
+		c.annotationHTTP(r, at, s, kind)
+	}
+	if s, at, ok := get(annoGRPC); ok {
+		c.annotationGRPC(r, at, s, kind)
+	}
+	if s, at, ok := get(annoLimit); ok {
+		c.annotationLimit(r, at, s)
+	}
+	if s, at, ok := get(annoTimeout); ok {
+		c.annotationTimeout(r, at, s)
+	}
+	return r
+}
+
+// unknownAnnotations reports the retry.linkerd.io annotations Linkerd does
+// not know.
+func (c *Config) unknownAnnotations(loc location, ann obj) {
 	for _, k := range ann.keys() {
 		if strings.HasPrefix(k, "retry.linkerd.io/") && !contains(linkerdAnnotations, k) {
 			c.add(loc.at(joinPath(ann.path, k)).finding(FindingUnknownField, LayerLinkerd, fmt.Sprintf("unknown annotation %q%s; Linkerd ignores it", truncate(k), didYouMean(k, linkerdAnnotations)),
 				"use "+strings.Join(linkerdAnnotations, ", ")))
 		}
 	}
-	if s, p, ok := get(annoHTTP); ok {
-		if kind == "GRPCRoute" {
-			c.add(loc.at(p).finding(FindingInvalidValue, LayerLinkerd, annoHTTP+" is not valid on a GRPCRoute; Linkerd ignores it", "use "+annoGRPC))
-		} else {
-			for _, tok := range splitList(s) {
-				if !linkerdHTTPCondition(tok) {
-					c.add(loc.at(p).finding(FindingUnknownCondition, LayerLinkerd, fmt.Sprintf("%q is not a status code, a range xxx-yyy, gateway-error or 5xx", truncate(tok)), "fix the list"))
-					continue
-				}
-				r.conds = union(r.conds, []string{tok})
-			}
-		}
+}
+
+// annotationHTTP reads retry.linkerd.io/http (status codes, ranges,
+// gateway-error, 5xx), which a GRPCRoute does not take.
+func (c *Config) annotationHTTP(r *linkerdRetry, at location, s, kind string) {
+	if kind == "GRPCRoute" {
+		c.add(at.finding(FindingInvalidValue, LayerLinkerd, annoHTTP+" is not valid on a GRPCRoute; Linkerd ignores it", "use "+annoGRPC))
+		return
 	}
-	if s, p, ok := get(annoGRPC); ok {
-		if kind == "HTTPRoute" {
-			c.add(loc.at(p).finding(FindingInvalidValue, LayerLinkerd, annoGRPC+" is not valid on an HTTPRoute; Linkerd ignores it", "use "+annoHTTP+", or a GRPCRoute"))
-		} else {
-			for _, tok := range splitList(s) {
-				if !isGRPCCondition(tok) {
-					c.add(loc.at(p).finding(FindingUnknownCondition, LayerLinkerd, fmt.Sprintf("%q is not one of cancelled, deadline-exceeded, internal, resource-exhausted, unavailable", truncate(tok)), "fix the list"))
-					continue
-				}
-				r.conds = union(r.conds, []string{tok})
-			}
+	for _, tok := range splitList(s) {
+		if !linkerdHTTPCondition(tok) {
+			c.add(at.finding(FindingUnknownCondition, LayerLinkerd, fmt.Sprintf("%q is not a status code, a range xxx-yyy, gateway-error or 5xx", truncate(tok)), "fix the list"))
+			continue
 		}
+		r.conds = union(r.conds, []string{tok})
 	}
-	if s, p, ok := get(annoLimit); ok {
-		n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 32)
-		if err != nil || n < 0 {
-			c.add(loc.at(p).finding(FindingInvalidValue, LayerLinkerd, fmt.Sprintf("%s %q is not a non-negative integer", annoLimit, truncate(s)), "write the number of retries, such as \"1\""))
-		} else {
-			r.limit = n
+}
+
+// annotationGRPC reads retry.linkerd.io/grpc (gRPC conditions), which an
+// HTTPRoute does not take.
+func (c *Config) annotationGRPC(r *linkerdRetry, at location, s, kind string) {
+	if kind == "HTTPRoute" {
+		c.add(at.finding(FindingInvalidValue, LayerLinkerd, annoGRPC+" is not valid on an HTTPRoute; Linkerd ignores it", "use "+annoHTTP+", or a GRPCRoute"))
+		return
+	}
+	for _, tok := range splitList(s) {
+		if !isGRPCCondition(tok) {
+			c.add(at.finding(FindingUnknownCondition, LayerLinkerd, fmt.Sprintf("%q is not one of cancelled, deadline-exceeded, internal, resource-exhausted, unavailable", truncate(tok)), "fix the list"))
+			continue
 		}
+		r.conds = union(r.conds, []string{tok})
 	}
-	if s, p, ok := get(annoTimeout); ok {
-		if d, err := time.ParseDuration(strings.TrimSpace(s)); err != nil || d <= 0 {
-			c.add(loc.at(p).finding(FindingInvalidValue, LayerLinkerd, fmt.Sprintf("%s %q is not a duration with units, such as \"300ms\"", annoTimeout, truncate(s)), "write a duration with units"))
-		} else {
-			r.conds = union(r.conds, []string{"timeout (" + strings.TrimSpace(s) + ")"})
-		}
+}
+
+// annotationLimit reads retry.linkerd.io/limit, the number of retries.
+func (c *Config) annotationLimit(r *linkerdRetry, at location, s string) {
+	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 32)
+	if err != nil || n < 0 {
+		c.add(at.finding(FindingInvalidValue, LayerLinkerd, fmt.Sprintf("%s %q is not a non-negative integer", annoLimit, truncate(s)), "write the number of retries, such as \"1\""))
+		return
 	}
-	return r
+	r.limit = n
+}
+
+// annotationTimeout reads retry.linkerd.io/timeout, which makes a timed-out
+// attempt a retry condition.
+func (c *Config) annotationTimeout(r *linkerdRetry, at location, s string) {
+	if d, err := time.ParseDuration(strings.TrimSpace(s)); err != nil || d <= 0 {
+		c.add(at.finding(FindingInvalidValue, LayerLinkerd, fmt.Sprintf("%s %q is not a duration with units, such as \"300ms\"", annoTimeout, truncate(s)), "write a duration with units"))
+		return
+	}
+	r.conds = union(r.conds, []string{"timeout (" + strings.TrimSpace(s) + ")"})
 }
 
 func linkerdHTTPCondition(tok string) bool {
@@ -174,6 +204,8 @@ func (c *Config) readService(loc location, o obj, meta obj, name, ns string) {
 
 var linkerdBudgetFields = []string{"retryRatio", "minRetriesPerSecond", "ttl"}
 
+// readServiceProfile reads a ServiceProfile: its routes and its retry
+// budget (Linkerd's default when it sets none).
 func (c *Config) readServiceProfile(loc location, o obj, name, ns string) {
 	spec, ok := o.child("spec")
 	if !ok {
@@ -188,27 +220,38 @@ func (c *Config) readServiceProfile(loc location, o obj, name, ns string) {
 	}
 	routes, paths := spec.list("routes")
 	for i, r := range routes {
-		ro, ok := asObj(r, paths[i])
-		if !ok {
-			continue
+		if ro, ok := asObj(r, paths[i]); ok {
+			sp.routes = append(sp.routes, c.spRoute(loc, ro))
 		}
-		sr := spRoute{loc: loc.at(ro.path)}
-		sr.name, _ = ro.str("name")
-		if cond, ok := ro.child("condition"); ok {
-			sr.match = c.spCondition(loc, cond, 0)
-		} else {
-			c.add(loc.at(ro.path).finding(FindingInvalidValue, LayerLinkerd, "a route without condition matches nothing", "add condition: {method: POST, pathRegex: ...}"))
-			sr.match = matcher{desc: "no condition", never: true}
-		}
-		if v, p, ok := ro.key("isRetryable"); ok {
-			b, ok := boolean(v)
-			if !ok {
-				c.add(loc.at(p).finding(FindingInvalidValue, LayerLinkerd, "isRetryable must be true or false", "fix the value"))
-			}
-			sr.retryable = b
-		}
-		sp.routes = append(sp.routes, sr)
 	}
+	sp.budget = c.linkerdBudget(loc, spec)
+	c.profiles = append(c.profiles, sp)
+}
+
+// spRoute reads one route of a ServiceProfile: its condition and whether it
+// is retryable.
+func (c *Config) spRoute(loc location, ro obj) spRoute {
+	sr := spRoute{loc: loc.at(ro.path)}
+	sr.name, _ = ro.str("name")
+	if cond, ok := ro.child("condition"); ok {
+		sr.match = c.spCondition(loc, cond, 0)
+	} else {
+		c.add(loc.at(ro.path).finding(FindingInvalidValue, LayerLinkerd, "a route without condition matches nothing", "add condition: {method: POST, pathRegex: ...}"))
+		sr.match = matcher{desc: "no condition", never: true}
+	}
+	if v, p, ok := ro.key("isRetryable"); ok {
+		b, ok := boolean(v)
+		if !ok {
+			c.add(loc.at(p).finding(FindingInvalidValue, LayerLinkerd, "isRetryable must be true or false", "fix the value"))
+		}
+		sr.retryable = b
+	}
+	return sr
+}
+
+// linkerdBudget describes a ServiceProfile's spec.retryBudget, with
+// Linkerd's defaults for what it does not set.
+func (c *Config) linkerdBudget(loc location, spec obj) string {
 	ratio, minRPS, ttl := linkerdDefaultRatio, int64(linkerdDefaultMinRPS), linkerdDefaultTTL
 	where := loc.object + " spec.retryBudget (not set: Linkerd's default)"
 	if rb, ok := spec.child("retryBudget"); ok {
@@ -238,8 +281,7 @@ func (c *Config) readServiceProfile(loc location, o obj, name, ns string) {
 			}
 		}
 	}
-	sp.budget = fmt.Sprintf("%s: retries at most %s of requests plus %d per second, over %s", where, strconv.FormatFloat(ratio, 'f', -1, 64), minRPS, ttl)
-	c.profiles = append(c.profiles, sp)
+	return fmt.Sprintf("%s: retries at most %s of requests plus %d per second, over %s", where, strconv.FormatFloat(ratio, 'f', -1, 64), minRPS, ttl)
 }
 
 // spCondition reads a ServiceProfile request match: pathRegex, method, all,
@@ -388,6 +430,8 @@ func (c *Config) readRoute(loc location, o obj, meta obj, kind, name, ns string)
 	c.routes = append(c.routes, rt)
 }
 
+// routeMatches reads the matches of an HTTPRoute or GRPCRoute rule; a rule
+// without matches matches every request.
 func (c *Config) routeMatches(loc location, ro obj, kind string) []matcher {
 	list, paths := ro.list("matches")
 	if len(list) == 0 {
@@ -404,50 +448,9 @@ func (c *Config) routeMatches(loc location, ro obj, kind string) []matcher {
 		}
 		var mt matcher
 		if kind == "GRPCRoute" {
-			mt = allMatcher("any method")
-			if mm, ok := mo.child("method"); ok {
-				typ, _ := mm.str("type")
-				svc, _ := mm.str("service")
-				meth, _ := mm.str("method")
-				if svc == "" && meth == "" {
-					c.add(loc.at(mm.path).finding(FindingInvalidValue, LayerGatewayAPI, "a method match needs a service, a method or both", "add them"))
-				}
-				var err error
-				if mt, err = grpcMethodMatcher(svc, meth, typ == "RegularExpression"); err != nil {
-					c.add(loc.at(mm.path).finding(FindingInvalidValue, LayerGatewayAPI, err.Error(), "fix the expression"))
-					mt = matcher{desc: "method regex (invalid)", never: true}
-				}
-			}
+			mt = c.grpcRouteMatch(loc, mo)
 		} else {
-			mt = segmentPrefixMatcher("path", "/", false)
-			if pm, ok := mo.child("path"); ok {
-				typ, _ := pm.str("type")
-				val, ok := pm.str("value")
-				if !ok {
-					val = "/"
-				}
-				switch typ {
-				case "", "PathPrefix":
-					mt = segmentPrefixMatcher("path", val, false)
-				case "Exact":
-					mt = exactMatcher("path", val, false)
-				case "RegularExpression":
-					var err error
-					if mt, err = regexMatcher("path", val, false); err != nil {
-						c.add(loc.at(pm.path).finding(FindingInvalidValue, LayerGatewayAPI, err.Error(), "fix the expression"))
-						mt = matcher{desc: "path regex (invalid)", never: true}
-					}
-				default:
-					c.add(loc.at(joinPath(pm.path, "type")).finding(FindingInvalidValue, LayerGatewayAPI, fmt.Sprintf("path match type %q is not Exact, PathPrefix or RegularExpression", truncate(typ)), "fix the type"))
-					mt = matcher{desc: "path (invalid)", never: true}
-				}
-			}
-			if meth, ok := mo.str("method"); ok && !strings.EqualFold(meth, "POST") {
-				mt.never = true
-			}
-			if has(mo, "queryParams") {
-				mt.conditional = true
-			}
+			mt = c.httpRouteMatch(loc, mo)
 		}
 		if has(mo, "headers") {
 			mt.conditional = true
@@ -455,6 +458,68 @@ func (c *Config) routeMatches(loc location, ro obj, kind string) []matcher {
 		out = append(out, mt)
 	}
 	return out
+}
+
+// grpcRouteMatch reads a GRPCRoute match's method (any method without one).
+func (c *Config) grpcRouteMatch(loc location, mo obj) matcher {
+	mm, ok := mo.child("method")
+	if !ok {
+		return allMatcher("any method")
+	}
+	typ, _ := mm.str("type")
+	svc, _ := mm.str("service")
+	meth, _ := mm.str("method")
+	if svc == "" && meth == "" {
+		c.add(loc.at(mm.path).finding(FindingInvalidValue, LayerGatewayAPI, "a method match needs a service, a method or both", "add them"))
+	}
+	mt, err := grpcMethodMatcher(svc, meth, typ == "RegularExpression")
+	if err != nil {
+		c.add(loc.at(mm.path).finding(FindingInvalidValue, LayerGatewayAPI, err.Error(), "fix the expression"))
+		return matcher{desc: "method regex (invalid)", never: true}
+	}
+	return mt
+}
+
+// httpRouteMatch reads an HTTPRoute match: its path (the prefix "/"
+// without one), a method other than POST (which gRPC never sends) and
+// query parameters (a condition the checker does not evaluate).
+func (c *Config) httpRouteMatch(loc location, mo obj) matcher {
+	mt := segmentPrefixMatcher("path", "/", false)
+	if pm, ok := mo.child("path"); ok {
+		mt = c.httpPathMatch(loc, pm)
+	}
+	if meth, ok := mo.str("method"); ok && !strings.EqualFold(meth, "POST") {
+		mt.never = true
+	}
+	if has(mo, "queryParams") {
+		mt.conditional = true
+	}
+	return mt
+}
+
+// httpPathMatch reads an HTTPRoute path match of type PathPrefix (the
+// default), Exact or RegularExpression.
+func (c *Config) httpPathMatch(loc location, pm obj) matcher {
+	typ, _ := pm.str("type")
+	val, ok := pm.str("value")
+	if !ok {
+		val = "/"
+	}
+	switch typ {
+	case "", "PathPrefix":
+		return segmentPrefixMatcher("path", val, false)
+	case "Exact":
+		return exactMatcher("path", val, false)
+	case "RegularExpression":
+		mt, err := regexMatcher("path", val, false)
+		if err != nil {
+			c.add(loc.at(pm.path).finding(FindingInvalidValue, LayerGatewayAPI, err.Error(), "fix the expression"))
+			return matcher{desc: "path regex (invalid)", never: true}
+		}
+		return mt
+	}
+	c.add(loc.at(joinPath(pm.path, "type")).finding(FindingInvalidValue, LayerGatewayAPI, fmt.Sprintf("path match type %q is not Exact, PathPrefix or RegularExpression", truncate(typ)), "fix the type"))
+	return matcher{desc: "path (invalid)", never: true}
 }
 
 // gatewayRetry reads an HTTPRoute rule's retry field.
@@ -510,88 +575,119 @@ func (c *Config) linkerdTables(hosts []string) []*table {
 	var out []*table
 	profiled := map[string]bool{}
 	for _, sp := range c.profiles {
-		if !inScope(sp.host) {
-			continue
-		}
-		profiled[sp.host] = true
-		t := &table{layer: LayerLinkerd, loc: sp.loc, coverage: true, unmatchedServed: true}
-		for _, r := range sp.routes {
-			rt := route{loc: r.loc, name: r.name, matches: []matcher{r.match}}
-			if r.retryable {
-				rt.rule = &rule{layer: LayerLinkerd, loc: r.loc, attempts: Attempts{Unbounded: true}, conds: []string{"isRetryable"}, budget: sp.budget,
-					via: "a retryable route is retried until its timeout (10s unless set) or the budget stops it"}
-			}
-			t.routes = append(t.routes, rt)
-		}
-		out = append(out, t)
-	}
-	// Services: their annotations, and their routes'.
-	hostsSeen := map[string]*k8sService{}
-	var order []string
-	for _, s := range c.services {
-		if _, dup := hostsSeen[s.host]; !dup {
-			order = append(order, s.host)
-		}
-		hostsSeen[s.host] = s
-	}
-	routesBy := map[string][]*k8sRoute{}
-	for _, r := range c.routes {
-		for _, p := range r.parents {
-			if h, ok := strings.CutPrefix(p, "Service "); ok {
-				if _, known := hostsSeen[h]; !known && routesBy[h] == nil {
-					order = append(order, h)
-				}
-				routesBy[h] = append(routesBy[h], r)
-			}
+		if inScope(sp.host) {
+			profiled[sp.host] = true
+			out = append(out, profileTable(sp))
 		}
 	}
-	for _, h := range order {
+	svcs := c.linkerdServices()
+	for _, h := range svcs.order {
 		if !inScope(h) {
 			continue
 		}
-		svc := hostsSeen[h]
 		if profiled[h] {
-			if svc != nil && svc.retry != nil {
-				c.add(svc.retry.loc.finding(FindingOverridden, LayerLinkerd, "retry annotations on a Service that has a ServiceProfile: Linkerd uses the profile's retries and ignores the annotations",
-					"move the retries into the ServiceProfile, or delete the profile"))
-			}
-			for _, r := range routesBy[h] {
-				if r.retry != nil {
-					c.add(r.retry.loc.finding(FindingOverridden, LayerLinkerd, "retry annotations on a route of a Service that has a ServiceProfile: Linkerd uses the profile's retries and ignores the annotations",
-						"move the retries into the ServiceProfile, or delete the profile"))
-				}
-			}
+			c.overriddenAnnotations(svcs.byHost[h], svcs.routes[h])
 			continue
 		}
-		var svcRule *rule
-		if svc != nil {
-			svcRule = linkerdRule(svc.retry)
-		}
-		rs := routesBy[h]
-		if len(rs) == 0 {
-			if svcRule == nil {
-				continue
-			}
-			out = append(out, &table{layer: LayerLinkerd, loc: svc.loc, routes: []route{{loc: svc.retry.loc, name: "service", rule: svcRule}}})
-			continue
-		}
-		t := &table{layer: LayerLinkerd, loc: rs[0].loc, mostSpecific: true}
-		any := svcRule != nil
-		for _, r := range rs {
-			ru := svcRule
-			if r.retry != nil { // a route's annotations replace all of the Service's
-				ru = linkerdRule(r.retry)
-				any = any || ru != nil
-			}
-			for _, kr := range r.rules {
-				t.routes = append(t.routes, route{loc: kr.loc, matches: kr.matches, rule: ru})
-			}
-		}
-		if any {
+		if t := linkerdAnnotationTable(svcs.byHost[h], svcs.routes[h]); t != nil {
 			out = append(out, t)
 		}
 	}
 	return out
+}
+
+// profileTable is the table of a ServiceProfile's routes: a retryable one
+// is retried until its timeout or the profile's budget stops it.
+func profileTable(sp *serviceProfile) *table {
+	t := &table{layer: LayerLinkerd, loc: sp.loc, coverage: true, unmatchedServed: true}
+	for _, r := range sp.routes {
+		rt := route{loc: r.loc, name: r.name, matches: []matcher{r.match}}
+		if r.retryable {
+			rt.rule = &rule{layer: LayerLinkerd, loc: r.loc, attempts: Attempts{Unbounded: true}, conds: []string{"isRetryable"}, budget: sp.budget,
+				via: "a retryable route is retried until its timeout (10s unless set) or the budget stops it"}
+		}
+		t.routes = append(t.routes, rt)
+	}
+	return t
+}
+
+// linkerdServices are the Services and the routes whose parent is a
+// Service, by host, with the hosts in the order they were read.
+type linkerdServices struct {
+	order  []string
+	byHost map[string]*k8sService // the last Service read for a host
+	routes map[string][]*k8sRoute
+}
+
+// linkerdServices groups the Services and their routes by host.
+func (c *Config) linkerdServices() linkerdServices {
+	s := linkerdServices{byHost: map[string]*k8sService{}, routes: map[string][]*k8sRoute{}}
+	for _, svc := range c.services {
+		if _, dup := s.byHost[svc.host]; !dup {
+			s.order = append(s.order, svc.host)
+		}
+		s.byHost[svc.host] = svc
+	}
+	for _, r := range c.routes {
+		for _, p := range r.parents {
+			if h, ok := strings.CutPrefix(p, "Service "); ok {
+				if _, known := s.byHost[h]; !known && s.routes[h] == nil {
+					s.order = append(s.order, h)
+				}
+				s.routes[h] = append(s.routes[h], r)
+			}
+		}
+	}
+	return s
+}
+
+// overriddenAnnotations reports the retry annotations of a Service that has
+// a ServiceProfile, and of its routes: Linkerd ignores them. svc may be nil.
+func (c *Config) overriddenAnnotations(svc *k8sService, routes []*k8sRoute) {
+	if svc != nil && svc.retry != nil {
+		c.add(svc.retry.loc.finding(FindingOverridden, LayerLinkerd, "retry annotations on a Service that has a ServiceProfile: Linkerd uses the profile's retries and ignores the annotations",
+			"move the retries into the ServiceProfile, or delete the profile"))
+	}
+	for _, r := range routes {
+		if r.retry != nil {
+			c.add(r.retry.loc.finding(FindingOverridden, LayerLinkerd, "retry annotations on a route of a Service that has a ServiceProfile: Linkerd uses the profile's retries and ignores the annotations",
+				"move the retries into the ServiceProfile, or delete the profile"))
+		}
+	}
+}
+
+// linkerdAnnotationTable is the table of a Service without a
+// ServiceProfile: its routes' rules with their annotations (which replace
+// all of the Service's) or the Service's, or else one route for every
+// request with the Service's annotations. It is nil when nothing retries.
+// svc may be nil.
+func linkerdAnnotationTable(svc *k8sService, routes []*k8sRoute) *table {
+	var svcRule *rule
+	if svc != nil {
+		svcRule = linkerdRule(svc.retry)
+	}
+	if len(routes) == 0 {
+		if svcRule == nil {
+			return nil
+		}
+		return &table{layer: LayerLinkerd, loc: svc.loc, routes: []route{{loc: svc.retry.loc, name: "service", rule: svcRule}}}
+	}
+	t := &table{layer: LayerLinkerd, loc: routes[0].loc, mostSpecific: true}
+	any := svcRule != nil
+	for _, r := range routes {
+		ru := svcRule
+		if r.retry != nil { // a route's annotations replace all of the Service's
+			ru = linkerdRule(r.retry)
+			any = any || ru != nil
+		}
+		for _, kr := range r.rules {
+			t.routes = append(t.routes, route{loc: kr.loc, matches: kr.matches, rule: ru})
+		}
+	}
+	if !any {
+		return nil
+	}
+	return t
 }
 
 // gatewayTables returns, per parent (a Service or a Gateway), one table of
