@@ -333,4 +333,3 @@ func TestRequestIDHerd(t *testing.T) {
 		}
 	})
 }
-
