@@ -34,7 +34,9 @@ type keyCtx struct{}
 // the interceptor generates one key per logical call, which the error of
 // a keyed call carries (see [CallInfo]). The interceptor sets the key's
 // header on the request for the call's attempts and restores the header
-// the request came with when the call ends.
+// the request came with when the call ends; it also puts the key in an
+// empty AIP-155 request_id of a keyed procedure's request (see
+// Client.Interceptor).
 func WithKey(ctx context.Context, key string) context.Context {
 	return context.WithValue(ctx, keyCtx{}, key)
 }
@@ -269,6 +271,13 @@ func (c *Client) ClientOptions() []connect.ClientOption {
 // window) ends before its outcome could be learned does it return
 // CALL_OUTCOME_UNKNOWN, with the key. A request carrying
 // Idempotency-Resolve (see [Resolve]) passes through.
+//
+// A keyed procedure whose request message has an AIP-155 request_id (see
+// keyedproto.RequestIDField): a request_id the caller set is the call's
+// key when the caller chose none; an empty one is filled with the call's
+// key (a random UUID when the interceptor generates it) in a copy of the
+// message, which the request holds for the call's attempts and resolves
+// and gives back to the caller's message when the call ends.
 func (c *Client) Interceptor() connect.Interceptor { return clientInterceptor{c} }
 
 type clientInterceptor struct{ c *Client }

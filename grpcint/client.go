@@ -30,7 +30,9 @@ func NewKey() string { return keyed.NewKey() }
 // yourself (for example to persist it before the call, so that
 // [Resolve] can find the outcome after a restart). Without it the client
 // interceptor generates one key per logical call, which the error of a
-// keyed call carries (see [CallInfo]).
+// keyed call carries (see [CallInfo]). The client interceptor also puts the
+// key in an empty AIP-155 request_id of a keyed method's request (see
+// Client.UnaryClientInterceptor).
 func WithKey(ctx context.Context, key string) context.Context {
 	md, _ := metadata.FromOutgoingContext(ctx)
 	md = md.Copy()
@@ -312,6 +314,13 @@ func (c *Client) withKeyFor(ctx context.Context, p policy.MethodPolicy, req any)
 // result (original or replayed) or an error with a definite CallInfo;
 // only when the deadline (or the resolve window) ends before its outcome
 // could be learned does it return ReasonCallOutcomeUnknown, with the key.
+//
+// A keyed method whose request message has an AIP-155 request_id (see
+// keyedproto.RequestIDField): a request_id the caller set is the call's
+// key when the caller chose none (WithKey); an empty one is filled with
+// the call's key (a random UUID when the interceptor generates it) in a
+// copy of the request, so that the caller's message never changes and
+// every attempt and resolve sends the same request_id.
 func (c *Client) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		if isResolve(ctx) {
