@@ -18,9 +18,12 @@ import (
 // IdempotencyIdempotent policy.KindIdempotent, IdempotencyUnknown
 // policy.KindNonIdempotent). When IdempotencyLevel is unknown and Schema is
 // the procedure's protoreflect.MethodDescriptor, its idempotency_level
-// option decides. A Spec cannot say that a procedure is keyed: use
-// Catalog.WithKeyed. A malformed procedure name, or one given twice, is
-// an error.
+// option decides. A non-idempotent unary procedure whose Schema's request
+// message has Google's AIP-155 request identifier (a top-level `string
+// request_id`; see policy.KeyedByRequestID) is policy.KindKeyed with
+// DurableLedger set, as policy.CatalogFromFiles reads it; mark other
+// procedures keyed with Catalog.WithKeyed. A malformed procedure name, or
+// one given twice, is an error.
 func CatalogFromSpecs(specs ...connect.Spec) (*policy.Catalog, error) {
 	return CatalogWithSpecs(nil, specs...)
 }
@@ -33,6 +36,9 @@ func CatalogWithSpecs(base *policy.Catalog, specs ...connect.Spec) (*policy.Cata
 	ps := make([]policy.MethodPolicy, 0, len(specs))
 	for _, s := range specs {
 		p := policy.MethodPolicy{FullMethod: s.Procedure, Kind: kindOf(s), Shape: shapeOf(s.StreamType)}
+		if md, ok := s.Schema.(protoreflect.MethodDescriptor); ok && p.Shape == policy.ShapeUnary && policy.KeyedByRequestID(md, p.Kind) {
+			p.Kind, p.DurableLedger = policy.KindKeyed, true
+		}
 		if old, ok := base.Lookup(s.Procedure); ok && old.Kind == policy.KindKeyed && p.Kind != policy.KindNoSideEffects {
 			p.Kind, p.DurableLedger = policy.KindKeyed, old.DurableLedger
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptrace"
+	"reflect"
 	"sync/atomic"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/opledger/opledger/internal/options"
 	"github.com/opledger/opledger/internal/wait"
 	"github.com/opledger/opledger/keyed"
+	"github.com/opledger/opledger/keyed/keyedproto"
 	"github.com/opledger/opledger/keyed/retry"
 	"github.com/opledger/opledger/policy"
 )
@@ -32,7 +34,9 @@ type keyCtx struct{}
 // the interceptor generates one key per logical call, which the error of
 // a keyed call carries (see [CallInfo]). The interceptor sets the key's
 // header on the request for the call's attempts and restores the header
-// the request came with when the call ends.
+// the request came with when the call ends; it also puts the key in an
+// empty AIP-155 request_id of a keyed procedure's request (see
+// Client.Interceptor).
 func WithKey(ctx context.Context, key string) context.Context {
 	return context.WithValue(ctx, keyCtx{}, key)
 }
@@ -267,6 +271,13 @@ func (c *Client) ClientOptions() []connect.ClientOption {
 // window) ends before its outcome could be learned does it return
 // CALL_OUTCOME_UNKNOWN, with the key. A request carrying
 // Idempotency-Resolve (see [Resolve]) passes through.
+//
+// A keyed procedure whose request message has an AIP-155 request_id (see
+// keyedproto.RequestIDField): a request_id the caller set is the call's
+// key when the caller chose none; an empty one is filled with the call's
+// key (a random UUID when the interceptor generates it) in a copy of the
+// message, which the request holds for the call's attempts and resolves
+// and gives back to the caller's message when the call ends.
 func (c *Client) Interceptor() connect.Interceptor { return clientInterceptor{c} }
 
 type clientInterceptor struct{ c *Client }
@@ -289,7 +300,8 @@ func (i clientInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		if set == "" && len(given) > 0 {
 			set = given[len(given)-1]
 		}
-		key := retry.KeyFor(ctx, p, set, c.cfg.downstreamKeys)
+		key, restore := c.keyFor(ctx, p, set, req)
+		defer restore()
 		if key != "" {
 			req.Header().Set(KeyHeader, key)
 			// The key is the call's: a request sent again later is a new
@@ -318,6 +330,44 @@ func (i clientInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		}
 		return nil, withCallInfo(res.Err, res.Info)
 	}
+}
+
+// keyFor returns the key of a call of p (see retry.KeyFor), set the key
+// the caller chose ("" for none). For a keyed procedure whose request has
+// an AIP-155 request_id field (see keyedproto.RequestIDField) the request's
+// own non-empty request_id is the key when the caller set none, a new key
+// is a UUID (retry.KeyForRequest), and an empty request_id is filled with
+// the key: the request's message is, for the call, a copy with the field
+// set (keyedproto.WithRequestID), so that the caller's message never
+// changes; restore puts the caller's message back in the request when the
+// call ends, as the interceptor does with the key's header.
+func (c *Client) keyFor(ctx context.Context, p policy.MethodPolicy, set string, req connect.AnyRequest) (key string, restore func()) {
+	id, has := keyedproto.RequestID(req.Any())
+	if !has || p.Kind != policy.KindKeyed {
+		return retry.KeyFor(ctx, p, set, c.cfg.downstreamKeys), func() {}
+	}
+	key = retry.KeyForRequest(ctx, p, set, id, c.cfg.downstreamKeys)
+	return key, swapMessage(req, keyedproto.WithRequestID(req.Any(), key))
+}
+
+// swapMessage sets the message of req (a *connect.Request[T], the only
+// implementation of connect.AnyRequest) to msg, of the same type, and
+// returns the function that puts the old one back. It does nothing when
+// msg is req's own message or req is not a *connect.Request[T] with a
+// settable Msg of msg's type.
+func swapMessage(req connect.AnyRequest, msg any) func() {
+	v := reflect.ValueOf(req)
+	if msg == req.Any() || v.Kind() != reflect.Pointer || v.IsNil() {
+		return func() {}
+	}
+	f := v.Elem().FieldByName("Msg")
+	mv := reflect.ValueOf(msg)
+	if !f.IsValid() || !f.CanSet() || !mv.Type().AssignableTo(f.Type()) {
+		return func() {}
+	}
+	old := reflect.ValueOf(f.Interface())
+	f.Set(mv)
+	return func() { f.Set(old) }
 }
 
 func (clientInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {

@@ -6,12 +6,14 @@
 // The server side ([Server], its [Server.Interceptor]) runs each keyed
 // unary procedure of the method catalog inside one transaction with its
 // ledger claim, replays the stored response to every retry with the same
-// Idempotency-Key header (on every protocol), answers resolve requests and
+// Idempotency-Key header (on every protocol), or, without the header, the
+// same AIP-155 request_id in the request, answers resolve requests and
 // renders every outcome as a connect.Code with an ErrorInfo detail.
 //
 // The client side ([Client], its [Client.Interceptor] and
 // [Client.HTTPClient]) owns the retries of a connect client: one key per
-// logical call of a keyed procedure, eligibility × evidence × status, a
+// logical call of a keyed procedure (filled into an empty AIP-155
+// request_id of a copy of the message), eligibility × evidence × status, a
 // budget, backoff and the server's pushback, resolve before running a call
 // whose outcome is unknown again, derived downstream keys, and a
 // [CallInfo] on every error of a keyed call (package keyed/retry's loop).

@@ -235,8 +235,10 @@ func (s *Server) Stats() ServerStats { return s.core.Stats() }
 // of the catalog's services (connect.WithInterceptors). For a keyed unary
 // procedure it:
 //
-//  1. reads the Idempotency-Key header (INVALID_ARGUMENT without one) and
-//     the caller fingerprint (UNAUTHENTICATED without one);
+//  1. reads the Idempotency-Key header or, without one, the request's
+//     AIP-155 request_id (INVALID_ARGUMENT without either, or with two
+//     different keys; see keyedproto.Identify) and the caller fingerprint
+//     (UNAUTHENTICATED without one);
 //  2. fingerprints the request (SHA-256 of its deterministic protobuf
 //     encoding, keyed/keyedproto's, as grpcint does);
 //  3. for a resolve request (Idempotency-Resolve: 1) answers with the
@@ -329,7 +331,7 @@ func (s *Server) keyedCall(ctx context.Context, req connect.AnyRequest, proc str
 // serveKeyed reads a keyed call and has the core run or resolve it.
 func (s *Server) serveKeyed(ctx context.Context, call *keyed.Call, req connect.AnyRequest, resolve bool, work keyed.Work) keyed.Answer {
 	caller, ok := s.caller(ctx, req.Header())
-	id, refusal := call.Identify(caller, ok, req.Header().Values(KeyHeader), nil)
+	id, refusal := keyedproto.Identify(call, caller, ok, req.Header().Values(KeyHeader), req.Any(), resolve)
 	switch {
 	case refusal.Outcome != 0:
 		return refusal

@@ -15,6 +15,7 @@ import (
 
 	"github.com/opledger/opledger/internal/options"
 	"github.com/opledger/opledger/keyed"
+	"github.com/opledger/opledger/keyed/keyedproto"
 	"github.com/opledger/opledger/keyed/retry"
 	"github.com/opledger/opledger/policy"
 	"github.com/opledger/opledger/policy/serviceconfig"
@@ -29,7 +30,9 @@ func NewKey() string { return keyed.NewKey() }
 // yourself (for example to persist it before the call, so that
 // [Resolve] can find the outcome after a restart). Without it the client
 // interceptor generates one key per logical call, which the error of a
-// keyed call carries (see [CallInfo]).
+// keyed call carries (see [CallInfo]). The client interceptor also puts the
+// key in an empty AIP-155 request_id of a keyed method's request (see
+// Client.UnaryClientInterceptor).
 func WithKey(ctx context.Context, key string) context.Context {
 	md, _ := metadata.FromOutgoingContext(ctx)
 	md = md.Copy()
@@ -267,15 +270,26 @@ func (c *Client) policyOf(method string) policy.MethodPolicy {
 
 // withKeyFor returns ctx carrying an idempotency key when method is keyed:
 // the caller's key if set, else (WithDownstreamKeys, inside a keyed call)
-// the derived one, else a new one (see retry.KeyFor). It returns the key
-// ("" for a method that is not keyed and has no key).
-func (c *Client) withKeyFor(ctx context.Context, p policy.MethodPolicy) (context.Context, string) {
+// the derived one, else a new one (see retry.KeyFor). For a keyed method
+// whose request has an AIP-155 request_id field (see
+// keyedproto.RequestIDField) the request's own non-empty request_id is the
+// key when the caller set none, a new key is a UUID, and an empty
+// request_id is filled with the key on a copy of req (retry.KeyForRequest,
+// keyedproto.WithRequestID). It returns the key ("" for a method that is
+// not keyed and has no key) and the request to send.
+func (c *Client) withKeyFor(ctx context.Context, p policy.MethodPolicy, req any) (context.Context, string, any) {
 	set := keyOf(ctx)
-	k := retry.KeyFor(ctx, p, set, c.cfg.downstreamKeys)
-	if k == "" || k == set {
-		return ctx, k
+	var k string
+	if id, has := keyedproto.RequestID(req); has && p.Kind == policy.KindKeyed {
+		k = retry.KeyForRequest(ctx, p, set, id, c.cfg.downstreamKeys)
+		req = keyedproto.WithRequestID(req, k)
+	} else {
+		k = retry.KeyFor(ctx, p, set, c.cfg.downstreamKeys)
 	}
-	return metadata.AppendToOutgoingContext(ctx, KeyHeader, k), k
+	if k == "" || k == set {
+		return ctx, k, req
+	}
+	return metadata.AppendToOutgoingContext(ctx, KeyHeader, k), k, req
 }
 
 // UnaryClientInterceptor returns the channel's unary interceptor, as
@@ -300,6 +314,13 @@ func (c *Client) withKeyFor(ctx context.Context, p policy.MethodPolicy) (context
 // result (original or replayed) or an error with a definite CallInfo;
 // only when the deadline (or the resolve window) ends before its outcome
 // could be learned does it return ReasonCallOutcomeUnknown, with the key.
+//
+// A keyed method whose request message has an AIP-155 request_id (see
+// keyedproto.RequestIDField): a request_id the caller set is the call's
+// key when the caller chose none (WithKey); an empty one is filled with
+// the call's key (a random UUID when the interceptor generates it) in a
+// copy of the request, so that the caller's message never changes and
+// every attempt and resolve sends the same request_id.
 func (c *Client) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		if isResolve(ctx) {
@@ -314,7 +335,7 @@ func (c *Client) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 		}
 		c.c.calls.Add(1)
 		p := c.policyOf(method)
-		ctx, key := c.withKeyFor(ctx, p)
+		ctx, key, req := c.withKeyFor(ctx, p, req)
 		call := &unaryCall{c: c, ctx: ctx, key: key, method: method, req: req, reply: reply, cc: cc, invoker: invoker, opts: opts}
 		err := call.run(p)
 		c.obs.callDone(ctx, cc, method, &call.stats, err)

@@ -6,7 +6,8 @@
 // keyed unary method's handler inside one transaction with its ledger
 // claim (package txmiddleware); the handler writes through the
 // transaction it finds with TxFromContext. The key comes from the
-// idempotency-key header, the caller from a CallerFunc (an mTLS
+// idempotency-key header or, without one, from the request's AIP-155
+// request_id field, the caller from a CallerFunc (an mTLS
 // certificate, an authenticated principal, or a header set by a trusted
 // gateway), the request fingerprint from the deterministic protobuf
 // encoding. A retry replays the stored response or final error, marked
@@ -23,7 +24,8 @@
 // out and whether response headers came back; for
 // policy.OwnerServiceConfig the generated service config; for the mesh
 // and nobody, retries off. Each logical call of a keyed method carries one
-// key on every attempt.
+// key on every attempt, in the request's AIP-155 request_id too when its
+// message has an empty one (filled in a copy of the request).
 //
 // A keyed handler that calls another service gives the call a key derived
 // from its own operation (DownstreamKey, or the client option

@@ -358,8 +358,10 @@ func (s *Server) CheckRegistered(srv ServiceInfoProvider) error {
 
 // UnaryServerInterceptor returns the interceptor. For a keyed method it:
 //
-//  1. reads the idempotency-key header (INVALID_ARGUMENT without one) and
-//     the caller fingerprint (UNAUTHENTICATED without one);
+//  1. reads the idempotency-key header or, without one, the request's
+//     AIP-155 request_id (INVALID_ARGUMENT without either, or with two
+//     different keys; see keyedproto.Identify) and the caller fingerprint
+//     (UNAUTHENTICATED without one);
 //  2. fingerprints the request (SHA-256 of its deterministic encoding);
 //  3. for a resolve request (idempotency-resolve: 1) answers with the
 //     stored outcome, NOT_FOUND or ABORTED, without running the handler;
@@ -410,7 +412,7 @@ func (s *Server) keyedCall(ctx context.Context, req any, method string, handler 
 // serveKeyed reads a keyed call and has the core run or resolve it.
 func (s *Server) serveKeyed(ctx context.Context, call *keyed.Call, md metadata.MD, req any, resolve bool, work keyed.Work) keyed.Answer {
 	caller, ok := s.caller(ctx)
-	id, refusal := call.Identify(caller, ok, md.Get(KeyHeader), nil)
+	id, refusal := keyedproto.Identify(call, caller, ok, md.Get(KeyHeader), req, resolve)
 	switch {
 	case refusal.Outcome != 0:
 		return refusal

@@ -10,6 +10,8 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/descriptorpb"
+
+	"github.com/opledger/opledger/internal/requestid"
 )
 
 // maxDescriptorSetBytes bounds the size of a descriptor set file read by
@@ -22,8 +24,13 @@ const maxDescriptorSetBytes = 64 << 20
 //
 // A method's kind comes from its idempotency_level option: NO_SIDE_EFFECTS
 // gives KindNoSideEffects, IDEMPOTENT gives KindIdempotent, and
-// IDEMPOTENCY_UNKNOWN or no option gives KindNonIdempotent. Descriptors cannot
-// say that a method is keyed: use Catalog.WithKeyed.
+// IDEMPOTENCY_UNKNOWN or no option gives KindNonIdempotent, except for a
+// unary method whose request message has a request identifier as Google's
+// AIP-155 defines it (a top-level field `string request_id`, singular, not
+// in a oneof; see [KeyedByRequestID]): that mutation is KindKeyed with
+// DurableLedger set, since AIP-155 says that providing a request ID must
+// guarantee idempotency, which is the durable record's promise. Mark other
+// methods keyed with Catalog.WithKeyed; undo a mark with Catalog.With.
 func CatalogFromFiles(files *protoregistry.Files) (*Catalog, error) {
 	if files == nil {
 		return nil, fmt.Errorf("%w: nil file registry", ErrInvalidDescriptors)
@@ -100,6 +107,9 @@ func addFileMethods(m map[string]MethodPolicy, fd protoreflect.FileDescriptor) e
 				Kind:       kindOf(md),
 				Shape:      ShapeOf(md.IsStreamingClient(), md.IsStreamingServer()),
 			}
+			if KeyedByRequestID(md, p.Kind) {
+				p.Kind, p.DurableLedger = KindKeyed, true
+			}
 			if err := checkPolicy(p); err != nil {
 				return fmt.Errorf("%w: %w", ErrInvalidDescriptors, err)
 			}
@@ -122,4 +132,20 @@ func kindOf(md protoreflect.MethodDescriptor) Kind {
 	default:
 		return KindNonIdempotent
 	}
+}
+
+// KeyedByRequestID reports whether a method of kind k (as its
+// idempotency_level gives it) is a keyed mutation by its API definition: a
+// non-idempotent unary method whose request message has the request
+// identifier of Google's AIP-155 (https://google.aip.dev/155), a top-level
+// field named request_id of type string, singular, not in a oneof (a
+// proto3 optional field counts). A method that reads or is idempotent
+// stays what its option says; a streaming method cannot be keyed. The
+// catalogs built from descriptors (CatalogFromFiles, and connectint's from
+// connect Specs) mark such methods keyed with it.
+func KeyedByRequestID(md protoreflect.MethodDescriptor, k Kind) bool {
+	if md == nil || k != KindNonIdempotent || md.IsStreamingClient() || md.IsStreamingServer() {
+		return false
+	}
+	return requestid.Field(md.Input()) != nil
 }

@@ -1,6 +1,8 @@
 // Package keyedproto holds the protobuf forms of a keyed call that every
-// protobuf transport shares: the request fingerprint, the stored response
-// and the stored final error (a google.rpc.Status). grpcint uses them, and
+// protobuf transport shares: the request fingerprint, the stored response,
+// the stored final error (a google.rpc.Status), and the key a request
+// carries in its AIP-155 request_id field (RequestID, WithRequestID,
+// Identify). grpcint uses them, and
 // so must any other transport of protobuf messages (connect-go's): a
 // method called through one transport and retried through another is one
 // identity with one fingerprint, and replays the same stored answer.

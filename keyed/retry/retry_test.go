@@ -3,6 +3,7 @@ package retry_test
 import (
 	"context"
 	"errors"
+	"regexp"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 
 	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/keyed/retry"
+	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/policy"
 )
 
@@ -236,6 +238,40 @@ func TestKeyFor(t *testing.T) {
 	}
 	if a, b := retry.KeyFor(ctx, keyedMethod, "", true), retry.KeyFor(ctx, keyedMethod, "", true); a == "" || a == b {
 		t.Errorf("outside a keyed call: %q, %q; want two new keys", a, b)
+	}
+}
+
+// TestKeyForRequest: for a request with an AIP-155 request_id the
+// caller's key wins, then the request's own request_id, then (inside a
+// keyed call, with derive) the derived key, else a new random UUID
+// (version 4, 36 characters).
+func TestKeyForRequest(t *testing.T) {
+	ctx := context.Background()
+	if k := retry.KeyForRequest(ctx, keyedMethod, "mine", "theirs", true); k != "mine" {
+		t.Errorf("set key: %q", k)
+	}
+	if k := retry.KeyForRequest(ctx, keyedMethod, "", "theirs", true); k != "theirs" {
+		t.Errorf("request_id: %q", k)
+	}
+	if k := retry.KeyForRequest(ctx, policy.MethodPolicy{Kind: policy.KindNonIdempotent}, "", "theirs", true); k != "" {
+		t.Errorf("not keyed: %q", k)
+	}
+	uuid := regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+	a, b := retry.KeyForRequest(ctx, keyedMethod, "", "", true), retry.KeyForRequest(ctx, keyedMethod, "", "", true)
+	if !uuid.MatchString(a) || !uuid.MatchString(b) || a == b {
+		t.Errorf("new keys %q, %q; want two random UUIDs", a, b)
+	}
+	id, err := ledger.NewIdentity("alice", "/pkg.S/Up", "upstream-key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := ledger.ContextWithOperation(ctx, id)
+	want, _ := keyed.DownstreamKey(op, keyedMethod.FullMethod)
+	if k := retry.KeyForRequest(op, keyedMethod, "", "", true); k != want || want == "" {
+		t.Errorf("inside a keyed call: %q, want the derived %q", k, want)
+	}
+	if k := retry.KeyForRequest(op, keyedMethod, "", "", false); !uuid.MatchString(k) {
+		t.Errorf("inside a keyed call without derive: %q, want a UUID", k)
 	}
 }
 
