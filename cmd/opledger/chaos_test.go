@@ -526,8 +526,12 @@ func TestChaosFailoverMariaDB(t *testing.T) {
 func chaosFailover(t *testing.T, n int, args ...string) []chaosReport {
 	t.Helper()
 	svg := filepath.Join(t.TempDir(), "failover.svg")
+	// The replicas are this race-instrumented binary: on a loaded 2-core
+	// machine a call can take many seconds while the pair fails over, and
+	// a synchronous run must return no ambiguous answer, so each call gets
+	// a deadline the machine cannot reach (the window is measured apart).
 	code, reps, stderr := runChaosJSON(t, append([]string{"--failover", "--failovers", "1", "--kills", "1", "--commit-kills", "1",
-		"--report", svg, "--strict"}, args...)...)
+		"--call-timeout", "2m", "--duration", "5m", "--report", svg, "--strict"}, args...)...)
 	if code != 0 || len(reps) != n {
 		t.Fatalf("exit %d, %d reports\n%s", code, len(reps), stderr)
 	}
