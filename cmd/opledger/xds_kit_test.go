@@ -108,7 +108,7 @@ func kitBackend(t *testing.T, tg testdb.Target, front grpc.UnaryServerIntercepto
 		grpc.ChainUnaryInterceptor(front, kit.UnaryServerInterceptor()))
 	return addr, func(ref string) int {
 		var n int
-		if err := db.QueryRow("SELECT COUNT(*) FROM "+tg.Dialect.QuoteIdent(biz)+" WHERE reference = '"+ref+"'").Scan(&n); err != nil {
+		if err := db.QueryRow("SELECT COUNT(*) FROM " + tg.Dialect.QuoteIdent(biz) + " WHERE reference = '" + ref + "'").Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n
