@@ -266,6 +266,11 @@ func (c *Client) ClientOptions() []connect.ClientOption {
 //   - policy.OwnerMesh and policy.OwnerNone: it attaches the key and
 //     sends nothing more.
 //
+// Every call declares the client's owner (RetryOwnerHeader) and, with
+// policy.OwnerApplication, each attempt its number (AttemptHeader), so
+// that the kit's server can tell which layer retried it; the request's
+// headers are restored when the call ends.
+//
 // A keyed call returns its result (original or replayed) or an error
 // with a definite CallInfo; only when the deadline (or the resolve
 // window) ends before its outcome could be learned does it return
@@ -294,6 +299,7 @@ func (i clientInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 			return next(ctx, req)
 		}
 		c.c.calls.Add(1)
+		defer c.declare(req.Header())()
 		p := c.policyOf(req.Spec().Procedure)
 		set, _ := ctx.Value(keyCtx{}).(string)
 		given := req.Header().Values(KeyHeader)
@@ -386,6 +392,7 @@ type unaryCall struct {
 	req  connect.AnyRequest
 	next connect.UnaryFunc
 	resp connect.AnyResponse
+	runs int // the runs sent (resolves not counted)
 }
 
 // evidence is what net/http's client trace saw of one attempt.
@@ -409,6 +416,9 @@ func (u *unaryCall) Attempt(resolve, rerun bool) retry.Attempt {
 	if resolve {
 		h.Set(ResolveHeader, "1")
 		u.c.c.resolves.Add(1)
+	} else {
+		u.runs++
+		u.c.numbered(h, u.runs)
 	}
 	u.c.c.attempts.Add(1)
 	resp, err := u.next(actx, u.req)

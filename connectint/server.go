@@ -48,6 +48,8 @@ type serverConfig struct {
 	mp       metric.MeterProvider
 	tp       trace.TracerProvider
 	logger   *slog.Logger
+	// retryOwner is WithRetryOwner's; "" without it.
+	retryOwner keyed.Owner
 }
 
 func serverOption(name string, f func(*serverConfig) error) ServerOption {
@@ -214,6 +216,7 @@ func NewServerFor(tx keyed.Transactions, catalog *policy.Catalog, caller CallerF
 		KeyHeader: KeyHeader, KeyNoun: "idempotency key",
 		Telemetry: &keyed.Telemetry{MeterProvider: cfg.mp, TracerProvider: cfg.tp, Logger: cfg.logger,
 			Scope: telemetry.ScopePrefix + "connectint", Method: rpcMethod},
+		RetryOwner: cfg.retryOwner,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
@@ -256,6 +259,16 @@ func (s *Server) Stats() ServerStats { return s.core.Stats() }
 // through, except a resolve request, which never runs a handler
 // (INVALID_ARGUMENT). A keyed procedure served by a streaming handler is
 // refused (UNIMPLEMENTED).
+//
+// Before any of this, a call of a catalog procedure (keyed or not; not a
+// resolve request) is judged by its retry headers: a retry by the kit's
+// client (Opledger-Attempt), by the mesh (X-Envoy-Attempt-Count) or by a
+// gRPC client's service config (Grpc-Previous-Rpc-Attempts, on the gRPC
+// protocol) counts in opledger.server.retries_by_layer, and one by a
+// layer that is not the client's owner (the one it declares in
+// Opledger-Retry-Owner, else WithRetryOwner's, else judged by the
+// procedure's kind) is a second owner, logged once per procedure and
+// layer (see keyed.Server.Retries).
 func (s *Server) Interceptor() connect.Interceptor { return serverInterceptor{s} }
 
 type serverInterceptor struct{ s *Server }
@@ -267,6 +280,7 @@ func (i serverInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 			return next(ctx, req)
 		}
 		proc := req.Spec().Procedure
+		s.judgeRetries(ctx, proc, req.Header())
 		if p, ok := s.catalog.Lookup(proc); ok && p.Kind == policy.KindKeyed {
 			return s.keyedCall(ctx, req, proc, next)
 		}
@@ -285,6 +299,7 @@ func (i serverInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFun
 	s := i.s
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
 		proc := conn.Spec().Procedure
+		s.judgeRetries(ctx, proc, conn.RequestHeader())
 		if p, ok := s.catalog.Lookup(proc); ok && p.Kind == policy.KindKeyed {
 			ctx, call := s.core.Begin(ctx, proc, false)
 			ans := keyed.Answer{Outcome: keyed.KeyedStream, Detail: proc + " is keyed in the method catalog but is served by a streaming handler, which the kit cannot protect; it is refused (serve it with connect.NewUnaryHandler)"}

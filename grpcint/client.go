@@ -94,6 +94,7 @@ type clientConfig struct {
 	hasServiceConfig bool
 	retrySettings    *serviceconfig.RetrySettings
 	downstreamKeys   bool
+	target           string
 	mp               metric.MeterProvider
 	tp               trace.TracerProvider
 	logger           *slog.Logger
@@ -310,6 +311,10 @@ func (c *Client) withKeyFor(ctx context.Context, p policy.MethodPolicy, req any)
 //   - policy.OwnerMesh and policy.OwnerNone: it attaches the key and
 //     sends nothing more.
 //
+// Every call declares the channel's owner (RetryOwnerHeader) and, with
+// policy.OwnerApplication, each attempt its number (AttemptHeader), so
+// that the kit's server can tell which layer retried it.
+//
 // For the application and service-config owners a keyed call returns its
 // result (original or replayed) or an error with a definite CallInfo;
 // only when the deadline (or the resolve window) ends before its outcome
@@ -335,6 +340,7 @@ func (c *Client) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 		}
 		c.c.calls.Add(1)
 		p := c.policyOf(method)
+		ctx = c.declare(ctx, cc)
 		ctx, key, req := c.withKeyFor(ctx, p, req)
 		call := &unaryCall{c: c, ctx: ctx, key: key, method: method, req: req, reply: reply, cc: cc, invoker: invoker, opts: opts}
 		err := call.run(p)

@@ -39,6 +39,9 @@ func WithServiceConfigJSON(js string) ClientOption {
 // checkServiceConfig validates a user-supplied service config at
 // construction.
 func (c *Client) checkServiceConfig() error {
+	if c.owner == policy.OwnerServiceConfig && isXDS(c.cfg.target) {
+		return fmt.Errorf("%w: the owner service-config on the xds: target %q: the xDS resolver replaces the channel's service config (its retry policy is not used), and with grpc.WithDisableServiceConfig the channel gets no addresses; make the owner mesh (the control plane's retry policy) or application", ErrInvalidConfig, c.cfg.target)
+	}
 	if !c.cfg.hasServiceConfig {
 		return nil
 	}
@@ -123,7 +126,11 @@ func (c *Client) ServiceConfigJSON() (string, error) {
 //   - policy.OwnerServiceConfig: the generated service config (retry
 //     policy and throttling) as the channel's only service config
 //     (grpc.WithDisableServiceConfig, so a resolver cannot replace it);
-//   - policy.OwnerMesh and policy.OwnerNone: grpc.WithDisableRetry.
+//   - policy.OwnerMesh and policy.OwnerNone: grpc.WithDisableRetry,
+//     except for policy.OwnerMesh on an xds: target given with WithTarget:
+//     there the control plane's retry policy is the mesh layer, and
+//     grpc-go's retries stay on for it (the xDS resolver's service config
+//     replaces any other, so it is the only retry policy the channel has).
 //
 // A service config given with WithServiceConfigJSON is installed too, once
 // checked. Add your transport credentials and other options after these.
@@ -141,7 +148,9 @@ func (c *Client) DialOptions() ([]grpc.DialOption, error) {
 		}
 		return append(opts, grpc.WithDisableServiceConfig(), grpc.WithDefaultServiceConfig(js)), nil
 	}
-	opts = append(opts, grpc.WithDisableRetry())
+	if c.owner != policy.OwnerMesh || !isXDS(c.cfg.target) {
+		opts = append(opts, grpc.WithDisableRetry())
+	}
 	if c.cfg.hasServiceConfig {
 		opts = append(opts, grpc.WithDefaultServiceConfig(c.cfg.serviceConfig))
 	}

@@ -54,6 +54,8 @@ type serverConfig struct {
 	mp       metric.MeterProvider
 	tp       trace.TracerProvider
 	logger   *slog.Logger
+	// retryOwner is WithRetryOwner's; "" without it.
+	retryOwner keyed.Owner
 }
 
 func serverOption(name string, f func(*serverConfig) error) ServerOption {
@@ -247,6 +249,7 @@ func NewServerFor(tx keyed.Transactions, catalog *policy.Catalog, caller CallerF
 		KeyHeader: KeyHeader, KeyNoun: "idempotency key",
 		Telemetry: &keyed.Telemetry{MeterProvider: cfg.mp, TracerProvider: cfg.tp, Logger: cfg.logger,
 			Scope: telemetry.ScopePrefix + "grpcint", Method: grpcMethod},
+		RetryOwner: cfg.retryOwner,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
@@ -274,6 +277,7 @@ func (s *Server) Stats() ServerStats { return ServerStats(s.core.Stats()) }
 func (s *Server) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		ctx := ss.Context()
+		s.judgeRetries(ctx, info.FullMethod)
 		md, _ := metadata.FromIncomingContext(ctx)
 		if s.keyed {
 			if p, ok := s.catalog.Lookup(info.FullMethod); ok && p.Kind == policy.KindKeyed {
@@ -376,8 +380,19 @@ func (s *Server) CheckRegistered(srv ServiceInfoProvider) error {
 // its code as ErrorMap gives it.
 // Other methods pass through, except a resolve request, which never runs
 // a handler (INVALID_ARGUMENT).
+//
+// Before any of this, a call of a catalog method (keyed or not; not a
+// resolve request) is judged by its retry headers: a retry by grpc-go
+// (grpc-previous-rpc-attempts), by the mesh (x-envoy-attempt-count) or by
+// the kit's client (opledger-attempt) counts in
+// opledger.server.retries_by_layer, and one by a layer that is not the
+// channel's owner (the one its client declares in opledger-retry-owner,
+// else WithRetryOwner's, else judged by the method's kind) is a second
+// owner, logged once per method and layer (see keyed.Server.Retries).
+// The stream interceptor judges streams alike.
 func (s *Server) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		s.judgeRetries(ctx, info.FullMethod)
 		if s.keyed {
 			if p, ok := s.catalog.Lookup(info.FullMethod); ok && p.Kind == policy.KindKeyed {
 				return s.keyedCall(ctx, req, info.FullMethod, handler)

@@ -23,6 +23,7 @@ func (c *Client) StreamClientInterceptor() grpc.StreamClientInterceptor {
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 		c.c.calls.Add(1)
 		p := c.policyOf(method)
+		ctx = c.declare(ctx, cc)
 		if c.owner != policy.OwnerApplication || desc.ClientStreams || !desc.ServerStreams ||
 			(p.Kind != policy.KindIdempotent && p.Kind != policy.KindNoSideEffects) {
 			return streamer(ctx, desc, cc, method, opts...)
@@ -67,7 +68,7 @@ func (s *retryStream) open() error {
 	}
 	s.ev = &evidence{timing: &s.stats.timing}
 	s.attempts++
-	cs, err := s.streamer(context.WithValue(s.ctx, evidenceKey{}, s.ev), s.desc, s.cc, s.method, s.opts...)
+	cs, err := s.streamer(context.WithValue(s.c.numbered(s.ctx, s.attempts), evidenceKey{}, s.ev), s.desc, s.cc, s.method, s.opts...)
 	if err != nil {
 		return err
 	}

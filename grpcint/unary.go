@@ -27,6 +27,7 @@ type unaryCall struct {
 	invoker grpc.UnaryInvoker
 	opts    []grpc.CallOption
 	stats   callStats // gRFC A96's counts, recorded when the call ends
+	runs    int       // the runs sent (resolves not counted)
 }
 
 // Attempt sends the call (or a resolve request for it) once.
@@ -38,6 +39,9 @@ func (u *unaryCall) Attempt(resolve, rerun bool) retry.Attempt {
 		actx = metadata.AppendToOutgoingContext(actx, ResolveHeader, "1")
 		actx, span = u.c.obs.resolving(actx, u.method, u.key)
 		u.c.c.resolves.Add(1)
+	} else {
+		u.runs++
+		actx = u.c.numbered(actx, u.runs)
 	}
 	var trl metadata.MD
 	err := u.invoker(actx, u.method, u.req, u.reply, u.cc, append(u.opts, grpc.Trailer(&trl))...)

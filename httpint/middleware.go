@@ -14,6 +14,7 @@ import (
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/internal/methodname"
 	"github.com/opledger/opledger/internal/options"
+	"github.com/opledger/opledger/internal/telemetry"
 	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
 )
@@ -132,8 +133,11 @@ func NewFor(tx keyed.Transactions, caller CallerFunc, routes []string, opts ...O
 			return nil, fmt.Errorf("%w: WithClaimAtCommit: %q is not one of the keyed routes", ErrInvalidConfig, op)
 		}
 	}
+	if m.cfg.tel != nil {
+		m.cfg.tel.Scope = telemetry.ScopePrefix + "httpint"
+	}
 	core, err := keyed.NewServer(tx, keyed.ServerConfig{Codec: codec{}, TxOptions: m.cfg.txOpts, LockWait: m.cfg.lockWait,
-		AtCommit: m.cfg.atCommit, KeyHeader: KeyHeader, KeyNoun: KeyHeader})
+		AtCommit: m.cfg.atCommit, KeyHeader: KeyHeader, KeyNoun: KeyHeader, Telemetry: m.cfg.tel, RetryOwner: m.cfg.retryOwner})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -191,6 +195,15 @@ func (m *Middleware) Stats() Stats { return Stats(m.core.Stats()) }
 // Every answer of the middleware's own is an RFC 9457 problem whose type
 // is in the outcome table (Outcomes). Requests to other routes pass
 // through untouched, except a resolve, which never runs a handler (400).
+//
+// Before any of this, a keyed request (not a resolve) is judged by its
+// retry headers: a retry by a client's own loop (Opledger-Attempt), by
+// the mesh (X-Envoy-Attempt-Count) or by a gRPC library's service config
+// (Grpc-Previous-Rpc-Attempts) counts in opledger.server.retries_by_layer
+// (with WithMeterProvider), and one by a layer that is not the client's
+// owner (the one it declares in Opledger-Retry-Owner, else
+// WithRetryOwner's) is a second owner, logged once per route and layer
+// (with WithLogger; see keyed.Server.Retries).
 func (m *Middleware) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, resolve := r.Header[ResolveHeader]
@@ -212,6 +225,9 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 }
 
 func (m *Middleware) keyed(w http.ResponseWriter, r *http.Request, op string, resolve bool, next http.Handler) {
+	if !resolve {
+		m.judgeRetries(r.Context(), op, r.Header)
+	}
 	ctx, call := m.core.Begin(r.Context(), op, resolve)
 	r = r.WithContext(ctx)
 	ans, last := m.serve(call, r, resolve, next)

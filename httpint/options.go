@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/internal/options"
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/txmiddleware"
 )
@@ -80,6 +81,8 @@ type config struct {
 	fpHeaders   []string
 	canon       func([]byte) ([]byte, error)
 	bareKeys    bool
+	retryOwner  keyed.Owner      // WithRetryOwner's
+	tel         *keyed.Telemetry // the telemetry options'; nil: none
 }
 
 func defaults() config {

@@ -17,7 +17,12 @@
 //     events) the same way for every transport;
 //   - the seam through which a transport gets its transaction runners
 //     ([Transactions], [Runner]): database/sql's is [SQL]; another
-//     transaction API plugs in once, there, for every transport.
+//     transaction API plugs in once, there, for every transport;
+//   - the run-time judgement of who retried a request ([JudgeRetries],
+//     [Server.Retries]): the transports read the retry headers (the
+//     owner a client declares, the kit's attempt number, Envoy's attempt
+//     count, grpc-go's previous attempts) as plain strings, and the core
+//     reports a layer that is not the channel's owner.
 //
 // A transport reads a call (its caller, its key header, its request) and
 // gives it to a Call:

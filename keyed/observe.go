@@ -3,6 +3,7 @@ package keyed
 import (
 	"context"
 	"log/slog"
+	"sync"
 
 	"go.opentelemetry.io/otel/attribute"
 	otelcodes "go.opentelemetry.io/otel/codes"
@@ -28,7 +29,13 @@ import (
 //     reason and the key's short hash;
 //   - one log event per call refused before its claim ("opledger: keyed
 //     call refused") and per resolve request ("opledger: resolve"), with
-//     the method, the outcome, the reason and the key's short hash.
+//     the method, the outcome, the reason and the key's short hash;
+//   - opledger.server.retries_by_layer, a counter of requests a layer had
+//     retried, by opledger.retry.layer, opledger.retry.second_owner and
+//     opledger.owner (when known), and one warning per method and layer
+//     that is a second retry owner ("opledger: second retry owner"), with
+//     the method, the layer, the owner, where it comes from, the header
+//     and the attempt (see [Server.Retries]).
 //
 // Each carries the method's attribute and the transport's attributes of
 // its rendering (see [Call.End]); never a key, a caller, a request or a
@@ -56,7 +63,11 @@ type observer struct {
 	log      *slog.Logger
 	calls    metric.Int64Counter
 	resolves metric.Int64Counter
+	retries  metric.Int64Counter
 	method   func(string) attribute.KeyValue
+	// logged holds the method and layer pairs whose second owner was
+	// logged (see retried).
+	logged sync.Map
 }
 
 func newObserver(tel *Telemetry) *observer {
@@ -82,6 +93,8 @@ func newObserver(tel *Telemetry) *observer {
 		metric.WithDescription("Keyed calls the server handled, by outcome.")))
 	o.resolves = telemetry.Inst(m.Int64Counter("opledger.server.resolves", metric.WithUnit("{resolve}"),
 		metric.WithDescription("Resolve requests the server answered, by outcome.")))
+	o.retries = telemetry.Inst(m.Int64Counter("opledger.server.retries_by_layer", metric.WithUnit("{attempt}"),
+		metric.WithDescription("Requests the server received that a layer had retried, by layer and whether that layer is a second retry owner.")))
 	return o
 }
 

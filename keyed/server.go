@@ -50,6 +50,11 @@ type ServerConfig struct {
 	// [Telemetry]). Without it the server records nothing of its own, and
 	// its runners get what TxOptions says.
 	Telemetry *Telemetry
+	// RetryOwner is the retry owner of the channels that call the server,
+	// against which [Server.Retries] judges a request that declares none
+	// (a client that is not the kit's); "": such a request is judged by
+	// the method's kind. NewServer refuses an invalid owner.
+	RetryOwner Owner
 }
 
 // Stats are a Server's counters. Every keyed call counts in one of
@@ -83,6 +88,7 @@ type Server struct {
 	answered func(error) bool
 	header   string
 	noun     string
+	owner    Owner
 	obs      *observer
 
 	executed, replayed, resolves, refused, failed atomic.Int64
@@ -99,7 +105,11 @@ func NewServer(tx Transactions, cfg ServerConfig) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{dialect: d, codec: cfg.Codec, answered: cfg.Answered, header: cfg.KeyHeader, noun: cfg.KeyNoun, obs: newObserver(cfg.Telemetry)}
+	if cfg.RetryOwner != "" && !cfg.RetryOwner.Valid() {
+		return nil, fmt.Errorf("%w: retry owner %q (want application, service-config, mesh or none)", txmiddleware.ErrInvalidConfig, cfg.RetryOwner)
+	}
+	s := &Server{dialect: d, codec: cfg.Codec, answered: cfg.Answered, header: cfg.KeyHeader, noun: cfg.KeyNoun, owner: cfg.RetryOwner,
+		obs: newObserver(cfg.Telemetry)}
 	if s.header == "" {
 		s.header = "Idempotency-Key"
 	}

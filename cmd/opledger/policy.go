@@ -24,8 +24,8 @@ func init() {
 const policyUsage = `usage: opledger policy check --descriptors FILE [--owner OWNER] [--service-config FILE]
                              [--mesh FILE]... [--xds FILE]... [--istio] [--target TARGET] [--host HOST]...
                              [--keyed METHOD]... [--keyed-no-ledger METHOD]... [--json]
-       opledger policy generate --mesh istio|linkerd --descriptors FILE --host HOST [--namespace NS]
-                             [--retries N] [--keyed METHOD]... [--keyed-no-ledger METHOD]...
+       opledger policy generate --mesh istio|linkerd|xds --descriptors FILE --host HOST [--namespace NS]
+                             [--retries N] [--cluster CLUSTER] [--keyed METHOD]... [--keyed-no-ledger METHOD]...
 
 check judges the retries of one channel against the methods of a binary
 FileDescriptorSet (protoc --descriptor_set_out, buf build -o) and the
@@ -58,8 +58,9 @@ What it reads:
   --xds             the RouteConfiguration (or Listener with an inline route_config) a
                     control plane serves to an xds:/// channel, read as grpc-go does (gRFC A44):
                     num_retries+1 attempts capped at 5, only cancelled, deadline-exceeded,
-                    internal, resource-exhausted and unavailable, retry_back_off, no budget;
-                    the channel's own service config is replaced
+                    internal, resource-exhausted and unavailable, retry_back_off, no budget
+                    (one retry, num_retries 1, is accepted as the bound); the channel's own
+                    service config is replaced
 
 flags:
   --descriptors FILE        the FileDescriptorSet with the services called on the channel
@@ -81,13 +82,18 @@ YAML on stdout: for istio a VirtualService (one route per method, retries
 only for the retryable methods, attempts 0 elsewhere, which switches off
 Istio's default) and a DestinationRule with a retryBudget; for linkerd a
 ServiceProfile (isRetryable for the retryable methods, with a retryBudget;
-a profile, since the retry.linkerd.io annotations have no budget).
-"policy check --owner mesh --mesh" accepts what it writes.
+a profile, since the retry.linkerd.io annotations have no budget); for xds
+the RouteConfiguration (protojson) a control plane serves to xds:///HOST
+(one route per method; the retryable methods retry once on unavailable,
+the only bound a proxyless channel has). "policy check --owner mesh --mesh"
+(--xds for xds) accepts what it writes.
 
-  --mesh istio|linkerd      the mesh
-  --host HOST               the destination service (name, name.namespace or full name)
+  --mesh istio|linkerd|xds  the mesh
+  --host HOST               the destination service (name, name.namespace or full name);
+                            for xds the target's name (xds:///HOST)
   --namespace NS            the resources' namespace (default: from --host, else default)
   --retries N               retries of a retryable method with istio, 1 to 4 (default 2)
+  --cluster CLUSTER         for xds: the cluster the routes send to (required)
 `
 
 // maxPolicyConfigBytes bounds each file read.
@@ -350,6 +356,7 @@ func runPolicyGenerate(_ context.Context, args []string, stdout, stderr io.Write
 	host := fs.String("host", "", "")
 	namespace := fs.String("namespace", "", "")
 	retries := fs.Int("retries", 0, "")
+	cluster := fs.String("cluster", "", "")
 	fail := usageFailer("generate", stderr)
 	if code, done := pf.parse(args, stdout, fail); done {
 		return code
@@ -357,16 +364,26 @@ func runPolicyGenerate(_ context.Context, args []string, stdout, stderr io.Write
 	if *host == "" {
 		return fail("--host is required")
 	}
+	if *cluster != "" && *meshName != "xds" {
+		return fail("--cluster is for --mesh xds only")
+	}
 	var gen func(*policy.Catalog, mesh.GenerateOptions) ([]byte, error)
 	switch *meshName {
 	case "istio":
 		gen = mesh.GenerateIstio
 	case "linkerd":
 		gen = mesh.GenerateLinkerd
+	case "xds":
+		if *retries != 0 || *namespace != "" {
+			return fail("--retries and --namespace are not for xds: the generated routes retry once (a proxyless channel has no retry budget)")
+		}
+		gen = func(cat *policy.Catalog, o mesh.GenerateOptions) ([]byte, error) {
+			return mesh.GenerateXDS(cat, mesh.XDSOptions{Name: o.Host, Cluster: *cluster})
+		}
 	case "":
-		return fail("--mesh is required (istio or linkerd)")
+		return fail("--mesh is required (istio, linkerd or xds)")
 	default:
-		return fail("--mesh %q: want istio or linkerd", *meshName)
+		return fail("--mesh %q: want istio, linkerd or xds", *meshName)
 	}
 	cat, err := pf.catalog()
 	if err != nil {

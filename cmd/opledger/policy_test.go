@@ -225,14 +225,30 @@ func TestRunPolicyCheckMesh(t *testing.T) {
 		}
 	}
 
+	// The same for a proxyless channel: the control plane's RouteConfiguration.
+	code, gen, errOut := run("generate", "--mesh", "xds", "--descriptors", desc, "--host", "orders", "--cluster", "orders-cluster")
+	if code != 0 {
+		t.Fatalf("generate xds: exit %d: %s", code, errOut)
+	}
+	p := filepath.Join(dir, "xds.json")
+	if err := os.WriteFile(p, []byte(gen), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut = run("check", "--descriptors", desc, "--owner", "mesh", "--xds", p, "--target", "xds:///orders"); code != 0 {
+		t.Errorf("check of generated xds: exit %d\n%s%s\n%s", code, out, errOut, gen)
+	}
+
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
 		{[]string{"check", "--descriptors", desc, "--mesh", filepath.Join(dir, "nope.yaml")}, "no such file"},
+		{[]string{"generate", "--descriptors", desc, "--host", "orders", "--mesh", "xds"}, "XDSOptions.Cluster is required"},
+		{[]string{"generate", "--descriptors", desc, "--host", "orders", "--mesh", "xds", "--cluster", "c", "--retries", "2"}, "not for xds"},
+		{[]string{"generate", "--descriptors", desc, "--host", "orders", "--mesh", "istio", "--cluster", "c"}, "--cluster is for --mesh xds only"},
 		{[]string{"check", "--descriptors", desc, "--host", "orders"}, "--service-config, --mesh, --xds or --istio is required"},
 		{[]string{"generate", "--descriptors", desc, "--host", "orders"}, "--mesh is required"},
-		{[]string{"generate", "--descriptors", desc, "--host", "orders", "--mesh", "consul"}, `--mesh "consul": want istio or linkerd`},
+		{[]string{"generate", "--descriptors", desc, "--host", "orders", "--mesh", "consul"}, `--mesh "consul": want istio, linkerd or xds`},
 		{[]string{"generate", "--descriptors", desc, "--mesh", "istio"}, "--host is required"},
 		{[]string{"generate", "--host", "orders", "--mesh", "istio"}, "--descriptors is required"},
 		{[]string{"generate", "--descriptors", desc, "--mesh", "istio", "--host", "orders", "--retries", "9"}, "Retries 9 outside"},

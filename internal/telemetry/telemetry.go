@@ -40,6 +40,8 @@ const (
 	Owner            = attribute.Key("opledger.owner")
 	Attempts         = attribute.Key("opledger.attempts")
 	KeyHash          = attribute.Key("opledger.key_hash")
+	RetryLayer       = attribute.Key("opledger.retry.layer")
+	SecondOwner      = attribute.Key("opledger.retry.second_owner")
 )
 
 // Histogram boundaries.

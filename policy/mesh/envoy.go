@@ -489,7 +489,11 @@ func (c *Config) envoyRule(r *envoyRetry, layer Layer, cluster string) *rule {
 	}
 	ru := &rule{layer: layer, loc: r.loc, attempts: Attempts{N: int(n)}, conds: conds}
 	if layer == LayerXDS {
-		ru.noBudget = "a proxyless xDS channel has no retry budget: grpc-go applies no retry throttling to the control plane's retry policies"
+		if n <= xdsNumRetries+1 {
+			ru.budget = "one retry per call (num_retries 1): a proxyless channel has no retry budget, and one retry is the bound Check accepts instead"
+			return ru
+		}
+		ru.noBudget = "a proxyless xDS channel has no retry budget: grpc-go applies no retry throttling to the control plane's retry policies, so only num_retries 1 bounds them"
 		return ru
 	}
 	ru.budget = fmt.Sprintf("Envoy's default circuit breaker of cluster %q: at most %d concurrent retries (no Cluster given)", cluster, envoyDefaultMaxRetries)

@@ -1,0 +1,122 @@
+package grpcint
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/opledger/opledger/keyed"
+	"github.com/opledger/opledger/policy"
+)
+
+// Metadata keys of run-time retry detection (see docs/retry-ownership.md,
+// "Detecting a second owner at run time"). The server also reads
+// x-envoy-attempt-count (keyed.EnvoyAttemptCountHeader) and
+// grpc-previous-rpc-attempts (keyed.PreviousAttemptsHeader).
+const (
+	// RetryOwnerHeader is the channel's retry owner, which the client
+	// interceptors declare on every call: "application", "service-config",
+	// "mesh" or "none", with ";xds" on an xds:/// channel (see
+	// keyed.Declaration).
+	RetryOwnerHeader = keyed.RetryOwnerHeader
+	// AttemptHeader is the attempt number of the client's own retry loop
+	// (1 for the first), sent on every attempt when the application owns
+	// the channel's retries.
+	AttemptHeader = keyed.AttemptHeader
+)
+
+// WithRetryOwner sets the retry owner of the channels that call the
+// server, against which the server judges a call whose client declares
+// none (a client that is not the kit's): a retry by another layer is
+// reported as a second owner (see Server.UnaryServerInterceptor). Without
+// it such a call is judged by its method's kind in the catalog.
+func WithRetryOwner(owner policy.RetryOwner) ServerOption {
+	return serverOption("WithRetryOwner", func(c *serverConfig) error {
+		if !owner.Valid() {
+			return policy.ErrInvalidOwner
+		}
+		c.retryOwner = keyed.Owner(owner.String())
+		return nil
+	})
+}
+
+// WithTarget gives the client its channel's target, as passed to
+// grpc.NewClient. On an xds: target (proxyless gRPC, whose retry policy
+// comes from the control plane's RouteConfiguration):
+//
+//   - for policy.OwnerMesh, DialOptions leave grpc-go's retries on: the
+//     control plane is the mesh layer, and grpc.WithDisableRetry would
+//     switch its retry policy off;
+//   - policy.OwnerServiceConfig is an error (NewClient): the xDS resolver
+//     replaces the generated service config, and with
+//     grpc.WithDisableServiceConfig the channel gets no addresses.
+//
+// Without it, or on another target, DialOptions disable grpc-go's retries
+// for every owner but the service config.
+func WithTarget(target string) ClientOption {
+	return clientOption("WithTarget", func(c *clientConfig) error {
+		if strings.TrimSpace(target) == "" {
+			return errors.New("empty target")
+		}
+		c.target = target
+		return nil
+	})
+}
+
+// isXDS reports whether a target uses grpc-go's xDS resolver.
+func isXDS(target string) bool {
+	scheme, _, ok := strings.Cut(target, ":")
+	return ok && strings.EqualFold(scheme, "xds")
+}
+
+// declare returns ctx with the channel's owner declared in its outgoing
+// metadata (";xds" on an xds:/// channel: grpc-go's retries there are the
+// control plane's).
+func (c *Client) declare(ctx context.Context, cc *grpc.ClientConn) context.Context {
+	d := keyed.Declaration{Owner: keyed.Owner(c.owner.String()), XDS: isXDS(c.cfg.target) || (cc != nil && isXDS(cc.Target()))}
+	return metadata.AppendToOutgoingContext(ctx, RetryOwnerHeader, d.String())
+}
+
+// numbered returns an attempt's context with the loop's attempt number,
+// on a channel whose retries the application owns.
+func (c *Client) numbered(ctx context.Context, attempt int) context.Context {
+	if c.owner != policy.OwnerApplication {
+		return ctx
+	}
+	return metadata.AppendToOutgoingContext(ctx, AttemptHeader, strconv.Itoa(attempt))
+}
+
+// judgeRetries has the core judge the retry headers of a call of a
+// catalog method (resolve requests are not judged).
+func (s *Server) judgeRetries(ctx context.Context, method string) {
+	md, ok := metadata.FromIncomingContext(ctx)
+	if !ok {
+		return
+	}
+	h := keyed.RetryHeaders{Attempt: md[AttemptHeader], EnvoyAttempt: md[keyed.EnvoyAttemptCountHeader],
+		PreviousAttempts: md[keyed.PreviousAttemptsHeader]}
+	if h.Attempt == nil && h.EnvoyAttempt == nil && h.PreviousAttempts == nil || len(md[ResolveHeader]) > 0 {
+		return
+	}
+	p, known := s.catalog.Lookup(method)
+	if !known {
+		return
+	}
+	h.Owner = md[RetryOwnerHeader]
+	s.core.Retries(ctx, method, h, retrySafe(p))
+}
+
+// retrySafe reports whether a layer may retry a method the kit's server
+// serves: no side effects, idempotent, or keyed (the server has the
+// ledger).
+func retrySafe(p policy.MethodPolicy) bool {
+	switch p.Kind {
+	case policy.KindNoSideEffects, policy.KindIdempotent, policy.KindKeyed:
+		return true
+	}
+	return false
+}

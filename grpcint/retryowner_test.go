@@ -1,0 +1,199 @@
+package grpcint_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/opledger/opledger/examples/payments/paymentspb"
+	"github.com/opledger/opledger/grpcint"
+	"github.com/opledger/opledger/internal/harness/otelread"
+	"github.com/opledger/opledger/internal/testkit/testdb"
+	"github.com/opledger/opledger/keyed"
+	"github.com/opledger/opledger/ledger"
+	"github.com/opledger/opledger/policy"
+)
+
+// retriesServiceConfig retries UNAVAILABLE on every Payments method: what
+// a service config of a channel's own (or one from its resolver) does.
+const retriesServiceConfig = `{"methodConfig":[{"name":[{"service":"opledger.examples.payments.v1.Payments"}],` +
+	`"retryPolicy":{"maxAttempts":3,"initialBackoff":"0.01s","maxBackoff":"0.05s","backoffMultiplier":2,"retryableStatusCodes":["UNAVAILABLE"]}}]}`
+
+const retriesByLayer = "opledger.server.retries_by_layer"
+
+// failFirstFront fails the first attempt of every Transfer whose
+// reference starts with "fail-first", before the kit's interceptor, as a
+// server that was briefly unavailable.
+func failFirstFront() grpc.UnaryServerInterceptor {
+	var failed sync.Map
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if r, ok := req.(*paymentspb.TransferRequest); ok && strings.HasPrefix(r.GetReference(), "fail-first") {
+			if _, seen := failed.LoadOrStore(r.GetReference(), true); !seen {
+				return nil, grpcint.NotExecuted(codes.Unavailable, "injected: not now")
+			}
+		}
+		return handler(ctx, req)
+	}
+}
+
+// retryPoints returns retries_by_layer's points as "layer second owner" →
+// value, for Transfer.
+func retryPoints(t *testing.T, m *otelread.Metrics) map[string]float64 {
+	t.Helper()
+	points, err := m.Collect(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, p := range otelread.Select(points, retriesByLayer, attribute.String("grpc.method", transferMethod)) {
+		out[p.Attr("opledger.retry.layer")+" "+p.Attr("opledger.retry.second_owner")+" "+p.Attr("opledger.owner")] += p.Value
+	}
+	return out
+}
+
+func wantPoints(t *testing.T, got, want map[string]float64) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("retries_by_layer %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Fatalf("retries_by_layer %v, want %v", got, want)
+		}
+	}
+}
+
+// TestRetryOwnerAtRunTime: the server reads who retried each call and
+// reports a layer that is not the channel's owner. With the owner
+// correctly declared (grpc-go's service config, the mesh, the kit's own
+// loop) it counts the retries as the owner's and logs nothing; grpc-go's
+// retries under a client that declares application, and a mesh's attempt
+// count under it, are second owners, logged once per method and layer; a
+// call whose client declares nothing is judged against WithRetryOwner.
+func TestRetryOwnerAtRunTime(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // hang guard
+	defer cancel()
+	tg := testdb.Targets()[0]
+	m, logs := otelread.NewMetrics(), otelread.NewLogs()
+	db := tg.Open(t, 8)
+	table, biz := newTables(t, db, tg.Dialect)
+	store, err := ledger.New(tg.Dialect, ledger.WithTable(table))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := serveLedger(t, db, store, biz, failFirstFront(), grpcint.WithRetryOwner(policy.OwnerServiceConfig),
+		grpcint.WithServerMeterProvider(m.Provider), grpcint.WithServerLogger(logs.Logger))
+	envoy := func(ctx context.Context, n string) context.Context {
+		return metadata.AppendToOutgoingContext(ctx, keyed.EnvoyAttemptCountHeader, n)
+	}
+	call := func(pc paymentspb.PaymentsClient, ctx context.Context, ref string) {
+		t.Helper()
+		if _, err := pc.Transfer(as(ctx, "alice", grpcint.NewKey()), transfer(ref, 1)); err != nil {
+			t.Fatalf("%s: %v", ref, err)
+		}
+	}
+
+	// Owners correctly declared: counted, never a second owner.
+	_, sc := ownerClient(t, e.addr, policy.OwnerServiceConfig)
+	call(sc, ctx, "fail-first-sc") // grpc-go retries as the generated service config says
+	_, mesh := ownerClient(t, e.addr, policy.OwnerMesh)
+	call(mesh, envoy(ctx, "2"), "mesh")
+	_, app := ownerClient(t, e.addr, policy.OwnerApplication, grpcint.WithBackoff(policy.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond}))
+	call(app, ctx, "fail-first-app") // the kit's own loop retries
+	call(app, envoy(ctx, "1"), "first")
+	wantPoints(t, retryPoints(t, m), map[string]float64{
+		"service-config false service-config": 1, "mesh false mesh": 1, "application false application": 1})
+	if n := logs.Count(map[string]string{"msg": "opledger: second retry owner"}); n != 0 {
+		t.Fatalf("%d second-owner events with every owner declared:\n%s", n, logs.Text())
+	}
+
+	// grpc-go's retries under a client that declares application (a
+	// channel built with the kit's interceptor but not its DialOptions).
+	kit := newKitClient(t, policy.OwnerApplication)
+	conn, err := grpc.NewClient(e.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithChainUnaryInterceptor(kit.UnaryClientInterceptor()), grpc.WithDefaultServiceConfig(retriesServiceConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	twice := paymentspb.NewPaymentsClient(conn)
+	call(twice, ctx, "fail-first-1")
+	call(twice, ctx, "fail-first-2")
+	// A mesh retry under the owner application, and under no declaration
+	// (a client that is not the kit's: the server's owner, service-config).
+	call(app, envoy(ctx, "2"), "envoy")
+	call(e.pc, envoy(ctx, "3"), "undeclared")
+	wantPoints(t, retryPoints(t, m), map[string]float64{
+		"service-config false service-config": 1, "mesh false mesh": 1, "application false application": 1,
+		"service-config true application": 2, "mesh true application": 1, "mesh true service-config": 1})
+
+	// One event per method and layer: the second grpc-go retry and the
+	// undeclared mesh retry are counted, not logged again.
+	events := logs.Events()
+	var got []string
+	for _, ev := range events {
+		if ev["msg"] == "opledger: second retry owner" {
+			got = append(got, ev["level"].(string)+" "+ev["method"].(string)+" "+ev["layer"].(string)+" owner "+ev["owner"].(string)+
+				" from "+ev["owner_from"].(string)+" "+ev["header"].(string))
+		}
+	}
+	want := []string{
+		"WARN " + paymentspb.TransferMethod + " service-config owner application from declared grpc-previous-rpc-attempts",
+		"WARN " + paymentspb.TransferMethod + " mesh owner application from declared x-envoy-attempt-count",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("second-owner events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if n := e.rows(t, "fail-first-1") + e.rows(t, "fail-first-sc") + e.rows(t, "fail-first-app"); n != 3 {
+		t.Fatalf("%d business rows for 3 calls", n)
+	}
+}
+
+// TestRetryOwnerDeclared: the client interceptor declares the channel's
+// owner on every call, ";xds" on an xds:/// target, and numbers the
+// attempts of its own loop.
+func TestRetryOwnerDeclared(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, tc := range []struct {
+		owner   policy.RetryOwner
+		target  string
+		want    string
+		attempt []string
+	}{
+		{policy.OwnerApplication, "dns:///payments:443", "application", []string{"1"}},
+		{policy.OwnerServiceConfig, "payments:443", "service-config", nil},
+		{policy.OwnerMesh, "xds:///payments", "mesh;xds", nil},
+		{policy.OwnerNone, "XDS:///payments", "none;xds", nil},
+	} {
+		c := newKitClient(t, tc.owner)
+		cc, err := grpc.NewClient(tc.target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var md metadata.MD
+		invoker := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, opts ...grpc.CallOption) error {
+			md, _ = metadata.FromOutgoingContext(ctx)
+			return nil
+		}
+		if err := c.UnaryClientInterceptor()(ctx, paymentspb.GetTransferMethod, &paymentspb.GetTransferRequest{}, &paymentspb.TransferReply{}, cc, invoker); err != nil {
+			t.Fatal(err)
+		}
+		cc.Close()
+		if got := md.Get(grpcint.RetryOwnerHeader); len(got) != 1 || got[0] != tc.want {
+			t.Errorf("%s on %s: declared %q, want %q", tc.owner, tc.target, got, tc.want)
+		}
+		if got := md.Get(grpcint.AttemptHeader); strings.Join(got, ",") != strings.Join(tc.attempt, ",") {
+			t.Errorf("%s: attempt header %q, want %q", tc.owner, got, tc.attempt)
+		}
+	}
+}
