@@ -445,7 +445,7 @@ func (ck *checker) meshLayer(l Layer, p policy.MethodPolicy) (LayerAttempts, []*
 		la.Budget = strings.Join(budgets, "; ")
 	}
 	if l == LayerXDS && len(rules) > 0 {
-		la.Sources = append(la.Sources, "grpc-go applies it unless the channel is built with grpc.WithDisableRetry()")
+		la.Sources = append(la.Sources, "grpc-go applies it unless the channel is built with grpc.WithDisableRetry() (grpcint's DialOptions add it for the owners application and none)")
 	}
 	return la, rules
 }
