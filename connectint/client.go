@@ -12,7 +12,6 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/opledger/opledger/internal/options"
-	"github.com/opledger/opledger/internal/wait"
 	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/keyed/retry"
 	"github.com/opledger/opledger/policy"
@@ -418,29 +417,22 @@ func Resolve[Req, Res any](ctx context.Context, call func(context.Context, *conn
 	}
 	req.Header().Set(KeyHeader, key)
 	req.Header().Set(ResolveHeader, "1")
-	_, hasDeadline := ctx.Deadline()
-	var b policy.Backoff
-	for try, step := 1, 1; ; try++ {
-		resp, err := call(ctx, req)
+	var resp *connect.Response[Res]
+	err := retry.Resolve(ctx, func() retry.Attempt {
+		r, err := call(ctx, req)
 		if err == nil {
-			return resp, nil
+			resp = r
+			return retry.Attempt{}
 		}
-		var pushback []string
+		a := retry.Attempt{Err: err, Code: grpcCode(connect.CodeOf(err)), Reason: ReasonOf(err), ReplayedError: replayedError(err)}
 		var ce *connect.Error
 		if errors.As(err, &ce) {
-			pushback = ce.Meta().Values(policy.PushbackHeader)
+			a.Pushback = ce.Meta().Values(policy.PushbackHeader)
 		}
-		again := retry.ResolveAgain(retry.Attempt{Err: err, Code: grpcCode(connect.CodeOf(err)), Reason: ReasonOf(err), ReplayedError: replayedError(err)})
-		if !again || ctx.Err() != nil || (!hasDeadline && try >= 10) {
-			return nil, err
-		}
-		d, n, berr := b.Next(ctx, step, pushback)
-		if berr != nil {
-			return nil, err
-		}
-		step = n
-		if wait.Sleep(ctx, d) != nil {
-			return nil, err
-		}
+		return a
+	})
+	if err != nil {
+		return nil, err
 	}
+	return resp, nil
 }

@@ -500,6 +500,35 @@ func ResolveAgain(a Attempt) bool {
 	return MayHaveRun(a.Code)
 }
 
+// ResolveTries bounds the resolve requests [Resolve] sends when its
+// context has no deadline.
+const ResolveTries = 10
+
+// Resolve is the loop of an application's resolve request (a transport's
+// Resolve function), written once for every transport: it sends the
+// request with send and sends it again, after the backoff (policy's
+// default: 100 ms doubling to 1 s) or the server's pushback, while
+// [ResolveAgain] says the attempt is worth repeating: its answer was
+// lost on the way, the server's database failed, or another attempt with
+// the key is still in flight. It stops when ctx ends, or after
+// [ResolveTries] tries when ctx has no deadline, and returns the last
+// attempt's error: nil when the stored response came back, the server's
+// OPERATION_NOT_FOUND or stored final error, or the last failure.
+func Resolve(ctx context.Context, send func() Attempt) error {
+	_, hasDeadline := ctx.Deadline()
+	var b policy.Backoff
+	step := 1
+	for try := 1; ; try++ {
+		a := send()
+		if a.Err == nil || !ResolveAgain(a) || ctx.Err() != nil || (!hasDeadline && try >= ResolveTries) {
+			return a.Err
+		}
+		if Pause(ctx, b, &step, a.Pushback, nil) != "" {
+			return a.Err
+		}
+	}
+}
+
 func ctxDecision(err error) string {
 	if errors.Is(err, context.Canceled) {
 		return "canceled"
