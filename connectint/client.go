@@ -7,9 +7,11 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/grpc/codes"
 
 	"github.com/opledger/opledger/internal/options"
 	"github.com/opledger/opledger/keyed"
@@ -371,7 +373,7 @@ func (u *unaryCall) Attempt(resolve, rerun bool) retry.Attempt {
 		a.Replayed = resp != nil && (isReplayed(resp.Trailer()) || isReplayed(resp.Header()))
 		return a
 	}
-	a.Code = grpcCode(connect.CodeOf(err))
+	a.Code = wireCode(u.ctx, err)
 	a.Reason = ReasonOf(err)
 	a.ReplayedError = replayedError(err)
 	var ce *connect.Error
@@ -382,6 +384,21 @@ func (u *unaryCall) Attempt(resolve, rerun bool) retry.Attempt {
 		}
 	}
 	return a
+}
+
+// wireCode is the status code of an attempt's error as the retry loop
+// reads it: connect-go's code, except for a connection reset or a broken
+// pipe while the call's context is still live. connect-go's client names
+// those CANCELED (on a server they mean that the client went away), yet
+// the caller cancelled nothing: the answer was lost on the way, which is
+// UNAVAILABLE. Read as CANCELED, a keyed call would stop with its outcome
+// unknown and its deadline left.
+func wireCode(ctx context.Context, err error) codes.Code {
+	c := grpcCode(connect.CodeOf(err))
+	if c == codes.Canceled && ctx.Err() == nil && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)) {
+		return codes.Unavailable
+	}
+	return c
 }
 
 // Event counts what the loop did.
@@ -424,7 +441,7 @@ func Resolve[Req, Res any](ctx context.Context, call func(context.Context, *conn
 			resp = r
 			return retry.Attempt{}
 		}
-		a := retry.Attempt{Err: err, Code: grpcCode(connect.CodeOf(err)), Reason: ReasonOf(err), ReplayedError: replayedError(err)}
+		a := retry.Attempt{Err: err, Code: wireCode(ctx, err), Reason: ReasonOf(err), ReplayedError: replayedError(err)}
 		var ce *connect.Error
 		if errors.As(err, &ce) {
 			a.Pushback = ce.Meta().Values(policy.PushbackHeader)
