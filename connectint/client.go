@@ -8,12 +8,13 @@ import (
 	"net/http/httptrace"
 	"reflect"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/grpc/codes"
 
 	"github.com/opledger/opledger/internal/options"
-	"github.com/opledger/opledger/internal/wait"
 	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/keyed/keyedproto"
 	"github.com/opledger/opledger/keyed/retry"
@@ -432,7 +433,7 @@ func (u *unaryCall) Attempt(resolve, rerun bool) retry.Attempt {
 		a.Replayed = resp != nil && (isReplayed(resp.Trailer()) || isReplayed(resp.Header()))
 		return a
 	}
-	a.Code = grpcCode(connect.CodeOf(err))
+	a.Code = wireCode(u.ctx, err)
 	a.Reason = ReasonOf(err)
 	a.ReplayedError = replayedError(err)
 	var ce *connect.Error
@@ -443,6 +444,21 @@ func (u *unaryCall) Attempt(resolve, rerun bool) retry.Attempt {
 		}
 	}
 	return a
+}
+
+// wireCode is the status code of an attempt's error as the retry loop
+// reads it: connect-go's code, except for a connection reset or a broken
+// pipe while the call's context is still live. connect-go's client names
+// those CANCELED (on a server they mean that the client went away), yet
+// the caller cancelled nothing: the answer was lost on the way, which is
+// UNAVAILABLE. Read as CANCELED, a keyed call would stop with its outcome
+// unknown and its deadline left.
+func wireCode(ctx context.Context, err error) codes.Code {
+	c := grpcCode(connect.CodeOf(err))
+	if c == codes.Canceled && ctx.Err() == nil && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)) {
+		return codes.Unavailable
+	}
+	return c
 }
 
 // Event counts what the loop did.
@@ -478,29 +494,22 @@ func Resolve[Req, Res any](ctx context.Context, call func(context.Context, *conn
 	}
 	req.Header().Set(KeyHeader, key)
 	req.Header().Set(ResolveHeader, "1")
-	_, hasDeadline := ctx.Deadline()
-	var b policy.Backoff
-	for try, step := 1, 1; ; try++ {
-		resp, err := call(ctx, req)
+	var resp *connect.Response[Res]
+	err := retry.Resolve(ctx, func() retry.Attempt {
+		r, err := call(ctx, req)
 		if err == nil {
-			return resp, nil
+			resp = r
+			return retry.Attempt{}
 		}
-		var pushback []string
+		a := retry.Attempt{Err: err, Code: wireCode(ctx, err), Reason: ReasonOf(err), ReplayedError: replayedError(err)}
 		var ce *connect.Error
 		if errors.As(err, &ce) {
-			pushback = ce.Meta().Values(policy.PushbackHeader)
+			a.Pushback = ce.Meta().Values(policy.PushbackHeader)
 		}
-		again := retry.ResolveAgain(retry.Attempt{Err: err, Code: grpcCode(connect.CodeOf(err)), Reason: ReasonOf(err), ReplayedError: replayedError(err)})
-		if !again || ctx.Err() != nil || (!hasDeadline && try >= 10) {
-			return nil, err
-		}
-		d, n, berr := b.Next(ctx, step, pushback)
-		if berr != nil {
-			return nil, err
-		}
-		step = n
-		if wait.Sleep(ctx, d) != nil {
-			return nil, err
-		}
+		return a
+	})
+	if err != nil {
+		return nil, err
 	}
+	return resp, nil
 }

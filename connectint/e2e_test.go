@@ -94,10 +94,11 @@ func loseOnServer(n *losses) connect.HandlerOption {
 // TestDefiniteOutcomes is docs/grpc.md's end-to-end run for connect: 2,000
 // keyed Transfers per protocol (Connect over HTTP/1.1, gRPC over h2c),
 // 30% of the answers lost after commit at three places, through the kit's
-// client on SQLite and PostgreSQL (pgx). Every call returns OK (each
-// committed, with a deadline that leaves room to resolve), with exactly
-// one business row whose id is the reply's: 0 duplicates, 0 losses, 0
-// ambiguous returns.
+// client on SQLite, PostgreSQL (pgx) and MariaDB, claim first and claim
+// at commit, as the gRPC run does. Every call returns
+// OK (each committed, with a deadline that leaves room to resolve), with
+// exactly one business row whose id is the reply's: 0 duplicates, 0
+// losses, 0 ambiguous returns.
 func TestDefiniteOutcomes(t *testing.T) {
 	calls := 2000
 	if testing.Short() {
@@ -105,17 +106,26 @@ func TestDefiniteOutcomes(t *testing.T) {
 	}
 	testdb.ForEachParallel(t, 8, func(t *testing.T, te *testdb.Env) {
 		if te.Name == "postgres/pq" {
-			t.Skip("lib/pq: the end-to-end run is on SQLite and PostgreSQL through pgx")
+			t.Skip("lib/pq: the end-to-end run is on SQLite, MariaDB and PostgreSQL through pgx")
 		}
-		for _, p := range []string{"connect", "grpc"} {
-			t.Run(p, func(t *testing.T) { definite(t, te, p, calls) })
+		for _, atCommit := range []bool{false, true} {
+			order := "claim-first"
+			if atCommit {
+				order = "claim-at-commit"
+			}
+			for _, p := range []string{"connect", "grpc"} {
+				t.Run(order+"/"+p, func(t *testing.T) { definite(t, te, p, atCommit, calls) })
+			}
 		}
-	}, "sqlite", "postgres")
+	}, "sqlite", "postgres", "mysql")
 }
 
-func definite(t *testing.T, te *testdb.Env, protocol string, calls int) {
+func definite(t *testing.T, te *testdb.Env, protocol string, atCommit bool, calls int) {
 	ctx := context.Background()
 	biz := te.Table + "_" + protocol
+	if atCommit {
+		biz += "_c"
+	}
 	if err := payments.CreateTable(ctx, te.DB, te.Dialect, biz); err != nil {
 		t.Fatal(err)
 	}
@@ -124,8 +134,11 @@ func definite(t *testing.T, te *testdb.Env, protocol string, calls int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := connectint.NewServer(te.DB, newStore(t, te), catalog(t), connectint.CallerFromTrustedHeader(callerHeader),
-		connectint.WithInProgressPushback(5*time.Millisecond))
+	opts := []connectint.ServerOption{connectint.WithInProgressPushback(5 * time.Millisecond)}
+	if atCommit {
+		opts = append(opts, connectint.WithClaimAtCommit(paymentspb.TransferMethod))
+	}
+	s, err := connectint.NewServer(te.DB, newStore(t, te), catalog(t), connectint.CallerFromTrustedHeader(callerHeader), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,6 +238,6 @@ func definite(t *testing.T, te *testdb.Env, protocol string, calls int) {
 	if st.Resolved == 0 || st.Ambiguous != 0 {
 		t.Errorf("client %+v: want resolved calls, none ambiguous", st)
 	}
-	t.Logf("%s over %s: %d calls, %d answers lost (server %d, after headers %d, after response %d); client %+v; server %+v",
-		protocol, te.Name, calls, total, n.server.Load(), n.headers.Load(), n.response.Load(), st, s.Stats())
+	t.Logf("%s over %s (at commit %v): %d calls, %d answers lost (server %d, after headers %d, after response %d); client %+v; server %+v",
+		protocol, te.Name, atCommit, calls, total, n.server.Load(), n.headers.Load(), n.response.Load(), st, s.Stats())
 }

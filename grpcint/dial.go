@@ -9,7 +9,6 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/opledger/opledger/internal/wait"
 	"github.com/opledger/opledger/keyed/retry"
 	"github.com/opledger/opledger/policy"
 	"github.com/opledger/opledger/policy/serviceconfig"
@@ -178,28 +177,18 @@ func Resolve(ctx context.Context, cc grpc.ClientConnInterface, method, key strin
 		return fmt.Errorf("grpcint: resolve %s: empty key", method)
 	}
 	ctx = metadata.AppendToOutgoingContext(WithKey(ctx, key), ResolveHeader, "1")
-	_, hasDeadline := ctx.Deadline()
-	var b policy.Backoff
-	for try, step := 1, 1; ; try++ {
+	return retry.Resolve(ctx, func() retry.Attempt {
 		var trl metadata.MD
 		err := cc.Invoke(ctx, method, req, reply, append(opts, grpc.Trailer(&trl))...)
-		if err == nil || !resolveAgain(err, trl) || ctx.Err() != nil || (!hasDeadline && try >= 10) {
-			return err
-		}
-		d, n, berr := b.Next(ctx, step, trl.Get(policy.PushbackHeader))
-		if berr != nil {
-			return err
-		}
-		step = n
-		if wait.Sleep(ctx, d) != nil {
-			return err
-		}
-	}
+		return resolveAttempt(err, trl)
+	})
 }
 
-// resolveAgain reports whether a failed resolve request is worth sending
-// again: its answer was lost, the server's database failed, or an attempt
-// with the key is still in flight.
-func resolveAgain(err error, trl metadata.MD) bool {
-	return retry.ResolveAgain(retry.Attempt{Err: err, Code: status.Code(err), Reason: string(ReasonOf(err)), ReplayedError: replayedError(err, trl)})
+// resolveAttempt is what the client saw of one resolve request.
+func resolveAttempt(err error, trl metadata.MD) retry.Attempt {
+	if err == nil {
+		return retry.Attempt{}
+	}
+	return retry.Attempt{Err: err, Code: status.Code(err), Reason: string(ReasonOf(err)), ReplayedError: replayedError(err, trl),
+		Pushback: trl.Get(policy.PushbackHeader)}
 }

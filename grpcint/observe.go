@@ -66,10 +66,11 @@ func WithClientTracerProvider(tp trace.TracerProvider) ClientOption {
 }
 
 // WithClientLogger sets the logger of the client's events (default: none;
-// nil discards): one event per retry the budget refused and per resolve
-// request, with the method, the owner, the outcome and the short hash of
-// the key (key_hash: the first six bytes of its SHA-256, in hex); never
-// the key, the request or the response.
+// nil discards): one event per retry the budget refused (with the
+// decision, budget-exhausted) and per resolve request (with its outcome,
+// as opledger.client.resolves names it), with the method, the owner and
+// the short hash of the key (key_hash: the first six bytes of its
+// SHA-256, in hex); never the key, the request or the response.
 func WithClientLogger(l *slog.Logger) ClientOption {
 	return clientOption("WithClientLogger", func(c *clientConfig) error {
 		c.logger = l
@@ -161,11 +162,11 @@ func (t *callTiming) total() time.Duration {
 	return t.delay
 }
 
-// callStats are A96's counts of one logical call.
+// callStats are A96's counts of one logical call, and its outcome.
 type callStats struct {
 	retries, transparent int
 	timing               callTiming
-	result               string // "ok", "replayed" or "resolved" once the call succeeded
+	outcome              keyed.Outcome // how the call ended: Executed, Replayed, or its error's reading
 }
 
 // attempted adds an attempt's evidence: grpc-go's transparent retries
@@ -201,32 +202,33 @@ func (o *clientObs) callDone(ctx context.Context, cc *grpc.ClientConn, method st
 		o.transparent.Record(ctx, int64(s.transparent), a96)
 	}
 	o.retryDelay.Record(ctx, s.timing.total().Seconds(), a96)
-	attrs := []attribute.KeyValue{grpcMethod(method), o.owner}
-	if err == nil {
-		attrs = append(attrs, telemetry.Outcome.String(s.result))
-	} else {
-		attrs = append(attrs, telemetry.Outcome.String("error"))
-		if r := ReasonOf(err); r != "" {
-			attrs = append(attrs, telemetry.Reason.String(string(r)))
+	outcome := s.outcome
+	if outcome == 0 {
+		outcome = keyed.Executed
+		if err != nil {
+			outcome = keyed.ServerAnswered
 		}
+	}
+	attrs := []attribute.KeyValue{grpcMethod(method), o.owner, telemetry.Outcome.String(outcome.String())}
+	if r := ReasonOf(err); err != nil && r != "" {
+		attrs = append(attrs, telemetry.Reason.String(string(r)))
 	}
 	o.calls.Add(ctx, 1, metric.WithAttributes(attrs...))
 }
 
-// resolveOutcome names what a resolve request found.
-func resolveOutcome(err error, trl metadata.MD) string {
+// resolveOutcome is what a resolve request found, in package keyed's
+// classification.
+func resolveOutcome(err error, trl metadata.MD) keyed.Outcome {
 	r, kit := retry.ServerRow(string(ReasonOf(err)))
 	switch {
 	case err == nil || replayedError(err, trl):
-		return "resolved"
-	case kit && r.Outcome == keyed.NotFound:
-		return "not-found"
-	case kit && r.Outcome == keyed.InProgress:
-		return "in-progress"
-	case !kit && retry.MayHaveRun(status.Code(err)):
-		return "lost"
+		return keyed.Replayed
+	case kit:
+		return r.Outcome
+	case retry.MayHaveRun(status.Code(err)):
+		return keyed.CallOutcomeUnknown // the answer was lost on the way
 	}
-	return "failed"
+	return keyed.ServerAnswered
 }
 
 // resolving starts the span of a resolve request.
@@ -240,13 +242,14 @@ func (o *clientObs) resolving(ctx context.Context, method, key string) (context.
 
 // resolved records a finished resolve request: counter, span, log event.
 func (o *clientObs) resolved(ctx context.Context, span trace.Span, method, key string, err error, trl metadata.MD) {
-	outcome := resolveOutcome(err, trl)
+	found := resolveOutcome(err, trl)
+	outcome := found.String()
 	if o.resolves.Enabled(ctx) {
 		o.resolves.Add(ctx, 1, metric.WithAttributes(grpcMethod(method), o.owner, telemetry.Outcome.String(outcome)))
 	}
 	if span.IsRecording() {
 		span.SetAttributes(telemetry.Outcome.String(outcome))
-		if outcome == "failed" || outcome == "lost" {
+		if found != keyed.Replayed && found != keyed.NotFound && found != keyed.InProgress {
 			span.SetStatus(otelcodes.Error, outcome)
 		}
 	}
@@ -263,7 +266,7 @@ func (o *clientObs) refused(ctx context.Context, method, key string) {
 		o.refusals.Add(ctx, 1, metric.WithAttributes(grpcMethod(method), o.owner))
 	}
 	if o.log.Enabled(ctx, slog.LevelWarn) {
-		attrs := []slog.Attr{slog.String("method", method), slog.String("owner", o.owner.Value.AsString()), slog.String("outcome", "budget-exhausted")}
+		attrs := []slog.Attr{slog.String("method", method), slog.String("owner", o.owner.Value.AsString()), slog.String("decision", "budget-exhausted")}
 		if key != "" {
 			attrs = append(attrs, slog.String("key_hash", telemetry.KeyHashOf(key)))
 		}
@@ -280,11 +283,12 @@ func (o *clientObs) refused(ctx context.Context, method, key string) {
 // measured):
 //
 //   - opledger.server.calls, a counter of keyed calls by opledger.outcome
+//     (the outcome's name in package keyed's classification: executed,
+//     replayed, idempotency-key-reused, …), opledger.outcome.kind
 //     (executed, replayed, refused, failed), opledger.reason (the kit's
 //     reason, for a refusal or a failure) and grpc.status;
-//   - opledger.server.resolves, a counter of resolve requests by
-//     opledger.outcome (found, not-found, refused, failed), with the
-//     reason and grpc.status.
+//   - opledger.server.resolves, a counter of resolve requests by the same
+//     attributes (replayed for a stored answer, operation-not-found, …).
 //
 // Both carry grpc.method; never a key or a caller. The ledger's own
 // metrics are the ledger's option (ledger.WithMeterProvider).

@@ -23,6 +23,7 @@ import (
 	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/harness/otelread"
 	"github.com/opledger/opledger/internal/testkit/testdb"
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/policy"
 	"github.com/opledger/opledger/txmiddleware"
@@ -160,11 +161,26 @@ func TestObservedCalls(t *testing.T) {
 			t.Fatal(err)
 		}
 		get := func(name string, match ...attribute.KeyValue) float64 { return otelread.Sum(points, name, match...) }
+		// One vocabulary: the server's, the client's and the runner's
+		// outcomes are names of keyed.Outcomes() (the runner's own failed
+		// aside).
+		for _, p := range points {
+			o := p.Attr("opledger.outcome")
+			if o == "" || strings.HasPrefix(p.Name, "opledger.ledger.") {
+				continue
+			}
+			if _, ok := keyed.Named(o); !ok && !(o == txmiddleware.OutcomeFailed && strings.HasPrefix(p.Name, "opledger.tx.")) {
+				t.Errorf("%s carries the outcome %q, no name of keyed.Outcomes()", p.Name, o)
+			}
+		}
 		// Server: the herd and the refusals as the callers saw them; the
 		// kit client's four calls executed.
 		for what, n := range seen {
-			outcome, reason, _ := strings.Cut(what, " ")
-			match := []attribute.KeyValue{kv("grpc.method", transferMethod), kv("opledger.outcome", outcome)}
+			kind, reason, _ := strings.Cut(what, " ")
+			match := []attribute.KeyValue{kv("grpc.method", transferMethod), kv("opledger.outcome.kind", kind)}
+			if o, ok := keyed.OfReason(reason); ok {
+				match = append(match, kv("opledger.outcome", o.String())) // the outcome's name beside its kind
+			}
 			if reason != "" {
 				match = append(match, kv("opledger.reason", reason))
 			}
@@ -175,21 +191,29 @@ func TestObservedCalls(t *testing.T) {
 		if got := get("opledger.server.calls", kv("opledger.outcome", "executed")); got != 1+3 {
 			t.Errorf("executed = %v, want 4 (the herd's, lost, unsent, sc-retry)", got)
 		}
-		if got := get("opledger.server.resolves", kv("opledger.outcome", "found")); got != 1 {
-			t.Errorf("server resolves found = %v, want 1", got)
+		if got := get("opledger.server.resolves", kv("opledger.outcome", "replayed"), kv("opledger.outcome.kind", "replayed")); got != 1 {
+			t.Errorf("server resolves replayed = %v, want 1", got)
 		}
-		if got := get("opledger.server.resolves", kv("opledger.outcome", "not-found"), kv("opledger.reason", string(grpcint.ReasonNotFound))); got != 1 {
-			t.Errorf("server resolves not-found = %v, want 1", got)
+		if got := get("opledger.server.resolves", kv("opledger.outcome", "operation-not-found"), kv("opledger.outcome.kind", "not-found"),
+			kv("opledger.reason", string(grpcint.ReasonNotFound))); got != 1 {
+			t.Errorf("server resolves operation-not-found = %v, want 1", got)
 		}
-		// Client.
-		if got := get("opledger.client.resolves", kv("opledger.outcome", "resolved"), kv("opledger.owner", "application")); got != 1 {
-			t.Errorf("client resolves resolved = %v, want 1", got)
+		// Client: one vocabulary with the server's.
+		if got := get("opledger.client.resolves", kv("opledger.outcome", "replayed"), kv("opledger.owner", "application")); got != 1 {
+			t.Errorf("client resolves replayed = %v, want 1", got)
 		}
-		if got := get("opledger.client.resolves", kv("opledger.outcome", "not-found")); got != 1 {
-			t.Errorf("client resolves not-found = %v, want 1", got)
+		if got := get("opledger.client.resolves", kv("opledger.outcome", "operation-not-found")); got != 1 {
+			t.Errorf("client resolves operation-not-found = %v, want 1", got)
 		}
-		if got := get("opledger.client.calls", kv("opledger.outcome", "resolved")); got != 1 {
-			t.Errorf("client calls resolved = %v, want 1", got)
+		// lost (its answer resolved), unsent, the empty budget's unsent
+		// call; sc-retry on the channel grpc-go owns.
+		for outcome, want := range map[string]float64{"replayed": 1, "executed": 1, "request-not-sent": 1} {
+			if got := get("opledger.client.calls", kv("opledger.outcome", outcome), kv("opledger.owner", "application")); got != want {
+				t.Errorf("client calls %s = %v, want %v", outcome, got, want)
+			}
+		}
+		if got := get("opledger.client.calls", kv("opledger.outcome", "executed"), kv("opledger.owner", "service-config")); got != 1 {
+			t.Errorf("client calls executed on the service-config channel = %v, want 1", got)
 		}
 		if got := get("opledger.client.budget.refusals", kv("grpc.method", transferMethod)); got != 1 {
 			t.Errorf("budget refusals = %v, want 1", got)
@@ -246,16 +270,20 @@ func TestObservedCalls(t *testing.T) {
 
 		// Logs: one event per refusal, resolve and budget exhaustion.
 		for _, want := range []map[string]string{
-			{"msg": "opledger: claim refused", "outcome": "key-reused", "method": paymentspb.TransferMethod},
-			{"msg": "opledger: keyed call refused", "reason": string(grpcint.ReasonMissingKey)},
-			{"msg": "opledger: resolve", "outcome": "resolved", "owner": "application"},
-			{"msg": "opledger: resolve", "outcome": "found"},
-			{"msg": "opledger: resolve", "outcome": "not-found", "owner": "application"},
-			{"msg": "opledger: retry budget exhausted", "outcome": "budget-exhausted", "method": paymentspb.TransferMethod},
+			{"msg": "opledger: claim refused", "outcome": "idempotency-key-reused", "method": paymentspb.TransferMethod},
+			{"msg": "opledger: keyed call refused", "outcome": "idempotency-key-missing", "reason": string(grpcint.ReasonMissingKey)},
+			{"msg": "opledger: resolve", "outcome": "replayed", "owner": "application"},
+			{"msg": "opledger: resolve", "outcome": "operation-not-found", "owner": "application"},
+			{"msg": "opledger: retry budget exhausted", "decision": "budget-exhausted", "method": paymentspb.TransferMethod},
 		} {
 			if n := logs.Count(want); n != 1 {
 				t.Errorf("%d events %v, want 1", n, want)
 			}
+		}
+		// The server's and the client's events of one resolve name its
+		// outcome alike.
+		if n := logs.Count(map[string]string{"msg": "opledger: resolve", "outcome": "replayed"}); n != 2 {
+			t.Errorf("%d resolve events with the outcome replayed, want 2 (the server's and the client's)", n)
 		}
 		all := logs.Text()
 		for _, p := range points {

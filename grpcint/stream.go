@@ -98,6 +98,20 @@ func (s *retryStream) stopped(err error, why string) error {
 	return withCallInfo(err, ci)
 }
 
+// outcomeOf is how the stream ended (err nil: it delivered what the
+// server sent): the client's reading attached to err, or that of its last
+// attempt.
+func (s *retryStream) outcomeOf(err error) keyed.Outcome {
+	if err == nil {
+		return keyed.Executed
+	}
+	if ci, ok := CallInfoOf(err); ok && ci.Outcome != 0 {
+		return ci.Outcome
+	}
+	return retry.ReadingOf(retry.Attempt{Err: err, Code: status.Code(err), Reason: string(ReasonOf(err)),
+		Evidence: policy.Evidence{Sent: s.ev.sent.Load(), HeadersReceived: s.ev.header.Load(), MessageReceived: s.ev.message.Load()}})
+}
+
 // RecvMsg retries a failure that comes before the first message.
 func (s *retryStream) RecvMsg(m any) error {
 	err := s.recv(m)
@@ -109,7 +123,7 @@ func (s *retryStream) RecvMsg(m any) error {
 		if err != io.EOF {
 			callErr = err
 		}
-		s.stats.result = "ok"
+		s.stats.outcome = s.outcomeOf(callErr)
 		s.c.obs.callDone(s.ctx, s.cc, s.method, &s.stats, callErr)
 	}
 	return err

@@ -75,11 +75,11 @@ func (u *unaryCall) Event(e retry.Event) {
 // run runs the call with the loop and renders its result.
 func (u *unaryCall) run(p policy.MethodPolicy) error {
 	res := retry.Do(u.ctx, &u.c.loop, p, u.key, u)
+	u.stats.outcome = res.Outcome()
 	if res.Err == nil {
 		if res.Success == "replayed" {
 			u.c.c.replayed.Add(1)
 		}
-		u.stats.result = res.Success
 		return nil
 	}
 	if res.Ambiguous() {

@@ -19,17 +19,20 @@ import (
 // Telemetry is a transport server's telemetry, recorded by the core:
 //
 //   - opledger.server.calls, a counter of keyed calls by opledger.outcome
-//     (the outcome's [Kind]: executed, replayed, refused, failed) and
-//     opledger.reason (its [Row].Reason, when it has one);
-//   - opledger.server.resolves, a counter of resolve requests by
-//     opledger.outcome (found, not-found, refused, failed), with the
-//     reason;
+//     (the outcome's [Row].Name: executed, replayed,
+//     idempotency-key-reused, …), opledger.outcome.kind (its [Kind]:
+//     executed, replayed, refused, failed) and opledger.reason (its
+//     [Row].Reason, when it has one);
+//   - opledger.server.resolves, a counter of resolve requests by the same
+//     attributes (replayed for a stored answer, operation-not-found of
+//     kind not-found, …);
 //   - one opledger.keyed_call span per keyed call (opledger.resolve for a
-//     resolve request), the parent of its runner's, with the outcome, the
-//     reason and the key's short hash;
+//     resolve request), the parent of its runner's, with the outcome, its
+//     kind, the reason and the key's short hash;
 //   - one log event per call refused before its claim ("opledger: keyed
 //     call refused") and per resolve request ("opledger: resolve"), with
-//     the method, the outcome, the reason and the key's short hash;
+//     the method, the outcome (its name), the reason and the key's short
+//     hash;
 //   - opledger.server.retries_by_layer, a counter of requests a layer had
 //     retried, by opledger.retry.layer, opledger.retry.second_owner and
 //     opledger.owner (when known), and one warning per method and layer
@@ -139,24 +142,20 @@ func (o *observer) keyed(op callOp, key string) {
 	}
 }
 
-// kindOf is the opledger.outcome of an answer: its outcome's kind, or for
-// a resolve request "found" for a stored answer.
-func kindOf(resolve bool, o Outcome) string {
-	k := o.Row().Kind
-	switch {
-	case k == "":
-		return string(KindFailed)
-	case resolve && k == KindReplayed:
-		return "found"
+// kindOf is the opledger.outcome.kind of an answer: its outcome's kind
+// (failed for one that has none).
+func kindOf(o Outcome) Kind {
+	if k := o.Row().Kind; k != "" {
+		return k
 	}
-	return string(k)
+	return KindFailed
 }
 
 // end records a finished call: counter, span and log event.
 func (o *observer) end(ctx context.Context, op callOp, method string, resolve bool, key string, a Answer, extra []attribute.KeyValue) {
 	row := a.Row()
-	outcome := kindOf(resolve, a.Outcome)
-	attrs := append([]attribute.KeyValue{o.method(method), telemetry.Outcome.String(outcome)}, extra...)
+	outcome, kind := a.Outcome.String(), kindOf(a.Outcome)
+	attrs := append([]attribute.KeyValue{o.method(method), telemetry.Outcome.String(outcome), telemetry.OutcomeKind.String(string(kind))}, extra...)
 	if row.Reason != "" {
 		attrs = append(attrs, telemetry.Reason.String(row.Reason))
 	}
@@ -169,7 +168,7 @@ func (o *observer) end(ctx context.Context, op callOp, method string, resolve bo
 	}
 	if op.span.IsRecording() {
 		op.span.SetAttributes(attrs[1:]...)
-		if outcome == string(KindFailed) {
+		if kind == KindFailed {
 			op.span.SetStatus(otelcodes.Error, outcome)
 		}
 	}

@@ -1,6 +1,10 @@
 package keyed
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/opledger/opledger/txmiddleware"
+)
 
 // Outcome is one outcome of a keyed call: what a call of a keyed method
 // (or a resolve request for one) can end with, on the server or, for the
@@ -92,14 +96,15 @@ const (
 	SideClient Side = "client"
 )
 
-// Kind is the coarse class of a server outcome, the opledger.outcome of
-// the servers' metrics and the counter of their Stats it counts in.
+// Kind is the coarse class of a server outcome: the opledger.outcome.kind
+// of the servers' metrics (beside the outcome's name, their
+// opledger.outcome) and the counter of their Stats it counts in.
 type Kind string
 
 const (
 	// KindExecuted: the handler ran and its answer committed.
 	KindExecuted Kind = "executed"
-	// KindReplayed: a stored answer (for a resolve request: "found").
+	// KindReplayed: a stored answer (for a resolve request too).
 	KindReplayed Kind = "replayed"
 	// KindRefused: refused without the handler running: before the claim,
 	// or by the ledger (key reused, in progress, incomplete).
@@ -165,8 +170,9 @@ func (n Next) String() string {
 type Row struct {
 	// Outcome is the outcome.
 	Outcome Outcome
-	// Name is its stable name, in every transport's table, log and
-	// document: the HTTP rendering's problem type ends with it.
+	// Name is its stable name, in every transport's table, metric
+	// (opledger.outcome), log event and document: the HTTP rendering's
+	// problem type ends with it.
 	Name string
 	// Reason is the stable ErrorInfo reason of the renderings that carry
 	// one (gRPC, connect), or "" when they pass on the handler's, the
@@ -191,10 +197,13 @@ type Row struct {
 
 // table is the one classification. Every transport renders it, its tests
 // produce every row, and its document prints it (tests check all three).
+// The names of the outcomes a txmiddleware runner reports too are its
+// constants (txmiddleware.OutcomeExecuted, …): one name for one outcome in
+// the runner's metrics, the servers' and the clients'.
 var table = [...]Row{
-	{Executed, "executed", "", SideServer, KindExecuted, CommittedAnswer, Stop, false,
+	{Executed, txmiddleware.OutcomeExecuted, "", SideServer, KindExecuted, CommittedAnswer, Stop, false,
 		"the handler ran and its answer committed with the claim: its result with its writes, or a final error recorded without them; every retry with the key gets it back"},
-	{Replayed, "replayed", "", SideServer, KindReplayed, CommittedAnswer, Stop, false,
+	{Replayed, txmiddleware.OutcomeReplayed, "", SideServer, KindReplayed, CommittedAnswer, Stop, false,
 		"an earlier call with the key completed: its stored answer, marked as a replay; the handler does not run (claim at commit: it ran and was rolled back)"},
 	{NotStored, "not-stored", "", SideServer, KindFailed, CommittedNo, Retry, false,
 		"the handler answered with an error that is not final: passed on as it is, everything rolled back, nothing recorded; a retry runs the handler again"},
@@ -214,21 +223,21 @@ var table = [...]Row{
 		"a resolve names a method that is not keyed: there is nothing to resolve, and the handler does not run"},
 	{KeyedStream, "keyed-method-served-as-stream", "KEYED_METHOD_SERVED_AS_STREAM", SideServer, KindRefused, CommittedNA, Stop, false,
 		"a method the catalog marks keyed is served as a stream, which the kit cannot protect; refused without running"},
-	{KeyReused, "idempotency-key-reused", "IDEMPOTENCY_KEY_REUSED", SideServer, KindRefused, CommittedAnswer, Stop, false,
+	{KeyReused, txmiddleware.OutcomeKeyReused, "IDEMPOTENCY_KEY_REUSED", SideServer, KindRefused, CommittedAnswer, Stop, false,
 		"ledger.ErrKeyReused: the same caller used the key on the same method for another request"},
-	{InProgress, "operation-in-progress", "OPERATION_IN_PROGRESS", SideServer, KindRefused, CommittedUnknown, Retry, true,
+	{InProgress, txmiddleware.OutcomeInProgress, "OPERATION_IN_PROGRESS", SideServer, KindRefused, CommittedUnknown, Retry, true,
 		"ledger.ErrInProgress: another attempt with the key holds it, or the connection or the write lock this one waited for, past the wait bound"},
-	{Incomplete, "operation-incomplete", "OPERATION_INCOMPLETE", SideServer, KindRefused, CommittedUnknown, Stop, false,
+	{Incomplete, txmiddleware.OutcomeIncomplete, "OPERATION_INCOMPLETE", SideServer, KindRefused, CommittedUnknown, Stop, false,
 		"ledger.ErrIncomplete: the key's entry was committed without a result, outside the kit"},
-	{TxAborted, "transaction-aborted", "TRANSACTION_ABORTED", SideServer, KindFailed, CommittedNo, Retry, false,
+	{TxAborted, txmiddleware.OutcomeRetryable, "TRANSACTION_ABORTED", SideServer, KindFailed, CommittedNo, Retry, false,
 		"ledger.ErrRetryable: serialization failures or deadlocks outlasted the transaction's attempts; rolled back"},
-	{StorageBusy, "storage-busy", "STORAGE_BUSY", SideServer, KindFailed, CommittedNo, Retry, true,
+	{StorageBusy, txmiddleware.OutcomeBusy, "STORAGE_BUSY", SideServer, KindFailed, CommittedNo, Retry, true,
 		"txmiddleware.ErrBusy: the transaction could not begin within the wait bound while no other attempt with the key was in flight (every pooled connection in use; on SQLite, another transaction held the write lock); nothing was written"},
 	{StorageUnavailable, "storage-unavailable", "STORAGE_UNAVAILABLE", SideServer, KindFailed, CommittedNo, Retry, false,
 		"the database failed before COMMIT was sent (a ledger.DBError, a lost connection, the handler's own database error); rolled back"},
-	{CommitUnknown, "commit-outcome-unknown", "COMMIT_OUTCOME_UNKNOWN", SideServer, KindFailed, CommittedUnknown, Resolve, false,
+	{CommitUnknown, txmiddleware.OutcomeCommitUnknown, "COMMIT_OUTCOME_UNKNOWN", SideServer, KindFailed, CommittedUnknown, Resolve, false,
 		"txmiddleware.ErrCommitUnknown: the connection broke, or the call's context ended, while COMMIT was in flight"},
-	{RequestEnded, "request-ended", "", SideServer, KindFailed, CommittedNo, Retry, false,
+	{RequestEnded, txmiddleware.OutcomeCanceled, "", SideServer, KindFailed, CommittedNo, Retry, false,
 		"the call's context ended (the client went away, a deadline, a server timeout) before COMMIT was sent; rolled back"},
 	{ResponseTooLarge, "response-too-large", "", SideServer, KindFailed, CommittedNo, Stop, false,
 		"the handler wrote more than the transport's response limit; rolled back"},

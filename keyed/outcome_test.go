@@ -1,10 +1,14 @@
 package keyed_test
 
 import (
+	"os"
+	"regexp"
+	"slices"
 	"testing"
 
 	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/keyed/keyedproto"
+	"github.com/opledger/opledger/txmiddleware"
 )
 
 // TestClassification: the table is one row per outcome, in the constants'
@@ -77,5 +81,59 @@ func TestRPCRenderingIsTotal(t *testing.T) {
 		case r.Side == keyed.SideServer && (rr.Own == "") != (r.Reason != ""):
 			t.Errorf("%s: reason %q but rendering %+v", r.Name, r.Reason, rr)
 		}
+	}
+}
+
+// runnerOutcomes are every opledger.outcome a txmiddleware runner's
+// metrics, span and log events can carry.
+var runnerOutcomes = []string{txmiddleware.OutcomeExecuted, txmiddleware.OutcomeReplayed, txmiddleware.OutcomeKeyReused,
+	txmiddleware.OutcomeInProgress, txmiddleware.OutcomeBusy, txmiddleware.OutcomeIncomplete, txmiddleware.OutcomeCommitUnknown,
+	txmiddleware.OutcomeRetryable, txmiddleware.OutcomeCanceled, txmiddleware.OutcomeFailed}
+
+// TestOneVocabulary: every name a metric of the kit's keyed calls can
+// carry as opledger.outcome is an outcome's name in the classification:
+// the servers' and the clients' are keyed.Outcome values by type (their
+// String), and the runner's constants are the table's names, but for its
+// own failed (documented in txmiddleware and docs/operations.md), which
+// no row may take. The kinds of the servers' opledger.outcome.kind are
+// the Kind constants, and docs/operations.md lists the runner's names as
+// they are.
+func TestOneVocabulary(t *testing.T) {
+	names := map[string]keyed.Row{}
+	for _, r := range keyed.Outcomes() {
+		names[r.Name] = r
+	}
+	for _, n := range runnerOutcomes {
+		r, ok := names[n]
+		switch {
+		case n == txmiddleware.OutcomeFailed && ok:
+			t.Errorf("the runner's own %q is an outcome's name too (%v)", n, r.Outcome)
+		case n != txmiddleware.OutcomeFailed && (!ok || r.Side != keyed.SideServer):
+			t.Errorf("the runner's outcome %q is no server outcome of the classification", n)
+		}
+	}
+	if _, ok := names[txmiddleware.OutcomeFinalError]; ok {
+		t.Errorf("the deprecated %q is an outcome's name", txmiddleware.OutcomeFinalError)
+	}
+	kinds := map[keyed.Kind]bool{keyed.KindExecuted: true, keyed.KindReplayed: true, keyed.KindRefused: true, keyed.KindFailed: true, keyed.KindNotFound: true}
+	for _, r := range keyed.Outcomes() {
+		if r.Side == keyed.SideServer && !kinds[r.Kind] {
+			t.Errorf("%s: kind %q", r.Name, r.Kind)
+		}
+	}
+	doc, err := os.ReadFile("../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile("(?m)^\\| `opledger\\.tx\\.duration` \\|.*by outcome: (.*)\\|$").FindSubmatch(doc)
+	if row == nil {
+		t.Fatal("docs/operations.md has no opledger.tx.duration row listing its outcomes")
+	}
+	var listed []string
+	for _, m := range regexp.MustCompile("`([a-z-]+)`").FindAllSubmatch(row[1], -1) {
+		listed = append(listed, string(m[1]))
+	}
+	if !slices.Equal(listed, runnerOutcomes) {
+		t.Errorf("docs/operations.md lists the runner's outcomes %v, want %v", listed, runnerOutcomes)
 	}
 }

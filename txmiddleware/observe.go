@@ -18,35 +18,56 @@ import (
 	"github.com/opledger/opledger/ledger"
 )
 
-// Run outcomes, the opledger.outcome attribute of the runner's metrics
-// and span.
+// Run outcomes, the opledger.outcome attribute of the runner's metrics,
+// span and log events. Each but OutcomeFailed is the name of the keyed
+// call outcome it is in package keyed's classification (keyed.Outcomes
+// names its rows with these constants): one vocabulary for the runner,
+// the transports' servers and clients.
 const (
-	OutcomeExecuted      = "executed"       // the work ran and its result committed
-	OutcomeFinalError    = "final-error"    // the work's final error was recorded and committed
-	OutcomeReplayed      = "replayed"       // an earlier call's result was replayed
-	OutcomeKeyReused     = "key-reused"     // ledger.ErrKeyReused
-	OutcomeInProgress    = "in-progress"    // ledger.ErrInProgress
-	OutcomeBusy          = "busy"           // ErrBusy
-	OutcomeIncomplete    = "incomplete"     // ledger.ErrIncomplete
-	OutcomeCommitUnknown = "commit-unknown" // ErrCommitUnknown
-	OutcomeRetryable     = "retryable"      // transient failures outlasted the attempts
-	OutcomeCanceled      = "canceled"       // the context ended first
-	OutcomeFailed        = "failed"         // any other error (error.type says which)
+	OutcomeExecuted      = "executed"               // the work ran and its result, or its final error (error.type ErrorTypeFinal), committed
+	OutcomeReplayed      = "replayed"               // an earlier call's result was replayed
+	OutcomeKeyReused     = "idempotency-key-reused" // ledger.ErrKeyReused
+	OutcomeInProgress    = "operation-in-progress"  // ledger.ErrInProgress
+	OutcomeBusy          = "storage-busy"           // ErrBusy
+	OutcomeIncomplete    = "operation-incomplete"   // ledger.ErrIncomplete
+	OutcomeCommitUnknown = "commit-outcome-unknown" // ErrCommitUnknown
+	OutcomeRetryable     = "transaction-aborted"    // transient failures outlasted the attempts
+	OutcomeCanceled      = "request-ended"          // the context ended before COMMIT was sent
+	// OutcomeFailed is the runner's own: any other error (error.type says
+	// which). The runner cannot tell the work's error that is not final
+	// from the database's or the ledger's; a transport's server, which
+	// can, names them (keyed's not-stored, storage-unavailable,
+	// result-not-storable, ledger-misuse).
+	OutcomeFailed = "failed"
 )
+
+// ErrorTypeFinal is the error.type of a run whose work's final error was
+// recorded: OutcomeExecuted, its answer the error.
+const ErrorTypeFinal = "final_error"
+
+// OutcomeFinalError was the outcome of a run whose work's final error was
+// recorded.
+//
+// Deprecated: the runner reports such a run as OutcomeExecuted, with the
+// final error's error.type, as package keyed classifies it (executed:
+// its answer committed). The constant goes in the next minor release.
+const OutcomeFinalError = "final-error"
 
 // WithMeterProvider sets where the runner's metrics go (default: the
 // global meter provider, a no-op until an SDK is installed):
 //
 //   - opledger.tx.duration, a histogram of the whole of Run in seconds
 //     (every attempt and the waits between them), by opledger.outcome
-//     (executed, final-error, replayed, key-reused, in-progress, busy,
-//     incomplete, commit-unknown, retryable, canceled, failed);
+//     (the Outcome constants: executed, replayed, idempotency-key-reused,
+//     operation-in-progress, storage-busy, operation-incomplete,
+//     commit-outcome-unknown, transaction-aborted, request-ended, failed);
 //   - opledger.tx.attempts, a histogram of the attempts per Run;
 //   - opledger.tx.commit_unknown, a counter of commits whose outcome is
 //     unknown.
 //
 // Every measurement carries db.system.name and opledger.method; a
-// failure also carries error.type. The claims themselves are counted by
+// failure also carries error.type, and a run that recorded a final error
+// error.type ErrorTypeFinal. The claims themselves are counted by
 // the ledger (see ledger.WithMeterProvider).
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return option("WithMeterProvider", func(c *config) error {
@@ -146,10 +167,8 @@ func (o *observer) begin(ctx context.Context, req ledger.ClaimRequest) (context.
 // outcome names what Run returned.
 func (o *observer) outcome(out RunResult, err error) string {
 	switch {
-	case out.Executed && err == nil:
-		return OutcomeExecuted
 	case out.Executed:
-		return OutcomeFinalError
+		return OutcomeExecuted // a result, or a recorded final error
 	case out.Replayed:
 		return OutcomeReplayed
 	case errors.Is(err, ledger.ErrKeyReused):
@@ -186,8 +205,11 @@ func (o *observer) ran(ctx context.Context, p runOp, req ledger.ClaimRequest, ou
 	metrics := o.duration.Enabled(ctx) || o.attempts.Enabled(ctx) || o.commitUnknown.Enabled(ctx)
 	if metrics || p.span.IsRecording() {
 		a := []attribute.KeyValue{o.system, telemetry.Method.String(method), telemetry.Outcome.String(outcome)}
-		if failed {
+		switch {
+		case failed:
 			a = append(a, telemetry.ErrorType.String(o.errorType(err)))
+		case outcome == OutcomeExecuted && err != nil:
+			a = append(a, telemetry.ErrorType.String(ErrorTypeFinal))
 		}
 		if metrics {
 			set := metric.WithAttributeSet(attribute.NewSet(a...))

@@ -101,7 +101,7 @@ func TestObservedRun(t *testing.T) {
 		}); err == nil || !out.Executed {
 			t.Fatalf("final error: %+v %v", out, err)
 		}
-		returned[txmiddleware.OutcomeFinalError]++
+		returned[txmiddleware.OutcomeExecuted]++ // a recorded final error is executed, with error.type final_error
 		now.Store(t0.Add(2 * time.Hour).UnixMicro())
 		if out, err := r.Run(ctx, req(t, keys[0]), e.bizWork(keys[0], 97, &runs)); err != nil || !out.Executed {
 			t.Fatalf("take-over: %+v %v", out, err)
@@ -124,6 +124,10 @@ func TestObservedRun(t *testing.T) {
 		}
 		if got := otelread.HistSum(points, "opledger.tx.attempts", outcomeIs(txmiddleware.OutcomeExecuted), attribute.String("opledger.method", method)); got < 2 {
 			t.Errorf("attempts of the executed runs sum to %v", got)
+		}
+		if got := otelread.Sum(points, "opledger.tx.duration", outcomeIs(txmiddleware.OutcomeExecuted),
+			attribute.String("error.type", txmiddleware.ErrorTypeFinal)); got != 1 {
+			t.Errorf("executed runs that recorded a final error: %v, want 1", got)
 		}
 		if got := otelread.Sum(points, "opledger.ledger.claims", outcomeIs(ledger.OutcomeTakenOver)); got != 1 {
 			t.Errorf("ledger take-overs %v, want 1", got)

@@ -19,13 +19,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/resolver"
-	"google.golang.org/grpc/resolver/manual"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/opledger/opledger/dialects"
@@ -33,7 +26,6 @@ import (
 	"github.com/opledger/opledger/examples/payments"
 	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
-	"github.com/opledger/opledger/internal/harness/answers"
 	"github.com/opledger/opledger/internal/harness/faultproxy"
 	"github.com/opledger/opledger/internal/harness/throwaway"
 	"github.com/opledger/opledger/internal/harness/timeline"
@@ -66,6 +58,7 @@ type chaosSettings struct {
 	atCommit                     bool
 	failovers                    int
 	driver                       string // --driver: the replicas' PostgreSQL driver ("" for the database's own)
+	transport                    string // --transport: chaosGRPC or chaosConnect
 	dir                          string // the run's temporary directory
 }
 
@@ -73,6 +66,7 @@ type chaosSettings struct {
 // the --json output.
 type chaosReport struct {
 	Database            string         `json:"database"`
+	Transport           string         `json:"transport"` // grpc or connect
 	Owner               string         `json:"owner"`
 	Order               string         `json:"order"` // claim-first or claim-at-commit
 	Seed                uint64         `json:"seed"`
@@ -193,6 +187,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	drivers := fs.String("drivers", "pgx,pq", "with --failover on postgres: comma-separated drivers of the replicas (pgx, pq for lib/pq), each reaching the pair through a multi-host DSN")
 	failovers := fs.Int("failovers", 2, "with --failover: failovers per run (the second fails back to the rejoined old primary, and so on)")
 	streamDelay := fs.Duration("replication-delay", 10*time.Millisecond, "with --failover: the standby's replication stream goes through a loopback proxy that holds it this long each way (a standby in another zone): an asynchronous standby is this far behind, a synchronous primary waits twice this long for each COMMIT; 0 for plain loopback")
+	transport := fs.String("transport", chaosGRPC, "grpc (the replicas serve grpc-go through grpcint; the client is grpc-go's, round_robin) or connect (the replicas serve connect-go handlers through connectint on HTTP/1.1 and h2c; the client is connect-go's, its calls alternating between the Connect protocol over HTTP/1.1 and the gRPC protocol over h2c, each attempt to the next replica)")
 	reportSVG := fs.String("report", "", "write a picture of each run to this SVG file (with several runs, the database's name is added before the extension)")
 	if code, stop := parseFlags(fs, args, stdout); stop {
 		return code
@@ -218,6 +213,8 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return fail(stderr, "chaos", fmt.Errorf("--driver %q: want one of %s", *driver, strings.Join(chaosDrivers, ", ")))
 	case *driver != "" && *failover:
 		return fail(stderr, "chaos", errors.New("--driver is for runs without --failover (use --drivers)"))
+	case *transport != chaosGRPC && *transport != chaosConnect:
+		return fail(stderr, "chaos", fmt.Errorf("--transport %q: want grpc or connect", *transport))
 	}
 	owner, err := policy.ParseRetryOwner(*ownerName)
 	if err != nil {
@@ -225,6 +222,9 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	if owner != policy.OwnerApplication && owner != policy.OwnerServiceConfig {
 		return fail(stderr, "chaos", fmt.Errorf("--owner %s: chaos retries through application or service-config", owner))
+	}
+	if owner != policy.OwnerApplication && *transport == chaosConnect {
+		return fail(stderr, "chaos", fmt.Errorf("--owner %s: over connect-go the application owns the retries", owner))
 	}
 	targets, explicit, err := chaosTargets(*dbs, *dsn, *failover, *replication, *drivers, *streamDelay)
 	if err != nil {
@@ -246,7 +246,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		name := tg.name
 		s := chaosSettings{calls: *calls, replicas: *replicas, concurrency: *concurrency, seed: *seed, duration: *duration,
 			callTimeout: *callTimeout, owner: owner, kills: *kills, commitKills: *commitKills, dbRestarts: *restarts,
-			proxyEvery: 700 * time.Millisecond, exe: exe, breakKeys: *breakKeys, atCommit: *atCommit, driver: *driver, dir: dir}
+			proxyEvery: 700 * time.Millisecond, exe: exe, breakKeys: *breakKeys, atCommit: *atCommit, driver: *driver, transport: *transport, dir: dir}
 		if s.calls == 0 {
 			s.calls = chaosDefaultCalls[name]
 		}
@@ -351,6 +351,7 @@ func printChaos(w io.Writer, reps []chaosReport) {
 		fmt.Fprintln(tw)
 	}
 	row("database", func(r chaosReport) any { return r.Database })
+	row("transport", func(r chaosReport) any { return r.Transport })
 	row("retry owner", func(r chaosReport) any { return r.Owner })
 	row("claim order", func(r chaosReport) any { return r.Order })
 	row("replicas", func(r chaosReport) any { return r.Replicas })
@@ -449,6 +450,7 @@ type chaosCall struct {
 	reply        *paymentspb.TransferReply
 	err          error
 	definite     bool
+	label        string        // its error's name (code, reason, decision), as FailedBy counts it
 	deadlineLeft bool          // returned with at least resolveTime of its deadline left
 	left         time.Duration // how much was left, when it failed
 	took         time.Duration
@@ -463,7 +465,10 @@ type chaosCall struct {
 // every call that did not return OK and checks both tables.
 func chaosRun(ctx context.Context, db chaosDatabase, s chaosSettings, progress io.Writer) (chaosReport, error) {
 	start := time.Now()
-	rep := chaosReport{Database: db.label(), Owner: s.owner.String(), Order: "claim-first", Seed: s.seed, Replicas: s.replicas}
+	if s.transport == "" {
+		s.transport = chaosGRPC
+	}
+	rep := chaosReport{Database: db.label(), Transport: s.transport, Owner: s.owner.String(), Order: "claim-first", Seed: s.seed, Replicas: s.replicas}
 	poolerReport := supervisePooler(ctx, db)
 	if s.atCommit {
 		rep.Order = "claim-at-commit"
@@ -542,6 +547,9 @@ func chaosRun(ctx context.Context, db chaosDatabase, s chaosSettings, progress i
 	if s.atCommit {
 		replicaArgs = append(replicaArgs, "--claim-at-commit")
 	}
+	if s.transport == chaosConnect {
+		replicaArgs = append(replicaArgs, "--transport", chaosConnect)
+	}
 	rs, err := newReplicaSet(s.exe, replicaArgs, s.replicas, s.seed, s.commitKills, max(perReplica/8, 1), perReplica/2)
 	if err != nil {
 		return rep, err
@@ -559,44 +567,18 @@ func chaosRun(ctx context.Context, db chaosDatabase, s chaosSettings, progress i
 		return rep, err
 	}
 
-	// The client: round_robin over the client-side proxies.
-	budget, err := policy.NewBudget(policy.BudgetSettings{TTL: 2 * time.Second, Percent: 10, MinRetriesPerSecond: 50})
+	// The client: the kit's, its calls spread over the client-side
+	// proxies (grpc-go's round_robin; connect: the next replica per
+	// attempt).
+	newClient := newGRPCChaosClient
+	if s.transport == chaosConnect {
+		newClient = newConnectChaosClient
+	}
+	client, err := newClient(s.owner, rs.addrs(), token)
 	if err != nil {
 		return rep, err
 	}
-	cat, err := payments.Catalog()
-	if err != nil {
-		return rep, err
-	}
-	client, err := grpcint.NewClient(cat, s.owner, grpcint.WithBudget(budget), grpcint.WithBudgetFundedBySuccess(),
-		grpcint.WithMaxAttempts(10), grpcint.WithBackoff(policy.Backoff{Initial: 20 * time.Millisecond, Max: 500 * time.Millisecond}))
-	if err != nil {
-		return rep, err
-	}
-	dopts, err := client.DialOptions()
-	if err != nil {
-		return rep, err
-	}
-	sc, err := roundRobinConfig(client)
-	if err != nil {
-		return rep, err
-	}
-	res := manual.NewBuilderWithScheme("opledger-chaos")
-	addrs := rs.addrs()
-	state := resolver.State{}
-	for _, a := range addrs {
-		state.Addresses = append(state.Addresses, resolver.Address{Addr: a})
-	}
-	res.InitialState(state)
-	conn, err := grpc.NewClient(res.Scheme()+":///replicas", append(dopts, grpc.WithResolvers(res), grpc.WithChainUnaryInterceptor(answers.Interceptor),
-		grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(payments.BearerToken(token)), grpc.WithDefaultServiceConfig(sc),
-		grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: 2 * time.Second,
-			Backoff: backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second}}))...)
-	if err != nil {
-		return rep, err
-	}
-	defer conn.Close()
-	pc := paymentspb.NewPaymentsClient(conn)
+	defer client.close()
 
 	// The faults: the proxies' schedules, and kills and restarts at seeded
 	// points of the run's progress.
@@ -657,12 +639,14 @@ func chaosRun(ctx context.Context, db chaosDatabase, s chaosSettings, progress i
 		// (or the replicas) came back, time for the pools to reconnect.
 		// Calls in flight at its start count once in both terms: their
 		// first attempt was made just before.
-		a0, s0, inflight := client.Stats().Attempts, started.Load(), started.Load()-done.Load()
+		a0, _, _ := client.stats()
+		s0, inflight := started.Load(), started.Load()-done.Load()
 		err := do()
 		if err == nil {
 			err = wait.Sleep(ctx, time.Second)
 		}
-		a1, s1 := client.Stats().Attempts, started.Load()
+		a1, _, _ := client.stats()
+		s1 := started.Load()
 		outageAttempts.Add(a1 - a0 + inflight)
 		outageCalls.Add(s1 - s0 + inflight)
 		if err != nil {
@@ -790,7 +774,7 @@ func chaosRun(ctx context.Context, db chaosDatabase, s chaosSettings, progress i
 					return
 				}
 				started.Add(1)
-				calls[i] = chaosOne(ctx, pc, i, caller, s.callTimeout)
+				calls[i] = chaosOne(ctx, client, i, caller, s.callTimeout)
 				done.Add(1)
 			}
 		}()
@@ -806,8 +790,7 @@ func chaosRun(ctx context.Context, db chaosDatabase, s chaosSettings, progress i
 	}
 	fmt.Fprintf(progress, "opledger chaos: %s: %d calls made in %.1fs; resolving and checking\n", db.label(), done.Load(), time.Since(start).Seconds())
 
-	st := client.Stats()
-	rep.Attempts, rep.Replayed, rep.Resolved = st.Attempts, st.Replayed, st.Resolved
+	rep.Attempts, rep.Replayed, rep.Resolved = client.stats()
 	parentKills, commitKills, startFailures, trouble := rs.counts()
 	// The faults' marks with the counts: a replica that kills itself in
 	// the resolves below is neither.
@@ -850,24 +833,12 @@ func chaosRun(ctx context.Context, db chaosDatabase, s chaosSettings, progress i
 		defer d2.Close()
 		direct = d2
 	}
-	// The server stores the caller as grpcint.CallerFromPrincipal
-	// names it.
+	// The server stores the caller as grpcint.CallerFromPrincipal (and
+	// connectint's) names it.
 	if err := chaosCheck(ctx, &rep, calls, commits, direct, t.dialect, table, "principal:"+caller, func(c chaosCall) (*paymentspb.TransferReply, bool, error) {
-		var stored paymentspb.TransferReply
 		rctx, cancel := context.WithTimeout(ctx, s.callTimeout)
 		defer cancel()
-		err := grpcint.Resolve(rctx, conn, paymentspb.TransferMethod, c.key, &paymentspb.TransferRequest{}, &stored)
-		switch {
-		case err == nil:
-			return &stored, true, nil
-		case grpcint.ReasonOf(err) == grpcint.ReasonNotFound:
-			return nil, false, nil
-		}
-		switch status.Code(err) {
-		case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.Aborted, codes.Unknown, codes.Internal:
-			return nil, false, err // no answer: the outcome stays unknown
-		}
-		return nil, false, nil // a recorded final error: nothing committed
+		return client.resolve(rctx, c.key)
 	}); err != nil {
 		return rep, err
 	}
@@ -913,22 +884,20 @@ func roundRobinConfig(c *grpcint.Client) (string, error) {
 // An ambiguous return with at least that left is a failure of the run.
 const resolveTime = 100 * time.Millisecond
 
-// chaosOne makes the i-th logical call.
-func chaosOne(ctx context.Context, pc paymentspb.PaymentsClient, i int, caller string, timeout time.Duration) chaosCall {
+// chaosOne makes the i-th logical call through client.
+func chaosOne(ctx context.Context, client chaosClient, i int, caller string, timeout time.Duration) chaosCall {
 	ref := fmt.Sprintf("%s-%d", caller, i)
 	req := &paymentspb.TransferRequest{FromAccount: fmt.Sprintf("acct-%d", i%17), ToAccount: fmt.Sprintf("acct-%d", 17+i%5),
 		AmountCents: int64(100 + i), Reference: ref}
 	c := chaosCall{issued: true, key: grpcint.NewKey(), ref: ref}
-	actx, tr := answers.With(grpcint.WithKey(ctx, c.key))
-	cctx, cancel := context.WithTimeout(actx, timeout)
+	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	c.start = time.Now()
-	c.reply, c.err = pc.Transfer(cctx, req)
+	a, err := client.transfer(cctx, i, c.key, req)
 	c.took = time.Since(c.start)
-	c.resolved, c.replayed = tr.Answer()
+	c.reply, c.err, c.resolved, c.replayed = a.Reply, err, a.Resolved, a.Replayed
 	if c.err != nil {
-		ci, ok := grpcint.CallInfoOf(c.err)
-		c.definite = ok && ci.Reason != grpcint.ReasonCallOutcomeUnknown
+		c.label, c.definite = client.classify(c.err)
 		if dl, ok := cctx.Deadline(); ok && cctx.Err() == nil {
 			c.left = time.Until(dl)
 			c.deadlineLeft = c.left >= resolveTime
@@ -1048,8 +1017,11 @@ func chaosCheck(ctx context.Context, rep *chaosReport, calls []chaosCall, commit
 			if rep.FailedBy == nil {
 				rep.FailedBy = map[string]int{}
 			}
-			ci, _ := grpcint.CallInfoOf(c.err)
-			rep.FailedBy[strings.TrimSpace(status.Code(c.err).String()+" "+string(ci.Reason)+" "+ci.Decision)]++
+			label := c.label
+			if label == "" {
+				label = grpcLabel(c.err)
+			}
+			rep.FailedBy[label]++
 		}
 		switch {
 		case c.err == nil:

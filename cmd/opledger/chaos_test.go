@@ -590,3 +590,29 @@ func needPostgres(t *testing.T) {
 		t.Skip("PostgreSQL's server binaries are not installed")
 	}
 }
+
+// TestChaosConnect: the small SQLite run with the replicas serving
+// connect-go handlers (connectint, HTTP/1.1 and h2c) and the client on
+// connect-go, its calls alternating between the Connect protocol over
+// HTTP/1.1 and the gRPC protocol over h2c, each attempt to the next
+// replica: the same kills, cut connections and outage, the same zeros.
+func TestChaosConnect(t *testing.T) {
+	t.Parallel()
+	code, reps, stderr := runChaosJSON(t, "--databases", "sqlite", "--calls", "300", "--kills", "1", "--commit-kills", "1", "--seed", "9",
+		"--transport", "connect")
+	if code != 0 || len(reps) != 1 {
+		t.Fatalf("exit %d, %d reports\n%s", code, len(reps), stderr)
+	}
+	r := reps[0]
+	if r.Transport != "connect" {
+		t.Fatalf("transport %q, want connect", r.Transport)
+	}
+	checkChaosReport(t, r, 300)
+	if r.KilledAfterCommit < 1 || r.Cuts == 0 || r.OutageCalls == 0 || r.Resolved == 0 {
+		t.Errorf("sqlite over connect: %d killed after COMMIT, %d cuts, %d outage calls, %d resolved; want each",
+			r.KilledAfterCommit, r.Cuts, r.OutageCalls, r.Resolved)
+	}
+	if code, _, _ := runChaosJSON(t, "--databases", "sqlite", "--transport", "connect", "--owner", "service-config"); code != 2 {
+		t.Errorf("--transport connect --owner service-config: exit %d, want 2", code)
+	}
+}

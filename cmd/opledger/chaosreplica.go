@@ -53,6 +53,7 @@ func runChaosReplica(ctx context.Context, args []string, stdout, stderr io.Write
 	commitLog := fs.String("commit-log", "", "append a line (unix nanoseconds, reference, transfer id) to this file for every Transfer whose handler ran and committed, before the answer")
 	caller := fs.String("caller", "", "the principal of the one client the replica accepts")
 	tokenSum := fs.String("token-sha256", "", "the hex SHA-256 of that client's bearer token (the token itself is never on the command line)")
+	transport := fs.String("transport", chaosGRPC, "grpc (grpc-go through grpcint) or connect (connect-go handlers through connectint, on HTTP/1.1 and h2c)")
 	if code, stop := parseFlags(fs, args, stdout); stop {
 		return code
 	}
@@ -98,18 +99,6 @@ func runChaosReplica(ctx context.Context, args []string, stdout, stderr io.Write
 	if err != nil {
 		return fail(stderr, chaosReplicaCommand, err)
 	}
-	cat, err := payments.Catalog()
-	if err != nil {
-		return fail(stderr, chaosReplicaCommand, err)
-	}
-	opts := []grpcint.ServerOption{grpcint.WithLockWait(*lockWait)}
-	if *atCommit {
-		opts = append(opts, grpcint.WithClaimAtCommit(paymentspb.TransferMethod))
-	}
-	kit, err := grpcint.NewServerFor(txs, cat, grpcint.CallerFromPrincipal(payments.Principal), opts...)
-	if err != nil {
-		return fail(stderr, chaosReplicaCommand, err)
-	}
 	var logf *os.File
 	if *commitLog != "" {
 		if logf, err = os.OpenFile(*commitLog, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644); err != nil {
@@ -117,15 +106,18 @@ func runChaosReplica(ctx context.Context, args []string, stdout, stderr io.Write
 		}
 		defer logf.Close()
 	}
-	chain := []grpc.UnaryServerInterceptor{afterCommit(*dieAfter, logf), tokens.UnaryServerInterceptor()}
-	if *breakKeys {
-		chain = append(chain, freshKeys)
+	rc := replicaConfig{txs: txs, svc: svc, tokens: tokens, lockWait: *lockWait, atCommit: *atCommit, breakKeys: *breakKeys,
+		watch: &commitWatch{n: int64(*dieAfter), log: logf}}
+	var srv replicaServer
+	switch *transport {
+	case chaosGRPC:
+		srv, err = rc.grpcServer()
+	case chaosConnect:
+		srv, err = rc.connectServer()
+	default:
+		err = fmt.Errorf("--transport %q: want grpc or connect", *transport)
 	}
-	chain = append(chain, kit.UnaryServerInterceptor(), markExecuted)
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(chain...),
-		grpc.ChainStreamInterceptor(kit.StreamServerInterceptor()))
-	paymentspb.RegisterPaymentsServer(srv, svc)
-	if err := kit.CheckRegistered(srv); err != nil {
+	if err != nil {
 		return fail(stderr, chaosReplicaCommand, err)
 	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -143,8 +135,59 @@ func runChaosReplica(ctx context.Context, args []string, stdout, stderr io.Write
 	case err := <-served:
 		return fail(stderr, chaosReplicaCommand, err)
 	}
-	srv.Stop()
+	srv.stop()
 	return 0
+}
+
+// replicaConfig is what a replica serves, on either transport.
+type replicaConfig struct {
+	txs       keyed.Transactions
+	svc       *payments.Service
+	tokens    *payments.Tokens
+	lockWait  time.Duration
+	atCommit  bool
+	breakKeys bool
+	watch     *commitWatch
+}
+
+// replicaServer serves a replica's calls on a listener until stopped.
+type replicaServer interface {
+	Serve(net.Listener) error
+	stop()
+}
+
+type grpcReplica struct{ *grpc.Server }
+
+func (g grpcReplica) stop() { g.Stop() }
+
+// grpcServer is the replica on grpc-go: the kit's interceptor behind the
+// commit watch and the tokens (and, with breakKeys, fresh keys), the
+// handler runs noted inside it.
+func (rc replicaConfig) grpcServer() (replicaServer, error) {
+	cat, err := payments.Catalog()
+	if err != nil {
+		return nil, err
+	}
+	opts := []grpcint.ServerOption{grpcint.WithLockWait(rc.lockWait)}
+	if rc.atCommit {
+		opts = append(opts, grpcint.WithClaimAtCommit(paymentspb.TransferMethod))
+	}
+	kit, err := grpcint.NewServerFor(rc.txs, cat, grpcint.CallerFromPrincipal(payments.Principal), opts...)
+	if err != nil {
+		return nil, err
+	}
+	chain := []grpc.UnaryServerInterceptor{afterCommit(rc.watch), rc.tokens.UnaryServerInterceptor()}
+	if rc.breakKeys {
+		chain = append(chain, freshKeys)
+	}
+	chain = append(chain, kit.UnaryServerInterceptor(), markExecuted)
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(chain...),
+		grpc.ChainStreamInterceptor(kit.StreamServerInterceptor()))
+	paymentspb.RegisterPaymentsServer(srv, rc.svc)
+	if err := kit.CheckRegistered(srv); err != nil {
+		return nil, err
+	}
+	return grpcReplica{srv}, nil
 }
 
 // openReplicaDB opens dsn as openDB does, or with lib/pq (driver "pq")
@@ -234,17 +277,39 @@ func freshKeys(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler gr
 	return handler(metadata.NewIncomingContext(ctx, md), req)
 }
 
-// afterCommit returns the outermost server interceptor of a replica. The
-// kit's interceptor inside it returns a successful Transfer only after
-// its transaction committed. When log is not nil, a Transfer whose
-// handler ran (markExecuted: not a replay) is written to it, one line of
-// unix nanoseconds, reference and transfer id, in one write(2) before the
+// commitWatch is what the outermost interceptor of a replica does with
+// each successful Transfer, on either transport. The kit's interceptor
+// inside it returns a successful Transfer only after its transaction
+// committed. When log is not nil, a Transfer whose handler ran
+// (markExecuted: not a replay) is written to it, one line of unix
+// nanoseconds, reference and transfer id, in one write(2) before the
 // answer leaves: the parent's record of what the database acknowledged,
 // which a failover to an asynchronous standby may lose. The n-th
 // successful Transfer (n > 0) then SIGKILLs the process, before the
 // answer.
-func afterCommit(n int, log *os.File) grpc.UnaryServerInterceptor {
-	var done atomic.Int64
+type commitWatch struct {
+	n    int64
+	log  *os.File
+	done atomic.Int64
+}
+
+// committed notes a successful Transfer: ran is its handler's last run
+// (zero for a replay), resp the answer about to leave.
+func (w *commitWatch) committed(ran *executedTransfer, resp *paymentspb.TransferReply) {
+	// The response is the last run's, unless that run rolled back and the
+	// kit then replayed another attempt's answer.
+	if w.log != nil && resp != nil && ran.id != 0 && resp.GetTransferId() == ran.id {
+		_, _ = fmt.Fprintf(w.log, "%d %s %d\n", time.Now().UnixNano(), ran.ref, ran.id)
+	}
+	if w.n > 0 && w.done.Add(1) == w.n {
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {} // the signal is on its way; nothing more leaves this process
+	}
+}
+
+// afterCommit is the outermost gRPC server interceptor of a replica: w
+// sees every successful Transfer.
+func afterCommit(w *commitWatch) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if info.FullMethod != paymentspb.TransferMethod {
 			return handler(ctx, req)
@@ -254,15 +319,8 @@ func afterCommit(n int, log *os.File) grpc.UnaryServerInterceptor {
 		if err != nil {
 			return resp, err
 		}
-		// The response is the last run's, unless that run rolled back
-		// and the kit then replayed another attempt's answer.
-		if r, ok := resp.(*paymentspb.TransferReply); log != nil && ok && ran.id != 0 && r.GetTransferId() == ran.id {
-			_, _ = fmt.Fprintf(log, "%d %s %d\n", time.Now().UnixNano(), ran.ref, ran.id)
-		}
-		if n > 0 && done.Add(1) == int64(n) {
-			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-			select {} // the signal is on its way; nothing more leaves this process
-		}
+		r, _ := resp.(*paymentspb.TransferReply)
+		w.committed(ran, r)
 		return resp, err
 	}
 }
@@ -280,10 +338,18 @@ type executedTransfer struct {
 // of each handler run for afterCommit (a replay runs no handler).
 func markExecuted(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	resp, err := handler(ctx, req)
-	if ran, ok := ctx.Value(executedKey{}).(*executedTransfer); ok && err == nil {
+	if err == nil {
+		noteRun(ctx, resp)
+	}
+	return resp, err
+}
+
+// noteRun notes a handler run's reply (resp) for the commit watch of the
+// call in ctx.
+func noteRun(ctx context.Context, resp any) {
+	if ran, ok := ctx.Value(executedKey{}).(*executedTransfer); ok {
 		if r, ok := resp.(*paymentspb.TransferReply); ok {
 			ran.ref, ran.id = r.GetReference(), r.GetTransferId()
 		}
 	}
-	return resp, err
 }

@@ -9,7 +9,9 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/opledger/opledger/connectint"
 	"github.com/opledger/opledger/examples/payments"
+	"github.com/opledger/opledger/examples/payments/connectpay"
 	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/harness/otelread"
 	"github.com/opledger/opledger/ledger"
@@ -21,6 +23,10 @@ func init() {
 	extraCommands["demo"] = command{"run the example payments service through injected faults and an outage; count duplicate and lost effects", runDemo}
 }
 
+// demoTransports name the demo's transports in its first line.
+var demoTransports = map[string]string{payments.TransportGRPC: "gRPC", payments.TransportHTTP: "HTTP",
+	payments.TransportConnect: "connect-go (the Connect protocol over HTTP/1.1 and the gRPC protocol over h2c, alternating)"}
+
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("demo", stderr)
 	dsn := fs.String("dsn", "", "database for the ledger and the example's table (default $OPLEDGER_DSN, else a SQLite file in a temporary directory)")
@@ -29,7 +35,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	outage := fs.Int("outage-calls", 200, "logical transfers during the total outage (0 skips it)")
 	concurrency := fs.Int("concurrency", 32, "transfers in flight at once")
 	ownerName := fs.String("owner", "application", "retry owner of the client's channel: application or service-config (grpc-go's own retries; gRPC only)")
-	transport := fs.String("transport", payments.TransportGRPC, "grpc (the gRPC Transfer through grpcint) or http (POST /transfers through httpint)")
+	transport := fs.String("transport", payments.TransportGRPC, "grpc (the gRPC Transfer through grpcint), http (POST /transfers through httpint) or connect (the Transfer procedure through connectint: the Connect protocol over HTTP/1.1 and the gRPC protocol over h2c, alternating)")
 	chain := fs.Bool("chain", false, "every transfer calls the ledger-backed fraud check service (faults on that hop too, 10% of the transfers' transactions failed after the check) and emits TransferCompleted through the outbox (gRPC only)")
 	to := fs.String("to", "", "with --chain: publish the events to NATS JetStream (nats://host:port, or a comma-separated list of servers; stream OPLEDGER_DEMO) instead of an in-memory broker")
 	report := fs.String("report", "", "write a picture of the run to this SVG file")
@@ -57,15 +63,15 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	switch *transport {
 	case payments.TransportGRPC:
-	case payments.TransportHTTP:
+	case payments.TransportHTTP, payments.TransportConnect:
 		if owner != policy.OwnerApplication {
-			return fail(stderr, "demo", fmt.Errorf("--owner %s: over HTTP the application owns the retries", owner))
+			return fail(stderr, "demo", fmt.Errorf("--owner %s: over %s the application owns the retries", owner, *transport))
 		}
 		if *chain {
 			return fail(stderr, "demo", errors.New("--chain runs over gRPC only"))
 		}
 	default:
-		return fail(stderr, "demo", fmt.Errorf("--transport %q: want grpc or http", *transport))
+		return fail(stderr, "demo", fmt.Errorf("--transport %q: want grpc, http or connect", *transport))
 	}
 	var servers *natsServers
 	if *to != "" {
@@ -132,8 +138,15 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	sc.LedgerOptions = append(sc.LedgerOptions, ledger.WithMeterProvider(kitMetrics.Provider))
 	sc.ServerOptions = append(sc.ServerOptions, grpcint.WithServerMeterProvider(kitMetrics.Provider))
 	sc.ClientOptions = append(sc.ClientOptions, grpcint.WithClientMeterProvider(kitMetrics.Provider))
+	if *transport == payments.TransportConnect {
+		sc.Wire = connectpay.Wire{
+			ServerOptions: []connectint.ServerOption{connectint.WithServerMeterProvider(kitMetrics.Provider)},
+			ClientOptions: []connectint.ClientOption{connectint.WithBudget(budget), connectint.WithBudgetFundedBySuccess(),
+				connectint.WithMaxAttempts(8), connectint.WithBackoff(policy.Backoff{Initial: 10 * time.Millisecond, Max: 200 * time.Millisecond})},
+		}
+	}
 	fmt.Fprintf(stdout, "opledger demo: %d transfers on %s, loopback %s, retries owned by %s; %.0f%% of answers lost after commit (on the server, after the headers, after the response), 5%% failed before send, 5%% delayed; then %d transfers in a total outage\n",
-		*calls, t.display, map[string]string{payments.TransportGRPC: "gRPC", payments.TransportHTTP: "HTTP"}[*transport], owner, *loss*100, *outage)
+		*calls, t.display, demoTransports[*transport], owner, *loss*100, *outage)
 	if *chain {
 		stop, err := setUpChain(ctx, &sc, d, dir, t, run, *to, servers, *loss)
 		if err != nil {

@@ -111,6 +111,22 @@ func Principal(ctx context.Context) (string, bool) {
 	return p, ok && p != ""
 }
 
+// Authorize authenticates a call by the values of its Authorization
+// header (exactly one, "Bearer <token>", of a token t issued) and returns
+// ctx with the token's principal in it, where [Principal] finds it;
+// false for any other call. The interceptor and the middleware below run
+// it, and so does a transport of your own (package connectpay's).
+func (t *Tokens) Authorize(ctx context.Context, authorization []string) (context.Context, bool) {
+	if len(authorization) != 1 {
+		return ctx, false
+	}
+	p, ok := t.Authenticate(bearer(authorization[0]))
+	if !ok {
+		return ctx, false
+	}
+	return context.WithValue(ctx, principalKey{}, p), true
+}
+
 // UnaryServerInterceptor authenticates each call by its "authorization:
 // Bearer <token>" header (exactly one): a call without a token t issued
 // is refused with UNAUTHENTICATED, marked not executed
@@ -120,15 +136,11 @@ func Principal(ctx context.Context) (string, bool) {
 func (t *Tokens) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		md, _ := metadata.FromIncomingContext(ctx)
-		var p string
-		ok := false
-		if v := md.Get("authorization"); len(v) == 1 {
-			p, ok = t.Authenticate(bearer(v[0]))
-		}
+		actx, ok := t.Authorize(ctx, md.Get("authorization"))
 		if !ok {
 			return nil, grpcint.NotExecuted(codes.Unauthenticated, "payments: a bearer token the service issued is required")
 		}
-		return handler(context.WithValue(ctx, principalKey{}, p), req)
+		return handler(actx, req)
 	}
 }
 
@@ -139,17 +151,13 @@ func (t *Tokens) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 // middleware.
 func (t *Tokens) HTTPMiddleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var p string
-		ok := false
-		if v := r.Header.Values("Authorization"); len(v) == 1 {
-			p, ok = t.Authenticate(bearer(v[0]))
-		}
+		ctx, ok := t.Authorize(r.Context(), r.Header.Values("Authorization"))
 		if !ok {
 			w.Header().Set("WWW-Authenticate", "Bearer")
 			writeHTTPProblem(w, http.StatusUnauthorized, "a bearer token the service issued is required")
 			return
 		}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
+		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
 

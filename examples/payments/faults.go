@@ -212,28 +212,62 @@ func (f *Faults) loseAfterHeaders(ctx context.Context, method string, req any, c
 // ran.
 func (f *Faults) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if f.enabled.Load() && f.outage.Load() {
-			f.refused.Add(1)
+		if f.RefuseInOutage() {
 			return nil, grpcint.NotExecuted(codes.Unavailable, "injected: outage; the call was not run")
 		}
-		if f.roll(f.set.Delay) {
-			f.delayed.Add(1)
-			t := time.NewTimer(f.set.DelayFor)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-				return nil, status.FromContextError(ctx.Err()).Err()
-			}
+		if err := f.Delay(ctx); err != nil {
+			return nil, status.FromContextError(err).Err()
 		}
 		resp, err := handler(ctx, req)
-		if f.roll(f.set.DropAfterCommit) {
-			f.dropped.Add(1)
+		if f.LoseAnswer() {
 			return nil, status.Error(codes.Unavailable, "injected: response lost after the server ran the call")
 		}
-		f.returned.Add(1)
 		return resp, err
 	}
+}
+
+// RefuseInOutage, Delay and LoseAnswer are the server side of the faults
+// for a transport of your own, in this order around each call (as
+// UnaryServerInterceptor does for gRPC and HTTPMiddleware for HTTP, and
+// package connectpay's interceptor for connect-go). RefuseInOutage
+// reports (and counts) a call to refuse without running it: the outage
+// is on.
+func (f *Faults) RefuseInOutage() bool {
+	if f.enabled.Load() && f.outage.Load() {
+		f.refused.Add(1)
+		return true
+	}
+	return false
+}
+
+// Delay holds some calls for FaultSettings.DelayFor before they run; it
+// returns ctx's error when ctx ends first.
+func (f *Faults) Delay(ctx context.Context) error {
+	if !f.roll(f.set.Delay) {
+		return nil
+	}
+	f.delayed.Add(1)
+	t := time.NewTimer(f.set.DelayFor)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// LoseAnswer reports, once a call ran (and committed), whether its
+// answer is lost on the server (FaultSettings.DropAfterCommit): the
+// transport then answers as a proxy that lost the response would. Each
+// call counts as a loss or as an answer returned.
+func (f *Faults) LoseAnswer() bool {
+	if f.roll(f.set.DropAfterCommit) {
+		f.dropped.Add(1)
+		return true
+	}
+	f.returned.Add(1)
+	return false
 }
 
 // TxInterceptor fails the transaction of a keyed call after its handler

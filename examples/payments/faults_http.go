@@ -4,7 +4,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"time"
+	"net/http/httptrace"
 )
 
 // ErrNotSent is what the fault injector's RoundTripper returns for a
@@ -23,6 +23,12 @@ func (f *Faults) RoundTripper(next http.RoundTripper) http.RoundTripper {
 		}
 		if f.roll(f.set.FailBeforeSend) {
 			f.failed.Add(1)
+			// As a request whose connection could not be had: a client that
+			// traces its requests (connectint's) sees it asked for one and
+			// never wrote the request.
+			if tr := httptrace.ContextClientTrace(r.Context()); tr != nil && tr.GetConn != nil {
+				tr.GetConn(r.URL.Host)
+			}
 			return nil, ErrNotSent
 		}
 		afterHeaders := f.roll(f.set.LoseAfterHeaders)
@@ -56,20 +62,12 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 // that lost the response would).
 func (f *Faults) HTTPMiddleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if f.enabled.Load() && f.outage.Load() {
-			f.refused.Add(1)
+		if f.RefuseInOutage() {
 			writeHTTPProblem(w, http.StatusServiceUnavailable, "injected: outage; the request was not run")
 			return
 		}
-		if f.roll(f.set.Delay) {
-			f.delayed.Add(1)
-			t := time.NewTimer(f.set.DelayFor)
-			select {
-			case <-t.C:
-			case <-r.Context().Done():
-				t.Stop()
-				return
-			}
+		if f.Delay(r.Context()) != nil {
+			return
 		}
 		if f.roll(f.set.DropAfterCommit) {
 			next.ServeHTTP(discardWriter{h: http.Header{}}, r)

@@ -52,9 +52,15 @@ type Scenario struct {
 	// Owner is the channel's retry owner: OwnerApplication (default) or
 	// OwnerServiceConfig (gRPC only).
 	Owner policy.RetryOwner
-	// Transport is TransportGRPC (default) or TransportHTTP: the same
-	// transfers, faults and checks over the HTTP route (see HTTPHandler).
+	// Transport is TransportGRPC (default), TransportHTTP (the same
+	// transfers, faults and checks over the HTTP route, see HTTPHandler)
+	// or TransportConnect (over connect-go: give Wire too).
 	Transport string
+	// Wire carries the transfers of a Transport that is neither gRPC nor
+	// HTTP: package connectpay's Wire for TransportConnect. Over a Wire
+	// the application owns the retries, and there is no Chain and no
+	// Events.
+	Wire Wire
 	// HTTPClient configures the HTTP transport's client (TransportHTTP).
 	HTTPClient HTTPClientSettings
 	// Calls is the number of logical transfers in the faulty phase.
@@ -396,13 +402,19 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
-	switch sc.Transport {
-	case "", TransportGRPC:
+	env := WireEnv{Transactions: txs, Catalog: cat, Service: svc, Faults: faults, Tokens: tokens, Token: token,
+		Owner: sc.Owner, LockWait: sc.LockWait, Concurrency: sc.Concurrency}
+	switch {
+	case sc.Transport == "" || sc.Transport == TransportGRPC:
 		sc.Transport = TransportGRPC
-	case TransportHTTP:
-		return sc.runHTTP(ctx, start, txs, svc, faults, tokens, token)
+	case sc.Chain != nil || sc.Events != nil:
+		return Report{}, fmt.Errorf("payments: the chain and the events run over gRPC only, not %s", sc.Transport)
+	case sc.Transport == TransportHTTP:
+		return sc.runWire(ctx, start, httpWire{settings: sc.HTTPClient}, env)
+	case sc.Wire != nil:
+		return sc.runWire(ctx, start, sc.Wire, env)
 	default:
-		return Report{}, fmt.Errorf("payments: unknown transport %q", sc.Transport)
+		return Report{}, fmt.Errorf("payments: transport %q needs its Wire", sc.Transport)
 	}
 	kitServer, err := grpcint.NewServerFor(txs, cat, grpcint.CallerFromPrincipal(Principal),
 		append([]grpcint.ServerOption{grpcint.WithLockWait(sc.LockWait)}, sc.ServerOptions...)...)

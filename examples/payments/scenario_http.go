@@ -2,7 +2,6 @@ package payments
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/httpint"
-	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/policy"
 )
 
@@ -21,97 +19,80 @@ import (
 const (
 	TransportGRPC = "grpc"
 	TransportHTTP = "http"
+	// TransportConnect is connect-go's: package connectpay's Wire, given
+	// as Scenario.Wire, serves it (the Connect protocol over HTTP/1.1 and
+	// the gRPC protocol over h2c).
+	TransportConnect = "connect"
 )
 
-// runHTTP is Run over HTTP: the Transfer route behind the httpint
-// middleware and the fault injector on a loopback port, called through
-// HTTPClient (the application owns the retries), then the same checks.
-//
-// tokens authenticates the requests, token is the client's.
-func (sc Scenario) runHTTP(ctx context.Context, start time.Time, txs keyed.Transactions, svc *Service, faults *Faults, tokens *Tokens, token string) (Report, error) {
-	if sc.Owner != policy.OwnerApplication {
-		return Report{}, fmt.Errorf("payments: over HTTP the application owns the retries, not %s", sc.Owner)
+// httpWire is the scenario over HTTP: the Transfer route behind the
+// httpint middleware and the fault injector on a loopback port, called
+// through HTTPClient (the application owns the retries).
+type httpWire struct{ settings HTTPClientSettings }
+
+type httpConn struct {
+	srv    *http.Server
+	served chan struct{}
+	tr     *http.Transport
+	mw     *httpint.Middleware
+	client *HTTPClient
+}
+
+func (w httpWire) Start(_ context.Context, env WireEnv) (WireConn, error) {
+	if env.Owner != policy.OwnerApplication {
+		return nil, fmt.Errorf("payments: over HTTP the application owns the retries, not %s", env.Owner)
 	}
-	mw, err := httpint.NewFor(txs, httpint.CallerFromPrincipal(Principal), []string{TransferRoute},
-		httpint.WithLockWait(sc.LockWait))
+	mw, err := httpint.NewFor(env.Transactions, httpint.CallerFromPrincipal(Principal), []string{TransferRoute},
+		httpint.WithLockWait(env.LockWait))
 	if err != nil {
-		return Report{}, err
+		return nil, err
 	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return Report{}, err
+		return nil, err
 	}
-	srv := &http.Server{Handler: faults.HTTPMiddleware(tokens.HTTPMiddleware(mw.Handler(svc.HTTPHandler()))),
+	c := &httpConn{mw: mw, served: make(chan struct{}), tr: &http.Transport{MaxIdleConnsPerHost: 2 * env.Concurrency}}
+	c.srv = &http.Server{Handler: env.Faults.HTTPMiddleware(env.Tokens.HTTPMiddleware(mw.Handler(env.Service.HTTPHandler()))),
 		ErrorLog: log.New(io.Discard, "", 0), ReadHeaderTimeout: 10 * time.Second}
-	served := make(chan struct{})
-	go func() { _ = srv.Serve(lis); close(served) }()
-	defer func() { srv.Close(); <-served }()
-	tr := &http.Transport{MaxIdleConnsPerHost: 2 * sc.Concurrency}
-	defer tr.CloseIdleConnections()
-	client := NewHTTPClient("http://"+lis.Addr().String(), token, faults.RoundTripper(tr), sc.HTTPClient)
+	go func() { _ = c.srv.Serve(lis); close(c.served) }()
+	c.client = NewHTTPClient("http://"+lis.Addr().String(), env.Token, env.Faults.RoundTripper(c.tr), w.settings)
+	return c, nil
+}
 
-	rep := Report{Transport: TransportHTTP, Owner: sc.Owner, Calls: sc.Calls, OutageCalls: sc.OutageCalls}
-	counts := func() clientCounts {
-		st := client.Stats()
-		return clientCounts{st.Attempts, st.Resolved, st.BudgetRefusals}
-	}
-	classify := func(err error) (string, bool) {
-		var he *HTTPError
-		if !errors.As(err, &he) {
-			return err.Error(), false
-		}
-		return fmt.Sprintf("%d %s %s", he.Status, he.Outcome, he.Decision), he.Outcome != OutcomeUnknown
-	}
-	results, outage, err := sc.phases(ctx, &rep, faults, counts, classify, func(i int, prefix string) callResult {
-		req := transferRequest(i, prefix)
-		key := rand.Text() // 128 random bits, a fresh key per logical call
-		cctx, cancel := context.WithTimeout(ctx, sc.CallTimeout)
-		defer cancel()
-		got, err := client.Transfer(cctx, key, TransferJSON{FromAccount: req.GetFromAccount(), ToAccount: req.GetToAccount(),
-			AmountCents: req.GetAmountCents(), Reference: req.GetReference()})
-		r := callResult{key: key, req: req, err: err}
-		if err == nil {
-			r.reply = got.reply()
-		}
-		return r
-	})
+func (c *httpConn) Transfer(ctx context.Context, key string, req *paymentspb.TransferRequest) (WireAnswer, error) {
+	got, err := c.client.Transfer(ctx, key, TransferJSON{FromAccount: req.GetFromAccount(), ToAccount: req.GetToAccount(),
+		AmountCents: req.GetAmountCents(), Reference: req.GetReference()})
 	if err != nil {
-		return rep, err
+		return WireAnswer{}, err
 	}
-	ms := mw.Stats()
-	rep.Executed, rep.Replayed = ms.Executed, ms.Replayed
+	return WireAnswer{Reply: got.reply()}, nil
+}
 
-	faults.SetEnabled(false)
-	resolve := func(r callResult) (*paymentspb.TransferReply, bool, error) {
-		rctx, cancel := context.WithTimeout(ctx, sc.CallTimeout)
-		defer cancel()
-		got, found, err := client.Resolve(rctx, r.key)
-		if err != nil || !found {
-			return nil, false, err
-		}
-		return got.reply(), true, nil
+func (c *httpConn) Resolve(ctx context.Context, key string) (*paymentspb.TransferReply, bool, error) {
+	got, found, err := c.client.Resolve(ctx, key)
+	if err != nil || !found {
+		return nil, false, err
 	}
-	if err := rep.check(ctx, sc, results, outage, resolve, classify); err != nil {
-		return rep, err
+	return got.reply(), true, nil
+}
+
+func (c *httpConn) Classify(err error) (string, bool) {
+	var he *HTTPError
+	if !errors.As(err, &he) {
+		return err.Error(), false
 	}
-	rows, err := countRows(ctx, sc.DB, sc.Dialect, sc.BusinessTable)
-	if err != nil {
-		return rep, err
-	}
-	again := func(ctx context.Context, r callResult) (*paymentspb.TransferReply, error) {
-		got, err := client.Transfer(ctx, r.key, TransferJSON{FromAccount: r.req.GetFromAccount(), ToAccount: r.req.GetToAccount(),
-			AmountCents: r.req.GetAmountCents(), Reference: r.req.GetReference()})
-		if err != nil {
-			return nil, err
-		}
-		return got.reply(), nil
-	}
-	counted := func() (int64, int64) { st := mw.Stats(); return st.Executed, st.Replayed }
-	if err := sc.resend(ctx, results, rows, &rep, again, counted); err != nil {
-		return rep, err
-	}
-	rep.Elapsed = time.Since(start)
-	return rep, nil
+	return fmt.Sprintf("%d %s %s", he.Status, he.Outcome, he.Decision), he.Outcome != OutcomeUnknown
+}
+
+func (c *httpConn) Stats() WireStats {
+	cs, ms := c.client.Stats(), c.mw.Stats()
+	return WireStats{Attempts: cs.Attempts, Resolved: cs.Resolved, BudgetRefusals: cs.BudgetRefusals, Executed: ms.Executed, Replayed: ms.Replayed}
+}
+
+func (c *httpConn) Close() {
+	c.srv.Close()
+	<-c.served
+	c.tr.CloseIdleConnections()
 }
 
 func (t TransferJSON) reply() *paymentspb.TransferReply {

@@ -36,6 +36,7 @@ const (
 	GRPCStatus       = attribute.Key("grpc.status")
 	Method           = attribute.Key("opledger.method")
 	Outcome          = attribute.Key("opledger.outcome")
+	OutcomeKind      = attribute.Key("opledger.outcome.kind")
 	Reason           = attribute.Key("opledger.reason")
 	Owner            = attribute.Key("opledger.owner")
 	Attempts         = attribute.Key("opledger.attempts")

@@ -154,6 +154,38 @@ type Result struct {
 	Success string
 }
 
+// Outcome is how the call ended, in package keyed's classification (the
+// opledger.outcome of a client's metrics): keyed.Executed for the
+// handler's own answer, keyed.Replayed for a stored one (a replay, or a
+// resolve's), and for an error its reading, Info.Outcome.
+func (r Result) Outcome() keyed.Outcome {
+	switch {
+	case r.Err != nil:
+		return r.Info.Outcome
+	case r.Success == "ok":
+		return keyed.Executed
+	}
+	return keyed.Replayed
+}
+
+// ReadingOf is the reading of a failed attempt after which nothing more
+// was tried: the server's outcome in its reason, keyed.NotSent when it
+// never reached the server, keyed.CallOutcomeUnknown when it may have run
+// there, keyed.ServerAnswered otherwise. A call of a method that is not
+// keyed, made once, ends with it.
+func ReadingOf(a Attempt) keyed.Outcome {
+	if r, ok := ServerRow(a.Reason); ok {
+		return r.Outcome
+	}
+	switch {
+	case !a.reached():
+		return keyed.NotSent
+	case MayHaveRun(a.Code):
+		return keyed.CallOutcomeUnknown
+	}
+	return keyed.ServerAnswered
+}
+
 // Ambiguous reports whether a keyed call ended without its outcome known.
 func (r Result) Ambiguous() bool {
 	return r.Err != nil && r.Info.Outcome == keyed.CallOutcomeUnknown && r.Info.Next == keyed.Resolve
@@ -311,7 +343,9 @@ func (u *call) once(settle bool) Result {
 		return u.succeeded(false, a)
 	}
 	if u.p.Kind != policy.KindKeyed || u.key == "" {
-		return Result{Err: a.Err}
+		// Passed on as it is (no Next: there is nothing to do with a key);
+		// the reading is for the transport's metrics.
+		return Result{Err: a.Err, Info: Info{Outcome: ReadingOf(a), Attempts: u.attempts}}
 	}
 	n, why := u.readRun(a)
 	if u.definite() && a.EarlierMayHaveCommitted && u.saysNothingCommitted(a) {
@@ -500,6 +534,35 @@ func ResolveAgain(a Attempt) bool {
 		return r.Outcome == keyed.InProgress || (r.Next == keyed.Retry && r.Outcome != keyed.NotFound)
 	}
 	return MayHaveRun(a.Code)
+}
+
+// ResolveTries bounds the resolve requests [Resolve] sends when its
+// context has no deadline.
+const ResolveTries = 10
+
+// Resolve is the loop of an application's resolve request (a transport's
+// Resolve function), written once for every transport: it sends the
+// request with send and sends it again, after the backoff (policy's
+// default: 100 ms doubling to 1 s) or the server's pushback, while
+// [ResolveAgain] says the attempt is worth repeating: its answer was
+// lost on the way, the server's database failed, or another attempt with
+// the key is still in flight. It stops when ctx ends, or after
+// [ResolveTries] tries when ctx has no deadline, and returns the last
+// attempt's error: nil when the stored response came back, the server's
+// OPERATION_NOT_FOUND or stored final error, or the last failure.
+func Resolve(ctx context.Context, send func() Attempt) error {
+	_, hasDeadline := ctx.Deadline()
+	var b policy.Backoff
+	step := 1
+	for try := 1; ; try++ {
+		a := send()
+		if a.Err == nil || !ResolveAgain(a) || ctx.Err() != nil || (!hasDeadline && try >= ResolveTries) {
+			return a.Err
+		}
+		if Pause(ctx, b, &step, a.Pushback, nil) != "" {
+			return a.Err
+		}
+	}
 }
 
 func ctxDecision(err error) string {

@@ -292,3 +292,55 @@ func FuzzInfoOf(f *testing.F) {
 		}
 	})
 }
+
+// TestResolve: an application's resolve loop asks again while the answer
+// is lost, the server's database fails or the key is in flight; it stops
+// at an answer (a stored response, nothing committed, a stored final
+// error), after ResolveTries without a deadline, or when the context
+// ends.
+func TestResolve(t *testing.T) {
+	t.Parallel()
+	now := []string{"0"} // the server's pushback: ask again at once
+	lost := retry.Attempt{Err: errAttempt, Code: codes.Unavailable, Pushback: now}
+	inFlight := sent(codes.Aborted, keyed.InProgress)
+	inFlight.Pushback = now
+	storage := sent(codes.Unavailable, keyed.StorageUnavailable)
+	storage.Pushback = now
+	notFound := sent(codes.NotFound, keyed.NotFound)
+	final := retry.Attempt{Err: errAttempt, Code: codes.InvalidArgument, ReplayedError: true, Pushback: now}
+	for _, tc := range []struct {
+		name    string
+		answers []retry.Attempt
+		sends   int
+		ok      bool
+	}{
+		{"answered after losses", []retry.Attempt{lost, inFlight, storage, {}}, 4, true},
+		{"nothing committed", []retry.Attempt{lost, notFound, {}}, 2, false},
+		{"a stored final error", []retry.Attempt{inFlight, final, {}}, 2, false},
+		{"no deadline: ResolveTries", append(make([]retry.Attempt, 0, 12), lost, lost, lost, lost, lost, lost, lost, lost, lost, lost, lost, lost), retry.ResolveTries, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sends := 0
+			err := retry.Resolve(context.Background(), func() retry.Attempt {
+				a := tc.answers[sends]
+				sends++
+				return a
+			})
+			if sends != tc.sends || (err == nil) != tc.ok {
+				t.Errorf("%d sends, err %v; want %d sends, success %v", sends, err, tc.sends, tc.ok)
+			}
+		})
+	}
+	t.Run("context ends", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		sends := 0
+		err := retry.Resolve(ctx, func() retry.Attempt {
+			sends++
+			cancel()
+			return lost
+		})
+		if sends != 1 || !errors.Is(err, errAttempt) {
+			t.Errorf("%d sends, err %v; want 1 and the attempt's error", sends, err)
+		}
+	})
+}
