@@ -65,7 +65,8 @@ func poolerVersion(pb *throwaway.Server) string {
 // throwaway.Crash) is PgBouncer failing one of its own state checks
 // ("bad client state", "bad server state", "server in bad state"): the
 // crashes of its cancel handling (pgbouncer#801, #849, #904, #822) are
-// of that kind. Any other crash is unexplained: --strict fails on it.
+// of that kind. Any other crash is unexplained: Settings.Strict fails on
+// it.
 func KnownPoolerBug(crash string) bool {
 	for _, s := range []string{"bad client state", "bad server state", "server in bad state"} {
 		if strings.Contains(crash, "FATAL") && strings.Contains(crash, s) {
@@ -75,9 +76,9 @@ func KnownPoolerBug(crash string) bool {
 	return false
 }
 
-// UnexplainedPoolerCrashes returns the report's pooler crashes that are
+// unexplainedPoolerCrashes returns the report's pooler crashes that are
 // not a known PgBouncer bug.
-func (r Report) UnexplainedPoolerCrashes() []string {
+func (r Report) unexplainedPoolerCrashes() []string {
 	var out []string
 	for _, c := range r.PoolerCrashes {
 		if !KnownPoolerBug(c) {

@@ -40,7 +40,7 @@ func TestPoolerRestarts(t *testing.T) {
 	if rep.PoolerRestarts != 1 || len(rep.PoolerCrashes) != 1 || rep.PoolerCrashes[0] != "signal: killed" || !pb.Running() {
 		t.Fatalf("after a SIGKILL: %d restarts, %v, running %v", rep.PoolerRestarts, rep.PoolerCrashes, pb.Running())
 	}
-	if u := rep.UnexplainedPoolerCrashes(); len(u) != 1 {
+	if u := rep.unexplainedPoolerCrashes(); len(u) != 1 {
 		t.Errorf("a SIGKILL is not a known bug: %v", u)
 	}
 	var out bytes.Buffer
@@ -50,7 +50,7 @@ func TestPoolerRestarts(t *testing.T) {
 		t.Errorf("the table:\n%s", out.String())
 	}
 	rep.PoolerCrashes = []string{"exit status 1: FATAL @src/objects.c:1060 in function disconnect_client(): bad client state: 0"}
-	if u := rep.UnexplainedPoolerCrashes(); len(u) != 0 {
+	if u := rep.unexplainedPoolerCrashes(); len(u) != 0 {
 		t.Errorf("PgBouncer's cancel crash is a known bug: %v", u)
 	}
 	if KnownPoolerBug("exit status 1: FATAL cannot load config") || !KnownPoolerBug("exit status 1: FATAL @src/server.c:591 in function server_proto(): server_proto: server in bad state: 11") {

@@ -122,7 +122,7 @@ func (r Report) judge(s Settings, progress io.Writer) (failed bool) {
 		fmt.Fprintf(progress, "opledger chaos: %s: --strict: %s\n", r.Database, short)
 		failed = true
 	}
-	if u := r.UnexplainedPoolerCrashes(); s.Strict && len(u) > 0 {
+	if u := r.unexplainedPoolerCrashes(); s.Strict && len(u) > 0 {
 		fmt.Fprintf(progress, "opledger chaos: %s: --strict: the pooler crashed, not of a known PgBouncer bug: %s\n", r.Database, strings.Join(u, "; "))
 		failed = true
 	}
