@@ -4,30 +4,24 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
-	"google.golang.org/protobuf/proto"
-
-	"github.com/opledger/opledger/examples/payments"
-	"github.com/opledger/opledger/examples/payments/paymentspb"
+	"github.com/opledger/opledger/internal/harness/chaos"
 	"github.com/opledger/opledger/internal/harness/throwaway"
 	"github.com/opledger/opledger/internal/harness/timeline"
 	"github.com/opledger/opledger/ledger"
-	"github.com/opledger/opledger/migrations"
 )
 
 // TestMain lets the test binary stand in for opledger when `opledger
 // chaos` re-executes itself as a replica (os.Executable is the test
 // binary here).
 func TestMain(m *testing.M) {
-	if os.Getenv(chaosReplicaEnv) == "1" {
+	if os.Getenv(chaos.ReplicaEnv) == "1" {
 		os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 	}
 	os.Exit(m.Run())
@@ -35,11 +29,11 @@ func TestMain(m *testing.M) {
 
 // runChaosJSON runs `opledger chaos` with args and --json and returns its
 // exit code and reports.
-func runChaosJSON(t *testing.T, args ...string) (int, []chaosReport, string) {
+func runChaosJSON(t *testing.T, args ...string) (int, []chaos.Report, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
 	code := run(t.Context(), append(append([]string{"chaos"}, args...), "--json"), &out, &errb)
-	var reps []chaosReport
+	var reps []chaos.Report
 	if code != 2 {
 		if err := json.Unmarshal(out.Bytes(), &reps); err != nil {
 			t.Fatalf("the --json output: %v\n%s\n%s", err, out.String(), errb.String())
@@ -53,12 +47,12 @@ func runChaosJSON(t *testing.T, args ...string) (int, []chaosReport, string) {
 	return code, reps, errb.String()
 }
 
-func checkChaosReport(t *testing.T, r chaosReport, calls int) {
+func checkChaosReport(t *testing.T, r chaos.Report, calls int) {
 	t.Helper()
 	if r.Calls != calls || r.ReturnedOK+r.Definite+r.Ambiguous != r.Calls {
 		t.Errorf("%s: %d calls (want %d): %d OK + %d definite + %d ambiguous", r.Database, r.Calls, calls, r.ReturnedOK, r.Definite, r.Ambiguous)
 	}
-	if r.failed() || r.Duplicates+r.Lost+r.WrongAnswers+r.AmbiguousEarly+r.Unresolved != 0 {
+	if r.Failed() || r.Duplicates+r.Lost+r.WrongAnswers+r.AmbiguousEarly+r.Unresolved != 0 {
 		t.Errorf("%s: the promise broke: %+v", r.Database, r)
 	}
 	if r.Executed < r.ReturnedOK || r.Attempts < int64(r.Calls) {
@@ -76,7 +70,7 @@ func checkChaosReport(t *testing.T, r chaosReport, calls int) {
 // timeline.ReadFaults) and finds every fault the report counts: each
 // replica kill, each kill after COMMIT, each database restart, failover
 // and rejoin, each cut and blackhole of the proxies.
-func checkReportSVG(t *testing.T, path string, r chaosReport) {
+func checkReportSVG(t *testing.T, path string, r chaos.Report) {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -254,138 +248,8 @@ func TestChaosFlags(t *testing.T) {
 	// The replica command is hidden from the usage text.
 	var out bytes.Buffer
 	run(t.Context(), []string{"help"}, &out, &out)
-	if bytes.Contains(out.Bytes(), []byte(chaosReplicaCommand)) || !bytes.Contains(out.Bytes(), []byte("chaos ")) {
+	if bytes.Contains(out.Bytes(), []byte(chaos.ReplicaCommand)) || !bytes.Contains(out.Bytes(), []byte("chaos ")) {
 		t.Errorf("usage:\n%s", out.String())
-	}
-}
-
-// TestChaosCheckFindsBreaches feeds the end-of-run check a database and
-// calls that break the promise in each way it must see.
-func TestChaosCheckFindsBreaches(t *testing.T) {
-	t.Parallel()
-	ctx := t.Context()
-	db, tg, err := openDB(ctx, "sqlite:"+filepath.Join(t.TempDir(), "check.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	m, err := migrations.New(db, tg.dialect, migrations.WithTable(ledger.DefaultTable))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.Up(ctx); err != nil {
-		t.Fatal(err)
-	}
-	const table, caller = "chaos_check", "principal:c"
-	if err := payments.CreateTable(ctx, db, tg.dialect, table); err != nil {
-		t.Fatal(err)
-	}
-	store, err := ledger.New(tg.dialect)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// commit writes a business row (unless id is 0) and a ledger entry
-	// naming ledgerID (unless key is "").
-	commit := func(key, ref string, id, ledgerID int64) {
-		t.Helper()
-		tx, err := db.BeginTx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx.Rollback()
-		if id != 0 {
-			if _, err := tx.ExecContext(ctx, "INSERT INTO "+table+" (id, from_account, to_account, amount_cents, reference) VALUES (?, 'a', 'b', 1, ?)", id, ref); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if key != "" {
-			ident, err := ledger.NewIdentity(caller, paymentspb.TransferMethod, key)
-			if err != nil {
-				t.Fatal(err)
-			}
-			c, err := store.Claim(ctx, tx, ledger.ClaimRequest{Identity: ident, Fingerprint: ledger.FingerprintOf([]byte(key))})
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, _ := proto.Marshal(&paymentspb.TransferReply{TransferId: ledgerID, Reference: ref})
-			if err := store.Complete(ctx, tx, c, ledger.Result{Response: b, TypeName: "opledger.examples.payments.v1.TransferReply"}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := tx.Commit(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ok := func(ref string, id int64) chaosCall {
-		return chaosCall{issued: true, key: "k-" + ref, ref: ref, reply: &paymentspb.TransferReply{TransferId: id, Reference: ref}}
-	}
-	commit("k-good", "good", 1, 1)
-	commit("k-dup", "dup", 2, 2)
-	commit("", "dup", 3, 0)                 // a second effect of one call, unknown to the ledger
-	commit("k-wrong", "wrong", 4, 4)        // answered with another id
-	commit("", "orphan", 5, 0)              // an effect with no call and no ledger entry
-	commit("k-noeffect", "noeffect", 0, 99) // a ledger entry whose row is missing
-	commit("k-ambig", "ambig", 6, 6)        // ambiguous, resolved committed
-	calls := []chaosCall{ok("good", 1), ok("dup", 2), ok("wrong", 40), ok("noeffect", 99),
-		{issued: true, key: "k-ambig", ref: "ambig", err: errors.New("lost"), deadlineLeft: true, left: time.Second},
-		{issued: true, key: "k-def", ref: "def", err: errors.New("not committed"), definite: true},
-		{}}
-	resolve := func(c chaosCall) (*paymentspb.TransferReply, bool, error) {
-		if c.ref == "ambig" {
-			return &paymentspb.TransferReply{TransferId: 6, Reference: "ambig"}, true, nil
-		}
-		return nil, false, nil
-	}
-	// The replicas' commit log: "good" once (and its replay, not
-	// logged), "ambig" run twice (the first run's commit lost, as after
-	// an asynchronous failover), and a commit of "gone" that the
-	// database does not have.
-	commits := []commitRecord{{ref: "good", id: 1}, {ref: "ambig", id: 66}, {ref: "ambig", id: 6}, {ref: "gone", id: 77}, {ref: "good", id: 1}}
-	var rep chaosReport
-	if err := chaosCheck(ctx, &rep, calls, commits, db, tg.dialect, table, caller, resolve); err != nil {
-		t.Fatal(err)
-	}
-	want := chaosReport{Calls: 6, Executed: 6, ReturnedOK: 4, Definite: 1, Ambiguous: 1, AmbiguousEarly: 1, Reconciled: 1,
-		Duplicates: 1, WrongAnswers: 1, RowsNoLedger: 2, LedgerNoRow: 1,
-		// rows without an entry (2) + the entry without a row (1) + the
-		// OK call with no effect (1) + the effect with no call (1)
-		Lost:    5,
-		AckLost: 1, // the OK call with no effect
-		// ambig's first run (66) and gone's (77) are not in the table
-		CommittedLost: 2, ExecutedTwice: 1}
-	rep.P50ms, rep.P99ms = 0, 0
-	if rep.Calls != want.Calls || rep.Executed != want.Executed || rep.ReturnedOK != want.ReturnedOK || rep.Definite != want.Definite ||
-		rep.Ambiguous != want.Ambiguous || rep.AmbiguousEarly != want.AmbiguousEarly || rep.Reconciled != want.Reconciled ||
-		rep.Duplicates != want.Duplicates || rep.WrongAnswers != want.WrongAnswers || rep.RowsNoLedger != want.RowsNoLedger ||
-		rep.LedgerNoRow != want.LedgerNoRow || rep.Lost != want.Lost || rep.AckLost != want.AckLost ||
-		rep.CommittedLost != want.CommittedLost || rep.ExecutedTwice != want.ExecutedTwice {
-		t.Fatalf("check:\n got %+v\nwant %+v", rep, want)
-	}
-	if !calls[3].ackLost || calls[3].outcome() != timeline.AckLost || calls[0].outcome() != timeline.OK {
-		t.Errorf("the acknowledged and lost call: %+v", calls[3])
-	}
-	if !rep.failed() {
-		t.Fatal("a report with breaches did not fail")
-	}
-	// After a failover to an asynchronous standby, the acknowledged and
-	// lost calls, the lost commits and the second runs are the
-	// replication's, counted and not a failure; anything else still is.
-	async := chaosReport{Failovers: 1, Replication: "async", Lost: 3, AckLost: 3, CommittedLost: 4, ExecutedTwice: 1}
-	if async.failed() {
-		t.Errorf("an asynchronous failover's losses failed the run: %+v", async)
-	}
-	for _, r := range []chaosReport{
-		{Failovers: 1, Replication: "async", Lost: 4, AckLost: 3},
-		{Failovers: 1, Replication: "async", Duplicates: 1},
-		{Failovers: 1, Replication: "sync", Lost: 1, AckLost: 1},
-		{Failovers: 1, Replication: "sync", ExecutedTwice: 1},
-		{Failovers: 1, Replication: "sync", CommittedLost: 1},
-		{Failovers: 1, Replication: "remote_apply", Ambiguous: 1},
-		{CommittedLost: 1}, {ExecutedTwice: 1},
-	} {
-		if !r.failed() {
-			t.Errorf("did not fail: %+v", r)
-		}
 	}
 }
 
@@ -433,29 +297,6 @@ func TestChaosGivenDSN(t *testing.T) {
 	}
 	if tables != 0 || entries != 0 {
 		t.Errorf("left behind: %d business tables, %d ledger entries", tables, entries)
-	}
-}
-
-func TestGivenDBAddress(t *testing.T) {
-	t.Parallel()
-	for dsn, want := range map[string]string{
-		"postgres://u@127.0.0.1:5432/db?sslmode=disable": "127.0.0.1:5432",
-		"mysql://root@localhost:3306/test":               "localhost:3306",
-		"root@tcp(127.0.0.1:3306)/test":                  "127.0.0.1:3306",
-		"postgres://u@db.internal:5432/db":               "", // not loopback: no proxy
-		"sqlite:/tmp/x.db":                               "",
-	} {
-		g, err := newGivenDB(dsn)
-		if err != nil {
-			t.Errorf("%s: %v", dsn, err)
-			continue
-		}
-		if got := strings.Join(g.addrs(), ","); got != want {
-			t.Errorf("%s: addrs %q, want %q", dsn, got, want)
-		}
-		if want != "" && g.replicaDSN([]string{"127.0.0.1:9"}) == dsn {
-			t.Errorf("%s: the replicas' DSN does not go through the proxy", dsn)
-		}
 	}
 }
 
@@ -523,7 +364,7 @@ func TestChaosFailoverMariaDB(t *testing.T) {
 // chaosFailover runs `opledger chaos --failover` with one failover per
 // run, one replica kill and one kill after COMMIT, and checks each of the
 // n reports and its picture.
-func chaosFailover(t *testing.T, n int, args ...string) []chaosReport {
+func chaosFailover(t *testing.T, n int, args ...string) []chaos.Report {
 	t.Helper()
 	svg := filepath.Join(t.TempDir(), "failover.svg")
 	// The replicas are this race-instrumented binary: on a loaded 2-core
@@ -556,11 +397,7 @@ func chaosFailover(t *testing.T, n int, args ...string) []chaosReport {
 		default:
 			t.Errorf("%s: replication %q", r.Database, r.Replication)
 		}
-		file := svg // one run: the file as given; several: one each
-		if n > 1 {
-			file = strings.TrimSuffix(svg, ".svg") + "-" + slug(r.Database) + ".svg"
-		}
-		checkReportSVG(t, file, r)
+		checkReportSVG(t, chaos.SVGPath(svg, r.Database, n), r) // one run: the file as given; several: one each
 	}
 	return reps
 }

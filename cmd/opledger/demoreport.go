@@ -119,3 +119,6 @@ func demoTotals(rep payments.Report) []timeline.Total {
 		timeline.Total{Label: "faults: failed before send", N: rep.Faults.FailedBeforeSend},
 	)
 }
+
+// ms is d in milliseconds.
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/dialects/sqlite"
+	"github.com/opledger/opledger/internal/harness/chaos"
 	"github.com/opledger/opledger/internal/testkit/testdb"
 )
 
@@ -67,7 +68,7 @@ func TestMigrateUpConcurrentProcesses(t *testing.T) {
 						ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 						defer cancel()
 						cmd := exec.CommandContext(ctx, exe, "migrate", "up", "--dsn", dsn, "--table", table)
-						cmd.Env = append(os.Environ(), chaosReplicaEnv+"=1", "OPLEDGER_DSN=")
+						cmd.Env = append(os.Environ(), chaos.ReplicaEnv+"=1", "OPLEDGER_DSN=")
 						out, err := cmd.CombinedOutput()
 						outs[i], codes[i] = string(out), cmd.ProcessState.ExitCode()
 						if err != nil && codes[i] == 0 {

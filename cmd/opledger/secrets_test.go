@@ -13,6 +13,7 @@ import (
 
 	gomysql "github.com/go-sql-driver/mysql"
 
+	"github.com/opledger/opledger/internal/harness/chaos"
 	"github.com/opledger/opledger/internal/testkit/natstest"
 	"github.com/opledger/opledger/internal/testkit/testdb"
 )
@@ -92,7 +93,7 @@ func TestNoArgumentEchoed(t *testing.T) {
 		{"demo", "--calls"}, {"demo", "--loss"}, {"demo", "--owner"}, {"demo", "--transport"}, {"demo", "--chain", "--to"},
 		{"conformance", "--keys"}, {"conformance", "--cases"},
 		{"chaos", "--calls"}, {"chaos", "--duration"}, {"chaos", "--owner"}, {"chaos", "--databases"},
-		{chaosReplicaCommand, "--max-conns"},
+		{chaos.ReplicaCommand, "--max-conns"},
 		{"policy", "check", "--keyed"}, {"policy", "check", "--owner"}, {"policy", "check", "--nope"},
 		{"migrate", "up", "--table"}, {"migrate", "export", "--dir", "out", "--dialect"},
 	}
@@ -164,7 +165,7 @@ func dsnCommands() []dsnCommand {
 		{[]string{"conformance"}, []string{"--json"}, true},
 		{[]string{"chaos"}, []string{"--json", "--calls", "10"}, false},
 		{[]string{"chaos"}, []string{"--calls", "10"}, false},
-		{[]string{chaosReplicaCommand}, nil, false},
+		{[]string{chaos.ReplicaCommand}, nil, false},
 	}
 }
 

@@ -1,4 +1,4 @@
-package main
+package chaos
 
 import (
 	"fmt"
@@ -13,7 +13,7 @@ import (
 )
 
 // faultLog records the faults of a run with their times, for the
-// picture (--report).
+// picture (WriteReports).
 type faultLog struct {
 	mu     sync.Mutex
 	faults []loggedFault
@@ -72,7 +72,7 @@ func (l *faultLog) observeProxy(p *faultproxy.Proxy, where string, latencyFor, b
 }
 
 // outcome returns c's outcome for the picture.
-func (c chaosCall) outcome() timeline.Outcome {
+func (c call) outcome() timeline.Outcome {
 	switch {
 	case c.ackLost:
 		return timeline.AckLost
@@ -89,7 +89,7 @@ func (c chaosCall) outcome() timeline.Outcome {
 }
 
 // chart returns the picture of rep's run.
-func (rep chaosReport) chart() timeline.Chart {
+func (rep Report) chart() timeline.Chart {
 	sub := []string{fmt.Sprintf("%s logical calls", timeline.Thousands(int64(rep.Calls))), fmt.Sprintf("%d replicas", rep.Replicas),
 		"retry owner " + rep.Owner, rep.Order, fmt.Sprintf("seed %d", rep.Seed)}
 	switch {
@@ -140,7 +140,7 @@ func (rep chaosReport) chart() timeline.Chart {
 
 // lostLabel names the lost-effects figure: after an asynchronous
 // failover, the losses beside the standby's.
-func lostLabel(rep chaosReport) string {
+func lostLabel(rep Report) string {
 	if rep.synchronousOrNone() {
 		return "lost effects"
 	}
@@ -149,16 +149,13 @@ func lostLabel(rep chaosReport) string {
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// writeReports writes the picture of each run: to path for one run, else
-// to path with the database's name before its extension.
-func writeReports(path string, reps []chaosReport) ([]string, error) {
+// WriteReports writes the picture of each run as an SVG file (the
+// command's --report), each to SVGPath(path, its database, len(reps)),
+// and returns the files written.
+func WriteReports(path string, reps []Report) ([]string, error) {
 	var written []string
 	for _, r := range reps {
-		p := path
-		if len(reps) > 1 {
-			ext := filepath.Ext(path)
-			p = strings.TrimSuffix(path, ext) + "-" + slug(r.Database) + ext
-		}
+		p := SVGPath(path, r.Database, len(reps))
 		f, err := os.Create(p)
 		if err != nil {
 			return written, err
@@ -173,6 +170,16 @@ func writeReports(path string, reps []chaosReport) ([]string, error) {
 		written = append(written, p)
 	}
 	return written, nil
+}
+
+// SVGPath is the file of the picture of database's run among runs: path
+// for one run, else path with the database's name before its extension.
+func SVGPath(path, database string, runs int) string {
+	if runs <= 1 {
+		return path
+	}
+	ext := filepath.Ext(path)
+	return strings.TrimSuffix(path, ext) + "-" + slug(database) + ext
 }
 
 // slug turns a database's label into a file name part.

@@ -1,12 +1,10 @@
-package main
+package chaos
 
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"os"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -15,15 +13,20 @@ import (
 	"github.com/opledger/opledger/internal/harness/throwaway"
 )
 
-// The replication modes and drivers of `opledger chaos --failover`.
-var (
-	failoverModes   = []string{string(throwaway.ReplicationSync), string(throwaway.ReplicationAsync), string(throwaway.ReplicationRemoteApply)}
-	failoverDrivers = []string{"pgx", "pq"}
-)
+// ReplicationModes are a failover run's replication modes
+// (Target.Replication): sync (PostgreSQL's synchronous_commit = on,
+// MariaDB's semi-synchronous replication), async and remote_apply
+// (PostgreSQL only).
+var ReplicationModes = []string{string(throwaway.ReplicationSync), string(throwaway.ReplicationAsync), string(throwaway.ReplicationRemoteApply)}
+
+// FailoverDrivers are the replicas' drivers of a failover run on
+// PostgreSQL (Target.Driver): pgx and pq (lib/pq), each reaching the pair
+// through a multi-host DSN.
+var FailoverDrivers = []string{"pgx", "pq"}
 
 // failoverDB is a database the run fails over: a primary and a standby.
 type failoverDB interface {
-	chaosDatabase
+	database
 	// replication names its mode ("sync", "async", "remote_apply", or
 	// MariaDB's "semisync").
 	replication() string
@@ -239,118 +242,31 @@ func windows(fos []failoverTimes, commits []commitRecord) []float64 {
 // synchronousOrNone reports whether a lost acknowledged commit breaks
 // the promise in rep's run: every run but a failover to an asynchronous
 // standby.
-func (rep chaosReport) synchronousOrNone() bool {
+func (rep Report) synchronousOrNone() bool {
 	return rep.Failovers == 0 || rep.Replication != "async"
 }
 
 // replicationLoss is the part of rep.Lost that an asynchronous failover
 // explains (the acknowledged calls whose commit the standby never
 // received); 0 for every other run.
-func (rep chaosReport) replicationLoss() int {
+func (rep Report) replicationLoss() int {
 	if rep.synchronousOrNone() {
 		return 0
 	}
 	return rep.AckLost
 }
 
-// chaosFailoverCalls are the logical calls of a failover run by default:
-// enough for two failovers and the rejoin between them.
-const chaosFailoverCalls = 10_000
-
-// chaosTarget is one run of `opledger chaos`: a database, and for a
-// failover run its replication mode and the replicas' driver.
-type chaosTarget struct {
-	name     string
-	failover bool
-	mode     string // "sync", "async", "remote_apply"
-	driver   string // "pgx", "pq"
-	delay    time.Duration
-}
-
-// failoverDatabases are the databases --failover runs on.
-var failoverDatabases = []string{chaosPostgres, chaosMariaDB}
-
-// chaosTargets returns the runs the flags ask for, and whether the
-// databases were named (a missing server binary then fails the run).
-func chaosTargets(dbs, dsn string, failover bool, replication, drivers string, delay time.Duration) ([]chaosTarget, bool, error) {
-	if dsn != "" {
-		switch {
-		case dbs != "":
-			return nil, false, errors.New("--dsn and --databases exclude each other")
-		case failover:
-			return nil, false, errors.New("--failover runs on throw-away servers of its own, not on --dsn")
-		}
-		return []chaosTarget{{name: "dsn"}}, true, nil
-	}
-	names, explicit := chaosDatabases, false
-	known := chaosDatabases
-	if failover {
-		names, known = failoverDatabases, failoverDatabases
-	}
-	if dbs != "" {
-		var err error
-		if names, err = commaList("--databases", dbs, known); err != nil {
-			return nil, false, err
-		}
-		explicit = true
-	}
-	if !failover {
-		out := make([]chaosTarget, len(names))
-		for i, n := range names {
-			out[i] = chaosTarget{name: n}
-		}
-		return out, explicit, nil
-	}
-	modes, err := commaList("--replication", replication, failoverModes)
-	if err != nil {
-		return nil, false, err
-	}
-	drvs, err := commaList("--drivers", drivers, failoverDrivers)
-	if err != nil {
-		return nil, false, err
-	}
-	var out []chaosTarget
-	for _, n := range names {
-		for _, m := range modes {
-			if n == chaosMariaDB {
-				// sync is semi-synchronous replication; MariaDB has no
-				// remote_apply, and one Go driver.
-				if m != "remote_apply" {
-					out = append(out, chaosTarget{name: n, failover: true, mode: m, driver: "mysql", delay: delay})
-				}
-				continue
-			}
-			for _, d := range drvs {
-				out = append(out, chaosTarget{name: n, failover: true, mode: m, driver: d, delay: delay})
-			}
-		}
-	}
-	return out, explicit, nil
-}
-
-// commaList splits a comma-separated flag value and checks every item
-// against known.
-func commaList(flag, v string, known []string) ([]string, error) {
-	var out []string
-	for _, n := range strings.Split(v, ",") {
-		n = strings.TrimSpace(strings.ToLower(n))
-		if !slices.Contains(known, n) {
-			return nil, fmt.Errorf("%s: unknown %q (want %s)", flag, maskCredentials(n), strings.Join(known, ", "))
-		}
-		if !slices.Contains(out, n) {
-			out = append(out, n)
-		}
-	}
-	return out, nil
-}
+// FailoverDatabases are the databases a failover run (Target.Failover)
+// runs on.
+var FailoverDatabases = []string{Postgres, MariaDB}
 
 // startFailoverDatabase starts the primary and standby of tg.
-func startFailoverDatabase(ctx context.Context, tg chaosTarget) (failoverDB, error) {
-	switch tg.name {
-	case chaosPostgres:
-		return startPairDB(ctx, tg.mode, tg.driver, tg.delay)
-	case chaosMariaDB:
-		return startMariaPairDB(ctx, tg.mode, tg.delay)
+func startFailoverDatabase(ctx context.Context, tg Target) (failoverDB, error) {
+	switch tg.Name {
+	case Postgres:
+		return startPairDB(ctx, tg.Replication, tg.Driver, tg.Delay)
+	case MariaDB:
+		return startMariaPairDB(ctx, tg.Replication, tg.Delay)
 	}
-	return nil, fmt.Errorf("--failover: %s cannot fail over", tg.name)
+	return nil, fmt.Errorf("--failover: %s cannot fail over", tg.Name)
 }

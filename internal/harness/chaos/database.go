@@ -1,4 +1,4 @@
-package main
+package chaos
 
 import (
 	"context"
@@ -13,19 +13,21 @@ import (
 	"github.com/opledger/opledger/internal/harness/throwaway"
 )
 
-// The databases `opledger chaos` knows by name, in the order it runs them.
+// The databases a run knows by name (Target.Name), in the order the
+// command runs them.
 const (
-	chaosPostgres    = "postgres"
-	chaosPgBouncer   = "pgbouncer"
-	chaosPgBouncerPQ = "pgbouncer-pq"
-	chaosMariaDB     = "mariadb"
-	chaosSQLite      = "sqlite"
+	Postgres    = "postgres"
+	PgBouncer   = "pgbouncer"
+	PgBouncerPQ = "pgbouncer-pq"
+	MariaDB     = "mariadb"
+	SQLite      = "sqlite"
 )
 
-var chaosDatabases = []string{chaosPostgres, chaosPgBouncer, chaosPgBouncerPQ, chaosMariaDB, chaosSQLite}
+// Databases are the names of the throw-away databases, in that order.
+var Databases = []string{Postgres, PgBouncer, PgBouncerPQ, MariaDB, SQLite}
 
-// chaosDatabase is a database a chaos run owns: it may restart it.
-type chaosDatabase interface {
+// database is a database a chaos run owns: it may restart it.
+type database interface {
 	// label names it in the report ("postgres", "postgres via pgbouncer", …).
 	label() string
 	// directDSN is the DSN the run itself uses, without a proxy: for the
@@ -54,17 +56,17 @@ type chaosDatabase interface {
 // SQLite (no server) or one given with --dsn (not the run's own).
 var errNoServer = errors.New("no database server of the run's own to restart")
 
-// startChaosDatabase starts the named throw-away database, or returns an
+// startDatabase starts the named throw-away database, or returns an
 // error matching throwaway.ErrNotInstalled.
-func startChaosDatabase(ctx context.Context, name, dir string) (chaosDatabase, error) {
+func startDatabase(ctx context.Context, name, dir string) (database, error) {
 	switch name {
-	case chaosPostgres:
+	case Postgres:
 		s, err := throwaway.StartPostgres(ctx)
 		if err != nil {
 			return nil, err
 		}
 		return &serverDB{name: "postgres", srv: s, restartee: s}, nil
-	case chaosPgBouncer, chaosPgBouncerPQ:
+	case PgBouncer, PgBouncerPQ:
 		if !throwaway.PgBouncerInstalled() {
 			return nil, fmt.Errorf("%w: pgbouncer", throwaway.ErrNotInstalled)
 		}
@@ -80,22 +82,22 @@ func startChaosDatabase(ctx context.Context, name, dir string) (chaosDatabase, e
 		// In transaction pooling no prepared statement may outlive its
 		// transaction (docs/poolers.md): pgx sends unnamed statements,
 		// lib/pq Parse, Bind and Execute in one round trip.
-		if name == chaosPgBouncerPQ {
+		if name == PgBouncerPQ {
 			return &serverDB{name: "postgres via pgbouncer (lib/pq)", srv: pb, restartee: backend, backend: backend,
 				params: throwaway.PQPoolerSetting, drv: "pq"}, nil
 		}
 		return &serverDB{name: "postgres via pgbouncer (pgx)", srv: pb, restartee: backend, backend: backend,
 			params: throwaway.PgxPoolerSetting}, nil
-	case chaosMariaDB:
+	case MariaDB:
 		s, err := throwaway.StartMariaDB(ctx)
 		if err != nil {
 			return nil, err
 		}
 		return &serverDB{name: "mariadb", srv: s, restartee: s}, nil
-	case chaosSQLite:
+	case SQLite:
 		return sqliteDB{path: filepath.Join(dir, "chaos.db")}, nil
 	}
-	return nil, fmt.Errorf("unknown database %q (want %s)", name, strings.Join(chaosDatabases, ", "))
+	return nil, fmt.Errorf("unknown database %q (want %s)", name, strings.Join(Databases, ", "))
 }
 
 // serverDB is a throw-away server (internal/harness/throwaway). Through PgBouncer,
@@ -168,7 +170,7 @@ func ignoreMissing(err error) error {
 	return err
 }
 
-// givenDB is a database given with --dsn: not the run's own, so it is
+// givenDB is a database given by DSN (the command's --dsn): not the run's own, so it is
 // never restarted nor removed (the run drops its business table and
 // deletes its ledger entries at the end). The proxy between the replicas
 // and the server is used when the server is on loopback (the proxy
@@ -179,13 +181,11 @@ type givenDB struct {
 }
 
 // newGivenDB reads the server's address from dsn: a postgres:// or
-// mysql:// URL's host, or go-sql-driver's tcp(host:port).
-func newGivenDB(dsn string) (*givenDB, error) {
-	t, err := parseDSN(dsn)
-	if err != nil {
-		return nil, err
-	}
-	g := &givenDB{dsn: dsn, display: t.display}
+// mysql:// URL's host, or go-sql-driver's tcp(host:port). display names
+// the database in the report and the progress lines, without its
+// password: the command that took dsn makes it.
+func newGivenDB(dsn, display string) *givenDB {
+	g := &givenDB{dsn: dsn, display: display}
 	host := ""
 	if i := strings.Index(dsn, "@tcp("); i >= 0 {
 		if j := strings.IndexByte(dsn[i:], ')'); j > 0 {
@@ -197,7 +197,7 @@ func newGivenDB(dsn string) (*givenDB, error) {
 	if host != "" && faultproxy.CheckLoopback(host) == nil && strings.Count(dsn, host) == 1 {
 		g.host = host
 	}
-	return g, nil
+	return g
 }
 
 func (g *givenDB) label() string     { return g.display }

@@ -1,4 +1,4 @@
-package main
+package chaos
 
 import (
 	"context"
@@ -30,15 +30,15 @@ func (s *serverDB) pooler() *throwaway.Server {
 // supervisePooler restarts db's pooler (when it has one of the run's
 // own) whenever it dies, until ctx ends, and returns what fills the
 // report's pooler fields at the end of the run.
-func supervisePooler(ctx context.Context, db chaosDatabase) func(*chaosReport) {
+func supervisePooler(ctx context.Context, db database) func(*Report) {
 	p, ok := db.(interface{ pooler() *throwaway.Server })
 	if !ok || p.pooler() == nil {
-		return func(*chaosReport) {}
+		return func(*Report) {}
 	}
 	pb := p.pooler()
 	pb.Supervise(ctx)
 	version := poolerVersion(pb) // read now: the log grows
-	return func(r *chaosReport) {
+	return func(r *Report) {
 		r.Pooler = version
 		r.PoolerRestarts, r.PoolerCrashes = 0, nil
 		for _, c := range pb.Crashes() {
@@ -61,12 +61,13 @@ func poolerVersion(pb *throwaway.Server) string {
 	return pb.Kind()
 }
 
-// knownPoolerBug reports whether a pooler's crash (a line of
+// KnownPoolerBug reports whether a pooler's crash (a line of
 // throwaway.Crash) is PgBouncer failing one of its own state checks
 // ("bad client state", "bad server state", "server in bad state"): the
 // crashes of its cancel handling (pgbouncer#801, #849, #904, #822) are
-// of that kind. Any other crash is unexplained: --strict fails on it.
-func knownPoolerBug(crash string) bool {
+// of that kind. Any other crash is unexplained: Settings.Strict fails on
+// it.
+func KnownPoolerBug(crash string) bool {
 	for _, s := range []string{"bad client state", "bad server state", "server in bad state"} {
 		if strings.Contains(crash, "FATAL") && strings.Contains(crash, s) {
 			return true
@@ -77,10 +78,10 @@ func knownPoolerBug(crash string) bool {
 
 // unexplainedPoolerCrashes returns the report's pooler crashes that are
 // not a known PgBouncer bug.
-func (r chaosReport) unexplainedPoolerCrashes() []string {
+func (r Report) unexplainedPoolerCrashes() []string {
 	var out []string
 	for _, c := range r.PoolerCrashes {
-		if !knownPoolerBug(c) {
+		if !KnownPoolerBug(c) {
 			out = append(out, c)
 		}
 	}
@@ -89,7 +90,7 @@ func (r chaosReport) unexplainedPoolerCrashes() []string {
 
 // poolerRow is the table's pooler restarts cell (the crashes are listed
 // below the table).
-func (r chaosReport) poolerRow() any {
+func (r Report) poolerRow() any {
 	switch {
 	case r.Pooler == "":
 		return "-"

@@ -1,4 +1,4 @@
-package main
+package chaos
 
 import (
 	"bufio"
@@ -17,10 +17,6 @@ import (
 	"github.com/opledger/opledger/internal/harness/faultproxy"
 	"github.com/opledger/opledger/internal/wait"
 )
-
-// chaosReplicaEnv is set in every replica's environment: a test binary
-// (which has no opledger main) runs the replica when it sees it.
-const chaosReplicaEnv = "OPLEDGER_CHAOS_REPLICA"
 
 // replicaSet runs the N replica processes of a chaos run, each behind its
 // own client-side fault proxy (whose address stays while the replica
@@ -114,10 +110,10 @@ func (rs *replicaSet) startOne(ctx context.Context, r *replica) error {
 		die = rs.dieLo + rs.intn(rs.dieHi-rs.dieLo)
 	}
 	rs.mu.Unlock()
-	args := append([]string{chaosReplicaCommand}, rs.args...)
+	args := append([]string{ReplicaCommand}, rs.args...)
 	args = append(args, "--die-after", fmt.Sprint(die))
 	cmd := exec.Command(rs.exe, args...)
-	cmd.Env = append(os.Environ(), chaosReplicaEnv+"=1")
+	cmd.Env = append(os.Environ(), ReplicaEnv+"=1")
 	cmd.Stderr = r.stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

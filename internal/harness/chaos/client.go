@@ -1,7 +1,8 @@
-package main
+package chaos
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -26,16 +27,17 @@ import (
 	"github.com/opledger/opledger/policy"
 )
 
-// The chaos run's transports (--transport): the replicas serve, and the
-// client calls, through grpc-go (grpcint) or connect-go (connectint).
+// The run's transports (Settings.Transport, the command's --transport):
+// the replicas serve, and the client calls, through grpc-go (grpcint) or
+// connect-go (connectint).
 const (
-	chaosGRPC    = payments.TransportGRPC
-	chaosConnect = payments.TransportConnect
+	GRPC    = payments.TransportGRPC
+	Connect = payments.TransportConnect
 )
 
-// chaosClient is the run's client of the replicas, behind the kit's
+// runClient is the run's client of the replicas, behind the kit's
 // client: one budget, calls spread over the replicas' proxies.
-type chaosClient interface {
+type runClient interface {
 	// transfer makes one logical call with key.
 	transfer(ctx context.Context, i int, key string, req *paymentspb.TransferRequest) (payments.WireAnswer, error)
 	// classify names a call's error (code, the kit's reason, why the
@@ -50,13 +52,13 @@ type chaosClient interface {
 	close()
 }
 
-// chaosBudget is the chaos client's retry budget, on either transport.
-func chaosBudget() (*policy.Budget, error) {
+// clientBudget is the run client's retry budget, on either transport.
+func clientBudget() (*policy.Budget, error) {
 	return policy.NewBudget(policy.BudgetSettings{TTL: 2 * time.Second, Percent: 10, MinRetriesPerSecond: 50})
 }
 
-// chaosBackoff is the chaos client's backoff, on either transport.
-var chaosBackoff = policy.Backoff{Initial: 20 * time.Millisecond, Max: 500 * time.Millisecond}
+// clientBackoff is the run client's backoff, on either transport.
+var clientBackoff = policy.Backoff{Initial: 20 * time.Millisecond, Max: 500 * time.Millisecond}
 
 // unanswered reports whether a resolve that failed with c got no answer
 // (the outcome stays unknown), rather than a stored final error.
@@ -68,15 +70,17 @@ func unanswered(c codes.Code) bool {
 	return false
 }
 
-// grpcChaosClient is grpc-go's: round_robin over the replicas' proxies.
-type grpcChaosClient struct {
+// grpcClient is grpc-go's: round_robin over the replicas' proxies.
+type grpcClient struct {
 	client *grpcint.Client
 	conn   *grpc.ClientConn
 	pc     paymentspb.PaymentsClient
 }
 
-func newGRPCChaosClient(owner policy.RetryOwner, addrs []string, token string) (chaosClient, error) {
-	budget, err := chaosBudget()
+// newGRPCClient is the kit's grpc-go client of the replicas at addrs,
+// with token as its bearer credential.
+func newGRPCClient(owner policy.RetryOwner, addrs []string, token string) (runClient, error) {
+	budget, err := clientBudget()
 	if err != nil {
 		return nil, err
 	}
@@ -85,7 +89,7 @@ func newGRPCChaosClient(owner policy.RetryOwner, addrs []string, token string) (
 		return nil, err
 	}
 	client, err := grpcint.NewClient(cat, owner, grpcint.WithBudget(budget), grpcint.WithBudgetFundedBySuccess(),
-		grpcint.WithMaxAttempts(10), grpcint.WithBackoff(chaosBackoff))
+		grpcint.WithMaxAttempts(10), grpcint.WithBackoff(clientBackoff))
 	if err != nil {
 		return nil, err
 	}
@@ -110,10 +114,29 @@ func newGRPCChaosClient(owner policy.RetryOwner, addrs []string, token string) (
 	if err != nil {
 		return nil, err
 	}
-	return &grpcChaosClient{client: client, conn: conn, pc: paymentspb.NewPaymentsClient(conn)}, nil
+	return &grpcClient{client: client, conn: conn, pc: paymentspb.NewPaymentsClient(conn)}, nil
 }
 
-func (g *grpcChaosClient) transfer(ctx context.Context, _ int, key string, req *paymentspb.TransferRequest) (payments.WireAnswer, error) {
+// roundRobinConfig returns the channel's service config with grpc-go's
+// round_robin balancer: the kit's own (the retry policy of a
+// service-config-owned channel) with loadBalancingConfig added.
+func roundRobinConfig(c *grpcint.Client) (string, error) {
+	js, err := c.ServiceConfigJSON()
+	if err != nil {
+		return "", err
+	}
+	cfg := map[string]any{}
+	if js != "" {
+		if err := json.Unmarshal([]byte(js), &cfg); err != nil {
+			return "", err
+		}
+	}
+	cfg["loadBalancingConfig"] = []any{map[string]any{"round_robin": map[string]any{}}}
+	b, err := json.Marshal(cfg)
+	return string(b), err
+}
+
+func (g *grpcClient) transfer(ctx context.Context, _ int, key string, req *paymentspb.TransferRequest) (payments.WireAnswer, error) {
 	actx, tr := answers.With(grpcint.WithKey(ctx, key))
 	reply, err := g.pc.Transfer(actx, req)
 	a := payments.WireAnswer{Reply: reply}
@@ -121,7 +144,7 @@ func (g *grpcChaosClient) transfer(ctx context.Context, _ int, key string, req *
 	return a, err
 }
 
-func (g *grpcChaosClient) classify(err error) (string, bool) {
+func (g *grpcClient) classify(err error) (string, bool) {
 	ci, ok := grpcint.CallInfoOf(err)
 	return grpcLabel(err), ok && ci.Reason != grpcint.ReasonCallOutcomeUnknown
 }
@@ -133,7 +156,7 @@ func grpcLabel(err error) string {
 	return strings.TrimSpace(status.Code(err).String() + " " + string(ci.Reason) + " " + ci.Decision)
 }
 
-func (g *grpcChaosClient) resolve(ctx context.Context, key string) (*paymentspb.TransferReply, bool, error) {
+func (g *grpcClient) resolve(ctx context.Context, key string) (*paymentspb.TransferReply, bool, error) {
 	var stored paymentspb.TransferReply
 	err := grpcint.Resolve(ctx, g.conn, paymentspb.TransferMethod, key, &paymentspb.TransferRequest{}, &stored)
 	switch {
@@ -147,47 +170,49 @@ func (g *grpcChaosClient) resolve(ctx context.Context, key string) (*paymentspb.
 	return nil, false, nil // a recorded final error: nothing committed
 }
 
-func (g *grpcChaosClient) stats() (attempts, replayed, resolved int64) {
+func (g *grpcClient) stats() (attempts, replayed, resolved int64) {
 	st := g.client.Stats()
 	return st.Attempts, st.Replayed, st.Resolved
 }
 
-func (g *grpcChaosClient) close() { g.conn.Close() }
+func (g *grpcClient) close() { g.conn.Close() }
 
-// connectChaosClient is connect-go's: the logical calls alternate between
+// connectClient is connect-go's: the logical calls alternate between
 // the Connect protocol over HTTP/1.1 and the gRPC protocol over h2c, and
 // every attempt (resolves included) goes to the next replica's proxy in
 // turn.
-type connectChaosClient struct {
+type connectClient struct {
 	client   *connectpay.Client
 	resolves atomic.Uint64
 }
 
-func newConnectChaosClient(owner policy.RetryOwner, addrs []string, token string) (chaosClient, error) {
-	budget, err := chaosBudget()
+// newConnectClient is the kit's connect-go client of the replicas at
+// addrs, with token as its bearer credential.
+func newConnectClient(owner policy.RetryOwner, addrs []string, token string) (runClient, error) {
+	budget, err := clientBudget()
 	if err != nil {
 		return nil, err
 	}
 	client, err := connectpay.NewClient(connectpay.ClientConfig{BaseURL: "http://replicas", Token: token, Owner: owner,
 		KitOptions: []connectint.ClientOption{connectint.WithBudget(budget), connectint.WithBudgetFundedBySuccess(),
-			connectint.WithMaxAttempts(10), connectint.WithBackoff(chaosBackoff)},
+			connectint.WithMaxAttempts(10), connectint.WithBackoff(clientBackoff)},
 		RoundTripper: func(next http.RoundTripper) http.RoundTripper { return &roundRobin{next: next, addrs: addrs} }})
 	if err != nil {
 		return nil, err
 	}
-	return &connectChaosClient{client: client}, nil
+	return &connectClient{client: client}, nil
 }
 
-func (c *connectChaosClient) transfer(ctx context.Context, i int, key string, req *paymentspb.TransferRequest) (payments.WireAnswer, error) {
+func (c *connectClient) transfer(ctx context.Context, i int, key string, req *paymentspb.TransferRequest) (payments.WireAnswer, error) {
 	return c.client.Transfer(ctx, connectpay.Protocols[i%len(connectpay.Protocols)], key, req)
 }
 
-func (c *connectChaosClient) classify(err error) (string, bool) {
+func (c *connectClient) classify(err error) (string, bool) {
 	label, definite := connectpay.Classify(err)
 	return strings.TrimSpace(label), definite
 }
 
-func (c *connectChaosClient) resolve(ctx context.Context, key string) (*paymentspb.TransferReply, bool, error) {
+func (c *connectClient) resolve(ctx context.Context, key string) (*paymentspb.TransferReply, bool, error) {
 	p := connectpay.Protocols[c.resolves.Add(1)%uint64(len(connectpay.Protocols))]
 	reply, found, err := c.client.Resolve(ctx, p, key)
 	if err != nil && !unanswered(codes.Code(connect.CodeOf(err))) {
@@ -196,12 +221,12 @@ func (c *connectChaosClient) resolve(ctx context.Context, key string) (*payments
 	return reply, found, err
 }
 
-func (c *connectChaosClient) stats() (attempts, replayed, resolved int64) {
+func (c *connectClient) stats() (attempts, replayed, resolved int64) {
 	st := c.client.Kit().Stats()
 	return st.Attempts, st.Replayed, st.Resolved
 }
 
-func (c *connectChaosClient) close() { c.client.Close() }
+func (c *connectClient) close() { c.client.Close() }
 
 // roundRobin sends each request to the next of addrs in turn: a client
 // spreading its attempts over the replicas (what grpc-go's round_robin
