@@ -300,6 +300,7 @@ func (s *Server) killLocked(ctx context.Context) error {
 	// PostgreSQL's backends each lead a process group of their own
 	// (setsid), so the group alone does not reach them.
 	_ = syscall.Kill(pid, syscall.SIGSTOP)
+	waitStopped(ctx, pid)
 	tree := descendants(pid)
 	_ = syscall.Kill(-pid, syscall.SIGKILL)
 	_ = s.cmd.Process.Kill()
@@ -312,6 +313,9 @@ func (s *Server) killLocked(ctx context.Context) error {
 		return fmt.Errorf("throwaway: %s did not exit after SIGKILL: %w", s.kind, ctx.Err())
 	}
 	s.waitGone(ctx, tree)
+	if s.kind == KindPostgres {
+		s.sweepSharedMemory(ctx)
+	}
 	return ctx.Err()
 }
 
@@ -359,6 +363,89 @@ func (s *Server) waitGone(ctx context.Context, pids []int) {
 			time.Sleep(2 * time.Millisecond) // the poll's pace
 		}
 	}
+}
+
+// waitStopped waits (bounded by ctx and a second) until pid is stopped
+// or gone. SIGSTOP is delivered asynchronously: until it takes effect the
+// process may still fork, and a child whose fork was under way when the
+// signal was sent appears in /proc only once the fork has returned.
+func waitStopped(ctx context.Context, pid int) {
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		state, _, ok := procStat(pid)
+		if !ok || state == "T" || state == "t" || state == "Z" || state == "X" {
+			return
+		}
+		time.Sleep(time.Millisecond) // the poll's pace
+	}
+}
+
+// sweepSharedMemory kills whatever process still maps the System V shared
+// memory segment a killed PostgreSQL named in its postmaster.pid, and
+// waits (bounded by ctx and 10 seconds) until none does. A backend the
+// tree walk missed outlives its postmaster until it notices, and while it
+// holds the segment no postgres (a new postmaster, pg_rewind's
+// single-user recovery) starts in that data directory ("pre-existing
+// shared memory block is still in use").
+func (s *Server) sweepSharedMemory(ctx context.Context) {
+	name, ok := sharedMemoryName(filepath.Join(s.dir, "data", "postmaster.pid"))
+	if !ok {
+		return
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		holders := mapping(name)
+		if len(holders) == 0 {
+			return
+		}
+		for _, p := range holders {
+			_ = syscall.Kill(p, syscall.SIGKILL)
+		}
+		time.Sleep(2 * time.Millisecond) // the poll's pace
+	}
+}
+
+// sharedMemoryName returns the name /proc/PID/maps shows for the System V
+// segment whose key is on the seventh line of a postmaster.pid file
+// ("/SYSV" and the key in eight hexadecimal digits).
+func sharedMemoryName(pidFile string) (string, bool) {
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		return "", false
+	}
+	lines := strings.Split(string(b), "\n")
+	if len(lines) < 7 {
+		return "", false
+	}
+	f := strings.Fields(lines[6])
+	if len(f) < 1 {
+		return "", false
+	}
+	key, err := strconv.ParseUint(f[0], 10, 32)
+	if err != nil || key == 0 {
+		return "", false
+	}
+	return fmt.Sprintf("/SYSV%08x", key), true
+}
+
+// mapping returns the live processes whose memory map names name.
+func mapping(name string) []int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil || !alive(p) {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "maps"))
+		if err == nil && strings.Contains(string(b), name+" ") {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // procStat returns the state and parent pid of process pid from /proc.
