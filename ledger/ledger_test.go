@@ -34,7 +34,7 @@ func TestHerd(t *testing.T) {
 			t.Run(level.String(), func(t *testing.T) {
 				var retries atomic.Int64
 				ctx := context.Background()
-				for k := 0; k < keys; k++ {
+				for k := 0; k < testdb.Scaled(e.Name, keys); k++ {
 					key := fmt.Sprintf("%s-herd-%d", level, k)
 					id := testdb.ID(t, "tenant-a", method, key)
 					var (

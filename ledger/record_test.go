@@ -237,6 +237,7 @@ func TestRecordHerd(t *testing.T) {
 			t.Run(level.String(), func(t *testing.T) {
 				classes := map[string]int{}
 				retries := 0
+				keys := testdb.Scaled(e.Name, keys)
 				for k := range keys {
 					key := fmt.Sprintf("%s-rherd-%d", level, k)
 					req := ledger.ClaimRequest{Identity: testdb.ID(t, "tenant-a", method, key), Fingerprint: fp(key)}

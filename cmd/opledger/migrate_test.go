@@ -20,13 +20,13 @@ import (
 )
 
 // TestMigrateUpConcurrentProcesses: eight `opledger migrate up` processes
-// at once on a table that does not exist yet, ten rounds on each
+// at once on a table that does not exist yet, five rounds on each
 // database: every process exits 0, and each migration is recorded
 // applied once. (The processes are this test binary, which stands in for
 // opledger: see TestMain.)
 func TestMigrateUpConcurrentProcesses(t *testing.T) {
 	t.Parallel()
-	const procs, rounds = 8, 10
+	const procs, rounds = 8, 5
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)

@@ -114,6 +114,25 @@ func Keys(t testing.TB, full int) int {
 	return full
 }
 
+// ModerncName is the target name of the pure-Go SQLite driver
+// (modernc.org/sqlite), present where a test binary links it.
+const ModerncName = "sqlite/modernc"
+
+// Scaled is a herd size n for target: a quarter of n (at least 1) on the
+// pure-Go SQLite driver, n elsewhere. That driver runs the SQLite C code
+// translated to Go, so under the race detector every statement costs
+// several times the CPU it costs through mattn/go-sqlite3, and a full
+// herd on it loads a 2-core machine for minutes; the dialect's SQL and
+// its behaviour under the herd are proven at full size through mattn, and
+// the modernc target keeps every case, at a smaller size, for what the
+// driver itself changes (its error values, its busy handling).
+func Scaled(target string, n int) int {
+	if target == ModerncName {
+		return max(1, n/4)
+	}
+	return n
+}
+
 // InTx runs f in a transaction of db, committing when f succeeds and
 // rolling back when it fails.
 func InTx(ctx context.Context, db *sql.DB, f func(*sql.Tx) error) error {

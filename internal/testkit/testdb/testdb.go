@@ -86,7 +86,7 @@ func (tg Target) Server() string {
 func Targets() []Target {
 	out := []Target{target("sqlite", sqlite.New(), openSQLite("sqlite3"))}
 	if slices.Contains(sql.Drivers(), "sqlite") {
-		out = append(out, target("sqlite/modernc", sqlite.New(), openSQLite("sqlite")))
+		out = append(out, target(ModerncName, sqlite.New(), openSQLite("sqlite")))
 	}
 	return append(out,
 		target("postgres/pq", postgres.New(), openPostgres("postgres")),
