@@ -19,7 +19,7 @@ import (
 
 // keys is the herd's key count in these tests (OPLEDGER_CONFORMANCE_KEYS
 // overrides it).
-func keys(t *testing.T) int { return testdb.Keys(t, 40) }
+func keys(t *testing.T) int { return testdb.Keys(t, 25) }
 
 // TestStore: the kit's own ledger passes the whole suite on every target,
 // at every isolation level the target offers; through lib/pq with the

@@ -30,11 +30,12 @@ func TestHerd(t *testing.T) {
 		keys = 10
 	}
 	forEachTarget(t, workers, func(t *testing.T, e *env) {
+		keys := testdb.Scaled(e.Name, keys)
 		for _, level := range e.IsolationLevels() {
 			t.Run(level.String(), func(t *testing.T) {
 				var retries atomic.Int64
 				ctx := context.Background()
-				for k := 0; k < testdb.Scaled(e.Name, keys); k++ {
+				for k := 0; k < keys; k++ {
 					key := fmt.Sprintf("%s-herd-%d", level, k)
 					id := testdb.ID(t, "tenant-a", method, key)
 					var (

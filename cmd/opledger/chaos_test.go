@@ -171,12 +171,12 @@ func TestChaosPostgres(t *testing.T) {
 	needPostgres(t)
 	oneAtATime(t)
 	svg := filepath.Join(t.TempDir(), "postgres.svg")
-	code, reps, stderr := runChaosJSON(t, "--databases", "postgres", "--calls", "500", "--kills", "2", "--commit-kills", "1", "--report", svg)
+	code, reps, stderr := runChaosJSON(t, "--databases", "postgres", "--calls", "300", "--kills", "2", "--commit-kills", "1", "--report", svg)
 	if code != 0 || len(reps) != 1 {
 		t.Fatalf("exit %d, %d reports\n%s", code, len(reps), stderr)
 	}
 	r := reps[0]
-	checkChaosReport(t, r, 500)
+	checkChaosReport(t, r, 300)
 	checkReportSVG(t, svg, r)
 	if r.DBRestarts != 1 || r.Cuts == 0 {
 		t.Errorf("postgres: %d restarts, %d cuts", r.DBRestarts, r.Cuts)
