@@ -143,14 +143,14 @@ func TestChaosClaimAtCommit(t *testing.T) {
 }
 
 // TestChaosServiceConfigOwner runs the replicas' clients with grpc-go's
-// own retries owning the channel, on three seeds: a call whose earlier
+// own retries owning the channel, on five seeds: a call whose earlier
 // attempt may have committed is resolved before anything definite is
 // reported, so no run has a wrong answer (a committed call reported as a
-// definite failure). .ci/run runs five seeds on PostgreSQL and MariaDB,
-// whose restarts fail later attempts at the ledger.
+// definite failure). .ci/run runs the same five seeds on PostgreSQL and
+// MariaDB, whose restarts fail later attempts at the ledger.
 func TestChaosServiceConfigOwner(t *testing.T) {
 	t.Parallel()
-	for seed := 1; seed <= 3; seed++ {
+	for seed := 1; seed <= 5; seed++ {
 		code, reps, stderr := runChaosJSON(t, "--databases", "sqlite", "--owner", "service-config", "--calls", "200",
 			"--kills", "1", "--commit-kills", "1", "--seed", strconv.Itoa(seed))
 		if code != 0 || len(reps) != 1 {
