@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"reflect"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -297,7 +298,12 @@ func (i clientInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		if req.Header().Get(ResolveHeader) != "" {
 			c.c.resolves.Add(1)
 			c.c.attempts.Add(1)
-			return next(ctx, req)
+			// Resolve sends one request again and again: each send ends
+			// once net/http is done with its headers (see settle).
+			ev := newEvidence()
+			resp, err := next(httptrace.WithClientTrace(ctx, ev.trace()), req)
+			ev.settle()
+			return resp, err
 		}
 		c.c.calls.Add(1)
 		defer c.declare(req.Header())()
@@ -398,20 +404,51 @@ type unaryCall struct {
 
 // evidence is what net/http's client trace saw of one attempt.
 type evidence struct {
-	traced, sent, header atomic.Bool
+	traced, conn, sent, header atomic.Bool
+	wrote                      chan struct{} // closed when the request is written (or its write failed)
+	once                       sync.Once
 }
+
+func newEvidence() *evidence { return &evidence{wrote: make(chan struct{})} }
 
 func (ev *evidence) trace() *httptrace.ClientTrace {
 	return &httptrace.ClientTrace{
 		GetConn:              func(string) { ev.traced.Store(true) },
+		GotConn:              func(httptrace.GotConnInfo) { ev.conn.Store(true) },
 		WroteHeaders:         func() { ev.sent.Store(true) },
+		WroteRequest:         func(httptrace.WroteRequestInfo) { ev.once.Do(func() { close(ev.wrote) }) },
 		GotFirstResponseByte: func() { ev.header.Store(true) },
+	}
+}
+
+// settleBound bounds settle's wait for a write that may end without a
+// trace event (net/http's HTTP/2 writer gives up silently when the call's
+// context ends before it starts).
+const settleBound = 50 * time.Millisecond
+
+// settle returns once net/http is done with the attempt's request header
+// map, which connect-go hands to it as is and which the loop changes
+// between attempts (the attempt number, the resolve flag) and when the
+// call ends (the caller's headers restored). The write may still run when
+// the attempt returns (an HTTP/2 stream's writer is a goroutine of its
+// own): the headers were written (WroteHeaders), or no connection was had
+// (no writer ever held the request), or it waits for the end of the write
+// (WroteRequest), at most settleBound.
+func (ev *evidence) settle() {
+	if ev.sent.Load() || !ev.conn.Load() {
+		return
+	}
+	t := time.NewTimer(settleBound)
+	defer t.Stop()
+	select {
+	case <-ev.wrote:
+	case <-t.C:
 	}
 }
 
 // Attempt sends the call (or a resolve request for it) once.
 func (u *unaryCall) Attempt(resolve, rerun bool) retry.Attempt {
-	ev := &evidence{}
+	ev := newEvidence()
 	actx := httptrace.WithClientTrace(u.ctx, ev.trace())
 	h := u.req.Header()
 	if resolve {
@@ -423,6 +460,7 @@ func (u *unaryCall) Attempt(resolve, rerun bool) retry.Attempt {
 	}
 	u.c.c.attempts.Add(1)
 	resp, err := u.next(actx, u.req)
+	ev.settle()
 	h.Del(ResolveHeader)
 	// A client whose transport does not trace (no connection was asked
 	// for) may have sent the request: never read it as not sent.
