@@ -45,10 +45,10 @@ func TestStore(t *testing.T) {
 // TestStoreAtCommit: the kit's own ledger passes every case that applies
 // to the claim-at-commit order (Store.Record), on every target, at every
 // isolation level, with 10 keys (the ledger's TestRecordHerd runs the
-// at-commit herd at 64 × 20 on every target). Not parallel with the other tests (its targets run in
-// parallel with each other): together with TestStore and TestSuiteHasTeeth
-// it loaded a 2-core machine under -race until SQLite claimants starved
-// past the teeth test's case timeout.
+// at-commit herd at 64 × 20 on every target). Not parallel with the other
+// tests (its targets run in parallel with each other): together with
+// TestStore and TestSuiteHasTeeth it loaded a 2-core machine under -race
+// until SQLite claimants starved past the teeth test's case timeout.
 func TestStoreAtCommit(t *testing.T) {
 	for _, tg := range testdb.Targets() {
 		t.Run(tg.Name, func(t *testing.T) {

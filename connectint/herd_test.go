@@ -21,13 +21,13 @@ import (
 
 const herdConns = 16
 
+// pgxNative names the herd's target on pgx's native API.
+const pgxNative = "postgres/pgx-native"
+
 // herdTargets runs f on SQLite, PostgreSQL through pgx's stdlib driver and
 // through pgx's native transactions (pgxledger.Transactions), and MariaDB
 // (lib/pq adds nothing connect-specific), each with the kit's server
 // built with opts.
-// pgxNative names the herd's target on pgx's native API.
-const pgxNative = "postgres/pgx-native"
-
 func herdTargets(t *testing.T, f func(t *testing.T, e *env), opts ...connectint.ServerOption) {
 	opts = append([]connectint.ServerOption{connectint.WithLockWait(10 * time.Second), connectint.WithInProgressPushback(20 * time.Millisecond)}, opts...)
 	testdb.ForEachParallel(t, herdConns, func(t *testing.T, te *testdb.Env) {
