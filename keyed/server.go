@@ -344,10 +344,20 @@ func (c *Call) Resolve(ctx context.Context, id ledger.Identity) Answer {
 	case out.Replayed:
 		return s.stored(out.Result)
 	case errors.Is(err, ledger.ErrKeyReused):
-		// Completed meanwhile (the probe's fingerprint is never a
-		// request's): read it.
-		if e, lerr := r.Lookup(ctx, id); lerr == nil && e.State == ledger.Completed {
+		// Committed meanwhile (the probe's fingerprint is never a
+		// request's, so this is never the caller's key reused): read it.
+		// Until the read says what was committed, the answer is not a
+		// definite one.
+		e, lerr := r.Lookup(ctx, id)
+		switch {
+		case lerr == nil && e.State == ledger.Completed:
 			return s.stored(e.Result)
+		case lerr == nil:
+			err = ledger.ErrIncomplete
+		case errors.Is(lerr, ledger.ErrNotFound):
+			err = fmt.Errorf("%w: the entry the resolve probe met is gone", ledger.ErrInProgress)
+		default:
+			err = lerr
 		}
 	case errors.Is(err, txmiddleware.ErrBusy) && r.InFlight(id):
 		// The probe could not begin in time behind a call with the key that
