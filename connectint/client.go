@@ -298,11 +298,8 @@ func (i clientInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		if req.Header().Get(ResolveHeader) != "" {
 			c.c.resolves.Add(1)
 			c.c.attempts.Add(1)
-			// Resolve sends one request again and again: each send ends
-			// once net/http is done with its headers (see settle).
-			ev := newEvidence()
-			resp, err := next(httptrace.WithClientTrace(ctx, ev.trace()), req)
-			ev.settle()
+			// Resolve sends one request again and again.
+			resp, _, err := send(ctx, next, req)
 			return resp, err
 		}
 		c.c.calls.Add(1)
@@ -421,6 +418,15 @@ func (ev *evidence) trace() *httptrace.ClientTrace {
 	}
 }
 
+// send sends req once through next, tracing it, and returns once net/http
+// is done with its headers (settle), with what the trace saw.
+func send(ctx context.Context, next connect.UnaryFunc, req connect.AnyRequest) (connect.AnyResponse, *evidence, error) {
+	ev := newEvidence()
+	resp, err := next(httptrace.WithClientTrace(ctx, ev.trace()), req)
+	ev.settle()
+	return resp, ev, err
+}
+
 // settleBound bounds settle's wait for a write that may end without a
 // trace event (net/http's HTTP/2 writer gives up silently when the call's
 // context ends before it starts).
@@ -448,8 +454,6 @@ func (ev *evidence) settle() {
 
 // Attempt sends the call (or a resolve request for it) once.
 func (u *unaryCall) Attempt(resolve, rerun bool) retry.Attempt {
-	ev := newEvidence()
-	actx := httptrace.WithClientTrace(u.ctx, ev.trace())
 	h := u.req.Header()
 	if resolve {
 		h.Set(ResolveHeader, "1")
@@ -459,8 +463,7 @@ func (u *unaryCall) Attempt(resolve, rerun bool) retry.Attempt {
 		u.c.numbered(h, u.runs)
 	}
 	u.c.c.attempts.Add(1)
-	resp, err := u.next(actx, u.req)
-	ev.settle()
+	resp, ev, err := send(u.ctx, u.next, u.req)
 	h.Del(ResolveHeader)
 	// A client whose transport does not trace (no connection was asked
 	// for) may have sent the request: never read it as not sent.

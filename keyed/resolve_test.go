@@ -2,17 +2,12 @@ package keyed_test
 
 import (
 	"context"
-	"database/sql"
 	"errors"
-	"path/filepath"
 	"testing"
 
-	_ "github.com/mattn/go-sqlite3"
-
-	"github.com/opledger/opledger/dialects/sqlite"
+	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
-	"github.com/opledger/opledger/migrations"
 	"github.com/opledger/opledger/txmiddleware"
 )
 
@@ -60,19 +55,9 @@ func (t hidingTx) NewRunner(opts ...txmiddleware.Option) (keyed.Runner, error) {
 // false definite answer for a call that had committed.
 func TestResolveProbeMeetsCommittedEntry(t *testing.T) {
 	ctx := context.Background()
-	db, err := sql.Open("sqlite3", "file:"+filepath.Join(t.TempDir(), "resolve.db")+"?_busy_timeout=5000&_txlock=immediate")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	m, err := migrations.New(db, sqlite.New())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.Up(ctx); err != nil {
-		t.Fatal(err)
-	}
-	store, err := ledger.New(sqlite.New())
+	tg := testdb.Targets()[0] // SQLite: always available
+	db := tg.Open(t, 4)
+	store, err := ledger.New(tg.Dialect, ledger.WithTable(testdb.NewTable(t, db, tg.Dialect)))
 	if err != nil {
 		t.Fatal(err)
 	}
