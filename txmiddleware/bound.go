@@ -37,25 +37,34 @@ type Began func(err error) (claimWait time.Duration, _ error)
 
 // bound is one wait under the lock-wait bound: a timer on the context the
 // transaction (or the lookup's connection) is begun in, stopped once it
-// has begun.
+// has begun. It is also the attempt's [Began] (its began method), so that
+// an attempt allocates one value for both.
 type bound struct {
 	wait   time.Duration
 	start  time.Time
 	state  atomic.Int32 // 0 waiting, 1 begun, 2 bound passed
 	timer  *time.Timer
 	cancel context.CancelFunc
+
+	// began's: the attempt's context, runner and identity, and its answer.
+	ctx    context.Context
+	w      *waits
+	id     [32]byte
+	called bool
+	gerr   error
+	claim  time.Duration // the claim's bound
 }
 
 // bound starts the wait: ctx's child, which the bound's timer cancels
 // while the wait lasts. end cancels it, once the transaction has ended.
-func (r *TxRunner[TX]) bound(ctx context.Context) (context.Context, *bound) {
-	b := &bound{wait: r.cfg.lockWait, start: time.Now()}
+func (r *TxRunner[TX]) bound(ctx context.Context, id [32]byte) (context.Context, *bound) {
+	b := &bound{wait: r.cfg.lockWait, ctx: ctx, w: &r.waits, id: id}
 	if b.wait <= 0 {
-		b.cancel = func() {}
 		return ctx, b
 	}
 	// database/sql and pgxpool wait for a free connection until the
 	// context ends: the timer ends it while the wait lasts.
+	b.start = time.Now()
 	bctx, cancel := context.WithCancel(ctx)
 	b.cancel = cancel
 	b.timer = time.AfterFunc(b.wait, func() {
@@ -90,33 +99,27 @@ func (b *bound) end() {
 	if b.timer != nil {
 		b.timer.Stop()
 	}
-	b.cancel()
+	if b.cancel != nil {
+		b.cancel()
+	}
 }
 
-// began is the [Began] of an attempt of id's unit, whose wait is b:
-// called more than once, it reports the first answer again.
-func (r *TxRunner[TX]) began(ctx context.Context, id [32]byte, b *bound) (Began, func() error) {
-	var (
-		called bool
-		gerr   error
-		wait   time.Duration
-	)
-	f := func(err error) (time.Duration, error) {
-		if called {
-			return wait, gerr
-		}
-		called = true
-		switch {
-		case !b.begun():
-			gerr = r.boundPassed(id, fmt.Sprintf("the transaction did not begin within the lock-wait bound of %v", b.wait))
-		case err != nil:
-			gerr = r.beginErr(ctx, id, err)
-		default:
-			wait = b.claimWait()
-		}
-		return wait, gerr
+// began is the [Began] of an attempt of b.id's unit: called more than
+// once, it reports the first answer again.
+func (b *bound) began(err error) (time.Duration, error) {
+	if b.called {
+		return b.claim, b.gerr
 	}
-	return f, func() error { return gerr }
+	b.called = true
+	switch {
+	case !b.begun():
+		b.gerr = b.w.boundPassed(b.id, fmt.Sprintf("the transaction did not begin within the lock-wait bound of %v", b.wait))
+	case err != nil:
+		b.gerr = b.w.beginErr(b.ctx, b.id, err)
+	default:
+		b.claim = b.claimWait()
+	}
+	return b.claim, b.gerr
 }
 
 // claimBound is the bound of a claim's lock waits when left of bound is
@@ -137,25 +140,25 @@ func claimBound(bound, left time.Duration) time.Duration {
 // same identity is in flight on the runner (it holds a connection, or the
 // write lock, this one waited for), ErrBusy otherwise (the pool or the
 // database was busy with other work).
-func (r *TxRunner[TX]) boundPassed(id [32]byte, why string) error {
-	if r.inflight.others(id) {
+func (w *waits) boundPassed(id [32]byte, why string) error {
+	if w.inflight.others(id) {
 		return fmt.Errorf("txmiddleware: begin: %s while another call with the same identity is in flight: %w", why, ledger.ErrInProgress)
 	}
 	return fmt.Errorf("txmiddleware: begin: %s: %w", why, ErrBusy)
 }
 
 // beginErr wraps a failed BEGIN (or a failed wait for its connection).
-func (r *TxRunner[TX]) beginErr(ctx context.Context, id [32]byte, err error) error {
+func (w *waits) beginErr(ctx context.Context, id [32]byte, err error) error {
 	if cerr := ctxErr(ctx, "begin", err); cerr != nil {
 		return cerr
 	}
-	if r.d.Classify(err) == dialects.ClassLockTimeout {
+	if w.d.Classify(err) == dialects.ClassLockTimeout {
 		// SQLite with immediate transactions waits for the write lock at
 		// BEGIN: the busy timeout passed while another transaction wrote,
 		// one with this identity or (SQLite has one writer) any other.
-		return fmt.Errorf("%w (%w)", r.boundPassed(id, "another transaction held the database's write lock past the busy timeout"), err)
+		return fmt.Errorf("%w (%w)", w.boundPassed(id, "another transaction held the database's write lock past the busy timeout"), err)
 	}
-	return fmt.Errorf("txmiddleware: begin: %w", dialects.Explain(r.d, err))
+	return fmt.Errorf("txmiddleware: begin: %w", dialects.Explain(w.d, err))
 }
 
 // Lookup reads the committed entry of id with the driver's ledger, on a
@@ -164,7 +167,7 @@ func (r *TxRunner[TX]) beginErr(ctx context.Context, id [32]byte, err error) err
 // error matching ledger.ErrInProgress when a Run of id is in flight on the
 // runner, and [ErrBusy] otherwise.
 func (r *TxRunner[TX]) Lookup(ctx context.Context, id ledger.Identity) (*ledger.Entry, error) {
-	bctx, b := r.bound(ctx)
+	bctx, b := r.bound(ctx, id.ID())
 	defer b.end()
 	return r.drv.Lookup(bctx, func(err error) (time.Duration, error) {
 		if !b.begun() {
@@ -181,45 +184,64 @@ func (r *TxRunner[TX]) Lookup(ctx context.Context, id ledger.Identity) (*ledger.
 // InFlight reports whether a Run of id is in progress on the runner:
 // [Runner.InFlight].
 func (r *TxRunner[TX]) InFlight(id ledger.Identity) bool {
-	r.inflight.mu.Lock()
-	defer r.inflight.mu.Unlock()
-	return r.inflight.n[id.ID()] > 0
+	return r.waits.inflight.count(id.ID()) > 0
+}
+
+// waits is what the errors of a wait under the bound are made from: the
+// dialect that classifies a failed BEGIN, and the calls in flight.
+type waits struct {
+	d        dialects.Dialect
+	inflight inflight // the identities of the Runs in progress
 }
 
 // inflight counts the Runs in progress per identity, so that a wait that
 // passed its bound before the transaction began can say whether a call
-// with the same identity is what it waited behind.
+// with the same identity is what it waited behind. The counts are split
+// over shards by the identity's first byte (a hash), so that concurrent
+// Runs seldom wait for one another's lock.
 type inflight struct {
+	shards [16]inflightShard
+}
+
+type inflightShard struct {
 	mu sync.Mutex
 	n  map[[32]byte]int
 }
 
+func (f *inflight) shard(id [32]byte) *inflightShard { return &f.shards[id[0]%16] }
+
 func (f *inflight) enter(id [32]byte) {
-	f.mu.Lock()
-	if f.n == nil {
-		f.n = map[[32]byte]int{}
+	s := f.shard(id)
+	s.mu.Lock()
+	if s.n == nil {
+		s.n = map[[32]byte]int{}
 	}
-	f.n[id]++
-	f.mu.Unlock()
+	s.n[id]++
+	s.mu.Unlock()
 }
 
 func (f *inflight) leave(id [32]byte) {
-	f.mu.Lock()
-	if f.n[id] <= 1 {
-		delete(f.n, id)
+	s := f.shard(id)
+	s.mu.Lock()
+	if s.n[id] <= 1 {
+		delete(s.n, id)
 	} else {
-		f.n[id]--
+		s.n[id]--
 	}
-	f.mu.Unlock()
+	s.mu.Unlock()
+}
+
+// count is how many Runs of id are in progress.
+func (f *inflight) count(id [32]byte) int {
+	s := f.shard(id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n[id]
 }
 
 // others reports whether another Run of id than the caller's is in
 // progress.
-func (f *inflight) others(id [32]byte) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.n[id] > 1
-}
+func (f *inflight) others(id [32]byte) bool { return f.count(id) > 1 }
 
 // isBoundErr reports whether err is what a [Began] returned (the runner
 // passes it on unchanged).

@@ -150,13 +150,16 @@ func newObserver(d dialects.Dialect, c *config) *observer {
 	}
 }
 
+// internalSpan is the kind of the runner's span, made once.
+var internalSpan = trace.WithSpanKind(trace.SpanKindInternal)
+
 type runOp struct {
 	start time.Time
 	span  trace.Span
 }
 
 func (o *observer) begin(ctx context.Context, req ledger.ClaimRequest) (context.Context, runOp) {
-	ctx, span := o.tracer.Start(ctx, "opledger.tx", trace.WithSpanKind(trace.SpanKindInternal))
+	ctx, span := o.tracer.Start(ctx, "opledger.tx", internalSpan)
 	if span.IsRecording() {
 		span.SetAttributes(o.system, telemetry.Method.String(req.Identity.Method()),
 			telemetry.KeyHash.String(telemetry.ShortHash(req.Identity.KeyHash())))

@@ -89,11 +89,12 @@ type TxUnit[TX any] interface {
 // package pgxledger's Runner one for pgx. Its Run behaves as [Runner.Run].
 // It holds no connection between calls and is safe for concurrent use.
 type TxRunner[TX any] struct {
-	drv      TxDriver[TX]
-	d        dialects.Dialect
-	cfg      config
-	obs      *observer
-	inflight inflight // the identities of the Runs in progress
+	drv    TxDriver[TX]
+	d      dialects.Dialect
+	cfg    config
+	obs    *observer
+	waits  waits                           // the dialect and the Runs in progress
+	before func(ctx context.Context) error // beforeCommit, made once
 }
 
 // NewTxRunner returns a runner whose driver newDriver builds from the
@@ -119,7 +120,9 @@ func NewTxRunner[TX any](newDriver func(TxSettings) (TxDriver[TX], error), opts 
 		return nil, fmt.Errorf("%w: the driver has no dialect", ErrInvalidConfig)
 	}
 	r := &TxRunner[TX]{drv: drv, d: drv.Dialect(), cfg: cfg}
+	r.waits.d = r.d
 	r.obs = newObserver(r.d, &r.cfg)
+	r.before = r.beforeCommit
 	return r, nil
 }
 
@@ -148,8 +151,8 @@ func (r *TxRunner[TX]) run(ctx context.Context, req ledger.ClaimRequest, work Tx
 		return RunResult{}, errors.New("txmiddleware: work must not be nil")
 	}
 	id := req.Identity.ID()
-	r.inflight.enter(id)
-	defer r.inflight.leave(id)
+	r.waits.inflight.enter(id)
+	defer r.waits.inflight.leave(id)
 	var (
 		out   RunResult
 		final *finalError // set once the work returned a final error
@@ -231,7 +234,7 @@ func (r *TxRunner[TX]) once(ctx context.Context, req ledger.ClaimRequest, work T
 	// The transaction lives in bctx, which the lock-wait bound's timer
 	// cancels only while the transaction has not begun. Deferred first, so
 	// that it runs once the unit has ended (the deferred rollback below).
-	bctx, b := r.bound(ctx)
+	bctx, b := r.bound(ctx, req.Identity.ID())
 	defer b.end()
 	u, c, err := r.open(ctx, bctx, req, b)
 	if err != nil {
@@ -270,14 +273,13 @@ func (r *TxRunner[TX]) once(ctx context.Context, req ledger.ClaimRequest, work T
 // in it; a replay comes back as a claim not acquired, its transaction
 // ended by the driver. Claim at commit, it only begins (the claim is nil).
 func (r *TxRunner[TX]) open(ctx, bctx context.Context, req ledger.ClaimRequest, b *bound) (TxUnit[TX], *ledger.Claim, error) {
-	began, beganErr := r.began(ctx, req.Identity.ID(), b)
 	if r.cfg.atCommit {
-		u, err := r.drv.Begin(bctx, began)
+		u, err := r.drv.Begin(bctx, b.began)
 		return u, nil, err
 	}
-	u, c, err := r.drv.BeginClaim(bctx, began, req)
+	u, c, err := r.drv.BeginClaim(bctx, b.began, req)
 	if err != nil {
-		if isBoundErr(err, beganErr()) {
+		if isBoundErr(err, b.gerr) {
 			return u, nil, err // the bound passed, or BEGIN failed
 		}
 		if cerr := ctxErr(ctx, "claim", err); cerr != nil {
@@ -311,7 +313,7 @@ func (r *TxRunner[TX]) workFailed(ctx context.Context, u TxUnit[TX], werr error)
 // claim first, c's completion sent with COMMIT.
 func (r *TxRunner[TX]) commit(ctx context.Context, out RunResult, req ledger.ClaimRequest, u TxUnit[TX], c *ledger.Claim, res ledger.Result, werr error) (RunResult, error) {
 	if r.cfg.atCommit {
-		rc, err := u.RecordCommit(ctx, req, res, r.beforeCommit)
+		rc, err := u.RecordCommit(ctx, req, res, r.before)
 		if err != nil {
 			if cerr := ctxErr(ctx, "record", err); cerr != nil && !errors.Is(err, ErrCommitUnknown) {
 				return out, cerr
@@ -323,7 +325,7 @@ func (r *TxRunner[TX]) commit(ctx context.Context, out RunResult, req ledger.Cla
 			// Another call completed it first: the work did not commit.
 			return r.replayed(out, rc)
 		}
-	} else if err := u.CompleteCommit(ctx, c, res, r.beforeCommit); err != nil {
+	} else if err := u.CompleteCommit(ctx, c, res, r.before); err != nil {
 		if cerr := ctxErr(ctx, "complete", err); cerr != nil && !errors.Is(err, ErrCommitUnknown) {
 			return out, cerr
 		}
