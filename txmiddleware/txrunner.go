@@ -90,10 +90,9 @@ type TxUnit[TX any] interface {
 // It holds no connection between calls and is safe for concurrent use.
 type TxRunner[TX any] struct {
 	drv    TxDriver[TX]
-	d      dialects.Dialect
 	cfg    config
 	obs    *observer
-	waits  waits                           // the dialect and the Runs in progress
+	waits  waits                           // the driver's dialect and the Runs in progress
 	before func(ctx context.Context) error // beforeCommit, made once
 }
 
@@ -119,9 +118,8 @@ func NewTxRunner[TX any](newDriver func(TxSettings) (TxDriver[TX], error), opts 
 	if drv == nil || drv.Dialect() == nil {
 		return nil, fmt.Errorf("%w: the driver has no dialect", ErrInvalidConfig)
 	}
-	r := &TxRunner[TX]{drv: drv, d: drv.Dialect(), cfg: cfg}
-	r.waits.d = r.d
-	r.obs = newObserver(r.d, &r.cfg)
+	r := &TxRunner[TX]{drv: drv, cfg: cfg, waits: waits{d: drv.Dialect()}}
+	r.obs = newObserver(r.waits.d, &r.cfg)
 	r.before = r.beforeCommit
 	return r, nil
 }
@@ -206,7 +204,7 @@ func (r *TxRunner[TX]) transient(ctx context.Context, err error) bool {
 	if errors.Is(err, ledger.ErrRetryable) || errors.Is(err, driver.ErrBadConn) {
 		return true
 	}
-	switch r.d.Classify(err) {
+	switch r.waits.d.Classify(err) {
 	case dialects.ClassSerialization, dialects.ClassDeadlock, dialects.ClassConnection:
 		return true
 	}
