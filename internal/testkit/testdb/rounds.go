@@ -1,7 +1,10 @@
 package testdb
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,10 +20,15 @@ type RoundVariant struct {
 
 // Rounds measures the throughput of each variant alone, workers
 // goroutines running its operation for per, one variant after another,
-// rounds times; each round starts with the next variant, so that a drift
-// of the machine or of the database (a checkpoint, a growing table) is
-// spread over all of them. It returns the operations per second of every
-// variant in every round: tput[i][r] is variant i in round r.
+// rounds times. Each round runs the variants in an order of its own (a
+// pseudo-random permutation, the same in every run: RoundOrder), so that
+// a drift of the machine or of the database (a growing table) is spread
+// over all of them, no variant always follows the same one (and meets
+// the writes it left to flush), and no variant meets a periodic event of
+// the database (a checkpoint every few minutes) at the same point of
+// every round. It returns the operations per second of every variant in
+// every round: tput[i][r] is variant i in round r. With go test -v it
+// logs every round's figures.
 //
 // This is how the pgbench figures of docs/benchmarks.md are taken (the
 // variants' scripts run alone, rounds interleaved): each variant's
@@ -32,8 +40,9 @@ func Rounds(b *testing.B, rounds, workers int, per time.Duration, variants []Rou
 	tput := make([][]float64, len(variants))
 	var seq atomic.Int64
 	for r := range rounds {
-		for j := range variants {
-			i := (r + j) % len(variants)
+		order := RoundOrder(r, len(variants))
+		var log strings.Builder
+		for _, i := range order {
 			v := variants[i]
 			var ops atomic.Int64
 			var failed atomic.Bool
@@ -60,9 +69,26 @@ func Rounds(b *testing.B, rounds, workers int, per time.Duration, variants []Rou
 				return tput
 			}
 			tput[i] = append(tput[i], float64(ops.Load())/time.Since(start).Seconds())
+			fmt.Fprintf(&log, "\n  %s %-20s %8.0f ops/s", start.UTC().Format("15:04:05.0"), v.Name, tput[i][r])
+		}
+		if testing.Verbose() {
+			b.Logf("round %d:%s", r+1, log.String())
 		}
 	}
 	return tput
+}
+
+// RoundOrder is the order in which Rounds runs n variants in round r (0
+// based): a permutation of 0..n-1 drawn from a generator seeded with r,
+// so that every run of a benchmark uses the same orders.
+func RoundOrder(r, n int) []int {
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
+	}
+	rng := rand.New(rand.NewPCG(uint64(r), 0x6f706c6564676572))
+	rng.Shuffle(n, func(i, j int) { order[i], order[j] = order[j], order[i] })
+	return order
 }
 
 // ReportRounds reports, for every variant, its median operations per
