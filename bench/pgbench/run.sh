@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The hand-written SQL of every path of a keyed unit, run by pgbench the
 # way the kit's Go benchmarks run (testdb.Rounds): each script alone on 16
-# clients, in rounds that alternate the scripts, ratios taken within a
-# round, the median over the rounds printed. It is the measured limit
-# each kit path is compared with (docs/benchmarks.md).
+# clients, in rounds that alternate the scripts (each round in an order of
+# its own), ratios taken within a round, the median over the rounds
+# printed. It is the measured limit each kit path is compared with
+# (docs/benchmarks.md).
 #
 #   bench/pgbench/run.sh 'postgres://postgres@127.0.0.1:5432/test?sslmode=disable'
 #
@@ -29,11 +30,19 @@ cleanup() {
 trap cleanup EXIT
 (cd "$root" && go run ./cmd/opledger migrate up --dsn "$dsn" --table opl_pgbench >/dev/null)
 
+# round_bytes prints bytes that depend only on round $1.
+round_bytes() {
+	for ((i = 0; i < 64; i++)); do printf 'round %s, %s' "$1" "$i" | sha256sum; done
+}
+
 n=${#scripts[@]}
 for ((r = 0; r < rounds; r++)); do
 	PGOPTIONS="-c client_min_messages=warning" psql -X -q -v ON_ERROR_STOP=1 "$dsn" -f "$here/setup.sql" >/dev/null
-	for ((j = 0; j < n; j++)); do
-		s=${scripts[$(((r + j) % n))]}
+	# Each round runs the scripts in an order of its own, the same in every
+	# run (shuf's randomness is hashes of the round's number), as
+	# testdb.Rounds does.
+	for j in $(seq 0 $((n - 1)) | shuf --random-source=<(round_bytes "$r")); do
+		s=${scripts[$j]}
 		tps=$(pgbench -n -M prepared -c "$clients" -j 2 -T "$secs" -f "$here/$s.sql" "$dsn" 2>&1 |
 			sed -n 's/^tps = \([0-9.]*\) .*/\1/p' | head -n1)
 		if [ -z "$tps" ]; then
