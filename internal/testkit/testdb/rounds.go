@@ -12,21 +12,26 @@ import (
 )
 
 // RoundVariant is one variant of a rounds benchmark: Op runs the n-th
-// operation (n is unique across all variants and rounds).
+// operation (n is unique across all variants and rounds). Variants of one
+// Group (not "") run one after another in every round, so that the ratios
+// between them, the ones a benchmark is about, are taken between runs
+// seconds apart: on a noisy machine a ratio's noise grows with the time
+// between its two runs (docs/benchmarks.md, "The method").
 type RoundVariant struct {
-	Name string
-	Op   func(n int64) error
+	Name  string
+	Op    func(n int64) error
+	Group string
 }
 
 // Rounds measures the throughput of each variant alone, workers
 // goroutines running its operation for per, one variant after another,
 // rounds times. Each round runs the variants in an order of its own (a
-// pseudo-random permutation, the same in every run: RoundOrder), so that
-// a drift of the machine or of the database (a growing table) is spread
-// over all of them, no variant always follows the same one (and meets
-// the writes it left to flush), and no variant meets a periodic event of
-// the database (a checkpoint every few minutes) at the same point of
-// every round. It returns the operations per second of every variant in
+// pseudo-random permutation that keeps each Group together, the same in
+// every run: RoundOrder), so that a drift of the machine or of the
+// database (a growing table) is spread over all of them, no variant
+// always follows the same one (and meets the writes it left to flush),
+// and no variant meets a periodic event of the database (a checkpoint
+// every few minutes) at the same point of every round. It returns the operations per second of every variant in
 // every round: tput[i][r] is variant i in round r. With go test -v it
 // logs every round's figures.
 //
@@ -40,7 +45,11 @@ func Rounds(b *testing.B, rounds, workers int, per time.Duration, variants []Rou
 	tput := make([][]float64, len(variants))
 	var seq atomic.Int64
 	for r := range rounds {
-		order := RoundOrder(r, len(variants))
+		groups := make([]string, len(variants))
+		for i, v := range variants {
+			groups[i] = v.Group
+		}
+		order := RoundOrder(r, groups)
 		var log strings.Builder
 		for _, i := range order {
 			v := variants[i]
@@ -78,16 +87,29 @@ func Rounds(b *testing.B, rounds, workers int, per time.Duration, variants []Rou
 	return tput
 }
 
-// RoundOrder is the order in which Rounds runs n variants in round r (0
-// based): a permutation of 0..n-1 drawn from a generator seeded with r,
-// so that every run of a benchmark uses the same orders.
-func RoundOrder(r, n int) []int {
-	order := make([]int, n)
-	for i := range order {
-		order[i] = i
-	}
+// RoundOrder is the order in which Rounds runs variants of groups (one
+// group per variant, "" for a group of its own) in round r (0 based): the
+// groups in a pseudo-random order, and within each group its variants in
+// one, all drawn from a generator seeded with r, so that every run of a
+// benchmark uses the same orders. The variants of a group are contiguous.
+func RoundOrder(r int, groups []string) []int {
 	rng := rand.New(rand.NewPCG(uint64(r), 0x6f706c6564676572))
-	rng.Shuffle(n, func(i, j int) { order[i], order[j] = order[j], order[i] })
+	var blocks [][]int // the variants of each group, in first-seen order
+	at := map[string]int{}
+	for i, g := range groups {
+		if j, ok := at[g]; ok && g != "" {
+			blocks[j] = append(blocks[j], i)
+			continue
+		}
+		at[g] = len(blocks)
+		blocks = append(blocks, []int{i})
+	}
+	rng.Shuffle(len(blocks), func(i, j int) { blocks[i], blocks[j] = blocks[j], blocks[i] })
+	order := make([]int, 0, len(groups))
+	for _, bl := range blocks {
+		rng.Shuffle(len(bl), func(i, j int) { bl[i], bl[j] = bl[j], bl[i] })
+		order = append(order, bl...)
+	}
 	return order
 }
 
