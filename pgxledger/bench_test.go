@@ -39,9 +39,9 @@ const benchMethod, benchType = "/pay.v1.Payments/Create", "pay.v1.CreateResponse
 // database/sql (pgx's stdlib driver) and on pgx natively, each beside the
 // same SQL written by hand in Go with the same driver, by the project's
 // one method: every variant alone on 16 workers (a pool of 16 per API)
-// for -bench.round, in -bench.rounds rounds that alternate the variants;
-// ratios are taken within a round and the median over the rounds reported
-// (testdb.Rounds). Each variant writes its own ledger and business
+// for -bench.round, in -bench.rounds rounds, each running the variants in
+// an order of its own; ratios are taken within a round and the median over
+// the rounds reported (testdb.Rounds). Each variant writes its own ledger and business
 // tables. The work is one business INSERT.
 //
 //	sql-bare         BEGIN, the business INSERT, COMMIT
@@ -92,39 +92,13 @@ func BenchmarkPaths(b *testing.B) {
 	pool := testdb.OpenPgx(b, testdb.PgxConfig(b, "", benchWorkers, nil))
 	ctx := context.Background()
 
-	all := []struct {
-		name string
-		op   func(e *benchEnv) func(n int64) error
-	}{
-		{"sql-bare", (*benchEnv).sqlBare},
-		{"sql-byhand", (*benchEnv).sqlByhand},
-		{"sql-kit", (*benchEnv).sqlKit},
-		{"sql-kit-cte", (*benchEnv).sqlKitCTE},
-		{"sql-runner", func(e *benchEnv) func(int64) error { return e.sqlRunner(b, false) }},
-		{"sql-byhand-at", (*benchEnv).sqlByhandAt},
-		{"sql-kit-at", (*benchEnv).sqlKitAt},
-		{"sql-runner-at", func(e *benchEnv) func(int64) error { return e.sqlRunner(b, true) }},
-		{"sql-replay", func(e *benchEnv) func(int64) error { return e.sqlReplay(b) }},
-		{"pgx-bare", (*benchEnv).pgxBare},
-		{"pgx-byhand", (*benchEnv).pgxByhand},
-		{"pgx-kit", (*benchEnv).pgxKit},
-		{"pgx-byhand-at", (*benchEnv).pgxByhandAt},
-		{"pgx-kit-at", (*benchEnv).pgxKitAt},
-		{"pgx-byhand-pipe", (*benchEnv).pgxByhandPipe},
-		{"pgx-kit-pipe", (*benchEnv).pgxKitPipe},
-		{"pgx-runner", func(e *benchEnv) func(int64) error { return e.pgxRunner(b, false) }},
-		{"pgx-byhand-pipe-at", (*benchEnv).pgxByhandPipeAt},
-		{"pgx-kit-pipe-at", (*benchEnv).pgxKitPipeAt},
-		{"pgx-runner-at", func(e *benchEnv) func(int64) error { return e.pgxRunner(b, true) }},
-		{"pgx-replay", func(e *benchEnv) func(int64) error { return e.pgxReplay(b) }},
-	}
 	var variants []testdb.RoundVariant
-	for _, v := range all {
+	for _, v := range pathVariants(b) {
 		if want != nil && v.name != "sql-bare" && !want.MatchString(v.name) {
 			continue
 		}
 		e := newBenchEnv(b, ctx, db, pool)
-		variants = append(variants, testdb.RoundVariant{Name: v.name, Op: v.op(e)})
+		variants = append(variants, testdb.RoundVariant{Name: v.name, Op: v.op(e), Group: v.group})
 	}
 	var pairs [][2]string
 	for _, p := range [][2]string{
@@ -146,6 +120,52 @@ func BenchmarkPaths(b *testing.B) {
 			return
 		}
 		testdb.ReportRounds(b, variants, tput, 0, pairs...)
+	}
+}
+
+// pathVariant is one variant of BenchmarkPaths: op makes its operation on
+// a benchEnv of its own. The variants of a group run one after another in
+// every round (testdb.RoundVariant's Group): each target's pair is in one.
+type pathVariant struct {
+	name, group string
+	op          func(e *benchEnv) func(n int64) error
+}
+
+// pathVariants is every variant of BenchmarkPaths, in its doc's order.
+// The groups: the bare transactions; claim first on database/sql and
+// pipelined on pgx (the kit and the runners against the hand-written SQL,
+// and the runners of pgx against those of database/sql); the same at
+// commit; the plain paths on pgx; the replays. sql-kit-cte, measured
+// against sql-kit for no target, runs on its own.
+func pathVariants(b *testing.B) []pathVariant {
+	runner := func(atCommit bool) func(e *benchEnv) func(int64) error {
+		return func(e *benchEnv) func(int64) error { return e.sqlRunner(b, atCommit) }
+	}
+	pgxRunner := func(atCommit bool) func(e *benchEnv) func(int64) error {
+		return func(e *benchEnv) func(int64) error { return e.pgxRunner(b, atCommit) }
+	}
+	return []pathVariant{
+		{"sql-bare", "bare", (*benchEnv).sqlBare},
+		{"sql-byhand", "first", (*benchEnv).sqlByhand},
+		{"sql-kit", "first", (*benchEnv).sqlKit},
+		{"sql-kit-cte", "", (*benchEnv).sqlKitCTE},
+		{"sql-runner", "first", runner(false)},
+		{"sql-byhand-at", "at", (*benchEnv).sqlByhandAt},
+		{"sql-kit-at", "at", (*benchEnv).sqlKitAt},
+		{"sql-runner-at", "at", runner(true)},
+		{"sql-replay", "replay", func(e *benchEnv) func(int64) error { return e.sqlReplay(b) }},
+		{"pgx-bare", "bare", (*benchEnv).pgxBare},
+		{"pgx-byhand", "pgx-plain", (*benchEnv).pgxByhand},
+		{"pgx-kit", "pgx-plain", (*benchEnv).pgxKit},
+		{"pgx-byhand-at", "pgx-plain", (*benchEnv).pgxByhandAt},
+		{"pgx-kit-at", "pgx-plain", (*benchEnv).pgxKitAt},
+		{"pgx-byhand-pipe", "first", (*benchEnv).pgxByhandPipe},
+		{"pgx-kit-pipe", "first", (*benchEnv).pgxKitPipe},
+		{"pgx-runner", "first", pgxRunner(false)},
+		{"pgx-byhand-pipe-at", "at", (*benchEnv).pgxByhandPipeAt},
+		{"pgx-kit-pipe-at", "at", (*benchEnv).pgxKitPipeAt},
+		{"pgx-runner-at", "at", pgxRunner(true)},
+		{"pgx-replay", "replay", func(e *benchEnv) func(int64) error { return e.pgxReplay(b) }},
 	}
 }
 
