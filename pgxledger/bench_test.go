@@ -40,9 +40,10 @@ const benchMethod, benchType = "/pay.v1.Payments/Create", "pay.v1.CreateResponse
 // same SQL written by hand in Go with the same driver, by the project's
 // one method: every variant alone on 16 workers (a pool of 16 per API)
 // for -bench.round, in -bench.rounds rounds, each running the variants in
-// an order of its own; ratios are taken within a round and the median over
-// the rounds reported (testdb.Rounds). Each variant writes its own ledger and business
-// tables. The work is one business INSERT.
+// an order of its own with the variants a target compares next to each
+// other (pathVariants); ratios are taken within a round and the median
+// over the rounds reported (testdb.Rounds). Each variant writes its own
+// ledger and business tables. The work is one business INSERT.
 //
 //	sql-bare         BEGIN, the business INSERT, COMMIT
 //	sql-byhand       BEGIN, the claim INSERT, the business INSERT, the completing UPDATE, COMMIT (the kit's SQL, by hand)

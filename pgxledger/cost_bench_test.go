@@ -19,7 +19,7 @@ import (
 // commit; the kit's own cost against the hand-written SQL is in the
 // allocations and, within the CPU figures' noise of a few µs, in the CPU.
 //
-//	OPLEDGER_TEST_POSTGRES_DSN=… go test -run '^$' -bench BenchmarkPathCost -benchtime 5000x ./pgxledger/
+//	OPLEDGER_TEST_POSTGRES_DSN=… go test -run '^$' -bench BenchmarkPathCost -benchtime 3000x ./pgxledger/
 func BenchmarkPathCost(b *testing.B) {
 	testdb.Reserve(b, "postgres", 4)
 	pg := testdb.Targets()[0]

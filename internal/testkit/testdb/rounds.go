@@ -31,9 +31,9 @@ type RoundVariant struct {
 // database (a growing table) is spread over all of them, no variant
 // always follows the same one (and meets the writes it left to flush),
 // and no variant meets a periodic event of the database (a checkpoint
-// every few minutes) at the same point of every round. It returns the operations per second of every variant in
-// every round: tput[i][r] is variant i in round r. With go test -v it
-// logs every round's figures.
+// every few minutes) at the same point of every round. It returns the
+// operations per second of every variant in every round: tput[i][r] is
+// variant i in round r. With go test -v it logs every round's figures.
 //
 // This is how the pgbench figures of docs/benchmarks.md are taken (the
 // variants' scripts run alone, rounds interleaved): each variant's
