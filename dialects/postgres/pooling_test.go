@@ -127,13 +127,8 @@ func TestBeginBoundedPgBouncer(t *testing.T) {
 func TestAdvisoryLockHeldBySession(t *testing.T) {
 	t.Parallel()
 	testdb.ForEachTarget(t, 2, func(t *testing.T, tg testdb.Target) {
-		db := tg.Open(t, 2)
+		_, conn := sessionOf(t, tg)
 		ctx := context.Background()
-		conn, err := db.Conn(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
 		first, second := postgres.New().Migrations().Lock("a"), postgres.New().Migrations().Lock("a")
 		if err := first.SessionLock(ctx, conn); err != nil {
 			t.Fatal(err)
@@ -152,4 +147,67 @@ func TestAdvisoryLockHeldBySession(t *testing.T) {
 			t.Fatalf("%d advisory locks left on the session", held)
 		}
 	}, "postgres")
+}
+
+// TestAdvisoryLockGrantedAsTimeoutFires: when lock_timeout fires just as
+// the holder releases the lock, PostgreSQL can grant the session lock and
+// raise the timeout all the same, and the rollback that follows keeps a
+// session lock. SessionLock reads the grant back and keeps it; before it
+// did, the next try found its own session holding the lock and refused it
+// as a pooler's (a CI run met that race). The race is made here by a
+// statement that takes the lock and then raises the timeout's SQLSTATE.
+// A timeout with no grant stays one: the wait goes on until ctx ends.
+func TestAdvisoryLockGrantedAsTimeoutFires(t *testing.T) {
+	t.Parallel()
+	testdb.ForEachTarget(t, 2, func(t *testing.T, tg testdb.Target) {
+		db, conn := sessionOf(t, tg)
+		ctx := context.Background()
+		var pid int64
+		if err := conn.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.ExecContext(ctx, `CREATE FUNCTION pg_temp.opledger_lock_then_timeout(k bigint, take boolean) RETURNS void
+			LANGUAGE plpgsql AS $$ BEGIN
+				IF take THEN PERFORM pg_advisory_lock(k); END IF;
+				RAISE EXCEPTION USING ERRCODE = '55P03', MESSAGE = 'canceling statement due to lock timeout (test)';
+			END $$`); err != nil {
+			t.Fatal(err)
+		}
+
+		granted := postgres.NewLockWithSQL("SELECT pg_temp.opledger_lock_then_timeout($1, true)")
+		if err := granted.SessionLock(ctx, conn); err != nil {
+			t.Fatalf("SessionLock when the grant raced the timeout: %v, want the lock", err)
+		}
+		if n := heldAdvisory(t, db, pid); n != 1 {
+			t.Fatalf("the session holds the kit's lock %d times after SessionLock, want 1", n)
+		}
+		if err := granted.SessionUnlock(ctx, conn); err != nil {
+			t.Fatal(err)
+		}
+		if n := heldAdvisory(t, db, pid); n != 0 {
+			t.Fatalf("the session holds the kit's lock %d times after SessionUnlock, want 0", n)
+		}
+
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		refused := postgres.NewLockWithSQL("SELECT pg_temp.opledger_lock_then_timeout($1, false)")
+		if err := refused.SessionLock(cctx, conn); !errors.Is(err, context.Canceled) {
+			t.Fatalf("SessionLock on a timeout with no grant and an ended context: %v, want context.Canceled", err)
+		}
+		if n := heldAdvisory(t, db, pid); n != 0 {
+			t.Fatalf("the session holds the kit's lock %d times after a timeout, want 0", n)
+		}
+	}, "postgres")
+}
+
+// sessionOf opens tg's database and one session of it, closed when t ends.
+func sessionOf(t *testing.T, tg testdb.Target) (*sql.DB, *sql.Conn) {
+	t.Helper()
+	db := tg.Open(t, 2)
+	conn, err := db.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return db, conn
 }

@@ -59,12 +59,16 @@ const (
 type advisoryLock struct {
 	mu   sync.Mutex
 	held map[*sql.Conn]int64 // the backend holding the lock, per connection that took it
+	// lockSQL takes the lock ($1 the lock's id); "" is pg_advisory_lock.
+	// Tests set it to make a grant race a lock timeout.
+	lockSQL string
 }
 
 // SessionLock takes the advisory lock on conn: pg_advisory_lock in a
 // transaction whose lock_timeout is one second, so that the server either
 // grants it or gives up, and never a cancelled statement leaves the lock
-// granted without the caller knowing. It tries again for five minutes in
+// granted without the caller knowing (a grant that races the timeout is
+// read back and kept: tryAdvisoryLock). It tries again for five minutes in
 // all, or until ctx ends; it is granted as soon as the holder releases it.
 // Once granted, it checks that conn's next statement runs on the backend
 // that holds the lock; when it does not (a pooler in transaction mode), it
@@ -76,7 +80,7 @@ func (l *advisoryLock) SessionLock(ctx context.Context, conn *sql.Conn) error {
 	deadline := time.Now().Add(lockTimeout)
 	wctx := context.WithoutCancel(ctx) // see above: never cancel mid-grant
 	for {
-		pid, err := tryAdvisoryLock(wctx, conn)
+		pid, err := l.tryAdvisoryLock(wctx, conn)
 		if err == nil {
 			return l.record(wctx, conn, pid)
 		}
@@ -134,8 +138,14 @@ const (
 )
 
 // tryAdvisoryLock waits at most lockStep for the lock and returns the
-// backend that took it.
-func tryAdvisoryLock(ctx context.Context, conn *sql.Conn) (int64, error) {
+// backend that took it. The wait runs under a savepoint: when lock_timeout
+// fires just as the holder releases the lock, PostgreSQL may grant the
+// lock and still raise the timeout (the grant is kept in the error's
+// cleanup), and a session lock outlives the transaction's rollback. So
+// after a lock timeout it asks, in the same transaction and so on the same
+// backend, whether the session holds the lock now, and takes it as granted
+// when it does.
+func (l *advisoryLock) tryAdvisoryLock(ctx context.Context, conn *sql.Conn) (int64, error) {
 	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, err
@@ -144,9 +154,8 @@ func tryAdvisoryLock(ctx context.Context, conn *sql.Conn) (int64, error) {
 		_ = tx.Rollback()
 		return 0, err
 	}
-	var pid int64
-	var already bool
-	if err := tx.QueryRowContext(ctx, heldByMeSQL).Scan(&pid, &already); err != nil {
+	pid, already, err := heldByMe(ctx, tx)
+	if err != nil {
 		_ = tx.Rollback()
 		return 0, err
 	}
@@ -157,12 +166,43 @@ func tryAdvisoryLock(ctx context.Context, conn *sql.Conn) (int64, error) {
 		_ = tx.Rollback()
 		return 0, fmt.Errorf("backend %d already holds the lock, for another client: %w", pid, ErrTransactionPooling)
 	}
-	if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_lock($1)", lockID); err != nil {
+	if _, err := tx.ExecContext(ctx, "SAVEPOINT opledger_lock"); err != nil {
+		_ = tx.Rollback()
+		return 0, err
+	}
+	lockSQL := l.lockSQL
+	if lockSQL == "" {
+		lockSQL = "SELECT pg_advisory_lock($1)"
+	}
+	if _, err := tx.ExecContext(ctx, lockSQL, lockID); err != nil {
+		if classifyStateOf(err) == dialects.ClassLockTimeout {
+			if granted := grantedMeanwhile(ctx, tx); granted {
+				// The session lock outlives the transaction.
+				return pid, tx.Commit()
+			}
+		}
 		_ = tx.Rollback()
 		return 0, err
 	}
 	// The session lock outlives the transaction.
 	return pid, tx.Commit()
+}
+
+// heldByMe returns tx's backend and whether it holds the kit's lock.
+func heldByMe(ctx context.Context, tx *sql.Tx) (pid int64, held bool, err error) {
+	err = tx.QueryRowContext(ctx, heldByMeSQL).Scan(&pid, &held)
+	return pid, held, err
+}
+
+// grantedMeanwhile reports whether the lock, whose wait in tx has just
+// ended with a lock timeout, was granted all the same. False when that
+// cannot be read: the caller then treats the timeout as one.
+func grantedMeanwhile(ctx context.Context, tx *sql.Tx) bool {
+	if _, err := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT opledger_lock"); err != nil {
+		return false
+	}
+	_, held, err := heldByMe(ctx, tx)
+	return err == nil && held
 }
 
 // classifyStateOf classifies err by its SQLSTATE.
