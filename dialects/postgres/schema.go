@@ -175,11 +175,9 @@ func (l *advisoryLock) tryAdvisoryLock(ctx context.Context, conn *sql.Conn) (int
 		lockSQL = "SELECT pg_advisory_lock($1)"
 	}
 	if _, err := tx.ExecContext(ctx, lockSQL, lockID); err != nil {
-		if classifyStateOf(err) == dialects.ClassLockTimeout {
-			if granted := grantedMeanwhile(ctx, tx); granted {
-				// The session lock outlives the transaction.
-				return pid, tx.Commit()
-			}
+		if classifyStateOf(err) == dialects.ClassLockTimeout && grantedMeanwhile(ctx, tx) {
+			// The session lock outlives the transaction.
+			return pid, tx.Commit()
 		}
 		_ = tx.Rollback()
 		return 0, err
