@@ -83,13 +83,7 @@ func BenchmarkPaths(b *testing.B) {
 		}
 	}
 	testdb.Reserve(b, "postgres", 2*benchWorkers+2)
-	pg := testdb.Targets()[0]
-	for _, tg := range testdb.Targets() {
-		if tg.Name == "postgres/pgx" {
-			pg = tg
-		}
-	}
-	db := pg.Open(b, benchWorkers)
+	db := stdlibTarget().Open(b, benchWorkers)
 	pool := testdb.OpenPgx(b, testdb.PgxConfig(b, "", benchWorkers, nil))
 	ctx := context.Background()
 
@@ -122,6 +116,18 @@ func BenchmarkPaths(b *testing.B) {
 		}
 		testdb.ReportRounds(b, variants, tput, 0, pairs...)
 	}
+}
+
+// stdlibTarget is the PostgreSQL target through pgx's database/sql driver,
+// the database/sql side of the benchmarks' pairs.
+func stdlibTarget() testdb.Target {
+	pg := testdb.Targets()[0]
+	for _, tg := range testdb.Targets() {
+		if tg.Name == "postgres/pgx" {
+			pg = tg
+		}
+	}
+	return pg
 }
 
 // pathVariant is one variant of BenchmarkPaths: op makes its operation on

@@ -22,13 +22,7 @@ import (
 //	OPLEDGER_TEST_POSTGRES_DSN=… go test -run '^$' -bench BenchmarkPathCost -benchtime 3000x ./pgxledger/
 func BenchmarkPathCost(b *testing.B) {
 	testdb.Reserve(b, "postgres", 4)
-	pg := testdb.Targets()[0]
-	for _, tg := range testdb.Targets() {
-		if tg.Name == "postgres/pgx" {
-			pg = tg
-		}
-	}
-	db := pg.Open(b, 1)
+	db := stdlibTarget().Open(b, 1)
 	pool := testdb.OpenPgx(b, testdb.PgxConfig(b, "", 1, nil))
 	ctx := context.Background()
 	var n int64 // unique across the variants, as in BenchmarkPaths
