@@ -20,6 +20,17 @@ const (
 	// FindingUnknownKind: a document of a kind the checker does not read. It
 	// is reported so that nothing is ignored silently.
 	FindingUnknownKind FindingKind = "unknown-kind"
+	// FindingInvalidResource: a resource the platform's own validation
+	// rejects (an Istio VirtualService HTTP route with no route, redirect or
+	// directResponse, say). The platform does not apply it, so its defaults
+	// stay in force; Check counts the defaults, not what the resource says.
+	FindingInvalidResource FindingKind = "invalid-resource"
+	// FindingNotUnderstood: a kind, field or value that may change how a
+	// layer retries and that the checker does not model (an EnvoyFilter, an
+	// Envoy hedge_policy, routes a Listener takes from RDS). The attempts
+	// reported for the layer may be too low; the finding names the file,
+	// the resource and the field path so that a person can judge it.
+	FindingNotUnderstood FindingKind = "not-understood"
 	// FindingUnknownField: a key in a retry policy or budget that the
 	// product does not know (a misspelling, such as "retryon"); the product
 	// ignores it or rejects the resource.
