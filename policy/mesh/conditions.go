@@ -98,3 +98,44 @@ func union(a, b []string) []string {
 	}
 	return a
 }
+
+// knownHTTPStatus reports whether Go's net/http has a name for the status
+// code (http.StatusText is not empty): Istio's validation and its
+// conversion of retryOn (pilot's retry.ConvertPolicy) take only those for
+// status codes.
+func knownHTTPStatus(n int) bool {
+	switch {
+	case n >= 100 && n <= 103, n >= 200 && n <= 208, n == 226,
+		n >= 300 && n <= 308 && n != 306,
+		n >= 400 && n <= 418, n >= 421 && n <= 426, n == 428, n == 429, n == 431, n == 451,
+		n >= 500 && n <= 508, n == 510, n == 511:
+		return true
+	}
+	return false
+}
+
+// effectiveConditions returns the conditions a retry policy really retries
+// on, as the layer names them: retriable-status-codes carries its codes
+// ("retriable-status-codes (503)"), and is dropped when no code is listed —
+// Envoy then retries no status code (only codes a request itself names in
+// x-envoy-retriable-status-codes, which the kit never sends); the same
+// holds for retriable-headers without retriable_headers.
+func effectiveConditions(on []string, codes []int, headers bool) []string {
+	out := make([]string, 0, len(on))
+	for _, c := range on {
+		switch {
+		case c == "retriable-status-codes" && len(codes) == 0:
+			continue
+		case c == "retriable-status-codes":
+			cs := make([]string, len(codes))
+			for i, n := range codes {
+				cs[i] = strconv.Itoa(n)
+			}
+			c += " (" + strings.Join(cs, ",") + ")"
+		case c == "retriable-headers" && !headers:
+			continue
+		}
+		out = append(out, c)
+	}
+	return out
+}

@@ -17,10 +17,14 @@ type Config struct {
 	meshDefault      *istioRetry // meshConfig.defaultHttpRetryPolicy; nil: Istio's built-in default
 	virtualServices  []*virtualService
 	destinationRules []*destinationRule
+	envoyFilters     []*envoyFilter
+	rootNamespace    string   // meshConfig.rootNamespace; "": istio-system
+	vsExportTo       []string // meshConfig.defaultVirtualServiceExportTo
 
 	envoyRoutes   []*routeConfig // LayerEnvoy
 	envoyClusters []*envoyCluster
 	xdsRoutes     []*routeConfig // LayerXDS
+	rdsRefs       []rdsRef       // HttpConnectionManagers that take their routes from RDS
 
 	profiles []*serviceProfile
 	services []*k8sService
@@ -246,8 +250,10 @@ func (c *Config) istioNetworking(loc location, o obj, apiVersion, version, kind,
 		c.readVirtualService(loc, o, name, ns)
 	case "DestinationRule":
 		c.readDestinationRule(loc, o, ns)
+	case "EnvoyFilter":
+		c.readEnvoyFilter(loc, o, ns)
 	default:
-		c.add(loc.finding(FindingUnknownKind, "", fmt.Sprintf("an Istio %s does not configure retries (VirtualService and DestinationRule do)", truncate(kind)), "remove it from the input"))
+		c.add(loc.finding(FindingUnknownKind, "", fmt.Sprintf("an Istio %s does not configure retries (VirtualService, DestinationRule and EnvoyFilter do)", truncate(kind)), "remove it from the input"))
 	}
 }
 

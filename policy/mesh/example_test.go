@@ -40,10 +40,10 @@ spec:
 		fmt.Println(m.Method, "becomes", m.Amplification, "requests")
 	}
 	// Output:
-	// second-owner /shop.v1.Orders/Create [connect-failure refused-stream unavailable cancelled retriable-status-codes (503)]
-	// retry-non-idempotent /shop.v1.Orders/Create [unavailable cancelled retriable-status-codes (503)]
+	// second-owner /shop.v1.Orders/Create [connect-failure refused-stream unavailable cancelled]
+	// retry-non-idempotent /shop.v1.Orders/Create [unavailable cancelled]
 	// no-budget /shop.v1.Orders/Create []
-	// second-owner /shop.v1.Orders/Get [connect-failure refused-stream unavailable cancelled retriable-status-codes (503)]
+	// second-owner /shop.v1.Orders/Get [connect-failure refused-stream unavailable cancelled]
 	// no-budget /shop.v1.Orders/Get []
 	// /shop.v1.Orders/Create becomes 3 requests
 	// /shop.v1.Orders/Get becomes 15 requests
