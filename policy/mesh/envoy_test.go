@@ -79,7 +79,7 @@ func TestEnvoyRDS(t *testing.T) {
 // "no retries".
 func TestEnvoyV2Config(t *testing.T) {
 	t.Parallel()
-	v2 := hcmListener("    config:\n      stat_prefix: egress\n      route_config:\n" + "    "+strings.ReplaceAll(ordersRoutes, "\n", "\n    "))
+	v2 := hcmListener("    config:\n      stat_prefix: egress\n      route_config:\n" + "    " + strings.ReplaceAll(ordersRoutes, "\n", "\n    "))
 	v2 = strings.Replace(v2, "name: envoy.filters.network.http_connection_manager", "name: envoy.http_connection_manager", 1)
 	v2 = strings.Replace(v2, "type.googleapis.com/envoy.config.listener.v3.Listener", "type.googleapis.com/envoy.api.v2.Listener", 1)
 	rep := check(t, meshYAML(t, "v2.yaml", v2), Options{Owner: policy.OwnerMesh})
