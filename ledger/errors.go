@@ -85,7 +85,8 @@ func invalid(field, reason string) error { return &InputError{Field: field, Reas
 // matches [ErrRetryable] for serialization failures and deadlocks and
 // [ErrInProgress] for lock and busy timeouts.
 type DBError struct {
-	// Op is the ledger operation: "claim", "complete", "lookup", "sweep".
+	// Op is the ledger operation: "claim", "complete", "record", "lookup",
+	// "sweep", "commit".
 	Op string
 	// Class is the dialect's classification of Err.
 	Class dialects.Class
@@ -94,6 +95,19 @@ type DBError struct {
 	// postgres.ErrStatementPooling for a driver misconfigured behind a
 	// transaction pooler); errors.As reaches the driver's error either way.
 	Err error
+}
+
+// NewDBError is the *DBError of op's failure err on a database of
+// dialect d: err classified by d and wrapped in d's explanation, when it
+// has one (dialects.Explain). Every DBError of the kit is made by it (the
+// ledger's statements, txmiddleware's and package pgxledger's COMMIT), so
+// none misses the explanation; make a DBError of your own with it too. A
+// nil d classifies nothing (ClassOther) and explains nothing.
+func NewDBError(d dialects.Dialect, op string, err error) *DBError {
+	if d == nil {
+		return &DBError{Op: op, Class: dialects.ClassOther, Err: err}
+	}
+	return &DBError{Op: op, Class: d.Classify(err), Err: dialects.Explain(d, err)}
 }
 
 // Error names the operation, the class and the driver's message.

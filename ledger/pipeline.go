@@ -29,8 +29,8 @@ type Pipeline[TX any] interface {
 	// execErr is query's failure: nothing was committed and tx is still
 	// open, for [Pipeline.Rollback] or [Pipeline.RollbackQuery]. Otherwise
 	// tx has ended, and commitErr is COMMIT's failure as the API reports it
-	// (it says whether the outcome is known: the ledger passes it on
-	// unchanged).
+	// (it says whether the outcome is known: the ledger passes it on,
+	// through the dialect's explanation, which keeps what it matches).
 	ExecCommit(ctx context.Context, tx TX, query string, args ...any) (execErr, commitErr error)
 	// QueryRollback runs query in tx and then ROLLBACK, in one round trip,
 	// and returns query's row; tx has ended.
@@ -95,6 +95,7 @@ func (s *TxStore[TX]) pipelineQueries(wait time.Duration) (*dialects.PipelineQue
 func (s *TxStore[TX]) BeginClaim(ctx context.Context, p Pipeline[TX], req ClaimRequest) (TX, *Claim, error) {
 	ctx, op := s.obs.begin(ctx, "opledger.claim", req.Identity)
 	tx, c, err := s.beginClaim(ctx, p, req)
+	err = s.explain(err) // BEGIN's failure, from p, too
 	s.obs.claimed(ctx, op, req.Identity, c, err)
 	return tx, c, err
 }
@@ -168,6 +169,11 @@ func (s *TxStore[TX]) beginThenClaim(ctx context.Context, p Pipeline[TX], req Cl
 //   - COMMIT's failure, as p reports it: whether it committed may be
 //     unknown (package pgxledger's match txmiddleware.ErrCommitUnknown
 //     then).
+//
+// Every error passes through the dialect's explanation
+// (dialects.ErrorExplainer), COMMIT's too: behind a transaction pooler a
+// COMMIT prepared under a name that the server connection lacks matches
+// postgres.ErrStatementPooling, as a failed claim or completion does.
 func (s *TxStore[TX]) CompleteCommit(ctx context.Context, p Pipeline[TX], tx TX, c *Claim, r Result) error {
 	var id Identity
 	if c != nil {
@@ -175,6 +181,7 @@ func (s *TxStore[TX]) CompleteCommit(ctx context.Context, p Pipeline[TX], tx TX,
 	}
 	ctx, op := s.obs.begin(ctx, "opledger.complete", id)
 	err := s.completeCommit(ctx, p, tx, c, r)
+	err = s.explain(err) // COMMIT's failure, from p, too
 	s.obs.completed(ctx, op, c, err)
 	return err
 }
@@ -235,6 +242,7 @@ func (s *TxStore[TX]) completeCommit(ctx context.Context, p Pipeline[TX], tx TX,
 func (s *TxStore[TX]) RecordCommit(ctx context.Context, p Pipeline[TX], tx TX, req ClaimRequest, r Result) (*Claim, error) {
 	ctx, op := s.obs.begin(ctx, "opledger.record", req.Identity)
 	c, err := s.recordCommit(ctx, p, tx, req, r)
+	err = s.explain(err) // COMMIT's failure, from p, too
 	s.obs.claimed(ctx, op, req.Identity, c, err)
 	return c, err
 }

@@ -266,8 +266,14 @@ func (s *TxStore[TX]) fail(ctx context.Context, op string, err error) error {
 	if cerr := ctx.Err(); cerr != nil {
 		return fmt.Errorf("ledger: %s: %w (%w)", op, cerr, err)
 	}
-	return &DBError{Op: op, Class: s.d.Classify(err), Err: dialects.Explain(s.d, err)}
+	return NewDBError(s.d, op, err)
 }
+
+// explain passes err, an error of a statement the store sent through
+// something else than its driver (a Pipeline's COMMIT), through the
+// dialect's explanation (dialects.Explain): err itself unless the dialect
+// explains it.
+func (s *TxStore[TX]) explain(err error) error { return dialects.Explain(s.d, err) }
 
 // isNil reports whether tx is nil: a nil pointer, interface, or any other
 // nil-able value.

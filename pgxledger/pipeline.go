@@ -279,7 +279,10 @@ func (p pipeline) ExecCommit(ctx context.Context, tx pgx.Tx, query string, args 
 // commitErr sorts a failed COMMIT: refused by the database (a definite
 // rollback, retried by a runner when transient), not sent (not committed),
 // or unknown (the connection broke or the context ended while it was in
-// flight).
+// flight). A refused COMMIT is a *ledger.DBError made by ledger.NewDBError,
+// so it carries the dialect's explanation: behind a transaction pooler the
+// Store's prepared COMMIT (opledger_commit_…) can be missing on the server
+// connection (26000), which matches postgres.ErrStatementPooling.
 func (p pipeline) commitErr(err error) error {
 	var pgErr *pgconn.PgError
 	d := p.s.core.Dialect()
@@ -289,13 +292,13 @@ func (p pipeline) commitErr(err error) error {
 	case errors.Is(err, pgx.ErrTxClosed):
 		return fmt.Errorf("pgxledger: commit: %w", err)
 	case errors.Is(err, pgx.ErrTxCommitRollback) || errors.As(err, &pgErr):
-		return &ledger.DBError{Op: "commit", Class: d.Classify(err), Err: err}
+		return ledger.NewDBError(d, "commit", err)
 	case !pgconn.SafeToRetry(err):
 		return fmt.Errorf("%w: %w", txmiddleware.ErrCommitUnknown, err)
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("pgxledger: commit not sent: %w", err)
 	}
-	return &ledger.DBError{Op: "commit", Class: d.Classify(err), Err: err}
+	return ledger.NewDBError(d, "commit", err)
 }
 
 // QueryRollback sends query and ROLLBACK in one batch when the row is

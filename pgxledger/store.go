@@ -51,7 +51,10 @@ var (
 
 // Driver is the ledger.TxDriver of pgx: the ledger's statements run with
 // pgx.Tx's Exec and QueryRow. The Store, and the outbox's Enqueue here,
-// run on it.
+// run on it. Its errors pass through postgres.ExplainPooling, so that
+// whatever runs on it (the outbox's Enqueue, a ledger of your own) reports
+// the errors a transaction pooler gives pgx's default exec mode as
+// postgres.ErrStatementPooling, naming the setting (docs/poolers.md).
 type Driver struct{}
 
 var _ ledger.TxDriver[pgx.Tx] = Driver{}
@@ -59,13 +62,22 @@ var _ ledger.TxDriver[pgx.Tx] = Driver{}
 // Exec runs query in tx and returns the rows it affected.
 func (Driver) Exec(ctx context.Context, tx pgx.Tx, query string, args ...any) (int64, error) {
 	tag, err := tx.Exec(ctx, query, args...)
-	return tag.RowsAffected(), err
+	if err != nil {
+		return tag.RowsAffected(), postgres.ExplainPooling(err)
+	}
+	return tag.RowsAffected(), nil
 }
 
 // QueryRow runs query in tx.
 func (Driver) QueryRow(ctx context.Context, tx pgx.Tx, query string, args ...any) ledger.Row {
-	return tx.QueryRow(ctx, query, args...)
+	return explainedRow{tx.QueryRow(ctx, query, args...)}
 }
+
+// explainedRow is a row whose Scan error passes through
+// postgres.ExplainPooling.
+type explainedRow struct{ r pgx.Row }
+
+func (r explainedRow) Scan(dest ...any) error { return postgres.ExplainPooling(r.r.Scan(dest...)) }
 
 // Store is the operation ledger on pgx: [ledger.TxStore] over pgx.Tx with
 // the PostgreSQL dialect, the same ledger as [ledger.Store] (the same
@@ -244,7 +256,14 @@ func (s *Store) Begin(ctx context.Context, pool *pgxpool.Pool, opts pgx.TxOption
 	if pool == nil {
 		return nil, errNilPool
 	}
-	return s.pipeline(pool, opts, false).Begin(ctx)
+	tx, err := s.pipeline(pool, opts, false).Begin(ctx)
+	if err != nil {
+		// It prepares the Store's statements on a connection's first
+		// pipelined transaction: behind a transaction pooler another
+		// client's may be there already (42P05).
+		return nil, dialects.Explain(s.core.Dialect(), err)
+	}
+	return tx, nil
 }
 
 // BeginClaim begins a transaction on a connection of pool with opts and

@@ -169,7 +169,7 @@ func (w *waits) beginErr(ctx context.Context, id [32]byte, err error) error {
 func (r *TxRunner[TX]) Lookup(ctx context.Context, id ledger.Identity) (*ledger.Entry, error) {
 	bctx, b := r.bound(ctx, id.ID())
 	defer b.end()
-	return r.drv.Lookup(bctx, func(err error) (time.Duration, error) {
+	e, err := r.drv.Lookup(bctx, func(err error) (time.Duration, error) {
 		if !b.begun() {
 			why := fmt.Sprintf("txmiddleware: lookup: no connection of the pool within the lock-wait bound of %v", b.wait)
 			if r.InFlight(id) {
@@ -179,6 +179,7 @@ func (r *TxRunner[TX]) Lookup(ctx context.Context, id ledger.Identity) (*ledger.
 		}
 		return 0, err
 	}, id)
+	return e, dialects.Explain(r.waits.d, err)
 }
 
 // InFlight reports whether a Run of id is in progress on the runner:

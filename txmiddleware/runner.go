@@ -136,6 +136,13 @@ func TxFromContext(ctx context.Context) (*sql.Tx, bool) {
 // run the whole unit again, up to the attempt bound, with backoff that
 // never sleeps past the context's deadline; past it the error matches
 // ledger.ErrRetryable. A panic in work rolls back and propagates.
+// Every error Run returns (and Lookup) passes through the dialect's
+// explanation (dialects.ErrorExplainer), whichever statement failed: the
+// claim, the work's own and the outbox's, the completion or the record,
+// BEGIN and COMMIT. Behind a transaction pooler, a driver error caused by
+// prepared statements matches postgres.ErrStatementPooling and names the
+// driver setting (docs/poolers.md); errors.Is and errors.As still reach
+// the error underneath, and any other error is returned unchanged.
 // docs/txmiddleware.md says what each outcome means for the caller.
 func (r *Runner) Run(ctx context.Context, req ledger.ClaimRequest, work Work) (RunResult, error) {
 	return r.r.Run(ctx, req, TxWork[*sql.Tx](work))

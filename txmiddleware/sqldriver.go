@@ -226,5 +226,5 @@ func (d *sqlDriver) commitErr(ctx context.Context, err error) error {
 		// ended (lib/pq cancels the statement: 57014): it rolled back.
 		return ctxErr(ctx, "commit", err)
 	}
-	return &ledger.DBError{Op: "commit", Class: d.d.Classify(err), Err: dialects.Explain(d.d, err)}
+	return ledger.NewDBError(d.d, "commit", err)
 }

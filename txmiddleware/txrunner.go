@@ -140,6 +140,7 @@ func TxFrom[TX any](ctx context.Context) (TX, bool) {
 func (r *TxRunner[TX]) Run(ctx context.Context, req ledger.ClaimRequest, work TxWork[TX]) (RunResult, error) {
 	ctx, op := r.obs.begin(ctx, req)
 	out, err := r.run(ctx, req, work)
+	err = dialects.Explain(r.waits.d, err)
 	r.obs.ran(ctx, op, req, out, err)
 	return out, err
 }
