@@ -317,13 +317,42 @@ func runPolicyCheck(_ context.Context, args []string, stdout, stderr io.Writer) 
 				fmt.Fprintf(stdout, "%s: %s\n", file, f)
 			}
 			printAmplification(stdout, rep)
+			if u := unread(rep); u > 0 {
+				fmt.Fprintf(stdout, "\n%d finding(s) not-understood or invalid-resource: where they apply the mesh may retry more than the table shows; judge them by hand\n", u)
+			}
 		}
 	}
+	// Every finding is a problem, not-understood and invalid-resource
+	// included: configuration the checker could not read (or that the
+	// platform rejects, so its defaults apply) must never pass as "no
+	// retries".
 	if n > 0 {
-		fmt.Fprintf(stderr, "opledger policy check: %d finding(s) (owner %s)\n", n, owner)
+		fmt.Fprintf(stderr, "opledger policy check: %d finding(s) (owner %s)%s\n", n, owner, unreadNote(rep))
 		return 1
 	}
 	return 0
+}
+
+// unread counts the mesh findings of configuration the checker did not
+// model or the platform rejects.
+func unread(rep *mesh.Report) int {
+	n := 0
+	if rep != nil {
+		for _, f := range rep.Findings {
+			if f.Kind == mesh.FindingNotUnderstood || f.Kind == mesh.FindingInvalidResource {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// unreadNote is the summary's mention of unread configuration.
+func unreadNote(rep *mesh.Report) string {
+	if u := unread(rep); u > 0 {
+		return fmt.Sprintf(", %d of them not understood or invalid: the attempts shown may be too low", u)
+	}
+	return ""
 }
 
 // printAmplification writes the attempts per layer and their product for
