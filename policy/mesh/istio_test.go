@@ -288,7 +288,9 @@ spec:
 		return meshYAML(t, "budget.yaml", dr+vsWith("    route: [{destination: "+dest+"}]\n    retries: {attempts: 2, retryOn: unavailable}", ""))
 	}
 	opts := Options{Owner: policy.OwnerMesh, Hosts: []string{"orders.shop"}}
-	rep := check(t, vs("{host: orders, port: {number: 8080}}"), opts)
+	rep := check(t, load(t, "istio-port-budget.yaml"), opts)
+	wantFindings(t, rep, "retry-non-idempotent "+create+" @istio", "retry-keyed-without-ledger "+refund+" @istio")
+	rep = check(t, vs("{host: orders, port: {number: 8080}}"), opts)
 	wantFindings(t, rep, "retry-non-idempotent "+create+" @istio", "retry-keyed-without-ledger "+refund+" @istio")
 	if b := layerBudget(rep, get, LayerIstio); !strings.Contains(b, "spec.trafficPolicy.portLevelSettings[0].connectionPool.http.maxRetries: at most 5 concurrent retries") {
 		t.Errorf("budget %q", b)
