@@ -48,6 +48,11 @@ func (c *Config) readNetworkFilter(loc location, fo obj, xds bool) {
 	if tc, ok := fo.child("typed_config"); ok {
 		typ, _ := tc.str("@type")
 		if strings.HasSuffix(typ, "HttpConnectionManager") {
+			if strings.Contains(typ, ".v2.") {
+				c.add(loc.at(joinPath(tc.path, "@type")).finding(FindingInvalidValue, layer,
+					"the HttpConnectionManager is of Envoy's v2 API, which Envoy removed in 1.18 (and grpc-go reads v3 only): a current proxy rejects it; it is read as the v3 HttpConnectionManager of the same shape",
+					"use type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"))
+			}
 			c.readHCM(loc, tc, xds)
 			return
 		}

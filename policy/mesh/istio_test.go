@@ -438,3 +438,45 @@ func TestEnvoyFilterNotUnderstood(t *testing.T) {
 		wantAttempts(t, rep, get, map[Layer]string{LayerIstio: "3"})
 	}
 }
+
+// TestIstioDelegate: a root route delegating to another VirtualService
+// (Istio's VirtualService reference, "delegate"; pilot's mergeHTTPRoute
+// takes the root's retries where the delegate's route sets none) counts
+// the worst of the delegate's routes, and says so; a delegate no root
+// names is reported.
+func TestIstioDelegate(t *testing.T) {
+	t.Parallel()
+	root := `apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: orders, namespace: shop}
+spec:
+  hosts: [orders]
+  http:
+  - match: [{uri: {prefix: /shop.v1.Orders/}}]
+    delegate: {name: orders-routes}
+    retries: {attempts: 1, retryOn: unavailable}
+---
+`
+	delegate := `apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: orders-routes, namespace: shop}
+spec:
+  http:
+  - match: [{uri: {exact: /shop.v1.Orders/Get}}]
+    retries: {attempts: 4, retryOn: unavailable}
+    route: [{destination: {host: orders}}]
+  - route: [{destination: {host: orders}}]
+`
+	opts := Options{Owner: policy.OwnerMesh, Hosts: []string{"orders.shop"}}
+	rep := check(t, meshYAML(t, "delegate.yaml", root+delegate), opts)
+	wantAttempts(t, rep, get, map[Layer]string{LayerIstio: "5"})
+	f := findingsOf(rep, FindingNotUnderstood)
+	if len(f) != 1 || f[0].Path != "spec.http[0].delegate" {
+		t.Errorf("not-understood %v", f)
+	}
+	rep = check(t, meshYAML(t, "delegate.yaml", delegate), opts)
+	if f := findingsOf(rep, FindingNotUnderstood); len(f) != 1 || !strings.Contains(f[0].Message, "no root in the input names it") {
+		t.Errorf("unreferenced delegate %v", f)
+	}
+	wantAttempts(t, rep, get, map[Layer]string{LayerIstio: "3"})
+}

@@ -17,6 +17,7 @@ func (c *Config) istioTables(hosts []string) []*table {
 	if !c.istioSeen {
 		return nil
 	}
+	c.unreferencedDelegates()
 	port := hostsPort(hosts)
 	var out []*table
 	var notApplied []string
@@ -191,4 +192,26 @@ func (c *Config) istioDefaultTable(hosts []string, port int, via string) *table 
 	}
 	t.routes = append(t.routes, rt)
 	return t
+}
+
+// unreferencedDelegates reports the VirtualServices without hosts that no
+// root VirtualService of the input delegates to: a delegate applies only
+// through a root, so whether and where its retries apply is not known.
+func (c *Config) unreferencedDelegates() {
+	for _, d := range c.virtualServices {
+		if len(d.hosts) > 0 || d.invalid {
+			continue
+		}
+		referenced := false
+		for _, vs := range c.virtualServices {
+			for _, r := range vs.http {
+				referenced = referenced || r.delegate != nil && r.delegate.name == d.name && r.delegate.ns == d.ns
+			}
+		}
+		if !referenced {
+			c.add(d.loc.at("spec.hosts").finding(FindingNotUnderstood, LayerIstio,
+				"a VirtualService without hosts is a delegate: it applies only through a root VirtualService's delegate, and no root in the input names it, so its routes and retries are not counted",
+				"pass the root VirtualService too, or give this one spec.hosts"))
+		}
+	}
 }
