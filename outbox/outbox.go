@@ -307,7 +307,7 @@ func EnqueueTx[TX any](ctx context.Context, o *Outbox, drv ledger.TxDriver[TX], 
 		if o.d.Classify(err) == dialects.ClassUniqueViolation {
 			return "", fmt.Errorf("%w: %q", ErrDuplicate, msg.Name)
 		}
-		return "", fmt.Errorf("outbox: enqueue: %w", err)
+		return "", fmt.Errorf("outbox: enqueue: %w", dialects.Explain(o.d, err))
 	}
 	if n != 1 {
 		return "", fmt.Errorf("%w: %q", ErrDuplicate, msg.Name)
