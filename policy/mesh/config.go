@@ -187,6 +187,7 @@ func has(o obj, name string) bool { _, _, ok := o.key(name); return ok }
 func objectName(kind string, meta obj) (name, namespace, full string) {
 	name, _ = meta.str("name")
 	namespace, _ = meta.str("namespace")
+	kind = truncate(kind)
 	full = kind + " " + truncate(name)
 	if namespace != "" {
 		full = kind + " " + truncate(namespace) + "/" + truncate(name)

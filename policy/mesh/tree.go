@@ -265,12 +265,19 @@ func isPlainKey(k string) bool {
 }
 
 // truncate shortens untrusted text quoted in a message.
+// Control characters (a newline in a kind or a gateway name) become
+// blanks: a finding stays on one line.
 func truncate(s string) string {
 	const max = 80
 	if len(s) > max {
-		return s[:max] + "…"
+		s = s[:max] + "…"
 	}
-	return s
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || r == 0x2028 || r == 0x2029 || r == 0x85 {
+			return ' '
+		}
+		return r
+	}, s)
 }
 
 // integer reads a JSON number or a numeric string (protojson writes 64-bit
