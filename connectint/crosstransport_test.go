@@ -184,9 +184,30 @@ func TestCrossTransportReplay(t *testing.T) {
 			t.Fatalf("final error: gRPC %v, connect %v", gerr, cerr)
 		}
 		_, cerr = x.connectClient("connect").CallUnary(ctx, request("alice", "bad-c", "bad-c", 0))
+		recorded := gerr
 		_, gerr = raw.Transfer(grpcCtx(ctx, "alice", "bad-c"), grpcTransfer("bad-c", 0), grpc.Trailer(&trl))
 		if !errors.As(cerr, &ce) || int(ce.Code()) != int(status.Code(gerr)) || ce.Message() != status.Convert(gerr).Message() || len(trl.Get(grpcint.ReplayedHeader)) != 1 {
 			t.Fatalf("final error: connect %v, gRPC %v (trailer %v)", cerr, gerr, trl)
+		}
+		// Through the kit's clients the replayed final error keeps its
+		// code, and its message gains the call's attempts and decision
+		// (docs/connect.md, "One ledger, every transport").
+		const suffix = " (after 1 attempt: code-not-retryable)"
+		kc, err := connectint.NewClient(catalog(t), policy.OwnerApplication)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, kerr := transferClient(x.connectURL, x.h1, x.h2, "connect", kc.ClientOptions()...).CallUnary(ctx, request("alice", "bad-g", "bad-g", 0))
+		if !errors.As(kerr, &ce) || int(ce.Code()) != int(status.Code(recorded)) || ce.Message() != status.Convert(recorded).Message()+suffix {
+			t.Fatalf("final error recorded through gRPC, replayed to the kit's connect client: %v; want %v with %q", kerr, recorded, suffix)
+		}
+		gk, err := grpcint.NewClient(catalog(t), policy.OwnerApplication)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, kerr = grpcConn(t, x.grpcAddr, grpc.WithUnaryInterceptor(gk.UnaryClientInterceptor())).Transfer(grpcCtx(ctx, "alice", "bad-c"), grpcTransfer("bad-c", 0))
+		if !errors.As(cerr, &ce) || int(status.Code(kerr)) != int(ce.Code()) || status.Convert(kerr).Message() != ce.Message()+suffix {
+			t.Fatalf("final error recorded through connect, replayed to the kit's gRPC client: %v; want %v with %q", kerr, cerr, suffix)
 		}
 
 		// grpc-go talking to the connect server reads its reasons.

@@ -10,13 +10,14 @@
 // same AIP-155 request_id in the request, answers resolve requests and
 // renders every outcome as a connect.Code with an ErrorInfo detail.
 //
-// The client side ([Client], its [Client.Interceptor] and
-// [Client.HTTPClient]) owns the retries of a connect client: one key per
-// logical call of a keyed procedure (filled into an empty AIP-155
-// request_id of a copy of the message), eligibility × evidence × status, a
-// budget, backoff and the server's pushback, resolve before running a call
-// whose outcome is unknown again, derived downstream keys, and a
-// [CallInfo] on every error of a keyed call (package keyed/retry's loop).
+// The client side ([Client], its [Client.Interceptor], which
+// [Client.ClientOptions] installs on a connect client) owns the retries
+// of a connect client: one key per logical call of a keyed procedure
+// (filled into an empty AIP-155 request_id of a copy of the message),
+// eligibility × evidence × status, a budget, backoff and the server's
+// pushback, resolve before running a call whose outcome is unknown again,
+// derived downstream keys, and a [CallInfo] on every error of a keyed
+// call (package keyed/retry's loop).
 //
 // A procedure served by connect-go and the gRPC method of the same name
 // are one identity: its stored answers are package keyed/keyedproto's
