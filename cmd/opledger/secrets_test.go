@@ -421,9 +421,10 @@ func TestDemoReadsEnv(t *testing.T) {
 // TestRelayCredentialsNotPrinted: relay --to and demo --chain --to with a
 // token, a user and password, and a list of servers whose second one
 // holds the credentials: the start-up banner shows every server with its
-// credentials masked; a refused token or password, a wrong host and a bad
-// URL fail with exit 2 and one masked line. Through --dsn and
-// OPLEDGER_DSN alike.
+// credentials masked; a refused token or password and a bad URL fail
+// with exit 2 and one masked line (demo --chain: a wrong host too); relay
+// waits for a wrong host, its lines masked as well, until interrupted.
+// Through --dsn and OPLEDGER_DSN alike.
 func TestRelayCredentialsNotPrinted(t *testing.T) {
 	dir := t.TempDir()
 	t.Chdir(dir)
@@ -452,6 +453,10 @@ func TestRelayCredentialsNotPrinted(t *testing.T) {
 		}
 	}
 	t.Setenv("OPLEDGER_DSN", "")
+	unreachable := map[string]bool{
+		"nats://" + cliSecret + "@127.0.0.1:1":                      true, // a wrong host
+		"nats://127.0.0.1:1,nats://u:" + cliSecret + "@127.0.0.1:2": true, // every host wrong
+	}
 	bad := []string{
 		"nats://wrong-" + cliSecret + "@" + tokenHost,               // a refused token
 		"nats://relay:wrong-" + cliSecret + "@" + userHost,          // a refused password
@@ -467,13 +472,25 @@ func TestRelayCredentialsNotPrinted(t *testing.T) {
 	}
 	for i, to := range bad {
 		args := []string{"relay", "--dsn", path, "--to", to, "--stream", "BAD" + strconv.Itoa(i), "--subjects", "bad.>", "--drain"}
-		code, out, errs := runCmd(t, args...)
-		if code != 2 || strings.Count(errs, "\n") != 1 {
-			t.Errorf("relay --to %s: exit %d\nstdout: %s\nstderr: %s\nwant 2 and one line", maskCredentials(to), code, out, errs)
+		if unreachable[to] {
+			// relay waits for a broker it cannot reach, logging each
+			// attempt, until interrupted (then 2: --drain did not drain).
+			r := startRelay(t, args...)
+			r.waitForAttempts(t, 2)
+			code, out, errs := r.exit(t), r.out.String(), r.errs.String()
+			if code != 2 || !strings.HasSuffix(errs, "\nopledger relay: context canceled\n") {
+				t.Errorf("relay --to %s interrupted while waiting: exit %d\nstdout: %s\nstderr: %s\nwant 2", maskCredentials(to), code, out, errs)
+			}
+			checkNoSecret(t, args, out, errs)
+		} else {
+			code, out, errs := runCmd(t, args...)
+			if code != 2 || strings.Count(errs, "\n") != 1 {
+				t.Errorf("relay --to %s: exit %d\nstdout: %s\nstderr: %s\nwant 2 and one line", maskCredentials(to), code, out, errs)
+			}
+			checkNoSecret(t, args, out, errs)
 		}
-		checkNoSecret(t, args, out, errs)
 		dargs := []string{"demo", "--chain", "--to", to, "--calls", "10", "--outage-calls", "0"}
-		code, out, errs = runCmd(t, dargs...)
+		code, out, errs := runCmd(t, dargs...)
 		if code != 2 || strings.Count(errs, "\n") != 1 {
 			t.Errorf("demo --chain --to %s: exit %d\nstdout: %s\nstderr: %s\nwant 2 and one line", maskCredentials(to), code, out, errs)
 		}

@@ -39,6 +39,9 @@ type Options struct {
 	// Auth is what the server requires of its clients (nothing when
 	// zero).
 	Auth Auth
+	// Port is the loopback port the server listens on (0: a free one):
+	// FreePort's, for a test that starts a client before its server.
+	Port int
 }
 
 // Auth is what a server started by StartAuth requires of its clients:
@@ -67,6 +70,35 @@ func StartAuth(t *testing.T, auth Auth) *Server {
 // StartWith is Start with options.
 func StartWith(t *testing.T, o Options) *Server {
 	t.Helper()
+	bin := binary(t)
+	port := o.Port
+	if port == 0 {
+		port = FreePort(t)
+	}
+	s := &Server{t: t, port: port, dir: t.TempDir(), opts: o}
+	s.start(bin)
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// FreePort returns a loopback port that nothing listens on, for a server
+// a test starts later (Options.Port). Without nats-server on PATH it
+// skips, as Start does, before the test starts anything.
+func FreePort(t *testing.T) int {
+	t.Helper()
+	binary(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// binary returns the path of nats-server; without it, the test skips
+// (fails with OPLEDGER_TEST_REQUIRE_DBS=1).
+func binary(t *testing.T) string {
+	t.Helper()
 	bin, err := exec.LookPath("nats-server")
 	if err != nil {
 		if os.Getenv(testdb.EnvRequire) == "1" {
@@ -74,16 +106,7 @@ func StartWith(t *testing.T, o Options) *Server {
 		}
 		t.Skip("nats-server not installed")
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	s := &Server{t: t, port: port, dir: t.TempDir(), opts: o}
-	s.start(bin)
-	t.Cleanup(s.Stop)
-	return s
+	return bin
 }
 
 // URL is the server's nats:// URL, without credentials.
