@@ -3,7 +3,6 @@ package mesh
 import (
 	"fmt"
 	"net/url"
-	"sort"
 	"strings"
 
 	"google.golang.org/grpc/codes"
@@ -123,79 +122,62 @@ type route struct {
 	name    string
 	matches []matcher // any of them; none: every request
 	rule    *rule     // nil: the route does not retry
+	// In a table ranked by precedence: the HTTPRoute or GRPCRoute the rule
+	// belongs to, the rule's index in it, and how its hostnames match the
+	// request's host.
+	ref   *routeRef
+	index int
+	host  hostScore
 }
 
-// table is an ordered route table of one layer for one host.
+// table is a route table of one layer for one host.
 type table struct {
 	layer Layer
 	loc   location
-	// routes are in the product's order; with mostSpecific, the most
-	// specific match wins (Gateway API), else the first match.
-	routes       []route
-	mostSpecific bool
-	coverage     bool // report routes matching nothing and methods no route matches
+	// routes are in the product's order; rank says how a request picks
+	// among the matching ones.
+	routes   []route
+	rank     ranking
+	coverage bool // report routes matching nothing and methods no route matches
 	// unmatchedServed: a request no route matches is still served, without
 	// retries (Linkerd's default route), rather than refused.
 	unmatchedServed bool
+	// gateway: the routes of a Gateway, where every call of the channel
+	// arrives, and which answers a call no route matches with 404.
+	gateway bool
 }
 
-type hit struct {
-	route       *route
-	rank, len   int
-	conditional bool
-}
-
-// resolve returns the routes that can apply to a request for path: the
-// matching routes in precedence order up to the first one without further
-// conditions.
+// resolve returns the routes that can apply to a request for path. In a
+// first-match table, those are the matching routes in order up to the
+// first one without further conditions; in a table ranked by precedence,
+// see resolveRanked.
 func (t *table) resolve(path string) []*route {
-	var hits []hit
+	if t.rank != rankFirst {
+		return t.resolveRanked(path)
+	}
+	var out []*route
 	for i := range t.routes {
 		r := &t.routes[i]
 		if len(r.matches) == 0 {
-			hits = append(hits, hit{route: r})
+			out = append(out, r)
+			break
+		}
+		found, conditional := false, true
+		for _, m := range r.matches {
+			if m.matches(path) {
+				found = true
+				conditional = conditional && m.conditional
+			}
+		}
+		if !found {
 			continue
 		}
-		best, found := hit{route: r, conditional: true}, false
-		for _, m := range r.matches {
-			if !m.matches(path) {
-				continue
-			}
-			h := hit{route: r, rank: m.rank, len: m.length, conditional: m.conditional}
-			if !found || betterHit(h, best) {
-				best, found = h, true
-			}
-		}
-		if found {
-			hits = append(hits, best)
-		}
-	}
-	if t.mostSpecific {
-		sort.SliceStable(hits, func(i, j int) bool {
-			if hits[i].rank != hits[j].rank {
-				return hits[i].rank > hits[j].rank
-			}
-			return hits[i].len > hits[j].len
-		})
-	}
-	var out []*route
-	for _, h := range hits {
-		out = append(out, h.route)
-		if !h.conditional {
+		out = append(out, r)
+		if !conditional {
 			break
 		}
 	}
 	return out
-}
-
-func betterHit(a, b hit) bool {
-	if a.conditional != b.conditional {
-		return !a.conditional
-	}
-	if a.rank != b.rank {
-		return a.rank > b.rank
-	}
-	return a.len > b.len
 }
 
 // Check judges the configuration for a channel with the given catalog and
@@ -596,7 +578,11 @@ func (ck *checker) firstRule(p policy.MethodPolicy, l Layer) *rule {
 }
 
 // coverage reports the routes of a table that match no catalog method and
-// the catalog methods that no route of the table matches.
+// the catalog methods that no route of the table matches: at a Gateway,
+// every method of the channel, once a route matches one; elsewhere, the
+// methods of a service whose other methods are routed. A table whose
+// unmatched requests are served (a Linkerd ServiceProfile's default route)
+// reports no method.
 func (ck *checker) coverage(t *table) {
 	if !t.coverage || len(t.routes) == 0 || ck.cat.Len() == 0 {
 		return
@@ -632,16 +618,26 @@ func (ck *checker) coverage(t *table) {
 		f := r.loc.finding(FindingRouteMatchesNothing, t.layer, msg+"; its settings apply to nothing", "match the method's current name, /package.Service/Method")
 		ck.add(f)
 	}
+	if t.unmatchedServed || len(servedServices) == 0 {
+		return
+	}
 	for _, p := range methods {
-		if !servedServices[p.Service()] || len(t.resolve(p.FullMethod)) > 0 {
+		if (!t.gateway && !servedServices[p.Service()]) || len(t.resolve(p.FullMethod)) > 0 {
 			continue
 		}
-		what := "so the proxy refuses its calls (no route: 404, which gRPC clients see as UNIMPLEMENTED)"
-		if t.unmatchedServed {
-			what = "so it gets the default route, without the settings meant for it"
+		var what string
+		other := "routes match other methods of " + p.Service()
+		switch {
+		case t.gateway:
+			other = "the gateway routes other methods of the channel"
+			what = "the gateway answers its calls with 404, which gRPC clients see as UNIMPLEMENTED (Gateway API: with no matching rule attached to the parent a request comes from, \"a HTTP 404 status code MUST be returned\"), and no retries apply to them at this layer"
+		case t.rank != rankFirst:
+			what = "the mesh refuses its calls (GAMMA: when routes are attached to a Service, requests that match none of them are rejected; the proxy answers 404, which gRPC clients see as UNIMPLEMENTED), and no retries apply to them at this layer"
+		default:
+			what = "so the proxy refuses its calls (no route: 404, which gRPC clients see as UNIMPLEMENTED)"
 		}
 		f := t.loc.at("").finding(FindingMethodNotCovered, t.layer,
-			fmt.Sprintf("no route matches %s although routes match other methods of %s: renamed, or its route was forgotten, %s", p.FullMethod, p.Service(), what),
+			fmt.Sprintf("no route matches %s although %s: renamed, or its route was forgotten; %s", p.FullMethod, other, what),
 			"add a route for "+p.FullMethod+" (or fix the route that was meant for it)")
 		f.Method = p.FullMethod
 		ck.add(f)

@@ -29,6 +29,7 @@ type Config struct {
 	profiles []*serviceProfile
 	services []*k8sService
 	routes   []*k8sRoute
+	policies []*gatewayPolicy // Envoy Gateway's and Gateway API's BackendTrafficPolicies
 }
 
 // location is where something was read.
@@ -228,6 +229,7 @@ func (c *Config) kubernetes(loc location, o obj, apiVersion, kind string) {
 		c.readServiceProfile(loc, o, name, ns)
 	case (group == "gateway.networking.k8s.io" || group == "policy.linkerd.io") && (kind == "HTTPRoute" || kind == "GRPCRoute"):
 		c.readRoute(loc, o, meta, kind, name, ns)
+	case c.readGatewayPolicy(loc, o, group, kind, ns):
 	default:
 		what := "apiVersion " + truncate(apiVersion) + " kind " + truncate(kind)
 		if kind == "" {

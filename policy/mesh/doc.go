@@ -28,10 +28,14 @@
 //   - Linkerd: ServiceProfile (linkerd.io/v1alpha2) spec.routes[] with
 //     condition and isRetryable, and spec.retryBudget; the 2.16+ annotations
 //     retry.linkerd.io/http, retry.linkerd.io/grpc, retry.linkerd.io/limit
-//     and retry.linkerd.io/timeout on a Service, HTTPRoute or GRPCRoute (a
-//     ServiceProfile for the Service overrides them).
-//   - Gateway API: HTTPRoute spec.rules[].retry {codes, attempts, backoff}
-//     and the matches of HTTPRoute and GRPCRoute rules.
+//     and retry.linkerd.io/timeout on a Service, HTTPRoute or GRPCRoute, as
+//     Linkerd's policy controller parses and applies them (a ServiceProfile
+//     for the Service overrides them).
+//   - Gateway API: HTTPRoute and GRPCRoute (and Linkerd's policy.linkerd.io
+//     HTTPRoute) with the API server's validation, their matches ranked by
+//     the specification's precedence, HTTPRoute spec.rules[].retry {codes,
+//     attempts, backoff}; Envoy Gateway's BackendTrafficPolicy retry and
+//     circuitBreaker; XBackendTrafficPolicy retryConstraint (GEP-3388).
 //   - Proxyless gRPC with xDS (gRFC A44), read with [Config.AddXDS]: the
 //     RouteConfiguration a control plane serves to an xds:/// channel, with
 //     grpc-go's reading of it: num_retries+1 attempts capped at 5, only the

@@ -111,3 +111,29 @@ func domainMatch(domain, authority string) int {
 	}
 	return 0
 }
+
+// gatewayHostScore is how a route's hostnames match the host of a request
+// to a Gateway (Gateway API's HTTPRouteSpec.Hostnames): a route without
+// hostnames matches every host with no characters; an exact hostname
+// matches its host, and a wildcard "*.suffix" any host in the suffix, with
+// the characters of the hostname (counted as non-wildcard for an exact
+// one). The most characters win; ok is false when no hostname matches.
+func gatewayHostScore(hostnames []string, host string) (hostScore, bool) {
+	if len(hostnames) == 0 {
+		return hostScore{}, true
+	}
+	best, found := hostScore{}, false
+	for _, h := range hostnames {
+		if !hostMatches(host, h) {
+			continue
+		}
+		s := hostScore{chars: len(h)}
+		if !strings.HasPrefix(h, "*") {
+			s.exact = len(h)
+		}
+		if !found || s.exact > best.exact || s.exact == best.exact && s.chars > best.chars {
+			best, found = s, true
+		}
+	}
+	return best, found
+}

@@ -2,6 +2,7 @@ package mesh
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -17,6 +18,11 @@ const (
 
 var linkerdAnnotations = []string{annoHTTP, annoGRPC, annoLimit, annoTimeout}
 
+// linkerdTimeouts are the timeout annotations Linkerd's policy controller
+// parses on a route (parse_timeouts): one it cannot parse makes it skip the
+// route, retries included.
+var linkerdTimeouts = []string{"timeout.linkerd.io/request", "timeout.linkerd.io/response", "timeout.linkerd.io/idle"}
+
 // Linkerd's ServiceProfile retry budget defaults.
 const (
 	linkerdDefaultRatio  = 0.2
@@ -28,13 +34,6 @@ const (
 // without attempts (the standard leaves it to the implementation; Istio
 // and Envoy Gateway retry twice).
 const gatewayDefaultRetries = 2
-
-// linkerdRetry is the retry.linkerd.io annotations of one resource.
-type linkerdRetry struct {
-	loc   location
-	conds []string
-	limit int64
-}
 
 type k8sService struct {
 	loc   location
@@ -54,44 +53,110 @@ type spRoute struct {
 	name      string
 	match     matcher
 	retryable bool
+	classes   bool // responseClasses decide which responses are failures
 }
 
-type k8sRoute struct {
-	loc     location
-	kind    string
-	parents []string // "Service host" or "Gateway ns/name", qualified
-	hosts   []string // parent services' hosts and hostnames, for scoping
-	retry   *linkerdRetry
-	rules   []k8sRule
+// linkerdRetry is the retry.linkerd.io annotations of one resource, read
+// as Linkerd's policy controller reads them (linkerd2
+// policy-controller/k8s/index/src/outbound/index/http.rs parse_http_retry
+// and grpc.rs parse_grpc_retry): an HTTP route (and the default route of a
+// Service without routes) takes retry.linkerd.io/http, a GRPCRoute
+// retry.linkerd.io/grpc; both take /limit and /timeout.
+type linkerdRetry struct {
+	loc  location // the annotations
+	http []string // retry.linkerd.io/http's conditions; nil: not set
+	grpc []string // retry.linkerd.io/grpc's
+	// limit is the number of retries; 0 when not set or "0", which the
+	// controller reads as not set (1 retry when anything else is set).
+	limit   int64
+	timeout string // "": not set, or a zero duration
+	// badHTTP and badGRPC say why the controller refuses the annotations
+	// for an HTTP route and for a GRPCRoute: for a Service it then ignores
+	// all of them, and a route that carries them is not used at all.
+	badHTTP, badGRPC string
 }
 
-type k8sRule struct {
-	loc     location
-	matches []matcher
-	retry   *rule // the HTTPRoute retry field's rule; nil: none
+// linkerdProto names the protocol a Linkerd route table serves.
+func linkerdProto(grpc bool) string {
+	if grpc {
+		return "gRPC"
+	}
+	return "HTTP"
 }
 
-// readAnnotations reads the retry.linkerd.io annotations of a resource; nil
-// when it has none that are strings.
+// bad says why the controller refuses the annotations for the protocol.
+func (r *linkerdRetry) bad(grpc bool) string {
+	if r == nil {
+		return ""
+	}
+	if grpc {
+		return r.badGRPC
+	}
+	return r.badHTTP
+}
+
+// present reports whether the annotations configure retries for the
+// protocol (the controller's parse returns a retry).
+func (r *linkerdRetry) present(grpc bool) bool {
+	if r == nil || r.bad(grpc) != "" {
+		return false
+	}
+	conds := r.http
+	if grpc {
+		conds = r.grpc
+	}
+	return r.limit > 0 || r.timeout != "" || conds != nil
+}
+
+// rule is the retry the annotations configure for the protocol: 1 + limit
+// attempts (1 retry when limit is not set), on the listed conditions and,
+// as Linkerd's proxy does for every retry policy, on a refused stream and
+// on a request that found no endpoint, both never sent (linkerd2-proxy
+// linkerd/app/outbound/src/http/logical/policy/route/retry.rs); nil when
+// they configure none. Annotations have no budget.
+func (r *linkerdRetry) rule(grpc bool) *rule {
+	if !r.present(grpc) {
+		return nil
+	}
+	n := r.limit
+	if n == 0 {
+		n = 1
+	}
+	conds := append([]string{}, r.http...)
+	if grpc {
+		conds = append([]string{}, r.grpc...)
+	}
+	conds = append(conds, "refused-stream")
+	if r.timeout != "" {
+		conds = append(conds, "timeout ("+r.timeout+")")
+	}
+	return &rule{layer: LayerLinkerd, loc: r.loc, attempts: Attempts{N: int(n) + 1}, conds: conds,
+		via:      "Linkerd also retries, unsent, a request refused or with no endpoint available",
+		noBudget: "retries configured with retry.linkerd.io annotations have no retry budget (only a ServiceProfile's retryBudget bounds Linkerd's retries)"}
+}
+
+// readAnnotations reads the retry.linkerd.io annotations of a resource (nil
+// when it has none), and reports the annotations of other products that may
+// change retries.
 func (c *Config) readAnnotations(loc location, meta obj, kind string) *linkerdRetry {
 	ann, ok := meta.child("annotations")
 	if !ok {
 		return nil
 	}
-	c.unknownAnnotations(loc, ann)
+	c.unknownAnnotations(loc, ann, kind)
 	var r *linkerdRetry
 	get := func(name string) (string, location, bool) {
 		v, p, ok := ann.key(name)
 		if !ok {
 			return "", loc, false
 		}
+		if r == nil {
+			r = &linkerdRetry{loc: loc.at(ann.path)}
+		}
 		s, isString := v.(string)
 		if !isString {
-			c.add(loc.at(p).finding(FindingInvalidValue, LayerLinkerd, fmt.Sprintf("annotation %s must be a string, not %s (quote it)", name, describe(v)), fmt.Sprintf("write %s: \"%s\"", name, describe(v))))
+			c.add(loc.at(p).finding(FindingInvalidValue, LayerLinkerd, fmt.Sprintf("annotation %s must be a string, not %s (quote it): the API server refuses the %s", name, describe(v), kind), fmt.Sprintf("write %s: \"%s\"", name, describe(v))))
 			return "", loc, false
-		}
-		if r == nil {
-			r = &linkerdRetry{loc: loc.at(ann.path), limit: 1}
 		}
 		return s, loc.at(p), true
 	}
@@ -102,38 +167,66 @@ func (c *Config) readAnnotations(loc location, meta obj, kind string) *linkerdRe
 		c.annotationGRPC(r, at, s, kind)
 	}
 	if s, at, ok := get(annoLimit); ok {
-		c.annotationLimit(r, at, s)
+		c.annotationLimit(r, at, s, kind)
 	}
 	if s, at, ok := get(annoTimeout); ok {
-		c.annotationTimeout(r, at, s)
+		c.annotationTimeout(r, at, s, kind)
 	}
 	return r
 }
 
+// consequence says what Linkerd does with a resource whose annotations it
+// refuses for a protocol.
+func consequence(kind, proto string) string {
+	if kind == "Service" {
+		return "Linkerd's policy controller then ignores all of the Service's retry annotations for " + proto + " routes"
+	}
+	return "Linkerd's policy controller then does not use the " + kind + " at all"
+}
+
 // unknownAnnotations reports the retry.linkerd.io annotations Linkerd does
-// not know.
-func (c *Config) unknownAnnotations(loc location, ann obj) {
+// not know, and other products' annotations that may configure retries
+// (Kong's konghq.com/retries, a konghq.com/override naming a KongIngress,
+// anything else that names retries), which the checker does not read.
+func (c *Config) unknownAnnotations(loc location, ann obj, kind string) {
 	for _, k := range ann.keys() {
-		if strings.HasPrefix(k, "retry.linkerd.io/") && !contains(linkerdAnnotations, k) {
-			c.add(loc.at(joinPath(ann.path, k)).finding(FindingUnknownField, LayerLinkerd, fmt.Sprintf("unknown annotation %q%s; Linkerd ignores it", truncate(k), didYouMean(k, linkerdAnnotations)),
-				"use "+strings.Join(linkerdAnnotations, ", ")))
+		at := loc.at(joinPath(ann.path, k))
+		switch {
+		case strings.HasPrefix(k, "retry.linkerd.io/"):
+			if !contains(linkerdAnnotations, k) {
+				c.add(at.finding(FindingUnknownField, LayerLinkerd, fmt.Sprintf("unknown annotation %q%s; Linkerd ignores it", truncate(k), didYouMean(k, linkerdAnnotations)),
+					"use "+strings.Join(linkerdAnnotations, ", ")))
+			}
+		case contains(linkerdTimeouts, k):
+			if v, _ := ann.str(k); kind != "Service" && !linkerdDuration(v) {
+				c.add(at.finding(FindingInvalidValue, LayerLinkerd, fmt.Sprintf("%s %q is not a duration Linkerd reads (a whole number and one of ms, s, m, h, d, such as \"300ms\"): %s", truncate(k), truncate(v), consequence(kind, "any")),
+					"write a whole number with a unit"))
+			}
+		case k == "konghq.com/override" || strings.Contains(strings.ToLower(k), "retry") || strings.Contains(strings.ToLower(k), "retries"):
+			c.add(at.finding(FindingNotUnderstood, "", fmt.Sprintf("annotation %q may configure retries (Kong reads konghq.com/retries on a Service, and a KongIngress named by konghq.com/override can set proxy.retries, 5 by default); the checker does not read it, so the attempts it reports may be too low", truncate(k)),
+				"check this layer's retries by hand, or remove the annotation"))
 		}
 	}
 }
 
 // annotationHTTP reads retry.linkerd.io/http (status codes, ranges,
-// gateway-error, 5xx), which a GRPCRoute does not take.
+// gateway-error, 5xx), which a GRPCRoute does not take. The controller
+// splits the list at commas without trimming blanks.
 func (c *Config) annotationHTTP(r *linkerdRetry, at location, s, kind string) {
 	if kind == "GRPCRoute" {
 		c.add(at.finding(FindingInvalidValue, LayerLinkerd, annoHTTP+" is not valid on a GRPCRoute; Linkerd ignores it", "use "+annoGRPC))
 		return
 	}
-	for _, tok := range splitList(s) {
+	r.http = []string{}
+	for _, tok := range strings.Split(s, ",") {
 		if !linkerdHTTPCondition(tok) {
-			c.add(at.finding(FindingUnknownCondition, LayerLinkerd, fmt.Sprintf("%q is not a status code, a range xxx-yyy, gateway-error or 5xx", truncate(tok)), "fix the list"))
+			c.add(at.finding(FindingUnknownCondition, LayerLinkerd, fmt.Sprintf("%q is not a status code, a range xxx-yyy, gateway-error or 5xx (Linkerd does not trim blanks): %s", truncate(tok), consequence(kind, "HTTP")), "fix the list"))
+			if r.badHTTP == "" {
+				r.badHTTP = fmt.Sprintf("%s has %q", annoHTTP, truncate(tok))
+			}
 			continue
 		}
-		r.conds = union(r.conds, []string{tok})
+		r.http = union(r.http, []string{strings.ToLower(tok)})
 	}
 }
 
@@ -144,37 +237,84 @@ func (c *Config) annotationGRPC(r *linkerdRetry, at location, s, kind string) {
 		c.add(at.finding(FindingInvalidValue, LayerLinkerd, annoGRPC+" is not valid on an HTTPRoute; Linkerd ignores it", "use "+annoHTTP+", or a GRPCRoute"))
 		return
 	}
-	for _, tok := range splitList(s) {
-		if !isGRPCCondition(tok) {
-			c.add(at.finding(FindingUnknownCondition, LayerLinkerd, fmt.Sprintf("%q is not one of cancelled, deadline-exceeded, internal, resource-exhausted, unavailable", truncate(tok)), "fix the list"))
+	r.grpc = []string{}
+	for _, tok := range strings.Split(s, ",") {
+		if !isGRPCCondition(strings.ToLower(tok)) {
+			c.add(at.finding(FindingUnknownCondition, LayerLinkerd, fmt.Sprintf("%q is not one of cancelled, deadline-exceeded, internal, resource-exhausted, unavailable (Linkerd does not trim blanks): %s", truncate(tok), consequence(kind, "gRPC")), "fix the list"))
+			if r.badGRPC == "" {
+				r.badGRPC = fmt.Sprintf("%s has %q", annoGRPC, truncate(tok))
+			}
 			continue
 		}
-		r.conds = union(r.conds, []string{tok})
+		r.grpc = union(r.grpc, []string{strings.ToLower(tok)})
 	}
 }
 
-// annotationLimit reads retry.linkerd.io/limit, the number of retries.
-func (c *Config) annotationLimit(r *linkerdRetry, at location, s string) {
-	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 32)
-	if err != nil || n < 0 {
-		c.add(at.finding(FindingInvalidValue, LayerLinkerd, fmt.Sprintf("%s %q is not a non-negative integer", annoLimit, truncate(s)), "write the number of retries, such as \"1\""))
+// annotationLimit reads retry.linkerd.io/limit, the number of retries (an
+// unsigned 16-bit integer; 0 reads as not set).
+func (c *Config) annotationLimit(r *linkerdRetry, at location, s, kind string) {
+	n, err := strconv.ParseUint(strings.TrimPrefix(s, "+"), 10, 16)
+	if err != nil {
+		c.add(at.finding(FindingInvalidValue, LayerLinkerd, fmt.Sprintf("%s %q is not an integer from 0 to 65535: %s", annoLimit, truncate(s), consequence(kind, "HTTP and gRPC")), "write the number of retries, such as \"1\""))
+		r.badHTTP, r.badGRPC = annoLimit+" is invalid", annoLimit+" is invalid"
 		return
 	}
-	r.limit = n
+	if n == 0 {
+		c.add(at.finding(FindingInvalidValue, LayerLinkerd, annoLimit+" \"0\" does not switch retries off: Linkerd reads 0 as not set, so when any other retry annotation is set it retries once",
+			"remove the retry.linkerd.io annotations to switch Linkerd's retries off"))
+	}
+	r.limit = int64(n)
 }
 
 // annotationTimeout reads retry.linkerd.io/timeout, which makes a timed-out
 // attempt a retry condition.
-func (c *Config) annotationTimeout(r *linkerdRetry, at location, s string) {
-	if d, err := time.ParseDuration(strings.TrimSpace(s)); err != nil || d <= 0 {
-		c.add(at.finding(FindingInvalidValue, LayerLinkerd, fmt.Sprintf("%s %q is not a duration with units, such as \"300ms\"", annoTimeout, truncate(s)), "write a duration with units"))
+func (c *Config) annotationTimeout(r *linkerdRetry, at location, s, kind string) {
+	d, ok := linkerdParseDuration(s)
+	if !ok {
+		c.add(at.finding(FindingInvalidValue, LayerLinkerd, fmt.Sprintf("%s %q is not a duration Linkerd reads (a whole number and one of ms, s, m, h, d, such as \"300ms\"): %s", annoTimeout, truncate(s), consequence(kind, "HTTP and gRPC")), "write a whole number with a unit"))
+		r.badHTTP, r.badGRPC = annoTimeout+" is invalid", annoTimeout+" is invalid"
 		return
 	}
-	r.conds = union(r.conds, []string{"timeout (" + strings.TrimSpace(s) + ")"})
+	if d > 0 {
+		r.timeout = strings.TrimSpace(s)
+	}
 }
 
+// linkerdParseDuration reads a duration as Linkerd's policy controller does
+// (outbound/index.rs parse_duration): blanks trimmed, a whole number and one
+// unit of ms, s, m, h or d; "0" alone is zero.
+func linkerdParseDuration(s string) (time.Duration, bool) {
+	s = strings.TrimSpace(s)
+	i := len(s)
+	for i > 0 && s[i-1] >= 'a' && s[i-1] <= 'z' {
+		i--
+	}
+	num, unit := s[:i], s[i:]
+	n, err := strconv.ParseUint(num, 10, 63)
+	if err != nil || strings.HasPrefix(num, "+") {
+		return 0, false
+	}
+	units := map[string]time.Duration{"ms": time.Millisecond, "s": time.Second, "m": time.Minute, "h": time.Hour, "d": 24 * time.Hour}
+	if unit == "" && n == 0 {
+		return 0, true
+	}
+	u, ok := units[unit]
+	if !ok || n > uint64(1<<62)/uint64(u) {
+		return 0, false
+	}
+	return time.Duration(n) * u, true
+}
+
+func linkerdDuration(s string) bool { _, ok := linkerdParseDuration(s); return ok }
+
+// linkerdHTTPCondition reports whether tok is a condition of
+// retry.linkerd.io/http: 5xx, gateway-error (any case), a status code from
+// 100 to 599, or a range of them.
 func linkerdHTTPCondition(tok string) bool {
-	if tok == "5xx" || tok == "gateway-error" {
+	if strings.EqualFold(tok, "5xx") || strings.EqualFold(tok, "gateway-error") {
+		return true
+	}
+	if _, ok := httpStatus(tok); ok {
 		return true
 	}
 	if lo, hi, ok := strings.Cut(tok, "-"); ok {
@@ -182,18 +322,7 @@ func linkerdHTTPCondition(tok string) bool {
 		b, okB := httpStatus(hi)
 		return okA && okB && a <= b
 	}
-	_, ok := httpStatus(tok)
-	return ok
-}
-
-// linkerdRule turns annotations into a rule: 1 + limit attempts on the
-// conditions; no budget (only ServiceProfiles have one).
-func linkerdRule(r *linkerdRetry) *rule {
-	if r == nil || len(r.conds) == 0 || r.limit == 0 {
-		return nil
-	}
-	return &rule{layer: LayerLinkerd, loc: r.loc, attempts: Attempts{N: int(min(r.limit, 1<<20)) + 1}, conds: r.conds,
-		noBudget: "retries configured with retry.linkerd.io annotations have no retry budget (only a ServiceProfile's retryBudget bounds Linkerd's retries)"}
+	return false
 }
 
 func (c *Config) readService(loc location, o obj, meta obj, name, ns string) {
@@ -202,7 +331,11 @@ func (c *Config) readService(loc location, o obj, meta obj, name, ns string) {
 	c.services = append(c.services, s)
 }
 
-var linkerdBudgetFields = []string{"retryRatio", "minRetriesPerSecond", "ttl"}
+var (
+	linkerdBudgetFields  = []string{"retryRatio", "minRetriesPerSecond", "ttl"}
+	serviceProfileFields = []string{"routes", "retryBudget", "dstOverrides", "opaquePorts"}
+	spRouteFields        = []string{"name", "condition", "responseClasses", "isRetryable", "timeout"}
+)
 
 // readServiceProfile reads a ServiceProfile: its routes and its retry
 // budget (Linkerd's default when it sets none).
@@ -217,6 +350,10 @@ func (c *Config) readServiceProfile(loc location, o obj, name, ns string) {
 		c.add(loc.at("metadata.name").finding(FindingInvalidValue, LayerLinkerd, fmt.Sprintf("a ServiceProfile is named after the full name of its service (NAME.NAMESPACE.svc.cluster.local); %q applies to no service", truncate(name)),
 			"name it "+qualify(name, ns)))
 		sp.host = qualify(name, ns)
+	}
+	for _, k := range spec.unknownKeys(serviceProfileFields...) {
+		c.add(loc.at(joinPath(spec.path, k)).finding(FindingUnknownField, LayerLinkerd, fmt.Sprintf("unknown field %q in a ServiceProfile's spec%s; the API server drops it", truncate(k), didYouMean(k, serviceProfileFields)),
+			"use "+strings.Join(serviceProfileFields, ", ")))
 	}
 	routes, paths := spec.list("routes")
 	for i, r := range routes {
@@ -233,6 +370,11 @@ func (c *Config) readServiceProfile(loc location, o obj, name, ns string) {
 func (c *Config) spRoute(loc location, ro obj) spRoute {
 	sr := spRoute{loc: loc.at(ro.path)}
 	sr.name, _ = ro.str("name")
+	for _, k := range ro.unknownKeys(spRouteFields...) {
+		c.add(loc.at(joinPath(ro.path, k)).finding(FindingUnknownField, LayerLinkerd, fmt.Sprintf("unknown field %q in a ServiceProfile route%s; the API server drops it", truncate(k), didYouMean(k, spRouteFields)),
+			"use "+strings.Join(spRouteFields, ", ")))
+	}
+	sr.classes = has(ro, "responseClasses")
 	if cond, ok := ro.child("condition"); ok {
 		sr.match = c.spCondition(loc, cond, 0)
 	} else {
@@ -366,210 +508,11 @@ func anyOf(ms []matcher) matcher {
 	}}
 }
 
-var gatewayRetryFields = []string{"codes", "attempts", "backoff"}
-
-// readRoute reads an HTTPRoute or a GRPCRoute.
-func (c *Config) readRoute(loc location, o obj, meta obj, kind, name, ns string) {
-	spec, ok := o.child("spec")
-	if !ok {
-		c.add(loc.finding(FindingInvalidValue, LayerGatewayAPI, "a "+kind+" without spec", "add spec.parentRefs and spec.rules"))
-		return
-	}
-	rt := &k8sRoute{loc: loc, kind: kind}
-	rt.retry = c.readAnnotations(loc, meta, kind)
-	parents, _ := spec.list("parentRefs")
-	for _, p := range parents {
-		po, ok := asObj(p, "")
-		if !ok {
-			continue
-		}
-		pk, _ := po.str("kind")
-		pn, _ := po.str("name")
-		pns, ok := po.str("namespace")
-		if !ok {
-			pns = ns
-		}
-		if pk == "" {
-			pk = "Gateway"
-		}
-		if pk == "Service" {
-			h := qualify(pn, pns)
-			rt.parents = append(rt.parents, "Service "+h)
-			rt.hosts = append(rt.hosts, h)
-		} else {
-			rt.parents = append(rt.parents, pk+" "+strings.ToLower(pns+"/"+pn))
-		}
-	}
-	hostnames, _ := spec.list("hostnames")
-	for _, h := range hostnames {
-		if s, ok := h.(string); ok {
-			rt.hosts = append(rt.hosts, strings.ToLower(s))
-		}
-	}
-	if len(rt.parents) == 0 {
-		rt.parents = []string{kind + " " + strings.ToLower(ns+"/"+name)}
-	}
-	rules, paths := spec.list("rules")
-	for i, r := range rules {
-		ro, ok := asObj(r, paths[i])
-		if !ok {
-			continue
-		}
-		kr := k8sRule{loc: loc.at(ro.path)}
-		kr.matches = c.routeMatches(loc, ro, kind)
-		if rv, rp, ok := ro.key("retry"); ok {
-			if kind == "GRPCRoute" {
-				c.add(loc.at(rp).finding(FindingUnknownField, LayerGatewayAPI, "a GRPCRoute rule has no retry field in the Gateway API standard; implementations ignore it",
-					"configure gRPC retries with the mesh's own resources or annotations"))
-			} else {
-				kr.retry = c.gatewayRetry(loc.at(rp), rv)
-			}
-		}
-		rt.rules = append(rt.rules, kr)
-	}
-	c.routes = append(c.routes, rt)
-}
-
-// routeMatches reads the matches of an HTTPRoute or GRPCRoute rule; a rule
-// without matches matches every request.
-func (c *Config) routeMatches(loc location, ro obj, kind string) []matcher {
-	list, paths := ro.list("matches")
-	if len(list) == 0 {
-		if kind == "HTTPRoute" {
-			return []matcher{segmentPrefixMatcher("path", "/", false)}
-		}
-		return nil // every method
-	}
-	var out []matcher
-	for i, m := range list {
-		mo, ok := asObj(m, paths[i])
-		if !ok {
-			continue
-		}
-		var mt matcher
-		if kind == "GRPCRoute" {
-			mt = c.grpcRouteMatch(loc, mo)
-		} else {
-			mt = c.httpRouteMatch(loc, mo)
-		}
-		if has(mo, "headers") {
-			mt.conditional = true
-		}
-		out = append(out, mt)
-	}
-	return out
-}
-
-// grpcRouteMatch reads a GRPCRoute match's method (any method without one).
-func (c *Config) grpcRouteMatch(loc location, mo obj) matcher {
-	mm, ok := mo.child("method")
-	if !ok {
-		return allMatcher("any method")
-	}
-	typ, _ := mm.str("type")
-	svc, _ := mm.str("service")
-	meth, _ := mm.str("method")
-	if svc == "" && meth == "" {
-		c.add(loc.at(mm.path).finding(FindingInvalidValue, LayerGatewayAPI, "a method match needs a service, a method or both", "add them"))
-	}
-	mt, err := grpcMethodMatcher(svc, meth, typ == "RegularExpression")
-	if err != nil {
-		c.add(loc.at(mm.path).finding(FindingInvalidValue, LayerGatewayAPI, err.Error(), "fix the expression"))
-		return matcher{desc: "method regex (invalid)", never: true}
-	}
-	return mt
-}
-
-// httpRouteMatch reads an HTTPRoute match: its path (the prefix "/"
-// without one), a method other than POST (which gRPC never sends) and
-// query parameters (a condition the checker does not evaluate).
-func (c *Config) httpRouteMatch(loc location, mo obj) matcher {
-	mt := segmentPrefixMatcher("path", "/", false)
-	if pm, ok := mo.child("path"); ok {
-		mt = c.httpPathMatch(loc, pm)
-	}
-	if meth, ok := mo.str("method"); ok && !strings.EqualFold(meth, "POST") {
-		mt.never = true
-	}
-	if has(mo, "queryParams") {
-		mt.conditional = true
-	}
-	return mt
-}
-
-// httpPathMatch reads an HTTPRoute path match of type PathPrefix (the
-// default), Exact or RegularExpression.
-func (c *Config) httpPathMatch(loc location, pm obj) matcher {
-	typ, _ := pm.str("type")
-	val, ok := pm.str("value")
-	if !ok {
-		val = "/"
-	}
-	switch typ {
-	case "", "PathPrefix":
-		return segmentPrefixMatcher("path", val, false)
-	case "Exact":
-		return exactMatcher("path", val, false)
-	case "RegularExpression":
-		mt, err := regexMatcher("path", val, false)
-		if err != nil {
-			c.add(loc.at(pm.path).finding(FindingInvalidValue, LayerGatewayAPI, err.Error(), "fix the expression"))
-			return matcher{desc: "path regex (invalid)", never: true}
-		}
-		return mt
-	}
-	c.add(loc.at(joinPath(pm.path, "type")).finding(FindingInvalidValue, LayerGatewayAPI, fmt.Sprintf("path match type %q is not Exact, PathPrefix or RegularExpression", truncate(typ)), "fix the type"))
-	return matcher{desc: "path (invalid)", never: true}
-}
-
-// gatewayRetry reads an HTTPRoute rule's retry field.
-func (c *Config) gatewayRetry(loc location, v any) *rule {
-	o, ok := asObj(v, loc.path)
-	if !ok {
-		c.add(loc.finding(FindingInvalidValue, LayerGatewayAPI, "retry must be an object", "write retry: {codes: [503], attempts: 1}"))
-		return nil
-	}
-	for _, k := range o.unknownKeys(gatewayRetryFields...) {
-		c.add(loc.at(joinPath(o.path, k)).finding(FindingUnknownField, LayerGatewayAPI, fmt.Sprintf("unknown field %q in an HTTPRoute retry%s; the API server rejects or drops it", truncate(k), didYouMean(k, gatewayRetryFields)), "use codes, attempts, backoff"))
-	}
-	retries := int64(gatewayDefaultRetries)
-	assumed := true
-	if av, ap, ok := o.key("attempts"); ok {
-		n, ok := integer(av)
-		if !ok || n < 1 {
-			c.add(loc.at(ap).finding(FindingInvalidValue, LayerGatewayAPI, "attempts must be an integer of at least 1", "write the number of retries"))
-		} else {
-			retries, assumed = n, false
-		}
-	}
-	conds := []string{}
-	codes, cpath := o.list("codes")
-	for i, x := range codes {
-		n, ok := integer(x)
-		if !ok || n < 400 || n > 599 {
-			c.add(loc.at(cpath[i]).finding(FindingInvalidValue, LayerGatewayAPI, "a retry code must be an HTTP status from 400 to 599", "fix the code"))
-			continue
-		}
-		conds = union(conds, []string{strconv.FormatInt(n, 10)})
-	}
-	conds = append(conds, "connection-error")
-	if bv, bp, ok := o.key("backoff"); ok {
-		if d, ok := duration(bv); !ok || d < 0 {
-			c.add(loc.at(bp).finding(FindingInvalidValue, LayerGatewayAPI, "backoff must be a duration such as \"100ms\"", "fix the duration"))
-		}
-	}
-	ru := &rule{layer: LayerGatewayAPI, loc: loc, attempts: Attempts{N: int(min(retries, 1<<20)) + 1}, conds: conds,
-		noBudget: "an HTTPRoute retry has no budget in the Gateway API standard (the experimental BackendTrafficPolicy retryConstraint, GEP-3388, is not read)"}
-	if assumed {
-		ru.via = fmt.Sprintf("attempts is not set: the number is the implementation's; %d retries (Istio's and Envoy Gateway's default) are assumed", gatewayDefaultRetries)
-	}
-	return ru
-}
-
 // linkerdTables returns the Linkerd route tables for the hosts (every
 // service when hosts is empty): a ServiceProfile's routes, or else the
-// service's HTTPRoutes and GRPCRoutes with their (or the Service's)
-// annotations, or else the Service's annotations for every request.
+// service's GRPCRoutes (or, without any, its HTTPRoutes) with their (or the
+// Service's) annotations, or else the Service's annotations on its default
+// route.
 func (c *Config) linkerdTables(hosts []string) []*table {
 	inScope := func(h string) bool { return len(hosts) == 0 || anyHostMatches(hosts, []string{h}) }
 	var out []*table
@@ -589,7 +532,7 @@ func (c *Config) linkerdTables(hosts []string) []*table {
 			c.overriddenAnnotations(svcs.byHost[h], svcs.routes[h])
 			continue
 		}
-		if t := linkerdAnnotationTable(svcs.byHost[h], svcs.routes[h]); t != nil {
+		if t := c.linkerdServiceTable(svcs.byHost[h], svcs.routes[h]); t != nil {
 			out = append(out, t)
 		}
 	}
@@ -597,13 +540,19 @@ func (c *Config) linkerdTables(hosts []string) []*table {
 }
 
 // profileTable is the table of a ServiceProfile's routes: a retryable one
-// is retried until its timeout or the profile's budget stops it.
+// is retried until its timeout or the profile's budget stops it. A request
+// no route matches takes the default route: served, without retries, which
+// is no finding.
 func profileTable(sp *serviceProfile) *table {
 	t := &table{layer: LayerLinkerd, loc: sp.loc, coverage: true, unmatchedServed: true}
 	for _, r := range sp.routes {
 		rt := route{loc: r.loc, name: r.name, matches: []matcher{r.match}}
 		if r.retryable {
-			rt.rule = &rule{layer: LayerLinkerd, loc: r.loc, attempts: Attempts{Unbounded: true}, conds: []string{"isRetryable"}, budget: sp.budget,
+			cond := "isRetryable"
+			if r.classes {
+				cond = "isRetryable (the responses its responseClasses make failures)"
+			}
+			rt.rule = &rule{layer: LayerLinkerd, loc: r.loc, attempts: Attempts{Unbounded: true}, conds: []string{cond}, budget: sp.budget,
 				via: "a retryable route is retried until its timeout (10s unless set) or the budget stops it"}
 		}
 		t.routes = append(t.routes, rt)
@@ -612,7 +561,8 @@ func profileTable(sp *serviceProfile) *table {
 }
 
 // linkerdServices are the Services and the routes whose parent is a
-// Service, by host, with the hosts in the order they were read.
+// Service, by host, with the hosts in the order they were read. A route the
+// API server refuses is left out.
 type linkerdServices struct {
 	order  []string
 	byHost map[string]*k8sService // the last Service read for a host
@@ -629,12 +579,18 @@ func (c *Config) linkerdServices() linkerdServices {
 		s.byHost[svc.host] = svc
 	}
 	for _, r := range c.routes {
+		if r.invalid {
+			continue
+		}
 		for _, p := range r.parents {
-			if h, ok := strings.CutPrefix(p, "Service "); ok {
-				if _, known := s.byHost[h]; !known && s.routes[h] == nil {
-					s.order = append(s.order, h)
-				}
-				s.routes[h] = append(s.routes[h], r)
+			if !p.service {
+				continue
+			}
+			if _, known := s.byHost[p.host]; !known && s.routes[p.host] == nil {
+				s.order = append(s.order, p.host)
+			}
+			if !slices.Contains(s.routes[p.host], r) {
+				s.routes[p.host] = append(s.routes[p.host], r)
 			}
 		}
 	}
@@ -656,65 +612,112 @@ func (c *Config) overriddenAnnotations(svc *k8sService, routes []*k8sRoute) {
 	}
 }
 
-// linkerdAnnotationTable is the table of a Service without a
-// ServiceProfile: its routes' rules with their annotations (which replace
-// all of the Service's) or the Service's, or else one route for every
-// request with the Service's annotations. It is nil when nothing retries.
-// svc may be nil.
-func linkerdAnnotationTable(svc *k8sService, routes []*k8sRoute) *table {
-	var svcRule *rule
+// linkerdServiceTable is the table of a Service without a ServiceProfile,
+// as Linkerd's policy controller builds it (policy-controller
+// grpc/src/outbound.rs): the Service's GRPCRoutes when it has any, with the
+// gRPC retry annotations; else its HTTPRoutes, with the HTTP ones; else
+// one default route for every request with the Service's HTTP retry
+// annotations (retry.linkerd.io/http, /limit, /timeout). A route's own
+// retry annotations replace all of the Service's. A request no route
+// matches is refused. It is nil when nothing retries and Linkerd is not
+// meant to be the Service's mesh (linkerdRelevant). svc may be nil.
+func (c *Config) linkerdServiceTable(svc *k8sService, routes []*k8sRoute) *table {
+	var svcRetry *linkerdRetry
 	if svc != nil {
-		svcRule = linkerdRule(svc.retry)
+		svcRetry = svc.retry
 	}
-	if len(routes) == 0 {
+	relevant := linkerdRelevant(svc, routes)
+	used, grpc := c.linkerdRoutes(routes, relevant)
+	var svcRule *rule
+	if svcRetry != nil {
+		svcRule = svcRetry.rule(grpc)
+	}
+	if len(used) == 0 {
+		if svcRetry != nil && svcRetry.grpc != nil {
+			c.add(svcRetry.loc.at(joinPath(svcRetry.loc.path, annoGRPC)).finding(FindingInvalidValue, LayerLinkerd,
+				"Linkerd reads a Service's retry.linkerd.io/grpc only for the Service's GRPCRoutes; this Service has none, so its calls take the default route, which retries as retry.linkerd.io/http, /limit and /timeout say, and this annotation is not used",
+				"attach a GRPCRoute to the Service (its rules then take the Service's gRPC retries), or use retry.linkerd.io/http"))
+		}
 		if svcRule == nil {
 			return nil
 		}
-		return &table{layer: LayerLinkerd, loc: svc.loc, routes: []route{{loc: svc.retry.loc, name: "service", rule: svcRule}}}
+		return &table{layer: LayerLinkerd, loc: svc.loc, routes: []route{{loc: svcRetry.loc, name: "service", rule: svcRule}}}
 	}
-	t := &table{layer: LayerLinkerd, loc: routes[0].loc, mostSpecific: true}
-	any := svcRule != nil
-	for _, r := range routes {
+	t := &table{layer: LayerLinkerd, loc: used[0].loc, rank: rankLinkerd, coverage: relevant}
+	retries := false
+	for _, r := range used {
 		ru := svcRule
-		if r.retry != nil { // a route's annotations replace all of the Service's
-			ru = linkerdRule(r.retry)
-			any = any || ru != nil
+		if r.retry != nil && r.retry.present(grpc) { // a route's annotations replace all of the Service's
+			ru = r.retry.rule(grpc)
 		}
-		for _, kr := range r.rules {
-			t.routes = append(t.routes, route{loc: kr.loc, matches: kr.matches, rule: ru})
+		retries = retries || ru != nil
+		for i, kr := range r.rules {
+			rr := ru
+			if kr.redirect { // answered by the proxy: nothing is sent, nothing retried
+				rr = nil
+			}
+			t.routes = append(t.routes, route{loc: kr.loc, name: kr.name, matches: kr.matches, rule: rr, ref: r.ref, index: i,
+				host: hostScore{unknown: len(r.hostnames) > 0}})
 		}
 	}
-	if !any {
+	if !retries && !relevant {
 		return nil
 	}
 	return t
 }
 
-// gatewayTables returns, per parent (a Service or a Gateway), one table of
-// the rules of all HTTPRoutes and GRPCRoutes attached to it, in Gateway
-// API's precedence, with the HTTPRoute retry field's rules.
-func (c *Config) gatewayTables(hosts []string) []*table {
-	byParent := map[string]*table{}
-	var order []string
-	for _, r := range c.routes {
-		if len(hosts) > 0 && !anyHostMatches(hosts, r.hosts) {
+// linkerdRoutes returns the routes Linkerd uses for a Service: its
+// GRPCRoutes when it has any (grpc), else its HTTPRoutes; a route the policy
+// controller cannot convert is left out. When Linkerd is meant to be the
+// Service's mesh (relevant), the routes left out are reported.
+func (c *Config) linkerdRoutes(routes []*k8sRoute, relevant bool) (used []*k8sRoute, grpc bool) {
+	var grpcRoutes, httpRoutes []*k8sRoute
+	for _, r := range routes {
+		if why := r.linkerdIgnores(); why != "" {
+			if relevant {
+				c.add(r.loc.finding(FindingInvalidResource, LayerLinkerd, fmt.Sprintf("Linkerd's policy controller cannot convert this %s (%s) and does not use it: its rules apply to no call through Linkerd", r.kind, why),
+					"fix it as the message says"))
+			}
 			continue
 		}
-		for _, p := range r.parents {
-			t, ok := byParent[p]
-			if !ok {
-				t = &table{layer: LayerGatewayAPI, loc: r.loc, mostSpecific: true, coverage: true}
-				byParent[p] = t
-				order = append(order, p)
-			}
-			for _, kr := range r.rules {
-				t.routes = append(t.routes, route{loc: kr.loc, matches: kr.matches, rule: kr.retry})
-			}
+		if r.kind == "GRPCRoute" {
+			grpcRoutes = append(grpcRoutes, r)
+		} else {
+			httpRoutes = append(httpRoutes, r)
 		}
 	}
-	out := make([]*table, 0, len(order))
-	for _, p := range order {
-		out = append(out, byParent[p])
+	if len(grpcRoutes) == 0 {
+		return httpRoutes, false
 	}
-	return out
+	if relevant {
+		for _, r := range httpRoutes {
+			c.add(r.loc.finding(FindingOverridden, LayerLinkerd, "Linkerd routes the calls to a Service that has GRPCRoutes by its GRPCRoutes alone: this HTTPRoute, and its retry annotations, do not apply",
+				"move its rules into a GRPCRoute, or remove it"))
+		}
+	}
+	return grpcRoutes, true
+}
+
+// linkerdRelevant reports whether Linkerd is meant to be the mesh of a
+// Service: it or one of its routes has retry.linkerd.io annotations, or a
+// route is Linkerd's own (policy.linkerd.io). Its table then reports the
+// methods its routes refuse, in place of the Gateway API table's.
+func linkerdRelevant(svc *k8sService, routes []*k8sRoute) bool {
+	relevant := svc != nil && svc.retry != nil
+	for _, r := range routes {
+		relevant = relevant || r.retry != nil || r.linkerdGroup
+	}
+	return relevant
+}
+
+// linkerdHost reports whether Linkerd is meant to be the mesh of the
+// Service host: a ServiceProfile names it, or linkerdRelevant.
+func (c *Config) linkerdHost(host string) bool {
+	for _, sp := range c.profiles {
+		if sp.host == host {
+			return true
+		}
+	}
+	svcs := c.linkerdServices()
+	return linkerdRelevant(svcs.byHost[host], svcs.routes[host])
 }

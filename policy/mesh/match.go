@@ -24,10 +24,9 @@ type matcher struct {
 	// never: the match cannot select a gRPC request (an HTTP method other
 	// than POST).
 	never bool
-	// rank and length order matches by specificity (Gateway API's
-	// precedence): exact 3, prefix 2, regular expression 1, none 0; longer
-	// first within a rank.
-	rank, length int
+	// gw is what Gateway API's precedence ranks the match by, for a match
+	// of an HTTPRoute or GRPCRoute rule (see precedence.go).
+	gw gwKey
 }
 
 func (m matcher) matches(path string) bool {
@@ -51,7 +50,7 @@ func caseNote(ignoreCase bool) string {
 func exactMatcher(what, v string, ignoreCase bool) matcher {
 	want := fold(v, ignoreCase)
 	return matcher{desc: fmt.Sprintf("%s exact %s%s", what, strconv.Quote(truncate(v)), caseNote(ignoreCase)),
-		fn: func(p string) bool { return fold(p, ignoreCase) == want }, rank: 3, length: len(v)}
+		fn: func(p string) bool { return fold(p, ignoreCase) == want }}
 }
 
 // prefixMatcher is a plain string prefix (Istio, Envoy).
@@ -59,7 +58,7 @@ func prefixMatcher(what, v string, ignoreCase bool) matcher {
 	want := fold(v, ignoreCase)
 	return matcher{desc: fmt.Sprintf("%s prefix %s%s", what, strconv.Quote(truncate(v)), caseNote(ignoreCase)),
 		fn:       func(p string) bool { return strings.HasPrefix(fold(p, ignoreCase), want) },
-		catchAll: v == "" || v == "/", rank: 2, length: len(v)}
+		catchAll: v == "" || v == "/"}
 }
 
 // segmentPrefixMatcher matches whole path elements: "/a" matches "/a" and
@@ -72,7 +71,7 @@ func segmentPrefixMatcher(what, v string, ignoreCase bool) matcher {
 			p = fold(p, ignoreCase)
 			return p == want || strings.HasPrefix(p, want+"/")
 		},
-		catchAll: want == "", rank: 2, length: len(want)}
+		catchAll: want == ""}
 }
 
 // regexMatcher matches the whole path against an RE2 expression, as Envoy's
@@ -90,21 +89,18 @@ func regexMatcher(what, re string, ignoreCase bool) (matcher, error) {
 		return matcher{}, fmt.Errorf("invalid regular expression %s: %v", strconv.Quote(truncate(re)), err)
 	}
 	return matcher{desc: fmt.Sprintf("%s regex %s%s", what, strconv.Quote(truncate(re)), caseNote(ignoreCase)),
-		fn: c.MatchString, rank: 1, length: len(re)}, nil
+		fn: c.MatchString}, nil
 }
 
 // grpcMethodMatcher is a GRPCRoute method match: exact service and/or
 // method, or regular expressions for either.
 func grpcMethodMatcher(service, method string, regex bool) (matcher, error) {
 	if !regex {
-		m := matcher{desc: fmt.Sprintf("method %s", strconv.Quote(truncate(service+"/"+method))), rank: 3,
-			length: len(service) + len(method)}
+		m := matcher{desc: fmt.Sprintf("method %s", strconv.Quote(truncate(service+"/"+method))),
+			gw: gwKey{grpc: true, svcLen: len(service), methLen: len(method)}}
 		m.fn = func(p string) bool {
 			svc, meth, ok := splitPath(p)
 			return ok && (service == "" || svc == service) && (method == "" || meth == method)
-		}
-		if service == "" || method == "" {
-			m.rank = 2
 		}
 		return m, nil
 	}
@@ -125,8 +121,8 @@ func grpcMethodMatcher(service, method string, regex bool) (matcher, error) {
 		}
 		*x.dst = c
 	}
-	return matcher{desc: fmt.Sprintf("method regex %s", strconv.Quote(truncate(service+"/"+method))), rank: 1,
-		length: len(service) + len(method),
+	return matcher{desc: fmt.Sprintf("method regex %s", strconv.Quote(truncate(service+"/"+method))),
+		gw: gwKey{grpc: true, regex: true},
 		fn: func(p string) bool {
 			svc, meth, ok := splitPath(p)
 			return ok && (sre == nil || sre.MatchString(svc)) && (mre == nil || mre.MatchString(meth))

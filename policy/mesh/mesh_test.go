@@ -246,7 +246,11 @@ func TestGatewayAPI(t *testing.T) {
 		"retry-keyed-without-ledger "+refund+" @gateway-api", "no-budget "+refund+" @gateway-api")
 	wantAttempts(t, rep, get, map[Layer]string{LayerGatewayAPI: "1"}) // the exact rule is more specific
 	wantAttempts(t, rep, put, map[Layer]string{LayerGatewayAPI: "3"})
-	if f := finding(t, rep, FindingRetryNonIdempotent, create); !slices.Equal(f.Conditions, []string{"503", "connection-error"}) {
+	// Istio and Envoy Gateway retry an HTTPRoute retry's codes, connection
+	// errors and the gRPC statuses unavailable and cancelled
+	// (istio pilot/pkg/config/kube/gateway/conversion.go; envoyproxy/gateway
+	// internal/xds/translator/route.go).
+	if f := finding(t, rep, FindingRetryNonIdempotent, create); !slices.Equal(f.Conditions, []string{"503", "connection-error", "unavailable", "cancelled"}) {
 		t.Errorf("conditions %q", f.Conditions)
 	}
 	// Two mesh layers retrying the same method are a second owner even
