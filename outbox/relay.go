@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
@@ -307,23 +306,7 @@ func (r *Relay) leftOver(ctx context.Context) error {
 }
 
 func (r *Relay) backoff(failed int) time.Duration {
-	return Backoff(r.cfg.base, r.cfg.max, failed)
-}
-
-// Backoff returns the relay's wait after n failures in a row under
-// WithBackoff(base, max): base, doubled for each failure after the first
-// up to max, jittered to between half and all of it. opledger relay waits
-// as long between its attempts to reach a broker that is down at start
-// (with the defaults, DefaultBackoffBase and DefaultBackoffMax) as the
-// relay waits after failed batches while a broker is down later.
-func Backoff(base, max time.Duration, n int) time.Duration {
-	d := base
-	for i := 1; i < n && d < max; i++ {
-		d *= 2
-	}
-	d = min(d, max)
-	half := d / 2
-	return half + time.Duration(rand.Float64()*float64(d-half))
+	return wait.Backoff(r.cfg.base, r.cfg.max, failed)
 }
 
 type row struct {

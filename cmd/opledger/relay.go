@@ -28,7 +28,7 @@ const relayUsage = `usage: opledger relay --to nats://host:port [--dsn DSN] [--s
        opledger relay --dead | --retry-dead ID | --discard-dead ID [--dsn DSN] [--table NAME]
 
 Publishes the outbox's committed messages to NATS JetStream, at least once and
-in order per partition key, until interrupted (SIGINT); with --drain it exits
+in order per partition key, until interrupted (SIGINT or SIGTERM); with --drain it exits
 once the outbox is empty (0) or holds only dead messages and those behind them
 (1). Failed batches are retried after a backoff (100 ms doubling to 10 s,
 jittered); -v logs them.
@@ -164,7 +164,8 @@ func relayExit(stdout, stderr io.Writer, err error, drain bool, st outbox.RelayS
 // unreachable, timed out, closed during the handshake) it waits and
 // tries again: one WARN line per failed attempt on log, the same format
 // as the relay's own lines, then the relay's backoff
-// (outbox.Backoff with its defaults: the wait after failed batches while
+// (internal/wait.Backoff with outbox.DefaultBackoffBase and
+// DefaultBackoffMax: the wait after failed batches while
 // a broker is down later). A server that refuses the relay (see
 // brokerRefused) ends the wait with its error, as does ctx.
 func connectBroker(ctx context.Context, to string, servers natsServers, log *slog.Logger) (*nats.Conn, error) {
@@ -173,7 +174,7 @@ func connectBroker(ctx context.Context, to string, servers natsServers, log *slo
 		if err == nil || ctx.Err() != nil || brokerRefused(err) {
 			return nc, err
 		}
-		d := outbox.Backoff(outbox.DefaultBackoffBase, outbox.DefaultBackoffMax, attempt)
+		d := wait.Backoff(outbox.DefaultBackoffBase, outbox.DefaultBackoffMax, attempt)
 		log.LogAttrs(ctx, slog.LevelWarn, "opledger relay: waiting for broker", slog.String("to", servers.display),
 			slog.Int("attempt", attempt), slog.Duration("backoff", d), slog.String("error", err.Error()))
 		if err := wait.Sleep(ctx, d); err != nil {

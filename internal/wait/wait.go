@@ -5,6 +5,7 @@ package wait
 
 import (
 	"context"
+	"math/rand/v2"
 	"time"
 )
 
@@ -23,4 +24,19 @@ func Sleep(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// Backoff returns the wait after n failures in a row: base, doubled for
+// each failure after the first up to max, jittered to between half and
+// all of it. The outbox relay waits so after failed batches, and opledger
+// relay as long between its attempts to reach a broker that is down at
+// start (with outbox.DefaultBackoffBase and DefaultBackoffMax).
+func Backoff(base, max time.Duration, n int) time.Duration {
+	d := base
+	for i := 1; i < n && d < max; i++ {
+		d *= 2
+	}
+	d = min(d, max)
+	half := d / 2
+	return half + time.Duration(rand.Float64()*float64(d-half))
 }

@@ -28,3 +28,18 @@ func TestSleep(t *testing.T) {
 		t.Errorf("Sleep past the deadline: %v", err)
 	}
 }
+
+// TestBackoff: base after the first failure, doubled per failure up to
+// max, and jittered to between half and all of it.
+func TestBackoff(t *testing.T) {
+	for _, c := range []struct {
+		n    int
+		want time.Duration
+	}{{0, 100 * time.Millisecond}, {1, 100 * time.Millisecond}, {2, 200 * time.Millisecond}, {4, 800 * time.Millisecond}, {8, 10 * time.Second}, {1 << 30, 10 * time.Second}} {
+		for range 50 {
+			if d := Backoff(100*time.Millisecond, 10*time.Second, c.n); d < c.want/2 || d > c.want {
+				t.Fatalf("Backoff after %d failures = %v, want in [%v, %v]", c.n, d, c.want/2, c.want)
+			}
+		}
+	}
+}
