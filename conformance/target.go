@@ -222,8 +222,11 @@ func (tg *Target) setup(ctx context.Context, table string) (func(context.Context
 	if up == nil {
 		return tg.setupWithGoose(ctx, table)
 	}
-	for _, stmt := range up {
+	for i, stmt := range up {
 		if _, err := tg.DB.ExecContext(ctx, stmt); err != nil {
+			if i > 0 {
+				tg.undoScratch(ctx, down)
+			}
 			return nil, fmt.Errorf("%w (in %q)", err, firstLine(stmt))
 		}
 	}
@@ -235,6 +238,19 @@ func (tg *Target) setup(ctx context.Context, table string) (func(context.Context
 		}
 		return nil
 	}, nil
+}
+
+// undoScratch removes what a set-up that failed part-way created (MySQL
+// and TiDB commit each DDL statement at once): it runs every Down
+// statement, last migration first, and goes on past the ones that fail
+// because their object was never created. The scratch names belong to
+// the case alone, so nothing else is touched.
+func (tg *Target) undoScratch(ctx context.Context, down []string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownLimit)
+	defer cancel()
+	for _, stmt := range down {
+		_, _ = tg.DB.ExecContext(ctx, stmt)
+	}
 }
 
 // scratchSQL returns the statements of every migration's Up section in

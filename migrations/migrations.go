@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/database"
 
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/internal/memfs"
@@ -176,6 +177,7 @@ type Migrator struct {
 	lock   dialects.SessionLocker // nil: none
 	txLock bool                   // the lock is a transaction (savepoints inside)
 	table  string
+	quote  func(string) string // the dialect's QuoteIdent
 }
 
 // New returns a Migrator for db with d's migrations.
@@ -202,7 +204,7 @@ func New(db *sql.DB, d dialects.Dialect, opts ...Option) (*Migrator, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Migrator{db: db, name: d.Name(), goose: goose.Dialect(sc.Goose), fsys: fsys, table: cfg.table}
+	m := &Migrator{db: db, name: d.Name(), goose: goose.Dialect(sc.Goose), fsys: fsys, table: cfg.table, quote: d.QuoteIdent}
 	if sc.Lock != nil {
 		m.lock = sc.Lock(cfg.table)
 		m.txLock = m.lock != nil && sc.LockIsTransaction
@@ -228,8 +230,8 @@ func (m *Migrator) provider(db *sql.DB) (*goose.Provider, error) {
 
 // locked runs f with a goose provider on one session of m's database that
 // holds the migration lock (when the dialect has one) from before goose
-// touches anything until f returns.
-func (m *Migrator) locked(ctx context.Context, f func(p *goose.Provider) error) (err error) {
+// touches anything until f returns, and with a *sql.DB on that session.
+func (m *Migrator) locked(ctx context.Context, f func(p *goose.Provider, db *sql.DB) error) (err error) {
 	conn, err := m.db.Conn(ctx)
 	if err != nil {
 		return wrap(err)
@@ -250,7 +252,7 @@ func (m *Migrator) locked(ctx context.Context, f func(p *goose.Provider) error) 
 		if err != nil {
 			return err
 		}
-		return wrap(f(p))
+		return wrap(f(p, db))
 	})
 }
 
@@ -275,20 +277,122 @@ type Status struct {
 
 // Up applies every pending migration. With none pending it does nothing
 // and returns no results.
+//
+// A set-up is all or nothing: when Up starts on a database where none of
+// the migrations is applied (no version table, or one at version 0) and a
+// migration fails, Up undoes what it did before returning the error: it
+// rolls back the migrations it applied (their Down sections) and drops the
+// version table if it created it, so that nothing of the ledger is left
+// behind (MySQL and TiDB commit each DDL statement at once, so a failed
+// migration would otherwise leave the tables before it). The error says
+// so, or, if undoing failed too, says that as well. An upgrade (some
+// migrations applied already) that fails keeps what it applied, as goose
+// does: the migrations recorded are the ones in force.
 func (m *Migrator) Up(ctx context.Context) ([]MigrationResult, error) {
 	var rs []*goose.MigrationResult
-	err := m.locked(ctx, func(p *goose.Provider) (err error) {
+	err := m.locked(ctx, func(p *goose.Provider, db *sql.DB) (err error) {
+		fresh, hadVersionTable, err := m.startState(ctx, p, db)
+		if err != nil {
+			return err
+		}
 		rs, err = p.Up(ctx)
+		if err != nil && fresh {
+			rs = nil
+			return m.undoSetUp(ctx, p, db, hadVersionTable, err)
+		}
 		return err
 	})
 	return results(rs), err
+}
+
+// undoLimit bounds the undoing of a failed set-up, which runs even when
+// the caller's context has ended.
+const undoLimit = 2 * time.Minute
+
+// startState reports, on the locked session, whether none of the
+// migrations is applied (fresh) and whether the version table exists,
+// without creating it.
+func (m *Migrator) startState(ctx context.Context, p *goose.Provider, db *sql.DB) (fresh, versionTable bool, err error) {
+	versionTable, err = m.versionTableExists(ctx, db)
+	if err != nil {
+		return false, false, err
+	}
+	if !versionTable {
+		return true, false, nil
+	}
+	v, err := p.GetDBVersion(ctx)
+	if err != nil {
+		return false, true, err
+	}
+	return v == 0, true, nil
+}
+
+// versionTableExists asks goose's store for the dialect whether the
+// version table exists, or, for a dialect whose store cannot tell
+// (SQLite), reads no rows from it.
+func (m *Migrator) versionTableExists(ctx context.Context, db *sql.DB) (bool, error) {
+	if st, err := database.NewStore(database.Dialect(m.goose), VersionTable(m.table)); err == nil {
+		if ex, ok := st.(interface {
+			TableExists(context.Context, database.DBTxConn) (bool, error)
+		}); ok {
+			exists, err := ex.TableExists(ctx, db)
+			if !errors.Is(err, errors.ErrUnsupported) {
+				return exists, err
+			}
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	rows, err := db.QueryContext(ctx, "SELECT 1 FROM "+m.quote(VersionTable(m.table))+" WHERE 1 = 0")
+	if err != nil {
+		return false, nil
+	}
+	return true, rows.Close()
+}
+
+// undoSetUp undoes a set-up that failed with cause: the Down sections of
+// the migrations it applied, and the version table when it was not there
+// before. A migration that failed half-way (MySQL runs its statements one
+// by one) is not recorded, so its Down does not run: its changes went to
+// the tables of the migrations before it, which their Down sections drop.
+func (m *Migrator) undoSetUp(ctx context.Context, p *goose.Provider, db *sql.DB, hadVersionTable bool, cause error) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoLimit)
+	defer cancel()
+	// Undo only what this run applied: should the database hold a
+	// migration this run did not apply (the start state was misread), the
+	// set-up was no set-up, and nothing is rolled back.
+	ran := map[int64]bool{}
+	var pe *goose.PartialError
+	if errors.As(cause, &pe) {
+		for _, r := range pe.Applied {
+			ran[r.Source.Version] = true
+		}
+	}
+	ss, err := p.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("%w; the set-up was not undone (its state could not be read: %w)", cause, err)
+	}
+	for _, st := range ss {
+		if st.State == goose.StateApplied && !ran[st.Source.Version] {
+			return fmt.Errorf("%w (not undone: migration %d was applied before)", cause, st.Source.Version)
+		}
+	}
+	_, err = p.DownTo(ctx, 0)
+	if err == nil && !hadVersionTable {
+		_, err = db.ExecContext(ctx, "DROP TABLE "+m.quote(VersionTable(m.table)))
+	}
+	if err != nil {
+		return fmt.Errorf("%w; undoing the set-up failed too, so tables of %s may be left behind: %w", cause, m.table, err)
+	}
+	return fmt.Errorf("%w (the set-up was undone: the database is as it was before)", cause)
 }
 
 // Down rolls back every applied migration, removing the ledger table.
 // The version table stays, recording version 0.
 func (m *Migrator) Down(ctx context.Context) ([]MigrationResult, error) {
 	var rs []*goose.MigrationResult
-	err := m.locked(ctx, func(p *goose.Provider) (err error) {
+	err := m.locked(ctx, func(p *goose.Provider, _ *sql.DB) (err error) {
 		rs, err = p.DownTo(ctx, 0)
 		return err
 	})
@@ -298,7 +402,7 @@ func (m *Migrator) Down(ctx context.Context) ([]MigrationResult, error) {
 // Status lists every migration and whether it is applied.
 func (m *Migrator) Status(ctx context.Context) ([]Status, error) {
 	var ss []*goose.MigrationStatus
-	if err := m.locked(ctx, func(p *goose.Provider) (err error) {
+	if err := m.locked(ctx, func(p *goose.Provider, _ *sql.DB) (err error) {
 		ss, err = p.Status(ctx)
 		return err
 	}); err != nil {
@@ -318,7 +422,7 @@ func (m *Migrator) Status(ctx context.Context) ([]Status, error) {
 // HasPending reports whether any migration is not yet applied.
 func (m *Migrator) HasPending(ctx context.Context) (bool, error) {
 	var pending bool
-	err := m.locked(ctx, func(p *goose.Provider) (err error) {
+	err := m.locked(ctx, func(p *goose.Provider, _ *sql.DB) (err error) {
 		pending, err = p.HasPending(ctx)
 		return err
 	})

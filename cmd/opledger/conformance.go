@@ -34,18 +34,24 @@ txmiddleware.WithClaimAtCommit; every case but no-poisoning applies.
 
 Prints one line per case (case, verdict, duration, figures) or, with --json, one
 JSON report. Exits 0 when every case passes or skips, 1 when any fails, 2 on a
-usage or set-up error.
+usage or set-up error. With --json an error after the flags were read (a bad
+value, a database that cannot be reached, scratch tables that cannot be
+created) is a JSON report too, with "passed": false and the error in "error",
+as well as the line on stderr.
 `
 
 // conformanceJSON is the --json report.
 type conformanceJSON struct {
-	Target      string            `json:"target"`
-	Dialect     string            `json:"dialect"`
-	Concurrency int               `json:"concurrency"`
-	Keys        int               `json:"keys"`
-	Passed      bool              `json:"passed"`
-	DurationMS  int64             `json:"duration_ms"`
-	Results     []conformanceCase `json:"results"`
+	Target      string `json:"target"`
+	Dialect     string `json:"dialect"`
+	Concurrency int    `json:"concurrency"`
+	Keys        int    `json:"keys"`
+	Passed      bool   `json:"passed"`
+	DurationMS  int64  `json:"duration_ms"`
+	// Error is the usage or set-up error that kept the suite from
+	// running (exit status 2); empty when it ran.
+	Error   string            `json:"error,omitempty"`
+	Results []conformanceCase `json:"results"`
 }
 
 type conformanceCase struct {
@@ -74,14 +80,24 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 	if code, stop := parseFlags(fs, args, stdout); stop {
 		return code
 	}
+	// failed reports an error that keeps the suite from running: one
+	// line on stderr and, with --json, a report with the error on stdout.
+	display, dialect := "", ""
+	failed := func(err error) int {
+		code := fail(stderr, "conformance", err)
+		if *asJSON {
+			writeConformanceJSON(stdout, conformance.Report{Target: display, Dialect: dialect, Concurrency: *concurrency, Keys: *keys}, oneLine(err))
+		}
+		return code
+	}
 	if fs.NArg() > 0 {
-		return fail(stderr, "conformance", unexpectedArg(fs))
+		return failed(unexpectedArg(fs))
 	}
 	if *concurrency < 2 {
-		return fail(stderr, "conformance", fmt.Errorf("--concurrency must be at least 2, not %d", *concurrency))
+		return failed(fmt.Errorf("--concurrency must be at least 2, not %d", *concurrency))
 	}
 	if *keys < 1 {
-		return fail(stderr, "conformance", fmt.Errorf("--keys must be at least 1, not %d", *keys))
+		return failed(fmt.Errorf("--keys must be at least 1, not %d", *keys))
 	}
 	var only []string
 	if *cases != "" {
@@ -92,7 +108,7 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 		for _, c := range strings.Split(*cases, ",") {
 			c = strings.TrimSpace(c)
 			if !known[c] {
-				return fail(stderr, "conformance", fmt.Errorf("unknown case %q", c))
+				return failed(fmt.Errorf("unknown case %q", c))
 			}
 			only = append(only, c)
 		}
@@ -105,14 +121,21 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 	if source == "" {
 		dir, err := os.MkdirTemp("", "opledger-conformance-")
 		if err != nil {
-			return fail(stderr, "conformance", err)
+			return failed(err)
 		}
 		defer os.RemoveAll(dir)
 		source = "sqlite:" + filepath.Join(dir, "conformance.db")
 	}
+	display = maskCredentials(source)
 	db, tgt, err := openDB(ctx, source)
+	if tgt.display != "" {
+		display = tgt.display
+	}
+	if tgt.dialect != nil {
+		dialect = tgt.dialect.Name()
+	}
 	if err != nil {
-		return fail(stderr, "conformance", err)
+		return failed(err)
 	}
 	defer db.Close()
 	db.SetMaxOpenConns(*concurrency + 4)
@@ -140,16 +163,21 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 }
 
 // checkConformance runs the suite on target and reports it: exit 2 with
-// the message on stderr for a set-up error (the probes before the cases,
-// or no case able to set up), else the summary or the JSON report and
+// the message on stderr (and, with asJSON, the report with the message in
+// its "error") for a set-up error (the probes before the cases, or no case
+// able to set up), else the summary or the JSON report and
 // conformanceExit's code.
 func checkConformance(ctx context.Context, target conformance.Target, opts []conformance.Option, asJSON bool, stdout, stderr io.Writer) int {
 	rep := conformance.Check(ctx, target, opts...)
 	if msg, ok := setupFailure(rep); ok {
-		return fail(stderr, "conformance", errors.New(msg))
+		code := fail(stderr, "conformance", errors.New(msg))
+		if asJSON {
+			writeConformanceJSON(stdout, rep, oneLine(errors.New(msg)))
+		}
+		return code
 	}
 	if asJSON {
-		if err := writeConformanceJSON(stdout, rep); err != nil {
+		if err := writeConformanceJSON(stdout, rep, ""); err != nil {
 			return fail(stderr, "conformance", err)
 		}
 	} else {
@@ -223,10 +251,14 @@ func printSummary(w io.Writer, rep conformance.Report) {
 	fmt.Fprintf(w, "\n%s: %d passed, %d failed, %d skipped in %s\n", verdict, pass, failed, skip, roundDuration(rep.Duration))
 }
 
-func writeConformanceJSON(w io.Writer, rep conformance.Report) error {
+// writeConformanceJSON writes rep as the --json report; setupErr, when
+// not empty, is the error that kept the suite from running, and the
+// report does not pass.
+func writeConformanceJSON(w io.Writer, rep conformance.Report, setupErr string) error {
 	out := conformanceJSON{
 		Target: rep.Target, Dialect: rep.Dialect, Concurrency: rep.Concurrency, Keys: rep.Keys,
-		Passed: !rep.Failed(), DurationMS: rep.Duration.Milliseconds(), Results: []conformanceCase{},
+		Passed: !rep.Failed() && setupErr == "", DurationMS: rep.Duration.Milliseconds(), Error: setupErr,
+		Results: []conformanceCase{},
 	}
 	for _, r := range rep.Results {
 		out.Results = append(out.Results, conformanceCase{

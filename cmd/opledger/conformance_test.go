@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/opledger/opledger/conformance"
 	"github.com/opledger/opledger/dialects"
@@ -209,10 +210,108 @@ func TestConformanceOptimisticIsSetUp(t *testing.T) {
 		var out, errb bytes.Buffer
 		code := checkConformance(context.Background(), conformance.StoreTarget("tidb://root@127.0.0.1:4000/test", db, optimisticSQLite{}), nil, asJSON, &out, &errb)
 		errs := errb.String()
-		if code != 2 || out.Len() != 0 || strings.Count(errs, "\n") != 1 ||
+		if code != 2 || strings.Count(errs, "\n") != 1 ||
 			!strings.HasPrefix(errs, "opledger conformance: set-up: the database's transactions are unsuitable for the ledger") ||
 			!strings.Contains(errs, "tidb_txn_mode = 'pessimistic'") {
-			t.Errorf("json %v: exit %d, stdout %q, stderr %q; want 2 and the set-up line", asJSON, code, out.String(), errs)
+			t.Errorf("json %v: exit %d, stderr %q; want 2 and the set-up line", asJSON, code, errs)
+		}
+		if !asJSON {
+			if out.Len() != 0 {
+				t.Errorf("stdout %q, want nothing", out.String())
+			}
+			continue
+		}
+		rep := setUpReport(t, out.String())
+		if !strings.HasPrefix(rep.Error, "set-up: the database's transactions are unsuitable") || rep.Target != "tidb://root@127.0.0.1:4000/test" {
+			t.Errorf("JSON report: %+v", rep)
+		}
+	}
+}
+
+// setUpReport reads the --json report of a run that could not start: one
+// JSON document that does not pass and names its error.
+func setUpReport(t *testing.T, out string) conformanceJSON {
+	t.Helper()
+	dec := json.NewDecoder(strings.NewReader(out))
+	var rep conformanceJSON
+	if err := dec.Decode(&rep); err != nil {
+		t.Fatalf("stdout is not a JSON report: %v\n%s", err, out)
+	}
+	if dec.More() {
+		t.Fatalf("stdout holds more than one JSON document:\n%s", out)
+	}
+	if rep.Passed || rep.Error == "" || rep.Results == nil {
+		t.Fatalf("report of a run that could not start: %+v, want passed false, an error and a results list", rep)
+	}
+	var raw map[string]any
+	if err := json.Unmarshal([]byte(out), &raw); err != nil || raw["error"] == nil || raw["passed"] != false {
+		t.Fatalf("the report's fields: %v %v", raw, err)
+	}
+	return rep
+}
+
+// TestConformanceJSONSetUpError: with --json, an error that keeps the suite
+// from running (the database cannot be reached, a bad value) still prints
+// one JSON report on stdout, with the error and what is known of the
+// target, never the password, and exits 2 with the line on stderr.
+func TestConformanceJSONSetUpError(t *testing.T) {
+	t.Setenv("OPLEDGER_DSN", "")
+	for _, tc := range []struct {
+		args               []string
+		target, dialect, e string
+	}{
+		{[]string{"--json", "--dsn", "postgres://nobody:s3cret@127.0.0.1:1/none?sslmode=disable&connect_timeout=2"},
+			"postgres://nobody:xxxxx@127.0.0.1:1/none", "postgres", "cannot reach"},
+		{[]string{"--json", "--dsn", "mysql://app:s3cret@127.0.0.1:1/orders?timeout=2s"},
+			"mysql://app:xxxxx@127.0.0.1:1/orders", "mysql", "cannot reach"},
+		{[]string{"--json", "--dsn", "nosuchscheme://app:s3cret@x/y"}, "nosuchscheme://app:", "", "nosuchscheme"},
+		{[]string{"--json", "--keys", "0", "--dsn", "postgres://nobody:s3cret@127.0.0.1:1/none"}, "", "", "--keys must be at least 1"},
+	} {
+		code, out, errs := runConformanceCmd(t, tc.args...)
+		if code != 2 || strings.Count(errs, "\n") != 1 || !strings.HasPrefix(errs, "opledger conformance: ") {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and one line", tc.args, code, errs)
+		}
+		if strings.Contains(out+errs, "s3cret") {
+			t.Errorf("%v: the password leaked:\n%s\n%s", tc.args, out, errs)
+		}
+		rep := setUpReport(t, out)
+		if !strings.Contains(rep.Error, tc.e) || !strings.HasPrefix(rep.Target, tc.target) || rep.Dialect != tc.dialect ||
+			rep.Concurrency != conformance.DefaultConcurrency || len(rep.Results) != 0 {
+			t.Errorf("%v: report %+v, want target %q, dialect %q, error naming %q", tc.args, rep, tc.target, tc.dialect, tc.e)
+		}
+	}
+}
+
+// TestConformanceFailedSetUp: when the scratch tables cannot be created
+// (the dialect's last migration fails, as TiDB refused the MySQL
+// dialect's dead-state migration), the run is a set-up error: exit 2, the
+// line on stderr and, with --json, a report naming the error; and no case
+// leaves a table behind (the tables each case created before the failing
+// migration are dropped).
+func TestConformanceFailedSetUp(t *testing.T) {
+	db, err := sql.Open("sqlite3", sqlite.DSN(filepath.Join(t.TempDir(), "fail.db"), 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(8)
+	for _, asJSON := range []bool{false, true} {
+		var out, errb bytes.Buffer
+		tg := conformance.StoreTarget("sqlite:fail.db", db, testdb.FailingSchema(sqlite.New()))
+		opts := []conformance.Option{conformance.WithConcurrency(4), conformance.WithKeys(2), conformance.WithCases("herd", "expiry")}
+		code := checkConformance(context.Background(), tg, opts, asJSON, &out, &errb)
+		if errs := errb.String(); code != 2 || !strings.HasPrefix(errs, "opledger conformance: set-up: create scratch table") ||
+			!strings.Contains(errs, "no_such_column") {
+			t.Fatalf("json %v: exit %d, stderr %q; want 2 and the set-up error", asJSON, code, errs)
+		}
+		if asJSON {
+			rep := setUpReport(t, out.String())
+			if !strings.Contains(rep.Error, "no_such_column") || rep.Dialect != "sqlite" || rep.Target != "sqlite:fail.db" || len(rep.Results) == 0 {
+				t.Errorf("JSON report: %+v", rep)
+			}
+		}
+		if left := testdb.TablesLike(t, db, sqlite.New(), "opl_conf_"); len(left) != 0 {
+			t.Fatalf("json %v: the failed set-ups left %v behind", asJSON, left)
 		}
 	}
 }

@@ -212,19 +212,26 @@ func openWith(t testing.TB, driver, dsn string, maxConns int, c *Counter) *sql.D
 }
 
 // NewTable migrates a fresh, uniquely named ledger table into db and
-// drops it (with its version table) when the test ends.
+// drops it (with its version table) when the test ends. A migration that
+// fails fails the test with nothing of the table left behind.
 func NewTable(t testing.TB, db *sql.DB, d dialects.Dialect) string {
 	t.Helper()
 	var b [5]byte
 	_, _ = rand.Read(b[:])
 	table := "opl_test_" + hex.EncodeToString(b[:])
+	newTable(t, db, d, table)
+	return table
+}
+
+// newTable is NewTable with the table's name given. The drop is arranged
+// before the migrations run: a set-up that fails undoes itself (package
+// migrations), and should that fail too (a connection lost half-way), the
+// drop at the end of the test removes what is left.
+func newTable(t testing.TB, db *sql.DB, d dialects.Dialect, table string) {
+	t.Helper()
 	m, err := migrations.New(db, d, migrations.WithTable(table))
 	if err != nil {
 		t.Fatalf("migrations: %v", err)
-	}
-	ctx := context.Background()
-	if _, err := m.Up(ctx); err != nil {
-		t.Fatalf("migrate up: %v", err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -232,11 +239,13 @@ func NewTable(t testing.TB, db *sql.DB, d dialects.Dialect) string {
 		if _, err := m.Down(ctx); err != nil {
 			t.Errorf("migrate down: %v", err)
 		}
-		if _, err := db.ExecContext(ctx, "DROP TABLE "+d.QuoteIdent(migrations.VersionTable(table))); err != nil {
+		if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+d.QuoteIdent(migrations.VersionTable(table))); err != nil {
 			t.Errorf("drop version table: %v", err)
 		}
 	})
-	return table
+	if _, err := m.Up(context.Background()); err != nil {
+		t.Fatalf("migrate up: %v", err)
+	}
 }
 
 // OpenDSN opens a pool of at most maxConns connections through driver to
