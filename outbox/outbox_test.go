@@ -254,6 +254,7 @@ func TestRelay(t *testing.T) {
 // it is released, the key's messages go out in order.
 func TestRelayHoldsKeyOrder(t *testing.T) {
 	testdb.ForEachParallel(t, 4, func(t *testing.T, te *testdb.Env) {
+		testdb.SkipOnTiDB(t, te.Dialect, "TiDB ignores SKIP LOCKED, so the TiDB variant's batch waits for another relay's instead of passing its rows (dialects/mysql TestOutboxBatchSkipsOrWaits)")
 		e := newEnv(t, te)
 		ctx := context.Background()
 		for i, key := range []string{"a", "b", "a", "c", "a"} {

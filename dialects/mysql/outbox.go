@@ -11,7 +11,18 @@ var _ dialects.Outboxer = Dialect{}
 // UPDATE SKIP LOCKED, MySQL 8 and MariaDB 10.6 or later), so that several
 // relays share one outbox. A duplicate id fails with ER_DUP_ENTRY, which
 // leaves the transaction usable.
+//
+// The TiDB variant's batch locks with a plain FOR UPDATE: TiDB (v8.5)
+// parses SKIP LOCKED and ignores it, so that such a batch returns rows
+// another transaction holds locked, without waiting and without skipping
+// them, and two relays would take the same messages. With FOR UPDATE a
+// second relay waits for the first one's batch: relays sharing an outbox
+// on TiDB take turns.
 func (d Dialect) OutboxQueries(table string) dialects.OutboxQueries {
+	lock := "FOR UPDATE SKIP LOCKED"
+	if d.tidb {
+		lock = "FOR UPDATE"
+	}
 	return outboxsql.Queries(outboxsql.Dialect{Table: d.QuoteIdent(table), Ph: d.Placeholder, Octets: "LENGTH",
-		Lock: "FOR UPDATE SKIP LOCKED"})
+		Lock: lock})
 }
