@@ -163,23 +163,7 @@ func docComments(p *docPackage) []*ast.CommentGroup {
 }
 
 // exportedRecv reports whether a method's receiver type is exported.
-func exportedRecv(recv *ast.FieldList) bool {
-	if len(recv.List) == 0 {
-		return false
-	}
-	typ := recv.List[0].Type
-	if st, ok := typ.(*ast.StarExpr); ok {
-		typ = st.X
-	}
-	switch x := typ.(type) {
-	case *ast.IndexExpr:
-		typ = x.X
-	case *ast.IndexListExpr:
-		typ = x.X
-	}
-	id, ok := typ.(*ast.Ident)
-	return ok && id.IsExported()
-}
+func exportedRecv(recv *ast.FieldList) bool { return ast.IsExported(recvType(recv)) }
 
 // fieldDocs returns the doc comments of a struct's or an interface's
 // exported fields and methods.

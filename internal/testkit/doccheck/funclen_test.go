@@ -89,10 +89,21 @@ func longFuncs(t *testing.T) map[string]int {
 }
 
 func funcName(fd *ast.FuncDecl) string {
-	if fd.Recv == nil || len(fd.Recv.List) == 0 {
-		return fd.Name.Name
+	if fd.Recv != nil {
+		if r := recvType(fd.Recv); r != "" {
+			return r + "." + fd.Name.Name
+		}
 	}
-	typ := fd.Recv.List[0].Type
+	return fd.Name.Name
+}
+
+// recvType is the name of a method's receiver type, without its pointer
+// or type parameters; "" when it has none.
+func recvType(recv *ast.FieldList) string {
+	if len(recv.List) == 0 {
+		return ""
+	}
+	typ := recv.List[0].Type
 	if st, ok := typ.(*ast.StarExpr); ok {
 		typ = st.X
 	}
@@ -103,9 +114,9 @@ func funcName(fd *ast.FuncDecl) string {
 		typ = x.X
 	}
 	if id, ok := typ.(*ast.Ident); ok {
-		return id.Name + "." + fd.Name.Name
+		return id.Name
 	}
-	return fd.Name.Name
+	return ""
 }
 
 // TestNoLongLibraryFunctions: no library function is over 60 lines, so
