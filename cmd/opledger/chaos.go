@@ -16,12 +16,12 @@ import (
 	_ "github.com/lib/pq" // driver "postgres", for the replicas' --driver pq
 
 	"github.com/opledger/opledger/dialects"
-	"github.com/opledger/opledger/internal/harness/chaos"
+	"github.com/opledger/opledger/cmd/opledger/internal/chaos"
 	"github.com/opledger/opledger/policy"
 )
 
 // The chaos command is the command layer of the harness in
-// internal/harness/chaos: its flags, their checks, its output and exit
+// cmd/opledger/internal/chaos: its flags, their checks, its output and exit
 // codes, and the databases, which it opens through this command's DSN
 // helpers (chaosOpener). The harness runs the replicas, the faults, the
 // check and the report.

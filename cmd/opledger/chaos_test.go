@@ -11,9 +11,9 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/opledger/opledger/internal/harness/chaos"
+	"github.com/opledger/opledger/cmd/opledger/internal/chaos"
 	"github.com/opledger/opledger/internal/harness/throwaway"
-	"github.com/opledger/opledger/internal/harness/timeline"
+	"github.com/opledger/opledger/cmd/opledger/internal/timeline"
 	"github.com/opledger/opledger/ledger"
 )
 

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opledger/opledger/internal/harness/chaos"
+	"github.com/opledger/opledger/cmd/opledger/internal/chaos"
 	"github.com/opledger/opledger/internal/harness/throwaway"
 	"github.com/opledger/opledger/internal/wait"
 	"github.com/opledger/opledger/ledger"

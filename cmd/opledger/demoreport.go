@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/examples/payments"
-	"github.com/opledger/opledger/internal/harness/timeline"
+	"github.com/opledger/opledger/cmd/opledger/internal/timeline"
 )
 
 // demoRecorder collects a demo run's events (payments.Scenario.OnEvent)

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/opledger/opledger/examples/payments"
-	"github.com/opledger/opledger/internal/harness/timeline"
+	"github.com/opledger/opledger/cmd/opledger/internal/timeline"
 )
 
 // TestDemoReport: demo --report draws the run; the picture parses and

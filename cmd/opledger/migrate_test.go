@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/dialects/sqlite"
-	"github.com/opledger/opledger/internal/harness/chaos"
+	"github.com/opledger/opledger/cmd/opledger/internal/chaos"
 	"github.com/opledger/opledger/internal/testkit/testdb"
 )
 

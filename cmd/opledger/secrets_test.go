@@ -13,7 +13,7 @@ import (
 
 	gomysql "github.com/go-sql-driver/mysql"
 
-	"github.com/opledger/opledger/internal/harness/chaos"
+	"github.com/opledger/opledger/cmd/opledger/internal/chaos"
 	"github.com/opledger/opledger/internal/testkit/natstest"
 	"github.com/opledger/opledger/internal/testkit/testdb"
 )

@@ -28,13 +28,13 @@ var longFuncAllowed = map[string]bool{}
 // under cmd/ or examples/ (commands and runnable examples), not in
 // internal/testkit (what only tests import) or internal/harness (what the
 // chaos and demo commands and the tests run)), and the chaos harness
-// (internal/harness/chaos), whose run was split into named steps when it
+// (cmd/opledger/internal/chaos), whose run was split into named steps when it
 // left cmd/opledger and is kept so.
 func libraryFile(rel string) bool {
 	if !strings.HasSuffix(rel, ".go") || strings.HasSuffix(rel, "_test.go") {
 		return false
 	}
-	if strings.HasPrefix(rel, "internal/harness/chaos/") {
+	if strings.HasPrefix(rel, "cmd/opledger/internal/chaos/") {
 		return true
 	}
 	for _, skip := range []string{"cmd/", "examples/", "bench/", "internal/testkit/", "internal/harness/"} {

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/internal/harness/faultproxy"
-	"github.com/opledger/opledger/internal/harness/timeline"
+	"github.com/opledger/opledger/cmd/opledger/internal/timeline"
 	"github.com/opledger/opledger/internal/wait"
 )
 

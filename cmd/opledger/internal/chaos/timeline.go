@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/internal/harness/faultproxy"
-	"github.com/opledger/opledger/internal/harness/timeline"
+	"github.com/opledger/opledger/cmd/opledger/internal/timeline"
 )
 
 // faultLog records the faults of a run with their times, for the

@@ -10,7 +10,7 @@ import (
 
 	"github.com/opledger/opledger/examples/payments"
 	"github.com/opledger/opledger/examples/payments/paymentspb"
-	"github.com/opledger/opledger/internal/harness/timeline"
+	"github.com/opledger/opledger/cmd/opledger/internal/timeline"
 	"github.com/opledger/opledger/ledger"
 )
 
