@@ -22,6 +22,7 @@ import (
 	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/harness/otelread"
+	"github.com/opledger/opledger/internal/outcomes"
 	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
@@ -169,7 +170,7 @@ func TestObservedCalls(t *testing.T) {
 			if o == "" || strings.HasPrefix(p.Name, "opledger.ledger.") {
 				continue
 			}
-			if _, ok := keyed.Named(o); !ok && !(o == txmiddleware.OutcomeFailed && strings.HasPrefix(p.Name, "opledger.tx.")) {
+			if _, ok := keyed.Named(o); !ok && !(o == outcomes.Failed && strings.HasPrefix(p.Name, "opledger.tx.")) {
 				t.Errorf("%s carries the outcome %q, no name of keyed.Outcomes()", p.Name, o)
 			}
 		}

@@ -3,7 +3,7 @@ package keyed
 import (
 	"fmt"
 
-	"github.com/opledger/opledger/txmiddleware"
+	"github.com/opledger/opledger/internal/outcomes"
 )
 
 // Outcome is one outcome of a keyed call: what a call of a keyed method
@@ -197,13 +197,13 @@ type Row struct {
 
 // table is the one classification. Every transport renders it, its tests
 // produce every row, and its document prints it (tests check all three).
-// The names of the outcomes a txmiddleware runner reports too are its
-// constants (txmiddleware.OutcomeExecuted, …): one name for one outcome in
-// the runner's metrics, the servers' and the clients'.
+// The names of the outcomes a txmiddleware runner reports too are the
+// kit's internal outcomes constants (outcomes.Executed, …): one name for
+// one outcome in the runner's metrics, the servers' and the clients'.
 var table = [...]Row{
-	{Executed, txmiddleware.OutcomeExecuted, "", SideServer, KindExecuted, CommittedAnswer, Stop, false,
+	{Executed, outcomes.Executed, "", SideServer, KindExecuted, CommittedAnswer, Stop, false,
 		"the handler ran and its answer committed with the claim: its result with its writes, or a final error recorded without them; every retry with the key gets it back"},
-	{Replayed, txmiddleware.OutcomeReplayed, "", SideServer, KindReplayed, CommittedAnswer, Stop, false,
+	{Replayed, outcomes.Replayed, "", SideServer, KindReplayed, CommittedAnswer, Stop, false,
 		"an earlier call with the key completed: its stored answer, marked as a replay; the handler does not run (claim at commit: it ran and was rolled back)"},
 	{NotStored, "not-stored", "", SideServer, KindFailed, CommittedNo, Retry, false,
 		"the handler answered with an error that is not final: passed on as it is, everything rolled back, nothing recorded; a retry runs the handler again"},
@@ -223,21 +223,21 @@ var table = [...]Row{
 		"a resolve names a method that is not keyed: there is nothing to resolve, and the handler does not run"},
 	{KeyedStream, "keyed-method-served-as-stream", "KEYED_METHOD_SERVED_AS_STREAM", SideServer, KindRefused, CommittedNA, Stop, false,
 		"a method the catalog marks keyed is served as a stream, which the kit cannot protect; refused without running"},
-	{KeyReused, txmiddleware.OutcomeKeyReused, "IDEMPOTENCY_KEY_REUSED", SideServer, KindRefused, CommittedAnswer, Stop, false,
+	{KeyReused, outcomes.KeyReused, "IDEMPOTENCY_KEY_REUSED", SideServer, KindRefused, CommittedAnswer, Stop, false,
 		"ledger.ErrKeyReused: the same caller used the key on the same method for another request"},
-	{InProgress, txmiddleware.OutcomeInProgress, "OPERATION_IN_PROGRESS", SideServer, KindRefused, CommittedUnknown, Retry, true,
+	{InProgress, outcomes.InProgress, "OPERATION_IN_PROGRESS", SideServer, KindRefused, CommittedUnknown, Retry, true,
 		"ledger.ErrInProgress: another attempt with the key holds it, or the connection or the write lock this one waited for, past the wait bound"},
-	{Incomplete, txmiddleware.OutcomeIncomplete, "OPERATION_INCOMPLETE", SideServer, KindRefused, CommittedUnknown, Stop, false,
+	{Incomplete, outcomes.Incomplete, "OPERATION_INCOMPLETE", SideServer, KindRefused, CommittedUnknown, Stop, false,
 		"ledger.ErrIncomplete: the key's entry was committed without a result, outside the kit"},
-	{TxAborted, txmiddleware.OutcomeRetryable, "TRANSACTION_ABORTED", SideServer, KindFailed, CommittedNo, Retry, false,
+	{TxAborted, outcomes.TxAborted, "TRANSACTION_ABORTED", SideServer, KindFailed, CommittedNo, Retry, false,
 		"ledger.ErrRetryable: serialization failures or deadlocks outlasted the transaction's attempts; rolled back"},
-	{StorageBusy, txmiddleware.OutcomeBusy, "STORAGE_BUSY", SideServer, KindFailed, CommittedNo, Retry, true,
+	{StorageBusy, outcomes.Busy, "STORAGE_BUSY", SideServer, KindFailed, CommittedNo, Retry, true,
 		"txmiddleware.ErrBusy: the transaction could not begin within the wait bound while no other attempt with the key was in flight (every pooled connection in use; on SQLite, another transaction held the write lock); nothing was written"},
 	{StorageUnavailable, "storage-unavailable", "STORAGE_UNAVAILABLE", SideServer, KindFailed, CommittedNo, Retry, false,
 		"the database failed before COMMIT was sent (a ledger.DBError, a lost connection, the handler's own database error); rolled back"},
-	{CommitUnknown, txmiddleware.OutcomeCommitUnknown, "COMMIT_OUTCOME_UNKNOWN", SideServer, KindFailed, CommittedUnknown, Resolve, false,
+	{CommitUnknown, outcomes.CommitUnknown, "COMMIT_OUTCOME_UNKNOWN", SideServer, KindFailed, CommittedUnknown, Resolve, false,
 		"txmiddleware.ErrCommitUnknown: the connection broke, or the call's context ended, while COMMIT was in flight"},
-	{RequestEnded, txmiddleware.OutcomeCanceled, "", SideServer, KindFailed, CommittedNo, Retry, false,
+	{RequestEnded, outcomes.RequestEnded, "", SideServer, KindFailed, CommittedNo, Retry, false,
 		"the call's context ended (the client went away, a deadline, a server timeout) before COMMIT was sent; rolled back"},
 	{ResponseTooLarge, "response-too-large", "", SideServer, KindFailed, CommittedNo, Stop, false,
 		"the handler wrote more than the transport's response limit; rolled back"},

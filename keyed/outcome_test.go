@@ -6,9 +6,9 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/opledger/opledger/internal/outcomes"
 	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/keyed/keyedproto"
-	"github.com/opledger/opledger/txmiddleware"
 )
 
 // TestClassification: the table is one row per outcome, in the constants'
@@ -86,9 +86,9 @@ func TestRPCRenderingIsTotal(t *testing.T) {
 
 // runnerOutcomes are every opledger.outcome a txmiddleware runner's
 // metrics, span and log events can carry.
-var runnerOutcomes = []string{txmiddleware.OutcomeExecuted, txmiddleware.OutcomeReplayed, txmiddleware.OutcomeKeyReused,
-	txmiddleware.OutcomeInProgress, txmiddleware.OutcomeBusy, txmiddleware.OutcomeIncomplete, txmiddleware.OutcomeCommitUnknown,
-	txmiddleware.OutcomeRetryable, txmiddleware.OutcomeCanceled, txmiddleware.OutcomeFailed}
+var runnerOutcomes = []string{outcomes.Executed, outcomes.Replayed, outcomes.KeyReused,
+	outcomes.InProgress, outcomes.Busy, outcomes.Incomplete, outcomes.CommitUnknown,
+	outcomes.TxAborted, outcomes.RequestEnded, outcomes.Failed}
 
 // TestOneVocabulary: every name a metric of the kit's keyed calls can
 // carry as opledger.outcome is an outcome's name in the classification:
@@ -106,14 +106,11 @@ func TestOneVocabulary(t *testing.T) {
 	for _, n := range runnerOutcomes {
 		r, ok := names[n]
 		switch {
-		case n == txmiddleware.OutcomeFailed && ok:
+		case n == outcomes.Failed && ok:
 			t.Errorf("the runner's own %q is an outcome's name too (%v)", n, r.Outcome)
-		case n != txmiddleware.OutcomeFailed && (!ok || r.Side != keyed.SideServer):
+		case n != outcomes.Failed && (!ok || r.Side != keyed.SideServer):
 			t.Errorf("the runner's outcome %q is no server outcome of the classification", n)
 		}
-	}
-	if _, ok := names[txmiddleware.OutcomeFinalError]; ok {
-		t.Errorf("the deprecated %q is an outcome's name", txmiddleware.OutcomeFinalError)
 	}
 	kinds := map[keyed.Kind]bool{keyed.KindExecuted: true, keyed.KindReplayed: true, keyed.KindRefused: true, keyed.KindFailed: true, keyed.KindNotFound: true}
 	for _, r := range keyed.Outcomes() {

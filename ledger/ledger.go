@@ -7,10 +7,13 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/opledger/opledger/dialects"
-	"github.com/opledger/opledger/internal/options"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/dialectkit"
+	"github.com/opledger/opledger/internal/options"
+	"github.com/opledger/opledger/internal/outcomes"
 )
 
 // Ledger is the port the rest of the kit depends on. The SQL
@@ -73,7 +76,7 @@ type ClaimRequest struct {
 	// true honours it (see [LockWaitBounder]); [Store.Claim] refuses a
 	// positive LockWait with ErrInvalid when its dialect cannot bound a
 	// claim this way. How far the bound reaches is the dialect's (see
-	// dialects.StatementBounder; [Store.Record] honours it too): on
+	// dialectkit.StatementBounder; [Store.Record] honours it too): on
 	// PostgreSQL it is
 	// lock_timeout for the rest of the transaction. Zero leaves the
 	// database's own bound.
@@ -139,16 +142,15 @@ const (
 )
 
 // String returns "acquired", "replayed" or "recorded": the names the
-// ledger's metrics give these outcomes (OutcomeAcquired, OutcomeReplayed,
-// OutcomeRecorded).
+// ledger's metrics give these outcomes (the opledger.outcome attribute).
 func (o Outcome) String() string {
 	switch o {
 	case Acquired:
-		return OutcomeAcquired
+		return outcomes.Acquired
 	case Replay:
-		return OutcomeReplayed
+		return outcomes.Replayed
 	case Recorded:
-		return OutcomeRecorded
+		return outcomes.Recorded
 	}
 	return fmt.Sprintf("Outcome(%d)", int(o))
 }
@@ -256,7 +258,7 @@ type Entry struct {
 
 // Defaults for Store options.
 const (
-	DefaultTable         = dialects.DefaultTable
+	DefaultTable         = dialectkit.DefaultTable
 	DefaultRetention     = 24 * time.Hour
 	DefaultMaxResultSize = 1 << 20
 )
@@ -281,7 +283,7 @@ type config struct {
 // migrations created.
 func WithTable(name string) Option {
 	return Option{options.New("WithTable", func(c *config) error {
-		if err := dialects.CheckTableName(name); err != nil {
+		if err := dialectkit.CheckTableName(name); err != nil {
 			return err
 		}
 		c.table = name
@@ -343,7 +345,7 @@ func WithOneStatementClaim() Option {
 // handle it is given. A Store is safe for concurrent use.
 type Store struct {
 	core    *TxStore[*sql.Tx]
-	checker dialects.TxChecker // the dialect's, when it has one
+	checker dialectkit.TxChecker // the dialect's, when it has one
 }
 
 // New returns a Store for dialect d. Bad options are an *InputError
@@ -354,7 +356,7 @@ func New(d dialects.Dialect, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{core: core}
-	if s.checker, _ = d.(dialects.TxChecker); s.checker != nil {
+	if s.checker, _ = d.(dialectkit.TxChecker); s.checker != nil {
 		core.check = s.check
 	}
 	return s, nil
@@ -365,8 +367,8 @@ func (s *Store) Dialect() dialects.Dialect { return s.core.d }
 
 // BoundsLockWait reports whether Claim and Record honour
 // ClaimRequest.LockWait: whether the store's dialect implements
-// dialects.StatementBounder and can bound a claim inside its statements
-// and, when it implements dialects.RecordQuerier, a Record too
+// dialectkit.StatementBounder and can bound a claim inside its statements
+// and, when it implements dialectkit.RecordQuerier, a Record too
 // (PostgreSQL). Claim honours it with the claim's bound alone.
 func (s *Store) BoundsLockWait() bool { return s.core.BoundsLockWait() }
 
@@ -377,7 +379,7 @@ func (s *Store) MaxResultSize() int { return s.core.maxResult }
 // Table returns the store's table name.
 func (s *Store) Table() string { return s.core.table }
 
-// check runs the dialect's dialects.TxChecker on tx, when it has one.
+// check runs the dialect's dialectkit.TxChecker on tx, when it has one.
 func (s *Store) check(ctx context.Context, op string, tx *sql.Tx) error {
 	if s.checker == nil {
 		return nil

@@ -12,23 +12,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/dialectkit"
 	"github.com/opledger/opledger/internal/options"
+	"github.com/opledger/opledger/internal/outcomes"
 	"github.com/opledger/opledger/internal/telemetry"
-)
-
-// Claim outcomes, the opledger.outcome attribute of the
-// opledger.ledger.claims counter and the opledger.ledger.claim.duration
-// histogram, and of the opledger.claim span.
-const (
-	OutcomeAcquired   = "acquired"           // the claim acquired a new entry
-	OutcomeTakenOver  = "taken-over-expired" // the claim took over an entry past its retention
-	OutcomeReplayed   = "replayed"           // the entry was completed: its result is replayed
-	OutcomeRecorded   = "recorded"           // Record inserted the completed entry
-	OutcomeKeyReused  = "key-reused"         // ErrKeyReused
-	OutcomeInProgress = "in-progress"        // ErrInProgress
-	OutcomeIncomplete = "incomplete"         // ErrIncomplete
-	OutcomeRetryable  = "retryable"          // an error matching ErrRetryable
-	OutcomeFailed     = "failed"             // any other error (error.type says which)
 )
 
 // WithMeterProvider sets where the Store's metrics go (default: the
@@ -36,8 +23,9 @@ const (
 // records:
 //
 //   - opledger.ledger.claims, a counter of claims by opledger.outcome
-//     (acquired, taken-over-expired, replayed, key-reused, in-progress,
-//     incomplete, retryable, failed);
+//     (acquired, taken-over-expired, replayed, recorded,
+//     idempotency-key-reused, operation-in-progress, operation-incomplete,
+//     retryable, failed: the kit's one set of outcome names);
 //   - opledger.ledger.claim.duration and
 //     opledger.ledger.complete.duration, histograms in seconds, with the
 //     outcome ("ok" or "failed" for Complete).
@@ -95,7 +83,7 @@ func newObserver(d dialects.Dialect, table string, mp metric.MeterProvider, tp t
 			metric.WithUnit("s"), metric.WithDescription("Duration of the completion of an acquired claim."),
 			metric.WithExplicitBucketBoundaries(telemetry.DurationBounds...))),
 		base: []attribute.KeyValue{
-			telemetry.DBSystemName.String(dialects.SystemNameOf(d)),
+			telemetry.DBSystemName.String(dialectkit.SystemNameOf(d)),
 			telemetry.DBCollectionName.String(table),
 		},
 	}
@@ -120,11 +108,11 @@ func (o *observer) begin(ctx context.Context, name string, id Identity) (context
 // attrs returns the attributes of a finished operation.
 func (o *observer) attrs(method, outcome string, err error) []attribute.KeyValue {
 	a := append(append(make([]attribute.KeyValue, 0, 6), o.base...), telemetry.Method.String(method), telemetry.Outcome.String(outcome))
-	if outcome == OutcomeFailed || outcome == OutcomeRetryable || outcome == OutcomeInProgress {
+	if outcome == outcomes.Failed || outcome == outcomes.Retryable || outcome == outcomes.InProgress {
 		if t := errorType(err); t != "" {
 			a = append(a, telemetry.ErrorType.String(t))
 		}
-		if code := dialects.StatusCodeOf(o.d, err); code != "" {
+		if code := dialectkit.StatusCodeOf(o.d, err); code != "" {
 			a = append(a, telemetry.DBStatusCode.String(code))
 		}
 	}
@@ -158,15 +146,15 @@ func (o *observer) finish(ctx context.Context, p op, h metric.Float64Histogram, 
 
 // claimed records a finished Claim.
 func (o *observer) claimed(ctx context.Context, p op, id Identity, c *Claim, err error) {
-	outcome := ClaimOutcome(c, err)
-	o.finish(ctx, p, o.claimDur, o.claims, id.Method(), outcome, err, outcome == OutcomeFailed || outcome == OutcomeRetryable)
+	outcome := claimOutcome(c, err)
+	o.finish(ctx, p, o.claimDur, o.claims, id.Method(), outcome, err, outcome == outcomes.Failed || outcome == outcomes.Retryable)
 }
 
 // completed records a finished Complete.
 func (o *observer) completed(ctx context.Context, p op, c *Claim, err error) {
 	outcome := "ok"
 	if err != nil {
-		outcome = OutcomeFailed
+		outcome = outcomes.Failed
 	}
 	var method string
 	if c != nil {
@@ -175,28 +163,28 @@ func (o *observer) completed(ctx context.Context, p op, c *Claim, err error) {
 	o.finish(ctx, p, o.completeDur, nil, method, outcome, err, err != nil)
 }
 
-// ClaimOutcome names what a Claim returned, as the opledger.outcome of
-// the ledger's metrics: one of the Outcome constants.
-func ClaimOutcome(c *Claim, err error) string {
+// claimOutcome names what a Claim returned, as the opledger.outcome of
+// the ledger's metrics (package outcomes).
+func claimOutcome(c *Claim, err error) string {
 	switch {
 	case err == nil && c.Acquired() && c.tookOver:
-		return OutcomeTakenOver
+		return outcomes.TakenOver
 	case err == nil && c.Acquired():
-		return OutcomeAcquired
+		return outcomes.Acquired
 	case err == nil && c.Recorded():
-		return OutcomeRecorded
+		return outcomes.Recorded
 	case err == nil && c != nil:
-		return OutcomeReplayed
+		return outcomes.Replayed
 	case errors.Is(err, ErrKeyReused):
-		return OutcomeKeyReused
+		return outcomes.KeyReused
 	case errors.Is(err, ErrInProgress):
-		return OutcomeInProgress
+		return outcomes.InProgress
 	case errors.Is(err, ErrIncomplete):
-		return OutcomeIncomplete
+		return outcomes.Incomplete
 	case errors.Is(err, ErrRetryable):
-		return OutcomeRetryable
+		return outcomes.Retryable
 	}
-	return OutcomeFailed
+	return outcomes.Failed
 }
 
 // errorType is the error.type of a ledger failure: bad input, the

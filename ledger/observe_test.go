@@ -13,7 +13,9 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/dialectkit"
 	"github.com/opledger/opledger/internal/harness/otelread"
+	"github.com/opledger/opledger/internal/outcomes"
 	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/ledger"
 )
@@ -92,7 +94,7 @@ func TestMetricsOfARealRun(t *testing.T) {
 		}
 		close(start)
 		wg.Wait()
-		if returned[ledger.OutcomeAcquired] != 1 || returned[ledger.OutcomeReplayed] < 1 {
+		if returned[outcomes.Acquired] != 1 || returned[outcomes.Replayed] < 1 {
 			t.Fatalf("herd returned %v: want one acquisition and replays", returned)
 		}
 
@@ -100,17 +102,17 @@ func TestMetricsOfARealRun(t *testing.T) {
 		if c, err := claimOnce(t, e, l, id, fp("herd"), ""); err != nil || c.Outcome != ledger.Replay {
 			t.Fatalf("replay: %v %v", c, err)
 		}
-		returned[ledger.OutcomeReplayed]++
+		returned[outcomes.Replayed]++
 		if _, err := claimOnce(t, e, l, id, fp("another request"), ""); !errors.Is(err, ledger.ErrKeyReused) {
 			t.Fatalf("key reuse: %v", err)
 		}
-		returned[ledger.OutcomeKeyReused]++
+		returned[outcomes.KeyReused]++
 		now.Store(t0.Add(2 * time.Hour).UnixMicro())
 		c, err := claimOnce(t, e, l, id, fp("after expiry"), "new")
 		if err != nil || !c.Acquired() || !c.TookOver() {
 			t.Fatalf("take-over: %+v %v", c, err)
 		}
-		returned[ledger.OutcomeTakenOver]++
+		returned[outcomes.TakenOver]++
 
 		// A claim that fails in the database: its table is gone.
 		broken, err := ledger.New(e.Dialect, ledger.WithTable("opl_no_such_table"), ledger.WithMeterProvider(m.Provider))
@@ -145,14 +147,14 @@ func TestMetricsOfARealRun(t *testing.T) {
 		if got := otelread.Sum(points, completeMetric, outcome("ok")); got != 2 {
 			t.Errorf("%s ok = %v, want 2", completeMetric, got)
 		}
-		failed := otelread.Select(points, claimsMetric, outcome(ledger.OutcomeFailed), attribute.String("db.collection.name", "opl_no_such_table"))
+		failed := otelread.Select(points, claimsMetric, outcome(outcomes.Failed), attribute.String("db.collection.name", "opl_no_such_table"))
 		if len(failed) != 1 || failed[0].Value != 1 || failed[0].Attr("db.response.status_code") == "" || failed[0].Attr("error.type") == "" {
 			t.Errorf("failed claim: %v, want one with db.response.status_code and error.type", failed)
 		}
 		t.Logf("failed claim: %v", failed)
 		for _, p := range points {
-			if p.Attr("db.system.name") != dialects.SystemNameOf(e.Dialect) || p.Attr("opledger.method") != method {
-				t.Errorf("point %v: want db.system.name %s and opledger.method %s", p, dialects.SystemNameOf(e.Dialect), method)
+			if p.Attr("db.system.name") != dialectkit.SystemNameOf(e.Dialect) || p.Attr("opledger.method") != method {
+				t.Errorf("point %v: want db.system.name %s and opledger.method %s", p, dialectkit.SystemNameOf(e.Dialect), method)
 			}
 			if enc := p.Attrs.Encoded(attribute.DefaultEncoder()); strings.Contains(enc, key) || strings.Contains(enc, "tenant-secret-name") {
 				t.Errorf("point %v carries the key or the caller", p)
@@ -203,7 +205,7 @@ func TestMetricsOfARealRun(t *testing.T) {
 		if got := otelread.SpanAttr(spans, "opledger.claim", "opledger.key_hash"); got != fmt.Sprintf("%x", keyHash[:6]) {
 			t.Errorf("claim span key hash %q, want the short SHA-256 of the key", got)
 		}
-		if got := otelread.SpanAttr(spans, "opledger.claim", "opledger.outcome"); got != ledger.OutcomeAcquired {
+		if got := otelread.SpanAttr(spans, "opledger.claim", "opledger.outcome"); got != outcomes.Acquired {
 			t.Errorf("claim span outcome %q", got)
 		}
 	})
@@ -211,8 +213,8 @@ func TestMetricsOfARealRun(t *testing.T) {
 
 // TestOutcomeNames: a claim's Outcome is named as the metrics name it.
 func TestOutcomeNames(t *testing.T) {
-	for o, want := range map[ledger.Outcome]string{ledger.Acquired: ledger.OutcomeAcquired, ledger.Replay: ledger.OutcomeReplayed,
-		ledger.Recorded: ledger.OutcomeRecorded} {
+	for o, want := range map[ledger.Outcome]string{ledger.Acquired: outcomes.Acquired, ledger.Replay: outcomes.Replayed,
+		ledger.Recorded: outcomes.Recorded} {
 		if o.String() != want {
 			t.Errorf("%d: %q, want %q", int(o), o.String(), want)
 		}

@@ -14,60 +14,28 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/dialectkit"
+	"github.com/opledger/opledger/internal/outcomes"
 	"github.com/opledger/opledger/internal/telemetry"
 	"github.com/opledger/opledger/ledger"
 )
-
-// Run outcomes, the opledger.outcome attribute of the runner's metrics,
-// span and log events. Each but OutcomeFailed is the name of the keyed
-// call outcome it is in package keyed's classification (keyed.Outcomes
-// names its rows with these constants): one vocabulary for the runner,
-// the transports' servers and clients.
-const (
-	OutcomeExecuted      = "executed"               // the work ran and its result, or its final error (error.type ErrorTypeFinal), committed
-	OutcomeReplayed      = "replayed"               // an earlier call's result was replayed
-	OutcomeKeyReused     = "idempotency-key-reused" // ledger.ErrKeyReused
-	OutcomeInProgress    = "operation-in-progress"  // ledger.ErrInProgress
-	OutcomeBusy          = "storage-busy"           // ErrBusy
-	OutcomeIncomplete    = "operation-incomplete"   // ledger.ErrIncomplete
-	OutcomeCommitUnknown = "commit-outcome-unknown" // ErrCommitUnknown
-	OutcomeRetryable     = "transaction-aborted"    // transient failures outlasted the attempts
-	OutcomeCanceled      = "request-ended"          // the context ended before COMMIT was sent
-	// OutcomeFailed is the runner's own: any other error (error.type says
-	// which). The runner cannot tell the work's error that is not final
-	// from the database's or the ledger's; a transport's server, which
-	// can, names them (keyed's not-stored, storage-unavailable,
-	// result-not-storable, ledger-misuse).
-	OutcomeFailed = "failed"
-)
-
-// ErrorTypeFinal is the error.type of a run whose work's final error was
-// recorded: OutcomeExecuted, its answer the error.
-const ErrorTypeFinal = "final_error"
-
-// OutcomeFinalError was the outcome of a run whose work's final error was
-// recorded.
-//
-// Deprecated: the runner reports such a run as OutcomeExecuted, with the
-// final error's error.type, as package keyed classifies it (executed:
-// its answer committed). The constant goes in the next minor release.
-const OutcomeFinalError = "final-error"
 
 // WithMeterProvider sets where the runner's metrics go (default: the
 // global meter provider, a no-op until an SDK is installed):
 //
 //   - opledger.tx.duration, a histogram of the whole of Run in seconds
 //     (every attempt and the waits between them), by opledger.outcome
-//     (the Outcome constants: executed, replayed, idempotency-key-reused,
-//     operation-in-progress, storage-busy, operation-incomplete,
-//     commit-outcome-unknown, transaction-aborted, request-ended, failed);
+//     (executed, replayed, idempotency-key-reused, operation-in-progress,
+//     storage-busy, operation-incomplete, commit-outcome-unknown,
+//     transaction-aborted, request-ended, failed: the kit's one set of
+//     outcome names, which package keyed's table lists);
 //   - opledger.tx.attempts, a histogram of the attempts per Run;
 //   - opledger.tx.commit_unknown, a counter of commits whose outcome is
 //     unknown.
 //
 // Every measurement carries db.system.name and opledger.method; a
 // failure also carries error.type, and a run that recorded a final error
-// error.type ErrorTypeFinal. The claims themselves are counted by
+// (outcome executed) error.type final_error. The claims themselves are counted by
 // the ledger (see ledger.WithMeterProvider).
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return option("WithMeterProvider", func(c *config) error {
@@ -136,7 +104,7 @@ func newObserver(d dialects.Dialect, c *config) *observer {
 	m := mp.Meter(telemetry.ScopePrefix + "txmiddleware")
 	return &observer{
 		d:      d,
-		system: telemetry.DBSystemName.String(dialects.SystemNameOf(d)),
+		system: telemetry.DBSystemName.String(dialectkit.SystemNameOf(d)),
 		tracer: telemetry.TracerProvider(c.tp).Tracer(telemetry.ScopePrefix + "txmiddleware"),
 		log:    telemetry.Logger(logger),
 		duration: telemetry.Inst(m.Float64Histogram("opledger.tx.duration", metric.WithUnit("s"),
@@ -171,25 +139,25 @@ func (o *observer) begin(ctx context.Context, req ledger.ClaimRequest) (context.
 func (o *observer) outcome(out RunResult, err error) string {
 	switch {
 	case out.Executed:
-		return OutcomeExecuted // a result, or a recorded final error
+		return outcomes.Executed // a result, or a recorded final error
 	case out.Replayed:
-		return OutcomeReplayed
+		return outcomes.Replayed
 	case errors.Is(err, ledger.ErrKeyReused):
-		return OutcomeKeyReused
+		return outcomes.KeyReused
 	case errors.Is(err, ledger.ErrInProgress):
-		return OutcomeInProgress
+		return outcomes.InProgress
 	case errors.Is(err, ErrBusy):
-		return OutcomeBusy
+		return outcomes.Busy
 	case errors.Is(err, ledger.ErrIncomplete):
-		return OutcomeIncomplete
+		return outcomes.Incomplete
 	case errors.Is(err, ErrCommitUnknown):
-		return OutcomeCommitUnknown
+		return outcomes.CommitUnknown
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-		return OutcomeCanceled
+		return outcomes.RequestEnded
 	case errors.Is(err, ledger.ErrRetryable):
-		return OutcomeRetryable
+		return outcomes.TxAborted
 	}
-	return OutcomeFailed
+	return outcomes.Failed
 }
 
 func (o *observer) errorType(err error) string {
@@ -204,15 +172,15 @@ func (o *observer) errorType(err error) string {
 func (o *observer) ran(ctx context.Context, p runOp, req ledger.ClaimRequest, out RunResult, err error) {
 	outcome := o.outcome(out, err)
 	method := req.Identity.Method()
-	failed := outcome == OutcomeCommitUnknown || outcome == OutcomeRetryable || outcome == OutcomeFailed
+	failed := outcome == outcomes.CommitUnknown || outcome == outcomes.TxAborted || outcome == outcomes.Failed
 	metrics := o.duration.Enabled(ctx) || o.attempts.Enabled(ctx) || o.commitUnknown.Enabled(ctx)
 	if metrics || p.span.IsRecording() {
 		a := []attribute.KeyValue{o.system, telemetry.Method.String(method), telemetry.Outcome.String(outcome)}
 		switch {
 		case failed:
 			a = append(a, telemetry.ErrorType.String(o.errorType(err)))
-		case outcome == OutcomeExecuted && err != nil:
-			a = append(a, telemetry.ErrorType.String(ErrorTypeFinal))
+		case outcome == outcomes.Executed && err != nil:
+			a = append(a, telemetry.ErrorType.String(outcomes.ErrorTypeFinal))
 		}
 		if metrics {
 			set := metric.WithAttributeSet(attribute.NewSet(a...))
@@ -220,7 +188,7 @@ func (o *observer) ran(ctx context.Context, p runOp, req ledger.ClaimRequest, ou
 			if out.Attempts > 0 {
 				o.attempts.Record(ctx, int64(out.Attempts), set)
 			}
-			if outcome == OutcomeCommitUnknown {
+			if outcome == outcomes.CommitUnknown {
 				o.commitUnknown.Add(ctx, 1, metric.WithAttributes(o.system, telemetry.Method.String(method)))
 			}
 		}
@@ -236,11 +204,11 @@ func (o *observer) ran(ctx context.Context, p runOp, req ledger.ClaimRequest, ou
 	var level slog.Level
 	msg := "opledger: claim refused"
 	switch outcome {
-	case OutcomeKeyReused, OutcomeIncomplete:
+	case outcomes.KeyReused, outcomes.Incomplete:
 		level = slog.LevelWarn
-	case OutcomeInProgress, OutcomeBusy:
+	case outcomes.InProgress, outcomes.Busy:
 		level = slog.LevelInfo
-	case OutcomeCommitUnknown:
+	case outcomes.CommitUnknown:
 		level, msg = slog.LevelError, "opledger: commit outcome unknown"
 	default:
 		return
@@ -255,6 +223,6 @@ func (o *observer) ran(ctx context.Context, p runOp, req ledger.ClaimRequest, ou
 func (o *observer) claimed(ctx context.Context, req ledger.ClaimRequest, c *ledger.Claim) {
 	if c.TookOver() && o.log.Enabled(ctx, slog.LevelInfo) {
 		o.log.LogAttrs(ctx, slog.LevelInfo, "opledger: expired entry taken over", slog.String("method", req.Identity.Method()),
-			slog.String("outcome", ledger.OutcomeTakenOver), slog.String("key_hash", telemetry.ShortHash(req.Identity.KeyHash())))
+			slog.String("outcome", outcomes.TakenOver), slog.String("key_hash", telemetry.ShortHash(req.Identity.KeyHash())))
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/opledger/opledger/internal/harness/otelread"
+	"github.com/opledger/opledger/internal/outcomes"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/txmiddleware"
 )
@@ -71,9 +72,9 @@ func TestObservedRun(t *testing.T) {
 				attempts += out.Attempts
 				switch {
 				case err == nil && out.Executed:
-					returned[txmiddleware.OutcomeExecuted]++
+					returned[outcomes.Executed]++
 				case err == nil && out.Replayed:
-					returned[txmiddleware.OutcomeReplayed]++
+					returned[outcomes.Replayed]++
 				default:
 					t.Errorf("herd run: %+v %v", out, err)
 				}
@@ -82,7 +83,7 @@ func TestObservedRun(t *testing.T) {
 		close(start)
 		wg.Wait()
 		parent.End()
-		if returned[txmiddleware.OutcomeExecuted] != 1 || runs.Load() != 1 {
+		if returned[outcomes.Executed] != 1 || runs.Load() != 1 {
 			t.Fatalf("herd: %v, %d runs of the work", returned, runs.Load())
 		}
 
@@ -90,23 +91,23 @@ func TestObservedRun(t *testing.T) {
 		if out, err := r.Run(ctx, req(t, keys[0]), e.bizWork(keys[0], 99, &runs)); err != nil || !out.Replayed {
 			t.Fatalf("replay: %+v %v", out, err)
 		}
-		returned[txmiddleware.OutcomeReplayed]++
+		returned[outcomes.Replayed]++
 		reused := ledger.ClaimRequest{Identity: mustID(t, keys[0]), Fingerprint: ledger.FingerprintOf([]byte("another request"))}
 		if _, err := r.Run(ctx, reused, e.bizWork(keys[0], 98, &runs)); !errors.Is(err, ledger.ErrKeyReused) {
 			t.Fatalf("key reuse: %v", err)
 		}
-		returned[txmiddleware.OutcomeKeyReused]++
+		returned[outcomes.KeyReused]++
 		if out, err := r.Run(ctx, req(t, keys[1]), func(context.Context, *sql.Tx) (ledger.Result, error) {
 			return ledger.Result{}, &finalErr{code: codeFailedPrecondition, msg: "insufficient funds"}
 		}); err == nil || !out.Executed {
 			t.Fatalf("final error: %+v %v", out, err)
 		}
-		returned[txmiddleware.OutcomeExecuted]++ // a recorded final error is executed, with error.type final_error
+		returned[outcomes.Executed]++ // a recorded final error is executed, with error.type final_error
 		now.Store(t0.Add(2 * time.Hour).UnixMicro())
 		if out, err := r.Run(ctx, req(t, keys[0]), e.bizWork(keys[0], 97, &runs)); err != nil || !out.Executed {
 			t.Fatalf("take-over: %+v %v", out, err)
 		}
-		returned[txmiddleware.OutcomeExecuted]++
+		returned[outcomes.Executed]++
 
 		points, err := m.Collect(ctx)
 		if err != nil {
@@ -122,14 +123,14 @@ func TestObservedRun(t *testing.T) {
 		if got := otelread.Sum(points, "opledger.tx.attempts"); got != float64(total) {
 			t.Errorf("opledger.tx.attempts has %v measurements, want %d", got, total)
 		}
-		if got := otelread.HistSum(points, "opledger.tx.attempts", outcomeIs(txmiddleware.OutcomeExecuted), attribute.String("opledger.method", method)); got < 2 {
+		if got := otelread.HistSum(points, "opledger.tx.attempts", outcomeIs(outcomes.Executed), attribute.String("opledger.method", method)); got < 2 {
 			t.Errorf("attempts of the executed runs sum to %v", got)
 		}
-		if got := otelread.Sum(points, "opledger.tx.duration", outcomeIs(txmiddleware.OutcomeExecuted),
-			attribute.String("error.type", txmiddleware.ErrorTypeFinal)); got != 1 {
+		if got := otelread.Sum(points, "opledger.tx.duration", outcomeIs(outcomes.Executed),
+			attribute.String("error.type", outcomes.ErrorTypeFinal)); got != 1 {
 			t.Errorf("executed runs that recorded a final error: %v, want 1", got)
 		}
-		if got := otelread.Sum(points, "opledger.ledger.claims", outcomeIs(ledger.OutcomeTakenOver)); got != 1 {
+		if got := otelread.Sum(points, "opledger.ledger.claims", outcomeIs(outcomes.TakenOver)); got != 1 {
 			t.Errorf("ledger take-overs %v, want 1", got)
 		}
 		if got := otelread.Sum(points, "opledger.tx.commit_unknown"); got != 0 {
@@ -139,8 +140,8 @@ func TestObservedRun(t *testing.T) {
 		// Logs: the key reuse and the take-over, each once, with the key's
 		// short hash.
 		for _, ev := range []struct{ msg, outcome string }{
-			{"opledger: claim refused", txmiddleware.OutcomeKeyReused},
-			{"opledger: expired entry taken over", ledger.OutcomeTakenOver},
+			{"opledger: claim refused", outcomes.KeyReused},
+			{"opledger: expired entry taken over", outcomes.TakenOver},
 		} {
 			want := map[string]string{"msg": ev.msg, "outcome": ev.outcome, "method": method, "key_hash": shortKeyHash(keys[0])}
 			if n := logs.Count(want); n != 1 {
@@ -213,11 +214,11 @@ func TestObservedCommitUnknown(t *testing.T) {
 		if got := otelread.Sum(points, "opledger.tx.commit_unknown", attribute.String("opledger.method", method)); got != 1 {
 			t.Errorf("opledger.tx.commit_unknown = %v, want 1", got)
 		}
-		p := otelread.Select(points, "opledger.tx.duration", outcomeIs(txmiddleware.OutcomeCommitUnknown))
+		p := otelread.Select(points, "opledger.tx.duration", outcomeIs(outcomes.CommitUnknown))
 		if len(p) != 1 || p[0].Attr("error.type") != "connection_failure" {
 			t.Errorf("duration points %v, want one commit-unknown with error.type connection_failure", p)
 		}
-		want := map[string]string{"msg": "opledger: commit outcome unknown", "level": "ERROR", "outcome": txmiddleware.OutcomeCommitUnknown,
+		want := map[string]string{"msg": "opledger: commit outcome unknown", "level": "ERROR", "outcome": outcomes.CommitUnknown,
 			"method": method, "key_hash": shortKeyHash(key)}
 		if n := logs.Count(want); n != 1 {
 			t.Errorf("%d events %v, want 1:\n%s", n, want, logs.Text())

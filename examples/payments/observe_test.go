@@ -10,9 +10,9 @@ import (
 
 	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/harness/otelread"
+	"github.com/opledger/opledger/internal/outcomes"
 	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/ledger"
-	"github.com/opledger/opledger/txmiddleware"
 )
 
 // TestFullRunLogsNoKey runs the demo's scenario (300 transfers with
@@ -84,7 +84,7 @@ func TestFullRunLogsNoKey(t *testing.T) {
 			if got := otelread.Sum(points, "opledger.server.calls", attribute.String("opledger.outcome", "executed")); int64(got) != rep.Executed {
 				t.Errorf("opledger.server.calls executed %v, report %d", got, rep.Executed)
 			}
-			if got := otelread.Sum(points, "opledger.tx.duration", attribute.String("opledger.outcome", txmiddleware.OutcomeExecuted)); int64(got) != rep.Executed {
+			if got := otelread.Sum(points, "opledger.tx.duration", attribute.String("opledger.outcome", outcomes.Executed)); int64(got) != rep.Executed {
 				t.Errorf("opledger.tx.duration executed %v, report %d", got, rep.Executed)
 			}
 		})
