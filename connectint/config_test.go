@@ -15,8 +15,8 @@ import (
 
 	"github.com/opledger/opledger/connectint"
 	"github.com/opledger/opledger/dialects"
-	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/internal/testkit/testdb"
+	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
 	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/policy"
@@ -41,7 +41,7 @@ func TestConfig(t *testing.T) {
 		"nil caller":       func() error { _, err := connectint.NewServer(te.DB, store, cat, nil); return err },
 		"keyed stream":     func() error { _, err := connectint.NewServer(te.DB, store, stream, caller); return err },
 		"at commit, not keyed": func() error {
-			_, err := connectint.NewServer(te.DB, store, cat, caller, connectint.WithClaimAtCommit(paymentspb.GetTransferMethod))
+			_, err := connectint.NewServer(te.DB, store, cat, caller, connectint.WithClaimAtCommit(walletpb.GetDepositMethod))
 			return err
 		},
 		"option twice": func() error {
@@ -89,7 +89,7 @@ func (noDialect) Dialect() dialects.Dialect { return nil }
 // descriptor's option), shapes from the stream type; CatalogWithSpecs
 // keeps a keyed procedure keyed.
 func TestCatalogFromSpecs(t *testing.T) {
-	specs := connectint.ServiceSpecs(paymentspb.File_payments_proto.Services().ByName("Payments"))
+	specs := connectint.ServiceSpecs(walletpb.File_wallet_proto.Services().ByName("Wallet"))
 	if len(specs) != 2 {
 		t.Fatalf("%d specs", len(specs))
 	}
@@ -98,9 +98,9 @@ func TestCatalogFromSpecs(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]policy.MethodPolicy{
-		paymentspb.TransferMethod:    {FullMethod: paymentspb.TransferMethod, Kind: policy.KindNonIdempotent, Shape: policy.ShapeUnary},
-		paymentspb.GetTransferMethod: {FullMethod: paymentspb.GetTransferMethod, Kind: policy.KindNoSideEffects, Shape: policy.ShapeUnary},
-		"/x.S/Bidi":                  {FullMethod: "/x.S/Bidi", Kind: policy.KindIdempotent, Shape: policy.ShapeBidiStream},
+		walletpb.DepositMethod:    {FullMethod: walletpb.DepositMethod, Kind: policy.KindNonIdempotent, Shape: policy.ShapeUnary},
+		walletpb.GetDepositMethod: {FullMethod: walletpb.GetDepositMethod, Kind: policy.KindNoSideEffects, Shape: policy.ShapeUnary},
+		"/x.S/Bidi":               {FullMethod: "/x.S/Bidi", Kind: policy.KindIdempotent, Shape: policy.ShapeBidiStream},
 	}
 	for m, p := range want {
 		if got, ok := c.Lookup(m); !ok || got != p {
@@ -121,8 +121,8 @@ func TestCatalogFromSpecs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p, _ := again.Lookup(paymentspb.TransferMethod); p.Kind != policy.KindKeyed || !p.DurableLedger {
-		t.Errorf("Transfer after CatalogWithSpecs: %+v, want keyed with a durable ledger", p)
+	if p, _ := again.Lookup(walletpb.DepositMethod); p.Kind != policy.KindKeyed || !p.DurableLedger {
+		t.Errorf("Deposit after CatalogWithSpecs: %+v, want keyed with a durable ledger", p)
 	}
 	if _, err := connectint.CatalogFromSpecs(connect.Spec{Procedure: "not a procedure"}); err == nil {
 		t.Error("a malformed procedure name")
@@ -231,7 +231,7 @@ func TestDownstreamKeys(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	want, err := connectint.DownstreamKey(op, paymentspb.TransferMethod)
+	want, err := connectint.DownstreamKey(op, walletpb.DepositMethod)
 	if err != nil || len(keys) != 2 || keys[0] != want || keys[1] != want {
 		t.Fatalf("keys %v, want %q twice (%v)", keys, want, err)
 	}

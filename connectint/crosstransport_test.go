@@ -16,14 +16,14 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/opledger/opledger/connectint"
-	"github.com/opledger/opledger/examples/payments"
-	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/testkit/testdb"
+	"github.com/opledger/opledger/internal/testkit/wallet"
+	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
 	"github.com/opledger/opledger/policy"
 )
 
-// twoTransports serves the example payments service twice on one
+// twoTransports serves the Wallet fixture service twice on one
 // database, one ledger table and one business table: through grpc-go
 // behind grpcint's server, and through connect-go behind connectint's.
 type twoTransports struct {
@@ -34,14 +34,14 @@ type twoTransports struct {
 	h1, h2     *http.Client
 	grpcSrv    *grpcint.Server
 	connectSrv *connectint.Server
-	lose       bool // the grpc-go server loses every Transfer answer after commit
+	lose       bool // the grpc-go server loses every Deposit answer after commit
 }
 
-// connectTransfer serves the example's Transfer through connect-go: the
+// connectDeposit serves the example's Deposit through connect-go: the
 // same handler, its gRPC status errors as connect errors.
-func connectTransfer(svc *payments.Service) func(context.Context, *connect.Request[paymentspb.TransferRequest]) (*connect.Response[paymentspb.TransferReply], error) {
-	return func(ctx context.Context, req *connect.Request[paymentspb.TransferRequest]) (*connect.Response[paymentspb.TransferReply], error) {
-		r, err := svc.Transfer(ctx, req.Msg)
+func connectDeposit(svc *wallet.Service) func(context.Context, *connect.Request[walletpb.DepositRequest]) (*connect.Response[walletpb.DepositReply], error) {
+	return func(ctx context.Context, req *connect.Request[walletpb.DepositRequest]) (*connect.Response[walletpb.DepositReply], error) {
+		r, err := svc.Deposit(ctx, req.Msg)
 		if err != nil {
 			if st, ok := status.FromError(err); ok {
 				return nil, connect.NewError(connect.Code(st.Code()), errors.New(st.Message()))
@@ -55,12 +55,12 @@ func connectTransfer(svc *payments.Service) func(context.Context, *connect.Reque
 func newTwoTransports(t *testing.T, te *testdb.Env) *twoTransports {
 	t.Helper()
 	ctx := context.Background()
-	x := &twoTransports{te: te, biz: te.Table + "_transfers"}
-	if err := payments.CreateTable(ctx, te.DB, te.Dialect, x.biz); err != nil {
+	x := &twoTransports{te: te, biz: te.Table + "_deposits"}
+	if err := wallet.CreateTable(ctx, te.DB, te.Dialect, x.biz); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = payments.DropTable(ctx, te.DB, te.Dialect, x.biz) })
-	svc, err := payments.NewService(te.DB, te.Dialect, x.biz)
+	t.Cleanup(func() { _ = wallet.DropTable(ctx, te.DB, te.Dialect, x.biz) })
+	svc, err := wallet.NewService(te.DB, te.Dialect, x.biz)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,13 +71,13 @@ func newTwoTransports(t *testing.T, te *testdb.Env) *twoTransports {
 	}
 	lose := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		resp, err := handler(ctx, req)
-		if x.lose && err == nil && info.FullMethod == paymentspb.TransferMethod {
+		if x.lose && err == nil && info.FullMethod == walletpb.DepositMethod {
 			return nil, status.Error(codes.Unavailable, "injected: answer lost after commit")
 		}
 		return resp, err
 	}
 	gs := grpc.NewServer(grpc.ChainUnaryInterceptor(lose, x.grpcSrv.UnaryServerInterceptor()))
-	paymentspb.RegisterPaymentsServer(gs, svc)
+	walletpb.RegisterWalletServer(gs, svc)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -90,7 +90,7 @@ func newTwoTransports(t *testing.T, te *testdb.Env) *twoTransports {
 		t.Fatal(err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle(paymentspb.TransferMethod, connect.NewUnaryHandler(paymentspb.TransferMethod, connectTransfer(svc),
+	mux.Handle(walletpb.DepositMethod, connect.NewUnaryHandler(walletpb.DepositMethod, connectDeposit(svc),
 		connect.WithInterceptors(x.connectSrv.Interceptor())))
 	x.connectURL = serveHTTP(t, mux)
 	x.h1, x.h2 = httpClients(t)
@@ -98,14 +98,14 @@ func newTwoTransports(t *testing.T, te *testdb.Env) *twoTransports {
 }
 
 // grpcConn is a grpc-go connection to addr.
-func grpcConn(t *testing.T, addr string, opts ...grpc.DialOption) paymentspb.PaymentsClient {
+func grpcConn(t *testing.T, addr string, opts ...grpc.DialOption) walletpb.WalletClient {
 	t.Helper()
 	conn, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return paymentspb.NewPaymentsClient(conn)
+	return walletpb.NewWalletClient(conn)
 }
 
 func (x *twoTransports) rows(t *testing.T, ref string) int {
@@ -117,8 +117,8 @@ func grpcCtx(ctx context.Context, caller, key string) context.Context {
 	return grpcint.WithKey(metadata.AppendToOutgoingContext(ctx, callerHeader, caller), key)
 }
 
-func grpcTransfer(ref string, amount int64) *paymentspb.TransferRequest {
-	return &paymentspb.TransferRequest{FromAccount: "a", ToAccount: "b", AmountCents: amount, Reference: ref}
+func grpcDeposit(ref string, amount int64) *walletpb.DepositRequest {
+	return &walletpb.DepositRequest{Account: "a", Amount: amount, Reference: ref}
 }
 
 // TestCrossTransportReplay: a gRPC method and the connect procedure of the
@@ -140,7 +140,7 @@ func TestCrossTransportReplay(t *testing.T) {
 		for _, p := range protocols {
 			key, ref := "g2c-"+p, "g2c-"+p
 			x.lose = true
-			_, err := raw.Transfer(grpcCtx(ctx, "alice", key), grpcTransfer(ref, 5))
+			_, err := raw.Deposit(grpcCtx(ctx, "alice", key), grpcDeposit(ref, 5))
 			x.lose = false
 			if status.Code(err) != codes.Unavailable || x.rows(t, ref) != 1 {
 				t.Fatalf("%s: the lost answer: %v, %d rows", p, err, x.rows(t, ref))
@@ -149,7 +149,7 @@ func TestCrossTransportReplay(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			c := transferClient(x.connectURL, x.h1, x.h2, p, kit.ClientOptions()...)
+			c := depositClient(x.connectURL, x.h1, x.h2, p, kit.ClientOptions()...)
 			resp, err := c.CallUnary(connectint.WithKey(ctx, key), request("alice", "", ref, 5))
 			if err != nil {
 				t.Fatalf("%s: retry through connect: %v", p, err)
@@ -158,7 +158,7 @@ func TestCrossTransportReplay(t *testing.T) {
 				t.Fatalf("%s: %v, trailer %v, %d rows, client %+v: want a replay of the gRPC call", p, resp.Msg, resp.Trailer(), x.rows(t, ref), kit.Stats())
 			}
 			// A resolve through connect finds the same answer.
-			again, err := connectint.Resolve(ctx, transferClient(x.connectURL, x.h1, x.h2, p).CallUnary, key, request("alice", "", "", 0))
+			again, err := connectint.Resolve(ctx, depositClient(x.connectURL, x.h1, x.h2, p).CallUnary, key, request("alice", "", "", 0))
 			if err != nil || !proto.Equal(again.Msg, resp.Msg) {
 				t.Fatalf("%s: resolve %v, %v", p, again, err)
 			}
@@ -170,14 +170,14 @@ func TestCrossTransportReplay(t *testing.T) {
 			t.Fatal(err)
 		}
 		var trl metadata.MD
-		got, err := raw.Transfer(grpcCtx(ctx, "alice", "c2g"), grpcTransfer("c2g", 6), grpc.Trailer(&trl))
+		got, err := raw.Deposit(grpcCtx(ctx, "alice", "c2g"), grpcDeposit("c2g", 6), grpc.Trailer(&trl))
 		if err != nil || !proto.Equal(got, first.Msg) || len(trl.Get(grpcint.ReplayedHeader)) != 1 || x.rows(t, "c2g") != 1 {
 			t.Fatalf("grpc-go after connect: %v, %v, trailer %v, %d rows; want %v replayed", got, err, trl, x.rows(t, "c2g"), first.Msg)
 		}
 
 		// A final error recorded through gRPC replays through connect, and
 		// the other way round.
-		_, gerr := raw.Transfer(grpcCtx(ctx, "alice", "bad-g"), grpcTransfer("bad-g", 0))
+		_, gerr := raw.Deposit(grpcCtx(ctx, "alice", "bad-g"), grpcDeposit("bad-g", 0))
 		_, cerr := x.connectClient("grpc").CallUnary(ctx, request("alice", "bad-g", "bad-g", 0))
 		var ce *connect.Error
 		if !errors.As(cerr, &ce) || int(ce.Code()) != int(status.Code(gerr)) || ce.Message() != status.Convert(gerr).Message() || !replayed(ce.Meta()) {
@@ -185,7 +185,7 @@ func TestCrossTransportReplay(t *testing.T) {
 		}
 		_, cerr = x.connectClient("connect").CallUnary(ctx, request("alice", "bad-c", "bad-c", 0))
 		recorded := gerr
-		_, gerr = raw.Transfer(grpcCtx(ctx, "alice", "bad-c"), grpcTransfer("bad-c", 0), grpc.Trailer(&trl))
+		_, gerr = raw.Deposit(grpcCtx(ctx, "alice", "bad-c"), grpcDeposit("bad-c", 0), grpc.Trailer(&trl))
 		if !errors.As(cerr, &ce) || int(ce.Code()) != int(status.Code(gerr)) || ce.Message() != status.Convert(gerr).Message() || len(trl.Get(grpcint.ReplayedHeader)) != 1 {
 			t.Fatalf("final error: connect %v, gRPC %v (trailer %v)", cerr, gerr, trl)
 		}
@@ -197,7 +197,7 @@ func TestCrossTransportReplay(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, kerr := transferClient(x.connectURL, x.h1, x.h2, "connect", kc.ClientOptions()...).CallUnary(ctx, request("alice", "bad-g", "bad-g", 0))
+		_, kerr := depositClient(x.connectURL, x.h1, x.h2, "connect", kc.ClientOptions()...).CallUnary(ctx, request("alice", "bad-g", "bad-g", 0))
 		if !errors.As(kerr, &ce) || int(ce.Code()) != int(status.Code(recorded)) || ce.Message() != status.Convert(recorded).Message()+suffix {
 			t.Fatalf("final error recorded through gRPC, replayed to the kit's connect client: %v; want %v with %q", kerr, recorded, suffix)
 		}
@@ -205,14 +205,14 @@ func TestCrossTransportReplay(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, kerr = grpcConn(t, x.grpcAddr, grpc.WithUnaryInterceptor(gk.UnaryClientInterceptor())).Transfer(grpcCtx(ctx, "alice", "bad-c"), grpcTransfer("bad-c", 0))
+		_, kerr = grpcConn(t, x.grpcAddr, grpc.WithUnaryInterceptor(gk.UnaryClientInterceptor())).Deposit(grpcCtx(ctx, "alice", "bad-c"), grpcDeposit("bad-c", 0))
 		if !errors.As(cerr, &ce) || int(status.Code(kerr)) != int(ce.Code()) || status.Convert(kerr).Message() != ce.Message()+suffix {
 			t.Fatalf("final error recorded through connect, replayed to the kit's gRPC client: %v; want %v with %q", kerr, cerr, suffix)
 		}
 
 		// grpc-go talking to the connect server reads its reasons.
 		onConnect := grpcConn(t, x.connectURL[len("http://"):])
-		if _, err := onConnect.Transfer(grpcCtx(ctx, "alice", "c2g"), grpcTransfer("c2g", 7)); grpcint.ReasonOf(err) != grpcint.ReasonKeyReused {
+		if _, err := onConnect.Deposit(grpcCtx(ctx, "alice", "c2g"), grpcDeposit("c2g", 7)); grpcint.ReasonOf(err) != grpcint.ReasonKeyReused {
 			t.Fatalf("grpc-go on the connect server, key reused: %v (reason %q)", err, grpcint.ReasonOf(err))
 		}
 		if s, g := x.connectSrv.Stats(), x.grpcSrv.Stats(); s.Replayed == 0 || g.Replayed == 0 {
@@ -221,6 +221,6 @@ func TestCrossTransportReplay(t *testing.T) {
 	})
 }
 
-func (x *twoTransports) connectClient(protocol string) *connect.Client[paymentspb.TransferRequest, paymentspb.TransferReply] {
-	return transferClient(x.connectURL, x.h1, x.h2, protocol)
+func (x *twoTransports) connectClient(protocol string) *connect.Client[walletpb.DepositRequest, walletpb.DepositReply] {
+	return depositClient(x.connectURL, x.h1, x.h2, protocol)
 }

@@ -15,9 +15,9 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/opledger/opledger/connectint"
-	"github.com/opledger/opledger/examples/payments"
-	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/internal/testkit/testdb"
+	"github.com/opledger/opledger/internal/testkit/wallet"
+	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
 	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/policy"
 )
@@ -53,7 +53,7 @@ func (l *lossy) pick() int {
 
 func (l *lossy) RoundTrip(req *http.Request) (*http.Response, error) {
 	where := 0
-	if req.URL.Path == paymentspb.TransferMethod {
+	if req.URL.Path == walletpb.DepositMethod {
 		where = l.pick()
 	}
 	if where == 1 {
@@ -92,7 +92,7 @@ func loseOnServer(n *losses) connect.HandlerOption {
 }
 
 // TestDefiniteOutcomes is docs/grpc.md's end-to-end run for connect: 2,000
-// keyed Transfers per protocol (Connect over HTTP/1.1, gRPC over h2c),
+// keyed Deposits per protocol (Connect over HTTP/1.1, gRPC over h2c),
 // 30% of the answers lost after commit at three places, through the kit's
 // client on SQLite and PostgreSQL (pgx), claim first; 500 per protocol on
 // MariaDB and claim at commit everywhere. Every call returns
@@ -130,17 +130,17 @@ func definite(t *testing.T, te *testdb.Env, protocol string, atCommit bool, call
 	if atCommit {
 		biz += "_c"
 	}
-	if err := payments.CreateTable(ctx, te.DB, te.Dialect, biz); err != nil {
+	if err := wallet.CreateTable(ctx, te.DB, te.Dialect, biz); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = payments.DropTable(ctx, te.DB, te.Dialect, biz) })
-	svc, err := payments.NewService(te.DB, te.Dialect, biz)
+	t.Cleanup(func() { _ = wallet.DropTable(ctx, te.DB, te.Dialect, biz) })
+	svc, err := wallet.NewService(te.DB, te.Dialect, biz)
 	if err != nil {
 		t.Fatal(err)
 	}
 	opts := []connectint.ServerOption{connectint.WithInProgressPushback(5 * time.Millisecond)}
 	if atCommit {
-		opts = append(opts, connectint.WithClaimAtCommit(paymentspb.TransferMethod))
+		opts = append(opts, connectint.WithClaimAtCommit(walletpb.DepositMethod))
 	}
 	s, err := connectint.NewServer(te.DB, newStore(t, te), catalog(t), connectint.CallerFromTrustedHeader(callerHeader), opts...)
 	if err != nil {
@@ -148,7 +148,7 @@ func definite(t *testing.T, te *testdb.Env, protocol string, atCommit bool, call
 	}
 	n := &losses{}
 	mux := http.NewServeMux()
-	mux.Handle(paymentspb.TransferMethod, connect.NewUnaryHandler(paymentspb.TransferMethod, connectTransfer(svc),
+	mux.Handle(walletpb.DepositMethod, connect.NewUnaryHandler(walletpb.DepositMethod, connectDeposit(svc),
 		loseOnServer(n), connect.WithInterceptors(s.Interceptor())))
 	url := serveHTTP(t, mux)
 	h1, h2 := httpClients(t)
@@ -164,10 +164,10 @@ func definite(t *testing.T, te *testdb.Env, protocol string, atCommit bool, call
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := transferClient(url, lossy1, lossy2, protocol, kit.ClientOptions()...)
+	c := depositClient(url, lossy1, lossy2, protocol, kit.ClientOptions()...)
 
 	const workers = 16
-	replies := make([]*paymentspb.TransferReply, calls)
+	replies := make([]*walletpb.DepositReply, calls)
 	errs := make([]error, calls)
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -225,7 +225,7 @@ func definite(t *testing.T, te *testdb.Env, protocol string, atCommit bool, call
 			}
 			continue
 		}
-		if len(ids) != 1 || replies[i].GetTransferId() != ids[0] || replies[i].GetReference() != ref {
+		if len(ids) != 1 || replies[i].GetDepositId() != ids[0] || replies[i].GetReference() != ref {
 			lost++
 		}
 	}

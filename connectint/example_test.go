@@ -19,7 +19,7 @@ import (
 
 	"github.com/opledger/opledger/connectint"
 	"github.com/opledger/opledger/dialects/sqlite"
-	"github.com/opledger/opledger/examples/payments/paymentspb"
+	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/migrations"
 	"github.com/opledger/opledger/pgxledger"
@@ -28,7 +28,7 @@ import (
 )
 
 // openExample opens a SQLite file in a temporary directory with the
-// ledger's table and a transfers table; cleanup removes it.
+// ledger's table and a deposits table; cleanup removes it.
 func openExample(ctx context.Context) (db *sql.DB, store *ledger.Store, cleanup func()) {
 	dir, err := os.MkdirTemp("", "connectint-example")
 	if err != nil {
@@ -45,7 +45,7 @@ func openExample(ctx context.Context) (db *sql.DB, store *ledger.Store, cleanup 
 	if _, err := m.Up(ctx); err != nil {
 		log.Fatal(err)
 	}
-	if _, err := db.ExecContext(ctx, "CREATE TABLE transfers (id INTEGER PRIMARY KEY, reference TEXT, amount INTEGER)"); err != nil {
+	if _, err := db.ExecContext(ctx, "CREATE TABLE deposits (id INTEGER PRIMARY KEY, reference TEXT, amount INTEGER)"); err != nil {
 		log.Fatal(err)
 	}
 	if store, err = ledger.New(sqlite.New()); err != nil {
@@ -54,17 +54,17 @@ func openExample(ctx context.Context) (db *sql.DB, store *ledger.Store, cleanup 
 	return db, store, func() { db.Close(); os.RemoveAll(dir) }
 }
 
-// transferHandler writes the transfer in the transaction of the ledger's
+// depositHandler writes the deposit in the transaction of the ledger's
 // claim, which the kit's interceptor put in its context.
-func transferHandler(ctx context.Context, req *connect.Request[paymentspb.TransferRequest]) (*connect.Response[paymentspb.TransferReply], error) {
-	if req.Msg.GetAmountCents() <= 0 {
-		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("amount_cents must be positive"))
+func depositHandler(ctx context.Context, req *connect.Request[walletpb.DepositRequest]) (*connect.Response[walletpb.DepositReply], error) {
+	if req.Msg.GetAmount() <= 0 {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("amount must be positive"))
 	}
 	tx, ok := txmiddleware.TxFromContext(ctx)
 	if !ok {
-		return nil, connect.NewError(connect.CodeInternal, errors.New("no transaction: serve Transfer behind the kit's interceptor"))
+		return nil, connect.NewError(connect.CodeInternal, errors.New("no transaction: serve Deposit behind the kit's interceptor"))
 	}
-	res, err := tx.ExecContext(ctx, "INSERT INTO transfers (reference, amount) VALUES (?, ?)", req.Msg.GetReference(), req.Msg.GetAmountCents())
+	res, err := tx.ExecContext(ctx, "INSERT INTO deposits (reference, amount) VALUES (?, ?)", req.Msg.GetReference(), req.Msg.GetAmount())
 	if err != nil {
 		return nil, err
 	}
@@ -72,8 +72,8 @@ func transferHandler(ctx context.Context, req *connect.Request[paymentspb.Transf
 	if err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&paymentspb.TransferReply{TransferId: id, Reference: req.Msg.GetReference(),
-		AmountCents: req.Msg.GetAmountCents()}), nil
+	return connect.NewResponse(&walletpb.DepositReply{DepositId: id, Reference: req.Msg.GetReference(),
+		Amount: req.Msg.GetAmount()}), nil
 }
 
 // issued maps the bearer tokens the service issued to their principals:
@@ -105,22 +105,22 @@ func principalOf(ctx context.Context) (string, bool) {
 }
 
 // exampleCatalog is the method catalog from connect's Specs of the
-// Payments service (GetTransfer is NO_SIDE_EFFECTS in its descriptor),
-// with Transfer keyed and backed by the durable ledger.
+// Wallet service (GetDeposit is NO_SIDE_EFFECTS in its descriptor),
+// with Deposit keyed and backed by the durable ledger.
 func exampleCatalog() *policy.Catalog {
-	specs := connectint.ServiceSpecs(paymentspb.File_payments_proto.Services().ByName("Payments"))
+	specs := connectint.ServiceSpecs(walletpb.File_wallet_proto.Services().ByName("Wallet"))
 	catalog, err := connectint.CatalogFromSpecs(specs...)
 	if err != nil {
 		log.Fatal(err)
 	}
-	catalog, err = catalog.WithKeyed(paymentspb.TransferMethod, true)
+	catalog, err = catalog.WithKeyed(walletpb.DepositMethod, true)
 	if err != nil {
 		log.Fatal(err)
 	}
 	return catalog
 }
 
-// A keyed Transfer served by connect-go behind the kit's server
+// A keyed Deposit served by connect-go behind the kit's server
 // interceptor, on HTTP/1.1 and h2c (Connect, gRPC and gRPC-Web), and
 // called through a connect client whose retries the kit owns: a retry
 // with the same key replays the first answer, and the same key for
@@ -139,7 +139,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle(paymentspb.TransferMethod, connect.NewUnaryHandler(paymentspb.TransferMethod, transferHandler,
+	mux.Handle(walletpb.DepositMethod, connect.NewUnaryHandler(walletpb.DepositMethod, depositHandler,
 		connect.WithInterceptors(authentication, kit.Interceptor())))
 	srv := httptest.NewUnstartedServer(mux)
 	srv.Config.Protocols = new(http.Protocols)
@@ -153,11 +153,11 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	client := connect.NewClient[paymentspb.TransferRequest, paymentspb.TransferReply](http.DefaultClient,
-		srv.URL+paymentspb.TransferMethod, retries.ClientOptions()...)
+	client := connect.NewClient[walletpb.DepositRequest, walletpb.DepositReply](http.DefaultClient,
+		srv.URL+walletpb.DepositMethod, retries.ClientOptions()...)
 
-	send := func(amount int64) (*connect.Response[paymentspb.TransferReply], error) {
-		req := connect.NewRequest(&paymentspb.TransferRequest{FromAccount: "a", ToAccount: "b", AmountCents: amount, Reference: "invoice-7"})
+	send := func(amount int64) (*connect.Response[walletpb.DepositReply], error) {
+		req := connect.NewRequest(&walletpb.DepositRequest{Account: "a", Amount: amount, Reference: "invoice-7"})
 		req.Header().Set("Authorization", "Bearer token-of-billing")
 		return client.CallUnary(connectint.WithKey(ctx, "invoice-7-attempt"), req)
 	}
@@ -169,14 +169,14 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("same transfer:", first.Msg.GetTransferId() == again.Msg.GetTransferId())
+	fmt.Println("same deposit:", first.Msg.GetDepositId() == again.Msg.GetDepositId())
 	fmt.Println("replayed:", again.Trailer().Get(connectint.ReplayedHeader))
 
 	_, err = send(900) // the same key for another request
 	ci, _ := connectint.CallInfoOf(err)
 	fmt.Println(connect.CodeOf(err), connectint.ReasonOf(err), ci.Next)
 	// Output:
-	// same transfer: true
+	// same deposit: true
 	// replayed: true
 	// failed_precondition IDEMPOTENCY_KEY_REUSED do-not-retry
 }
@@ -192,13 +192,13 @@ func ExampleResolve() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	h := connect.NewUnaryHandler(paymentspb.TransferMethod, transferHandler, connect.WithInterceptors(authentication, kit.Interceptor()))
+	h := connect.NewUnaryHandler(walletpb.DepositMethod, depositHandler, connect.WithInterceptors(authentication, kit.Interceptor()))
 	srv := httptest.NewServer(h)
 	defer srv.Close()
-	client := connect.NewClient[paymentspb.TransferRequest, paymentspb.TransferReply](http.DefaultClient, srv.URL+paymentspb.TransferMethod)
+	client := connect.NewClient[walletpb.DepositRequest, walletpb.DepositReply](http.DefaultClient, srv.URL+walletpb.DepositMethod)
 
-	newRequest := func() *connect.Request[paymentspb.TransferRequest] {
-		req := connect.NewRequest(&paymentspb.TransferRequest{FromAccount: "a", ToAccount: "b", AmountCents: 250, Reference: "r-9"})
+	newRequest := func() *connect.Request[walletpb.DepositRequest] {
+		req := connect.NewRequest(&walletpb.DepositRequest{Account: "a", Amount: 250, Reference: "r-9"})
 		req.Header().Set("Authorization", "Bearer token-of-billing")
 		return req
 	}
@@ -225,21 +225,21 @@ func ExampleResolve() {
 // catalog serves grpcint and connectint alike.
 func ExampleCatalogFromSpecs() {
 	catalog, err := connectint.CatalogFromSpecs(
-		connect.Spec{Procedure: paymentspb.TransferMethod, StreamType: connect.StreamTypeUnary},
-		connect.Spec{Procedure: paymentspb.GetTransferMethod, StreamType: connect.StreamTypeUnary, IdempotencyLevel: connect.IdempotencyNoSideEffects},
+		connect.Spec{Procedure: walletpb.DepositMethod, StreamType: connect.StreamTypeUnary},
+		connect.Spec{Procedure: walletpb.GetDepositMethod, StreamType: connect.StreamTypeUnary, IdempotencyLevel: connect.IdempotencyNoSideEffects},
 	)
 	if err != nil {
 		log.Fatal(err)
 	}
-	if catalog, err = catalog.WithKeyed(paymentspb.TransferMethod, true); err != nil {
+	if catalog, err = catalog.WithKeyed(walletpb.DepositMethod, true); err != nil {
 		log.Fatal(err)
 	}
 	for _, p := range catalog.Methods() {
 		fmt.Println(p.FullMethod, p.Kind, p.Shape)
 	}
 	// Output:
-	// /opledger.examples.payments.v1.Payments/GetTransfer no-side-effects unary
-	// /opledger.examples.payments.v1.Payments/Transfer keyed unary
+	// /opledger.testkit.wallet.v1.Wallet/Deposit keyed unary
+	// /opledger.testkit.wallet.v1.Wallet/GetDeposit no-side-effects unary
 }
 
 // On pgx's native transactions the handler finds a pgx.Tx with
@@ -259,18 +259,18 @@ func ExampleNewServerFor() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	handler := func(ctx context.Context, req *connect.Request[paymentspb.TransferRequest]) (*connect.Response[paymentspb.TransferReply], error) {
+	handler := func(ctx context.Context, req *connect.Request[walletpb.DepositRequest]) (*connect.Response[walletpb.DepositReply], error) {
 		tx, ok := pgxledger.TxFromContext(ctx)
 		if !ok {
 			return nil, connect.NewError(connect.CodeInternal, errors.New("no pgx transaction"))
 		}
 		var id int64
-		if err := tx.QueryRow(ctx, "INSERT INTO transfers (reference, amount) VALUES ($1, $2) RETURNING id",
-			req.Msg.GetReference(), req.Msg.GetAmountCents()).Scan(&id); err != nil {
+		if err := tx.QueryRow(ctx, "INSERT INTO deposits (reference, amount) VALUES ($1, $2) RETURNING id",
+			req.Msg.GetReference(), req.Msg.GetAmount()).Scan(&id); err != nil {
 			return nil, err
 		}
-		return connect.NewResponse(&paymentspb.TransferReply{TransferId: id, Reference: req.Msg.GetReference()}), nil
+		return connect.NewResponse(&walletpb.DepositReply{DepositId: id, Reference: req.Msg.GetReference()}), nil
 	}
-	http.Handle(paymentspb.TransferMethod, connect.NewUnaryHandler(paymentspb.TransferMethod, handler,
+	http.Handle(walletpb.DepositMethod, connect.NewUnaryHandler(walletpb.DepositMethod, handler,
 		connect.WithInterceptors(authentication, kit.Interceptor())))
 }

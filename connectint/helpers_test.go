@@ -15,9 +15,9 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/opledger/opledger/connectint"
-	"github.com/opledger/opledger/examples/payments"
-	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/internal/testkit/testdb"
+	"github.com/opledger/opledger/internal/testkit/wallet"
+	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
 	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/pgxledger"
@@ -29,14 +29,14 @@ const callerHeader = "X-Test-Caller"
 
 func catalog(t testing.TB) *policy.Catalog {
 	t.Helper()
-	c, err := payments.Catalog()
+	c, err := wallet.Catalog()
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c
 }
 
-// env is a connect server of the test's Transfer handler behind the kit's
+// env is a connect server of the test's Deposit handler behind the kit's
 // server interceptor, on loopback with HTTP/1.1 and h2c.
 type env struct {
 	*testdb.Env
@@ -47,7 +47,7 @@ type env struct {
 	runs   atomic.Int64 // the handler's runs that wrote
 }
 
-// gate blocks Transfer calls whose reference is "block" until released.
+// gate blocks Deposit calls whose reference is "block" until released.
 type gate struct {
 	entered chan struct{}
 	release chan struct{}
@@ -59,22 +59,22 @@ func newID() int64 {
 	return int64(binary.BigEndian.Uint64(b[:]) >> 1)
 }
 
-// transfer is the test's Transfer handler: it writes one business row
+// deposit is the test's Deposit handler: it writes one business row
 // (reference, amount) in the call's transaction (database/sql's or pgx's)
-// and answers with a fresh transfer id. A non-positive amount is
+// and answers with a fresh deposit id. A non-positive amount is
 // INVALID_ARGUMENT (final); reference "block" waits at the gate,
 // "not-final" writes and then fails with UNAVAILABLE, "panic" writes and
 // panics.
-func (e *env) transfer(ctx context.Context, req *connect.Request[paymentspb.TransferRequest]) (*connect.Response[paymentspb.TransferReply], error) {
+func (e *env) deposit(ctx context.Context, req *connect.Request[walletpb.DepositRequest]) (*connect.Response[walletpb.DepositReply], error) {
 	m := req.Msg
-	if m.GetAmountCents() <= 0 {
-		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("amount_cents must be positive"))
+	if m.GetAmount() <= 0 {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("amount must be positive"))
 	}
 	if m.GetReference() == "block" {
 		e.gate.entered <- struct{}{}
 		<-e.gate.release
 	}
-	if err := e.write(ctx, m.GetReference(), int(m.GetAmountCents())); err != nil {
+	if err := e.write(ctx, m.GetReference(), int(m.GetAmount())); err != nil {
 		return nil, err
 	}
 	e.runs.Add(1)
@@ -84,8 +84,7 @@ func (e *env) transfer(ctx context.Context, req *connect.Request[paymentspb.Tran
 	case "panic":
 		panic("injected: handler panic")
 	}
-	return connect.NewResponse(&paymentspb.TransferReply{TransferId: newID(), FromAccount: m.GetFromAccount(),
-		ToAccount: m.GetToAccount(), AmountCents: m.GetAmountCents(), Reference: m.GetReference()}), nil
+	return connect.NewResponse(&walletpb.DepositReply{DepositId: newID(), Account: m.GetAccount(), Amount: m.GetAmount(), Reference: m.GetReference()}), nil
 }
 
 func (e *env) write(ctx context.Context, ref string, worker int) error {
@@ -99,9 +98,9 @@ func (e *env) write(ctx context.Context, ref string, worker int) error {
 	return connect.NewError(connect.CodeInternal, errors.New("no transaction in the handler's context"))
 }
 
-// getTransfer is a NO_SIDE_EFFECTS procedure that is not keyed.
-func getTransfer(context.Context, *connect.Request[paymentspb.GetTransferRequest]) (*connect.Response[paymentspb.TransferReply], error) {
-	return connect.NewResponse(&paymentspb.TransferReply{}), nil
+// getDeposit is a NO_SIDE_EFFECTS procedure that is not keyed.
+func getDeposit(context.Context, *connect.Request[walletpb.GetDepositRequest]) (*connect.Response[walletpb.DepositReply], error) {
+	return connect.NewResponse(&walletpb.DepositReply{}), nil
 }
 
 // sqliteEnv serves on a fresh SQLite target with the ledger l builds
@@ -150,8 +149,8 @@ func serveServer(t *testing.T, te *testdb.Env, s *connectint.Server, front ...co
 	e := &env{Env: te, server: s, gate: &gate{entered: make(chan struct{}, 1), release: make(chan struct{})}}
 	hopts := append(append([]connect.HandlerOption(nil), front...), connect.WithInterceptors(s.Interceptor()))
 	mux := http.NewServeMux()
-	mux.Handle(paymentspb.TransferMethod, connect.NewUnaryHandler(paymentspb.TransferMethod, e.transfer, hopts...))
-	mux.Handle(paymentspb.GetTransferMethod, connect.NewUnaryHandler(paymentspb.GetTransferMethod, getTransfer,
+	mux.Handle(walletpb.DepositMethod, connect.NewUnaryHandler(walletpb.DepositMethod, e.deposit, hopts...))
+	mux.Handle(walletpb.GetDepositMethod, connect.NewUnaryHandler(walletpb.GetDepositMethod, getDeposit,
 		append(hopts, connect.WithIdempotency(connect.IdempotencyNoSideEffects))...))
 	e.url = serveHTTP(t, mux)
 	e.h1, e.h2 = httpClients(t)
@@ -186,13 +185,13 @@ func httpClients(t testing.TB) (h1, h2 *http.Client) {
 // gRPC and gRPC-Web over h2c.
 var protocols = []string{"connect", "grpc", "grpcweb"}
 
-// client returns a Transfer client on protocol (see protocols) with the
+// client returns a Deposit client on protocol (see protocols) with the
 // given options.
-func (e *env) client(protocol string, opts ...connect.ClientOption) *connect.Client[paymentspb.TransferRequest, paymentspb.TransferReply] {
-	return transferClient(e.url, e.h1, e.h2, protocol, opts...)
+func (e *env) client(protocol string, opts ...connect.ClientOption) *connect.Client[walletpb.DepositRequest, walletpb.DepositReply] {
+	return depositClient(e.url, e.h1, e.h2, protocol, opts...)
 }
 
-func transferClient(url string, h1, h2 *http.Client, protocol string, opts ...connect.ClientOption) *connect.Client[paymentspb.TransferRequest, paymentspb.TransferReply] {
+func depositClient(url string, h1, h2 *http.Client, protocol string, opts ...connect.ClientOption) *connect.Client[walletpb.DepositRequest, walletpb.DepositReply] {
 	hc := h1
 	switch protocol {
 	case "grpc":
@@ -200,11 +199,11 @@ func transferClient(url string, h1, h2 *http.Client, protocol string, opts ...co
 	case "grpcweb":
 		hc, opts = h2, append(opts, connect.WithGRPCWeb())
 	}
-	return connect.NewClient[paymentspb.TransferRequest, paymentspb.TransferReply](hc, url+paymentspb.TransferMethod, opts...)
+	return connect.NewClient[walletpb.DepositRequest, walletpb.DepositReply](hc, url+walletpb.DepositMethod, opts...)
 }
 
-// kitClient is a Transfer client with the kit's client interceptor.
-func (e *env) kitClient(t testing.TB, owner policy.RetryOwner, protocol string, opts ...connectint.ClientOption) (*connectint.Client, *connect.Client[paymentspb.TransferRequest, paymentspb.TransferReply]) {
+// kitClient is a Deposit client with the kit's client interceptor.
+func (e *env) kitClient(t testing.TB, owner policy.RetryOwner, protocol string, opts ...connectint.ClientOption) (*connectint.Client, *connect.Client[walletpb.DepositRequest, walletpb.DepositReply]) {
 	t.Helper()
 	c, err := connectint.NewClient(catalog(t), owner, opts...)
 	if err != nil {
@@ -218,9 +217,9 @@ func fastClient() []connectint.ClientOption {
 		connectint.WithBackoff(policy.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond})}
 }
 
-// request is a Transfer request from caller with key ("" for none).
-func request(caller, key, ref string, amount int64) *connect.Request[paymentspb.TransferRequest] {
-	r := connect.NewRequest(&paymentspb.TransferRequest{FromAccount: "a", ToAccount: "b", AmountCents: amount, Reference: ref})
+// request is a Deposit request from caller with key ("" for none).
+func request(caller, key, ref string, amount int64) *connect.Request[walletpb.DepositRequest] {
+	r := connect.NewRequest(&walletpb.DepositRequest{Account: "a", Amount: amount, Reference: ref})
 	if caller != "" {
 		r.Header().Set(callerHeader, caller)
 	}

@@ -12,8 +12,8 @@ import (
 
 	"github.com/opledger/opledger/connectint"
 	"github.com/opledger/opledger/dialects/postgres"
-	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/internal/testkit/testdb"
+	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
 	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/pgxledger"
@@ -55,7 +55,7 @@ func herdTargets(t *testing.T, f func(t *testing.T, e *env), opts ...connectint.
 // message.
 func TestHerd(t *testing.T) { herd(t, false) }
 
-// TestHerdClaimAtCommit: the same herd with Transfer claimed at commit:
+// TestHerdClaimAtCommit: the same herd with Deposit claimed at commit:
 // the handler runs for concurrent duplicates too, but one business row per
 // key, one answer executed, the others replayed; 20 keys, as httpint's.
 func TestHerdClaimAtCommit(t *testing.T) { herd(t, true) }
@@ -68,7 +68,7 @@ func herd(t *testing.T, atCommit bool) {
 	}
 	var opts []connectint.ServerOption
 	if atCommit {
-		opts = append(opts, connectint.WithClaimAtCommit(paymentspb.TransferMethod))
+		opts = append(opts, connectint.WithClaimAtCommit(walletpb.DepositMethod))
 	}
 	herdTargets(t, func(t *testing.T, e *env) {
 		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute) // a hang guard
@@ -79,7 +79,7 @@ func herd(t *testing.T, atCommit bool) {
 			// pgx seam it proves the runner under the same lockstep.
 			keys = min(keys, 10)
 		}
-		clients := make([]*connect.Client[paymentspb.TransferRequest, paymentspb.TransferReply], len(protocols))
+		clients := make([]*connect.Client[walletpb.DepositRequest, walletpb.DepositReply], len(protocols))
 		for i, p := range protocols {
 			clients[i] = e.client(p)
 		}
@@ -91,7 +91,7 @@ func herd(t *testing.T, atCommit bool) {
 			var (
 				wg    sync.WaitGroup
 				start = make(chan struct{})
-				got   = make([]*connect.Response[paymentspb.TransferReply], callers)
+				got   = make([]*connect.Response[walletpb.DepositReply], callers)
 				errs  = make([]error, callers)
 			)
 			for w := range callers {
@@ -115,7 +115,7 @@ func herd(t *testing.T, atCommit bool) {
 			close(start)
 			wg.Wait()
 			executed := 0
-			var first *paymentspb.TransferReply
+			var first *walletpb.DepositReply
 			for w := range callers {
 				if errs[w] != nil {
 					t.Fatalf("key %s call %d (%s): %v", key, w, protocols[w%len(protocols)], errs[w])

@@ -19,9 +19,9 @@ import (
 	"github.com/opledger/opledger/connectint"
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/dialects/postgres"
-	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/internal/testkit/keyedtest"
 	"github.com/opledger/opledger/internal/testkit/testdb"
+	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
 	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/keyed/keyedproto"
 	"github.com/opledger/opledger/keyed/retry"
@@ -36,12 +36,12 @@ func front(f func(next connect.UnaryFunc) connect.UnaryFunc) []connect.HandlerOp
 	return []connect.HandlerOption{connect.WithInterceptors(connect.UnaryInterceptorFunc(f))}
 }
 
-// dropAnswers runs every keyed Transfer and then loses its answer (plain
+// dropAnswers runs every keyed Deposit and then loses its answer (plain
 // UNAVAILABLE), resolves included.
 func dropAnswers(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 		resp, err := next(ctx, req)
-		if req.Spec().Procedure == paymentspb.TransferMethod && err == nil {
+		if req.Spec().Procedure == walletpb.DepositMethod && err == nil {
 			return nil, connect.NewError(connect.CodeUnavailable, errors.New("injected: answer lost"))
 		}
 		return resp, err
@@ -50,7 +50,7 @@ func dropAnswers(next connect.UnaryFunc) connect.UnaryFunc {
 
 // notMessage is a request whose message is not a protobuf message.
 type notMessage struct {
-	*connect.Request[paymentspb.TransferRequest]
+	*connect.Request[walletpb.DepositRequest]
 }
 
 func (notMessage) Any() any { return struct{ Reference string }{"r"} }
@@ -152,7 +152,7 @@ func TestOutcomeRows(t *testing.T) {
 		keyed.RequestUnreadable: func(t *testing.T) {
 			swap := front(func(next connect.UnaryFunc) connect.UnaryFunc {
 				return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-					return next(ctx, notMessage{req.(*connect.Request[paymentspb.TransferRequest])})
+					return next(ctx, notMessage{req.(*connect.Request[walletpb.DepositRequest])})
 				}
 			})
 			e, _ := sqliteEnv(t, nil, swap)
@@ -161,8 +161,8 @@ func TestOutcomeRows(t *testing.T) {
 		},
 		keyed.NotKeyed: func(t *testing.T) {
 			e, _ := sqliteEnv(t, nil, nil)
-			get := connect.NewClient[paymentspb.GetTransferRequest, paymentspb.TransferReply](e.h1, e.url+paymentspb.GetTransferMethod)
-			r := connect.NewRequest(&paymentspb.GetTransferRequest{})
+			get := connect.NewClient[walletpb.GetDepositRequest, walletpb.DepositReply](e.h1, e.url+walletpb.GetDepositMethod)
+			r := connect.NewRequest(&walletpb.GetDepositRequest{})
 			r.Header().Set(callerHeader, "alice")
 			_, err := connectint.Resolve(ctx, get.CallUnary, "k", r)
 			wantError(t, err, connect.CodeInvalidArgument, "INVALID_KEYED_REQUEST")
@@ -174,13 +174,13 @@ func TestOutcomeRows(t *testing.T) {
 				t.Fatal(err)
 			}
 			ran := false
-			h := connect.NewServerStreamHandler(paymentspb.TransferMethod, func(ctx context.Context, _ *connect.Request[paymentspb.TransferRequest], st *connect.ServerStream[paymentspb.TransferReply]) error {
+			h := connect.NewServerStreamHandler(walletpb.DepositMethod, func(ctx context.Context, _ *connect.Request[walletpb.DepositRequest], st *connect.ServerStream[walletpb.DepositReply]) error {
 				ran = true
-				return st.Send(&paymentspb.TransferReply{})
+				return st.Send(&walletpb.DepositReply{})
 			}, connect.WithInterceptors(s.Interceptor()))
 			url := serveHTTP(t, h)
 			h1, _ := httpClients(t)
-			c := connect.NewClient[paymentspb.TransferRequest, paymentspb.TransferReply](h1, url+paymentspb.TransferMethod)
+			c := connect.NewClient[walletpb.DepositRequest, walletpb.DepositReply](h1, url+walletpb.DepositMethod)
 			st, err := c.CallServerStream(ctx, request("alice", "k", "r", 1))
 			if err == nil {
 				for st.Receive() {
@@ -233,7 +233,7 @@ func TestOutcomeRows(t *testing.T) {
 			e, store := sqliteEnv(t, nil, nil)
 			fp, _ := keyedproto.Fingerprint(request("", "", "r", 1).Msg)
 			if err := testdb.InTx(ctx, e.DB, func(tx *sql.Tx) error {
-				_, err := store.Claim(ctx, tx, ledger.ClaimRequest{Identity: testdb.ID(t, "header:alice", paymentspb.TransferMethod, "k"), Fingerprint: fp})
+				_, err := store.Claim(ctx, tx, ledger.ClaimRequest{Identity: testdb.ID(t, "header:alice", walletpb.DepositMethod, "k"), Fingerprint: fp})
 				return err
 			}); err != nil {
 				t.Fatal(err)
@@ -379,7 +379,7 @@ func TestOutcomeRows(t *testing.T) {
 			}
 			h1, h2 := httpClients(t)
 			for _, p := range protocols {
-				dead := transferClient("http://127.0.0.1:1", h1, h2, p, kit.ClientOptions()...)
+				dead := depositClient("http://127.0.0.1:1", h1, h2, p, kit.ClientOptions()...)
 				_, err = dead.CallUnary(ctx, request("alice", "k", "r", 1))
 				wantCallInfo(t, err, "REQUEST_NOT_SENT", policy.Retry)
 			}
@@ -395,7 +395,7 @@ func TestOutcomeRows(t *testing.T) {
 			for i, p := range protocols {
 				_, again := e.client(p).CallUnary(ctx, request("alice", "k", "r", 0))
 				var ce *connect.Error
-				if !errors.As(again, &ce) || ce.Code() != connect.CodeInvalidArgument || ce.Message() != "amount_cents must be positive" ||
+				if !errors.As(again, &ce) || ce.Code() != connect.CodeInvalidArgument || ce.Message() != "amount must be positive" ||
 					!replayed(ce.Meta()) || ce.Meta().Get(connectint.ReplayedCodeHeader) != "3" || e.server.Stats().Replayed != int64(i+1) {
 					t.Errorf("%s: retry of a final error: %v (metadata %v), server %+v; want it replayed", p, again, ce.Meta(), e.server.Stats())
 				}
@@ -478,7 +478,7 @@ func testCommitOutcomeUnknown(t *testing.T) {
 	proxy.Arm()
 	resp, err := c.CallUnary(ctx, request("alice", "", "cut-2", 8))
 	if err != nil {
-		t.Fatalf("transfer through the kit's client: %v", err)
+		t.Fatalf("deposit through the kit's client: %v", err)
 	}
 	if proxy.Cuts() != 2 || kit.Stats().Resolved != 1 || e.BizRows(t, "cut-2") != 1 || resp.Msg.GetReference() != "cut-2" {
 		t.Errorf("cuts %d, client %+v, rows %d, reply %v", proxy.Cuts(), kit.Stats(), e.BizRows(t, "cut-2"), resp.Msg)

@@ -46,7 +46,7 @@ func TestConnectionReset(t *testing.T) {
 	for i, p := range []string{"connect", "grpc"} {
 		reset := func(c *http.Client) *http.Client { return &http.Client{Transport: &resetOnce{base: c.Transport}} }
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, err := transferClient(e.url, reset(e.h1), reset(e.h2), p).CallUnary(ctx, request("alice", "k-raw-"+p, "raw-"+p, 5))
+		_, err := depositClient(e.url, reset(e.h1), reset(e.h2), p).CallUnary(ctx, request("alice", "k-raw-"+p, "raw-"+p, 5))
 		live := ctx.Err() == nil
 		cancel()
 		if connect.CodeOf(err) != connect.CodeCanceled || !live {
@@ -57,7 +57,7 @@ func TestConnectionReset(t *testing.T) {
 			t.Fatal(err)
 		}
 		ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
-		resp, err := transferClient(e.url, reset(e.h1), reset(e.h2), p, kit.ClientOptions()...).CallUnary(ctx, request("alice", "", "reset-"+p, 5))
+		resp, err := depositClient(e.url, reset(e.h1), reset(e.h2), p, kit.ClientOptions()...).CallUnary(ctx, request("alice", "", "reset-"+p, 5))
 		cancel()
 		if err != nil {
 			t.Fatalf("%s through the kit: %v; want the committed answer", p, err)

@@ -12,19 +12,19 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/opledger/opledger/connectint"
-	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/internal/harness/otelread"
+	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
 	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/policy"
 )
 
-// failFirst fails the first attempt of every Transfer whose reference
+// failFirst fails the first attempt of every Deposit whose reference
 // starts with "fail-first", in front of the kit's interceptor.
 func failFirst() connect.HandlerOption {
 	var failed sync.Map
 	return connect.WithInterceptors(connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			if r, ok := req.Any().(*paymentspb.TransferRequest); ok && strings.HasPrefix(r.GetReference(), "fail-first") {
+			if r, ok := req.Any().(*walletpb.DepositRequest); ok && strings.HasPrefix(r.GetReference(), "fail-first") {
 				if _, seen := failed.LoadOrStore(r.GetReference(), true); !seen {
 					return nil, connect.NewError(connect.CodeUnavailable, errors.New("injected: not now"))
 				}
@@ -54,7 +54,7 @@ func TestRetryOwnerAtRunTime(t *testing.T) {
 			t.Fatal(err)
 		}
 		out := map[string]float64{}
-		for _, p := range otelread.Select(ps, "opledger.server.retries_by_layer", attribute.String("rpc.method", paymentspb.TransferMethod)) {
+		for _, p := range otelread.Select(ps, "opledger.server.retries_by_layer", attribute.String("rpc.method", walletpb.DepositMethod)) {
 			out[p.Attr("opledger.retry.layer")+" "+p.Attr("opledger.retry.second_owner")+" "+p.Attr("opledger.owner")] += p.Value
 		}
 		return out
@@ -71,7 +71,7 @@ func TestRetryOwnerAtRunTime(t *testing.T) {
 			}
 		}
 	}
-	send := func(c *connect.Client[paymentspb.TransferRequest, paymentspb.TransferReply], ref string, header ...string) {
+	send := func(c *connect.Client[walletpb.DepositRequest, walletpb.DepositReply], ref string, header ...string) {
 		t.Helper()
 		req := request("alice", connectint.NewKey(), ref, 1)
 		for i := 0; i+1 < len(header); i += 2 {
@@ -123,8 +123,8 @@ func TestRetryOwnerAtRunTime(t *testing.T) {
 		}
 	}
 	wantEvents := []string{
-		paymentspb.TransferMethod + " service-config owner application from declared",
-		paymentspb.TransferMethod + " mesh owner application from declared",
+		walletpb.DepositMethod + " service-config owner application from declared",
+		walletpb.DepositMethod + " mesh owner application from declared",
 	}
 	if strings.Join(got, "\n") != strings.Join(wantEvents, "\n") {
 		t.Fatalf("second-owner events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(wantEvents, "\n"))

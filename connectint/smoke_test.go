@@ -7,7 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// TestReplayEveryProtocol: a keyed Transfer runs once and replays, with
+// TestReplayEveryProtocol: a keyed Deposit runs once and replays, with
 // the marker, on the Connect, gRPC and gRPC-Web protocols.
 func TestReplayEveryProtocol(t *testing.T) {
 	e, _ := sqliteEnv(t, nil, nil)

@@ -10,9 +10,9 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/opledger/opledger/dialects/sqlite"
-	"github.com/opledger/opledger/examples/payments"
-	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
+	"github.com/opledger/opledger/internal/testkit/wallet"
+	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/policy"
 )
@@ -21,7 +21,7 @@ import (
 // cost for a call that succeeds at once: the key, the budget deposit, the
 // evidence, the trailer. The invoker returns immediately.
 func BenchmarkClientInterceptor(b *testing.B) {
-	cat, err := payments.Catalog()
+	cat, err := wallet.Catalog()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -31,8 +31,8 @@ func BenchmarkClientInterceptor(b *testing.B) {
 	}
 	ic := c.UnaryClientInterceptor()
 	invoker := func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error { return nil }
-	req, reply := &paymentspb.TransferRequest{}, &paymentspb.TransferReply{}
-	for _, m := range []struct{ name, method string }{{"keyed", paymentspb.TransferMethod}, {"no-side-effects", paymentspb.GetTransferMethod}} {
+	req, reply := &walletpb.DepositRequest{}, &walletpb.DepositReply{}
+	for _, m := range []struct{ name, method string }{{"keyed", walletpb.DepositMethod}, {"no-side-effects", walletpb.GetDepositMethod}} {
 		b.Run(m.name, func(b *testing.B) {
 			b.ReportAllocs()
 			ctx := context.Background()
@@ -49,7 +49,7 @@ func BenchmarkClientInterceptor(b *testing.B) {
 // database, part by part: request fingerprint, identity, caller; and the
 // interceptor's cost for a method that is not keyed.
 func BenchmarkServerPreamble(b *testing.B) {
-	req := &paymentspb.TransferRequest{FromAccount: "acct-1", ToAccount: "acct-2", AmountCents: 12345, Reference: "ref-0001"}
+	req := &walletpb.DepositRequest{Account: "acct-1", Amount: 12345, Reference: "ref-0001"}
 	b.Run("fingerprint", func(b *testing.B) {
 		b.ReportAllocs()
 		for i := 0; i < b.N; i++ {
@@ -61,7 +61,7 @@ func BenchmarkServerPreamble(b *testing.B) {
 	b.Run("identity", func(b *testing.B) {
 		b.ReportAllocs()
 		for i := 0; i < b.N; i++ {
-			if _, err := ledger.NewIdentity("header:bench", paymentspb.TransferMethod, "K7XQ2M4PLD3RTY6WZ5NB8VC9HJ"); err != nil {
+			if _, err := ledger.NewIdentity("header:bench", walletpb.DepositMethod, "K7XQ2M4PLD3RTY6WZ5NB8VC9HJ"); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -77,7 +77,7 @@ func BenchmarkServerPreamble(b *testing.B) {
 		}
 	})
 	b.Run("pass-through", func(b *testing.B) {
-		cat, _ := payments.Catalog()
+		cat, _ := wallet.Catalog()
 		store, _ := ledger.New(sqlite.New())
 		db, err := sql.Open("sqlite3", sqlite.DSN(filepath.Join(b.TempDir(), "unused.db"), 0)) // never connects
 		if err != nil {
@@ -89,7 +89,7 @@ func BenchmarkServerPreamble(b *testing.B) {
 			b.Fatal(err)
 		}
 		ic := s.UnaryServerInterceptor()
-		info := &grpc.UnaryServerInfo{FullMethod: paymentspb.GetTransferMethod}
+		info := &grpc.UnaryServerInfo{FullMethod: walletpb.GetDepositMethod}
 		h := func(ctx context.Context, req any) (any, error) { return req, nil }
 		ctx := context.Background()
 		b.ReportAllocs()

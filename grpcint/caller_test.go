@@ -12,9 +12,9 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/testkit/testcerts"
+	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
 )
 
 // TestCallerFromPeerCertificate: over real mTLS, the caller is the hash
@@ -43,12 +43,12 @@ func TestCallerFromPeerCertificate(t *testing.T) {
 			c = "<none>"
 		}
 		seen <- c
-		return &paymentspb.TransferReply{}, nil
+		return &walletpb.DepositReply{}, nil
 	}
 	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{
 		Certificates: []tls.Certificate{*srvCert}, ClientCAs: pool, ClientAuth: tls.VerifyClientCertIfGiven, MinVersion: tls.VersionTLS12,
 	})), grpc.UnaryInterceptor(capture))
-	paymentspb.RegisterPaymentsServer(srv, nil)
+	walletpb.RegisterWalletServer(srv, nil)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +66,7 @@ func TestCallerFromPeerCertificate(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer conn.Close()
-		if _, err := paymentspb.NewPaymentsClient(conn).GetTransfer(context.Background(), &paymentspb.GetTransferRequest{}); err != nil {
+		if _, err := walletpb.NewWalletClient(conn).GetDeposit(context.Background(), &walletpb.GetDepositRequest{}); err != nil {
 			t.Fatal(err)
 		}
 		return <-seen

@@ -12,9 +12,9 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/opledger/opledger/dialects/postgres"
-	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/testkit/testdb"
+	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
 )
 
 // TestCommitOutcomeUnknown: the connection breaks while COMMIT is in
@@ -54,13 +54,13 @@ func commitOutcomeUnknown(t *testing.T, dsn, driver string) {
 	// A plain connection sees the server's answer.
 	raw := e.conn
 	proxy.Arm()
-	_, err = paymentspb.NewPaymentsClient(raw).Transfer(as(ctx, "alice", "cut-1"), transfer("cut-1", 7))
+	_, err = walletpb.NewWalletClient(raw).Deposit(as(ctx, "alice", "cut-1"), deposit("cut-1", 7))
 	wantStatus(t, err, codes.Unavailable, grpcint.ReasonOutcomeUnknown)
 	if proxy.Cuts() != 1 {
 		t.Fatalf("proxy cut %d connections, want 1", proxy.Cuts())
 	}
-	var stored paymentspb.TransferReply
-	if err := grpcint.Resolve(as(ctx, "alice", ""), raw, paymentspb.TransferMethod, "cut-1", &paymentspb.TransferRequest{}, &stored); err != nil {
+	var stored walletpb.DepositReply
+	if err := grpcint.Resolve(as(ctx, "alice", ""), raw, walletpb.DepositMethod, "cut-1", &walletpb.DepositRequest{}, &stored); err != nil {
 		t.Fatalf("resolve after the cut: %v (the COMMIT reached the database)", err)
 	}
 
@@ -68,9 +68,9 @@ func commitOutcomeUnknown(t *testing.T, dsn, driver string) {
 	client, pc := appClient(t, e.addr)
 	proxy.Arm()
 	cctx := metadata.AppendToOutgoingContext(ctx, callerHeader, "alice")
-	reply, err := pc.Transfer(cctx, transfer("cut-2", 8))
+	reply, err := pc.Deposit(cctx, deposit("cut-2", 8))
 	if err != nil {
-		t.Fatalf("transfer through the application-owned client: %v", err)
+		t.Fatalf("deposit through the application-owned client: %v", err)
 	}
 	if proxy.Cuts() != 2 {
 		t.Fatalf("proxy cut %d connections, want 2", proxy.Cuts())
@@ -83,7 +83,7 @@ func commitOutcomeUnknown(t *testing.T, dsn, driver string) {
 	if err := db.QueryRowContext(ctx, "SELECT COUNT(*), MIN(id) FROM "+d.QuoteIdent(biz)+" WHERE reference = 'cut-2'").Scan(&n, &id); err != nil {
 		t.Fatal(err)
 	}
-	want := &paymentspb.TransferReply{TransferId: id, FromAccount: "a", ToAccount: "b", AmountCents: 8, Reference: "cut-2"}
+	want := &walletpb.DepositReply{DepositId: id, Account: "a", Amount: 8, Reference: "cut-2"}
 	if n != 1 || !proto.Equal(reply, want) {
 		t.Errorf("%d rows for cut-2; reply %v, want %v", n, reply, want)
 	}

@@ -12,9 +12,9 @@ import (
 
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/dialects/sqlite"
-	"github.com/opledger/opledger/examples/payments"
-	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
+	"github.com/opledger/opledger/internal/testkit/wallet"
+	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/policy"
 	"github.com/opledger/opledger/policy/serviceconfig"
@@ -22,7 +22,7 @@ import (
 )
 
 func TestMisconfigurationFailsAtConstruction(t *testing.T) {
-	cat, err := payments.Catalog()
+	cat, err := wallet.Catalog()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ func TestMisconfigurationFailsAtConstruction(t *testing.T) {
 	}
 
 	// A channel never gets two retry owners.
-	retrying := `{"methodConfig":[{"name":[{"service":"opledger.examples.payments.v1.Payments","method":"GetTransfer"}],` +
+	retrying := `{"methodConfig":[{"name":[{"service":"opledger.testkit.wallet.v1.Wallet","method":"GetDeposit"}],` +
 		`"retryPolicy":{"maxAttempts":3,"initialBackoff":"0.1s","maxBackoff":"1s","backoffMultiplier":2,"retryableStatusCodes":["UNAVAILABLE"]}}]}`
 	for _, owner := range []policy.RetryOwner{policy.OwnerMesh, policy.OwnerNone, policy.OwnerApplication} {
 		_, err := dialOptions(cat, owner, grpcint.WithServiceConfigJSON(retrying))
@@ -88,7 +88,7 @@ func TestMisconfigurationFailsAtConstruction(t *testing.T) {
 	if _, err := dialOptions(cat, policy.OwnerServiceConfig, grpcint.WithServiceConfigJSON(retrying)); err != nil {
 		t.Errorf("service-config owner with its own retry entry: %v", err)
 	}
-	typo := strings.Replace(retrying, "GetTransfer", "GetTransfr", 1)
+	typo := strings.Replace(retrying, "GetDeposit", "GetTransfr", 1)
 	if _, err := dialOptions(cat, policy.OwnerServiceConfig, grpcint.WithServiceConfigJSON(typo)); !errors.Is(err, grpcint.ErrInvalidConfig) || !strings.Contains(err.Error(), "GetTransfr") {
 		t.Errorf("misspelled method: err %v", err)
 	}
@@ -101,10 +101,10 @@ func TestMisconfigurationFailsAtConstruction(t *testing.T) {
 }
 
 // TestGeneratedServiceConfig: the service-config owner retries the
-// read and the keyed Transfer (it has a ledger); other owners install no
+// read and the keyed Deposit (it has a ledger); other owners install no
 // retry policy.
 func TestGeneratedServiceConfig(t *testing.T) {
-	cat, err := payments.Catalog()
+	cat, err := wallet.Catalog()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func TestGeneratedServiceConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`"method":"Transfer"`, `"method":"GetTransfer"`, `"retryThrottling"`, `"ABORTED"`, `"UNAVAILABLE"`} {
+	for _, want := range []string{`"method":"Deposit"`, `"method":"GetDeposit"`, `"retryThrottling"`, `"ABORTED"`, `"UNAVAILABLE"`} {
 		if !strings.Contains(js, want) {
 			t.Errorf("service config lacks %s: %s", want, js)
 		}
@@ -124,13 +124,13 @@ func TestGeneratedServiceConfig(t *testing.T) {
 	if findings, err := serviceconfig.Validate([]byte(js), cat, policy.OwnerServiceConfig); err != nil || len(findings) != 0 {
 		t.Errorf("validator: %v %v", findings, err)
 	}
-	// Without a ledger behind Transfer, it is not retried.
-	noLedger, _ := cat.WithKeyed(paymentspb.TransferMethod, false)
+	// Without a ledger behind Deposit, it is not retried.
+	noLedger, _ := cat.WithKeyed(walletpb.DepositMethod, false)
 	c, err = grpcint.NewClient(noLedger, policy.OwnerServiceConfig)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if js, _ := c.ServiceConfigJSON(); strings.Contains(js, `"method":"Transfer"`) {
+	if js, _ := c.ServiceConfigJSON(); strings.Contains(js, `"method":"Deposit"`) {
 		t.Errorf("keyed method without a ledger in the retry entry: %s", js)
 	}
 	for _, owner := range []policy.RetryOwner{policy.OwnerApplication, policy.OwnerMesh, policy.OwnerNone} {
@@ -143,7 +143,7 @@ func TestGeneratedServiceConfig(t *testing.T) {
 
 // TestDialOptionsPerOwner: every owner's options build a working channel.
 func TestDialOptionsPerOwner(t *testing.T) {
-	cat, err := payments.Catalog()
+	cat, err := wallet.Catalog()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,17 +11,17 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
+	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
 	"github.com/opledger/opledger/policy"
 )
 
-// loseRunAnswers is a front interceptor that runs every keyed Transfer and
+// loseRunAnswers is a front interceptor that runs every keyed Deposit and
 // loses its answer (plain UNAVAILABLE), but answers resolve requests.
 func loseRunAnswers(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	reply, err := handler(ctx, req)
-	if info.FullMethod == paymentspb.TransferMethod && err == nil && len(md.Get(grpcint.ResolveHeader)) == 0 {
+	if info.FullMethod == walletpb.DepositMethod && err == nil && len(md.Get(grpcint.ResolveHeader)) == 0 {
 		return nil, status.Error(codes.Unavailable, "injected: answer lost")
 	}
 	return reply, err
@@ -39,12 +39,12 @@ func TestResolveWhenTheBackoffDoesNotFit(t *testing.T) {
 				grpcint.WithBackoff(policy.Backoff{Initial: time.Minute, Max: time.Minute}))
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			reply, err := pc.Transfer(as(ctx, "shop", "key-late-resolve"), transfer("late-resolve", 100))
+			reply, err := pc.Deposit(as(ctx, "shop", "key-late-resolve"), deposit("late-resolve", 100))
 			if err != nil {
 				ci, _ := grpcint.CallInfoOf(err)
 				t.Fatalf("%v (%+v): want the committed answer, resolved in the time left", err, ci)
 			}
-			if reply.GetTransferId() == 0 {
+			if reply.GetDepositId() == 0 {
 				t.Fatal("empty reply")
 			}
 			if st := c.Stats(); st.Resolved != 1 {
@@ -77,7 +77,7 @@ func TestLastChanceResolvesAgain(t *testing.T) {
 		grpcint.WithBackoff(policy.Backoff{Initial: time.Minute, Max: time.Minute}))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if _, err := pc.Transfer(as(ctx, "shop", "key-again"), transfer("again", 100)); err != nil {
+	if _, err := pc.Deposit(as(ctx, "shop", "key-again"), deposit("again", 100)); err != nil {
 		ci, _ := grpcint.CallInfoOf(err)
 		t.Fatalf("%v (%+v): want the committed answer", err, ci)
 	}

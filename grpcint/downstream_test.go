@@ -5,9 +5,9 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/testkit/testdb"
+	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
 	"github.com/opledger/opledger/ledger"
 )
 
@@ -42,13 +42,13 @@ func TestDownstreamKeysOption(t *testing.T) {
 		t.Fatal(err)
 	}
 	opCtx := ledger.ContextWithOperation(as(context.Background(), "svc", ""), upstream)
-	derived, err := grpcint.DownstreamKey(opCtx, paymentspb.TransferMethod)
+	derived, err := grpcint.DownstreamKey(opCtx, walletpb.DepositMethod)
 	if err != nil {
 		t.Fatal(err)
 	}
 	lookup := func(key string) bool {
 		t.Helper()
-		id, err := ledger.NewIdentity("header:svc", paymentspb.TransferMethod, key)
+		id, err := ledger.NewIdentity("header:svc", walletpb.DepositMethod, key)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -60,22 +60,22 @@ func TestDownstreamKeysOption(t *testing.T) {
 	}
 
 	c, pc := appClient(t, e.addr, grpcint.WithDownstreamKeys())
-	r1, err := pc.Transfer(opCtx, transfer("chained", 5))
+	r1, err := pc.Deposit(opCtx, deposit("chained", 5))
 	if err != nil {
 		t.Fatal(err)
 	}
-	r2, err := pc.Transfer(opCtx, transfer("chained", 5))
+	r2, err := pc.Deposit(opCtx, deposit("chained", 5))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r1.GetTransferId() != r2.GetTransferId() || c.Stats().Replayed != 1 {
+	if r1.GetDepositId() != r2.GetDepositId() || c.Stats().Replayed != 1 {
 		t.Fatalf("second call with the derived key did not replay: %v %v, replayed %d", r1, r2, c.Stats().Replayed)
 	}
 	if !lookup(derived) {
 		t.Fatal("no ledger entry under the derived key")
 	}
 	// An explicit key wins over the derived one.
-	if _, err := pc.Transfer(grpcint.WithKey(opCtx, "explicit"), transfer("explicit", 5)); err != nil {
+	if _, err := pc.Deposit(grpcint.WithKey(opCtx, "explicit"), deposit("explicit", 5)); err != nil {
 		t.Fatal(err)
 	}
 	if !lookup("explicit") {
@@ -83,20 +83,20 @@ func TestDownstreamKeysOption(t *testing.T) {
 	}
 	// Without the option, each call gets a fresh random key.
 	_, plain := appClient(t, e.addr)
-	p1, err := plain.Transfer(opCtx, transfer("chained", 5))
+	p1, err := plain.Deposit(opCtx, deposit("chained", 5))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p1.GetTransferId() == r1.GetTransferId() {
+	if p1.GetDepositId() == r1.GetDepositId() {
 		t.Fatal("a client without WithDownstreamKeys used the derived key")
 	}
 	// Outside a keyed call the option changes nothing: a random key.
-	o1, err := pc.Transfer(as(context.Background(), "svc", ""), transfer("outside", 5))
+	o1, err := pc.Deposit(as(context.Background(), "svc", ""), deposit("outside", 5))
 	if err != nil {
 		t.Fatal(err)
 	}
-	o2, err := pc.Transfer(as(context.Background(), "svc", ""), transfer("outside", 5))
-	if err != nil || o1.GetTransferId() == o2.GetTransferId() {
+	o2, err := pc.Deposit(as(context.Background(), "svc", ""), deposit("outside", 5))
+	if err != nil || o1.GetDepositId() == o2.GetDepositId() {
 		t.Fatalf("outside a keyed call two calls shared a key: %v %v %v", o1, o2, err)
 	}
 }

@@ -17,9 +17,9 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/opledger/opledger/dialects"
-	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/testkit/testdb"
+	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/policy"
 )
@@ -35,18 +35,18 @@ func kitStatus(t *testing.T, c codes.Code, reason grpcint.Reason, msg string) er
 	return st.Err()
 }
 
-// earlierCommitted is a fake Payments server for a keyed call whose
+// earlierCommitted is a fake Wallet server for a keyed call whose
 // first run committed: its runs fail with first, then with later (a
 // status that says nothing was committed — true of that attempt only);
 // a resolve returns the committed reply.
 type earlierCommitted struct {
 	first, later error
-	committed    *paymentspb.TransferReply
+	committed    *walletpb.DepositReply
 	runs         atomic.Int32
 	resolves     atomic.Int32
 }
 
-func (f *earlierCommitted) Transfer(ctx context.Context, req *paymentspb.TransferRequest) (*paymentspb.TransferReply, error) {
+func (f *earlierCommitted) Deposit(ctx context.Context, req *walletpb.DepositRequest) (*walletpb.DepositReply, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	if len(md.Get(grpcint.ResolveHeader)) > 0 {
 		f.resolves.Add(1)
@@ -59,7 +59,7 @@ func (f *earlierCommitted) Transfer(ctx context.Context, req *paymentspb.Transfe
 	return nil, f.later
 }
 
-func (f *earlierCommitted) GetTransfer(context.Context, *paymentspb.GetTransferRequest) (*paymentspb.TransferReply, error) {
+func (f *earlierCommitted) GetDeposit(context.Context, *walletpb.GetDepositRequest) (*walletpb.DepositReply, error) {
 	return nil, status.Error(codes.Unimplemented, "not in this fake")
 }
 
@@ -84,9 +84,9 @@ func TestEarlierAttemptMayHaveCommitted(t *testing.T) {
 		for _, owner := range []policy.RetryOwner{policy.OwnerApplication, policy.OwnerServiceConfig} {
 			t.Run(row.name+"/"+owner.String(), func(t *testing.T) {
 				fake := &earlierCommitted{first: row.first, later: row.later,
-					committed: &paymentspb.TransferReply{TransferId: 42, FromAccount: "a", ToAccount: "b", AmountCents: 100, Reference: "r"}}
+					committed: &walletpb.DepositReply{DepositId: 42, Account: "a", Amount: 100, Reference: "r"}}
 				srv := grpc.NewServer()
-				paymentspb.RegisterPaymentsServer(srv, fake)
+				walletpb.RegisterWalletServer(srv, fake)
 				lis, err := net.Listen("tcp", "127.0.0.1:0")
 				if err != nil {
 					t.Fatal(err)
@@ -96,7 +96,7 @@ func TestEarlierAttemptMayHaveCommitted(t *testing.T) {
 				c, pc := ownerClient(t, lis.Addr().String(), owner, fastClient()...)
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
-				reply, err := pc.Transfer(as(ctx, "shop", "key-earlier"), transfer("r", 100))
+				reply, err := pc.Deposit(as(ctx, "shop", "key-earlier"), deposit("r", 100))
 				if err != nil {
 					ci, _ := grpcint.CallInfoOf(err)
 					t.Fatalf("%v (%+v), after %d runs and %d resolves on the server: want the committed answer", err, ci, fake.runs.Load(), fake.resolves.Load())
@@ -131,7 +131,7 @@ func (l *failLaterClaims) Claim(ctx context.Context, tx *sql.Tx, req ledger.Clai
 	return l.Store.Claim(ctx, tx, req)
 }
 
-// loseFirstAnswer is a front interceptor that runs the first Transfer and
+// loseFirstAnswer is a front interceptor that runs the first Deposit and
 // loses its answer after COMMIT (a plain UNAVAILABLE); every other call
 // passes.
 func loseFirstAnswer() grpc.UnaryServerInterceptor {
@@ -139,7 +139,7 @@ func loseFirstAnswer() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		md, _ := metadata.FromIncomingContext(ctx)
 		reply, err := handler(ctx, req)
-		if info.FullMethod == paymentspb.TransferMethod && len(md.Get(grpcint.ResolveHeader)) == 0 && runs.Add(1) == 1 && err == nil {
+		if info.FullMethod == walletpb.DepositMethod && len(md.Get(grpcint.ResolveHeader)) == 0 && runs.Add(1) == 1 && err == nil {
 			return nil, status.Error(codes.Unavailable, "injected: the answer was lost after COMMIT")
 		}
 		return reply, err
@@ -149,7 +149,7 @@ func loseFirstAnswer() grpc.UnaryServerInterceptor {
 // TestEarlierAttemptCommittedOnEveryDatabase: on every database, the first
 // attempt commits and its answer is lost; every later attempt fails at
 // the ledger (STORAGE_UNAVAILABLE). Both resolving owners return the
-// committed response, and the transfer exists once.
+// committed response, and the deposit exists once.
 func TestEarlierAttemptCommittedOnEveryDatabase(t *testing.T) {
 	for _, tg := range testdb.Targets() {
 		for _, owner := range []policy.RetryOwner{policy.OwnerApplication, policy.OwnerServiceConfig} {
@@ -165,7 +165,7 @@ func TestEarlierAttemptCommittedOnEveryDatabase(t *testing.T) {
 				c, pc := ownerClient(t, e.addr, owner, fastClient()...)
 				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 				defer cancel()
-				reply, err := pc.Transfer(as(ctx, "shop", "key-every-db"), transfer("every-db", 250))
+				reply, err := pc.Deposit(as(ctx, "shop", "key-every-db"), deposit("every-db", 250))
 				if err != nil {
 					ci, _ := grpcint.CallInfoOf(err)
 					t.Fatalf("%v (%+v) after %d claims: want the committed answer", err, ci, l.claims.Load())
@@ -175,7 +175,7 @@ func TestEarlierAttemptCommittedOnEveryDatabase(t *testing.T) {
 				if err := db.QueryRowContext(ctx, "SELECT COUNT(*), MIN(id) FROM "+tg.Dialect.QuoteIdent(biz)+" WHERE reference = 'every-db'").Scan(&n, &id); err != nil {
 					t.Fatal(err)
 				}
-				want := &paymentspb.TransferReply{TransferId: id, FromAccount: "a", ToAccount: "b", AmountCents: 250, Reference: "every-db"}
+				want := &walletpb.DepositReply{DepositId: id, Account: "a", Amount: 250, Reference: "every-db"}
 				if n != 1 || !proto.Equal(reply, want) {
 					t.Errorf("%d rows; reply %v, want %v", n, reply, want)
 				}

@@ -16,10 +16,10 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	"github.com/opledger/opledger/dialects"
-	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/testkit/keyedtest"
 	"github.com/opledger/opledger/internal/testkit/testdb"
+	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
 	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/keyed/retry"
 	"github.com/opledger/opledger/ledger"
@@ -64,10 +64,10 @@ func wantCallInfo(t *testing.T, err error, reason grpcint.Reason, next policy.Ac
 	return ci
 }
 
-// dropAnswers is a front interceptor that runs every keyed Transfer and
+// dropAnswers is a front interceptor that runs every keyed Deposit and
 // then loses its answer (plain UNAVAILABLE), resolves included.
 func dropAnswers(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if _, err := handler(ctx, req); info.FullMethod == paymentspb.TransferMethod && err == nil {
+	if _, err := handler(ctx, req); info.FullMethod == walletpb.DepositMethod && err == nil {
 		return nil, status.Error(codes.Unavailable, "injected: answer lost")
 	}
 	return handler(ctx, req)
@@ -84,7 +84,7 @@ func TestOutcomeRows(t *testing.T) {
 		keyed.Executed: func(t *testing.T) {
 			e, _, _ := sqliteEnv(t, nil, nil)
 			var trl metadata.MD
-			if _, err := e.pc.Transfer(as(ctx, "alice", "k"), transfer("r", 1), grpc.Trailer(&trl)); err != nil {
+			if _, err := e.pc.Deposit(as(ctx, "alice", "k"), deposit("r", 1), grpc.Trailer(&trl)); err != nil {
 				t.Fatal(err)
 			}
 			if len(trl.Get(grpcint.ReplayedHeader)) != 0 || e.server.Stats().Executed != 1 || e.rows(t, "r") != 1 {
@@ -93,13 +93,13 @@ func TestOutcomeRows(t *testing.T) {
 		},
 		keyed.Replayed: func(t *testing.T) {
 			e, _, _ := sqliteEnv(t, nil, nil)
-			first, err := e.pc.Transfer(as(ctx, "alice", "k"), transfer("r", 1))
+			first, err := e.pc.Deposit(as(ctx, "alice", "k"), deposit("r", 1))
 			if err != nil {
 				t.Fatal(err)
 			}
 			var trl metadata.MD
-			again, err := e.pc.Transfer(as(ctx, "alice", "k"), transfer("r", 1), grpc.Trailer(&trl))
-			if err != nil || again.GetTransferId() != first.GetTransferId() {
+			again, err := e.pc.Deposit(as(ctx, "alice", "k"), deposit("r", 1), grpc.Trailer(&trl))
+			if err != nil || again.GetDepositId() != first.GetDepositId() {
 				t.Fatalf("replay %v, %v; first %v", again, err, first)
 			}
 			if got := trl.Get(grpcint.ReplayedHeader); len(got) != 1 || got[0] != "true" || e.server.Stats().Replayed != 1 || e.rows(t, "r") != 1 {
@@ -108,13 +108,13 @@ func TestOutcomeRows(t *testing.T) {
 		},
 		keyed.NotStored: func(t *testing.T) {
 			e, _, _ := sqliteEnv(t, nil, nil)
-			_, err := e.pc.Transfer(as(ctx, "alice", "k"), transfer("not-final", 1))
+			_, err := e.pc.Deposit(as(ctx, "alice", "k"), deposit("not-final", 1))
 			wantStatus(t, err, codes.Unavailable, "")
 			if e.rows(t, "not-final") != 0 || e.server.Stats().Failed != 1 {
 				t.Fatalf("the handler's writes survived a status that is not final: %+v", e.server.Stats())
 			}
 			// Nothing was recorded: the same key runs the handler again.
-			if _, err := e.pc.Transfer(as(ctx, "alice", "k"), transfer("not-final", 1)); status.Code(err) != codes.Unavailable || e.server.Stats().Failed != 2 {
+			if _, err := e.pc.Deposit(as(ctx, "alice", "k"), deposit("not-final", 1)); status.Code(err) != codes.Unavailable || e.server.Stats().Failed != 2 {
 				t.Errorf("again: %v, %+v", err, e.server.Stats())
 			}
 		},
@@ -128,12 +128,12 @@ func TestOutcomeRows(t *testing.T) {
 				return handler(ctx, req)
 			}
 			e, _, _ := sqliteEnv(t, nil, recovered)
-			_, err := e.pc.Transfer(as(ctx, "alice", "k"), transfer("panic", 1))
+			_, err := e.pc.Deposit(as(ctx, "alice", "k"), deposit("panic", 1))
 			wantStatus(t, err, codes.Internal, "")
 			if e.rows(t, "panic") != 0 {
 				t.Fatal("a panicking handler's writes survived")
 			}
-			if _, err := e.pc.Transfer(as(ctx, "alice", "k"), transfer("panic", 1)); status.Code(err) != codes.Internal || e.rows(t, "panic") != 0 {
+			if _, err := e.pc.Deposit(as(ctx, "alice", "k"), deposit("panic", 1)); status.Code(err) != codes.Internal || e.rows(t, "panic") != 0 {
 				t.Errorf("again: %v: want the handler to run (and panic) again", err)
 			}
 		},
@@ -145,7 +145,7 @@ func TestOutcomeRows(t *testing.T) {
 				return handler(ctx, struct{ Reference string }{"r"})
 			}
 			e, _, _ := sqliteEnv(t, nil, swap)
-			_, err := e.pc.Transfer(as(ctx, "alice", "k"), transfer("r", 1))
+			_, err := e.pc.Deposit(as(ctx, "alice", "k"), deposit("r", 1))
 			wantStatus(t, err, codes.InvalidArgument, grpcint.ReasonInvalidRequest)
 		},
 		keyed.RequestEnded: func(t *testing.T) {
@@ -159,7 +159,7 @@ func TestOutcomeRows(t *testing.T) {
 			e, _, _ := sqliteEnv(t, nil, capture)
 			cctx, cancel := context.WithCancel(as(ctx, "alice", "k"))
 			done := make(chan error, 1)
-			go func() { _, err := e.pc.Transfer(cctx, transfer("block", 1)); done <- err }()
+			go func() { _, err := e.pc.Deposit(cctx, deposit("block", 1)); done <- err }()
 			<-e.gate.entered
 			cancel()
 			if err := <-done; status.Code(err) != codes.Canceled {
@@ -184,52 +184,52 @@ func TestOutcomeRows(t *testing.T) {
 		keyed.CallerMissing: func(t *testing.T) {
 			e, _, _ := sqliteEnv(t, nil, nil)
 			_, pc := appClient(t, e.addr, fastClient()...)
-			_, err := pc.Transfer(as(ctx, "", "k"), transfer("r", 1))
+			_, err := pc.Deposit(as(ctx, "", "k"), deposit("r", 1))
 			wantStatus(t, err, codes.Unauthenticated, grpcint.ReasonNoCaller)
 			wantCallInfo(t, err, grpcint.ReasonNoCaller, policy.DoNotRetry)
 		},
 		keyed.KeyMissing: func(t *testing.T) {
 			e, _, _ := sqliteEnv(t, nil, nil)
-			_, err := e.pc.Transfer(as(ctx, "alice", ""), transfer("r", 1))
+			_, err := e.pc.Deposit(as(ctx, "alice", ""), deposit("r", 1))
 			wantStatus(t, err, codes.InvalidArgument, grpcint.ReasonMissingKey)
 		},
 		keyed.KeyInvalid: func(t *testing.T) {
 			e, _, _ := sqliteEnv(t, nil, nil)
 			twice := metadata.AppendToOutgoingContext(as(ctx, "alice", "k1"), grpcint.KeyHeader, "k2")
-			_, err := e.pc.Transfer(twice, transfer("r", 1))
+			_, err := e.pc.Deposit(twice, deposit("r", 1))
 			wantStatus(t, err, codes.InvalidArgument, grpcint.ReasonInvalidKey)
 			_, pc := appClient(t, e.addr, fastClient()...)
-			_, err = pc.Transfer(as(ctx, "alice", strings.Repeat("k", 300)), transfer("r", 1))
+			_, err = pc.Deposit(as(ctx, "alice", strings.Repeat("k", 300)), deposit("r", 1))
 			wantCallInfo(t, err, grpcint.ReasonInvalidKey, policy.DoNotRetry)
 		},
 		keyed.NotKeyed: func(t *testing.T) {
 			e, _, _ := sqliteEnv(t, nil, nil)
-			err := grpcint.Resolve(as(ctx, "alice", ""), e.conn, paymentspb.GetTransferMethod, "k", &paymentspb.GetTransferRequest{}, &paymentspb.TransferReply{})
+			err := grpcint.Resolve(as(ctx, "alice", ""), e.conn, walletpb.GetDepositMethod, "k", &walletpb.GetDepositRequest{}, &walletpb.DepositReply{})
 			wantStatus(t, err, codes.InvalidArgument, grpcint.ReasonInvalidRequest)
 		},
 		keyed.KeyReused: func(t *testing.T) {
 			e, _, _ := sqliteEnv(t, nil, nil)
 			_, pc := appClient(t, e.addr, fastClient()...)
-			if _, err := pc.Transfer(as(ctx, "alice", "k"), transfer("r", 1)); err != nil {
+			if _, err := pc.Deposit(as(ctx, "alice", "k"), deposit("r", 1)); err != nil {
 				t.Fatal(err)
 			}
-			_, err := pc.Transfer(as(ctx, "alice", "k"), transfer("r", 2))
+			_, err := pc.Deposit(as(ctx, "alice", "k"), deposit("r", 2))
 			wantStatus(t, err, codes.FailedPrecondition, grpcint.ReasonKeyReused)
 			wantCallInfo(t, err, grpcint.ReasonKeyReused, policy.DoNotRetry)
 		},
 		keyed.InProgress: func(t *testing.T) {
 			e, _, _ := sqliteEnv(t, nil, nil)
 			done := make(chan error, 1)
-			go func() { _, err := e.pc.Transfer(as(ctx, "alice", "k"), transfer("block", 1)); done <- err }()
+			go func() { _, err := e.pc.Deposit(as(ctx, "alice", "k"), deposit("block", 1)); done <- err }()
 			<-e.gate.entered
-			_, err := e.pc.Transfer(as(ctx, "alice", "k"), transfer("block", 1))
+			_, err := e.pc.Deposit(as(ctx, "alice", "k"), deposit("block", 1))
 			wantStatus(t, err, codes.Aborted, grpcint.ReasonInProgress)
 			// The kit's client gets the same, retries with the same key after
 			// the pushback, and gets the answer once the first attempt ends.
 			c, pc := appClient(t, e.addr, grpcint.WithMaxAttempts(50),
 				grpcint.WithBackoff(policy.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond}))
 			got := make(chan error, 1)
-			go func() { _, err := pc.Transfer(as(ctx, "alice", "k"), transfer("block", 1)); got <- err }()
+			go func() { _, err := pc.Deposit(as(ctx, "alice", "k"), deposit("block", 1)); got <- err }()
 			for deadline := time.Now().Add(10 * time.Second); c.Stats().Retries == 0; time.Sleep(5 * time.Millisecond) {
 				if time.Now().After(deadline) {
 					t.Fatalf("the kit's client did not retry behind an attempt in progress: %+v", c.Stats())
@@ -250,15 +250,15 @@ func TestOutcomeRows(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			fp, _ := grpcint.RequestFingerprint(transfer("r", 1))
-			if _, err := store.Claim(ctx, tx, ledger.ClaimRequest{Identity: testdb.ID(t, "header:alice", paymentspb.TransferMethod, "k"), Fingerprint: fp}); err != nil {
+			fp, _ := grpcint.RequestFingerprint(deposit("r", 1))
+			if _, err := store.Claim(ctx, tx, ledger.ClaimRequest{Identity: testdb.ID(t, "header:alice", walletpb.DepositMethod, "k"), Fingerprint: fp}); err != nil {
 				t.Fatal(err)
 			}
 			if err := tx.Commit(); err != nil {
 				t.Fatal(err)
 			}
 			_, pc := appClient(t, e.addr, fastClient()...)
-			_, err = pc.Transfer(as(ctx, "alice", "k"), transfer("r", 1))
+			_, err = pc.Deposit(as(ctx, "alice", "k"), deposit("r", 1))
 			wantStatus(t, err, codes.FailedPrecondition, grpcint.ReasonIncomplete)
 			wantCallInfo(t, err, grpcint.ReasonIncomplete, policy.DoNotRetry)
 		},
@@ -267,7 +267,7 @@ func TestOutcomeRows(t *testing.T) {
 			e, _, _ := sqliteEnv(t, func(s *ledger.Store) ledger.Ledger { return testdb.FaultyLedger{Store: s, ClaimErr: serialization} }, nil,
 				grpcint.WithTxOptions(txmiddleware.WithMaxTxAttempts(2), txmiddleware.WithTxBackoff(time.Millisecond, time.Millisecond)))
 			_, pc := appClient(t, e.addr, fastClient()...)
-			_, err := pc.Transfer(as(ctx, "alice", "k"), transfer("r", 1))
+			_, err := pc.Deposit(as(ctx, "alice", "k"), deposit("r", 1))
 			wantStatus(t, err, codes.Aborted, grpcint.ReasonTransactionAborted)
 			ci := wantCallInfo(t, err, grpcint.ReasonTransactionAborted, policy.Retry)
 			if ci.Attempts != 3 || ci.Decision != "max-attempts" {
@@ -279,7 +279,7 @@ func TestOutcomeRows(t *testing.T) {
 			e, _, _ := sqliteEnv(t, func(s *ledger.Store) ledger.Ledger { return testdb.FaultyLedger{Store: s, ClaimErr: conn} }, nil,
 				grpcint.WithTxOptions(txmiddleware.WithMaxTxAttempts(1)))
 			_, pc := appClient(t, e.addr, fastClient()...)
-			_, err := pc.Transfer(as(ctx, "alice", "k"), transfer("r", 1))
+			_, err := pc.Deposit(as(ctx, "alice", "k"), deposit("r", 1))
 			wantStatus(t, err, codes.Unavailable, grpcint.ReasonStorageUnavailable)
 			ci := wantCallInfo(t, err, grpcint.ReasonStorageUnavailable, policy.Retry)
 			if ci.Resolves != 0 {
@@ -296,23 +296,23 @@ func TestOutcomeRows(t *testing.T) {
 				return testdb.FaultyLedger{Store: s, CompleteErr: ledger.ErrNotAcquired}
 			}, nil)
 			_, pc := appClient(t, e.addr, fastClient()...)
-			_, err := pc.Transfer(as(ctx, "alice", "k"), transfer("r", 1))
+			_, err := pc.Deposit(as(ctx, "alice", "k"), deposit("r", 1))
 			wantStatus(t, err, codes.Internal, grpcint.ReasonLedgerMisuse)
 			wantCallInfo(t, err, grpcint.ReasonLedgerMisuse, policy.DoNotRetry)
 		},
 		keyed.ResultUnreadable: func(t *testing.T) {
 			e, _, _ := sqliteEnv(t, nil, nil, grpcint.WithTypeResolver(new(protoregistry.Types)))
-			if _, err := e.pc.Transfer(as(ctx, "alice", "k"), transfer("r", 1)); err != nil {
+			if _, err := e.pc.Deposit(as(ctx, "alice", "k"), deposit("r", 1)); err != nil {
 				t.Fatal(err)
 			}
 			_, pc := appClient(t, e.addr, fastClient()...)
-			_, err := pc.Transfer(as(ctx, "alice", "k"), transfer("r", 1)) // a replay
+			_, err := pc.Deposit(as(ctx, "alice", "k"), deposit("r", 1)) // a replay
 			wantStatus(t, err, codes.Internal, grpcint.ReasonResultUnreadable)
 			wantCallInfo(t, err, grpcint.ReasonResultUnreadable, policy.DoNotRetry)
 		},
 		keyed.NotFound: func(t *testing.T) {
 			e, _, _ := sqliteEnv(t, nil, nil)
-			err := grpcint.Resolve(as(ctx, "alice", ""), e.conn, paymentspb.TransferMethod, "never-sent", &paymentspb.TransferRequest{}, &paymentspb.TransferReply{})
+			err := grpcint.Resolve(as(ctx, "alice", ""), e.conn, walletpb.DepositMethod, "never-sent", &walletpb.DepositRequest{}, &walletpb.DepositReply{})
 			wantStatus(t, err, codes.NotFound, grpcint.ReasonNotFound)
 		},
 		keyed.KeyedStream: testKeyedStreamRefused,
@@ -322,7 +322,7 @@ func TestOutcomeRows(t *testing.T) {
 			}
 			e, _, _ := sqliteEnv(t, nil, shed)
 			_, pc := appClient(t, e.addr, fastClient()...)
-			_, err := pc.Transfer(as(ctx, "alice", "k"), transfer("r", 1))
+			_, err := pc.Deposit(as(ctx, "alice", "k"), deposit("r", 1))
 			ci := wantCallInfo(t, err, grpcint.ReasonNotExecuted, policy.Retry)
 			if ci.Attempts != 3 || ci.Resolves != 0 || status.Code(err) != codes.Unavailable {
 				t.Errorf("CallInfo %+v (%v): want 3 runs, no resolve", ci, err)
@@ -330,18 +330,18 @@ func TestOutcomeRows(t *testing.T) {
 		},
 		keyed.NotSent: func(t *testing.T) {
 			_, dead := appClient(t, "127.0.0.1:1", fastClient()...)
-			_, err := dead.Transfer(as(ctx, "alice", "k"), transfer("r", 1))
+			_, err := dead.Deposit(as(ctx, "alice", "k"), deposit("r", 1))
 			wantCallInfo(t, err, grpcint.ReasonNotSent, policy.Retry)
 		},
 		keyed.ServerAnswered: func(t *testing.T) {
 			e, _, _ := sqliteEnv(t, nil, nil)
 			_, pc := appClient(t, e.addr, fastClient()...)
-			_, err := pc.Transfer(as(ctx, "alice", "k"), transfer("r", 0)) // amount 0: INVALID_ARGUMENT, final
+			_, err := pc.Deposit(as(ctx, "alice", "k"), deposit("r", 0)) // amount 0: INVALID_ARGUMENT, final
 			if status.Code(err) != codes.InvalidArgument {
 				t.Fatalf("err %v", err)
 			}
 			wantCallInfo(t, err, grpcint.ReasonHandlerError, policy.DoNotRetry)
-			_, again := pc.Transfer(as(ctx, "alice", "k"), transfer("r", 0))
+			_, again := pc.Deposit(as(ctx, "alice", "k"), deposit("r", 0))
 			if status.Code(again) != codes.InvalidArgument || e.server.Stats().Replayed != 1 {
 				t.Errorf("retry of a final error: %v, server %+v; want it replayed", again, e.server.Stats())
 			}
@@ -351,7 +351,7 @@ func TestOutcomeRows(t *testing.T) {
 			// No owner resolves on the mesh's channel: the error says the
 			// outcome is unknown and carries the key.
 			mesh, pc := ownerClient(t, e.addr, policy.OwnerMesh)
-			_, err := pc.Transfer(as(ctx, "alice", "k-mesh"), transfer("r", 1))
+			_, err := pc.Deposit(as(ctx, "alice", "k-mesh"), deposit("r", 1))
 			ci := wantCallInfo(t, err, grpcint.ReasonCallOutcomeUnknown, policy.ResolveFirst)
 			if ci.Key != "k-mesh" || mesh.Stats().Ambiguous != 1 {
 				t.Errorf("CallInfo %+v, stats %+v: want the key and one ambiguous call", ci, mesh.Stats())
@@ -361,7 +361,7 @@ func TestOutcomeRows(t *testing.T) {
 			app, pc := appClient(t, e.addr, fastClient()...)
 			dctx, cancel := context.WithTimeout(as(ctx, "alice", "k-app"), 300*time.Millisecond)
 			defer cancel()
-			_, err = pc.Transfer(dctx, transfer("r2", 1))
+			_, err = pc.Deposit(dctx, deposit("r2", 1))
 			ci = wantCallInfo(t, err, grpcint.ReasonCallOutcomeUnknown, policy.ResolveFirst)
 			if ci.Resolves == 0 || ci.Decision != "deadline" || app.Stats().Ambiguous != 1 {
 				t.Errorf("CallInfo %+v, stats %+v: want resolves until the deadline", ci, app.Stats())
@@ -383,7 +383,7 @@ func testNotStorable(t *testing.T) {
 	}
 	e := serveLedger(t, db, store, biz, nil)
 	_, pc := appClient(t, e.addr, fastClient()...)
-	_, err = pc.Transfer(as(ctx, "alice", "k"), transfer("a reference too long to store", 1))
+	_, err = pc.Deposit(as(ctx, "alice", "k"), deposit("a reference too long to store", 1))
 	wantStatus(t, err, codes.Internal, grpcint.ReasonResultNotStorable)
 	ci := wantCallInfo(t, err, grpcint.ReasonResultNotStorable, policy.DoNotRetry)
 	if ci.Attempts != 1 || e.server.Stats().Executed != 0 {
@@ -397,7 +397,7 @@ func testNotStorable(t *testing.T) {
 // kit's interceptor sees it; nothing runs, nothing is claimed.
 func testRequestTooLarge(t *testing.T) {
 	e, _, _ := sqliteEnv(t, nil, nil)
-	_, err := e.pc.Transfer(as(context.Background(), "alice", "k"), transfer(strings.Repeat("r", 5<<20), 1))
+	_, err := e.pc.Deposit(as(context.Background(), "alice", "k"), deposit(strings.Repeat("r", 5<<20), 1))
 	wantStatus(t, err, codes.ResourceExhausted, "")
 	if st := e.server.Stats(); st != (grpcint.ServerStats{}) {
 		t.Errorf("the kit saw the call: %+v", st)

@@ -13,9 +13,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/opledger/opledger/examples/payments"
-	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
+	"github.com/opledger/opledger/internal/testkit/wallet"
+	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/policy"
 )
@@ -27,14 +27,14 @@ import (
 // nothing until an SDK is installed, and logs nothing.
 func Example_telemetry() {
 	ctx := context.Background()
-	db, d, svc, cleanup := openPayments(ctx)
+	db, d, svc, cleanup := openWallet(ctx)
 	defer cleanup()
-	tokens := payments.NewTokens()
+	tokens := wallet.NewTokens()
 	token, err := tokens.Issue("tenant-a")
 	if err != nil {
 		log.Fatal(err)
 	}
-	cat, err := payments.Catalog()
+	cat, err := wallet.Catalog()
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func Example_telemetry() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	kit, err := grpcint.NewServer(db, store, cat, grpcint.CallerFromPrincipal(payments.Principal),
+	kit, err := grpcint.NewServer(db, store, cat, grpcint.CallerFromPrincipal(wallet.Principal),
 		grpcint.WithServerMeterProvider(meters), grpcint.WithServerTracerProvider(tracers), grpcint.WithServerLogger(logger))
 	if err != nil {
 		log.Fatal(err)
@@ -60,7 +60,7 @@ func Example_telemetry() {
 	}
 
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(tokens.UnaryServerInterceptor(), kit.UnaryServerInterceptor()))
-	paymentspb.RegisterPaymentsServer(srv, svc)
+	walletpb.RegisterWalletServer(srv, svc)
 	addr, stop := serveExample(srv)
 	defer stop()
 	opts, err := client.DialOptions()
@@ -68,16 +68,16 @@ func Example_telemetry() {
 		log.Fatal(err)
 	}
 	conn, err := grpc.NewClient(addr, append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithPerRPCCredentials(payments.BearerToken(token)))...)
+		grpc.WithPerRPCCredentials(wallet.BearerToken(token)))...)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer conn.Close()
-	pc := paymentspb.NewPaymentsClient(conn)
+	pc := walletpb.NewWalletClient(conn)
 	key := grpcint.NewKey()
-	req := &paymentspb.TransferRequest{FromAccount: "alice", ToAccount: "bob", AmountCents: 500, Reference: "rent"}
+	req := &walletpb.DepositRequest{Account: "alice", Amount: 500, Reference: "rent"}
 	for range 2 { // the second call replays the first
-		if _, err := pc.Transfer(grpcint.WithKey(ctx, key), req); err != nil {
+		if _, err := pc.Deposit(grpcint.WithKey(ctx, key), req); err != nil {
 			log.Fatal(err)
 		}
 	}

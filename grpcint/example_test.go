@@ -20,19 +20,19 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/opledger/opledger/dialects/sqlite"
-	"github.com/opledger/opledger/examples/payments"
-	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/testkit/testcerts"
+	"github.com/opledger/opledger/internal/testkit/wallet"
+	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/migrations"
 	"github.com/opledger/opledger/policy"
 )
 
-// openPayments opens a SQLite file in a temporary directory with the
+// openWallet opens a SQLite file in a temporary directory with the
 // ledger's table and the example service's, and returns the service on
 // it; cleanup removes it.
-func openPayments(ctx context.Context) (db *sql.DB, d sqlite.Dialect, svc *payments.Service, cleanup func()) {
+func openWallet(ctx context.Context) (db *sql.DB, d sqlite.Dialect, svc *wallet.Service, cleanup func()) {
 	dir, err := os.MkdirTemp("", "grpcint-example")
 	if err != nil {
 		log.Fatal(err)
@@ -49,10 +49,10 @@ func openPayments(ctx context.Context) (db *sql.DB, d sqlite.Dialect, svc *payme
 	if _, err := m.Up(ctx); err != nil {
 		log.Fatal(err)
 	}
-	if err := payments.CreateTable(ctx, db, d, payments.DefaultTable); err != nil {
+	if err := wallet.CreateTable(ctx, db, d, wallet.DefaultTable); err != nil {
 		log.Fatal(err)
 	}
-	svc, err = payments.NewService(db, d, payments.DefaultTable)
+	svc, err = wallet.NewService(db, d, wallet.DefaultTable)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func serveExample(srv *grpc.Server) (addr string, stop func()) {
 	return lis.Addr().String(), srv.Stop
 }
 
-// A keyed Transfer served with the kit's server interceptor, called
+// A keyed Deposit served with the kit's server interceptor, called
 // through a channel whose retries the application owns: a retry with the
 // same key replays the first answer, and the same key for another request
 // is refused. The caller is the principal the service's authentication
@@ -79,12 +79,12 @@ func serveExample(srv *grpc.Server) (addr string, stop func()) {
 // txmiddleware.TxFromContext.
 func Example() {
 	ctx := context.Background()
-	db, d, svc, cleanup := openPayments(ctx)
+	db, d, svc, cleanup := openWallet(ctx)
 	defer cleanup()
 
 	// Authentication: each tenant gets a token; its interceptor puts the
 	// token's principal in the context, where the kit takes the caller.
-	tokens := payments.NewTokens()
+	tokens := wallet.NewTokens()
 	token, err := tokens.Issue("tenant-a")
 	if err != nil {
 		log.Fatal(err)
@@ -96,17 +96,17 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	cat, err := payments.Catalog() // Transfer is keyed, with a durable ledger
+	cat, err := wallet.Catalog() // Deposit is keyed, with a durable ledger
 	if err != nil {
 		log.Fatal(err)
 	}
-	kit, err := grpcint.NewServer(db, store, cat, grpcint.CallerFromPrincipal(payments.Principal))
+	kit, err := grpcint.NewServer(db, store, cat, grpcint.CallerFromPrincipal(wallet.Principal))
 	if err != nil {
 		log.Fatal(err) // a configuration that cannot work fails here, not on the first call
 	}
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(tokens.UnaryServerInterceptor(), kit.UnaryServerInterceptor()),
 		grpc.ChainStreamInterceptor(kit.StreamServerInterceptor()))
-	paymentspb.RegisterPaymentsServer(srv, svc)
+	walletpb.RegisterWalletServer(srv, svc)
 	if err := kit.CheckRegistered(srv); err != nil {
 		log.Fatal(err) // a keyed method registered as a stream, or renamed
 	}
@@ -124,32 +124,32 @@ func Example() {
 		log.Fatal(err)
 	}
 	conn, err := grpc.NewClient(addr, append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithPerRPCCredentials(payments.BearerToken(token)))...)
+		grpc.WithPerRPCCredentials(wallet.BearerToken(token)))...)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer conn.Close()
-	pc := paymentspb.NewPaymentsClient(conn)
+	pc := walletpb.NewWalletClient(conn)
 
 	key := grpcint.NewKey() // persist it first to resolve after a restart
-	req := &paymentspb.TransferRequest{FromAccount: "alice", ToAccount: "bob", AmountCents: 500, Reference: "rent"}
-	first, err := pc.Transfer(grpcint.WithKey(ctx, key), req)
+	req := &walletpb.DepositRequest{Account: "alice", Amount: 500, Reference: "rent"}
+	first, err := pc.Deposit(grpcint.WithKey(ctx, key), req)
 	if err != nil {
 		log.Fatal(err)
 	}
-	again, err := pc.Transfer(grpcint.WithKey(ctx, key), req) // a retry, by anyone: replayed
+	again, err := pc.Deposit(grpcint.WithKey(ctx, key), req) // a retry, by anyone: replayed
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("same answer:", proto.Equal(first, again), "executed:", kit.Stats().Executed, "replayed:", kit.Stats().Replayed)
 
-	other := &paymentspb.TransferRequest{FromAccount: "alice", ToAccount: "bob", AmountCents: 600, Reference: "rent"}
-	_, err = pc.Transfer(grpcint.WithKey(ctx, key), other)
+	other := &walletpb.DepositRequest{Account: "alice", Amount: 600, Reference: "rent"}
+	_, err = pc.Deposit(grpcint.WithKey(ctx, key), other)
 	ci, _ := grpcint.CallInfoOf(err)
 	fmt.Println(status.Code(err), grpcint.ReasonOf(err), ci.Next)
 
-	var stored paymentspb.TransferReply
-	err = grpcint.Resolve(ctx, conn, paymentspb.TransferMethod, key, &paymentspb.TransferRequest{}, &stored)
+	var stored walletpb.DepositReply
+	err = grpcint.Resolve(ctx, conn, walletpb.DepositMethod, key, &walletpb.DepositRequest{}, &stored)
 	fmt.Println("resolved:", err == nil && proto.Equal(&stored, first))
 	// Output:
 	// same answer: true executed: 1 replayed: 1
@@ -165,13 +165,13 @@ func Example() {
 // authority; yours come from your PKI.)
 func ExampleCallerFromPeerCertificate() {
 	ctx := context.Background()
-	db, d, svc, cleanup := openPayments(ctx)
+	db, d, svc, cleanup := openWallet(ctx)
 	defer cleanup()
 	ca, err := testcerts.NewCA("example CA")
 	if err != nil {
 		log.Fatal(err)
 	}
-	serverCert, err := ca.Server("payments")
+	serverCert, err := ca.Server("wallet")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -179,7 +179,7 @@ func ExampleCallerFromPeerCertificate() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	cat, err := payments.Catalog()
+	cat, err := wallet.Catalog()
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -195,7 +195,7 @@ func ExampleCallerFromPeerCertificate() {
 		MinVersion:   tls.VersionTLS13,
 	})
 	srv := grpc.NewServer(grpc.Creds(creds), grpc.ChainUnaryInterceptor(kit.UnaryServerInterceptor()))
-	paymentspb.RegisterPaymentsServer(srv, svc)
+	walletpb.RegisterWalletServer(srv, svc)
 	addr, stop := serveExample(srv)
 	defer stop()
 
@@ -222,18 +222,18 @@ func ExampleCallerFromPeerCertificate() {
 	connA, connB := dial("tenant-a"), dial("tenant-b")
 	defer connA.Close()
 	defer connB.Close()
-	a, b := paymentspb.NewPaymentsClient(connA), paymentspb.NewPaymentsClient(connB)
+	a, b := walletpb.NewWalletClient(connA), walletpb.NewWalletClient(connB)
 
 	kctx := grpcint.WithKey(ctx, "order-42") // one key, used by both tenants
-	ra, err := a.Transfer(kctx, &paymentspb.TransferRequest{FromAccount: "a1", ToAccount: "a2", AmountCents: 500, Reference: "a"})
+	ra, err := a.Deposit(kctx, &walletpb.DepositRequest{Account: "a1", Amount: 500, Reference: "a"})
 	if err != nil {
 		log.Fatal(err)
 	}
-	rb, err := b.Transfer(kctx, &paymentspb.TransferRequest{FromAccount: "b1", ToAccount: "b2", AmountCents: 700, Reference: "b"})
+	rb, err := b.Deposit(kctx, &walletpb.DepositRequest{Account: "b1", Amount: 700, Reference: "b"})
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("tenant-a:", ra.GetReference(), ra.GetAmountCents(), "tenant-b:", rb.GetReference(), rb.GetAmountCents())
+	fmt.Println("tenant-a:", ra.GetReference(), ra.GetAmount(), "tenant-b:", rb.GetReference(), rb.GetAmount())
 	fmt.Println("executed:", kit.Stats().Executed, "replayed:", kit.Stats().Replayed)
 	// Output:
 	// tenant-a: a 500 tenant-b: b 700
@@ -244,7 +244,7 @@ func ExampleCallerFromPeerCertificate() {
 // nothing listens, so no attempt was ever sent and calling again with the
 // same key is safe.
 func ExampleCallInfoOf() {
-	cat, err := payments.Catalog()
+	cat, err := wallet.Catalog()
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -263,7 +263,7 @@ func ExampleCallInfoOf() {
 	}
 	defer conn.Close()
 	ctx := grpcint.WithKey(context.Background(), "order-42")
-	_, err = paymentspb.NewPaymentsClient(conn).Transfer(ctx, &paymentspb.TransferRequest{AmountCents: 1})
+	_, err = walletpb.NewWalletClient(conn).Deposit(ctx, &walletpb.DepositRequest{Amount: 1})
 	ci, _ := grpcint.CallInfoOf(err)
 	switch ci.Next {
 	case policy.Retry: // nothing was committed: call again with ci.Key when you like
@@ -278,9 +278,9 @@ func ExampleCallInfoOf() {
 // The request fingerprint depends only on the message's content, not on
 // how it was built.
 func ExampleRequestFingerprint() {
-	a := &paymentspb.TransferRequest{FromAccount: "a", ToAccount: "b", AmountCents: 100}
-	b := &paymentspb.TransferRequest{AmountCents: 100, ToAccount: "b", FromAccount: "a"}
-	c := &paymentspb.TransferRequest{FromAccount: "a", ToAccount: "b", AmountCents: 101}
+	a := &walletpb.DepositRequest{Account: "a", Amount: 100, Reference: "r"}
+	b := &walletpb.DepositRequest{Reference: "r", Amount: 100, Account: "a"}
+	c := &walletpb.DepositRequest{Account: "a", Amount: 101, Reference: "r"}
 	fa, _ := grpcint.RequestFingerprint(a)
 	fb, _ := grpcint.RequestFingerprint(b)
 	fc, _ := grpcint.RequestFingerprint(c)
@@ -313,16 +313,16 @@ type chargeProvider interface {
 // call and every run of the handler, so the provider charges once.
 func ExampleDownstreamKey() {
 	var provider chargeProvider // your provider's client
-	handler := func(ctx context.Context, req *paymentspb.TransferRequest) (*paymentspb.TransferReply, error) {
+	handler := func(ctx context.Context, req *walletpb.DepositRequest) (*walletpb.DepositReply, error) {
 		key, err := grpcint.DownstreamKey(ctx, "charge")
 		if err != nil {
 			return nil, err // not inside a keyed call (ledger.ErrNoOperation)
 		}
-		chargeID, err := provider.Charge(ctx, key, req.GetAmountCents())
+		chargeID, err := provider.Charge(ctx, key, req.GetAmount())
 		if err != nil {
 			return nil, status.Error(codes.Unavailable, "the provider failed; retry with the same key")
 		}
-		return &paymentspb.TransferReply{Reference: chargeID}, nil
+		return &walletpb.DepositReply{Reference: chargeID}, nil
 	}
 	_ = handler
 }

@@ -8,8 +8,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/opledger/opledger/examples/payments"
 	"github.com/opledger/opledger/grpcint"
+	"github.com/opledger/opledger/internal/testkit/wallet"
 	"github.com/opledger/opledger/policy"
 )
 
@@ -20,11 +20,11 @@ import (
 // the xds resolver. The owner service-config cannot work on such a
 // channel: the xDS resolver replaces its service config.
 func ExampleWithTarget() {
-	cat, err := payments.Catalog()
+	cat, err := wallet.Catalog()
 	if err != nil {
 		log.Fatal(err)
 	}
-	client, err := grpcint.NewClient(cat, policy.OwnerMesh, grpcint.WithTarget("xds:///payments"))
+	client, err := grpcint.NewClient(cat, policy.OwnerMesh, grpcint.WithTarget("xds:///wallet"))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -32,13 +32,13 @@ func ExampleWithTarget() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	conn, err := grpc.NewClient("xds:///payments", append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	conn, err := grpc.NewClient("xds:///wallet", append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer conn.Close()
 
-	_, err = grpcint.NewClient(cat, policy.OwnerServiceConfig, grpcint.WithTarget("xds:///payments"))
+	_, err = grpcint.NewClient(cat, policy.OwnerServiceConfig, grpcint.WithTarget("xds:///wallet"))
 	fmt.Println("service-config on xds:", errors.Is(err, grpcint.ErrInvalidConfig))
 	// Output:
 	// service-config on xds: true

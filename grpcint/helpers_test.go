@@ -15,10 +15,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/opledger/opledger/dialects"
-	"github.com/opledger/opledger/examples/payments"
-	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/testkit/testdb"
+	"github.com/opledger/opledger/internal/testkit/wallet"
+	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/policy"
 )
@@ -28,14 +28,14 @@ const callerHeader = "x-test-caller"
 type env struct {
 	server *grpcint.Server
 	conn   *grpc.ClientConn // no kit client interceptor: raw calls
-	pc     paymentspb.PaymentsClient
+	pc     walletpb.WalletClient
 	addr   string
 	gate   *gate
 	db     *sql.DB
 	biz    string // the business table
 }
 
-// rows counts the transfers with reference ref in the business table.
+// rows counts the deposits with reference ref in the business table.
 func (e *env) rows(t *testing.T, ref string) int {
 	t.Helper()
 	var n int
@@ -45,8 +45,8 @@ func (e *env) rows(t *testing.T, ref string) int {
 	return n
 }
 
-// gate blocks Transfer calls whose reference is "block" until released.
-// Behind the kit's interceptor, it also runs the handler of a Transfer
+// gate blocks Deposit calls whose reference is "block" until released.
+// Behind the kit's interceptor, it also runs the handler of a Deposit
 // whose reference is "not-final" and then fails it with a status that is
 // not final, and panics after the handler of one whose reference is
 // "panic".
@@ -57,11 +57,11 @@ type gate struct {
 
 func (g *gate) interceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if r, ok := req.(*paymentspb.TransferRequest); ok && r.GetReference() == "block" {
+		if r, ok := req.(*walletpb.DepositRequest); ok && r.GetReference() == "block" {
 			g.entered <- struct{}{}
 			<-g.release
 		}
-		if r, ok := req.(*paymentspb.TransferRequest); ok && (r.GetReference() == "not-final" || r.GetReference() == "panic") {
+		if r, ok := req.(*walletpb.DepositRequest); ok && (r.GetReference() == "not-final" || r.GetReference() == "panic") {
 			if _, err := handler(ctx, req); err != nil {
 				return nil, err
 			}
@@ -91,20 +91,20 @@ func newEnvWith(t *testing.T, tg testdb.Target, opts ...grpcint.ServerOption) *e
 		grpcint.WithInProgressPushback(50 * time.Millisecond)}, opts...)...)
 }
 
-// newTables creates a ledger table and a transfers table in db, dropped
+// newTables creates a ledger table and a deposits table in db, dropped
 // when the test ends.
 func newTables(t testing.TB, db *sql.DB, d dialects.Dialect) (table, biz string) {
 	t.Helper()
 	table = testdb.NewTable(t, db, d)
-	biz = table + "_transfers"
-	if err := payments.CreateTable(context.Background(), db, d, biz); err != nil {
+	biz = table + "_deposits"
+	if err := wallet.CreateTable(context.Background(), db, d, biz); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = payments.DropTable(context.Background(), db, d, biz) })
+	t.Cleanup(func() { _ = wallet.DropTable(context.Background(), db, d, biz) })
 	return table, biz
 }
 
-// serve runs the example payments service on db behind the kit's server
+// serve runs the Wallet fixture service on db behind the kit's server
 // interceptor (plus opts) on a loopback port, with a raw client
 // connection; both stop when the test ends.
 func serve(t *testing.T, db *sql.DB, d dialects.Dialect, table, biz string, opts ...grpcint.ServerOption) *env {
@@ -121,7 +121,7 @@ func serve(t *testing.T, db *sql.DB, d dialects.Dialect, table, biz string, opts
 func serveLedger(t *testing.T, db *sql.DB, store ledger.Ledger, biz string, front grpc.UnaryServerInterceptor, opts ...grpcint.ServerOption) *env {
 	t.Helper()
 	d := store.Dialect()
-	cat, err := payments.Catalog()
+	cat, err := wallet.Catalog()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,12 +132,12 @@ func serveLedger(t *testing.T, db *sql.DB, store ledger.Ledger, biz string, fron
 	return serveKit(t, db, d, biz, s, front)
 }
 
-// serveKit serves the example payments service on db behind the kit's
+// serveKit serves the Wallet fixture service on db behind the kit's
 // server s (and front, when not nil) on a loopback port, with a raw client
 // connection; both stop when the test ends.
 func serveKit(t *testing.T, db *sql.DB, d dialects.Dialect, biz string, s *grpcint.Server, front grpc.UnaryServerInterceptor) *env {
 	t.Helper()
-	svc, err := payments.NewService(db, d, biz)
+	svc, err := wallet.NewService(db, d, biz)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +147,7 @@ func serveKit(t *testing.T, db *sql.DB, d dialects.Dialect, biz string, s *grpci
 		chain = append([]grpc.UnaryServerInterceptor{front}, chain...)
 	}
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(chain...))
-	paymentspb.RegisterPaymentsServer(srv, svc)
+	walletpb.RegisterWalletServer(srv, svc)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -158,7 +158,7 @@ func serveKit(t *testing.T, db *sql.DB, d dialects.Dialect, biz string, s *grpci
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close(); srv.Stop() })
-	return &env{server: s, conn: conn, pc: paymentspb.NewPaymentsClient(conn), addr: lis.Addr().String(), gate: g, db: db, biz: biz}
+	return &env{server: s, conn: conn, pc: walletpb.NewWalletClient(conn), addr: lis.Addr().String(), gate: g, db: db, biz: biz}
 }
 
 func as(ctx context.Context, caller, key string) context.Context {
@@ -171,8 +171,8 @@ func as(ctx context.Context, caller, key string) context.Context {
 	return ctx
 }
 
-func transfer(ref string, amount int64) *paymentspb.TransferRequest {
-	return &paymentspb.TransferRequest{FromAccount: "a", ToAccount: "b", AmountCents: amount, Reference: ref}
+func deposit(ref string, amount int64) *walletpb.DepositRequest {
+	return &walletpb.DepositRequest{Account: "a", Amount: amount, Reference: ref}
 }
 
 func wantStatus(t *testing.T, err error, code codes.Code, reason grpcint.Reason) *status.Status {
@@ -192,13 +192,13 @@ func wantStatus(t *testing.T, err error, code codes.Code, reason grpcint.Reason)
 	return st
 }
 
-func appClient(t *testing.T, addr string, opts ...grpcint.ClientOption) (*grpcint.Client, paymentspb.PaymentsClient) {
+func appClient(t *testing.T, addr string, opts ...grpcint.ClientOption) (*grpcint.Client, walletpb.WalletClient) {
 	t.Helper()
 	return ownerClient(t, addr, policy.OwnerApplication, opts...)
 }
 
 // ownerClient is a kit client for a channel whose retries belong to owner.
-func ownerClient(t *testing.T, addr string, owner policy.RetryOwner, opts ...grpcint.ClientOption) (*grpcint.Client, paymentspb.PaymentsClient) {
+func ownerClient(t *testing.T, addr string, owner policy.RetryOwner, opts ...grpcint.ClientOption) (*grpcint.Client, walletpb.WalletClient) {
 	t.Helper()
 	return lossyClient(t, addr, owner, nil, opts...)
 }

@@ -11,38 +11,38 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
-	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/testkit/testdb"
+	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
 	"github.com/opledger/opledger/policy"
 )
 
-// streamedPayments is a Payments service whose keyed Transfer is
-// registered as a server stream, and a GetTransfer renamed: a server that
+// streamedWallet is a Wallet service whose keyed Deposit is
+// registered as a server stream, and a GetDeposit renamed: a server that
 // does not match the catalog.
-type streamedPayments struct{ ran atomic.Int32 }
+type streamedWallet struct{ ran atomic.Int32 }
 
-func (p *streamedPayments) desc(renamed bool) *grpc.ServiceDesc {
-	d := &grpc.ServiceDesc{ServiceName: paymentspb.ServiceName, HandlerType: (*any)(nil), Metadata: "payments.proto"}
+func (p *streamedWallet) desc(renamed bool) *grpc.ServiceDesc {
+	d := &grpc.ServiceDesc{ServiceName: walletpb.ServiceName, HandlerType: (*any)(nil), Metadata: "wallet.proto"}
 	if renamed {
-		d.Methods = []grpc.MethodDesc{{MethodName: "TransferV2", Handler: func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+		d.Methods = []grpc.MethodDesc{{MethodName: "DepositV2", Handler: func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
 			p.ran.Add(1)
-			return &paymentspb.TransferReply{}, dec(new(paymentspb.TransferRequest))
+			return &walletpb.DepositReply{}, dec(new(walletpb.DepositRequest))
 		}}}
 		return d
 	}
-	d.Streams = []grpc.StreamDesc{{StreamName: "Transfer", ServerStreams: true, Handler: func(srv any, ss grpc.ServerStream) error {
+	d.Streams = []grpc.StreamDesc{{StreamName: "Deposit", ServerStreams: true, Handler: func(srv any, ss grpc.ServerStream) error {
 		p.ran.Add(1)
-		var req paymentspb.TransferRequest
+		var req walletpb.DepositRequest
 		if err := ss.RecvMsg(&req); err != nil {
 			return err
 		}
-		return ss.SendMsg(&paymentspb.TransferReply{TransferId: 1, Reference: req.GetReference()})
+		return ss.SendMsg(&walletpb.DepositReply{DepositId: 1, Reference: req.GetReference()})
 	}}}
 	return d
 }
 
-// kitServer is a grpcint.Server for the payments catalog on a fresh
+// kitServer is a grpcint.Server for the Wallet catalog on a fresh
 // SQLite ledger.
 func kitServer(t *testing.T) *grpcint.Server {
 	t.Helper()
@@ -55,7 +55,7 @@ func kitServer(t *testing.T) *grpcint.Server {
 // the kit's client, and its handler never runs.
 func testKeyedStreamRefused(t *testing.T) {
 	kit := kitServer(t)
-	svc := &streamedPayments{}
+	svc := &streamedWallet{}
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(kit.UnaryServerInterceptor()), grpc.ChainStreamInterceptor(kit.StreamServerInterceptor()))
 	srv.RegisterService(svc.desc(false), svc)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -67,7 +67,7 @@ func testKeyedStreamRefused(t *testing.T) {
 	ctx := context.Background()
 
 	_, pc := appClient(t, lis.Addr().String(), fastClient()...)
-	_, err = pc.Transfer(as(ctx, "alice", "k-stream"), transfer("r", 1))
+	_, err = pc.Deposit(as(ctx, "alice", "k-stream"), deposit("r", 1))
 	wantStatus(t, err, codes.Unimplemented, grpcint.ReasonKeyedStream)
 	ci := wantCallInfo(t, err, grpcint.ReasonKeyedStream, policy.DoNotRetry)
 	if ci.Attempts != 1 {
@@ -75,7 +75,7 @@ func testKeyedStreamRefused(t *testing.T) {
 	}
 	// Without a key, as a client that knows nothing of the kit calls it.
 	_, raw := ownerClient(t, lis.Addr().String(), policy.OwnerNone)
-	_, err = raw.Transfer(as(ctx, "alice", ""), transfer("r", 1))
+	_, err = raw.Deposit(as(ctx, "alice", ""), deposit("r", 1))
 	wantStatus(t, err, codes.Unimplemented, grpcint.ReasonKeyedStream)
 	if n := svc.ran.Load(); n != 0 {
 		t.Errorf("the handler of a keyed method served as a stream ran %d times", n)
@@ -95,11 +95,11 @@ func TestCheckRegistered(t *testing.T) {
 		renamed bool
 		want    string
 	}{
-		{"keyed method registered as a stream", false, "keyed method " + paymentspb.TransferMethod + " is registered as a server-stream method"},
-		{"keyed method renamed", true, "keyed method " + paymentspb.TransferMethod + " is not a method of the registered service " + paymentspb.ServiceName},
+		{"keyed method registered as a stream", false, "keyed method " + walletpb.DepositMethod + " is registered as a server-stream method"},
+		{"keyed method renamed", true, "keyed method " + walletpb.DepositMethod + " is not a method of the registered service " + walletpb.ServiceName},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			svc := &streamedPayments{}
+			svc := &streamedWallet{}
 			srv := grpc.NewServer()
 			srv.RegisterService(svc.desc(c.renamed), svc)
 			err := kit.CheckRegistered(srv)
@@ -110,7 +110,7 @@ func TestCheckRegistered(t *testing.T) {
 	}
 	e := newEnv(t, testdb.Targets()[0])
 	srv := grpc.NewServer()
-	paymentspb.RegisterPaymentsServer(srv, &earlierCommitted{})
+	walletpb.RegisterWalletServer(srv, &earlierCommitted{})
 	if err := e.server.CheckRegistered(srv); err != nil {
 		t.Errorf("the example's server: %v", err)
 	}

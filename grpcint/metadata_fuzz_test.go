@@ -10,10 +10,10 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/opledger/opledger/examples/payments"
-	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/testkit/testdb"
+	"github.com/opledger/opledger/internal/testkit/wallet"
+	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
 	"github.com/opledger/opledger/ledger"
 )
 
@@ -29,11 +29,11 @@ func FuzzServerMetadata(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	cat, err := payments.Catalog()
+	cat, err := wallet.Catalog()
 	if err != nil {
 		f.Fatal(err)
 	}
-	svc, err := payments.NewService(db, tg.Dialect, biz)
+	svc, err := wallet.NewService(db, tg.Dialect, biz)
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -42,9 +42,9 @@ func FuzzServerMetadata(f *testing.F) {
 		f.Fatal(err)
 	}
 	ic := s.UnaryServerInterceptor()
-	info := &grpc.UnaryServerInfo{FullMethod: paymentspb.TransferMethod}
+	info := &grpc.UnaryServerInfo{FullMethod: walletpb.DepositMethod}
 	handler := func(ctx context.Context, req any) (any, error) {
-		return svc.Transfer(ctx, req.(*paymentspb.TransferRequest))
+		return svc.Deposit(ctx, req.(*walletpb.DepositRequest))
 	}
 	for _, seed := range []struct {
 		key, caller string
@@ -73,7 +73,7 @@ func FuzzServerMetadata(f *testing.F) {
 		}
 		ctx, cancel := context.WithTimeout(metadata.NewIncomingContext(context.Background(), md), 10*time.Second)
 		defer cancel()
-		req := &paymentspb.TransferRequest{FromAccount: "a", ToAccount: "b", AmountCents: 1, Reference: "fuzz"}
+		req := &walletpb.DepositRequest{Account: "a", Amount: 1, Reference: "fuzz"}
 		call := func() (any, error) { return ic(ctx, req, info, handler) }
 		resp, err := call()
 		if err != nil {
@@ -106,7 +106,7 @@ func FuzzServerMetadata(f *testing.F) {
 }
 
 func sameReply(a, b any) bool {
-	ra, ok1 := a.(*paymentspb.TransferReply)
-	rb, ok2 := b.(*paymentspb.TransferReply)
-	return ok1 && ok2 && ra.GetTransferId() == rb.GetTransferId() && ra.GetReference() == rb.GetReference()
+	ra, ok1 := a.(*walletpb.DepositReply)
+	rb, ok2 := b.(*walletpb.DepositReply)
+	return ok1 && ok2 && ra.GetDepositId() == rb.GetDepositId() && ra.GetReference() == rb.GetReference()
 }

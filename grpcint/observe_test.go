@@ -18,12 +18,12 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/opledger/opledger/dialects/sqlite"
-	"github.com/opledger/opledger/examples/payments"
-	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/harness/otelread"
 	"github.com/opledger/opledger/internal/outcomes"
 	"github.com/opledger/opledger/internal/testkit/testdb"
+	"github.com/opledger/opledger/internal/testkit/wallet"
+	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
 	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/policy"
@@ -32,8 +32,8 @@ import (
 
 func kv(k, v string) attribute.KeyValue { return attribute.String(k, v) }
 
-// transferMethod is the grpc.method of Transfer: the full method without its slash.
-var transferMethod = strings.TrimPrefix(paymentspb.TransferMethod, "/")
+// depositMethod is the grpc.method of Deposit: the full method without its slash.
+var depositMethod = strings.TrimPrefix(walletpb.DepositMethod, "/")
 
 // TestObservedCalls runs, on every database, a herd of 16 raw calls with
 // one key, a key reuse, a call without a key, a call whose answer is lost
@@ -61,7 +61,7 @@ func TestObservedCalls(t *testing.T) {
 		front := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 			ctx, span := sp.Provider.Tracer("test").Start(ctx, "rpc-server")
 			defer span.End()
-			if r, ok := req.(*paymentspb.TransferRequest); ok && r.GetReference() == "sc-retry" && scRefused.CompareAndSwap(false, true) {
+			if r, ok := req.(*walletpb.DepositRequest); ok && r.GetReference() == "sc-retry" && scRefused.CompareAndSwap(false, true) {
 				return nil, grpcint.NotExecuted(codes.Unavailable, "not now")
 			}
 			return handler(ctx, req)
@@ -83,7 +83,7 @@ func TestObservedCalls(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				var trl metadata.MD
-				_, err := e.pc.Transfer(as(ctx, "alice-secret", herdKey), transfer("herd", 100), grpc.Trailer(&trl))
+				_, err := e.pc.Deposit(as(ctx, "alice-secret", herdKey), deposit("herd", 100), grpc.Trailer(&trl))
 				mu.Lock()
 				defer mu.Unlock()
 				switch {
@@ -101,10 +101,10 @@ func TestObservedCalls(t *testing.T) {
 			t.Fatalf("herd: %v", seen)
 		}
 		// A key reuse and a call without a key.
-		_, err = e.pc.Transfer(as(ctx, "alice-secret", herdKey), transfer("herd", 999))
+		_, err = e.pc.Deposit(as(ctx, "alice-secret", herdKey), deposit("herd", 999))
 		wantStatus(t, err, codes.FailedPrecondition, grpcint.ReasonKeyReused)
 		seen["refused "+string(grpcint.ReasonKeyReused)]++
-		_, err = e.pc.Transfer(as(ctx, "alice-secret", ""), transfer("nokey", 1))
+		_, err = e.pc.Deposit(as(ctx, "alice-secret", ""), deposit("nokey", 1))
 		wantStatus(t, err, codes.InvalidArgument, grpcint.ReasonMissingKey)
 		seen["refused "+string(grpcint.ReasonMissingKey)]++
 
@@ -112,7 +112,7 @@ func TestObservedCalls(t *testing.T) {
 		// and fails the first attempt of "unsent" before sending it.
 		var lostOnce, unsentOnce atomic.Bool
 		lossy := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-			r, _ := req.(*paymentspb.TransferRequest)
+			r, _ := req.(*walletpb.DepositRequest)
 			if r.GetReference() == "unsent" && unsentOnce.CompareAndSwap(false, true) {
 				return status.Error(codes.Unavailable, "injected: not sent")
 			}
@@ -126,17 +126,17 @@ func TestObservedCalls(t *testing.T) {
 			grpcint.WithBackoff(policy.Backoff{Initial: 20 * time.Millisecond, Max: 50 * time.Millisecond}),
 			grpcint.WithClientMeterProvider(m.Provider), grpcint.WithClientTracerProvider(sp.Provider), grpcint.WithClientLogger(logs.Logger))
 		cctx, caller := sp.Provider.Tracer("test").Start(ctx, "caller")
-		if _, err := pc.Transfer(as(cctx, "alice-secret", newKey()), transfer("lost", 5)); err != nil {
+		if _, err := pc.Deposit(as(cctx, "alice-secret", newKey()), deposit("lost", 5)); err != nil {
 			t.Fatalf("lost answer: %v", err)
 		}
 		caller.End()
-		if _, err := pc.Transfer(as(ctx, "alice-secret", newKey()), transfer("unsent", 6)); err != nil {
+		if _, err := pc.Deposit(as(ctx, "alice-secret", newKey()), deposit("unsent", 6)); err != nil {
 			t.Fatalf("unsent: %v", err)
 		}
 		// A resolve of a key that was never used: nothing committed.
 		never := newKey()
-		var reply paymentspb.TransferReply
-		err = grpcint.Resolve(as(ctx, "alice-secret", ""), clientConn(t, client, e.addr), paymentspb.TransferMethod, never, transfer("x", 1), &reply)
+		var reply walletpb.DepositReply
+		err = grpcint.Resolve(as(ctx, "alice-secret", ""), clientConn(t, client, e.addr), walletpb.DepositMethod, never, deposit("x", 1), &reply)
 		wantStatus(t, err, codes.NotFound, grpcint.ReasonNotFound)
 
 		// A budget with nothing in it refuses the retry of "unsent".
@@ -147,13 +147,13 @@ func TestObservedCalls(t *testing.T) {
 		unsentOnce.Store(false)
 		_, pcEmpty := lossyClient(t, e.addr, policy.OwnerApplication, lossy, grpcint.WithBudget(empty),
 			grpcint.WithClientMeterProvider(m.Provider), grpcint.WithClientLogger(logs.Logger))
-		if _, err := pcEmpty.Transfer(as(ctx, "alice-secret", newKey()), transfer("unsent", 7)); grpcint.ReasonOf(err) != grpcint.ReasonNotSent {
+		if _, err := pcEmpty.Deposit(as(ctx, "alice-secret", newKey()), deposit("unsent", 7)); grpcint.ReasonOf(err) != grpcint.ReasonNotSent {
 			t.Fatalf("budget refusal: %v", err)
 		}
 
 		// grpc-go's own retry on a channel whose retries it owns.
 		_, pcSC := lossyClient(t, e.addr, policy.OwnerServiceConfig, nil, grpcint.WithClientMeterProvider(m.Provider))
-		if _, err := pcSC.Transfer(as(ctx, "alice-secret", newKey()), transfer("sc-retry", 8)); err != nil {
+		if _, err := pcSC.Deposit(as(ctx, "alice-secret", newKey()), deposit("sc-retry", 8)); err != nil {
 			t.Fatalf("service-config retry: %v", err)
 		}
 
@@ -178,7 +178,7 @@ func TestObservedCalls(t *testing.T) {
 		// kit client's four calls executed.
 		for what, n := range seen {
 			kind, reason, _ := strings.Cut(what, " ")
-			match := []attribute.KeyValue{kv("grpc.method", transferMethod), kv("opledger.outcome.kind", kind)}
+			match := []attribute.KeyValue{kv("grpc.method", depositMethod), kv("opledger.outcome.kind", kind)}
 			if o, ok := keyed.OfReason(reason); ok {
 				match = append(match, kv("opledger.outcome", o.String())) // the outcome's name beside its kind
 			}
@@ -216,12 +216,12 @@ func TestObservedCalls(t *testing.T) {
 		if got := get("opledger.client.calls", kv("opledger.outcome", "executed"), kv("opledger.owner", "service-config")); got != 1 {
 			t.Errorf("client calls executed on the service-config channel = %v, want 1", got)
 		}
-		if got := get("opledger.client.budget.refusals", kv("grpc.method", transferMethod)); got != 1 {
+		if got := get("opledger.client.budget.refusals", kv("grpc.method", depositMethod)); got != 1 {
 			t.Errorf("budget refusals = %v, want 1", got)
 		}
 		// A96: "unsent" was retried once by the kit, "sc-retry" once by
 		// grpc-go; "lost" had a resolve, which is no retry.
-		retries := otelread.Select(points, "grpc.client.call.retries", kv("grpc.method", transferMethod))
+		retries := otelread.Select(points, "grpc.client.call.retries", kv("grpc.method", depositMethod))
 		if got := get("grpc.client.call.retries"); got != 2 || otelread.HistSum(points, "grpc.client.call.retries") != 2 ||
 			len(retries) == 0 || retries[0].Attr("grpc.target") == "" {
 			t.Errorf("grpc.client.call.retries: %v, want two calls with one retry each, with grpc.target", retries)
@@ -271,11 +271,11 @@ func TestObservedCalls(t *testing.T) {
 
 		// Logs: one event per refusal, resolve and budget exhaustion.
 		for _, want := range []map[string]string{
-			{"msg": "opledger: claim refused", "outcome": "idempotency-key-reused", "method": paymentspb.TransferMethod},
+			{"msg": "opledger: claim refused", "outcome": "idempotency-key-reused", "method": walletpb.DepositMethod},
 			{"msg": "opledger: keyed call refused", "outcome": "idempotency-key-missing", "reason": string(grpcint.ReasonMissingKey)},
 			{"msg": "opledger: resolve", "outcome": "replayed", "owner": "application"},
 			{"msg": "opledger: resolve", "outcome": "operation-not-found", "owner": "application"},
-			{"msg": "opledger: retry budget exhausted", "decision": "budget-exhausted", "method": paymentspb.TransferMethod},
+			{"msg": "opledger: retry budget exhausted", "decision": "budget-exhausted", "method": walletpb.DepositMethod},
 		} {
 			if n := logs.Count(want); n != 1 {
 				t.Errorf("%d events %v, want 1", n, want)
@@ -311,10 +311,10 @@ func TestObservedCalls(t *testing.T) {
 
 // lossyClient is a kit client for owner whose channel runs inner (when
 // not nil) between the kit's interceptor and the transport.
-func lossyClient(t *testing.T, addr string, owner policy.RetryOwner, inner grpc.UnaryClientInterceptor, opts ...grpcint.ClientOption) (*grpcint.Client, paymentspb.PaymentsClient) {
+func lossyClient(t *testing.T, addr string, owner policy.RetryOwner, inner grpc.UnaryClientInterceptor, opts ...grpcint.ClientOption) (*grpcint.Client, walletpb.WalletClient) {
 	t.Helper()
 	c := newKitClient(t, owner, opts...)
-	return c, paymentspb.NewPaymentsClient(dialKit(t, c, addr, inner))
+	return c, walletpb.NewWalletClient(dialKit(t, c, addr, inner))
 }
 
 func clientConn(t *testing.T, c *grpcint.Client, addr string) *grpc.ClientConn {
@@ -324,7 +324,7 @@ func clientConn(t *testing.T, c *grpcint.Client, addr string) *grpc.ClientConn {
 
 func newKitClient(t *testing.T, owner policy.RetryOwner, opts ...grpcint.ClientOption) *grpcint.Client {
 	t.Helper()
-	cat, err := payments.Catalog()
+	cat, err := wallet.Catalog()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -358,7 +358,7 @@ func dialKit(t *testing.T, c *grpcint.Client, addr string, inner grpc.UnaryClien
 // own telemetry, so the same options in WithTxOptions are a
 // configuration error, as for the lock-wait bound.
 func TestServerTelemetryOptionsNotTwice(t *testing.T) {
-	cat, err := payments.Catalog()
+	cat, err := wallet.Catalog()
 	if err != nil {
 		t.Fatal(err)
 	}

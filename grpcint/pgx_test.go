@@ -11,11 +11,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/opledger/opledger/dialects/postgres"
-	"github.com/opledger/opledger/examples/payments"
-	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/harness/throwaway"
 	"github.com/opledger/opledger/internal/testkit/testdb"
+	"github.com/opledger/opledger/internal/testkit/wallet"
+	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/pgxledger"
 	"github.com/opledger/opledger/txmiddleware"
@@ -23,7 +23,7 @@ import (
 
 // TestPgxRoundTrips counts, on a pool of one connection that counts its
 // round trips, what a keyed gRPC call costs the database on the pgx path
-// (grpcint.NewServerFor on pgxledger.Transactions, the example's Transfer
+// (grpcint.NewServerFor on pgxledger.Transactions, the example's Deposit
 // writing through its pgx.Tx): exactly the round trips of the bare
 // transaction that writes the same row (BEGIN, the INSERT, COMMIT: 3), in
 // both claim orders; a replay costs 2 claim first ({BEGIN, claim}, {read,
@@ -48,7 +48,7 @@ func TestPgxRoundTrips(t *testing.T) {
 				t.Fatal(err)
 			}
 			insert := "INSERT INTO " + postgres.New().QuoteIdent(biz) +
-				" (id, from_account, to_account, amount_cents, reference) VALUES ($1, $2, $3, $4, $5)"
+				" (id, account, amount, reference) VALUES ($1, $2, $3, $4)"
 			var bareID int64
 			bare := func() error {
 				tx, err := pool.Begin(ctx)
@@ -57,7 +57,7 @@ func TestPgxRoundTrips(t *testing.T) {
 				}
 				defer tx.Rollback(ctx)
 				bareID++
-				if _, err := tx.Exec(ctx, insert, bareID, "a", "b", 1, "bare"); err != nil {
+				if _, err := tx.Exec(ctx, insert, bareID, "a", 1, "bare"); err != nil {
 					return err
 				}
 				return tx.Commit(ctx)
@@ -68,10 +68,10 @@ func TestPgxRoundTrips(t *testing.T) {
 				replay int
 			}{
 				{"claim first", nil, 2},
-				{"claim at commit", []grpcint.ServerOption{grpcint.WithClaimAtCommit(paymentspb.TransferMethod)}, 4},
+				{"claim at commit", []grpcint.ServerOption{grpcint.WithClaimAtCommit(walletpb.DepositMethod)}, 4},
 			} {
 				t.Run(order.name, func(t *testing.T) {
-					cat, err := payments.Catalog()
+					cat, err := wallet.Catalog()
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -81,9 +81,9 @@ func TestPgxRoundTrips(t *testing.T) {
 						t.Fatal(err)
 					}
 					e := serveKit(t, db, postgres.New(), biz, s, nil)
-					call := func(key, ref string) (*paymentspb.TransferReply, int, error) {
+					call := func(key, ref string) (*walletpb.DepositReply, int, error) {
 						rt.Reset()
-						r, err := e.pc.Transfer(as(ctx, "alice", key), transfer(ref, 1))
+						r, err := e.pc.Deposit(as(ctx, "alice", key), deposit(ref, 1))
 						return r, rt.Count(), err
 					}
 					// Once each, so that pgx has prepared every statement on
@@ -97,10 +97,10 @@ func TestPgxRoundTrips(t *testing.T) {
 							t.Fatal(err)
 						}
 					}
-					resolve := func(key string) (*paymentspb.TransferReply, int, error) {
+					resolve := func(key string) (*walletpb.DepositReply, int, error) {
 						rt.Reset()
-						var reply paymentspb.TransferReply
-						err := grpcint.Resolve(as(ctx, "alice", ""), e.conn, paymentspb.TransferMethod, key, &paymentspb.TransferRequest{}, &reply)
+						var reply walletpb.DepositReply
+						err := grpcint.Resolve(as(ctx, "alice", ""), e.conn, walletpb.DepositMethod, key, &walletpb.DepositRequest{}, &reply)
 						return &reply, rt.Count(), err
 					}
 					if _, _, err := resolve(warm); err != nil {
@@ -125,8 +125,8 @@ func TestPgxRoundTrips(t *testing.T) {
 							t.Errorf("pass %d: a keyed call: %d round trips, want the bare transaction's %d", pass, n, want)
 						}
 						again, n, err := call(key, ref)
-						if err != nil || again.GetTransferId() != first.GetTransferId() {
-							t.Fatalf("replay: %v, %v; want transfer %d", again, err, first.GetTransferId())
+						if err != nil || again.GetDepositId() != first.GetDepositId() {
+							t.Fatalf("replay: %v, %v; want deposit %d", again, err, first.GetDepositId())
 						}
 						t.Logf("pass %d: replay %d round trips", pass, n)
 						if n != order.replay {
@@ -136,14 +136,14 @@ func TestPgxRoundTrips(t *testing.T) {
 							t.Errorf("a replay claim first costs %d round trips, more than 2", n)
 						}
 						reply, n, err := resolve(key)
-						if err != nil || reply.GetTransferId() != first.GetTransferId() {
+						if err != nil || reply.GetDepositId() != first.GetDepositId() {
 							t.Fatalf("resolve: %v, %v", reply, err)
 						}
 						if n != 1 {
 							t.Errorf("pass %d: a resolve: %d round trips, want 1", pass, n)
 						}
 						if rows := e.rows(t, ref); rows != 1 {
-							t.Errorf("%d transfers with reference %s, want 1", rows, ref)
+							t.Errorf("%d deposits with reference %s, want 1", rows, ref)
 						}
 					}
 					if st := s.Stats(); st.Executed != 3 || st.Replayed != 3 {
@@ -163,7 +163,7 @@ func TestPgxRoundTrips(t *testing.T) {
 // at READ COMMITTED, REPEATABLE READ and SERIALIZABLE, claim first and at
 // commit, against PostgreSQL and behind a throw-away PgBouncer in
 // transaction mode (pgx in exec mode, 16 server connections): every call
-// gets the one committed transfer, one row per key, one execution per key
+// gets the one committed deposit, one row per key, one execution per key
 // and the other 63 calls replayed. (pgxconformance's TestHerd runs the
 // ledger's herd over the pgx path at 50 keys; this one adds the gRPC
 // transport on top.)
@@ -176,7 +176,7 @@ func TestPgxHerd(t *testing.T) {
 	herd := func(t *testing.T, pool *pgxpool.Pool, direct *sql.DB) {
 		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 		defer cancel()
-		cat, err := payments.Catalog()
+		cat, err := wallet.Catalog()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -190,7 +190,7 @@ func TestPgxHerd(t *testing.T) {
 				name string
 				opts []grpcint.ServerOption
 			}{
-				{"claim-first", nil}, {"claim-at-commit", []grpcint.ServerOption{grpcint.WithClaimAtCommit(paymentspb.TransferMethod)}},
+				{"claim-first", nil}, {"claim-at-commit", []grpcint.ServerOption{grpcint.WithClaimAtCommit(walletpb.DepositMethod)}},
 			} {
 				t.Run(level.name+"/"+order.name, func(t *testing.T) {
 					table, biz := newTables(t, direct, postgres.New())
@@ -216,19 +216,19 @@ func TestPgxHerd(t *testing.T) {
 							go func() {
 								defer wg.Done()
 								<-start
-								r, err := e.pc.Transfer(as(ctx, "alice", ref), transfer(ref, 1))
-								ids[w], errs[w] = r.GetTransferId(), err
+								r, err := e.pc.Deposit(as(ctx, "alice", ref), deposit(ref, 1))
+								ids[w], errs[w] = r.GetDepositId(), err
 							}()
 						}
 						close(start)
 						wg.Wait()
 						for w := range callers {
 							if errs[w] != nil || ids[w] != ids[0] {
-								t.Fatalf("key %s call %d: transfer %d, %v; want transfer %d", ref, w, ids[w], errs[w], ids[0])
+								t.Fatalf("key %s call %d: deposit %d, %v; want deposit %d", ref, w, ids[w], errs[w], ids[0])
 							}
 						}
 						if n := e.rows(t, ref); n != 1 {
-							t.Fatalf("key %s: %d transfers", ref, n)
+							t.Fatalf("key %s: %d deposits", ref, n)
 						}
 					}
 					st := s.Stats()

@@ -9,9 +9,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/testkit/testdb"
+	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/policy"
 )
@@ -41,7 +41,7 @@ func testPoolOfOne(t *testing.T, tg testdb.Target) {
 		for {
 			// On a loaded machine even the first call can find its BEGIN
 			// slower than the bound: it is told STORAGE_BUSY, and sent again.
-			_, err := e.pc.Transfer(as(ctx, "alice", "k-stuck"), transfer("block", 1))
+			_, err := e.pc.Deposit(as(ctx, "alice", "k-stuck"), deposit("block", 1))
 			if grpcint.ReasonOf(err) != grpcint.ReasonStorageBusy {
 				first <- err
 				return
@@ -58,12 +58,12 @@ func testPoolOfOne(t *testing.T, tg testdb.Target) {
 	dctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	var trl metadata.MD
-	_, err = e.pc.Transfer(as(dctx, "alice", "k-stuck"), transfer("block", 1), grpc.Trailer(&trl))
+	_, err = e.pc.Deposit(as(dctx, "alice", "k-stuck"), deposit("block", 1), grpc.Trailer(&trl))
 	wantStatus(t, err, codes.Aborted, grpcint.ReasonInProgress)
 	if len(trl.Get(policy.PushbackHeader)) != 1 {
 		t.Errorf("in progress without pushback: trailer %v", trl)
 	}
-	_, err = e.pc.Transfer(as(dctx, "alice", "k-other"), transfer("other", 1), grpc.Trailer(&trl))
+	_, err = e.pc.Deposit(as(dctx, "alice", "k-other"), deposit("other", 1), grpc.Trailer(&trl))
 	wantStatus(t, err, codes.Unavailable, grpcint.ReasonStorageBusy)
 	if len(trl.Get(policy.PushbackHeader)) != 1 {
 		t.Errorf("storage busy without pushback: trailer %v", trl)
@@ -71,12 +71,12 @@ func testPoolOfOne(t *testing.T, tg testdb.Target) {
 	// A resolve of the stuck key waits for a connection too, and says the
 	// call is in progress.
 	resolveCtx := metadata.AppendToOutgoingContext(grpcint.WithKey(as(dctx, "alice", ""), "k-stuck"), grpcint.ResolveHeader, "1")
-	err = e.conn.Invoke(resolveCtx, paymentspb.TransferMethod, transfer("block", 1), new(paymentspb.TransferReply))
+	err = e.conn.Invoke(resolveCtx, walletpb.DepositMethod, deposit("block", 1), new(walletpb.DepositReply))
 	wantStatus(t, err, codes.Aborted, grpcint.ReasonInProgress)
 	// The kit's client retries it after the pushback (nothing was
 	// committed), and says so when its attempts run out.
 	_, pc := appClient(t, e.addr, fastClient()...)
-	_, err = pc.Transfer(as(dctx, "alice", "k-other-2"), transfer("other", 1))
+	_, err = pc.Deposit(as(dctx, "alice", "k-other-2"), deposit("other", 1))
 	if ci := wantCallInfo(t, err, grpcint.ReasonStorageBusy, policy.Retry); ci.Attempts != 3 || ci.Resolves != 0 {
 		t.Errorf("CallInfo %+v: want 3 runs and no resolve", ci)
 	}
@@ -84,7 +84,7 @@ func testPoolOfOne(t *testing.T, tg testdb.Target) {
 	if err := <-first; err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.pc.Transfer(as(dctx, "alice", "k-stuck"), transfer("block", 1), grpc.Trailer(&trl)); err != nil || trl.Get(grpcint.ReplayedHeader)[0] != "true" {
+	if _, err := e.pc.Deposit(as(dctx, "alice", "k-stuck"), deposit("block", 1), grpc.Trailer(&trl)); err != nil || trl.Get(grpcint.ReplayedHeader)[0] != "true" {
 		t.Errorf("after the handler ended: %v, trailer %v; want a replay", err, trl)
 	}
 	if st := e.server.Stats(); st.Executed != 1 {

@@ -13,29 +13,29 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/harness/otelread"
 	"github.com/opledger/opledger/internal/testkit/testdb"
+	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
 	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/policy"
 )
 
-// retriesServiceConfig retries UNAVAILABLE on every Payments method: what
+// retriesServiceConfig retries UNAVAILABLE on every Wallet method: what
 // a service config of a channel's own (or one from its resolver) does.
-const retriesServiceConfig = `{"methodConfig":[{"name":[{"service":"opledger.examples.payments.v1.Payments"}],` +
+const retriesServiceConfig = `{"methodConfig":[{"name":[{"service":"opledger.testkit.wallet.v1.Wallet"}],` +
 	`"retryPolicy":{"maxAttempts":3,"initialBackoff":"0.01s","maxBackoff":"0.05s","backoffMultiplier":2,"retryableStatusCodes":["UNAVAILABLE"]}}]}`
 
 const retriesByLayer = "opledger.server.retries_by_layer"
 
-// failFirstFront fails the first attempt of every Transfer whose
+// failFirstFront fails the first attempt of every Deposit whose
 // reference starts with "fail-first", before the kit's interceptor, as a
 // server that was briefly unavailable.
 func failFirstFront() grpc.UnaryServerInterceptor {
 	var failed sync.Map
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if r, ok := req.(*paymentspb.TransferRequest); ok && strings.HasPrefix(r.GetReference(), "fail-first") {
+		if r, ok := req.(*walletpb.DepositRequest); ok && strings.HasPrefix(r.GetReference(), "fail-first") {
 			if _, seen := failed.LoadOrStore(r.GetReference(), true); !seen {
 				return nil, grpcint.NotExecuted(codes.Unavailable, "injected: not now")
 			}
@@ -45,7 +45,7 @@ func failFirstFront() grpc.UnaryServerInterceptor {
 }
 
 // retryPoints returns retries_by_layer's points as "layer second owner" →
-// value, for Transfer.
+// value, for Deposit.
 func retryPoints(t *testing.T, m *otelread.Metrics) map[string]float64 {
 	t.Helper()
 	points, err := m.Collect(context.Background())
@@ -53,7 +53,7 @@ func retryPoints(t *testing.T, m *otelread.Metrics) map[string]float64 {
 		t.Fatal(err)
 	}
 	out := map[string]float64{}
-	for _, p := range otelread.Select(points, retriesByLayer, attribute.String("grpc.method", transferMethod)) {
+	for _, p := range otelread.Select(points, retriesByLayer, attribute.String("grpc.method", depositMethod)) {
 		out[p.Attr("opledger.retry.layer")+" "+p.Attr("opledger.retry.second_owner")+" "+p.Attr("opledger.owner")] += p.Value
 	}
 	return out
@@ -95,9 +95,9 @@ func TestRetryOwnerAtRunTime(t *testing.T) {
 	envoy := func(ctx context.Context, n string) context.Context {
 		return metadata.AppendToOutgoingContext(ctx, keyed.EnvoyAttemptCountHeader, n)
 	}
-	call := func(pc paymentspb.PaymentsClient, ctx context.Context, ref string) {
+	call := func(pc walletpb.WalletClient, ctx context.Context, ref string) {
 		t.Helper()
-		if _, err := pc.Transfer(as(ctx, "alice", grpcint.NewKey()), transfer(ref, 1)); err != nil {
+		if _, err := pc.Deposit(as(ctx, "alice", grpcint.NewKey()), deposit(ref, 1)); err != nil {
 			t.Fatalf("%s: %v", ref, err)
 		}
 	}
@@ -125,7 +125,7 @@ func TestRetryOwnerAtRunTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	twice := paymentspb.NewPaymentsClient(conn)
+	twice := walletpb.NewWalletClient(conn)
 	call(twice, ctx, "fail-first-1")
 	call(twice, ctx, "fail-first-2")
 	// A mesh retry under the owner application, and under no declaration
@@ -147,8 +147,8 @@ func TestRetryOwnerAtRunTime(t *testing.T) {
 		}
 	}
 	want := []string{
-		"WARN " + paymentspb.TransferMethod + " service-config owner application from declared grpc-previous-rpc-attempts",
-		"WARN " + paymentspb.TransferMethod + " mesh owner application from declared x-envoy-attempt-count",
+		"WARN " + walletpb.DepositMethod + " service-config owner application from declared grpc-previous-rpc-attempts",
+		"WARN " + walletpb.DepositMethod + " mesh owner application from declared x-envoy-attempt-count",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("second-owner events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -185,7 +185,7 @@ func TestRetryOwnerDeclared(t *testing.T) {
 			md, _ = metadata.FromOutgoingContext(ctx)
 			return nil
 		}
-		if err := c.UnaryClientInterceptor()(ctx, paymentspb.GetTransferMethod, &paymentspb.GetTransferRequest{}, &paymentspb.TransferReply{}, cc, invoker); err != nil {
+		if err := c.UnaryClientInterceptor()(ctx, walletpb.GetDepositMethod, &walletpb.GetDepositRequest{}, &walletpb.DepositReply{}, cc, invoker); err != nil {
 			t.Fatal(err)
 		}
 		cc.Close()

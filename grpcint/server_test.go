@@ -15,11 +15,11 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/opledger/opledger/examples/payments"
-	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/testkit/keyedtest"
 	"github.com/opledger/opledger/internal/testkit/testdb"
+	"github.com/opledger/opledger/internal/testkit/wallet"
+	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
 	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/policy"
@@ -35,7 +35,7 @@ func targets() []testdb.Target {
 	return out
 }
 
-// TestStatusCodes runs in both orders: Transfer claims first, or (with
+// TestStatusCodes runs in both orders: Deposit claims first, or (with
 // WithClaimAtCommit) at commit; the answers are the same.
 func TestStatusCodes(t *testing.T) {
 	for _, tg := range targets() {
@@ -47,27 +47,27 @@ func TestStatusCodes(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				e := newEnv(t, tg)
 				if atCommit {
-					e = newEnvWith(t, tg, grpcint.WithClaimAtCommit(paymentspb.TransferMethod))
+					e = newEnvWith(t, tg, grpcint.WithClaimAtCommit(walletpb.DepositMethod))
 				}
 				ctx := context.Background()
 				const secret = "secret-key-1"
 
-				_, err := e.pc.Transfer(as(ctx, "alice", ""), transfer("r1", 100))
+				_, err := e.pc.Deposit(as(ctx, "alice", ""), deposit("r1", 100))
 				wantStatus(t, err, codes.InvalidArgument, grpcint.ReasonMissingKey)
 
-				_, err = e.pc.Transfer(as(ctx, "", secret), transfer("r1", 100))
+				_, err = e.pc.Deposit(as(ctx, "", secret), deposit("r1", 100))
 				wantStatus(t, err, codes.Unauthenticated, grpcint.ReasonNoCaller)
 
-				_, err = e.pc.Transfer(as(ctx, "alice", strings.Repeat("k", 256)), transfer("r1", 100))
+				_, err = e.pc.Deposit(as(ctx, "alice", strings.Repeat("k", 256)), deposit("r1", 100))
 				wantStatus(t, err, codes.InvalidArgument, grpcint.ReasonInvalidKey)
 
 				// Resolve before anything ran: NOT_FOUND, safe to run.
-				var got paymentspb.TransferReply
-				err = grpcint.Resolve(as(ctx, "alice", ""), e.conn, paymentspb.TransferMethod, secret, &paymentspb.TransferRequest{}, &got)
+				var got walletpb.DepositReply
+				err = grpcint.Resolve(as(ctx, "alice", ""), e.conn, walletpb.DepositMethod, secret, &walletpb.DepositRequest{}, &got)
 				wantStatus(t, err, codes.NotFound, grpcint.ReasonNotFound)
 
 				var trl metadata.MD
-				first, err := e.pc.Transfer(as(ctx, "alice", secret), transfer("r1", 100), grpc.Trailer(&trl))
+				first, err := e.pc.Deposit(as(ctx, "alice", secret), deposit("r1", 100), grpc.Trailer(&trl))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -75,7 +75,7 @@ func TestStatusCodes(t *testing.T) {
 					t.Error("first execution marked as replayed")
 				}
 				// Retry: the same response, replayed.
-				again, err := e.pc.Transfer(as(ctx, "alice", secret), transfer("r1", 100), grpc.Trailer(&trl))
+				again, err := e.pc.Deposit(as(ctx, "alice", secret), deposit("r1", 100), grpc.Trailer(&trl))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -83,19 +83,19 @@ func TestStatusCodes(t *testing.T) {
 					t.Errorf("replay %v (trailer %v), want %v marked replayed", again, trl, first)
 				}
 				// Resolve: the stored response.
-				if err := grpcint.Resolve(as(ctx, "alice", ""), e.conn, paymentspb.TransferMethod, secret, &paymentspb.TransferRequest{}, &got); err != nil || !proto.Equal(&got, first) {
+				if err := grpcint.Resolve(as(ctx, "alice", ""), e.conn, walletpb.DepositMethod, secret, &walletpb.DepositRequest{}, &got); err != nil || !proto.Equal(&got, first) {
 					t.Errorf("resolve = %v, %v; want %v", &got, err, first)
 				}
 				// Key reused for another request.
-				_, err = e.pc.Transfer(as(ctx, "alice", secret), transfer("r1", 101))
+				_, err = e.pc.Deposit(as(ctx, "alice", secret), deposit("r1", 101))
 				st := wantStatus(t, err, codes.FailedPrecondition, grpcint.ReasonKeyReused)
 				if strings.Contains(st.Message(), secret) {
 					t.Error("status message contains the raw key")
 				}
 
 				// A final error is recorded and replayed with code, message and details.
-				_, err1 := e.pc.Transfer(as(ctx, "alice", "k-final"), transfer("r2", 0))
-				_, err2 := e.pc.Transfer(as(ctx, "alice", "k-final"), transfer("r2", 0), grpc.Trailer(&trl))
+				_, err1 := e.pc.Deposit(as(ctx, "alice", "k-final"), deposit("r2", 0))
+				_, err2 := e.pc.Deposit(as(ctx, "alice", "k-final"), deposit("r2", 0), grpc.Trailer(&trl))
 				if status.Code(err1) != codes.InvalidArgument || !proto.Equal(status.Convert(err1).Proto(), status.Convert(err2).Proto()) {
 					t.Errorf("final error %v, replay %v", err1, err2)
 				}
@@ -130,11 +130,11 @@ func TestClaimAtCommitUnknownMethod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cat, err := payments.Catalog()
+	cat, err := wallet.Catalog()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range []string{"/no.Such/Method", paymentspb.GetTransferMethod} {
+	for _, m := range []string{"/no.Such/Method", walletpb.GetDepositMethod} {
 		if _, err := grpcint.NewServer(db, store, cat, grpcint.CallerFromTrustedHeader(callerHeader), grpcint.WithClaimAtCommit(m)); !errors.Is(err, grpcint.ErrInvalidConfig) {
 			t.Errorf("WithClaimAtCommit(%q): %v, want ErrInvalidConfig", m, err)
 		}
@@ -150,27 +150,27 @@ func TestInProgressAndResolve(t *testing.T) {
 			e := newEnv(t, tg)
 			ctx := context.Background()
 			done := make(chan error, 1)
-			var first *paymentspb.TransferReply
+			var first *walletpb.DepositReply
 			go func() {
 				var err error
-				first, err = e.pc.Transfer(as(ctx, "alice", "k-block"), transfer("block", 5))
+				first, err = e.pc.Deposit(as(ctx, "alice", "k-block"), deposit("block", 5))
 				done <- err
 			}()
 			<-e.gate.entered
 			var trl metadata.MD
-			_, err := e.pc.Transfer(as(ctx, "alice", "k-block"), transfer("block", 5), grpc.Trailer(&trl))
+			_, err := e.pc.Deposit(as(ctx, "alice", "k-block"), deposit("block", 5), grpc.Trailer(&trl))
 			wantStatus(t, err, codes.Aborted, grpcint.ReasonInProgress)
 			if p := trl.Get(policy.PushbackHeader); len(p) != 1 || p[0] != "50" {
 				t.Errorf("pushback %v, want [50]", p)
 			}
-			var got paymentspb.TransferReply
-			err = grpcint.Resolve(as(ctx, "alice", ""), e.conn, paymentspb.TransferMethod, "k-block", &paymentspb.TransferRequest{}, &got)
+			var got walletpb.DepositReply
+			err = grpcint.Resolve(as(ctx, "alice", ""), e.conn, walletpb.DepositMethod, "k-block", &walletpb.DepositRequest{}, &got)
 			wantStatus(t, err, codes.Aborted, grpcint.ReasonInProgress)
 			close(e.gate.release)
 			if err := <-done; err != nil {
 				t.Fatal(err)
 			}
-			if err := grpcint.Resolve(as(ctx, "alice", ""), e.conn, paymentspb.TransferMethod, "k-block", &paymentspb.TransferRequest{}, &got); err != nil || !proto.Equal(&got, first) {
+			if err := grpcint.Resolve(as(ctx, "alice", ""), e.conn, walletpb.DepositMethod, "k-block", &walletpb.DepositRequest{}, &got); err != nil || !proto.Equal(&got, first) {
 				t.Errorf("resolve after commit = %v, %v; want %v", &got, err, first)
 			}
 		})
@@ -182,27 +182,27 @@ func TestInProgressAndResolve(t *testing.T) {
 func TestCallerIsolation(t *testing.T) {
 	e := newEnv(t, testdb.Targets()[0])
 	ctx := context.Background()
-	a, err := e.pc.Transfer(as(ctx, "alice", "shared-key"), transfer("alice-1", 10))
+	a, err := e.pc.Deposit(as(ctx, "alice", "shared-key"), deposit("alice-1", 10))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := e.pc.Transfer(as(ctx, "bob", "shared-key"), transfer("bob-1", 20))
+	b, err := e.pc.Deposit(as(ctx, "bob", "shared-key"), deposit("bob-1", 20))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.GetTransferId() == b.GetTransferId() || b.GetReference() != "bob-1" {
+	if a.GetDepositId() == b.GetDepositId() || b.GetReference() != "bob-1" {
 		t.Errorf("bob got %v after alice got %v with the same key", b, a)
 	}
 	// The same request under the same key by another caller runs again.
-	c, err := e.pc.Transfer(as(ctx, "carol", "shared-key"), transfer("alice-1", 10))
+	c, err := e.pc.Deposit(as(ctx, "carol", "shared-key"), deposit("alice-1", 10))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.GetTransferId() == a.GetTransferId() {
+	if c.GetDepositId() == a.GetDepositId() {
 		t.Error("carol was given alice's stored result")
 	}
-	var got paymentspb.TransferReply
-	err = grpcint.Resolve(as(ctx, "dave", ""), e.conn, paymentspb.TransferMethod, "shared-key", &paymentspb.TransferRequest{}, &got)
+	var got walletpb.DepositReply
+	err = grpcint.Resolve(as(ctx, "dave", ""), e.conn, walletpb.DepositMethod, "shared-key", &walletpb.DepositRequest{}, &got)
 	wantStatus(t, err, codes.NotFound, grpcint.ReasonNotFound)
 }
 
@@ -212,27 +212,27 @@ func TestClientGeneratesOneKeyPerCall(t *testing.T) {
 	e := newEnv(t, testdb.Targets()[0])
 	c, pc := appClient(t, e.addr)
 	ctx := metadata.AppendToOutgoingContext(context.Background(), callerHeader, "alice")
-	r1, err := pc.Transfer(ctx, transfer("g1", 1))
+	r1, err := pc.Deposit(ctx, deposit("g1", 1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	r2, err := pc.Transfer(ctx, transfer("g1", 1))
+	r2, err := pc.Deposit(ctx, deposit("g1", 1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r1.GetTransferId() == r2.GetTransferId() {
+	if r1.GetDepositId() == r2.GetDepositId() {
 		t.Error("two logical calls shared a key")
 	}
 	if s := c.Stats(); s.Calls != 2 || s.Attempts != 2 {
 		t.Errorf("client stats %+v", s)
 	}
 	// Non-keyed methods pass through the server interceptor.
-	got, err := pc.GetTransfer(ctx, &paymentspb.GetTransferRequest{TransferId: r1.GetTransferId()})
+	got, err := pc.GetDeposit(ctx, &walletpb.GetDepositRequest{DepositId: r1.GetDepositId()})
 	if err != nil || !proto.Equal(got, r1) {
-		t.Errorf("GetTransfer = %v, %v", got, err)
+		t.Errorf("GetDeposit = %v, %v", got, err)
 	}
 	// A resolve of a method that is not keyed never runs it.
-	err = grpcint.Resolve(ctx, e.conn, paymentspb.GetTransferMethod, "k", &paymentspb.GetTransferRequest{TransferId: r1.GetTransferId()}, &paymentspb.TransferReply{})
+	err = grpcint.Resolve(ctx, e.conn, walletpb.GetDepositMethod, "k", &walletpb.GetDepositRequest{DepositId: r1.GetDepositId()}, &walletpb.DepositReply{})
 	wantStatus(t, err, codes.InvalidArgument, grpcint.ReasonInvalidRequest)
 }
 
@@ -244,13 +244,13 @@ func TestFinalErrorSaysAttempts(t *testing.T) {
 		grpcint.WithBackoff(policy.Backoff{Initial: time.Millisecond, Max: 2 * time.Millisecond}))
 	// No caller: UNAUTHENTICATED is not retried, and the error is the
 	// server's own.
-	_, err := pc.Transfer(context.Background(), transfer("x", 1))
+	_, err := pc.Deposit(context.Background(), deposit("x", 1))
 	wantStatus(t, err, codes.Unauthenticated, grpcint.ReasonNoCaller)
 	if ci, ok := grpcint.CallInfoOf(err); !ok || ci.Attempts != 1 || ci.Next != policy.DoNotRetry || ci.Key == "" || ci.Resolves != 0 {
 		t.Errorf("CallInfo of a keyed call refused by the server: %+v %v; want 1 attempt, do-not-retry, the key", ci, ok)
 	}
-	// GetTransfer of a missing id: NOT_FOUND, never retried.
-	_, err = pc.GetTransfer(context.Background(), &paymentspb.GetTransferRequest{TransferId: 999})
+	// GetDeposit of a missing id: NOT_FOUND, never retried.
+	_, err = pc.GetDeposit(context.Background(), &walletpb.GetDepositRequest{DepositId: 999})
 	if status.Code(err) != codes.NotFound {
 		t.Fatalf("err %v", err)
 	}
@@ -262,7 +262,7 @@ func TestFinalErrorSaysAttempts(t *testing.T) {
 	// bound, and the final error keeps its code and says so.
 	_, dead := appClient(t, "127.0.0.1:1", grpcint.WithMaxAttempts(3),
 		grpcint.WithBackoff(policy.Backoff{Initial: time.Millisecond, Max: 2 * time.Millisecond}))
-	_, err = dead.GetTransfer(context.Background(), &paymentspb.GetTransferRequest{TransferId: 1})
+	_, err = dead.GetDeposit(context.Background(), &walletpb.GetDepositRequest{DepositId: 1})
 	ci, _ := grpcint.CallInfoOf(err)
 	if status.Code(err) != codes.Unavailable || ci.Attempts != 3 || !strings.Contains(err.Error(), "after 3 attempts") ||
 		ci.Reason != grpcint.ReasonNotSent || ci.Decision != "max-attempts" {
@@ -271,7 +271,7 @@ func TestFinalErrorSaysAttempts(t *testing.T) {
 	// The same for a keyed call: nothing was ever sent, so the error is
 	// definite (nothing committed; calling again is safe) and carries the
 	// key.
-	_, err = dead.Transfer(as(context.Background(), "alice", "k-dead"), transfer("dead", 1))
+	_, err = dead.Deposit(as(context.Background(), "alice", "k-dead"), deposit("dead", 1))
 	ci, _ = grpcint.CallInfoOf(err)
 	if status.Code(err) != codes.Unavailable || ci.Attempts != 3 || ci.Reason != grpcint.ReasonNotSent || ci.Next != policy.Retry || ci.Key != "k-dead" {
 		t.Errorf("keyed call to a dead address: %v (%+v), want 3 attempts, not sent, retry, key k-dead", err, ci)
@@ -290,12 +290,12 @@ func TestNewServerFor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cat, err := payments.Catalog()
+	cat, err := wallet.Catalog()
 	if err != nil {
 		t.Fatal(err)
 	}
 	tx := &keyedtest.Counting{Transactions: keyed.SQL(db, store)}
-	s, err := grpcint.NewServerFor(tx, cat, grpcint.CallerFromTrustedHeader(callerHeader), grpcint.WithClaimAtCommit(paymentspb.TransferMethod))
+	s, err := grpcint.NewServerFor(tx, cat, grpcint.CallerFromTrustedHeader(callerHeader), grpcint.WithClaimAtCommit(walletpb.DepositMethod))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,19 +303,19 @@ func TestNewServerFor(t *testing.T) {
 		t.Fatalf("%d runners built; want the calls', the claim-at-commit methods' and the resolve probe's", tx.Runners.Load())
 	}
 	e := serveKit(t, db, tg.Dialect, biz, s, nil)
-	first, err := e.pc.Transfer(as(ctx, "alice", "k"), transfer("r", 1))
+	first, err := e.pc.Deposit(as(ctx, "alice", "k"), deposit("r", 1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := e.pc.Transfer(as(ctx, "alice", "k"), transfer("r", 1))
-	if err != nil || again.GetTransferId() != first.GetTransferId() || e.rows(t, "r") != 1 {
+	again, err := e.pc.Deposit(as(ctx, "alice", "k"), deposit("r", 1))
+	if err != nil || again.GetDepositId() != first.GetDepositId() || e.rows(t, "r") != 1 {
 		t.Fatalf("replay %v, %v", again, err)
 	}
-	var reply paymentspb.TransferReply
-	if err := grpcint.Resolve(as(ctx, "alice", ""), e.conn, paymentspb.TransferMethod, "k", &paymentspb.TransferRequest{}, &reply); err != nil || reply.GetTransferId() != first.GetTransferId() {
+	var reply walletpb.DepositReply
+	if err := grpcint.Resolve(as(ctx, "alice", ""), e.conn, walletpb.DepositMethod, "k", &walletpb.DepositRequest{}, &reply); err != nil || reply.GetDepositId() != first.GetDepositId() {
 		t.Fatalf("resolve %v, %v", &reply, err)
 	}
-	if err := grpcint.Resolve(as(ctx, "alice", ""), e.conn, paymentspb.TransferMethod, "never", &paymentspb.TransferRequest{}, &reply); grpcint.ReasonOf(err) != grpcint.ReasonNotFound {
+	if err := grpcint.Resolve(as(ctx, "alice", ""), e.conn, walletpb.DepositMethod, "never", &walletpb.DepositRequest{}, &reply); grpcint.ReasonOf(err) != grpcint.ReasonNotFound {
 		t.Fatalf("resolve of a key never used: %v", err)
 	}
 	if n := tx.Runs.Load(); n != 3 { // two calls and the probe of the resolve that found nothing

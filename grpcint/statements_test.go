@@ -4,9 +4,9 @@ import (
 	"context"
 	"testing"
 
-	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/testkit/testdb"
+	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
 )
 
 // keyedCallStatements is what a keyed unary call over loopback costs in
@@ -60,16 +60,16 @@ func TestKeyedCallStatements(t *testing.T) {
 			want := keyedCallStatements[tg.Family()]
 			for _, path := range []string{"call", "replay"} {
 				c.Reset()
-				if _, err := e.pc.Transfer(ctx, transfer("r1", 100)); err != nil {
+				if _, err := e.pc.Deposit(ctx, deposit("r1", 100)); err != nil {
 					t.Fatal(err)
 				}
 				testdb.CheckStatements(t, path, c, biz, want[path])
 			}
-			atCommit := serve(t, db, tg.Dialect, table, biz, grpcint.WithClaimAtCommit(paymentspb.TransferMethod))
+			atCommit := serve(t, db, tg.Dialect, table, biz, grpcint.WithClaimAtCommit(walletpb.DepositMethod))
 			ctx = as(context.Background(), "alice", "count-key-2")
 			for _, path := range []string{"call at commit", "replay at commit"} {
 				c.Reset()
-				if _, err := atCommit.pc.Transfer(ctx, transfer("r2", 100)); err != nil {
+				if _, err := atCommit.pc.Deposit(ctx, deposit("r2", 100)); err != nil {
 					t.Fatal(err)
 				}
 				testdb.CheckStatements(t, path, c, biz, want[path])

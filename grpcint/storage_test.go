@@ -10,9 +10,9 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/opledger/opledger/dialects/sqlite"
-	"github.com/opledger/opledger/examples/payments"
-	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
+	"github.com/opledger/opledger/internal/testkit/wallet"
+	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/migrations"
 )
@@ -33,22 +33,22 @@ func TestStorageUnavailable(t *testing.T) {
 	if _, err := m.Up(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := payments.CreateTable(ctx, db, sqlite.New(), payments.DefaultTable); err != nil {
+	if err := wallet.CreateTable(ctx, db, sqlite.New(), wallet.DefaultTable); err != nil {
 		t.Fatal(err)
 	}
-	e := serve(t, db, sqlite.New(), ledger.DefaultTable, payments.DefaultTable)
+	e := serve(t, db, sqlite.New(), ledger.DefaultTable, wallet.DefaultTable)
 	conn, pc := e.conn, e.pc
-	if _, err := pc.Transfer(as(ctx, "alice", "k1"), transfer("s1", 1)); err != nil {
+	if _, err := pc.Deposit(as(ctx, "alice", "k1"), deposit("s1", 1)); err != nil {
 		t.Fatal(err)
 	}
 	db.Close() // the database goes away
-	_, err = pc.Transfer(as(ctx, "alice", "k2"), transfer("s2", 1))
+	_, err = pc.Deposit(as(ctx, "alice", "k2"), deposit("s2", 1))
 	wantStatus(t, err, codes.Unavailable, grpcint.ReasonStorageUnavailable)
 	// Resolve asks again while the database fails, until its context ends.
-	var got paymentspb.TransferReply
+	var got walletpb.DepositReply
 	rctx, cancel := context.WithTimeout(as(ctx, "alice", ""), 500*time.Millisecond)
 	defer cancel()
-	err = grpcint.Resolve(rctx, conn, paymentspb.TransferMethod, "k1", &paymentspb.TransferRequest{}, &got)
+	err = grpcint.Resolve(rctx, conn, walletpb.DepositMethod, "k1", &walletpb.DepositRequest{}, &got)
 	wantStatus(t, err, codes.Unavailable, grpcint.ReasonStorageUnavailable)
 	if resolves := e.server.Stats().Resolves; resolves < 2 {
 		t.Errorf("the server saw %d resolves; Resolve should have asked again while the database failed", resolves)

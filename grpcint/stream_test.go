@@ -13,8 +13,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
+	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
 	"github.com/opledger/opledger/policy"
 )
 
@@ -37,7 +37,7 @@ func (f *feed) desc() *grpc.ServiceDesc {
 		Streams: []grpc.StreamDesc{
 			{StreamName: "Watch", ServerStreams: true, Handler: func(_ any, ss grpc.ServerStream) error {
 				n := f.calls.Add(1)
-				var req paymentspb.GetTransferRequest
+				var req walletpb.GetDepositRequest
 				if err := ss.RecvMsg(&req); err != nil {
 					return err
 				}
@@ -45,7 +45,7 @@ func (f *feed) desc() *grpc.ServiceDesc {
 					return status.Error(codes.Unavailable, "not yet")
 				}
 				for i := range 2 {
-					if err := ss.SendMsg(&paymentspb.TransferReply{TransferId: req.GetTransferId() + int64(i)}); err != nil {
+					if err := ss.SendMsg(&walletpb.DepositReply{DepositId: req.GetDepositId() + int64(i)}); err != nil {
 						return err
 					}
 					if f.failAfter {
@@ -102,7 +102,7 @@ func watch(t *testing.T, conn *grpc.ClientConn) ([]int64, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := cs.SendMsg(&paymentspb.GetTransferRequest{TransferId: 10}); err != nil {
+	if err := cs.SendMsg(&walletpb.GetDepositRequest{DepositId: 10}); err != nil {
 		return nil, err
 	}
 	if err := cs.CloseSend(); err != nil {
@@ -110,7 +110,7 @@ func watch(t *testing.T, conn *grpc.ClientConn) ([]int64, error) {
 	}
 	var got []int64
 	for {
-		var m paymentspb.TransferReply
+		var m walletpb.DepositReply
 		err := cs.RecvMsg(&m)
 		if err == io.EOF {
 			return got, nil
@@ -118,7 +118,7 @@ func watch(t *testing.T, conn *grpc.ClientConn) ([]int64, error) {
 		if err != nil {
 			return got, err
 		}
-		got = append(got, m.GetTransferId())
+		got = append(got, m.GetDepositId())
 	}
 }
 
@@ -152,9 +152,9 @@ func TestServerStreamRetriedOnlyBeforeFirstMessage(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_ = cs.SendMsg(&paymentspb.GetTransferRequest{})
+		_ = cs.SendMsg(&walletpb.GetDepositRequest{})
 		_ = cs.CloseSend()
-		var m paymentspb.TransferReply
+		var m walletpb.DepositReply
 		if err := cs.RecvMsg(&m); status.Code(err) != codes.Unavailable {
 			t.Fatalf("err %v", err)
 		}

@@ -14,19 +14,19 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/opledger/opledger/examples/payments"
-	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
+	"github.com/opledger/opledger/internal/testkit/wallet"
+	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
 	"github.com/opledger/opledger/internal/testkit/xdstest"
 	"github.com/opledger/opledger/policy"
 )
 
-// readsOnly answers GetTransfer; the recorder in front of it fails every
+// readsOnly answers GetDeposit; the recorder in front of it fails every
 // attempt.
-type readsOnly struct{ paymentspb.PaymentsServer }
+type readsOnly struct{ walletpb.WalletServer }
 
-func (readsOnly) GetTransfer(_ context.Context, req *paymentspb.GetTransferRequest) (*paymentspb.TransferReply, error) {
-	return &paymentspb.TransferReply{TransferId: req.GetTransferId()}, nil
+func (readsOnly) GetDeposit(_ context.Context, req *walletpb.GetDepositRequest) (*walletpb.DepositReply, error) {
+	return &walletpb.DepositReply{DepositId: req.GetDepositId()}, nil
 }
 
 // declarations records the opledger-retry-owner header of every attempt.
@@ -66,10 +66,10 @@ func TestDialOptionsOnXDS(t *testing.T) {
 	defer cancel()
 	rec := xdstest.NewRecorder(1<<30, codes.Unavailable)
 	decl := &declarations{}
-	addr := xdstest.Backend(t, func(s *grpc.Server) { paymentspb.RegisterPaymentsServer(s, readsOnly{}) },
+	addr := xdstest.Backend(t, func(s *grpc.Server) { walletpb.RegisterWalletServer(s, readsOnly{}) },
 		grpc.ChainUnaryInterceptor(decl.interceptor(), rec.Interceptor()))
 	cp := xdstest.Start(t)
-	if err := cp.Set(ctx, xdstest.Service{Name: "payments", Endpoints: []string{addr}, Routes: []*routev3.Route{{
+	if err := cp.Set(ctx, xdstest.Service{Name: "wallet", Endpoints: []string{addr}, Routes: []*routev3.Route{{
 		Name:  "all",
 		Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
 		Action: &routev3.Route_Route{Route: &routev3.RouteAction{
@@ -78,7 +78,7 @@ func TestDialOptionsOnXDS(t *testing.T) {
 	}}}); err != nil {
 		t.Fatal(err)
 	}
-	const target = "xds:///payments"
+	const target = "xds:///wallet"
 	for _, tc := range []struct {
 		name     string
 		owner    policy.RetryOwner
@@ -99,12 +99,12 @@ func TestDialOptionsOnXDS(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pc := paymentspb.NewPaymentsClient(cp.Dial(t, "payments", dopts...))
-		_, err = pc.GetTransfer(ctx, &paymentspb.GetTransferRequest{TransferId: 1}, grpc.WaitForReady(true))
+		pc := walletpb.NewWalletClient(cp.Dial(t, "wallet", dopts...))
+		_, err = pc.GetDeposit(ctx, &walletpb.GetDepositRequest{DepositId: 1}, grpc.WaitForReady(true))
 		if status.Code(err) != codes.Unavailable {
 			t.Fatalf("%s: %v, want UNAVAILABLE (NACKs %q)", tc.name, err, cp.NACKs())
 		}
-		if got := rec.Attempts(paymentspb.GetTransferMethod); !slices.Equal(got, tc.attempts) {
+		if got := rec.Attempts(walletpb.GetDepositMethod); !slices.Equal(got, tc.attempts) {
 			t.Errorf("%s: grpc-previous-rpc-attempts per attempt %q, want %q", tc.name, got, tc.attempts)
 		}
 		for _, d := range decl.take() {
@@ -116,14 +116,14 @@ func TestDialOptionsOnXDS(t *testing.T) {
 	if n := cp.NACKs(); len(n) != 0 {
 		t.Fatalf("the client rejected resources: %q", n)
 	}
-	cat, err := payments.Catalog()
+	cat, err := wallet.Catalog()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := grpcint.NewClient(cat, policy.OwnerServiceConfig, grpcint.WithTarget(target)); !errors.Is(err, grpcint.ErrInvalidConfig) {
 		t.Fatalf("service-config on %s: %v, want ErrInvalidConfig", target, err)
 	}
-	if _, err := grpcint.NewClient(cat, policy.OwnerServiceConfig, grpcint.WithTarget("dns:///payments")); err != nil {
+	if _, err := grpcint.NewClient(cat, policy.OwnerServiceConfig, grpcint.WithTarget("dns:///wallet")); err != nil {
 		t.Fatalf("service-config on dns: %v", err)
 	}
 }

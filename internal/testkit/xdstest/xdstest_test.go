@@ -11,25 +11,25 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/opledger/opledger/examples/payments/paymentspb"
+	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
 	"github.com/opledger/opledger/internal/testkit/xdstest"
 )
 
-const getTransfer = "/opledger.examples.payments.v1.Payments/GetTransfer"
+const getDeposit = "/opledger.testkit.wallet.v1.Wallet/GetDeposit"
 
-// payments is a plain Payments server: GetTransfer echoes the id.
-type payments struct{}
+// walletServer is a plain Wallet server: GetDeposit echoes the id.
+type walletServer struct{}
 
-func (payments) Transfer(context.Context, *paymentspb.TransferRequest) (*paymentspb.TransferReply, error) {
+func (walletServer) Deposit(context.Context, *walletpb.DepositRequest) (*walletpb.DepositReply, error) {
 	return nil, status.Error(codes.Unimplemented, "not in this test")
 }
 
-func (payments) GetTransfer(_ context.Context, req *paymentspb.GetTransferRequest) (*paymentspb.TransferReply, error) {
-	return &paymentspb.TransferReply{TransferId: req.GetTransferId()}, nil
+func (walletServer) GetDeposit(_ context.Context, req *walletpb.GetDepositRequest) (*walletpb.DepositReply, error) {
+	return &walletpb.DepositReply{DepositId: req.GetDepositId()}, nil
 }
 
 func backend(t *testing.T, rec *xdstest.Recorder) string {
-	return xdstest.Backend(t, func(s *grpc.Server) { paymentspb.RegisterPaymentsServer(s, payments{}) },
+	return xdstest.Backend(t, func(s *grpc.Server) { walletpb.RegisterWalletServer(s, walletServer{}) },
 		grpc.UnaryInterceptor(rec.Interceptor()))
 }
 
@@ -44,7 +44,7 @@ func TestRetriesAsTheControlPlaneSays(t *testing.T) {
 	rec := xdstest.NewRecorder(3, codes.Unavailable)
 	addr := backend(t, rec)
 	cp := xdstest.Start(t)
-	svc := xdstest.Service{Name: "payments", Endpoints: []string{addr},
+	svc := xdstest.Service{Name: "wallet", Endpoints: []string{addr},
 		Routes: []*routev3.Route{{
 			Name:  "all",
 			Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
@@ -55,31 +55,31 @@ func TestRetriesAsTheControlPlaneSays(t *testing.T) {
 	if err := cp.Set(ctx, svc); err != nil {
 		t.Fatal(err)
 	}
-	client := paymentspb.NewPaymentsClient(cp.Dial(t, "payments"))
-	reply, err := client.GetTransfer(ctx, &paymentspb.GetTransferRequest{TransferId: 7}, grpc.WaitForReady(true))
+	client := walletpb.NewWalletClient(cp.Dial(t, "wallet"))
+	reply, err := client.GetDeposit(ctx, &walletpb.GetDepositRequest{DepositId: 7}, grpc.WaitForReady(true))
 	if err != nil {
-		t.Fatalf("GetTransfer: %v (attempts %q, NACKs %q)", err, rec.Attempts(getTransfer), cp.NACKs())
+		t.Fatalf("GetDeposit: %v (attempts %q, NACKs %q)", err, rec.Attempts(getDeposit), cp.NACKs())
 	}
-	if reply.GetTransferId() != 7 {
+	if reply.GetDepositId() != 7 {
 		t.Fatalf("reply %v", reply)
 	}
-	if got, want := rec.Attempts(getTransfer), []string{"", "1", "2", "3"}; !slices.Equal(got, want) {
+	if got, want := rec.Attempts(getDeposit), []string{"", "1", "2", "3"}; !slices.Equal(got, want) {
 		t.Fatalf("grpc-previous-rpc-attempts per attempt = %q, want %q", got, want)
 	}
 
 	// A server that always fails: 4 attempts, then UNAVAILABLE.
 	rec.Reset(1 << 30)
-	_, err = client.GetTransfer(ctx, &paymentspb.GetTransferRequest{TransferId: 8})
-	if status.Code(err) != codes.Unavailable || len(rec.Attempts(getTransfer)) != 4 {
-		t.Fatalf("always failing: err %v after %d attempts, want UNAVAILABLE after 4", err, len(rec.Attempts(getTransfer)))
+	_, err = client.GetDeposit(ctx, &walletpb.GetDepositRequest{DepositId: 8})
+	if status.Code(err) != codes.Unavailable || len(rec.Attempts(getDeposit)) != 4 {
+		t.Fatalf("always failing: err %v after %d attempts, want UNAVAILABLE after 4", err, len(rec.Attempts(getDeposit)))
 	}
 
 	// grpc.WithDisableRetry: the xDS retry policy is validated but not used.
 	rec.Reset(1 << 30)
-	off := paymentspb.NewPaymentsClient(cp.Dial(t, "payments", grpc.WithDisableRetry()))
-	_, err = off.GetTransfer(ctx, &paymentspb.GetTransferRequest{TransferId: 9}, grpc.WaitForReady(true))
-	if status.Code(err) != codes.Unavailable || len(rec.Attempts(getTransfer)) != 1 {
-		t.Fatalf("WithDisableRetry: err %v after %d attempts, want UNAVAILABLE after 1", err, len(rec.Attempts(getTransfer)))
+	off := walletpb.NewWalletClient(cp.Dial(t, "wallet", grpc.WithDisableRetry()))
+	_, err = off.GetDeposit(ctx, &walletpb.GetDepositRequest{DepositId: 9}, grpc.WaitForReady(true))
+	if status.Code(err) != codes.Unavailable || len(rec.Attempts(getDeposit)) != 1 {
+		t.Fatalf("WithDisableRetry: err %v after %d attempts, want UNAVAILABLE after 1", err, len(rec.Attempts(getDeposit)))
 	}
 	if n := cp.NACKs(); len(n) != 0 {
 		t.Fatalf("the client rejected resources: %q", n)
@@ -98,24 +98,24 @@ func TestGeneratedServiceConfigIsReplaced(t *testing.T) {
 	rec := xdstest.NewRecorder(1<<30, codes.Unavailable)
 	addr := backend(t, rec)
 	cp := xdstest.Start(t)
-	if err := cp.Set(ctx, xdstest.Service{Name: "payments", Endpoints: []string{addr}}); err != nil {
+	if err := cp.Set(ctx, xdstest.Service{Name: "wallet", Endpoints: []string{addr}}); err != nil {
 		t.Fatal(err)
 	}
-	generated := `{"methodConfig":[{"name":[{"service":"opledger.examples.payments.v1.Payments","method":"GetTransfer"}],` +
+	generated := `{"methodConfig":[{"name":[{"service":"opledger.testkit.wallet.v1.Wallet","method":"GetDeposit"}],` +
 		`"retryPolicy":{"maxAttempts":3,"initialBackoff":"0.01s","maxBackoff":"0.1s","backoffMultiplier":2,"retryableStatusCodes":["UNAVAILABLE"]}}]}`
 
-	c := paymentspb.NewPaymentsClient(cp.Dial(t, "payments", grpc.WithDefaultServiceConfig(generated)))
-	_, err := c.GetTransfer(ctx, &paymentspb.GetTransferRequest{TransferId: 1}, grpc.WaitForReady(true))
-	if status.Code(err) != codes.Unavailable || len(rec.Attempts(getTransfer)) != 1 {
-		t.Fatalf("WithDefaultServiceConfig: err %v after %d attempts, want UNAVAILABLE after 1 (the generated retry policy replaced)", err, len(rec.Attempts(getTransfer)))
+	c := walletpb.NewWalletClient(cp.Dial(t, "wallet", grpc.WithDefaultServiceConfig(generated)))
+	_, err := c.GetDeposit(ctx, &walletpb.GetDepositRequest{DepositId: 1}, grpc.WaitForReady(true))
+	if status.Code(err) != codes.Unavailable || len(rec.Attempts(getDeposit)) != 1 {
+		t.Fatalf("WithDefaultServiceConfig: err %v after %d attempts, want UNAVAILABLE after 1 (the generated retry policy replaced)", err, len(rec.Attempts(getDeposit)))
 	}
 
 	rec.Reset(1 << 30)
-	c = paymentspb.NewPaymentsClient(cp.Dial(t, "payments", grpc.WithDisableServiceConfig(), grpc.WithDefaultServiceConfig(generated)))
+	c = walletpb.NewWalletClient(cp.Dial(t, "wallet", grpc.WithDisableServiceConfig(), grpc.WithDefaultServiceConfig(generated)))
 	short, cancelShort := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancelShort()
-	_, err = c.GetTransfer(short, &paymentspb.GetTransferRequest{TransferId: 2})
-	if err == nil || len(rec.Attempts(getTransfer)) != 0 {
-		t.Fatalf("WithDisableServiceConfig: err %v after %d attempts, want a failure before any attempt", err, len(rec.Attempts(getTransfer)))
+	_, err = c.GetDeposit(short, &walletpb.GetDepositRequest{DepositId: 2})
+	if err == nil || len(rec.Attempts(getDeposit)) != 0 {
+		t.Fatalf("WithDisableServiceConfig: err %v after %d attempts, want a failure before any attempt", err, len(rec.Attempts(getDeposit)))
 	}
 }
