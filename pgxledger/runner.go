@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/txrun"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/txmiddleware"
 )
@@ -42,7 +43,7 @@ type Work func(ctx context.Context, tx pgx.Tx) (ledger.Result, error)
 // get what the acquire left of the bound, rounded up to an eighth. It
 // holds no connection between calls and is safe for concurrent use.
 type Runner struct {
-	r *txmiddleware.TxRunner[pgx.Tx]
+	r *txrun.Runner[pgx.Tx]
 }
 
 // NewRunner returns a Runner for pool, the database that holds both the
@@ -53,7 +54,7 @@ func NewRunner(pool *pgxpool.Pool, s *Store, opts ...txmiddleware.Option) (*Runn
 	if pool == nil || s == nil {
 		return nil, fmt.Errorf("%w: pool and store must not be nil", txmiddleware.ErrInvalidConfig)
 	}
-	r, err := txmiddleware.NewTxRunner(func(set txmiddleware.TxSettings) (txmiddleware.TxDriver[pgx.Tx], error) {
+	r, err := txrun.New(func(set txrun.Settings) (txrun.Driver[pgx.Tx], error) {
 		iso, err := IsoLevel(set.Isolation)
 		if err != nil {
 			return nil, err
@@ -89,7 +90,8 @@ func IsoLevel(l sql.IsolationLevel) (pgx.TxIsoLevel, error) {
 // records its result, all in one transaction, with the outcomes of
 // txmiddleware.Runner's Run.
 func (r *Runner) Run(ctx context.Context, req ledger.ClaimRequest, work Work) (txmiddleware.RunResult, error) {
-	return r.r.Run(ctx, req, txmiddleware.TxWork[pgx.Tx](work))
+	out, err := r.r.Run(ctx, req, txrun.Work[pgx.Tx](work))
+	return txmiddleware.RunResult(out), err
 }
 
 // Lookup reads the committed entry of id with the runner's Store on a
@@ -109,11 +111,11 @@ func (r *Runner) InFlight(id ledger.Identity) bool { return r.r.InFlight(id) }
 // from the work's context or one derived from it: txmiddleware's
 // TxFromContext for pgx.
 func TxFromContext(ctx context.Context) (pgx.Tx, bool) {
-	tx, ok := txmiddleware.TxFrom[pgx.Tx](ctx)
+	tx, ok := txrun.TxFrom[pgx.Tx](ctx)
 	return tx, ok && tx != nil
 }
 
-// runDriver is the Runner's txmiddleware.TxDriver: the Store's pipelined
+// runDriver is the Runner's txrun.Driver: the Store's pipelined
 // steps on the pool.
 type runDriver struct {
 	s *Store
@@ -123,7 +125,7 @@ type runDriver struct {
 func (d *runDriver) Dialect() dialects.Dialect { return d.s.Dialect() }
 
 // bounded sets the claim's lock-wait bound, what the wait for a
-// connection left of the runner's (see txmiddleware.Began), in req.
+// connection left of the runner's (see txrun.Began), in req.
 func bounded(req ledger.ClaimRequest, wait time.Duration) ledger.ClaimRequest {
 	if wait > 0 {
 		req.LockWait = wait
@@ -136,7 +138,7 @@ func bounded(req ledger.ClaimRequest, wait time.Duration) ledger.ClaimRequest {
 // connection (BEGIN goes with the claim, or just after, on it). It
 // returns the pipeline that begins on it, the connection (to release
 // unless the pipeline took it) and the claim's bound.
-func (d *runDriver) acquire(ctx context.Context, began txmiddleware.Began) (pipeline, *heldConn, time.Duration, error) {
+func (d *runDriver) acquire(ctx context.Context, began txrun.Began) (pipeline, *heldConn, time.Duration, error) {
 	c, err := d.p.acquire(ctx)
 	wait, gerr := began(err)
 	if gerr != nil {
@@ -150,7 +152,7 @@ func (d *runDriver) acquire(ctx context.Context, began txmiddleware.Began) (pipe
 	return p, p.held, wait, nil
 }
 
-func (d *runDriver) BeginClaim(ctx context.Context, began txmiddleware.Began, req ledger.ClaimRequest) (txmiddleware.TxUnit[pgx.Tx], *ledger.Claim, error) {
+func (d *runDriver) BeginClaim(ctx context.Context, began txrun.Began, req ledger.ClaimRequest) (txrun.Unit[pgx.Tx], *ledger.Claim, error) {
 	p, held, wait, err := d.acquire(ctx, began)
 	if err != nil {
 		return nil, nil, err
@@ -163,7 +165,7 @@ func (d *runDriver) BeginClaim(ctx context.Context, began txmiddleware.Began, re
 	return &unit{d: d, tx: tx, wait: wait}, c, nil
 }
 
-func (d *runDriver) Begin(ctx context.Context, began txmiddleware.Began) (txmiddleware.TxUnit[pgx.Tx], error) {
+func (d *runDriver) Begin(ctx context.Context, began txrun.Began) (txrun.Unit[pgx.Tx], error) {
 	p, held, wait, err := d.acquire(ctx, began)
 	if err != nil {
 		return nil, err
@@ -181,7 +183,7 @@ func (d *runDriver) Begin(ctx context.Context, began txmiddleware.Began) (txmidd
 
 // Lookup reads id's entry on a connection of the pool, acquired within
 // the runner's bound.
-func (d *runDriver) Lookup(ctx context.Context, began txmiddleware.Began, id ledger.Identity) (*ledger.Entry, error) {
+func (d *runDriver) Lookup(ctx context.Context, began txrun.Began, id ledger.Identity) (*ledger.Entry, error) {
 	c, err := d.p.acquire(ctx)
 	if _, gerr := began(err); gerr != nil {
 		if err == nil {

@@ -1,7 +1,7 @@
 // Package txmiddleware runs a keyed mutation as one transaction: claim the
 // operation's identity in the ledger, run the caller's work, record its
 // result, commit. A retry of the same request replays the recorded result
-// instead of running the work again.
+// instead of running the work again. Create a [Runner] with [New].
 //
 //	r, err := txmiddleware.New(db, store, txmiddleware.WithLockWait(2*time.Second))
 //	...
@@ -41,7 +41,6 @@
 // On SQLite, open the pool with the sqlite dialect's DSN (immediate
 // transactions and a busy timeout). See docs/txmiddleware.md.
 //
-// [Runner] is [TxRunner] for database/sql: the runner is generic over the
-// transaction type, and a [TxDriver] begins and ends each attempt's
-// transaction. Package pgxledger's Runner is the pgx one, pipelined.
+// [Runner] is the runner over database/sql; package pgxledger's Runner is
+// the same runner over pgx, pipelined.
 package txmiddleware

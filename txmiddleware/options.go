@@ -4,63 +4,16 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"log/slog"
-	"math/rand/v2"
 	"time"
 
-	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/trace"
-
-	"github.com/opledger/opledger/internal/options"
-)
-
-// Defaults for a Runner's options.
-const (
-	DefaultMaxTxAttempts = 10
-	DefaultTxBackoffBase = 5 * time.Millisecond
-	DefaultTxBackoffCap  = 500 * time.Millisecond
+	"github.com/opledger/opledger/internal/txrun"
 )
 
 // Option configures a Runner; the With functions build them. Giving the
 // same option twice is an error.
-type Option struct{ o options.Option[config] }
+type Option = txrun.Option
 
-func option(name string, f func(*config) error) Option {
-	return Option{options.New(name, f)}
-}
-
-type config struct {
-	iso         sql.IsolationLevel
-	maxAttempts int
-	base, cap   time.Duration
-	random      func() float64
-	lockWait    time.Duration
-	codec       ErrorCodec
-	atCommit    bool
-	onRetry     func(ctx context.Context, attempt int, err error, delay time.Duration)
-	mp          metric.MeterProvider
-	tp          trace.TracerProvider
-	logger      *slog.Logger
-	spansOnly   bool
-
-	// beforeCommit, set by tests only, runs after Complete and before the
-	// context check that precedes COMMIT.
-	beforeCommit func(ctx context.Context)
-	// afterFinalRollback, set by tests only, runs after the transaction of
-	// a work that returned a final error was rolled back, before the fresh
-	// transaction that records the error begins.
-	afterFinalRollback func(ctx context.Context)
-}
-
-func defaults() config {
-	return config{
-		iso:         sql.LevelDefault,
-		maxAttempts: DefaultMaxTxAttempts,
-		base:        DefaultTxBackoffBase,
-		cap:         DefaultTxBackoffCap,
-		random:      rand.Float64,
-	}
-}
+func option(name string, f func(*txrun.Config) error) Option { return txrun.NewOption(name, f) }
 
 // WithIsolation sets the isolation level of every transaction (default
 // sql.LevelDefault, the database's own: READ COMMITTED on PostgreSQL,
@@ -69,8 +22,8 @@ func defaults() config {
 // first surfaces as a serialization failure, which the runner retries; the
 // retry replays.
 func WithIsolation(level sql.IsolationLevel) Option {
-	return option("WithIsolation", func(c *config) error {
-		c.iso = level
+	return option("WithIsolation", func(c *txrun.Config) error {
+		c.Isolation = level
 		return nil
 	})
 }
@@ -79,11 +32,11 @@ func WithIsolation(level sql.IsolationLevel) Option {
 // keeps failing transiently (default 10). n must be at least 1; 1
 // disables retries.
 func WithMaxTxAttempts(n int) Option {
-	return option("WithMaxTxAttempts", func(c *config) error {
+	return option("WithMaxTxAttempts", func(c *txrun.Config) error {
 		if n < 1 {
 			return errors.New("max attempts must be at least 1")
 		}
-		c.maxAttempts = n
+		c.MaxAttempts = n
 		return nil
 	})
 }
@@ -93,24 +46,11 @@ func WithMaxTxAttempts(n int) Option {
 // between half and all of it (defaults 5ms and 500ms). A retry whose delay
 // would end past the context's deadline is not made.
 func WithTxBackoff(base, max time.Duration) Option {
-	return option("WithTxBackoff", func(c *config) error {
+	return option("WithTxBackoff", func(c *txrun.Config) error {
 		if base <= 0 || max < base {
 			return errors.New("backoff needs 0 < base <= max")
 		}
-		c.base, c.cap = base, max
-		return nil
-	})
-}
-
-// WithRandom replaces the jitter source, a function returning a number in
-// [0, 1) that must be safe for concurrent use (default math/rand/v2's
-// Float64). Tests pass a fixed function.
-func WithRandom(f func() float64) Option {
-	return option("WithRandom", func(c *config) error {
-		if f == nil {
-			return errors.New("random source must not be nil")
-		}
-		c.random = f
+		c.Base, c.Cap = base, max
 		return nil
 	})
 }
@@ -131,11 +71,11 @@ func WithRandom(f func() float64) Option {
 // it costs, is in docs/txmiddleware.md ("In-progress duplicates: the wait
 // bound").
 func WithLockWait(d time.Duration) Option {
-	return option("WithLockWait", func(c *config) error {
+	return option("WithLockWait", func(c *txrun.Config) error {
 		if d < 0 {
 			return errors.New("lock wait must not be negative")
 		}
-		c.lockWait = d
+		c.LockWait = d
 		return nil
 	})
 }
@@ -146,11 +86,11 @@ func WithLockWait(d time.Duration) Option {
 // replayed result with a non-zero Code comes back
 // without an error.
 func WithErrorCodec(codec ErrorCodec) Option {
-	return option("WithErrorCodec", func(c *config) error {
+	return option("WithErrorCodec", func(c *txrun.Config) error {
 		if codec == nil {
 			return errors.New("codec must not be nil")
 		}
-		c.codec = codec
+		c.Codec = codec
 		return nil
 	})
 }
@@ -172,8 +112,8 @@ func WithErrorCodec(codec ErrorCodec) Option {
 // transaction (see docs/txmiddleware.md). The ledger must implement
 // ledger.Recorder.
 func WithClaimAtCommit() Option {
-	return option("WithClaimAtCommit", func(c *config) error {
-		c.atCommit = true
+	return option("WithClaimAtCommit", func(c *txrun.Config) error {
+		c.AtCommit = true
 		return nil
 	})
 }
@@ -182,20 +122,8 @@ func WithClaimAtCommit() Option {
 // that failed (1 for the first), its error and the delay before the next
 // one: a place for metrics or logs. It must be safe for concurrent use.
 func WithOnRetry(f func(ctx context.Context, attempt int, err error, delay time.Duration)) Option {
-	return option("WithOnRetry", func(c *config) error {
-		c.onRetry = f
+	return option("WithOnRetry", func(c *txrun.Config) error {
+		c.OnRetry = f
 		return nil
 	})
-}
-
-// delay returns the jittered backoff after the given number of failed
-// attempts (1 or more).
-func (c *config) delay(failed int) time.Duration {
-	d := c.base
-	for i := 1; i < failed && d < c.cap; i++ {
-		d *= 2
-	}
-	d = min(d, c.cap)
-	half := d / 2
-	return half + time.Duration(c.random()*float64(d-half))
 }

@@ -3,16 +3,16 @@ package txmiddleware
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"time"
 
+	"github.com/opledger/opledger/internal/txrun"
 	"github.com/opledger/opledger/ledger"
 )
 
 // ErrInvalidConfig is returned (wrapped) by New for a nil database or
 // ledger, or a bad option.
-var ErrInvalidConfig = errors.New("txmiddleware: invalid configuration")
+var ErrInvalidConfig = txrun.ErrInvalidConfig
 
 // ErrCommitUnknown means COMMIT was in flight when the connection broke
 // or the context ended: the unit may or may not have committed. It is
@@ -20,7 +20,7 @@ var ErrInvalidConfig = errors.New("txmiddleware: invalid configuration")
 // the identity with ledger's Lookup (a completed entry means it committed;
 // ErrNotFound means it did not, and running it again is safe), or retry
 // with the same key, which replays if it had committed.
-var ErrCommitUnknown = errors.New("txmiddleware: commit outcome unknown; resolve before retrying")
+var ErrCommitUnknown = txrun.ErrCommitUnknown
 
 // ErrBusy means the transaction could not begin within the lock-wait
 // bound (see [WithLockWait]) while no other call with the same identity
@@ -31,7 +31,7 @@ var ErrCommitUnknown = errors.New("txmiddleware: commit outcome unknown; resolve
 // with Retry-After). It never matches ledger.ErrInProgress, which is
 // returned instead when another call with the same identity is in flight
 // on the runner, holding the connection or the lock waited for.
-var ErrBusy = errors.New("txmiddleware: the database is busy; nothing was written")
+var ErrBusy = txrun.ErrBusy
 
 // Work is the caller's mutation. It runs in tx, the transaction that holds
 // the claim, and returns the result to record (Code 0 and the encoded
@@ -66,11 +66,10 @@ type RunResult struct {
 	Attempts int
 }
 
-// Runner runs claim, work and completion as one transaction on a pool:
-// the [TxRunner] of database/sql. It holds no connection between calls
-// and is safe for concurrent use.
+// Runner runs claim, work and completion as one transaction on a pool.
+// It holds no connection between calls and is safe for concurrent use.
 type Runner struct {
-	r *TxRunner[*sql.Tx]
+	r *txrun.Runner[*sql.Tx]
 }
 
 // New returns a Runner for db, the database that holds both the ledger's
@@ -80,7 +79,7 @@ func New(db *sql.DB, l ledger.Ledger, opts ...Option) (*Runner, error) {
 	if db == nil || l == nil {
 		return nil, fmt.Errorf("%w: database and ledger must not be nil", ErrInvalidConfig)
 	}
-	r, err := NewTxRunner(func(s TxSettings) (TxDriver[*sql.Tx], error) { return newSQLDriver(db, l, s) }, opts...)
+	r, err := txrun.New(func(s txrun.Settings) (txrun.Driver[*sql.Tx], error) { return newSQLDriver(db, l, s) }, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -109,7 +108,7 @@ func (r *Runner) InFlight(id ledger.Identity) bool { return r.r.InFlight(id) }
 // carries the operation's identity (ledger.OperationFromContext), from
 // which downstream keys and outbox message ids are derived.
 func TxFromContext(ctx context.Context) (*sql.Tx, bool) {
-	tx, ok := TxFrom[*sql.Tx](ctx)
+	tx, ok := txrun.TxFrom[*sql.Tx](ctx)
 	return tx, ok && tx != nil
 }
 
@@ -145,51 +144,6 @@ func TxFromContext(ctx context.Context) (*sql.Tx, bool) {
 // the error underneath, and any other error is returned unchanged.
 // docs/txmiddleware.md says what each outcome means for the caller.
 func (r *Runner) Run(ctx context.Context, req ledger.ClaimRequest, work Work) (RunResult, error) {
-	return r.r.Run(ctx, req, TxWork[*sql.Tx](work))
-}
-
-// giveUp wraps the last transient error so that it matches
-// ledger.ErrRetryable.
-func giveUp(why string, err error) error {
-	if errors.Is(err, ledger.ErrRetryable) {
-		return fmt.Errorf("txmiddleware: %s: %w", why, err)
-	}
-	return fmt.Errorf("txmiddleware: %s: %w: %w", why, ledger.ErrRetryable, err)
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// finalError is once's answer when the work returned a final error: the
-// attempt's transaction has been rolled back, and enc, the codec's
-// encoding of err, is to be recorded in a fresh transaction.
-type finalError struct {
-	enc ledger.Result
-	err error
-}
-
-func (e *finalError) Error() string {
-	return "txmiddleware: final error, to be recorded: " + e.err.Error()
-}
-func (e *finalError) Unwrap() error { return e.err }
-
-// ctxErr returns an error matching both the context's error and err, or
-// nil when ctx is still live.
-func ctxErr(ctx context.Context, op string, err error) error {
-	cerr := ctx.Err()
-	if cerr == nil {
-		return nil
-	}
-	if err == nil || errors.Is(err, cerr) {
-		return fmt.Errorf("txmiddleware: %s: %w", op, cerr)
-	}
-	return fmt.Errorf("txmiddleware: %s: %w (%w)", op, cerr, err)
+	out, err := r.r.Run(ctx, req, txrun.Work[*sql.Tx](work))
+	return RunResult(out), err
 }

@@ -9,10 +9,11 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/txrun"
 	"github.com/opledger/opledger/ledger"
 )
 
-// sqlDriver is the TxDriver of database/sql: a pool and a ledger.Ledger,
+// sqlDriver is the txrun.Driver of database/sql: a pool and a ledger.Ledger,
 // one statement at a time.
 type sqlDriver struct {
 	db  *sql.DB
@@ -27,7 +28,7 @@ type sqlDriver struct {
 	lockWait  time.Duration
 }
 
-func newSQLDriver(db *sql.DB, l ledger.Ledger, s TxSettings) (*sqlDriver, error) {
+func newSQLDriver(db *sql.DB, l ledger.Ledger, s txrun.Settings) (*sqlDriver, error) {
 	d := l.Dialect()
 	if d == nil {
 		return nil, fmt.Errorf("%w: the ledger has no dialect", ErrInvalidConfig)
@@ -74,7 +75,7 @@ type sqlUnit struct {
 // one is configured, and reports to began once it has begun (or failed
 // to): the runner's bound covers the wait for a pool connection and BEGIN
 // itself (on SQLite, the wait for the write lock).
-func (d *sqlDriver) begin(ctx context.Context, began Began) (*sqlUnit, error) {
+func (d *sqlDriver) begin(ctx context.Context, began txrun.Began) (*sqlUnit, error) {
 	opts := &sql.TxOptions{Isolation: d.iso}
 	u := &sqlUnit{d: d}
 	var err error
@@ -101,7 +102,7 @@ func (d *sqlDriver) begin(ctx context.Context, began Began) (*sqlUnit, error) {
 	return u, nil
 }
 
-func (d *sqlDriver) Begin(ctx context.Context, began Began) (TxUnit[*sql.Tx], error) {
+func (d *sqlDriver) Begin(ctx context.Context, began txrun.Began) (txrun.Unit[*sql.Tx], error) {
 	u, err := d.begin(ctx, began)
 	if err != nil {
 		return nil, err
@@ -109,7 +110,7 @@ func (d *sqlDriver) Begin(ctx context.Context, began Began) (TxUnit[*sql.Tx], er
 	return u, nil
 }
 
-func (d *sqlDriver) BeginClaim(ctx context.Context, began Began, req ledger.ClaimRequest) (TxUnit[*sql.Tx], *ledger.Claim, error) {
+func (d *sqlDriver) BeginClaim(ctx context.Context, began txrun.Began, req ledger.ClaimRequest) (txrun.Unit[*sql.Tx], *ledger.Claim, error) {
 	u, err := d.begin(ctx, began)
 	if err != nil {
 		return nil, nil, err
@@ -132,7 +133,7 @@ func (d *sqlDriver) BeginClaim(ctx context.Context, began Began, req ledger.Clai
 
 // Lookup reads id's entry on a connection of the pool, had within the
 // runner's bound when it has one.
-func (d *sqlDriver) Lookup(ctx context.Context, began Began, id ledger.Identity) (*ledger.Entry, error) {
+func (d *sqlDriver) Lookup(ctx context.Context, began txrun.Began, id ledger.Identity) (*ledger.Entry, error) {
 	if d.lockWait <= 0 {
 		if _, err := began(nil); err != nil {
 			return nil, err
@@ -210,7 +211,7 @@ func (d *sqlDriver) commitErr(ctx context.Context, err error) error {
 	case errors.Is(err, sql.ErrTxDone):
 		// database/sql rolled the transaction back when its context ended,
 		// before COMMIT could be sent: not committed.
-		if cerr := ctxErr(ctx, "commit", err); cerr != nil {
+		if cerr := txrun.CtxErr(ctx, "commit", err); cerr != nil {
 			return cerr
 		}
 		return fmt.Errorf("txmiddleware: commit: %w", err)
@@ -224,7 +225,7 @@ func (d *sqlDriver) commitErr(ctx context.Context, err error) error {
 	case ctx.Err() != nil:
 		// The database answered COMMIT with an error after the context
 		// ended (lib/pq cancels the statement: 57014): it rolled back.
-		return ctxErr(ctx, "commit", err)
+		return txrun.CtxErr(ctx, "commit", err)
 	}
 	return ledger.NewDBError(d.d, "commit", err)
 }

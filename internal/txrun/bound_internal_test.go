@@ -1,4 +1,4 @@
-package txmiddleware
+package txrun
 
 import (
 	"testing"

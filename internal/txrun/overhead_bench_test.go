@@ -1,4 +1,4 @@
-package txmiddleware_test
+package txrun_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/dialects/postgres"
+	"github.com/opledger/opledger/internal/txrun"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/txmiddleware"
 )
@@ -17,19 +18,19 @@ type nopTx struct{}
 type nopDriver struct{ d dialects.Dialect }
 
 func (d nopDriver) Dialect() dialects.Dialect { return d.d }
-func (d nopDriver) BeginClaim(ctx context.Context, began txmiddleware.Began, req ledger.ClaimRequest) (txmiddleware.TxUnit[nopTx], *ledger.Claim, error) {
+func (d nopDriver) BeginClaim(ctx context.Context, began txrun.Began, req ledger.ClaimRequest) (txrun.Unit[nopTx], *ledger.Claim, error) {
 	if _, err := began(nil); err != nil {
 		return nil, nil, err
 	}
 	return nopUnit{}, acquired, nil
 }
-func (d nopDriver) Begin(ctx context.Context, began txmiddleware.Began) (txmiddleware.TxUnit[nopTx], error) {
+func (d nopDriver) Begin(ctx context.Context, began txrun.Began) (txrun.Unit[nopTx], error) {
 	if _, err := began(nil); err != nil {
 		return nil, err
 	}
 	return nopUnit{}, nil
 }
-func (d nopDriver) Lookup(ctx context.Context, began txmiddleware.Began, id ledger.Identity) (*ledger.Entry, error) {
+func (d nopDriver) Lookup(ctx context.Context, began txrun.Began, id ledger.Identity) (*ledger.Entry, error) {
 	return nil, ledger.ErrNotFound
 }
 
@@ -58,7 +59,7 @@ func BenchmarkRunOverhead(b *testing.B) {
 			name, opts = "claim-at-commit", []txmiddleware.Option{txmiddleware.WithClaimAtCommit()}
 		}
 		b.Run(name, func(b *testing.B) {
-			r, err := txmiddleware.NewTxRunner(func(txmiddleware.TxSettings) (txmiddleware.TxDriver[nopTx], error) {
+			r, err := txrun.New(func(txrun.Settings) (txrun.Driver[nopTx], error) {
 				return nopDriver{postgres.New()}, nil
 			}, opts...)
 			if err != nil {
