@@ -15,10 +15,10 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/grpc/codes"
 
+	"github.com/opledger/opledger/internal/keyedcore/keyedproto"
+	"github.com/opledger/opledger/internal/keyedcore/retry"
 	"github.com/opledger/opledger/internal/options"
 	"github.com/opledger/opledger/keyed"
-	"github.com/opledger/opledger/keyed/keyedproto"
-	"github.com/opledger/opledger/keyed/retry"
 	"github.com/opledger/opledger/policy"
 )
 

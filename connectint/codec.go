@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/anypb"
 
-	"github.com/opledger/opledger/keyed/keyedproto"
+	"github.com/opledger/opledger/internal/keyedcore/keyedproto"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/txmiddleware"
 )

@@ -5,19 +5,19 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/opledger/opledger/keyed"
+	"github.com/opledger/opledger/internal/keyedcore"
 	"github.com/opledger/opledger/policy"
 )
 
 // Headers of run-time retry detection (see docs/retry-ownership.md,
 // "Detecting a second owner at run time"): keyed's, as grpcint sends and
 // reads them. The server also reads X-Envoy-Attempt-Count
-// (keyed.EnvoyAttemptCountHeader) and, on the gRPC protocol,
-// Grpc-Previous-Rpc-Attempts (keyed.PreviousAttemptsHeader).
+// (keyedcore.EnvoyAttemptCountHeader) and, on the gRPC protocol,
+// Grpc-Previous-Rpc-Attempts (keyedcore.PreviousAttemptsHeader).
 const (
 	// RetryOwnerHeader is the client's retry owner, which the client
 	// interceptor declares on every call: "application", "mesh" or "none"
-	// (see keyed.Declaration).
+	// (see keyedcore.Declaration).
 	RetryOwnerHeader = "Opledger-Retry-Owner"
 	// AttemptHeader is the attempt number of the client interceptor's own
 	// retry loop (1 for the first), sent on every attempt when the
@@ -28,8 +28,8 @@ const (
 // The canonical forms of keyed's lower-case names, to index an
 // http.Header.
 var (
-	envoyAttemptKey     = http.CanonicalHeaderKey(keyed.EnvoyAttemptCountHeader)
-	previousAttemptsKey = http.CanonicalHeaderKey(keyed.PreviousAttemptsHeader)
+	envoyAttemptKey     = http.CanonicalHeaderKey(keyedcore.EnvoyAttemptCountHeader)
+	previousAttemptsKey = http.CanonicalHeaderKey(keyedcore.PreviousAttemptsHeader)
 )
 
 // WithRetryOwner sets the retry owner of the clients that call the
@@ -42,7 +42,7 @@ func WithRetryOwner(owner policy.RetryOwner) ServerOption {
 		if !owner.Valid() {
 			return policy.ErrInvalidOwner
 		}
-		c.retryOwner = keyed.Owner(owner.String())
+		c.retryOwner = owner
 		return nil
 	})
 }
@@ -50,7 +50,7 @@ func WithRetryOwner(owner policy.RetryOwner) ServerOption {
 // judgeRetries has the core judge the retry headers of a call of a
 // catalog procedure (resolve requests are not judged).
 func (s *Server) judgeRetries(ctx context.Context, proc string, h http.Header) {
-	rh := keyed.RetryHeaders{Attempt: h[AttemptHeader], EnvoyAttempt: h[envoyAttemptKey], PreviousAttempts: h[previousAttemptsKey]}
+	rh := keyedcore.RetryHeaders{Attempt: h[AttemptHeader], EnvoyAttempt: h[envoyAttemptKey], PreviousAttempts: h[previousAttemptsKey]}
 	if rh.Attempt == nil && rh.EnvoyAttempt == nil && rh.PreviousAttempts == nil || len(h[ResolveHeader]) > 0 {
 		return
 	}
@@ -77,7 +77,7 @@ func retrySafe(p policy.MethodPolicy) bool {
 // what restores the request's retry headers as they came.
 func (c *Client) declare(h http.Header) (restore func()) {
 	owner, attempt := h[RetryOwnerHeader], h[AttemptHeader]
-	h.Set(RetryOwnerHeader, keyed.Declaration{Owner: keyed.Owner(c.owner.String())}.String())
+	h.Set(RetryOwnerHeader, keyedcore.Declaration{Owner: c.owner}.String())
 	return func() {
 		for k, v := range map[string][]string{RetryOwnerHeader: owner, AttemptHeader: attempt} {
 			if v != nil {

@@ -13,8 +13,8 @@ import (
 
 	"github.com/opledger/opledger/connectint"
 	"github.com/opledger/opledger/internal/harness/otelread"
+	"github.com/opledger/opledger/internal/keyedcore"
 	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
-	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/policy"
 )
 
@@ -91,8 +91,8 @@ func TestRetryOwnerAtRunTime(t *testing.T) {
 	_, app := e.kitClient(t, policy.OwnerApplication, "connect", fastClient()...)
 	send(app, "fail-first-app") // the kit's loop retries
 	_, mesh := e.kitClient(t, policy.OwnerMesh, "grpc")
-	send(mesh, "mesh", keyed.EnvoyAttemptCountHeader, "2")
-	send(e.client("connect"), "undeclared-mesh", keyed.EnvoyAttemptCountHeader, "3") // the server's owner: mesh
+	send(mesh, "mesh", keyedcore.EnvoyAttemptCountHeader, "2")
+	send(e.client("connect"), "undeclared-mesh", keyedcore.EnvoyAttemptCountHeader, "3") // the server's owner: mesh
 	want(map[string]float64{"application false application": 1, "mesh false mesh": 2})
 	if n := logs.Count(map[string]string{"msg": "opledger: second retry owner"}); n != 0 {
 		t.Fatalf("%d second-owner events with the owners' own retries:\n%s", n, logs.Text())
@@ -104,15 +104,15 @@ func TestRetryOwnerAtRunTime(t *testing.T) {
 	// response, so grpc-go reads every answer as committed. Its retries
 	// of attempts that got no answer carry the header as set here.)
 	_, declared := e.kitClient(t, policy.OwnerApplication, "grpc", fastClient()...)
-	send(declared, "sc-1", keyed.PreviousAttemptsHeader, "1")
-	send(declared, "sc-2", keyed.PreviousAttemptsHeader, "2")
+	send(declared, "sc-1", keyedcore.PreviousAttemptsHeader, "1")
+	send(declared, "sc-2", keyedcore.PreviousAttemptsHeader, "2")
 	// A mesh retry under the owner application, on every protocol, and an
 	// undeclared retry by a service config (the server's owner is mesh).
 	for _, protocol := range protocols {
 		_, c := e.kitClient(t, policy.OwnerApplication, protocol, fastClient()...)
-		send(c, "envoy-"+protocol, keyed.EnvoyAttemptCountHeader, "2")
+		send(c, "envoy-"+protocol, keyedcore.EnvoyAttemptCountHeader, "2")
 	}
-	send(e.client("grpc"), "undeclared-sc", keyed.PreviousAttemptsHeader, "1")
+	send(e.client("grpc"), "undeclared-sc", keyedcore.PreviousAttemptsHeader, "1")
 	want(map[string]float64{"application false application": 1, "mesh false mesh": 2,
 		"service-config true application": 2, "mesh true application": 3, "service-config true mesh": 1})
 

@@ -17,10 +17,12 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
+	"github.com/opledger/opledger/internal/keyedcore"
+	"github.com/opledger/opledger/internal/keyedcore/keyedproto"
+	"github.com/opledger/opledger/internal/keyedtx"
 	"github.com/opledger/opledger/internal/options"
 	"github.com/opledger/opledger/internal/telemetry"
 	"github.com/opledger/opledger/keyed"
-	"github.com/opledger/opledger/keyed/keyedproto"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/policy"
 	"github.com/opledger/opledger/txmiddleware"
@@ -49,7 +51,7 @@ type serverConfig struct {
 	tp       trace.TracerProvider
 	logger   *slog.Logger
 	// retryOwner is WithRetryOwner's; "" without it.
-	retryOwner keyed.Owner
+	retryOwner policy.RetryOwner
 }
 
 func serverOption(name string, f func(*serverConfig) error) ServerOption {
@@ -162,7 +164,7 @@ type Server struct {
 	caller   CallerFunc
 	pushback time.Duration
 	types    protoregistry.MessageTypeResolver
-	core     *keyed.Server
+	core     *keyedcore.Server
 }
 
 // NewServer returns the server side of the kit for the keyed procedures of
@@ -210,11 +212,11 @@ func NewServerFor(tx keyed.Transactions, catalog *policy.Catalog, caller CallerF
 			return nil, fmt.Errorf("%w: WithClaimAtCommit: %q is not a keyed procedure of the catalog", ErrInvalidConfig, m)
 		}
 	}
-	core, err := keyed.NewServer(tx, keyed.ServerConfig{
+	core, err := keyedcore.NewServer(tx, keyedcore.ServerConfig{
 		Codec: cfg.codec, TxOptions: cfg.txOpts, LockWait: cfg.lockWait, AtCommit: cfg.atCommit,
 		Answered:  func(err error) bool { var ce *connect.Error; return errors.As(err, &ce) },
 		KeyHeader: KeyHeader, KeyNoun: "idempotency key",
-		Telemetry: &keyed.Telemetry{MeterProvider: cfg.mp, TracerProvider: cfg.tp, Logger: cfg.logger,
+		Telemetry: &keyedcore.Telemetry{MeterProvider: cfg.mp, TracerProvider: cfg.tp, Logger: cfg.logger,
 			Scope: telemetry.ScopePrefix + "connectint", Method: rpcMethod},
 		RetryOwner: cfg.retryOwner,
 	})
@@ -268,7 +270,7 @@ func (s *Server) Stats() ServerStats { return s.core.Stats() }
 // layer that is not the client's owner (the one it declares in
 // Opledger-Retry-Owner, else WithRetryOwner's, else judged by the
 // procedure's kind) is a second owner, logged once per procedure and
-// layer (see keyed.Server.Retries).
+// layer (see keyedcore.Server.Retries).
 func (s *Server) Interceptor() connect.Interceptor { return serverInterceptor{s} }
 
 type serverInterceptor struct{ s *Server }
@@ -302,7 +304,7 @@ func (i serverInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFun
 		s.judgeRetries(ctx, proc, conn.RequestHeader())
 		if p, ok := s.catalog.Lookup(proc); ok && p.Kind == policy.KindKeyed {
 			ctx, call := s.core.Begin(ctx, proc, false)
-			ans := keyed.Answer{Outcome: keyed.KeyedStream, Detail: proc + " is keyed in the method catalog but is served by a streaming handler, which the kit cannot protect; it is refused (serve it with connect.NewUnaryHandler)"}
+			ans := keyedcore.Answer{Outcome: keyed.KeyedStream, Detail: proc + " is keyed in the method catalog but is served by a streaming handler, which the kit cannot protect; it is refused (serve it with connect.NewUnaryHandler)"}
 			err := outcomeError(ans.Outcome, ans.Detail)
 			call.End(ctx, ans, rpcCode.String(err.Code().String()))
 			return err
@@ -344,7 +346,7 @@ func (s *Server) keyedCall(ctx context.Context, req connect.AnyRequest, proc str
 }
 
 // serveKeyed reads a keyed call and has the core run or resolve it.
-func (s *Server) serveKeyed(ctx context.Context, call *keyed.Call, req connect.AnyRequest, resolve bool, work keyed.Work) keyed.Answer {
+func (s *Server) serveKeyed(ctx context.Context, call *keyedcore.Call, req connect.AnyRequest, resolve bool, work keyedtx.Work) keyedcore.Answer {
 	caller, ok := s.caller(ctx, req.Header())
 	id, refusal := keyedproto.Identify(call, caller, ok, req.Header().Values(KeyHeader), req.Any(), resolve)
 	switch {
@@ -355,7 +357,7 @@ func (s *Server) serveKeyed(ctx context.Context, call *keyed.Call, req connect.A
 	}
 	fp, err := keyedproto.Fingerprint(req.Any())
 	if err != nil {
-		return keyed.Answer{Outcome: keyed.RequestUnreadable, Err: err, Detail: "request cannot be fingerprinted"}
+		return keyedcore.Answer{Outcome: keyed.RequestUnreadable, Err: err, Detail: "request cannot be fingerprinted"}
 	}
 	return call.Run(ctx, ledger.ClaimRequest{Identity: id, Fingerprint: fp}, work)
 }
@@ -364,7 +366,7 @@ func (s *Server) serveKeyed(ctx context.Context, call *keyed.Call, req connect.A
 // handler's response, for an executed call) or the stored answer, or the
 // error the rendering gives its outcome. A stored response that cannot be
 // decoded changes the answer's outcome to keyed.ResultUnreadable.
-func (s *Server) render(ctx context.Context, a *keyed.Answer, resp connect.AnyResponse) (connect.AnyResponse, error) {
+func (s *Server) render(ctx context.Context, a *keyedcore.Answer, resp connect.AnyResponse) (connect.AnyResponse, error) {
 	switch a.Outcome {
 	case keyed.Executed:
 		if a.Err != nil {
@@ -384,7 +386,7 @@ func (s *Server) render(ctx context.Context, a *keyed.Answer, resp connect.AnyRe
 		}
 		m, err := keyedproto.DecodeResponse(a.Result, s.types)
 		if err != nil {
-			*a = keyed.Answer{Outcome: keyed.ResultUnreadable, Err: err, Detail: strings.TrimPrefix(err.Error(), keyedproto.ErrUnreadable.Error()+": ")}
+			*a = keyedcore.Answer{Outcome: keyed.ResultUnreadable, Err: err, Detail: strings.TrimPrefix(err.Error(), keyedproto.ErrUnreadable.Error()+": ")}
 			break
 		}
 		r := &replayedResponse{Response: connect.NewResponse(&struct{}{}), msg: m}

@@ -13,10 +13,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/opledger/opledger/internal/keyedcore/keyedproto"
+	"github.com/opledger/opledger/internal/keyedcore/retry"
 	"github.com/opledger/opledger/internal/options"
 	"github.com/opledger/opledger/keyed"
-	"github.com/opledger/opledger/keyed/keyedproto"
-	"github.com/opledger/opledger/keyed/retry"
 	"github.com/opledger/opledger/policy"
 	"github.com/opledger/opledger/policy/serviceconfig"
 )

@@ -7,7 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
 
-	"github.com/opledger/opledger/keyed/keyedproto"
+	"github.com/opledger/opledger/internal/keyedcore/keyedproto"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/txmiddleware"
 )

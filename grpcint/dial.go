@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/opledger/opledger/keyed/retry"
+	"github.com/opledger/opledger/internal/keyedcore/retry"
 	"github.com/opledger/opledger/policy"
 	"github.com/opledger/opledger/policy/serviceconfig"
 )

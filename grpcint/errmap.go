@@ -6,9 +6,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/opledger/opledger/internal/keyedcore/keyedproto"
+	"github.com/opledger/opledger/internal/keyedcore/retry"
 	"github.com/opledger/opledger/keyed"
-	"github.com/opledger/opledger/keyed/keyedproto"
-	"github.com/opledger/opledger/keyed/retry"
 	"github.com/opledger/opledger/policy"
 )
 

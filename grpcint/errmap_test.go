@@ -17,11 +17,11 @@ import (
 
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/grpcint"
+	"github.com/opledger/opledger/internal/keyedcore/retry"
 	"github.com/opledger/opledger/internal/testkit/keyedtest"
 	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
 	"github.com/opledger/opledger/keyed"
-	"github.com/opledger/opledger/keyed/retry"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/policy"
 	"github.com/opledger/opledger/txmiddleware"

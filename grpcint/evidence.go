@@ -8,7 +8,7 @@ import (
 	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 
-	"github.com/opledger/opledger/keyed/retry"
+	"github.com/opledger/opledger/internal/keyedcore/retry"
 )
 
 // evidence is what the stats handler saw of one call through the kit's

@@ -3,7 +3,7 @@ package grpcint
 import (
 	"fmt"
 
-	"github.com/opledger/opledger/keyed/keyedproto"
+	"github.com/opledger/opledger/internal/keyedcore/keyedproto"
 	"github.com/opledger/opledger/ledger"
 )
 

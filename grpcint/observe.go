@@ -18,9 +18,9 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/opledger/opledger/internal/keyedcore/retry"
 	"github.com/opledger/opledger/internal/telemetry"
 	"github.com/opledger/opledger/keyed"
-	"github.com/opledger/opledger/keyed/retry"
 )
 
 // grpcMethod is gRFC A66's grpc.method: the full method without its

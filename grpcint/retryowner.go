@@ -9,24 +9,24 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/opledger/opledger/keyed"
+	"github.com/opledger/opledger/internal/keyedcore"
 	"github.com/opledger/opledger/policy"
 )
 
 // Metadata keys of run-time retry detection (see docs/retry-ownership.md,
 // "Detecting a second owner at run time"). The server also reads
-// x-envoy-attempt-count (keyed.EnvoyAttemptCountHeader) and
-// grpc-previous-rpc-attempts (keyed.PreviousAttemptsHeader).
+// x-envoy-attempt-count (keyedcore.EnvoyAttemptCountHeader) and
+// grpc-previous-rpc-attempts (keyedcore.PreviousAttemptsHeader).
 const (
 	// RetryOwnerHeader is the channel's retry owner, which the client
 	// interceptors declare on every call: "application", "service-config",
 	// "mesh" or "none", with ";xds" on an xds:/// channel (see
-	// keyed.Declaration).
-	RetryOwnerHeader = keyed.RetryOwnerHeader
+	// keyedcore.Declaration).
+	RetryOwnerHeader = keyedcore.RetryOwnerHeader
 	// AttemptHeader is the attempt number of the client's own retry loop
 	// (1 for the first), sent on every attempt when the application owns
 	// the channel's retries.
-	AttemptHeader = keyed.AttemptHeader
+	AttemptHeader = keyedcore.AttemptHeader
 )
 
 // WithRetryOwner sets the retry owner of the channels that call the
@@ -39,7 +39,7 @@ func WithRetryOwner(owner policy.RetryOwner) ServerOption {
 		if !owner.Valid() {
 			return policy.ErrInvalidOwner
 		}
-		c.retryOwner = keyed.Owner(owner.String())
+		c.retryOwner = owner
 		return nil
 	})
 }
@@ -77,7 +77,7 @@ func isXDS(target string) bool {
 // metadata (";xds" on an xds:/// channel: grpc-go's retries there are the
 // control plane's).
 func (c *Client) declare(ctx context.Context, cc *grpc.ClientConn) context.Context {
-	d := keyed.Declaration{Owner: keyed.Owner(c.owner.String()), XDS: isXDS(c.cfg.target) || (cc != nil && isXDS(cc.Target()))}
+	d := keyedcore.Declaration{Owner: c.owner, XDS: isXDS(c.cfg.target) || (cc != nil && isXDS(cc.Target()))}
 	return metadata.AppendToOutgoingContext(ctx, RetryOwnerHeader, d.String())
 }
 
@@ -97,8 +97,8 @@ func (s *Server) judgeRetries(ctx context.Context, method string) {
 	if !ok {
 		return
 	}
-	h := keyed.RetryHeaders{Attempt: md[AttemptHeader], EnvoyAttempt: md[keyed.EnvoyAttemptCountHeader],
-		PreviousAttempts: md[keyed.PreviousAttemptsHeader]}
+	h := keyedcore.RetryHeaders{Attempt: md[AttemptHeader], EnvoyAttempt: md[keyedcore.EnvoyAttemptCountHeader],
+		PreviousAttempts: md[keyedcore.PreviousAttemptsHeader]}
 	if h.Attempt == nil && h.EnvoyAttempt == nil && h.PreviousAttempts == nil || len(md[ResolveHeader]) > 0 {
 		return
 	}

@@ -15,9 +15,9 @@ import (
 
 	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/harness/otelread"
+	"github.com/opledger/opledger/internal/keyedcore"
 	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
-	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/policy"
 )
@@ -93,7 +93,7 @@ func TestRetryOwnerAtRunTime(t *testing.T) {
 	e := serveLedger(t, db, store, biz, failFirstFront(), grpcint.WithRetryOwner(policy.OwnerServiceConfig),
 		grpcint.WithServerMeterProvider(m.Provider), grpcint.WithServerLogger(logs.Logger))
 	envoy := func(ctx context.Context, n string) context.Context {
-		return metadata.AppendToOutgoingContext(ctx, keyed.EnvoyAttemptCountHeader, n)
+		return metadata.AppendToOutgoingContext(ctx, keyedcore.EnvoyAttemptCountHeader, n)
 	}
 	call := func(pc walletpb.WalletClient, ctx context.Context, ref string) {
 		t.Helper()

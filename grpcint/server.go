@@ -18,11 +18,13 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
+	"github.com/opledger/opledger/internal/keyedcore"
+	"github.com/opledger/opledger/internal/keyedcore/keyedproto"
+	"github.com/opledger/opledger/internal/keyedtx"
 	"github.com/opledger/opledger/internal/methodname"
 	"github.com/opledger/opledger/internal/options"
 	"github.com/opledger/opledger/internal/telemetry"
 	"github.com/opledger/opledger/keyed"
-	"github.com/opledger/opledger/keyed/keyedproto"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/policy"
 	"github.com/opledger/opledger/txmiddleware"
@@ -55,7 +57,7 @@ type serverConfig struct {
 	tp       trace.TracerProvider
 	logger   *slog.Logger
 	// retryOwner is WithRetryOwner's; "" without it.
-	retryOwner keyed.Owner
+	retryOwner policy.RetryOwner
 }
 
 func serverOption(name string, f func(*serverConfig) error) ServerOption {
@@ -180,7 +182,7 @@ type Server struct {
 	caller   CallerFunc
 	pushback time.Duration
 	types    protoregistry.MessageTypeResolver
-	core     *keyed.Server
+	core     *keyedcore.Server
 	keyed    bool
 }
 
@@ -243,11 +245,11 @@ func NewServerFor(tx keyed.Transactions, catalog *policy.Catalog, caller CallerF
 			return nil, fmt.Errorf("%w: WithClaimAtCommit: %q is not a keyed method of the catalog", ErrInvalidConfig, m)
 		}
 	}
-	core, err := keyed.NewServer(tx, keyed.ServerConfig{
+	core, err := keyedcore.NewServer(tx, keyedcore.ServerConfig{
 		Codec: cfg.codec, TxOptions: cfg.txOpts, LockWait: cfg.lockWait, AtCommit: cfg.atCommit,
 		Answered:  func(err error) bool { _, ok := status.FromError(err); return ok },
 		KeyHeader: KeyHeader, KeyNoun: "idempotency key",
-		Telemetry: &keyed.Telemetry{MeterProvider: cfg.mp, TracerProvider: cfg.tp, Logger: cfg.logger,
+		Telemetry: &keyedcore.Telemetry{MeterProvider: cfg.mp, TracerProvider: cfg.tp, Logger: cfg.logger,
 			Scope: telemetry.ScopePrefix + "grpcint", Method: grpcMethod},
 		RetryOwner: cfg.retryOwner,
 	})
@@ -282,7 +284,7 @@ func (s *Server) StreamServerInterceptor() grpc.StreamServerInterceptor {
 		if s.keyed {
 			if p, ok := s.catalog.Lookup(info.FullMethod); ok && p.Kind == policy.KindKeyed {
 				ctx, call := s.core.Begin(ctx, info.FullMethod, false)
-				ans := keyed.Answer{Outcome: keyed.KeyedStream, Detail: info.FullMethod + " is keyed in the method catalog but the server serves it as a stream, which the kit cannot protect; it is refused (register it as a unary method)"}
+				ans := keyedcore.Answer{Outcome: keyed.KeyedStream, Detail: info.FullMethod + " is keyed in the method catalog but the server serves it as a stream, which the kit cannot protect; it is refused (register it as a unary method)"}
 				err := statusErr(ans.Outcome, ans.Detail)
 				call.End(ctx, ans, telemetry.GRPCStatus.String(codeName(err)))
 				return err
@@ -388,7 +390,7 @@ func (s *Server) CheckRegistered(srv ServiceInfoProvider) error {
 // opledger.server.retries_by_layer, and one by a layer that is not the
 // channel's owner (the one its client declares in opledger-retry-owner,
 // else WithRetryOwner's, else judged by the method's kind) is a second
-// owner, logged once per method and layer (see keyed.Server.Retries).
+// owner, logged once per method and layer (see keyedcore.Server.Retries).
 // The stream interceptor judges streams alike.
 func (s *Server) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
@@ -425,7 +427,7 @@ func (s *Server) keyedCall(ctx context.Context, req any, method string, handler 
 }
 
 // serveKeyed reads a keyed call and has the core run or resolve it.
-func (s *Server) serveKeyed(ctx context.Context, call *keyed.Call, md metadata.MD, req any, resolve bool, work keyed.Work) keyed.Answer {
+func (s *Server) serveKeyed(ctx context.Context, call *keyedcore.Call, md metadata.MD, req any, resolve bool, work keyedtx.Work) keyedcore.Answer {
 	caller, ok := s.caller(ctx)
 	id, refusal := keyedproto.Identify(call, caller, ok, md.Get(KeyHeader), req, resolve)
 	switch {
@@ -436,7 +438,7 @@ func (s *Server) serveKeyed(ctx context.Context, call *keyed.Call, md metadata.M
 	}
 	fp, err := RequestFingerprint(req)
 	if err != nil {
-		return keyed.Answer{Outcome: keyed.RequestUnreadable, Err: err, Detail: "request cannot be fingerprinted"}
+		return keyedcore.Answer{Outcome: keyed.RequestUnreadable, Err: err, Detail: "request cannot be fingerprinted"}
 	}
 	return call.Run(ctx, ledger.ClaimRequest{Identity: id, Fingerprint: fp}, work)
 }
@@ -445,7 +447,7 @@ func (s *Server) serveKeyed(ctx context.Context, call *keyed.Call, md metadata.M
 // handler's response, for an executed call) or the stored answer, or the
 // status the error map gives its outcome. A stored response that cannot be
 // decoded changes the answer's outcome to keyed.ResultUnreadable.
-func (s *Server) render(ctx context.Context, a *keyed.Answer, resp any) (any, error) {
+func (s *Server) render(ctx context.Context, a *keyedcore.Answer, resp any) (any, error) {
 	switch a.Outcome {
 	case keyed.Executed:
 		if a.Err != nil {
@@ -466,7 +468,7 @@ func (s *Server) render(ctx context.Context, a *keyed.Answer, resp any) (any, er
 		}
 		m, err := keyedproto.DecodeResponse(a.Result, s.types)
 		if err != nil {
-			*a = keyed.Answer{Outcome: keyed.ResultUnreadable, Err: err, Detail: strings.TrimPrefix(err.Error(), keyedproto.ErrUnreadable.Error()+": ")}
+			*a = keyedcore.Answer{Outcome: keyed.ResultUnreadable, Err: err, Detail: strings.TrimPrefix(err.Error(), keyedproto.ErrUnreadable.Error()+": ")}
 			break
 		}
 		return m, nil

@@ -8,8 +8,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/opledger/opledger/internal/keyedcore/retry"
 	"github.com/opledger/opledger/keyed"
-	"github.com/opledger/opledger/keyed/retry"
 	"github.com/opledger/opledger/policy"
 )
 

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/keyedcore"
 	"github.com/opledger/opledger/internal/methodname"
 	"github.com/opledger/opledger/internal/options"
 	"github.com/opledger/opledger/internal/telemetry"
@@ -56,7 +57,7 @@ type Middleware struct {
 	routes  *http.ServeMux
 	methods map[string]bool
 	allow   map[string]bool
-	core    *keyed.Server
+	core    *keyedcore.Server
 }
 
 // route is the internal mux's handler of one keyed route: matching a
@@ -136,7 +137,7 @@ func NewFor(tx keyed.Transactions, caller CallerFunc, routes []string, opts ...O
 	if m.cfg.tel != nil {
 		m.cfg.tel.Scope = telemetry.ScopePrefix + "httpint"
 	}
-	core, err := keyed.NewServer(tx, keyed.ServerConfig{Codec: codec{}, TxOptions: m.cfg.txOpts, LockWait: m.cfg.lockWait,
+	core, err := keyedcore.NewServer(tx, keyedcore.ServerConfig{Codec: codec{}, TxOptions: m.cfg.txOpts, LockWait: m.cfg.lockWait,
 		AtCommit: m.cfg.atCommit, KeyHeader: KeyHeader, KeyNoun: KeyHeader, Telemetry: m.cfg.tel, RetryOwner: m.cfg.retryOwner})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
@@ -203,7 +204,7 @@ func (m *Middleware) Stats() Stats { return Stats(m.core.Stats()) }
 // (with WithMeterProvider), and one by a layer that is not the client's
 // owner (the one it declares in Opledger-Retry-Owner, else
 // WithRetryOwner's) is a second owner, logged once per route and layer
-// (with WithLogger; see keyed.Server.Retries).
+// (with WithLogger; see keyedcore.Server.Retries).
 func (m *Middleware) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, resolve := r.Header[ResolveHeader]
@@ -240,7 +241,7 @@ const httpStatus = attribute.Key("http.response.status_code")
 
 // serve reads a keyed request and has the core run or resolve it. last is
 // the last run's recorded response, nil when the handler did not run.
-func (m *Middleware) serve(call *keyed.Call, r *http.Request, resolve bool, next http.Handler) (keyed.Answer, *recorder) {
+func (m *Middleware) serve(call *keyedcore.Call, r *http.Request, resolve bool, next http.Handler) (keyedcore.Answer, *recorder) {
 	caller, ok := m.caller(r)
 	parse := ParseKey
 	if m.cfg.bareKeys {
@@ -253,20 +254,20 @@ func (m *Middleware) serve(call *keyed.Call, r *http.Request, resolve bool, next
 	case resolve:
 		return call.Resolve(r.Context(), id), nil
 	}
-	tooLarge := keyed.Answer{Outcome: keyed.RequestTooLarge, Detail: fmt.Sprintf("the body is over the limit of %d bytes", m.cfg.maxRequest)}
+	tooLarge := keyedcore.Answer{Outcome: keyed.RequestTooLarge, Detail: fmt.Sprintf("the body is over the limit of %d bytes", m.cfg.maxRequest)}
 	if r.ContentLength > m.cfg.maxRequest {
 		return tooLarge, nil
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, m.cfg.maxRequest+1))
 	switch {
 	case err != nil:
-		return keyed.Answer{Outcome: keyed.RequestUnreadable, Err: err, Detail: "the body could not be read"}, nil
+		return keyedcore.Answer{Outcome: keyed.RequestUnreadable, Err: err, Detail: "the body could not be read"}, nil
 	case int64(len(body)) > m.cfg.maxRequest:
 		return tooLarge, nil
 	}
 	fp, err := m.fingerprint(r, body)
 	if err != nil {
-		return keyed.Answer{Outcome: keyed.RequestUnreadable, Err: err, Detail: "the body cannot be fingerprinted: " + err.Error()}, nil
+		return keyedcore.Answer{Outcome: keyed.RequestUnreadable, Err: err, Detail: "the body cannot be fingerprinted: " + err.Error()}, nil
 	}
 	var last *recorder
 	ans := call.Run(r.Context(), ledger.ClaimRequest{Identity: id, Fingerprint: fp}, func(ctx context.Context) (ledger.Result, error) {
@@ -303,7 +304,7 @@ func (m *Middleware) transientErr(err error) bool {
 // response (last), the stored one, or the problem of its outcome. It
 // returns the status sent. A stored response that cannot be read changes
 // the answer's outcome to keyed.ResultUnreadable.
-func (m *Middleware) render(w http.ResponseWriter, a *keyed.Answer, last *recorder) int {
+func (m *Middleware) render(w http.ResponseWriter, a *keyedcore.Answer, last *recorder) int {
 	switch a.Outcome {
 	case keyed.Executed, keyed.NotStored:
 		if last != nil {
@@ -316,7 +317,7 @@ func (m *Middleware) render(w http.ResponseWriter, a *keyed.Answer, last *record
 			writeStored(w, s)
 			return s.status
 		}
-		*a = keyed.Answer{Outcome: keyed.ResultUnreadable, Err: err, Detail: "the stored response cannot be read by this server"}
+		*a = keyedcore.Answer{Outcome: keyed.ResultUnreadable, Err: err, Detail: "the stored response cannot be read by this server"}
 	case keyed.ResponseTooLarge:
 		a.Detail = fmt.Sprintf("the response is over the limit of %d bytes; nothing was committed", m.cfg.maxResponse)
 	}

@@ -7,9 +7,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/opledger/opledger/internal/keyedcore"
 	"github.com/opledger/opledger/internal/options"
-	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
+	"github.com/opledger/opledger/policy"
 	"github.com/opledger/opledger/txmiddleware"
 )
 
@@ -81,8 +82,8 @@ type config struct {
 	fpHeaders   []string
 	canon       func([]byte) ([]byte, error)
 	bareKeys    bool
-	retryOwner  keyed.Owner      // WithRetryOwner's
-	tel         *keyed.Telemetry // the telemetry options'; nil: none
+	retryOwner  policy.RetryOwner    // WithRetryOwner's
+	tel         *keyedcore.Telemetry // the telemetry options'; nil: none
 }
 
 func defaults() config {

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/opledger/opledger/internal/keyedcore"
 	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
 )
@@ -192,7 +193,7 @@ func writeStored(w http.ResponseWriter, s storedResponse) {
 }
 
 // errResponseTooLarge is what the recorder's Write returns past the limit.
-var errResponseTooLarge = fmt.Errorf("httpint: response over the limit of WithMaxResponseBody: %w", keyed.ErrResponseTooLarge)
+var errResponseTooLarge = fmt.Errorf("httpint: response over the limit of WithMaxResponseBody: %w", keyedcore.ErrResponseTooLarge)
 
 // recorder buffers one attempt's response. It implements only
 // http.ResponseWriter: a keyed route's response is stored whole, so it

@@ -2,24 +2,25 @@ package httpint
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/opledger/opledger/keyed"
+	"github.com/opledger/opledger/internal/keyedcore"
+	"github.com/opledger/opledger/policy"
 )
 
 // Headers of run-time retry detection (see docs/retry-ownership.md,
 // "Detecting a second owner at run time"): keyed's, in canonical form.
 // The middleware also reads X-Envoy-Attempt-Count
-// (keyed.EnvoyAttemptCountHeader) and Grpc-Previous-Rpc-Attempts
-// (keyed.PreviousAttemptsHeader).
+// (keyedcore.EnvoyAttemptCountHeader) and Grpc-Previous-Rpc-Attempts
+// (keyedcore.PreviousAttemptsHeader).
 const (
 	// RetryOwnerHeader is the retry owner a client declares: "application",
-	// "service-config", "mesh" or "none" (see keyed.Declaration).
+	// "service-config", "mesh" or "none" (see keyedcore.Declaration).
 	RetryOwnerHeader = "Opledger-Retry-Owner"
 	// AttemptHeader is the attempt number of a client's own retry loop (1
 	// for the first).
@@ -27,22 +28,21 @@ const (
 )
 
 var (
-	envoyAttemptKey     = http.CanonicalHeaderKey(keyed.EnvoyAttemptCountHeader)
-	previousAttemptsKey = http.CanonicalHeaderKey(keyed.PreviousAttemptsHeader)
+	envoyAttemptKey     = http.CanonicalHeaderKey(keyedcore.EnvoyAttemptCountHeader)
+	previousAttemptsKey = http.CanonicalHeaderKey(keyedcore.PreviousAttemptsHeader)
 )
 
 // WithRetryOwner sets the retry owner of the clients that call the keyed
-// routes ("application", "service-config", "mesh" or "none", as
-// policy.RetryOwner names them), against which the middleware judges a
+// routes, against which the middleware judges a
 // request that declares none: a retry by another layer is reported as a
 // second owner (see Middleware.Handler). Without it such a request has
 // one owner, whichever layer retried it, unless two layers did.
-func WithRetryOwner(owner string) Option {
+func WithRetryOwner(owner policy.RetryOwner) Option {
 	return option("WithRetryOwner", func(c *config) error {
-		if !keyed.Owner(owner).Valid() {
-			return errors.New(`retry owner ` + owner + ` (want "application", "service-config", "mesh" or "none")`)
+		if !owner.Valid() {
+			return fmt.Errorf("%w: %v", policy.ErrInvalidOwner, owner)
 		}
-		c.retryOwner = keyed.Owner(owner)
+		c.retryOwner = owner
 		return nil
 	})
 }
@@ -74,9 +74,9 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 // telemetry returns the middleware's telemetry, made on first use.
-func (c *config) telemetry() *keyed.Telemetry {
+func (c *config) telemetry() *keyedcore.Telemetry {
 	if c.tel == nil {
-		c.tel = &keyed.Telemetry{}
+		c.tel = &keyedcore.Telemetry{}
 	}
 	return c.tel
 }
@@ -84,7 +84,7 @@ func (c *config) telemetry() *keyed.Telemetry {
 // judgeRetries has the core judge the retry headers of a request to a
 // keyed route (every keyed route may be retried: the ledger replays).
 func (m *Middleware) judgeRetries(ctx context.Context, op string, h http.Header) {
-	rh := keyed.RetryHeaders{Attempt: h[AttemptHeader], EnvoyAttempt: h[envoyAttemptKey], PreviousAttempts: h[previousAttemptsKey]}
+	rh := keyedcore.RetryHeaders{Attempt: h[AttemptHeader], EnvoyAttempt: h[envoyAttemptKey], PreviousAttempts: h[previousAttemptsKey]}
 	if rh.Attempt == nil && rh.EnvoyAttempt == nil && rh.PreviousAttempts == nil {
 		return
 	}

@@ -11,9 +11,10 @@ import (
 
 	"github.com/opledger/opledger/httpint"
 	"github.com/opledger/opledger/internal/harness/otelread"
+	"github.com/opledger/opledger/internal/keyedcore"
 	"github.com/opledger/opledger/internal/testkit/testdb"
-	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
+	"github.com/opledger/opledger/policy"
 )
 
 // TestRetryOwnerAtRunTime: the middleware reads who retried each keyed
@@ -25,7 +26,7 @@ import (
 func TestRetryOwnerAtRunTime(t *testing.T) {
 	t.Parallel()
 	m, logs := otelread.NewMetrics(), otelread.NewLogs()
-	e := sqliteEnv(t, nil, httpint.WithRetryOwner("none"), httpint.WithMeterProvider(m.Provider), httpint.WithLogger(logs.Logger))
+	e := sqliteEnv(t, nil, httpint.WithRetryOwner(policy.OwnerNone), httpint.WithMeterProvider(m.Provider), httpint.WithLogger(logs.Logger))
 	n := 0
 	send := func(method, path string, header ...string) {
 		t.Helper()
@@ -51,7 +52,7 @@ func TestRetryOwnerAtRunTime(t *testing.T) {
 		}
 		return out
 	}
-	const owner, envoy, attempt, previous = httpint.RetryOwnerHeader, keyed.EnvoyAttemptCountHeader, httpint.AttemptHeader, keyed.PreviousAttemptsHeader
+	const owner, envoy, attempt, previous = httpint.RetryOwnerHeader, keyedcore.EnvoyAttemptCountHeader, httpint.AttemptHeader, keyedcore.PreviousAttemptsHeader
 
 	send("POST", "/items", owner, "mesh", envoy, "2")
 	send("POST", "/items", owner, "application", attempt, "3")
@@ -116,9 +117,9 @@ func TestRetryOwnerOption(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, o := range []string{"", "app", "Mesh", "mesh;xds"} {
+	for _, o := range []policy.RetryOwner{0, 5} {
 		if _, err := httpint.New(te.DB, store, httpint.CallerFromTrustedHeader(callerHeader), routes, httpint.WithRetryOwner(o)); !errors.Is(err, httpint.ErrInvalidConfig) {
-			t.Errorf("WithRetryOwner(%q): %v, want ErrInvalidConfig", o, err)
+			t.Errorf("WithRetryOwner(%d): %v, want ErrInvalidConfig", o, err)
 		}
 	}
 }

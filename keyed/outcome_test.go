@@ -6,9 +6,9 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/opledger/opledger/internal/keyedcore/keyedproto"
 	"github.com/opledger/opledger/internal/outcomes"
 	"github.com/opledger/opledger/keyed"
-	"github.com/opledger/opledger/keyed/keyedproto"
 )
 
 // TestClassification: the table is one row per outcome, in the constants'

@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/keyedtx"
 	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/txmiddleware"
@@ -38,7 +39,7 @@ func (t transactions) MaxResultSize() int {
 	return t.s.MaxResultSize()
 }
 
-func (t transactions) NewRunner(opts ...txmiddleware.Option) (keyed.Runner, error) {
+func (t transactions) NewRunner(opts ...txmiddleware.Option) (keyedtx.Runner, error) {
 	r, err := NewRunner(t.pool, t.s, opts...)
 	if err != nil {
 		return nil, err
@@ -46,9 +47,9 @@ func (t transactions) NewRunner(opts ...txmiddleware.Option) (keyed.Runner, erro
 	return keyedRunner{r}, nil
 }
 
-// keyedRunner is a Runner as a keyed.Runner.
+// keyedRunner is a Runner as a keyedtx.Runner.
 type keyedRunner struct{ *Runner }
 
-func (r keyedRunner) Run(ctx context.Context, req ledger.ClaimRequest, work keyed.Work) (txmiddleware.RunResult, error) {
+func (r keyedRunner) Run(ctx context.Context, req ledger.ClaimRequest, work keyedtx.Work) (txmiddleware.RunResult, error) {
 	return r.Runner.Run(ctx, req, func(ctx context.Context, _ pgx.Tx) (ledger.Result, error) { return work(ctx) })
 }

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/opledger/opledger/internal/keyedtx"
 	"github.com/opledger/opledger/internal/testkit/doccheck"
 	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
@@ -25,18 +26,18 @@ type Counting struct {
 }
 
 // NewRunner builds the wrapped Transactions' runner and counts it.
-func (c *Counting) NewRunner(opts ...txmiddleware.Option) (keyed.Runner, error) {
+func (c *Counting) NewRunner(opts ...txmiddleware.Option) (keyedtx.Runner, error) {
 	r, err := c.Transactions.NewRunner(opts...)
 	c.Runners.Add(1)
 	return countingRunner{r, &c.Runs}, err
 }
 
 type countingRunner struct {
-	keyed.Runner
+	keyedtx.Runner
 	runs *atomic.Int64
 }
 
-func (r countingRunner) Run(ctx context.Context, req ledger.ClaimRequest, work keyed.Work) (txmiddleware.RunResult, error) {
+func (r countingRunner) Run(ctx context.Context, req ledger.ClaimRequest, work keyedtx.Work) (txmiddleware.RunResult, error) {
 	r.runs.Add(1)
 	return r.Runner.Run(ctx, req, work)
 }

@@ -1,4 +1,4 @@
-package keyed
+package keyedcore
 
 import (
 	"context"
@@ -10,7 +10,10 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/keyedtx"
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
+	"github.com/opledger/opledger/policy"
 	"github.com/opledger/opledger/txmiddleware"
 )
 
@@ -54,24 +57,7 @@ type ServerConfig struct {
 	// against which [Server.Retries] judges a request that declares none
 	// (a client that is not the kit's); "": such a request is judged by
 	// the method's kind. NewServer refuses an invalid owner.
-	RetryOwner Owner
-}
-
-// Stats are a Server's counters. Every keyed call counts in one of
-// Executed, Replayed, Refused and Failed, by its outcome's kind; every
-// resolve request in Resolves.
-type Stats struct {
-	// Executed counts calls whose handler ran and committed (KindExecuted).
-	Executed int64
-	// Replayed counts calls answered with a stored answer (KindReplayed).
-	Replayed int64
-	// Resolves counts resolve requests, whatever they found.
-	Resolves int64
-	// Refused counts calls refused without the handler (KindRefused).
-	Refused int64
-	// Failed counts calls that committed nothing or whose commit is
-	// unknown (KindFailed).
-	Failed int64
+	RetryOwner policy.RetryOwner
 }
 
 // Server is the transport-neutral server side of keyed calls: identity,
@@ -82,13 +68,13 @@ type Stats struct {
 type Server struct {
 	dialect  dialects.Dialect
 	codec    txmiddleware.ErrorCodec
-	calls    Runner
-	atCommit map[string]Runner
-	probe    Runner
+	calls    keyedtx.Runner
+	atCommit map[string]keyedtx.Runner
+	probe    keyedtx.Runner
 	answered func(error) bool
 	header   string
 	noun     string
-	owner    Owner
+	owner    policy.RetryOwner
 	obs      *observer
 
 	executed, replayed, resolves, refused, failed atomic.Int64
@@ -100,13 +86,13 @@ type Server struct {
 // records nothing (no codec), measures nothing and logs nothing (its claim
 // always rolls back) but keeps its spans. Errors wrap
 // txmiddleware.ErrInvalidConfig.
-func NewServer(tx Transactions, cfg ServerConfig) (*Server, error) {
-	d, err := checkTransactions(tx)
+func NewServer(tx keyedtx.Transactions, cfg ServerConfig) (*Server, error) {
+	d, err := keyedtx.Check(tx)
 	if err != nil {
 		return nil, err
 	}
-	if cfg.RetryOwner != "" && !cfg.RetryOwner.Valid() {
-		return nil, fmt.Errorf("%w: retry owner %q (want application, service-config, mesh or none)", txmiddleware.ErrInvalidConfig, cfg.RetryOwner)
+	if cfg.RetryOwner != 0 && !cfg.RetryOwner.Valid() {
+		return nil, fmt.Errorf("%w: retry owner %v (want application, service-config, mesh or none)", txmiddleware.ErrInvalidConfig, cfg.RetryOwner)
 	}
 	s := &Server{dialect: d, codec: cfg.Codec, answered: cfg.Answered, header: cfg.KeyHeader, noun: cfg.KeyNoun, owner: cfg.RetryOwner,
 		obs: newObserver(cfg.Telemetry)}
@@ -132,7 +118,7 @@ func NewServer(tx Transactions, cfg ServerConfig) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		s.atCommit = make(map[string]Runner, len(cfg.AtCommit))
+		s.atCommit = make(map[string]keyedtx.Runner, len(cfg.AtCommit))
 		for _, m := range cfg.AtCommit {
 			s.atCommit[m] = rc
 		}
@@ -144,13 +130,13 @@ func NewServer(tx Transactions, cfg ServerConfig) (*Server, error) {
 }
 
 // Stats returns a snapshot of the counters.
-func (s *Server) Stats() Stats {
-	return Stats{Executed: s.executed.Load(), Replayed: s.replayed.Load(), Resolves: s.resolves.Load(),
+func (s *Server) Stats() keyed.Stats {
+	return keyed.Stats{Executed: s.executed.Load(), Replayed: s.replayed.Load(), Resolves: s.resolves.Load(),
 		Refused: s.refused.Load(), Failed: s.failed.Load()}
 }
 
 // runnerFor returns the runner of a keyed method's calls.
-func (s *Server) runnerFor(method string) Runner {
+func (s *Server) runnerFor(method string) keyedtx.Runner {
 	if rc, ok := s.atCommit[method]; ok {
 		return rc
 	}
@@ -162,7 +148,7 @@ func (s *Server) runnerFor(method string) Runner {
 type Answer struct {
 	// Outcome is the call's outcome; zero only for the Answer of an
 	// Identify that succeeded.
-	Outcome Outcome
+	Outcome keyed.Outcome
 	// Result is the answer to send: for Executed the result committed,
 	// for Replayed the stored one (a non-zero Code for a recorded final
 	// error).
@@ -179,9 +165,9 @@ type Answer struct {
 }
 
 // Row returns the row of the answer's outcome.
-func (a Answer) Row() Row { return a.Outcome.Row() }
+func (a Answer) Row() keyed.Row { return a.Outcome.Row() }
 
-func answer(o Outcome, err error, detail string) Answer {
+func answer(o keyed.Outcome, err error, detail string) Answer {
 	return Answer{Outcome: o, Err: err, Detail: detail}
 }
 
@@ -215,19 +201,19 @@ func (s *Server) Begin(ctx context.Context, method string, resolve bool) (contex
 func (c *Call) Identify(caller string, ok bool, keys []string, parse func(string) (string, error)) (ledger.Identity, Answer) {
 	s := c.s
 	if !ok || caller == "" {
-		return ledger.Identity{}, answer(CallerMissing, nil, "no authenticated caller for a keyed call")
+		return ledger.Identity{}, answer(keyed.CallerMissing, nil, "no authenticated caller for a keyed call")
 	}
 	switch {
 	case len(keys) == 0:
-		return ledger.Identity{}, answer(KeyMissing, nil, c.method+" needs an "+s.header+" header")
+		return ledger.Identity{}, answer(keyed.KeyMissing, nil, c.method+" needs an "+s.header+" header")
 	case len(keys) > 1:
-		return ledger.Identity{}, answer(KeyInvalid, nil, "more than one "+s.header+" header")
+		return ledger.Identity{}, answer(keyed.KeyInvalid, nil, "more than one "+s.header+" header")
 	}
 	key := keys[0]
 	if parse != nil {
 		k, err := parse(key)
 		if err != nil {
-			return ledger.Identity{}, answer(KeyInvalid, err, err.Error())
+			return ledger.Identity{}, answer(keyed.KeyInvalid, err, err.Error())
 		}
 		key = k
 	}
@@ -238,11 +224,11 @@ func (c *Call) Identify(caller string, ok bool, keys []string, parse func(string
 		var ie *ledger.InputError
 		switch {
 		case errors.As(err, &ie) && ie.Field == "caller":
-			return ledger.Identity{}, answer(CallerMissing, err, "the caller fingerprint is not usable: "+ie.Reason)
+			return ledger.Identity{}, answer(keyed.CallerMissing, err, "the caller fingerprint is not usable: "+ie.Reason)
 		case errors.As(err, &ie) && ie.Field == "key":
-			return ledger.Identity{}, answer(KeyInvalid, err, "the "+s.noun+" "+ie.Reason)
+			return ledger.Identity{}, answer(keyed.KeyInvalid, err, "the "+s.noun+" "+ie.Reason)
 		}
-		return ledger.Identity{}, answer(RequestUnreadable, err, "the operation's identity cannot be built")
+		return ledger.Identity{}, answer(keyed.RequestUnreadable, err, "the operation's identity cannot be built")
 	}
 	return id, Answer{}
 }
@@ -250,7 +236,7 @@ func (c *Call) Identify(caller string, ok bool, keys []string, parse func(string
 // Run runs work in the ledger's transaction for req (claim first, or at
 // commit for the methods configured so) and classifies what happened.
 // work finds its transaction in its context.
-func (c *Call) Run(ctx context.Context, req ledger.ClaimRequest, work Work) Answer {
+func (c *Call) Run(ctx context.Context, req ledger.ClaimRequest, work keyedtx.Work) Answer {
 	s := c.s
 	var workErr error // the last run's error
 	out, err := s.runnerFor(req.Identity.Method()).Run(ctx, req, func(ctx context.Context) (ledger.Result, error) {
@@ -261,9 +247,9 @@ func (c *Call) Run(ctx context.Context, req ledger.ClaimRequest, work Work) Answ
 	})
 	switch {
 	case out.Replayed:
-		return Answer{Outcome: Replayed, Result: out.Result, Err: err}
+		return Answer{Outcome: keyed.Replayed, Result: out.Result, Err: err}
 	case out.Executed:
-		return Answer{Outcome: Executed, Result: out.Result, Err: err}
+		return Answer{Outcome: keyed.Executed, Result: out.Result, Err: err}
 	}
 	return s.failure(ctx, err, workErr)
 }
@@ -273,36 +259,36 @@ func (c *Call) Run(ctx context.Context, req ledger.ClaimRequest, work Work) Answ
 func (s *Server) failure(ctx context.Context, err, workErr error) Answer {
 	switch {
 	case errors.Is(err, ledger.ErrKeyReused):
-		return answer(KeyReused, err, "the "+s.noun+" was already used for a different request")
+		return answer(keyed.KeyReused, err, "the "+s.noun+" was already used for a different request")
 	case errors.Is(err, ledger.ErrInProgress):
-		return answer(InProgress, err, "another attempt with this "+s.noun+" is in progress; retry with it after the pushback")
+		return answer(keyed.InProgress, err, "another attempt with this "+s.noun+" is in progress; retry with it after the pushback")
 	case errors.Is(err, ledger.ErrIncomplete):
-		return answer(Incomplete, err, "an earlier attempt committed without a result; its outcome is unknown")
+		return answer(keyed.Incomplete, err, "an earlier attempt committed without a result; its outcome is unknown")
 	case errors.Is(err, txmiddleware.ErrBusy):
-		return answer(StorageBusy, err, "the database was busy past the wait bound (no free connection, or another transaction held its write lock); nothing was committed; retry with the same "+s.noun+" after the pushback")
+		return answer(keyed.StorageBusy, err, "the database was busy past the wait bound (no free connection, or another transaction held its write lock); nothing was committed; retry with the same "+s.noun+" after the pushback")
 	case errors.Is(err, txmiddleware.ErrCommitUnknown):
-		return answer(CommitUnknown, err, "the commit's outcome is unknown; resolve with the same "+s.noun+" before running the call again")
+		return answer(keyed.CommitUnknown, err, "the commit's outcome is unknown; resolve with the same "+s.noun+" before running the call again")
 	case ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
-		return answer(RequestEnded, err, "the call ended before its outcome was committed; nothing was committed")
+		return answer(keyed.RequestEnded, err, "the call ended before its outcome was committed; nothing was committed")
 	case errors.Is(err, ErrResponseTooLarge):
-		return answer(ResponseTooLarge, err, "the response is over the limit; nothing was committed")
+		return answer(keyed.ResponseTooLarge, err, "the response is over the limit; nothing was committed")
 	case errors.Is(err, ledger.ErrRetryable):
 		if s.dialect.Classify(err) == dialects.ClassConnection {
 			break
 		}
-		return answer(TxAborted, err, "the transaction kept conflicting with others; nothing was committed; retry with the same "+s.noun)
+		return answer(keyed.TxAborted, err, "the transaction kept conflicting with others; nothing was committed; retry with the same "+s.noun)
 	case workErr != nil && errors.Is(err, workErr):
 		// The handler's own error, not final: nothing was recorded. A bare
 		// database error is not passed on as it is.
 		if (s.answered != nil && s.answered(workErr)) || s.dialect.Classify(workErr) == dialects.ClassOther {
-			return Answer{Outcome: NotStored, Err: workErr}
+			return Answer{Outcome: keyed.NotStored, Err: workErr}
 		}
 	case errors.Is(err, ledger.ErrInvalid):
-		return answer(NotStorable, err, "the response cannot be stored in the operation ledger; nothing was committed")
+		return answer(keyed.NotStorable, err, "the response cannot be stored in the operation ledger; nothing was committed")
 	case errors.Is(err, ledger.ErrNotAcquired):
-		return answer(LedgerMisuse, err, "the operation ledger refused to complete its own claim; nothing was committed")
+		return answer(keyed.LedgerMisuse, err, "the operation ledger refused to complete its own claim; nothing was committed")
 	}
-	return answer(StorageUnavailable, err, "the database failed; nothing was committed; retry with the same "+s.noun)
+	return answer(keyed.StorageUnavailable, err, "the database failed; nothing was committed; retry with the same "+s.noun)
 }
 
 // probeFingerprint is the resolve probe's: never a request's, so its claim
@@ -340,7 +326,7 @@ func (c *Call) Resolve(ctx context.Context, id ledger.Identity) Answer {
 		func(context.Context) (ledger.Result, error) { return ledger.Result{}, errProbe })
 	switch {
 	case errors.Is(err, errProbe):
-		return answer(NotFound, nil, "nothing was committed for this "+s.noun+"; running the call again with it is safe")
+		return answer(keyed.NotFound, nil, "nothing was committed for this "+s.noun+"; running the call again with it is safe")
 	case out.Replayed:
 		return s.stored(out.Result)
 	case errors.Is(err, ledger.ErrKeyReused):
@@ -369,7 +355,7 @@ func (c *Call) Resolve(ctx context.Context, id ledger.Identity) Answer {
 
 // stored is the Replayed answer of a stored result read by a resolve.
 func (s *Server) stored(r ledger.Result) Answer {
-	a := Answer{Outcome: Replayed, Result: r}
+	a := Answer{Outcome: keyed.Replayed, Result: r}
 	if r.Code != 0 && s.codec != nil {
 		a.Err = s.codec.Decode(r)
 	}
@@ -386,17 +372,17 @@ func (c *Call) End(ctx context.Context, a Answer, attrs ...attribute.KeyValue) {
 }
 
 // count adds an answer to the counters.
-func (s *Server) count(resolve bool, o Outcome) {
+func (s *Server) count(resolve bool, o keyed.Outcome) {
 	if resolve {
 		s.resolves.Add(1)
 		return
 	}
 	switch o.Row().Kind {
-	case KindExecuted:
+	case keyed.KindExecuted:
 		s.executed.Add(1)
-	case KindReplayed:
+	case keyed.KindReplayed:
 		s.replayed.Add(1)
-	case KindRefused:
+	case keyed.KindRefused:
 		s.refused.Add(1)
 	default:
 		s.failed.Add(1)

@@ -9,8 +9,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/opledger/opledger/internal/keyedcore/retry"
 	"github.com/opledger/opledger/keyed"
-	"github.com/opledger/opledger/keyed/retry"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/policy"
 )

@@ -1,10 +1,11 @@
-package keyed_test
+package keyedcore_test
 
 import (
 	"errors"
 	"testing"
 
-	"github.com/opledger/opledger/keyed"
+	"github.com/opledger/opledger/internal/keyedcore"
+	"github.com/opledger/opledger/policy"
 )
 
 // FuzzParseDeclaration: any opledger-retry-owner value parses to a valid
@@ -15,9 +16,9 @@ func FuzzParseDeclaration(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, v string) {
-		d, err := keyed.ParseDeclaration(v)
+		d, err := keyedcore.ParseDeclaration(v)
 		if err != nil {
-			if !errors.Is(err, keyed.ErrRetryHeader) {
+			if !errors.Is(err, keyedcore.ErrRetryHeader) {
 				t.Fatalf("%q: error %v is not an ErrRetryHeader", v, err)
 			}
 			return
@@ -25,7 +26,7 @@ func FuzzParseDeclaration(f *testing.F) {
 		if !d.Owner.Valid() {
 			t.Fatalf("%q: owner %q", v, d.Owner)
 		}
-		if back, err := keyed.ParseDeclaration(d.String()); err != nil || back != d {
+		if back, err := keyedcore.ParseDeclaration(d.String()); err != nil || back != d {
 			t.Fatalf("%q: %+v prints %q, which parses as %+v, %v", v, d, d.String(), back, err)
 		}
 	})
@@ -39,14 +40,14 @@ func FuzzParseAttemptCount(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, v string) {
-		n, err := keyed.ParseAttemptCount(v)
+		n, err := keyedcore.ParseAttemptCount(v)
 		switch {
-		case err != nil && !errors.Is(err, keyed.ErrRetryHeader):
+		case err != nil && !errors.Is(err, keyedcore.ErrRetryHeader):
 			t.Fatalf("%q: error %v is not an ErrRetryHeader", v, err)
 		case err == nil && (n < 0 || n > 1<<20):
 			t.Fatalf("%q: %d out of range", v, n)
 		}
-		j := keyed.JudgeRetries(keyed.RetryHeaders{Owner: []string{v}, Attempt: []string{v}, EnvoyAttempt: []string{v}, PreviousAttempts: []string{v}}, keyed.OwnerMesh, true)
+		j := keyedcore.JudgeRetries(keyedcore.RetryHeaders{Owner: []string{v}, Attempt: []string{v}, EnvoyAttempt: []string{v}, PreviousAttempts: []string{v}}, policy.OwnerMesh, true)
 		for _, r := range j.Retries {
 			if r.Attempt < 2 {
 				t.Fatalf("%q: %+v is not a retry", v, r)

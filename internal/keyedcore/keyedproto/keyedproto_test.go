@@ -9,7 +9,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/opledger/opledger/keyed/keyedproto"
+	"github.com/opledger/opledger/internal/keyedcore/keyedproto"
 	"github.com/opledger/opledger/ledger"
 )
 

@@ -8,10 +8,11 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/opledger/opledger/internal/keyedcore"
+	"github.com/opledger/opledger/internal/keyedcore/keyedproto"
 	"github.com/opledger/opledger/internal/testkit/aippb"
 	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/keyed"
-	"github.com/opledger/opledger/keyed/keyedproto"
 	"github.com/opledger/opledger/ledger"
 )
 
@@ -84,7 +85,7 @@ func TestIdentifyRequestID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := keyed.NewServer(keyed.SQL(db, store), keyed.ServerConfig{})
+	s, err := keyedcore.NewServer(keyed.SQL(db, store), keyedcore.ServerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,10 +1,12 @@
-package keyed
+package keyedcore
 
 import (
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/opledger/opledger/policy"
 )
 
 // The request headers of run-time retry detection (docs/retry-ownership.md,
@@ -35,26 +37,15 @@ const (
 // ParseAttemptCount: a retry header's value the kit does not read.
 var ErrRetryHeader = errors.New("keyed: invalid retry header value")
 
-// Owner is a channel's retry owner as the kit's headers and server
-// options name it: the names of policy.RetryOwner's String, which package
-// keyed does not import.
-type Owner string
-
-// The four owners.
-const (
-	OwnerApplication   Owner = "application"
-	OwnerServiceConfig Owner = "service-config"
-	OwnerMesh          Owner = "mesh"
-	OwnerNone          Owner = "none"
-)
-
-// Valid reports whether o is one of the four owners.
-func (o Owner) Valid() bool {
-	switch o {
-	case OwnerApplication, OwnerServiceConfig, OwnerMesh, OwnerNone:
-		return true
+// ownerNamed returns the owner whose name (policy.RetryOwner's String)
+// is name, in lower case.
+func ownerNamed(name string) (policy.RetryOwner, bool) {
+	for _, o := range []policy.RetryOwner{policy.OwnerApplication, policy.OwnerServiceConfig, policy.OwnerMesh, policy.OwnerNone} {
+		if o.String() == name {
+			return o, true
+		}
 	}
-	return false
+	return 0, false
 }
 
 // Layer is a layer that retries calls, as run-time detection tells them
@@ -77,7 +68,7 @@ const (
 // (xds:///), where grpc-go's retries are the control plane's: the mesh
 // layer, not a service config's.
 type Declaration struct {
-	Owner Owner
+	Owner policy.RetryOwner
 	XDS   bool
 }
 
@@ -85,9 +76,9 @@ type Declaration struct {
 // proxyless channel.
 func (d Declaration) String() string {
 	if d.XDS {
-		return string(d.Owner) + ";xds"
+		return d.Owner.String() + ";xds"
 	}
-	return string(d.Owner)
+	return d.Owner.String()
 }
 
 // maxRetryHeader bounds the length of a retry header's value the kit
@@ -105,8 +96,8 @@ func ParseDeclaration(v string) (Declaration, error) {
 		return Declaration{}, fmt.Errorf("%w: %s over %d bytes", ErrRetryHeader, RetryOwnerHeader, maxRetryHeader)
 	}
 	parts := strings.Split(v, ";")
-	o := Owner(strings.ToLower(strings.Trim(parts[0], " \t")))
-	if !o.Valid() {
+	o, ok := ownerNamed(strings.ToLower(strings.Trim(parts[0], " \t")))
+	if !ok {
 		return Declaration{}, fmt.Errorf("%w: %s %q is not an owner (want application, service-config, mesh or none)", ErrRetryHeader, RetryOwnerHeader, v)
 	}
 	d := Declaration{Owner: o}
@@ -213,9 +204,9 @@ type LayerRetry struct {
 
 // RetryJudgement is the judgement of one request's retry headers.
 type RetryJudgement struct {
-	// Owner is the owner the request was judged against; "" when judged
-	// by the catalog.
-	Owner Owner
+	// Owner is the owner the request was judged against; zero when
+	// judged by the catalog.
+	Owner policy.RetryOwner
 	// From says where Owner comes from.
 	From OwnerSource
 	// XDS reports that the client declared a proxyless xds:/// channel.
@@ -250,7 +241,7 @@ func (j RetryJudgement) SecondOwner() bool {
 // keyed): a retry of a method that is not is a second owner (its owner is
 // none), and so is every layer when two retried the same request (which
 // of them owns the channel is unknown; that both do is wrong).
-func JudgeRetries(h RetryHeaders, configured Owner, retrySafe bool) RetryJudgement {
+func JudgeRetries(h RetryHeaders, configured policy.RetryOwner, retrySafe bool) RetryJudgement {
 	j := RetryJudgement{From: OwnerFromCatalog}
 	if d, ok := lastDeclaration(h.Owner); ok {
 		j.Owner, j.From, j.XDS = d.Owner, OwnerDeclared, d.XDS
@@ -276,11 +267,11 @@ func JudgeRetries(h RetryHeaders, configured Owner, retrySafe bool) RetryJudgeme
 		switch {
 		case j.From == OwnerFromCatalog:
 			r.SecondOwner = !retrySafe || len(j.Retries) > 1
-		case r.Layer == LayerMesh && j.Owner == OwnerMesh:
+		case r.Layer == LayerMesh && j.Owner == policy.OwnerMesh:
 			r.SecondOwner = meshSeen // two mesh layers multiply like two owners
 			meshSeen = true
 		default:
-			r.SecondOwner = string(r.Layer) != string(j.Owner)
+			r.SecondOwner = string(r.Layer) != j.Owner.String()
 		}
 	}
 	return j

@@ -1,10 +1,12 @@
-package keyed_test
+package keyedcore_test
 
 import (
 	"context"
 	"errors"
 	"testing"
 
+	"github.com/opledger/opledger/internal/keyedcore"
+	"github.com/opledger/opledger/internal/keyedtx"
 	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
@@ -15,7 +17,7 @@ import (
 // (the entry not yet visible to the read), its second fails as a lost
 // connection does.
 type hiding struct {
-	keyed.Runner
+	keyedtx.Runner
 	lookups int
 }
 
@@ -37,7 +39,7 @@ type hidingTx struct {
 	h *hiding
 }
 
-func (t hidingTx) NewRunner(opts ...txmiddleware.Option) (keyed.Runner, error) {
+func (t hidingTx) NewRunner(opts ...txmiddleware.Option) (keyedtx.Runner, error) {
 	r, err := t.Transactions.NewRunner(opts...)
 	if err != nil {
 		return nil, err
@@ -62,7 +64,7 @@ func TestResolveProbeMeetsCommittedEntry(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := &hiding{}
-	s, err := keyed.NewServer(hidingTx{keyed.SQL(db, store), h}, keyed.ServerConfig{})
+	s, err := keyedcore.NewServer(hidingTx{keyed.SQL(db, store), h}, keyedcore.ServerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package keyed
+package keyedcore
 
 import (
 	"context"
@@ -42,7 +42,10 @@ type loggedPair struct {
 
 // retried records the retries of one request.
 func (o *observer) retried(ctx context.Context, method string, j RetryJudgement) {
-	owner := string(j.Owner)
+	owner := ""
+	if j.Owner.Valid() {
+		owner = j.Owner.String()
+	}
 	for _, r := range j.Retries {
 		if o.retries.Enabled(ctx) {
 			attrs := []attribute.KeyValue{o.method(method), telemetry.RetryLayer.String(string(r.Layer)),

@@ -4,6 +4,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/opledger/opledger/internal/keyedcore"
 	"github.com/opledger/opledger/internal/requestid"
 	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
@@ -69,17 +70,17 @@ func WithRequestID(req any, key string) any {
 //
 // Everything else (the caller, more than one key header, the key's form)
 // is call.Identify's.
-func Identify(call *keyed.Call, caller string, ok bool, keys []string, req any, resolve bool) (ledger.Identity, keyed.Answer) {
+func Identify(call *keyedcore.Call, caller string, ok bool, keys []string, req any, resolve bool) (ledger.Identity, keyedcore.Answer) {
 	id, has := RequestID(req)
 	switch {
 	case !has || !ok || caller == "" || len(keys) > 1 || (resolve && len(keys) > 0):
 	case len(keys) == 0 && id == "":
-		return ledger.Identity{}, keyed.Answer{Outcome: keyed.KeyMissing,
+		return ledger.Identity{}, keyedcore.Answer{Outcome: keyed.KeyMissing,
 			Detail: "a keyed call needs an idempotency key: in the key header or in the request's " + RequestIDField}
 	case len(keys) == 0:
 		keys = []string{id}
 	case id != "" && keys[0] != id:
-		return ledger.Identity{}, keyed.Answer{Outcome: keyed.KeyInvalid,
+		return ledger.Identity{}, keyedcore.Answer{Outcome: keyed.KeyInvalid,
 			Detail: "the key header and the request's " + RequestIDField + " differ; send one key, or the same key in both"}
 	}
 	return call.Identify(caller, ok, keys, nil)

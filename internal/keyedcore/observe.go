@@ -1,4 +1,4 @@
-package keyed
+package keyedcore
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/opledger/opledger/internal/telemetry"
+	"github.com/opledger/opledger/internal/txrun"
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/txmiddleware"
 )
 
@@ -113,7 +115,7 @@ func (o *observer) runnerOptions() []txmiddleware.Option {
 // probeOptions are the resolve probe's: its spans, neither metrics nor
 // log events (its claim always rolls back; the resolve is what counts).
 func (o *observer) probeOptions() []txmiddleware.Option {
-	opts := []txmiddleware.Option{txmiddleware.WithSpansOnly()}
+	opts := []txmiddleware.Option{txrun.WithSpansOnly()}
 	if o.tel != nil {
 		opts = append(opts, txmiddleware.WithTracerProvider(telemetry.TracerProvider(o.tel.TracerProvider)))
 	}
@@ -144,11 +146,11 @@ func (o *observer) keyed(op callOp, key string) {
 
 // kindOf is the opledger.outcome.kind of an answer: its outcome's kind
 // (failed for one that has none).
-func kindOf(o Outcome) Kind {
+func kindOf(o keyed.Outcome) keyed.Kind {
 	if k := o.Row().Kind; k != "" {
 		return k
 	}
-	return KindFailed
+	return keyed.KindFailed
 }
 
 // end records a finished call: counter, span and log event.
@@ -168,7 +170,7 @@ func (o *observer) end(ctx context.Context, op callOp, method string, resolve bo
 	}
 	if op.span.IsRecording() {
 		op.span.SetAttributes(attrs[1:]...)
-		if kind == KindFailed {
+		if kind == keyed.KindFailed {
 			op.span.SetStatus(otelcodes.Error, outcome)
 		}
 	}
@@ -177,7 +179,7 @@ func (o *observer) end(ctx context.Context, op callOp, method string, resolve bo
 	switch {
 	case resolve:
 		msg = "opledger: resolve"
-	case row.Kind == KindRefused && row.Committed == CommittedNA:
+	case row.Kind == keyed.KindRefused && row.Committed == keyed.CommittedNA:
 		msg = "opledger: keyed call refused"
 	default:
 		return
