@@ -103,7 +103,13 @@ func recvType(recv *ast.FieldList) string {
 	if len(recv.List) == 0 {
 		return ""
 	}
-	typ := recv.List[0].Type
+	return typeName(recv.List[0].Type)
+}
+
+// typeName is the name of a type declared in the package that typ
+// names, or points to, without its type arguments: "" for any other type
+// (another package's, a literal type).
+func typeName(typ ast.Expr) string {
 	if st, ok := typ.(*ast.StarExpr); ok {
 		typ = st.X
 	}
