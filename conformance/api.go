@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/dialectkit"
 	"github.com/opledger/opledger/ledger"
 )
 
@@ -35,7 +36,7 @@ type Driver[TX any] interface {
 	// and column (the suite reads COUNT(*)).
 	QueryInt(ctx context.Context, tx TX, query string, args ...any) (int64, error)
 	// SessionID returns the database's id of the session tx runs on (see
-	// dialects.Sessions), for the cases that wait on the database's view
+	// dialectkit.Sessions), for the cases that wait on the database's view
 	// of lock waits or kill a holder's session.
 	SessionID(ctx context.Context, tx TX) (int64, error)
 }
@@ -221,7 +222,7 @@ func (sqlAPI) count(ctx context.Context, tx unitTx, query string) (int, error) {
 }
 
 func (sqlAPI) sessionID(ctx context.Context, d dialects.Dialect, tx unitTx) (int64, error) {
-	ss, ok := d.(dialects.Sessions)
+	ss, ok := d.(dialectkit.Sessions)
 	if !ok {
 		return 0, nil
 	}

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/dialectkit"
 	"github.com/opledger/opledger/ledger"
 )
 
@@ -25,7 +25,7 @@ func casePriorRead(e *env) {
 	keys := e.keysFrac(8, 10)
 	tl := e.herds("prior", keys, herdOpts{l: e.l, claimants: claimants, priorRead: true})
 	e.figure("%d pooled connections reading before each claim × %d keys: %s", claimants, keys, tl)
-	if dialects.TraitsOf(e.d).SerialWriters && tl.retried > 0 {
+	if dialectkit.TraitsOf(e.d).SerialWriters && tl.retried > 0 {
 		e.t.Errorf("%d transactions had to be retried after reading first (SQLITE_BUSY/BUSY_SNAPSHOT): open the pool with immediate transactions (sqlite.DSN)", tl.retried)
 	}
 }

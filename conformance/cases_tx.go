@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/dialectkit"
 	"github.com/opledger/opledger/ledger"
 )
 
@@ -195,7 +195,7 @@ func (e *env) rollBackClaim(key string, step int) {
 
 func caseFaults(e *env) {
 	e.faultCancelAfterClaim()
-	if dialects.TraitsOf(e.d).SerialWriters {
+	if dialectkit.TraitsOf(e.d).SerialWriters {
 		// The waiter blocks in the database's busy handler at BEGIN
 		// (SQLite's BEGIN IMMEDIATE), which does not look at the context:
 		// it returns only when the busy timeout passes.
@@ -332,9 +332,9 @@ func (e *env) faultCancelWhileWaiting() {
 // claimant waits behind it.
 func (e *env) faultKill() {
 	key := "fault-kill"
-	ss, ok := e.d.(dialects.Sessions)
+	ss, ok := e.d.(dialectkit.Sessions)
 	if !ok {
-		e.figure("connection kill skipped: dialect %s cannot kill a session (no dialects.Sessions)", e.d.Name())
+		e.figure("connection kill skipped: dialect %s cannot kill a session (no dialectkit.Sessions)", e.d.Name())
 		return
 	}
 	a := e.hold(key)

@@ -10,11 +10,12 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/dialectkit"
 	"github.com/opledger/opledger/ledger"
 )
 
 // holdTime is how long mustWait watches the claimants when the database
-// cannot show who waits for whom (no dialects.Sessions, or serial writers,
+// cannot show who waits for whom (no dialectkit.Sessions, or serial writers,
 // which wait for the write lock at BEGIN in a busy handler that no view
 // shows); a claimant that returns sooner did not wait.
 const holdTime = 300 * time.Millisecond
@@ -42,7 +43,7 @@ type held struct {
 	key string
 	tx  unitTx
 	c   *ledger.Claim
-	sid int64 // the holder's session id; 0 without dialects.Sessions
+	sid int64 // the holder's session id; 0 without dialectkit.Sessions
 	// seen says how mustWait last knew the claimants were waiting; shown
 	// whether the database showed them, after shownAfter.
 	seen       string
@@ -52,7 +53,7 @@ type held struct {
 
 // hold begins a transaction that acquires key and leaves it open, before
 // the mutation: claimants arriving now find an uncommitted claim with no
-// result. Where the dialect implements dialects.Sessions it reads the
+// result. Where the dialect implements dialectkit.Sessions it reads the
 // holder's session id, for mustWait and the kill fault.
 func (e *env) hold(key string) *held {
 	e.t.Helper()
@@ -76,7 +77,7 @@ func (e *env) hold(key string) *held {
 		e.t.Fatalf("holder: claim of a fresh key: outcome %v, want acquired (or recorded)", c.Outcome)
 	}
 	h := &held{e: e, key: key, tx: tx, c: c}
-	if _, ok := e.d.(dialects.Sessions); ok {
+	if _, ok := e.d.(dialectkit.Sessions); ok {
 		if h.sid, err = e.api.sessionID(e.ctx, e.d, tx); err != nil {
 			e.t.Fatalf("holder: read the session id: %v", err)
 		}
@@ -87,9 +88,9 @@ func (e *env) hold(key string) *held {
 // lockView returns the dialect's view of lock waits when the suite can
 // wait on it: not for serial writers, whose waits (at BEGIN, in a busy
 // handler) no view shows.
-func (e *env) lockView() (dialects.Sessions, bool) {
-	ss, ok := e.d.(dialects.Sessions)
-	if !ok || dialects.TraitsOf(e.d).SerialWriters {
+func (e *env) lockView() (dialectkit.Sessions, bool) {
+	ss, ok := e.d.(dialectkit.Sessions)
+	if !ok || dialectkit.TraitsOf(e.d).SerialWriters {
 		return nil, false
 	}
 	return ss, true
@@ -123,7 +124,7 @@ func (e *env) awaitBlocked(holder *held, n int, returned func() bool) bool {
 			var err error
 			got, err = ss.BlockedBy(e.ctx, e.db, holder.sid)
 			if err != nil && e.ctx.Err() == nil {
-				e.t.Errorf("read the database's lock waits (dialects.Sessions.BlockedBy): %v", err)
+				e.t.Errorf("read the database's lock waits (dialectkit.Sessions.BlockedBy): %v", err)
 				return false
 			}
 			if got >= n {
@@ -179,7 +180,7 @@ func (e *env) claimant(key string, worker int) <-chan outcome {
 }
 
 // mustWait returns true once every claimant is waiting behind the
-// holder: where the dialect shows lock waits (dialects.Sessions, not
+// holder: where the dialect shows lock waits (dialectkit.Sessions, not
 // serial writers) as soon as the database shows them all waiting for the
 // holder's lock (or none has returned within waitLimit), elsewhere when
 // none has returned within holdTime. It fails if a claimant returns while
@@ -470,7 +471,7 @@ func (e *env) inProgressInTx(begin func(ctx context.Context) (unitTx, func(), er
 		_, _, err = e.unitStep(ctx, b, e.req(key), key, 1, resultFor(key, 1))
 		b.Rollback()
 		release()
-	} else if dialects.TraitsOf(e.d).SerialWriters && e.d.Classify(err) == dialects.ClassLockTimeout {
+	} else if dialectkit.TraitsOf(e.d).SerialWriters && e.d.Classify(err) == dialects.ClassLockTimeout {
 		// The database waits for its write lock at BEGIN, so the bound
 		// ends BEGIN: txmiddleware reports exactly this as ErrInProgress.
 		where, err = "BEGIN", fmt.Errorf("%w: %w", ledger.ErrInProgress, err)

@@ -13,6 +13,7 @@ import (
 	"github.com/opledger/opledger/conformance"
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/dialects/sqlite"
+	"github.com/opledger/opledger/internal/dialectkit"
 	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/ledger"
 )
@@ -167,7 +168,7 @@ func TestSuiteHasTeeth(t *testing.T) {
 				if kind == "own-tx-record" {
 					base = base.AtCommit()
 				}
-				if kind != "naive" && dialects.TraitsOf(tg.Dialect).SerialWriters {
+				if kind != "naive" && dialectkit.TraitsOf(tg.Dialect).SerialWriters {
 					// A claim in its own transaction deadlocks a
 					// serial-writer database (SQLite) against the caller's
 					// write lock until the busy timeout: keep it short.
@@ -232,14 +233,14 @@ func mustCatch(tg testdb.Target, kind string) []string {
 			"snapshot/repeatable_read", "prior-read/repeatable_read", "expiry/repeatable_read"}
 	case kind == "own-tx-record":
 		out := []string{"atomicity", "faults", "in-progress"}
-		for _, l := range dialects.TraitsOf(tg.Dialect).IsolationLevels {
+		for _, l := range dialectkit.TraitsOf(tg.Dialect).IsolationLevels {
 			l := levelName(l)
 			out = append(out, "wait-then-commit/"+l, "wait-then-rollback/"+l, "three-waiter-rollback/"+l)
 		}
 		return out
 	case kind == "own-tx":
 		out := []string{"atomicity", "faults", "in-progress"}
-		for _, l := range dialects.TraitsOf(tg.Dialect).IsolationLevels {
+		for _, l := range dialectkit.TraitsOf(tg.Dialect).IsolationLevels {
 			l := levelName(l)
 			out = append(out, "herd/"+l, "wait-then-commit/"+l, "wait-then-rollback/"+l, "three-waiter-rollback/"+l)
 		}

@@ -16,8 +16,8 @@
 // The suite never looks at a dialect's name. A Target whose Capabilities
 // is nil gets [DefaultCapabilities] of its dialect, found through the
 // dialect's optional interfaces: the isolation levels of its
-// [dialects.Traits] ([dialects.Described]; the default level only without
-// it), KillConnections when it implements [dialects.Sessions], and the
+// [dialectkit.Traits] ([dialectkit.Described]; the default level only without
+// it), KillConnections when it implements [dialectkit.Sessions], and the
 // bounded lock wait of the in-progress case from [dialects.LockWaiter]. A
 // dialect written outside the kit, for example one that embeds
 // postgres.Dialect under another name, therefore gets every case its
@@ -28,8 +28,8 @@
 //
 // Several cases hold a claim open and need the other claimants blocked
 // behind it before they commit, roll back or kill the holder. Where the
-// dialect implements [dialects.Sessions] (and its database does not have
-// [dialects.Traits] SerialWriters), the suite asks the database who waits
+// dialect implements [dialectkit.Sessions] (and its database does not have
+// [dialectkit.Traits] SerialWriters), the suite asks the database who waits
 // for the holder's session (PostgreSQL pg_blocking_pids, MariaDB
 // INNODB_LOCK_WAITS, MySQL 8 performance_schema.data_lock_waits) and goes
 // on as soon as every claimant is shown waiting; a claimant that has not

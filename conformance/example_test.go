@@ -147,18 +147,11 @@ func ExampleDefaultCapabilities() {
 	// Output: [Read Committed Repeatable Read Serializable] false
 }
 
-// acmeDialect is a dialect written in another module for a database
-// that speaks PostgreSQL's SQL: everything but the name is promoted from
-// the kit's postgres.Dialect, the optional interfaces included.
-type acmeDialect struct{ postgres.Dialect }
-
-func (acmeDialect) Name() string { return "acme-pg" }
-
 // A dialect of your own needs no change to the kit: migrations.New,
 // ledger.New and StoreTarget accept it, and the suite derives its
 // capabilities from the interfaces it implements.
 func Example_dialectOfYourOwn() {
-	var d dialects.Dialect = acmeDialect{}
+	var d dialects.Dialect = pgCompatible{postgres.New()} // outside_test.go
 	_, hasMigrations := d.(dialects.Schema)
 	_, boundsLockWaits := d.(dialects.LockWaiter)
 	caps := conformance.DefaultCapabilities(d)
@@ -166,7 +159,7 @@ func Example_dialectOfYourOwn() {
 	fmt.Println(caps.Levels, caps.KillConnections)
 	// Output:
 	// acme-pg true true
-	// [Read Committed Repeatable Read Serializable] true
+	// [Default] false
 }
 
 // The same suite claim at commit: the business write first, then the

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/dialectkit"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/migrations"
 )
@@ -115,7 +116,7 @@ type Capabilities struct {
 	// single-level cases use. Empty means sql.LevelDefault only.
 	Levels []sql.IsolationLevel
 	// KillConnections means the suite may terminate a session in the
-	// middle of a transaction through the dialect's dialects.Sessions
+	// middle of a transaction through the dialect's dialectkit.Sessions
 	// (PostgreSQL pg_terminate_backend, MySQL KILL). The database user
 	// needs the right to do so.
 	KillConnections bool
@@ -159,18 +160,18 @@ func StoreTarget(name string, db *sql.DB, d dialects.Dialect, opts ...ledger.Opt
 
 // DefaultCapabilities returns what the suite assumes of a database from
 // its dialect's optional interfaces, never from its name: the isolation
-// levels of its [dialects.Traits] (see [dialects.TraitsOf]; the kit's
+// levels of its [dialectkit.Traits] (see [dialectkit.TraitsOf]; the kit's
 // PostgreSQL dialect: READ COMMITTED, REPEATABLE READ, SERIALIZABLE; MySQL:
-// REPEATABLE READ, READ COMMITTED; without [dialects.Described], the
+// REPEATABLE READ, READ COMMITTED; without [dialectkit.Described], the
 // default level only) and KillConnections when the dialect implements
-// [dialects.Sessions]. BeginBounded is left nil, so that the in-progress
+// [dialectkit.Sessions]. BeginBounded is left nil, so that the in-progress
 // case uses the dialect's [dialects.LockWaiter], or skips without one.
 func DefaultCapabilities(d dialects.Dialect) Capabilities {
 	if d == nil {
 		return Capabilities{Levels: []sql.IsolationLevel{sql.LevelDefault}}
 	}
-	_, kill := d.(dialects.Sessions)
-	return Capabilities{Levels: dialects.TraitsOf(d).IsolationLevels, KillConnections: kill}
+	_, kill := d.(dialectkit.Sessions)
+	return Capabilities{Levels: dialectkit.TraitsOf(d).IsolationLevels, KillConnections: kill}
 }
 
 // caps returns the target's capabilities, derived from the dialect when
@@ -336,13 +337,13 @@ func (tg *Target) setupWithGoose(ctx context.Context, table string) (func(contex
 const poolingCheckLimit = 30 * time.Second
 
 // checkPooling runs the dialect's probe for the driver settings a
-// connection pooler needs (dialects.PoolingChecker), before any case: a
+// connection pooler needs (dialectkit.PoolingChecker), before any case: a
 // driver that prepares statements behind PgBouncer in transaction mode
 // would otherwise fail the cases at random. The error is a set-up error
 // (its message starts with "set-up:", which `opledger conformance` reports
 // as such, with exit status 2).
 func (tg *Target) checkPooling(ctx context.Context) error {
-	pc, ok := tg.Dialect.(dialects.PoolingChecker)
+	pc, ok := tg.Dialect.(dialectkit.PoolingChecker)
 	if !ok {
 		return nil
 	}
@@ -354,14 +355,14 @@ func (tg *Target) checkPooling(ctx context.Context) error {
 	return nil
 }
 
-// checkTx runs the dialect's transaction check (dialects.TxChecker) on a
+// checkTx runs the dialect's transaction check (dialectkit.TxChecker) on a
 // transaction of the target's database, before any case: a database whose
 // transactions the ledger refuses (TiDB's optimistic ones, or pessimistic
 // ones with lazy unique checks) would otherwise fail every case with the
 // same refusal. Its error is a set-up error, as checkPooling's (see
 // txCheckError).
 func (tg *Target) checkTx(ctx context.Context) error {
-	tc, ok := tg.Dialect.(dialects.TxChecker)
+	tc, ok := tg.Dialect.(dialectkit.TxChecker)
 	if !ok {
 		return nil
 	}
@@ -386,7 +387,7 @@ func txCheckError(err error) error {
 	case errors.Is(err, dialects.ErrUnsuitableTx):
 		return fmt.Errorf("set-up: the database's transactions are unsuitable for the ledger, so every case would fail: %w", err)
 	}
-	return fmt.Errorf("set-up: cannot check the database's transactions (dialects.TxChecker): %w", err)
+	return fmt.Errorf("set-up: cannot check the database's transactions (dialectkit.TxChecker): %w", err)
 }
 
 // probe runs the checks that must pass before any case: checkPooling and

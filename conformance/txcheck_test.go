@@ -11,15 +11,15 @@ import (
 
 	"github.com/opledger/opledger/conformance"
 	"github.com/opledger/opledger/dialects"
-	"github.com/opledger/opledger/dialects/sqlite"
+	"github.com/opledger/opledger/internal/sqlitedialect"
 	"github.com/opledger/opledger/internal/testkit/testdb"
 )
 
-// checkedSQLite is SQLite with a transaction check (dialects.TxChecker)
+// checkedSQLite is SQLite with a transaction check (dialectkit.TxChecker)
 // that answers err, as the TiDB dialect refuses TiDB's optimistic
 // transactions, or cannot read the variables it checks.
 type checkedSQLite struct {
-	sqlite.Dialect
+	sqlitedialect.Dialect
 	err    error
 	checks *atomic.Int64
 }

@@ -1,14 +1,7 @@
 package dialects
 
 import (
-	"context"
-	"database/sql/driver"
-	"errors"
 	"fmt"
-	"io"
-	"net"
-	"regexp"
-	"syscall"
 )
 
 // Dialect is implemented by each database family the ledger supports.
@@ -134,57 +127,4 @@ func (c Class) String() string {
 // should be retried as a whole: serialization failures and deadlocks.
 func (c Class) Retryable() bool {
 	return c == ClassSerialization || c == ClassDeadlock
-}
-
-// ClassifyConnection recognises connection failures common to every
-// driver: driver.ErrBadConn, io.ErrUnexpectedEOF, io.EOF, net.Error and
-// connection resets. Dialects call it after their own codes.
-func ClassifyConnection(err error) Class {
-	if err == nil {
-		return ClassOther
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return ClassOther
-	}
-	var ne net.Error
-	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) ||
-		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE) || errors.As(err, &ne) {
-		return ClassConnection
-	}
-	return ClassOther
-}
-
-// DefaultTable is the ledger's table when none is configured; the ledger,
-// migrations and outbox all default to it (ledger.DefaultTable is the same
-// constant).
-const DefaultTable = "opledger_operations"
-
-// MaxTableNameLen is the longest table name accepted, leaving room for the
-// suffixes of index and version-table names within every database's limit.
-const MaxTableNameLen = 48
-
-var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-
-// ErrBadTableName is returned (wrapped) for a table name that is not a
-// plain identifier.
-var ErrBadTableName = errors.New("invalid table name")
-
-// CheckTableName reports whether name is a plain SQL identifier: a letter
-// or underscore, then letters, digits or underscores, at most
-// [MaxTableNameLen] bytes. Schema-qualified names are not accepted; set the
-// schema through the connection (PostgreSQL search_path) instead.
-func CheckTableName(name string) error {
-	if len(name) == 0 || len(name) > MaxTableNameLen || !identRE.MatchString(name) {
-		return fmt.Errorf("%w %q: want a letter or underscore followed by letters, digits or underscores, at most %d bytes",
-			ErrBadTableName, truncate(name, 64), MaxTableNameLen)
-	}
-	return nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }

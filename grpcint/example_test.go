@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/dialects/sqlite"
 	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/testkit/testcerts"
@@ -32,7 +33,7 @@ import (
 // openWallet opens a SQLite file in a temporary directory with the
 // ledger's table and the example service's, and returns the service on
 // it; cleanup removes it.
-func openWallet(ctx context.Context) (db *sql.DB, d sqlite.Dialect, svc *wallet.Service, cleanup func()) {
+func openWallet(ctx context.Context) (db *sql.DB, d dialects.Dialect, svc *wallet.Service, cleanup func()) {
 	dir, err := os.MkdirTemp("", "grpcint-example")
 	if err != nil {
 		log.Fatal(err)

@@ -25,7 +25,7 @@ import (
 //   - an error matching ErrRetryable (serialization failure, deadlock):
 //     roll back and retry the whole transaction;
 //   - an error matching dialects.ErrUnsuitableTx, before any insert, when
-//     the dialect implements dialects.TxChecker and tx runs in a mode in
+//     the dialect implements dialectkit.TxChecker and tx runs in a mode in
 //     which a claim is not safe (TiDB's optimistic transactions): its
 //     message names the setting to change;
 //   - ErrInvalid, a context error, sql.ErrTxDone, or another *DBError.

@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/dialectkit"
 )
 
 // Sentinel errors. Every error the ledger returns can be matched with
@@ -58,7 +59,7 @@ type InputError struct {
 	Field string
 	// Reason says what is wrong, never echoing a key.
 	Reason string
-	// Err is the underlying error, if any (dialects.ErrBadTableName).
+	// Err is the underlying error, if any (dialectkit.ErrBadTableName).
 	Err error
 }
 
@@ -91,7 +92,7 @@ type DBError struct {
 	// Class is the dialect's classification of Err.
 	Class dialects.Class
 	// Err is the driver's error, wrapped in the dialect's explanation when
-	// it has one (dialects.ErrorExplainer: PostgreSQL's
+	// it has one (dialectkit.ErrorExplainer: PostgreSQL's
 	// postgres.ErrStatementPooling for a driver misconfigured behind a
 	// transaction pooler); errors.As reaches the driver's error either way.
 	Err error
@@ -99,7 +100,7 @@ type DBError struct {
 
 // NewDBError is the *DBError of op's failure err on a database of
 // dialect d: err classified by d and wrapped in d's explanation, when it
-// has one (dialects.Explain). Every DBError of the kit is made by it (the
+// has one (dialectkit.Explain). Every DBError of the kit is made by it (the
 // ledger's statements, txmiddleware's and package pgxledger's COMMIT), so
 // none misses the explanation; make a DBError of your own with it too. A
 // nil d classifies nothing (ClassOther) and explains nothing.
@@ -107,7 +108,7 @@ func NewDBError(d dialects.Dialect, op string, err error) *DBError {
 	if d == nil {
 		return &DBError{Op: op, Class: dialects.ClassOther, Err: err}
 	}
-	return &DBError{Op: op, Class: d.Classify(err), Err: dialects.Explain(d, err)}
+	return &DBError{Op: op, Class: d.Classify(err), Err: dialectkit.Explain(d, err)}
 }
 
 // Error names the operation, the class and the driver's message.

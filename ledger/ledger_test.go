@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/dialectkit"
 	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/ledger"
 )
@@ -534,7 +535,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 	}
 	for _, tg := range []string{"x; DROP TABLE y", "", "a.b", `a"b`, "1abc", strings.Repeat("a", 49), "tab le"} {
 		_, err := ledger.New(fakeDialect{}, ledger.WithTable(tg))
-		if !errors.Is(err, ledger.ErrInvalid) || !errors.Is(err, ledger.ErrInvalidConfig) || !errors.Is(err, dialects.ErrBadTableName) {
+		if !errors.Is(err, ledger.ErrInvalid) || !errors.Is(err, ledger.ErrInvalidConfig) || !errors.Is(err, dialectkit.ErrBadTableName) {
 			t.Errorf("table %q: %v, want ErrInvalid", tg, err)
 		}
 	}
@@ -622,7 +623,7 @@ func (fakeDialect) Classify(error) dialects.Class   { return dialects.ClassOther
 func TestOppositeOrderClaimsDeadlockIsRetryable(t *testing.T) {
 	t.Parallel()
 	forEachTarget(t, 4, func(t *testing.T, e *env) {
-		if dialects.TraitsOf(e.Dialect).SerialWriters {
+		if dialectkit.TraitsOf(e.Dialect).SerialWriters {
 			t.Skip("serial writers (SQLite): two claiming transactions never interleave")
 		}
 		ctx := context.Background()

@@ -15,6 +15,7 @@ import (
 
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/dialects/mysql"
+	"github.com/opledger/opledger/internal/dialectkit"
 	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/ledger"
 )
@@ -547,7 +548,7 @@ func TestMySQLHerdWithRollbacks(t *testing.T) {
 									if aborted.Add(1) <= aborts {
 										// Let the others queue up behind this owner, as
 										// InnoDB shows, then roll back under them.
-										sid, err := e.Dialect.(dialects.Sessions).SessionID(ctx, tx)
+										sid, err := e.Dialect.(dialectkit.Sessions).SessionID(ctx, tx)
 										if err != nil {
 											return err
 										}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/dialectkit"
 )
 
 // Pipeline is how a transaction API sends the ledger's statements in one
@@ -55,19 +56,19 @@ type Pipeline[TX any] interface {
 
 // Pipelines reports whether BeginClaim, CompleteCommit and RecordCommit
 // send their statements with BEGIN and COMMIT (the store's dialect
-// implements dialects.Pipeliner); without it they run the statements one
+// implements dialectkit.Pipeliner); without it they run the statements one
 // by one, with the same outcomes.
 func (s *TxStore[TX]) Pipelines() bool { return s.piper != nil }
 
 // pipelineQueries returns the pipelined SQL with Record bounded by wait.
-func (s *TxStore[TX]) pipelineQueries(wait time.Duration) (*dialects.PipelineQueries, error) {
+func (s *TxStore[TX]) pipelineQueries(wait time.Duration) (*dialectkit.PipelineQueries, error) {
 	if wait == 0 {
 		if q, ok := s.pbounded.Load(wait); ok {
-			return q.(*dialects.PipelineQueries), nil
+			return q.(*dialectkit.PipelineQueries), nil
 		}
 		q, _ := s.piper.PipelineQueries(s.table, 0)
 		v, _ := s.pbounded.LoadOrStore(wait, &q)
-		return v.(*dialects.PipelineQueries), nil
+		return v.(*dialectkit.PipelineQueries), nil
 	}
 	plain, _ := s.pipelineQueries(0)
 	bound := s.piper.PipelineQueries
@@ -171,7 +172,7 @@ func (s *TxStore[TX]) beginThenClaim(ctx context.Context, p Pipeline[TX], req Cl
 //     then).
 //
 // Every error passes through the dialect's explanation
-// (dialects.ErrorExplainer), COMMIT's too: behind a transaction pooler a
+// (dialectkit.ErrorExplainer), COMMIT's too: behind a transaction pooler a
 // COMMIT prepared under a name that the server connection lacks matches
 // postgres.ErrStatementPooling, as a failed claim or completion does.
 func (s *TxStore[TX]) CompleteCommit(ctx context.Context, p Pipeline[TX], tx TX, c *Claim, r Result) error {
@@ -307,7 +308,7 @@ func (s *TxStore[TX]) recordThenCommit(ctx context.Context, p Pipeline[TX], tx T
 // recordConflict handles a pipelined record that conflicted: it rolls the
 // work back and reads the entry outside it, replaying a live entry and
 // deleting an expired one (the unit then runs again).
-func (s *TxStore[TX]) recordConflict(ctx context.Context, p Pipeline[TX], pq *dialects.PipelineQueries, tx TX, req ClaimRequest, created int64) (*Claim, error) {
+func (s *TxStore[TX]) recordConflict(ctx context.Context, p Pipeline[TX], pq *dialectkit.PipelineQueries, tx TX, req ClaimRequest, created int64) (*Claim, error) {
 	if s.afterConflict != nil {
 		s.afterConflict()
 	}

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opledger/opledger/dialects/postgres"
+	"github.com/opledger/opledger/internal/pgdialect"
 	"github.com/opledger/opledger/internal/testkit/poolertest"
 	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/ledger"
@@ -27,7 +27,7 @@ import (
 func TestPgBouncerStatementPaths(t *testing.T) {
 	t.Parallel()
 	p := poolertest.New(t)
-	d := postgres.New()
+	d := pgdialect.New()
 	q, rq := d.Queries(p.Table), d.RecordQueries(p.Table)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/dialectkit"
 	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/ledger"
 )
@@ -344,15 +345,15 @@ func (e *env) raceRecord(t *testing.T, key string, level sql.IsolationLevel, com
 }
 
 // plainDialect hides every optional interface of the dialect it wraps,
-// dialects.RecordQuerier among them.
+// dialectkit.RecordQuerier among them.
 type plainDialect struct{ dialects.Dialect }
 
-// A dialect without dialects.RecordQuerier still supports Record: the store
+// A dialect without dialectkit.RecordQuerier still supports Record: the store
 // claims and completes, with the same outcomes.
 func TestRecordWithoutRecorderDialect(t *testing.T) {
 	t.Parallel()
 	forEachTarget(t, 2, func(t *testing.T, e *env) {
-		if _, ok := e.Dialect.(dialects.TxChecker); ok {
+		if _, ok := e.Dialect.(dialectkit.TxChecker); ok {
 			t.Skip("the dialect checks transactions; hiding its TxChecker would change what Claim does")
 		}
 		ctx := context.Background()

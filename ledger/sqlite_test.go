@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/dialects/sqlite"
+	"github.com/opledger/opledger/internal/dialectkit"
 	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/ledger"
 )
@@ -143,7 +143,7 @@ func TestSQLiteDeferredPriorReadIsBusy(t *testing.T) {
 		// SQLITE_BUSY_SNAPSHOT (517), which SQLite returns without calling
 		// the busy handler: the claim did not wait out the busy timeout
 		// (that would be SQLITE_BUSY, 5).
-		if code := dialects.StatusCodeOf(sqlite.New(), err); !errors.Is(err, ledger.ErrRetryable) || code != "517" {
+		if code := dialectkit.StatusCodeOf(sqlite.New(), err); !errors.Is(err, ledger.ErrRetryable) || code != "517" {
 			t.Fatalf("claim after a stale read in a deferred transaction: %v (code %q), want a retryable BUSY_SNAPSHOT (517)", err, code)
 		}
 	})
@@ -179,7 +179,7 @@ func TestSQLiteInProgress(t *testing.T) {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		_, err = e.l.Claim(cctx, b, ledger.ClaimRequest{Identity: id, Fingerprint: fp("h")})
-		if code := dialects.StatusCodeOf(sqlite.New(), err); !errors.Is(err, ledger.ErrInProgress) || code != "5" || cctx.Err() != nil {
+		if code := dialectkit.StatusCodeOf(sqlite.New(), err); !errors.Is(err, ledger.ErrInProgress) || code != "5" || cctx.Err() != nil {
 			t.Fatalf("claim: %v (code %q, context %v), want ErrInProgress from SQLITE_BUSY (5) within the hang guard", err, code, cctx.Err())
 		}
 	})

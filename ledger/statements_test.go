@@ -47,7 +47,7 @@ var ledgerStatements = map[string]map[string][]string{
 		"record waited": {"BEGIN", "INSERT", "SELECT", "COMMIT"},
 	},
 	// TiDB: each claim and record first checks the transaction's mode (a
-	// SELECT of tidb_txn_mode, mysql.NewTiDB's dialects.TxChecker).
+	// SELECT of tidb_txn_mode, mysql.NewTiDB's dialectkit.TxChecker).
 	"tidb": {
 		"happy":         {"BEGIN", "SELECT", "INSERT", "UPDATE", "COMMIT"},
 		"replay":        {"BEGIN", "SELECT", "INSERT", "SELECT", "COMMIT"},

@@ -92,7 +92,7 @@ func (e *HeldError) Is(target error) bool { return target == ErrInProgress }
 // batch comes back short. It returns how many it deleted. Each batch
 // commits on its own, so no lock is held for longer than one batch: pass a
 // *sql.DB or a *sql.Conn. For a dialect that implements
-// dialects.TxChecker (MySQL, TiDB) each batch is an explicit transaction,
+// dialectkit.TxChecker (MySQL, TiDB) each batch is an explicit transaction,
 // begun on db, checked, and committed (TiDB runs an autocommit DELETE
 // optimistically, which ignores the lock wait bound); for the others it
 // is one autocommit statement. With WithSweepLockWait every batch is a
@@ -194,7 +194,7 @@ func (s *TxStore[TX]) held(ctx context.Context, queryRow func(ctx context.Contex
 // statement outside the caller's transactions and returns the rows it
 // deleted, at most batch per statement, until a batch comes back short,
 // and returns how many it deleted: what [Store.Sweep] does on a dialect
-// without dialects.TxChecker whose Sweep statement skips held entries
+// without dialectkit.TxChecker whose Sweep statement skips held entries
 // (PostgreSQL's SKIP LOCKED). Package pgxledger's Sweep is built on it.
 // exec bounds each statement's lock waits to [TxStore.SweepLockWait]
 // when that is set (the store cannot: the transaction is exec's). When

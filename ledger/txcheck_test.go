@@ -14,7 +14,7 @@ import (
 	"github.com/opledger/opledger/ledger"
 )
 
-// checking wraps a target's dialect with a dialects.TxChecker that records
+// checking wraps a target's dialect with a dialectkit.TxChecker that records
 // the transactions it is shown and refuses or fails when told to (the TiDB
 // variant's check needs a TiDB server; this is the ledger's side of it).
 type checking struct {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/dialectkit"
 	"github.com/opledger/opledger/internal/options"
 )
 
@@ -103,13 +104,13 @@ type TxStore[TX any] struct {
 	waiter    dialects.LockWaiter // the dialect's, when it has one
 	now       func() time.Time
 	q         dialects.Queries
-	rq        *dialects.RecordQueries   // the dialect's, when it has them
-	bounder   dialects.StatementBounder // the dialect's, when it can bound claims
-	rbounds   bool                      // bounder bounds records too
-	piper     dialects.Pipeliner        // the dialect's, when it has pipelined forms
-	bounded   sync.Map                  // time.Duration → *dialects.Queries
-	rbounded  sync.Map                  // time.Duration → *dialects.RecordQueries
-	pbounded  sync.Map                  // time.Duration → *dialects.PipelineQueries
+	rq        *dialectkit.RecordQueries   // the dialect's, when it has them
+	bounder   dialectkit.StatementBounder // the dialect's, when it can bound claims
+	rbounds   bool                        // bounder bounds records too
+	piper     dialectkit.Pipeliner        // the dialect's, when it has pipelined forms
+	bounded   sync.Map                    // time.Duration → *dialects.Queries
+	rbounded  sync.Map                    // time.Duration → *dialectkit.RecordQueries
+	pbounded  sync.Map                    // time.Duration → *dialectkit.PipelineQueries
 	obs       *observer
 
 	// check, when set (database/sql: the dialect's TxChecker), runs on tx
@@ -128,7 +129,7 @@ type TxStore[TX any] struct {
 
 // NewTxStore returns a ledger for dialect d whose statements run through
 // drv in transactions of type TX. [New] is NewTxStore for database/sql
-// (with SQLDriver and the dialect's dialects.TxChecker), and package
+// (with SQLDriver and the dialect's dialectkit.TxChecker), and package
 // pgxledger's New for pgx. Bad options are an *InputError with Field
 // "option", matching ErrInvalid.
 func NewTxStore[TX any](d dialects.Dialect, drv TxDriver[TX], opts ...Option) (*TxStore[TX], error) {
@@ -150,11 +151,11 @@ func NewTxStore[TX any](d dialects.Dialect, drv TxDriver[TX], opts ...Option) (*
 	}
 	s.q = withTakeOver(d.Queries(s.table))
 	s.oneStatement = c.oneStatement && s.q.Claim != ""
-	if rd, ok := d.(dialects.RecordQuerier); ok {
+	if rd, ok := d.(dialectkit.RecordQuerier); ok {
 		rq := rd.RecordQueries(s.table)
 		s.rq = &rq
 	}
-	if b, ok := d.(dialects.StatementBounder); ok {
+	if b, ok := d.(dialectkit.StatementBounder); ok {
 		if q, ok := b.BoundedQueries(s.table, time.Second); ok && q.Insert != "" {
 			s.bounder = b
 			if s.rq != nil {
@@ -163,7 +164,7 @@ func NewTxStore[TX any](d dialects.Dialect, drv TxDriver[TX], opts ...Option) (*
 			}
 		}
 	}
-	if p, ok := d.(dialects.Pipeliner); ok {
+	if p, ok := d.(dialectkit.Pipeliner); ok {
 		if q, ok := p.PipelineQueries(s.table, 0); ok && q.Complete != "" && q.Record != "" {
 			s.piper = p
 		}
@@ -218,8 +219,8 @@ func withTakeOver(q dialects.Queries) dialects.Queries {
 
 // recordQueries returns the SQL of a Record bounded by wait (the
 // dialect's plain Record SQL for wait 0); s.rq must be set.
-func (s *TxStore[TX]) recordQueries(wait time.Duration) (*dialects.RecordQueries, error) {
-	var bound func(string, time.Duration) (dialects.RecordQueries, bool)
+func (s *TxStore[TX]) recordQueries(wait time.Duration) (*dialectkit.RecordQueries, error) {
+	var bound func(string, time.Duration) (dialectkit.RecordQueries, bool)
 	if s.rbounds {
 		bound = s.bounder.BoundedRecordQueries
 	}
@@ -271,9 +272,9 @@ func (s *TxStore[TX]) fail(ctx context.Context, op string, err error) error {
 
 // explain passes err, an error of a statement the store sent through
 // something else than its driver (a Pipeline's COMMIT), through the
-// dialect's explanation (dialects.Explain): err itself unless the dialect
+// dialect's explanation (dialectkit.Explain): err itself unless the dialect
 // explains it.
-func (s *TxStore[TX]) explain(err error) error { return dialects.Explain(s.d, err) }
+func (s *TxStore[TX]) explain(err error) error { return dialectkit.Explain(s.d, err) }
 
 // isNil reports whether tx is nil: a nil pointer, interface, or any other
 // nil-able value.

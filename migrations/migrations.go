@@ -33,6 +33,7 @@ import (
 	"github.com/pressly/goose/v3/database"
 
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/dialectkit"
 	"github.com/opledger/opledger/internal/memfs"
 	"github.com/opledger/opledger/internal/options"
 )
@@ -78,7 +79,7 @@ func Files(d dialects.Dialect, table string) (fs.FS, error) {
 }
 
 func render(d dialects.Dialect, src fs.FS, table string) (fs.FS, error) {
-	if err := dialects.CheckTableName(table); err != nil {
+	if err := dialectkit.CheckTableName(table); err != nil {
 		return nil, fmt.Errorf("migrations: %w", err)
 	}
 	names, err := fs.Glob(src, "*.sql")
@@ -156,11 +157,11 @@ type Option struct{ o options.Option[config] }
 type config struct{ table string }
 
 // WithTable sets the ledger table to create (default
-// dialects.DefaultTable, "opledger_operations"). The version table is
+// dialectkit.DefaultTable, "opledger_operations"). The version table is
 // VersionTable(name).
 func WithTable(name string) Option {
 	return Option{options.New("WithTable", func(c *config) error {
-		if err := dialects.CheckTableName(name); err != nil {
+		if err := dialectkit.CheckTableName(name); err != nil {
 			return err
 		}
 		c.table = name
@@ -192,7 +193,7 @@ func New(db *sql.DB, d dialects.Dialect, opts ...Option) (*Migrator, error) {
 	if db == nil || d == nil {
 		return nil, fmt.Errorf("%w: db and dialect must not be nil", ErrInvalidConfig)
 	}
-	cfg := config{table: dialects.DefaultTable}
+	cfg := config{table: dialectkit.DefaultTable}
 	if err := options.Apply(&cfg, opts, func(o Option) options.Option[config] { return o.o }); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}

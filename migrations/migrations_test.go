@@ -19,14 +19,15 @@ import (
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/dialects/mysql"
 	"github.com/opledger/opledger/dialects/postgres"
-	"github.com/opledger/opledger/dialects/sqlite"
+	"github.com/opledger/opledger/internal/dialectkit"
+	"github.com/opledger/opledger/internal/sqlitedialect"
 	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/migrations"
 )
 
 // kitDialects are the dialects that ship migrations.
-var kitDialects = []dialects.Dialect{postgres.New(), mysql.New(), sqlite.New()}
+var kitDialects = []dialects.Dialect{postgres.New(), mysql.New(), sqlitedialect.New()}
 
 func uniqueTable(prefix string) string {
 	var b [4]byte
@@ -184,7 +185,7 @@ func TestFilesAndExport(t *testing.T) {
 // bracketed is SQLite with identifiers quoted in brackets (which SQLite
 // also accepts): a dialect that wraps one of the kit's, as the dialects
 // package documents, and brings its migrations along.
-type bracketed struct{ sqlite.Dialect }
+type bracketed struct{ sqlitedialect.Dialect }
 
 func (bracketed) QuoteIdent(s string) string { return "[" + s + "]" }
 
@@ -224,7 +225,7 @@ func TestFilesUseDialectQuoting(t *testing.T) {
 		}
 	}
 	// The wrapper's files run.
-	db, err := sql.Open("sqlite3", sqlite.DSN(filepath.Join(t.TempDir(), "b.db"), 0))
+	db, err := sql.Open("sqlite3", sqlitedialect.DSN(filepath.Join(t.TempDir(), "b.db"), 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,14 +254,14 @@ func (bare) Classify(error) dialects.Class   { return dialects.ClassOther }
 
 // schema is SQLite with migrations of the test's own.
 type schema struct {
-	sqlite.Dialect
+	sqlitedialect.Dialect
 	m dialects.Migrations
 }
 
 func (s schema) Migrations() dialects.Migrations { return s.m }
 
 func TestNoMigrations(t *testing.T) {
-	db, err := sql.Open("sqlite3", sqlite.DSN(filepath.Join(t.TempDir(), "n.db"), 0))
+	db, err := sql.Open("sqlite3", sqlitedialect.DSN(filepath.Join(t.TempDir(), "n.db"), 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +314,7 @@ func (l *recordingLock) SessionUnlock(_ context.Context, c *sql.Conn) error {
 // with {{.Table}} and {{.Ident}}, under the dialect's session lock for the
 // table, taken and released on one connection.
 func TestDialectSchema(t *testing.T) {
-	db, err := sql.Open("sqlite3", sqlite.DSN(filepath.Join(t.TempDir(), "s.db"), 0))
+	db, err := sql.Open("sqlite3", sqlitedialect.DSN(filepath.Join(t.TempDir(), "s.db"), 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -360,27 +361,27 @@ func TestDialectSchema(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
-	for _, name := range []string{"x; DROP TABLE y", "", "a.b", "we\"ird", strings.Repeat("a", dialects.MaxTableNameLen+1)} {
-		if _, err := migrations.Files(postgres.New(), name); !errors.Is(err, dialects.ErrBadTableName) {
+	for _, name := range []string{"x; DROP TABLE y", "", "a.b", "we\"ird", strings.Repeat("a", dialectkit.MaxTableNameLen+1)} {
+		if _, err := migrations.Files(postgres.New(), name); !errors.Is(err, dialectkit.ErrBadTableName) {
 			t.Fatalf("table %q: %v", name, err)
 		}
 	}
 	if _, err := migrations.New(nil, nil); !errors.Is(err, migrations.ErrInvalidConfig) {
 		t.Fatalf("nil db and dialect: %v", err)
 	}
-	db, err := sql.Open("sqlite3", sqlite.DSN(filepath.Join(t.TempDir(), "x.db"), 0))
+	db, err := sql.Open("sqlite3", sqlitedialect.DSN(filepath.Join(t.TempDir(), "x.db"), 0))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	d := sqlite.New()
+	d := sqlitedialect.New()
 	if _, err := migrations.New(db, nil); !errors.Is(err, migrations.ErrInvalidConfig) {
 		t.Fatalf("nil dialect: %v", err)
 	}
 	if _, err := migrations.New(nil, d); !errors.Is(err, migrations.ErrInvalidConfig) {
 		t.Fatalf("nil db: %v", err)
 	}
-	if _, err := migrations.New(db, d, migrations.WithTable("x y")); !errors.Is(err, migrations.ErrInvalidConfig) || !errors.Is(err, dialects.ErrBadTableName) {
+	if _, err := migrations.New(db, d, migrations.WithTable("x y")); !errors.Is(err, migrations.ErrInvalidConfig) || !errors.Is(err, dialectkit.ErrBadTableName) {
 		t.Fatalf("bad table option: %v", err)
 	}
 	if _, err := migrations.New(db, d, migrations.WithTable("a"), migrations.WithTable("b")); !errors.Is(err, migrations.ErrInvalidConfig) {
@@ -393,7 +394,7 @@ func TestBadInput(t *testing.T) {
 	if err != nil || m.Table() != ledger.DefaultTable {
 		t.Fatalf("default table: %v %v", m, err)
 	}
-	if _, err := migrations.Export(t.TempDir(), postgres.New(), "x y"); !errors.Is(err, dialects.ErrBadTableName) {
+	if _, err := migrations.Export(t.TempDir(), postgres.New(), "x y"); !errors.Is(err, dialectkit.ErrBadTableName) {
 		t.Fatalf("export bad table: %v", err)
 	}
 	if got := migrations.VersionTable("ops"); got != "ops_db_version" {
@@ -403,12 +404,12 @@ func TestBadInput(t *testing.T) {
 
 // Migrations honour the caller's context.
 func TestUpRespectsCancelledContext(t *testing.T) {
-	db, err := sql.Open("sqlite3", sqlite.DSN(filepath.Join(t.TempDir(), "c.db"), 0))
+	db, err := sql.Open("sqlite3", sqlitedialect.DSN(filepath.Join(t.TempDir(), "c.db"), 0))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	m, err := migrations.New(db, sqlite.New())
+	m, err := migrations.New(db, sqlitedialect.New())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -420,7 +421,7 @@ func TestUpRespectsCancelledContext(t *testing.T) {
 	// It stopped before the first migration: no table exists.
 	var n int
 	if err := db.QueryRow("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN (?, ?)",
-		dialects.DefaultTable, migrations.VersionTable(dialects.DefaultTable)).Scan(&n); err != nil || n != 0 {
+		dialectkit.DefaultTable, migrations.VersionTable(dialectkit.DefaultTable)).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("after Up with a cancelled context: %d tables, %v; want none", n, err)
 	}
 }

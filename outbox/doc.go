@@ -40,6 +40,6 @@
 // migration of each dialect's set (package migrations), and its
 // dead-message state the third, so that one `migrate up` creates the
 // ledger and its outbox together. Its SQL comes
-// from the dialect (dialects.Outboxer). The package imports no broker
+// from the dialect (dialectkit.Outboxer). The package imports no broker
 // client. See docs/beyond-the-transaction.md.
 package outbox

@@ -4,7 +4,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/dialectkit"
 	"github.com/opledger/opledger/internal/telemetry"
 )
 
@@ -24,7 +24,7 @@ func newRelayObserver(ob *Outbox, mp metric.MeterProvider) *relayObserver {
 		dead: telemetry.Inst(m.Int64Counter("opledger.outbox.dead", metric.WithUnit("{message}"),
 			metric.WithDescription("Messages set aside as undeliverable: each holds back the rest of its partition key until retried or discarded."))),
 		attrs: metric.WithAttributeSet(attribute.NewSet(
-			telemetry.DBSystemName.String(dialects.SystemNameOf(ob.d)),
+			telemetry.DBSystemName.String(dialectkit.SystemNameOf(ob.d)),
 			telemetry.DBCollectionName.String(ob.table),
 		)),
 	}

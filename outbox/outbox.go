@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/dialectkit"
 	"github.com/opledger/opledger/internal/options"
 	"github.com/opledger/opledger/ledger"
 )
@@ -55,9 +56,9 @@ var (
 	// of its own. The transaction is still usable.
 	ErrDuplicate = errors.New("outbox: the operation already enqueued a message with this name")
 	// ErrNoOutbox is returned (wrapped) by New for a dialect that has no
-	// outbox (it does not implement dialects.Outboxer, or its
+	// outbox (it does not implement dialectkit.Outboxer, or its
 	// OutboxQueries lack a statement the relay needs).
-	ErrNoOutbox = errors.New("outbox: the dialect has no outbox (dialects.Outboxer)")
+	ErrNoOutbox = errors.New("outbox: the dialect has no outbox (dialectkit.Outboxer)")
 	// ErrUndeliverable marks a message that the publisher can never
 	// deliver as it stands: Enqueue's error for a message the publisher's
 	// [Checker] refuses (an [*UndeliverableError], nothing written), and
@@ -143,7 +144,7 @@ type config struct {
 // (TableFor of the ledger table).
 func WithTable(name string) Option {
 	return Option{options.New("WithTable", func(c *config) error {
-		if err := dialects.CheckTableName(name); err != nil {
+		if err := dialectkit.CheckTableName(name); err != nil {
 			return err
 		}
 		c.table = name
@@ -182,7 +183,7 @@ func WithPublisherLimits(c Checker) Option {
 type Outbox struct {
 	d     dialects.Dialect
 	table string
-	q     dialects.OutboxQueries
+	q     dialectkit.OutboxQueries
 	now   func() time.Time
 	check Checker
 }
@@ -194,7 +195,7 @@ func New(d dialects.Dialect, opts ...Option) (*Outbox, error) {
 	if d == nil {
 		return nil, fmt.Errorf("%w: nil dialect", errConfig)
 	}
-	ob, ok := d.(dialects.Outboxer)
+	ob, ok := d.(dialectkit.Outboxer)
 	if !ok {
 		return nil, fmt.Errorf("%w: dialect %q", ErrNoOutbox, d.Name())
 	}
@@ -307,7 +308,7 @@ func EnqueueTx[TX any](ctx context.Context, o *Outbox, drv ledger.TxDriver[TX], 
 		if o.d.Classify(err) == dialects.ClassUniqueViolation {
 			return "", fmt.Errorf("%w: %q", ErrDuplicate, msg.Name)
 		}
-		return "", fmt.Errorf("outbox: enqueue: %w", dialects.Explain(o.d, err))
+		return "", fmt.Errorf("outbox: enqueue: %w", dialectkit.Explain(o.d, err))
 	}
 	if n != 1 {
 		return "", fmt.Errorf("%w: %q", ErrDuplicate, msg.Name)

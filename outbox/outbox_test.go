@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/dialectkit"
 	"github.com/opledger/opledger/internal/testkit/outboxtest"
 	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/ledger"
@@ -232,7 +233,7 @@ func TestHerdOneMessagePerKey(t *testing.T) {
 func TestRelay(t *testing.T) {
 	testdb.ForEachParallel(t, 12, func(t *testing.T, te *testdb.Env) {
 		relays := 3
-		if dialects.TraitsOf(te.Dialect).SerialWriters {
+		if dialectkit.TraitsOf(te.Dialect).SerialWriters {
 			relays = 1
 		}
 		b := &outboxtest.Broker{FailRate: 0.02, LoseAckRate: 0.02}
@@ -269,7 +270,7 @@ func TestRelayHoldsKeyOrder(t *testing.T) {
 		}
 		// Another relay holds the first message (key a): lock it as its
 		// batch would.
-		q := te.Dialect.(dialects.Outboxer).OutboxQueries(e.ob.Table())
+		q := te.Dialect.(dialectkit.Outboxer).OutboxQueries(e.ob.Table())
 		other, err := e.DB.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 		if err != nil {
 			t.Fatal(err)

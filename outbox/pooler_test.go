@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opledger/opledger/dialects/postgres"
+	"github.com/opledger/opledger/internal/pgdialect"
 	"github.com/opledger/opledger/internal/testkit/poolertest"
 	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/ledger"
@@ -22,7 +22,7 @@ import (
 func TestPgBouncerEnqueue(t *testing.T) {
 	t.Parallel()
 	p := poolertest.New(t)
-	d := postgres.New()
+	d := pgdialect.New()
 	ob, err := outbox.New(d, outbox.WithTable(outbox.TableFor(p.Table)))
 	if err != nil {
 		t.Fatal(err)

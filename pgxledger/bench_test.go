@@ -14,7 +14,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/opledger/opledger/dialects"
-	"github.com/opledger/opledger/dialects/postgres"
+	"github.com/opledger/opledger/internal/dialectkit"
+	"github.com/opledger/opledger/internal/pgdialect"
 	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/pgxledger"
@@ -193,13 +194,13 @@ type benchEnv struct {
 	table string
 	biz   string // the business INSERT
 	q     dialects.Queries
-	rq    dialects.RecordQueries
-	pq    dialects.PipelineQueries
+	rq    dialectkit.RecordQueries
+	pq    dialectkit.PipelineQueries
 }
 
 func newBenchEnv(b *testing.B, ctx context.Context, db *sql.DB, pool *pgxpool.Pool) *benchEnv {
 	b.Helper()
-	d := postgres.New()
+	d := pgdialect.New()
 	te := testdb.NewEnv(b, "postgres", d, db)
 	pq, _ := d.PipelineQueries(te.Table, 0)
 	return &benchEnv{ctx: ctx, db: db, pool: pool, table: te.Table, q: d.Queries(te.Table), rq: d.RecordQueries(te.Table), pq: pq,
@@ -261,7 +262,7 @@ func (e *benchEnv) sqlByhand() func(int64) error {
 }
 
 func (e *benchEnv) store(opts ...ledger.Option) *ledger.Store {
-	s, err := ledger.New(postgres.New(), append([]ledger.Option{ledger.WithTable(e.table)}, opts...)...)
+	s, err := ledger.New(pgdialect.New(), append([]ledger.Option{ledger.WithTable(e.table)}, opts...)...)
 	if err != nil {
 		panic(err) // the table name and options are the benchmark's own
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/stdlib"
 
-	"github.com/opledger/opledger/dialects/postgres"
+	"github.com/opledger/opledger/internal/pgdialect"
 	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/migrations"
 )
@@ -27,13 +27,13 @@ func TestMigrations(t *testing.T) {
 	var b [5]byte
 	_, _ = rand.Read(b[:])
 	table := "opl_pgxmig_" + hex.EncodeToString(b[:])
-	m, err := migrations.New(db, postgres.New(), migrations.WithTable(table))
+	m, err := migrations.New(db, pgdialect.New(), migrations.WithTable(table))
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The dialect's migrations: the ledger's, the outbox's and the
 	// outbox's dead state.
-	files, err := fs.Glob(postgres.New().Migrations().FS, "*.sql")
+	files, err := fs.Glob(pgdialect.New().Migrations().FS, "*.sql")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("the dialect's migrations: %v %v", files, err)
 	}
@@ -51,7 +51,7 @@ func TestMigrations(t *testing.T) {
 	if _, err := m.Down(ctx); err != nil {
 		t.Fatalf("down: %v", err)
 	}
-	if _, err := db.ExecContext(ctx, "DROP TABLE "+postgres.New().QuoteIdent(migrations.VersionTable(table))); err != nil {
+	if _, err := db.ExecContext(ctx, "DROP TABLE "+pgdialect.New().QuoteIdent(migrations.VersionTable(table))); err != nil {
 		t.Fatal(err)
 	}
 	if err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_tables WHERE tablename LIKE $1", table+"%").Scan(&n); err != nil || n != 0 {

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/opledger/opledger/dialects/postgres"
+	"github.com/opledger/opledger/internal/pgdialect"
 	"github.com/opledger/opledger/internal/testkit/poolertest"
 	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/ledger"
@@ -65,7 +65,7 @@ func sharing(t *testing.T, p *poolertest.Pooler) (*pgxpool.Pool, *pgxledger.Stor
 func TestPgBouncerStatementErrors(t *testing.T) {
 	t.Parallel()
 	p := poolertest.New(t)
-	d := postgres.New()
+	d := pgdialect.New()
 	q, rq := d.Queries(p.Table), d.RecordQueries(p.Table)
 	pq, _ := d.PipelineQueries(p.Table, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/dialects/postgres"
+	"github.com/opledger/opledger/internal/dialectkit"
 	"github.com/opledger/opledger/ledger"
 )
 
@@ -257,7 +258,7 @@ func (s *Store) Begin(ctx context.Context, pool *pgxpool.Pool, opts pgx.TxOption
 		// It prepares the Store's statements on a connection's first
 		// pipelined transaction: behind a transaction pooler another
 		// client's may be there already (42P05).
-		return nil, dialects.Explain(s.core.Dialect(), err)
+		return nil, dialectkit.Explain(s.core.Dialect(), err)
 	}
 	return tx, nil
 }

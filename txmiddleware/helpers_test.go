@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/dialectkit"
 	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/txmiddleware"
@@ -162,9 +163,9 @@ func (e *env) assertNothing(t testing.TB, key string) {
 
 // claimWaiters lists, per database family, SQL that counts the
 // transactions whose claim waits for a lock (one argument: the start of
-// the claim's statement), for a family whose dialects.Sessions view
+// the claim's statement), for a family whose dialectkit.Sessions view
 // undercounts a herd: MariaDB's INNODB_LOCK_WAITS, which
-// dialects.Sessions.BlockedBy reads, at times leaves out a few of 63
+// dialectkit.Sessions.BlockedBy reads, at times leaves out a few of 63
 // waits on one record for as long as they last (seen: 60 of 63 for 20
 // s), while INNODB_TRX lists every waiting transaction. Empty means
 // waitQueued's own way. TiDB has no INNODB_TRX: there the dialect's view
@@ -178,7 +179,7 @@ var claimWaiters = []struct{ family, query string }{
 // waitQueued waits until n other callers' claims are queued behind the
 // holder, the transaction that holds an identity (holder is its session
 // id, 0 where the dialect shows no sessions). Where the dialect
-// implements dialects.Sessions, that is when the database shows n
+// implements dialectkit.Sessions, that is when the database shows n
 // sessions waiting for the holder's locks, or, with a waiting query (see
 // claimWaiters), when it shows one session waiting for the holder and n
 // claims waiting. On a database with serial writers (SQLite), whose
@@ -189,7 +190,7 @@ var claimWaiters = []struct{ family, query string }{
 func (e *env) waitQueued(t testing.TB, holder int64, n int, done <-chan struct{}, waiting string) {
 	t.Helper()
 	count := func() (int, error) { return e.DB.Stats().InUse - 1, nil }
-	switch _, sessions := e.Dialect.(dialects.Sessions); {
+	switch _, sessions := e.Dialect.(dialectkit.Sessions); {
 	case sessions && waiting == "":
 		testdb.WaitBlocked(t, e.DB, e.Dialect, holder, n, done)
 		return
@@ -201,7 +202,7 @@ func (e *env) waitQueued(t testing.TB, holder int64, n int, done <-chan struct{}
 			err := e.DB.QueryRow(waiting, claim).Scan(&got)
 			return got, err
 		}
-	case !dialects.TraitsOf(e.Dialect).SerialWriters:
+	case !dialectkit.TraitsOf(e.Dialect).SerialWriters:
 		t.Fatalf("dialect %s neither shows sessions nor has serial writers: no way to see callers wait", e.Dialect.Name())
 	}
 	deadline := time.Now().Add(20 * time.Second)

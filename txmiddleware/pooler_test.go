@@ -14,7 +14,7 @@ import (
 	"github.com/lib/pq"
 
 	"github.com/opledger/opledger/dialects"
-	"github.com/opledger/opledger/dialects/postgres"
+	"github.com/opledger/opledger/internal/pgdialect"
 	"github.com/opledger/opledger/internal/testkit/poolertest"
 	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/ledger"
@@ -35,7 +35,7 @@ import (
 func TestPgBouncerRunnerPaths(t *testing.T) {
 	t.Parallel()
 	p := poolertest.New(t)
-	d := postgres.New()
+	d := pgdialect.New()
 	q, rq := d.Queries(p.Table), d.RecordQueries(p.Table)
 	obq := d.OutboxQueries(outbox.TableFor(p.Table))
 	ob, err := outbox.New(d, outbox.WithTable(outbox.TableFor(p.Table)))
@@ -154,7 +154,7 @@ func TestCommitPoolingError(t *testing.T) {
 						t.Fatalf("%v: the driver's *pq.Error is not reachable", err)
 					}
 				}
-				if !errors.Is(err, postgres.ErrStatementPooling) || !strings.Contains(err.Error(), "default_query_exec_mode=exec") ||
+				if !errors.Is(err, pgdialect.ErrStatementPooling) || !strings.Contains(err.Error(), "default_query_exec_mode=exec") ||
 					errors.Is(err, txmiddleware.ErrCommitUnknown) {
 					t.Fatalf("%v: want ErrStatementPooling naming default_query_exec_mode=exec, not ErrCommitUnknown", err)
 				}
@@ -192,7 +192,7 @@ func (acquiring) Lookup(context.Context, ledger.Querier, ledger.Identity) (*ledg
 	return nil, ledger.ErrNotFound
 }
 
-func (acquiring) Dialect() dialects.Dialect { return postgres.New() }
+func (acquiring) Dialect() dialects.Dialect { return pgdialect.New() }
 
 // commitFails is a database/sql connector whose transactions begin and
 // roll back, and whose COMMIT fails with err.

@@ -136,7 +136,7 @@ func TxFromContext(ctx context.Context) (*sql.Tx, bool) {
 // never sleeps past the context's deadline; past it the error matches
 // ledger.ErrRetryable. A panic in work rolls back and propagates.
 // Every error Run returns (and Lookup) passes through the dialect's
-// explanation (dialects.ErrorExplainer), whichever statement failed: the
+// explanation (dialectkit.ErrorExplainer), whichever statement failed: the
 // claim, the work's own and the outbox's, the completion or the record,
 // BEGIN and COMMIT. Behind a transaction pooler, a driver error caused by
 // prepared statements matches postgres.ErrStatementPooling and names the

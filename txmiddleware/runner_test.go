@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/dialectkit"
 	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/txmiddleware"
@@ -650,7 +651,7 @@ func (l dialectLedger) Dialect() dialects.Dialect { return l.d }
 
 // BoundsLockWait is the store's, for a dialect that can bound a claim.
 func (l dialectLedger) BoundsLockWait() bool {
-	_, ok := l.d.(dialects.StatementBounder)
+	_, ok := l.d.(dialectkit.StatementBounder)
 	return ok && l.Store.BoundsLockWait()
 }
 
@@ -765,7 +766,7 @@ func TestHerdWinnerRollsBack(t *testing.T) {
 		// callers+1: the test's own queries while every caller holds a
 		// connection.
 		forEachTarget(t, callers+1, func(t *testing.T, e *env) {
-			_, sessions := e.Dialect.(dialects.Sessions)
+			_, sessions := e.Dialect.(dialectkit.Sessions)
 			for _, level := range e.IsolationLevels() {
 				t.Run(level.String(), func(t *testing.T) {
 					var retries atomic.Int64
@@ -793,7 +794,7 @@ func TestHerdWinnerRollsBack(t *testing.T) {
 						if n == 1 {
 							var h holding
 							if sessions {
-								h.sid, h.err = e.Dialect.(dialects.Sessions).SessionID(ctx, tx)
+								h.sid, h.err = e.Dialect.(dialectkit.Sessions).SessionID(ctx, tx)
 							}
 							held <- h
 							<-release

@@ -14,7 +14,7 @@ import (
 
 	"github.com/opledger/opledger/conformance"
 	"github.com/opledger/opledger/dialects"
-	"github.com/opledger/opledger/dialects/sqlite"
+	"github.com/opledger/opledger/internal/sqlitedialect"
 	"github.com/opledger/opledger/internal/testkit/testdb"
 )
 
@@ -190,7 +190,7 @@ func TestConformancePostgres(t *testing.T) {
 // optimisticSQLite is SQLite with the TiDB dialect's refusal of an
 // optimistic transaction: what `opledger conformance` meets on TiDB with
 // tidb_txn_mode = 'optimistic' behind a DSN that does not set it.
-type optimisticSQLite struct{ sqlite.Dialect }
+type optimisticSQLite struct{ sqlitedialect.Dialect }
 
 func (optimisticSQLite) CheckTx(context.Context, *sql.Tx) error {
 	return fmt.Errorf("%w: TiDB runs this transaction optimistically (tidb_txn_mode = \"optimistic\"), checking the ledger's unique key only at COMMIT; set tidb_txn_mode = 'pessimistic'", dialects.ErrUnsuitableTx)
@@ -201,7 +201,7 @@ func (optimisticSQLite) CheckTx(context.Context, *sql.Tx) error {
 // "set-up:" and names the setting, and no case reported (it was 23 failed
 // cases on TiDB).
 func TestConformanceOptimisticIsSetUp(t *testing.T) {
-	db, err := sql.Open("sqlite3", sqlite.DSN(filepath.Join(t.TempDir(), "opt.db"), 0))
+	db, err := sql.Open("sqlite3", sqlitedialect.DSN(filepath.Join(t.TempDir(), "opt.db"), 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +289,7 @@ func TestConformanceJSONSetUpError(t *testing.T) {
 // leaves a table behind (the tables each case created before the failing
 // migration are dropped).
 func TestConformanceFailedSetUp(t *testing.T) {
-	db, err := sql.Open("sqlite3", sqlite.DSN(filepath.Join(t.TempDir(), "fail.db"), 5*time.Second))
+	db, err := sql.Open("sqlite3", sqlitedialect.DSN(filepath.Join(t.TempDir(), "fail.db"), 5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +297,7 @@ func TestConformanceFailedSetUp(t *testing.T) {
 	db.SetMaxOpenConns(8)
 	for _, asJSON := range []bool{false, true} {
 		var out, errb bytes.Buffer
-		tg := conformance.StoreTarget("sqlite:fail.db", db, testdb.FailingSchema(sqlite.New()))
+		tg := conformance.StoreTarget("sqlite:fail.db", db, testdb.FailingSchema(sqlitedialect.New()))
 		opts := []conformance.Option{conformance.WithConcurrency(4), conformance.WithKeys(2), conformance.WithCases("herd", "expiry")}
 		code := checkConformance(context.Background(), tg, opts, asJSON, &out, &errb)
 		if errs := errb.String(); code != 2 || !strings.HasPrefix(errs, "opledger conformance: set-up: create scratch table") ||
@@ -310,7 +310,7 @@ func TestConformanceFailedSetUp(t *testing.T) {
 				t.Errorf("JSON report: %+v", rep)
 			}
 		}
-		if left := testdb.TablesLike(t, db, sqlite.New(), "opl_conf_"); len(left) != 0 {
+		if left := testdb.TablesLike(t, db, sqlitedialect.New(), "opl_conf_"); len(left) != 0 {
 			t.Fatalf("json %v: the failed set-ups left %v behind", asJSON, left)
 		}
 	}

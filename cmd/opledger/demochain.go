@@ -11,9 +11,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/examples/payments"
 	"github.com/opledger/opledger/grpcint"
+	"github.com/opledger/opledger/internal/dialectkit"
 	"github.com/opledger/opledger/migrations"
 	"github.com/opledger/opledger/outbox"
 	"github.com/opledger/opledger/outbox/natsjs"
@@ -38,7 +38,7 @@ func eventsTarget(servers *natsServers) string {
 // server database, in its own tables of the same database.
 func setUpChain(ctx context.Context, sc *payments.Scenario, dsn, dir string, t target, run int64, to string, servers *natsServers, loss float64) (func(), error) {
 	fdsn, ledgerTable := dsn, fmt.Sprintf("opledger_demo_fraud_%d", run)
-	if dialects.TraitsOf(t.dialect).SerialWriters {
+	if dialectkit.TraitsOf(t.dialect).SerialWriters {
 		fdsn, ledgerTable = "sqlite:"+filepath.Join(dir, "fraud.db"), "opledger_operations"
 	}
 	fdb, ft, err := openDB(ctx, fdsn)
@@ -65,7 +65,7 @@ func setUpChain(ctx context.Context, sc *payments.Scenario, dsn, dir string, t t
 	cleanups = append(cleanups, func() {
 		c := context.WithoutCancel(ctx)
 		_ = payments.DropTable(c, fdb, ft.dialect, checks)
-		if !dialects.TraitsOf(t.dialect).SerialWriters {
+		if !dialectkit.TraitsOf(t.dialect).SerialWriters {
 			_, _ = m.Down(c)
 			_, _ = fdb.ExecContext(c, "DROP TABLE "+ft.dialect.QuoteIdent(migrations.VersionTable(ledgerTable)))
 		}

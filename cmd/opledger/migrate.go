@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/dialectkit"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/migrations"
 )
@@ -125,7 +126,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		}
 		return 0
 	}
-	if err := dialects.CheckTableName(*table); err != nil {
+	if err := dialectkit.CheckTableName(*table); err != nil {
 		return fail(stderr, "migrate", err) // before a SQLite file is created
 	}
 	open := openExisting // status and down read a ledger that is there
@@ -424,7 +425,7 @@ func listCommand(ctx context.Context, stdout, stderr io.Writer, dsn, table strin
 			return fail(stderr, "inspect", err)
 		}
 	}
-	if err := dialects.CheckTableName(table); err != nil {
+	if err := dialectkit.CheckTableName(table); err != nil {
 		return fail(stderr, "inspect", err)
 	}
 	db, t, err := openExisting(ctx, dsnFrom(dsn))

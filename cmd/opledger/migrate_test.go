@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opledger/opledger/dialects/sqlite"
 	"github.com/opledger/opledger/cmd/opledger/internal/chaos"
+	"github.com/opledger/opledger/internal/sqlitedialect"
 	"github.com/opledger/opledger/internal/testkit/testdb"
 )
 
@@ -41,7 +41,7 @@ func TestMigrateUpConcurrentProcesses(t *testing.T) {
 	}
 	// Every dialect has the same migrations: the ledger's, the outbox's
 	// and the outbox's dead state.
-	files, err := fs.Glob(sqlite.New().Migrations().FS, "*.sql")
+	files, err := fs.Glob(sqlitedialect.New().Migrations().FS, "*.sql")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("the SQLite dialect's migrations: %v %v", files, err)
 	}

@@ -10,7 +10,7 @@ import (
 	gomysql "github.com/go-sql-driver/mysql" // driver "mysql"
 
 	"github.com/opledger/opledger/dialects"
-	"github.com/opledger/opledger/dialects/mysql"
+	"github.com/opledger/opledger/internal/mysqldialect"
 )
 
 // init adds mysql:// (and mariadb://) DSNs:
@@ -52,7 +52,7 @@ func mysqlTarget(dsn string) (target, error) {
 	} else if pw, ok := driverDSN(dsn); ok {
 		candidates = append(candidates, pw)
 	}
-	cfg, err := mysql.Config(dsn)
+	cfg, err := mysqldialect.Config(dsn)
 	if err != nil {
 		// mysql.Config's errors never contain the password (it withholds
 		// a message holding a short one); scrubbing the longer ones again
@@ -66,7 +66,7 @@ func mysqlTarget(dsn string) (target, error) {
 		msg := target{secrets: long}.scrub(err.Error())
 		return target{}, fmt.Errorf("bad mysql %s: %s", form, msg)
 	}
-	t := target{driver: "mysql", dsn: cfg.FormatDSN(), dialect: mysql.SchemeDialect(dsn), display: mysql.Display(dsn)}
+	t := target{driver: "mysql", dsn: cfg.FormatDSN(), dialect: mysqldialect.SchemeDialect(dsn), display: mysqldialect.Display(dsn)}
 	if form != "URL" || scheme != "tidb" {
 		// The DSN does not name its server: ask it.
 		t.detect = detectTiDB(cfg)
@@ -93,7 +93,7 @@ func mysqlTarget(dsn string) (target, error) {
 // with what that dialect needs added (tidb_txn_mode = 'pessimistic').
 func detectTiDB(cfg *gomysql.Config) func(ctx context.Context, db *sql.DB) (dialects.Dialect, string, error) {
 	return func(ctx context.Context, db *sql.DB) (dialects.Dialect, string, error) {
-		d, err := mysql.Detect(ctx, db)
+		d, err := mysqldialect.Detect(ctx, db)
 		if err != nil {
 			return nil, "", err
 		}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/dialectkit"
 	"github.com/opledger/opledger/ledger"
 )
 
@@ -89,7 +90,7 @@ func readStats(ctx context.Context, db *sql.DB, d dialects.Dialect, table string
 		s.OldestPendingAt = time.UnixMicro(oldest.Int64).UTC()
 		s.OldestPendingAge = now.Sub(s.OldestPendingAt).Seconds()
 	}
-	if sz, ok := d.(dialects.Sizer); ok {
+	if sz, ok := d.(dialectkit.Sizer); ok {
 		ts, err := sz.TableSize(ctx, db, table)
 		if err != nil {
 			s.SizeUnavailable = oneLine(err)
@@ -100,7 +101,7 @@ func readStats(ctx context.Context, db *sql.DB, d dialects.Dialect, table string
 			}
 		}
 	} else {
-		s.SizeUnavailable = "the dialect cannot measure its tables (no dialects.Sizer)"
+		s.SizeUnavailable = "the dialect cannot measure its tables (no dialectkit.Sizer)"
 	}
 	return s, nil
 }
@@ -116,7 +117,7 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if fs.NArg() > 0 {
 		return fail(stderr, "stats", unexpectedArg(fs))
 	}
-	if err := dialects.CheckTableName(*table); err != nil {
+	if err := dialectkit.CheckTableName(*table); err != nil {
 		return fail(stderr, "stats", err)
 	}
 	db, t, err := openExisting(ctx, dsnFrom(*dsn))
@@ -343,7 +344,7 @@ func runEvict(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if *wait <= 0 {
 		return fail(stderr, "evict", errors.New("--wait must be positive"))
 	}
-	if err := dialects.CheckTableName(*table); err != nil {
+	if err := dialectkit.CheckTableName(*table); err != nil {
 		return fail(stderr, "evict", err)
 	}
 	id, err := ledger.NewIdentity(*caller, *method, *key)

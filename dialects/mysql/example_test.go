@@ -88,7 +88,7 @@ func ExampleDetect() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if d.Configure(cfg) { // TiDB: tidb_txn_mode = 'pessimistic' on every connection
+	if mysql.Configure(d, cfg) { // TiDB: tidb_txn_mode = 'pessimistic' on every connection
 		db.Close()
 		if db, err = sql.Open("mysql", cfg.FormatDSN()); err != nil {
 			log.Fatal(err)

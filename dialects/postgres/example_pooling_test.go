@@ -13,13 +13,13 @@ import (
 // Behind PgBouncer in transaction mode, pgx needs
 // default_query_exec_mode=exec (lib/pq: binary_parameters=yes) in its DSN;
 // CheckPooling tells when a DSN lacks it.
-func ExampleDialect_CheckPooling() {
+func ExampleCheckPooling() {
 	db, err := sql.Open("pgx", "postgres://app@pgbouncer.internal:6432/app?default_query_exec_mode=exec")
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer db.Close()
-	err = postgres.New().CheckPooling(context.Background(), db)
+	err = postgres.CheckPooling(context.Background(), db)
 	if errors.Is(err, postgres.ErrStatementPooling) {
 		log.Fatal(err) // the message names the setting to add
 	}

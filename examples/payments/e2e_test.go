@@ -6,10 +6,10 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/dialects"
-	"github.com/opledger/opledger/dialects/sqlite"
 	"github.com/opledger/opledger/examples/payments"
 	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
+	"github.com/opledger/opledger/internal/sqlitedialect"
 	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/policy"
 	"github.com/opledger/opledger/policy/serviceconfig"
@@ -214,7 +214,7 @@ func TestOutageAmplification(t *testing.T) {
 // brokenReplay is SQLite with a read-back after a conflict that fails, as
 // the InnoDB dialect's LOCK IN SHARE MODE fails on TiDB: every claim of a
 // committed key errors instead of replaying.
-type brokenReplay struct{ sqlite.Dialect }
+type brokenReplay struct{ sqlitedialect.Dialect }
 
 func (d brokenReplay) Queries(table string) dialects.Queries {
 	q := d.Dialect.Queries(table)
@@ -228,7 +228,7 @@ func (d brokenReplay) Queries(table string) dialects.Queries {
 func TestResendCatchesBrokenReplay(t *testing.T) {
 	tg := testdb.Targets()[0]
 	sc := scenario(t, tg, 40)
-	sc.Dialect = brokenReplay{sqlite.New()}
+	sc.Dialect = brokenReplay{sqlitedialect.New()}
 	sc.Resends = 10
 	sc.ClientOptions = []grpcint.ClientOption{grpcint.WithMaxAttempts(2),
 		grpcint.WithBackoff(policy.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond})}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/grpcint"
+	"github.com/opledger/opledger/internal/dialectkit"
 	"github.com/opledger/opledger/internal/wait"
 	"github.com/opledger/opledger/txmiddleware"
 )
@@ -46,7 +47,7 @@ type FaultSettings struct {
 	DelayFor time.Duration
 	// FailTransaction fails the service's transaction after its handler
 	// ran (and, in the chain, after the fraud check committed), before
-	// COMMIT: on a database with dialects.Sessions its connection is
+	// COMMIT: on a database with dialectkit.Sessions its connection is
 	// killed; elsewhere (SQLite) the handler returns a serialization
 	// failure. Either way the kit runs the transaction again. It needs
 	// TxInterceptor chained after the kit's server interceptor.
@@ -275,7 +276,7 @@ func (f *Faults) LoseAnswer() bool {
 // server interceptor, so that it runs inside the call's transaction. db
 // is the pool of that transaction, d its dialect.
 func (f *Faults) TxInterceptor(db *sql.DB, d dialects.Dialect) grpc.UnaryServerInterceptor {
-	sessions, canKill := d.(dialects.Sessions)
+	sessions, canKill := d.(dialectkit.Sessions)
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		resp, err := handler(ctx, req)
 		tx, ok := txmiddleware.TxFromContext(ctx)

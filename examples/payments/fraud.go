@@ -12,6 +12,7 @@ import (
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
+	"github.com/opledger/opledger/internal/dialectkit"
 	"github.com/opledger/opledger/policy"
 	"github.com/opledger/opledger/txmiddleware"
 )
@@ -40,7 +41,7 @@ func NewFraudService(d dialects.Dialect, table string) (*FraudService, error) {
 	if d == nil {
 		return nil, errors.New("payments: nil dialect")
 	}
-	if err := dialects.CheckTableName(table); err != nil {
+	if err := dialectkit.CheckTableName(table); err != nil {
 		return nil, err
 	}
 	ph := d.Placeholder
@@ -52,7 +53,7 @@ func NewFraudService(d dialects.Dialect, table string) (*FraudService, error) {
 // Like the transfers table it has no unique constraint on the reference:
 // the ledger is what keeps a check from being recorded twice.
 func CreateFraudTable(ctx context.Context, db *sql.DB, d dialects.Dialect, table string) error {
-	if err := dialects.CheckTableName(table); err != nil {
+	if err := dialectkit.CheckTableName(table); err != nil {
 		return err
 	}
 	_, err := db.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS "+d.QuoteIdent(table)+

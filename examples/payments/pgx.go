@@ -68,8 +68,7 @@ func pgxStore(ledgerTable string, opts []ledger.Option) (*pgxledger.Store, error
 }
 
 // isPostgres reports whether d is the PostgreSQL dialect (what the pgx
-// path needs).
+// path needs). Dialects are comparable values.
 func isPostgres(d dialects.Dialect) bool {
-	_, ok := d.(postgres.Dialect)
-	return ok
+	return d == postgres.New()
 }

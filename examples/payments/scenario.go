@@ -21,6 +21,7 @@ import (
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
+	"github.com/opledger/opledger/internal/dialectkit"
 	"github.com/opledger/opledger/internal/harness/answers"
 	"github.com/opledger/opledger/internal/wait"
 	"github.com/opledger/opledger/keyed"
@@ -331,7 +332,7 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 	}
 	if sc.LockWait <= 0 {
 		sc.LockWait = 2 * time.Second
-		if dialects.TraitsOf(sc.Dialect).SerialWriters {
+		if dialectkit.TraitsOf(sc.Dialect).SerialWriters {
 			sc.LockWait = 10 * time.Second
 		}
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/examples/payments/paymentspb"
+	"github.com/opledger/opledger/internal/dialectkit"
 	"github.com/opledger/opledger/internal/options"
 	"github.com/opledger/opledger/outbox"
 	"github.com/opledger/opledger/pgxledger"
@@ -97,7 +98,7 @@ func NewService(db *sql.DB, d dialects.Dialect, table string, opts ...ServiceOpt
 	if db == nil || d == nil {
 		return nil, errors.New("payments: database and dialect must not be nil")
 	}
-	if err := dialects.CheckTableName(table); err != nil {
+	if err := dialectkit.CheckTableName(table); err != nil {
 		return nil, err
 	}
 	q := d.QuoteIdent(table)
@@ -122,7 +123,7 @@ func (s *Service) Table() string { return s.table }
 // retried transfer from being recorded twice, and the demo counts rows per
 // reference to prove it.
 func CreateTable(ctx context.Context, db *sql.DB, d dialects.Dialect, table string) error {
-	if err := dialects.CheckTableName(table); err != nil {
+	if err := dialectkit.CheckTableName(table); err != nil {
 		return err
 	}
 	_, err := db.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS "+d.QuoteIdent(table)+
@@ -133,7 +134,7 @@ func CreateTable(ctx context.Context, db *sql.DB, d dialects.Dialect, table stri
 
 // DropTable drops the business table.
 func DropTable(ctx context.Context, db *sql.DB, d dialects.Dialect, table string) error {
-	if err := dialects.CheckTableName(table); err != nil {
+	if err := dialectkit.CheckTableName(table); err != nil {
 		return err
 	}
 	_, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+d.QuoteIdent(table))

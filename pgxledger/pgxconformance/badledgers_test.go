@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/opledger/opledger/conformance"
-	"github.com/opledger/opledger/dialects/postgres"
+	"github.com/opledger/opledger/internal/pgdialect"
 	"github.com/opledger/opledger/internal/testkit/badledgers"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/pgxledger"
@@ -99,7 +99,7 @@ func (l lenientRecorder) RecordCommit(ctx context.Context, tx pgx.Tx, req ledger
 		resp = []byte{}
 	}
 	idb := req.Identity.ID()
-	tag, err := tx.Exec(ctx, postgres.New().RecordQueries(l.b.Table).Insert,
+	tag, err := tx.Exec(ctx, pgdialect.New().RecordQueries(l.b.Table).Insert,
 		idb[:], req.Identity.Caller(), req.Identity.Method(), req.Fingerprint[:], int64(r.Code), resp, r.TypeName, created, created, expires)
 	if err != nil {
 		return nil, l.b.Fail("record", err)
@@ -121,7 +121,7 @@ func (l lenientRecorder) RecordCommit(ctx context.Context, tx pgx.Tx, req ledger
 // pool.
 func badTarget(pool *pgxpool.Pool, db *sql.DB, kind string) conformance.Target {
 	return pgxconformance.TargetFor("postgres/pgx-native/"+kind, pool, db, func(cfg conformance.LedgerConfig) (conformance.TxLedger[pgx.Tx], error) {
-		b, err := badledgers.New[pgx.Tx](postgres.New(), pgxledger.Driver{}, pgxconformance.Driver{Pool: pool}, cfg)
+		b, err := badledgers.New[pgx.Tx](pgdialect.New(), pgxledger.Driver{}, pgxconformance.Driver{Pool: pool}, cfg)
 		if err != nil {
 			return nil, err
 		}

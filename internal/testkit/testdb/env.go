@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/dialectkit"
 )
 
 // Env is one target opened for a test: a pool, a freshly migrated ledger
@@ -92,9 +93,9 @@ func (e *Env) BizRows(t testing.TB, key string) int {
 }
 
 // IsolationLevels lists the levels the dialect is tested under: those of
-// its dialects.Traits.
+// its dialectkit.Traits.
 func (e *Env) IsolationLevels() []sql.IsolationLevel {
-	return dialects.TraitsOf(e.Dialect).IsolationLevels
+	return dialectkit.TraitsOf(e.Dialect).IsolationLevels
 }
 
 // Keys is the herd's key count for a conformance test: full, 10 with

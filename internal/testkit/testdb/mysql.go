@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/dialects"
-	"github.com/opledger/opledger/dialects/mysql"
+	"github.com/opledger/opledger/internal/mysqldialect"
 )
 
 // WaitUserLock waits until MySQL shows session id waiting for a named lock
@@ -43,26 +43,26 @@ func WaitUserLock(t testing.TB, db *sql.DB, id int64, done <-chan struct{}) {
 // mysqlServer is the dialect of the server behind EnvMySQL, asked once
 // per test binary (mysql.Detect): mysql.NewTiDB() for TiDB, mysql.New()
 // for MySQL and MariaDB, and mysql.New() when the variable is not set.
-var mysqlServer = sync.OnceValues(func() (mysql.Dialect, error) {
+var mysqlServer = sync.OnceValues(func() (mysqldialect.Dialect, error) {
 	raw := os.Getenv(EnvMySQL)
 	if raw == "" {
-		return mysql.New(), nil
+		return mysqldialect.New(), nil
 	}
-	cfg, err := mysql.Config(raw)
+	cfg, err := mysqldialect.Config(raw)
 	if err != nil {
-		return mysql.New(), fmt.Errorf("%s: %w", EnvMySQL, err)
+		return mysqldialect.New(), fmt.Errorf("%s: %w", EnvMySQL, err)
 	}
 	db, err := sql.Open("mysql", cfg.FormatDSN())
 	if err != nil {
-		return mysql.New(), err
+		return mysqldialect.New(), err
 	}
 	defer db.Close()
 	db.SetMaxOpenConns(1)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	d, err := mysql.Detect(ctx, db)
+	d, err := mysqldialect.Detect(ctx, db)
 	if err != nil {
-		return mysql.New(), fmt.Errorf("%s: %w", EnvMySQL, err)
+		return mysqldialect.New(), fmt.Errorf("%s: %w", EnvMySQL, err)
 	}
 	return d, nil
 })
@@ -71,7 +71,7 @@ var mysqlServer = sync.OnceValues(func() (mysql.Dialect, error) {
 // mysql.Detect finds it (once per test binary): mysql.NewTiDB() on TiDB,
 // mysql.New() on MySQL and MariaDB. It skips t like the target when
 // EnvMySQL is not set, and fails it when the server cannot be asked.
-func MySQLDialect(t testing.TB) mysql.Dialect {
+func MySQLDialect(t testing.TB) mysqldialect.Dialect {
 	t.Helper()
 	if os.Getenv(EnvMySQL) == "" {
 		Skip(t, EnvMySQL)
@@ -85,7 +85,7 @@ func MySQLDialect(t testing.TB) mysql.Dialect {
 
 // TiDB reports whether d is the TiDB variant of the MySQL dialect.
 func TiDB(d dialects.Dialect) bool {
-	m, ok := d.(mysql.Dialect)
+	m, ok := d.(mysqldialect.Dialect)
 	return ok && m.TiDB()
 }
 

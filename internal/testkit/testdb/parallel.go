@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/dialectkit"
 )
 
 // Parallel marks t as a parallel test (t.Parallel) and then reserves n
@@ -97,11 +98,11 @@ func ScratchTable(t testing.TB, db *sql.DB, d dialects.Dialect, columns string) 
 
 // AwaitBlocked is [WaitBlocked] for goroutines other than the test's: it
 // returns an error instead of failing the test, after timeout or when ctx
-// ends. d must implement dialects.Sessions.
+// ends. d must implement dialectkit.Sessions.
 func AwaitBlocked(ctx context.Context, db *sql.DB, d dialects.Dialect, holder int64, n int, timeout time.Duration) error {
-	ss, ok := d.(dialects.Sessions)
+	ss, ok := d.(dialectkit.Sessions)
 	if !ok {
-		return fmt.Errorf("dialect %s shows no sessions (dialects.Sessions)", d.Name())
+		return fmt.Errorf("dialect %s shows no sessions (dialectkit.Sessions)", d.Name())
 	}
 	deadline := time.Now().Add(timeout)
 	for {
@@ -125,7 +126,7 @@ func AwaitBlocked(ctx context.Context, db *sql.DB, d dialects.Dialect, holder in
 
 // ConnSessionID returns the database's id of conn's session (through a
 // transaction that is rolled back again). d must implement
-// dialects.Sessions.
+// dialectkit.Sessions.
 func ConnSessionID(t testing.TB, d dialects.Dialect, conn *sql.Conn) int64 {
 	t.Helper()
 	tx, err := conn.BeginTx(context.Background(), nil)

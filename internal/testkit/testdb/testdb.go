@@ -30,9 +30,9 @@ import (
 	_ "github.com/mattn/go-sqlite3"          // driver "sqlite3"
 
 	"github.com/opledger/opledger/dialects"
-	"github.com/opledger/opledger/dialects/mysql"
 	"github.com/opledger/opledger/dialects/postgres"
 	"github.com/opledger/opledger/dialects/sqlite"
+	"github.com/opledger/opledger/internal/mysqldialect"
 	"github.com/opledger/opledger/migrations"
 )
 
@@ -98,7 +98,7 @@ func Targets() []Target {
 // mysqlTargetDialect is the MySQL target's dialect: the detected server's
 // (see MySQLDialect), or mysql.New() when it cannot be asked, in which
 // case the target's Open fails with the reason.
-func mysqlTargetDialect() mysql.Dialect {
+func mysqlTargetDialect() mysqldialect.Dialect {
 	d, _ := mysqlServer()
 	return d
 }
@@ -158,7 +158,7 @@ func openMySQL(configure func(*gomysql.Config)) func(testing.TB, int, *Counter) 
 		if raw == "" {
 			Skip(t, EnvMySQL)
 		}
-		cfg, err := mysql.Config(raw)
+		cfg, err := mysqldialect.Config(raw)
 		if err != nil {
 			t.Fatalf("%s: %v", EnvMySQL, err)
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/dialectkit"
 	"github.com/opledger/opledger/ledger"
 )
 
@@ -38,11 +39,11 @@ func WaitIdle(t testing.TB, db *sql.DB) {
 // Sessions returns d's view of sessions, skipping the test when d has
 // none (SQLite: a wait for the write lock happens in a busy handler that
 // no view shows).
-func Sessions(t testing.TB, d dialects.Dialect) dialects.Sessions {
+func Sessions(t testing.TB, d dialects.Dialect) dialectkit.Sessions {
 	t.Helper()
-	ss, ok := d.(dialects.Sessions)
+	ss, ok := d.(dialectkit.Sessions)
 	if !ok {
-		t.Skipf("dialect %s shows no sessions (dialects.Sessions)", d.Name())
+		t.Skipf("dialect %s shows no sessions (dialectkit.Sessions)", d.Name())
 	}
 	return ss
 }

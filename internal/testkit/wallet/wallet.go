@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/dialectkit"
 	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
 	"github.com/opledger/opledger/pgxledger"
 	"github.com/opledger/opledger/policy"
@@ -54,7 +55,7 @@ func NewService(db *sql.DB, d dialects.Dialect, table string) (*Service, error) 
 	if db == nil || d == nil {
 		return nil, errors.New("wallet: nil database or dialect")
 	}
-	if err := dialects.CheckTableName(table); err != nil {
+	if err := dialectkit.CheckTableName(table); err != nil {
 		return nil, err
 	}
 	q, p := d.QuoteIdent(table), d.Placeholder
@@ -69,7 +70,7 @@ func NewService(db *sql.DB, d dialects.Dialect, table string) (*Service, error) 
 // keeps a retried deposit from being made twice, and the tests count the
 // rows of a reference to see it.
 func CreateTable(ctx context.Context, db *sql.DB, d dialects.Dialect, table string) error {
-	if err := dialects.CheckTableName(table); err != nil {
+	if err := dialectkit.CheckTableName(table); err != nil {
 		return err
 	}
 	_, err := db.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS "+d.QuoteIdent(table)+
@@ -79,7 +80,7 @@ func CreateTable(ctx context.Context, db *sql.DB, d dialects.Dialect, table stri
 
 // DropTable drops the deposits table.
 func DropTable(ctx context.Context, db *sql.DB, d dialects.Dialect, table string) error {
-	if err := dialects.CheckTableName(table); err != nil {
+	if err := dialectkit.CheckTableName(table); err != nil {
 		return err
 	}
 	_, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+d.QuoteIdent(table))

@@ -14,12 +14,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/opledger/opledger/cmd/opledger/internal/timeline"
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/dialects/postgres"
 	"github.com/opledger/opledger/examples/payments"
 	"github.com/opledger/opledger/examples/payments/paymentspb"
+	"github.com/opledger/opledger/internal/dialectkit"
 	"github.com/opledger/opledger/internal/harness/faultproxy"
-	"github.com/opledger/opledger/cmd/opledger/internal/timeline"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/migrations"
 )
@@ -133,7 +134,7 @@ func (r *run) prepare(ctx context.Context) error {
 	}
 	if r.s.Concurrency == 0 {
 		r.s.Concurrency = 32
-		if dialects.TraitsOf(d).SerialWriters {
+		if dialectkit.TraitsOf(d).SerialWriters {
 			r.s.Concurrency = 8
 		}
 	}
@@ -209,7 +210,7 @@ func (r *run) startReplicas(ctx context.Context) error {
 // database with serial writers.
 func (r *run) replicaSettings(vias []string) ReplicaSettings {
 	lockWait, maxConns := 2*time.Second, 16
-	if dialects.TraitsOf(r.dialect).SerialWriters {
+	if dialectkit.TraitsOf(r.dialect).SerialWriters {
 		lockWait, maxConns = 10*time.Second, 4
 	}
 	return ReplicaSettings{DSN: r.db.replicaDSN(vias), Table: r.table, LockWait: lockWait, MaxConns: maxConns,

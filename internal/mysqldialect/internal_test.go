@@ -1,0 +1,149 @@
+package mysqldialect
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
+
+	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/dialectkit"
+)
+
+func TestLockWaitSeconds(t *testing.T) {
+	cases := map[time.Duration]int64{
+		time.Nanosecond:                        1,
+		300 * time.Millisecond:                 1,
+		time.Second:                            1,
+		time.Second + time.Millisecond:         2,
+		90 * time.Second:                       90,
+		1 << 62:                                1073741824,
+		maxLockWaitSeconds * time.Second:       maxLockWaitSeconds,
+		(maxLockWaitSeconds + 1) * time.Second: maxLockWaitSeconds,
+	}
+	for d, want := range cases {
+		if got := lockWaitSeconds(d); got != want {
+			t.Errorf("lockWaitSeconds(%v) = %d, want %d", d, got, want)
+		}
+	}
+}
+
+// TestMigrationLockName: the named lock is the kit's ("opledger:" and the
+// table), within MySQL's 64 characters for every valid table name.
+func TestMigrationLockName(t *testing.T) {
+	if got := newMySQLLocker("ops").name; got != "opledger:ops" {
+		t.Fatalf("lock name %q", got)
+	}
+	long := strings.Repeat("a", dialectkit.MaxTableNameLen)
+	if n := len(newMySQLLocker(long).name); n > 64 {
+		t.Fatalf("lock name of %d characters for a %d-byte table", n, len(long))
+	}
+	if l, ok := New().Migrations().Lock("ops").(mysqlLocker); !ok || l != newMySQLLocker("ops") || l.timeout != mysqlLockTimeout {
+		t.Fatalf("Migrations().Lock returns %#v", New().Migrations().Lock("ops"))
+	}
+}
+
+// TestTiDBTxnVerdict: CheckTx's decision from the two session variables,
+// as TiDB answers them (booleans as ON/OFF or 1/0).
+func TestTiDBTxnVerdict(t *testing.T) {
+	for _, c := range []struct {
+		mode, inPlace string
+		ok            bool
+		names         string // what the refusal must name
+	}{
+		{"pessimistic", "ON", true, ""},
+		{"pessimistic", "1", true, ""},
+		{"PESSIMISTIC", "on", true, ""},
+		{"optimistic", "ON", false, "tidb_txn_mode = 'pessimistic'"},
+		{"", "ON", false, "tidb_txn_mode = 'pessimistic'"},
+		{"pessimistic", "OFF", false, "tidb_constraint_check_in_place_pessimistic"},
+		{"pessimistic", "0", false, "set it to ON"},
+		{"pessimistic", "", false, "tidb_constraint_check_in_place_pessimistic"},
+	} {
+		err := tidbTxnVerdict(c.mode, c.inPlace)
+		if c.ok {
+			if err != nil {
+				t.Errorf("%q/%q: %v", c.mode, c.inPlace, err)
+			}
+			continue
+		}
+		if !errors.Is(err, dialects.ErrUnsuitableTx) || !strings.Contains(err.Error(), c.names) {
+			t.Errorf("%q/%q: %v, want ErrUnsuitableTx naming %q", c.mode, c.inPlace, err, c.names)
+		}
+	}
+}
+
+// TestTiDBSessionSQL: BeginBounded's SET on TiDB bounds the wait within
+// TiDB's range and forces pessimistic mode; only plain words go back
+// between quotes.
+func TestTiDBSessionSQL(t *testing.T) {
+	for d, want := range map[time.Duration]int64{time.Millisecond: 1, 1500 * time.Millisecond: 2, time.Hour: 3600, 2 * time.Hour: 3600} {
+		if got := tidbLockWaitSeconds(d); got != want {
+			t.Errorf("tidbLockWaitSeconds(%v) = %d, want %d", d, got, want)
+		}
+	}
+	for s, ok := range map[string]bool{"pessimistic": true, "optimistic": true, "": true, "x'y": false, "A": false, "opt mistic": false} {
+		if isPlainWord(s) != ok {
+			t.Errorf("isPlainWord(%q) = %v", s, !ok)
+		}
+	}
+}
+
+// TestMigrationLockRetries: the migration lock asks GET_LOCK again after a
+// transient lock error (TiDB's "pessimistic lock retry limit reached"
+// under contention, which arrives instead of 0), within its bound; any
+// other error ends it at once; a bound that passes with the error still
+// coming names it. (The GET_LOCK itself, waiting, granted and timed out,
+// runs against MariaDB in TestMigrationLock.)
+func TestMigrationLockRetries(t *testing.T) {
+	retryLimit := &gomysql.MySQLError{Number: 1105, Message: "pessimistic lock retry limit reached"}
+	copy(retryLimit.SQLState[:], "HY000")
+	if !lockContention(retryLimit) || !lockContention(fmt.Errorf("x: %w", retryLimit)) {
+		t.Fatal("TiDB's lock retry limit is not a lock conflict")
+	}
+	for _, err := range []error{
+		&gomysql.MySQLError{Number: 1105, Message: "some other unknown error"},
+		&gomysql.MySQLError{Number: 1064, Message: "syntax"},
+		errors.New("plain"), context.Canceled,
+	} {
+		if lockContention(err) {
+			t.Errorf("%v read as a lock conflict", err)
+		}
+	}
+	script := func(answers ...any) func(context.Context) (sql.NullInt64, error) {
+		return func(context.Context) (sql.NullInt64, error) {
+			a := answers[0]
+			if len(answers) > 1 {
+				answers = answers[1:]
+			}
+			if err, ok := a.(error); ok {
+				return sql.NullInt64{}, err
+			}
+			return sql.NullInt64{Int64: int64(a.(int)), Valid: true}, nil
+		}
+	}
+	l := newMySQLLocker("ops")
+	ctx := context.Background()
+	if err := l.wait(ctx, script(retryLimit, 0, retryLimit, retryLimit, 1)); err != nil {
+		t.Fatalf("granted after transient errors and a timed-out wait: %v", err)
+	}
+	other := &gomysql.MySQLError{Number: 1142, Message: "command denied"}
+	if err := l.wait(ctx, script(retryLimit, other, 1)); !errors.As(err, new(*gomysql.MySQLError)) || !strings.Contains(err.Error(), "denied") {
+		t.Fatalf("another error: %v, want it returned", err)
+	}
+	l.timeout = 200 * time.Millisecond
+	if err := l.wait(ctx, script(retryLimit)); err == nil || !strings.Contains(err.Error(), "not granted within") || !strings.Contains(err.Error(), "retry limit") {
+		t.Fatalf("the error until the bound: %v", err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	l.timeout = time.Hour
+	if err := l.wait(cctx, script(retryLimit)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the error until the context ends: %v", err)
+	}
+}
