@@ -15,7 +15,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/reflect/protodesc"
+	"google.golang.org/protobuf/types/descriptorpb"
 
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/internal/dialectkit"
@@ -32,11 +33,9 @@ const DefaultTable = "wallet_deposits"
 // descriptor (GetDeposit is NO_SIDE_EFFECTS there), with Deposit marked
 // as a keyed mutation backed by a durable ledger.
 func Catalog() (*policy.Catalog, error) {
-	files := new(protoregistry.Files)
-	if err := files.RegisterFile(walletpb.File_wallet_proto); err != nil {
-		return nil, err
-	}
-	c, err := policy.CatalogFromFiles(files)
+	c, err := policy.CatalogFromDescriptorSet(&descriptorpb.FileDescriptorSet{
+		File: []*descriptorpb.FileDescriptorProto{protodesc.ToFileDescriptorProto(walletpb.File_wallet_proto)},
+	})
 	if err != nil {
 		return nil, err
 	}
