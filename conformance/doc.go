@@ -15,21 +15,21 @@
 //
 // The suite never looks at a dialect's name. A Target whose Capabilities
 // is nil gets [DefaultCapabilities] of its dialect, found through the
-// dialect's optional interfaces: the isolation levels of its
-// [dialectkit.Traits] ([dialectkit.Described]; the default level only without
-// it), KillConnections when it implements [dialectkit.Sessions], and the
-// bounded lock wait of the in-progress case from [dialects.LockWaiter]. A
-// dialect written outside the kit, for example one that embeds
-// postgres.Dialect under another name, therefore gets every case its
-// database supports; a dialect with none of the optional interfaces runs
-// the cases it can and skips the others with the reason.
+// dialect's optional interfaces: the isolation levels of the kit's own
+// dialects (the default level only for others), KillConnections for the
+// kit's own dialects that can kill a session, and the bounded lock wait of
+// the in-progress case from [dialects.LockWaiter]. A dialect written
+// outside the kit, for example one that wraps postgres.New() under another
+// name, gets the in-progress case and names its database's isolation
+// levels in Capabilities.Levels; a dialect with none of the optional
+// interfaces runs the cases it can and skips the others with the reason.
 //
 // # Waiting on the database
 //
 // Several cases hold a claim open and need the other claimants blocked
 // behind it before they commit, roll back or kill the holder. Where the
-// dialect implements [dialectkit.Sessions] (and its database does not have
-// [dialectkit.Traits] SerialWriters), the suite asks the database who waits
+// dialect shows its sessions (the kit's PostgreSQL and MySQL dialects; not
+// SQLite, whose writers are serial), the suite asks the database who waits
 // for the holder's session (PostgreSQL pg_blocking_pids, MariaDB
 // INNODB_LOCK_WAITS, MySQL 8 performance_schema.data_lock_waits) and goes
 // on as soon as every claimant is shown waiting; a claimant that has not

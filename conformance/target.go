@@ -160,11 +160,11 @@ func StoreTarget(name string, db *sql.DB, d dialects.Dialect, opts ...ledger.Opt
 
 // DefaultCapabilities returns what the suite assumes of a database from
 // its dialect's optional interfaces, never from its name: the isolation
-// levels of its [dialectkit.Traits] (see [dialectkit.TraitsOf]; the kit's
-// PostgreSQL dialect: READ COMMITTED, REPEATABLE READ, SERIALIZABLE; MySQL:
-// REPEATABLE READ, READ COMMITTED; without [dialectkit.Described], the
-// default level only) and KillConnections when the dialect implements
-// [dialectkit.Sessions]. BeginBounded is left nil, so that the in-progress
+// levels the kit's own dialects declare (PostgreSQL: READ COMMITTED,
+// REPEATABLE READ, SERIALIZABLE; MySQL: REPEATABLE READ, READ COMMITTED;
+// SQLite and a dialect of another module: the default level only) and
+// KillConnections for the kit's own dialects that can kill a session
+// (PostgreSQL, MySQL). BeginBounded is left nil, so that the in-progress
 // case uses the dialect's [dialects.LockWaiter], or skips without one.
 func DefaultCapabilities(d dialects.Dialect) Capabilities {
 	if d == nil {

@@ -10,7 +10,8 @@ type Dialect interface {
 	// Name is the dialect's short name ("postgres", "sqlite", "mysql"),
 	// for reports and error messages only.
 	Name() string
-	// QuoteIdent quotes a validated identifier (see [CheckTableName]).
+	// QuoteIdent quotes a validated identifier (a letter or underscore,
+	// then letters, digits or underscores, at most 48 bytes).
 	QuoteIdent(name string) string
 	// Placeholder returns the SQL text of the n-th bind parameter of a
 	// statement, counting from 1: "$1" for PostgreSQL, "?" for MySQL and

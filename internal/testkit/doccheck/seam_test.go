@@ -11,7 +11,8 @@ import (
 
 // notOptional are the exported interfaces of package dialects that are
 // not optional interfaces of a dialect: the seam itself, and the lock a
-// Schema's migrations hand to goose.
+// Schema's migrations hand to goose. (The kit's further optional
+// interfaces are internal/dialectkit's, whose package doc lists them.)
 var notOptional = map[string]bool{"Dialect": true, "SessionLocker": true}
 
 // TestDialectsDocListsEveryOptionalInterface: the package doc of dialects
