@@ -101,7 +101,7 @@ func configOutput(dsn string) string {
 // not a leak: it is told apart by the same DSN with a placeholder
 // password.
 //
-//	go test -run '^$' -fuzz '^FuzzConfigPassword$' -fuzztime 30s ./dialects/mysql/
+//	go test -run '^$' -fuzz '^FuzzConfigPassword$' -fuzztime 30s ./internal/mysqldialect/
 func FuzzConfigPassword(f *testing.F) {
 	const pw = "s3cr3tpw"
 	for _, s := range []struct {

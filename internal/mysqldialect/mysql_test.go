@@ -146,7 +146,7 @@ func TestExplainTiDBServer(t *testing.T) {
 	if !errors.Is(got, mysqldialect.ErrTiDBServer) || !errors.As(got, &me) || me.Number != 1235 {
 		t.Fatalf("Explain(New, 1235) = %v", got)
 	}
-	for _, want := range []string{"mysqldialect.NewTiDB()", "mysqldialect.Detect", "tidb://"} {
+	for _, want := range []string{"mysql.NewTiDB()", "mysql.Detect", "tidb://"} {
 		if !strings.Contains(got.Error(), want) {
 			t.Errorf("%q does not name %s", got, want)
 		}
