@@ -20,6 +20,7 @@ import (
 	"github.com/opledger/opledger/conformance"
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/dialects/postgres"
+	"github.com/opledger/opledger/internal/migrationfs"
 	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/migrations"
@@ -105,7 +106,7 @@ func TestOutsideDialect(t *testing.T) {
 		}
 		t.Cleanup(func() {
 			db.Exec("DROP TABLE IF EXISTS " + d.QuoteIdent(table))
-			db.Exec("DROP TABLE IF EXISTS " + d.QuoteIdent(migrations.VersionTable(table)))
+			db.Exec("DROP TABLE IF EXISTS " + d.QuoteIdent(migrationfs.VersionTable(table)))
 		})
 		up, err := m.Up(ctx)
 		if err != nil || len(up) == 0 {
@@ -228,7 +229,7 @@ func TestBareDialectHasNoMigrations(t *testing.T) {
 	if _, err := migrations.New(db, d); !errors.Is(err, migrations.ErrNoMigrations) {
 		t.Fatalf("migrations.New with a dialect without dialects.Schema: %v, want ErrNoMigrations", err)
 	}
-	if _, err := migrations.Files(d, "opl_bare"); !errors.Is(err, migrations.ErrNoMigrations) {
+	if _, err := migrationfs.Files(d, "opl_bare"); !errors.Is(err, migrations.ErrNoMigrations) {
 		t.Fatalf("migrations.Files: %v, want ErrNoMigrations", err)
 	}
 	// Without Setup the suite has no way to create its tables: every case

@@ -12,6 +12,7 @@ import (
 
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/internal/dialectkit"
+	"github.com/opledger/opledger/internal/migrationfs"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/migrations"
 )
@@ -258,7 +259,7 @@ func (tg *Target) undoScratch(ctx context.Context, down []string) {
 // order and of every Down section in reverse order. It returns nil
 // statements when a file needs goose's own parser (StatementBegin blocks).
 func scratchSQL(d dialects.Dialect, table string) (up, down []string, err error) {
-	fsys, err := migrations.Files(d, table)
+	fsys, err := migrationfs.Files(d, table)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -326,7 +327,7 @@ func (tg *Target) setupWithGoose(ctx context.Context, table string) (func(contex
 	}
 	return func(ctx context.Context) error {
 		_, err := m.Down(ctx)
-		if _, derr := tg.DB.ExecContext(ctx, "DROP TABLE "+tg.Dialect.QuoteIdent(migrations.VersionTable(table))); err == nil {
+		if _, derr := tg.DB.ExecContext(ctx, "DROP TABLE "+tg.Dialect.QuoteIdent(migrationfs.VersionTable(table))); err == nil {
 			err = derr
 		}
 		return err

@@ -44,7 +44,6 @@ func Example() {
 	}
 	again, err := m.Up(ctx)
 	fmt.Println("second up:", len(again), err)
-	fmt.Println("version table:", migrations.VersionTable("payments_ledger"))
 	if _, err := m.Down(ctx); err != nil {
 		log.Fatal(err)
 	}
@@ -53,7 +52,6 @@ func Example() {
 	// up 00002_create_outbox.sql
 	// up 00003_outbox_dead.sql
 	// second up: 0 <nil>
-	// version table: payments_ledger_db_version
 }
 
 // Export writes the rendered files for another migration tool.

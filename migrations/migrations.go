@@ -17,7 +17,6 @@
 package migrations
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -26,7 +25,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"text/template"
 	"time"
 
 	"github.com/pressly/goose/v3"
@@ -34,97 +32,24 @@ import (
 
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/internal/dialectkit"
-	"github.com/opledger/opledger/internal/memfs"
+	"github.com/opledger/opledger/internal/migrationfs"
 	"github.com/opledger/opledger/internal/options"
 )
 
 var (
 	// ErrNoMigrations is returned (wrapped) for a dialect that ships no
 	// migrations: it does not implement dialects.Schema.
-	ErrNoMigrations = errors.New("migrations: the dialect ships no migrations (dialects.Schema)")
+	ErrNoMigrations = migrationfs.ErrNoMigrations
 	// ErrInvalidConfig is returned (wrapped) by New for a nil database or
 	// dialect, or a bad option.
 	ErrInvalidConfig = errors.New("migrations: invalid configuration")
 )
 
-// VersionTable returns the goose version table used for a ledger table:
-// the table's name followed by "_db_version".
-func VersionTable(table string) string { return table + "_db_version" }
-
-// schema returns d's migrations.
-func schema(d dialects.Dialect) (dialects.Migrations, error) {
-	sc, ok := d.(dialects.Schema)
-	if !ok {
-		name := "<nil>"
-		if d != nil {
-			name = d.Name()
-		}
-		return dialects.Migrations{}, fmt.Errorf("%w: dialect %q", ErrNoMigrations, name)
-	}
-	m := sc.Migrations()
-	if m.FS == nil || m.Goose == "" {
-		return dialects.Migrations{}, fmt.Errorf("%w: dialect %q returns no files or no goose dialect", ErrNoMigrations, d.Name())
-	}
-	return m, nil
-}
-
-// Files returns d's migrations with table rendered in, as a file system
-// of NNNNN_name.sql files at its root.
-func Files(d dialects.Dialect, table string) (fs.FS, error) {
-	m, err := schema(d)
-	if err != nil {
-		return nil, err
-	}
-	return render(d, m.FS, table)
-}
-
-func render(d dialects.Dialect, src fs.FS, table string) (fs.FS, error) {
-	if err := dialectkit.CheckTableName(table); err != nil {
-		return nil, fmt.Errorf("migrations: %w", err)
-	}
-	names, err := fs.Glob(src, "*.sql")
-	if err != nil {
-		return nil, fmt.Errorf("migrations: %w", err)
-	}
-	if len(names) == 0 {
-		return nil, fmt.Errorf("%w: dialect %q has no .sql files", ErrNoMigrations, d.Name())
-	}
-	vars := templateVars{quote: d.QuoteIdent, table: table}
-	out := memfs.FS{}
-	for _, n := range names {
-		text, err := fs.ReadFile(src, n)
-		if err != nil {
-			return nil, fmt.Errorf("migrations: %w", err)
-		}
-		t, err := template.New(n).Option("missingkey=error").Parse(string(text))
-		if err != nil {
-			return nil, fmt.Errorf("migrations: %s: %w", n, err)
-		}
-		var buf bytes.Buffer
-		if err := t.Execute(&buf, vars); err != nil {
-			return nil, fmt.Errorf("migrations: %s: %w", n, err)
-		}
-		out[n] = buf.Bytes()
-	}
-	return out, nil
-}
-
-type templateVars struct {
-	quote func(string) string
-	table string
-}
-
-// Table is the quoted table name.
-func (v templateVars) Table() string { return v.quote(v.table) }
-
-// Ident is a quoted name derived from the table: "<table>_<suffix>".
-func (v templateVars) Ident(suffix string) string { return v.quote(v.table + "_" + suffix) }
-
 // Export writes d's migrations with table rendered in into dir (created
 // if missing), for users of other migration tools, and returns the paths
 // written. Existing files of the same name are overwritten.
 func Export(dir string, d dialects.Dialect, table string) ([]string, error) {
-	fsys, err := Files(d, table)
+	fsys, err := migrationfs.Files(d, table)
 	if err != nil {
 		return nil, err
 	}
@@ -157,8 +82,8 @@ type Option struct{ o options.Option[config] }
 type config struct{ table string }
 
 // WithTable sets the ledger table to create (default
-// dialectkit.DefaultTable, "opledger_operations"). The version table is
-// VersionTable(name).
+// "opledger_operations", ledger.DefaultTable). The version table is the
+// table's name followed by "_db_version".
 func WithTable(name string) Option {
 	return Option{options.New("WithTable", func(c *config) error {
 		if err := dialectkit.CheckTableName(name); err != nil {
@@ -197,11 +122,11 @@ func New(db *sql.DB, d dialects.Dialect, opts ...Option) (*Migrator, error) {
 	if err := options.Apply(&cfg, opts, func(o Option) options.Option[config] { return o.o }); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	sc, err := schema(d)
+	sc, err := migrationfs.Schema(d)
 	if err != nil {
 		return nil, err
 	}
-	fsys, err := render(d, sc.FS, cfg.table)
+	fsys, err := migrationfs.Render(d, sc.FS, cfg.table)
 	if err != nil {
 		return nil, err
 	}
@@ -221,7 +146,7 @@ func New(db *sql.DB, d dialects.Dialect, opts ...Option) (*Migrator, error) {
 func (m *Migrator) provider(db *sql.DB) (*goose.Provider, error) {
 	p, err := goose.NewProvider(m.goose, db, m.fsys,
 		goose.WithDisableGlobalRegistry(true),
-		goose.WithTableName(VersionTable(m.table)),
+		goose.WithTableName(migrationfs.VersionTable(m.table)),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("migrations: %w", err)
@@ -256,9 +181,6 @@ func (m *Migrator) locked(ctx context.Context, f func(p *goose.Provider, db *sql
 		return wrap(f(p, db))
 	})
 }
-
-// Table returns the ledger table this Migrator manages.
-func (m *Migrator) Table() string { return m.table }
 
 // MigrationResult is one migration applied or rolled back.
 type MigrationResult struct {
@@ -332,7 +254,7 @@ func (m *Migrator) startState(ctx context.Context, p *goose.Provider, db *sql.DB
 // version table exists, or, for a dialect whose store cannot tell
 // (SQLite), reads no rows from it.
 func (m *Migrator) versionTableExists(ctx context.Context, db *sql.DB) (bool, error) {
-	if st, err := database.NewStore(database.Dialect(m.goose), VersionTable(m.table)); err == nil {
+	if st, err := database.NewStore(database.Dialect(m.goose), migrationfs.VersionTable(m.table)); err == nil {
 		if ex, ok := st.(interface {
 			TableExists(context.Context, database.DBTxConn) (bool, error)
 		}); ok {
@@ -345,7 +267,7 @@ func (m *Migrator) versionTableExists(ctx context.Context, db *sql.DB) (bool, er
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
-	rows, err := db.QueryContext(ctx, "SELECT 1 FROM "+m.quote(VersionTable(m.table))+" WHERE 1 = 0")
+	rows, err := db.QueryContext(ctx, "SELECT 1 FROM "+m.quote(migrationfs.VersionTable(m.table))+" WHERE 1 = 0")
 	if err != nil {
 		return false, nil
 	}
@@ -381,7 +303,7 @@ func (m *Migrator) undoSetUp(ctx context.Context, p *goose.Provider, db *sql.DB,
 	}
 	_, err = p.DownTo(ctx, 0)
 	if err == nil && !hadVersionTable {
-		_, err = db.ExecContext(ctx, "DROP TABLE "+m.quote(VersionTable(m.table)))
+		_, err = db.ExecContext(ctx, "DROP TABLE "+m.quote(migrationfs.VersionTable(m.table)))
 	}
 	if err != nil {
 		return fmt.Errorf("%w; undoing the set-up failed too, so tables of %s may be left behind: %w", cause, m.table, err)
@@ -418,16 +340,6 @@ func (m *Migrator) Status(ctx context.Context) ([]Status, error) {
 		out = append(out, st)
 	}
 	return out, nil
-}
-
-// HasPending reports whether any migration is not yet applied.
-func (m *Migrator) HasPending(ctx context.Context) (bool, error) {
-	var pending bool
-	err := m.locked(ctx, func(p *goose.Provider, _ *sql.DB) (err error) {
-		pending, err = p.HasPending(ctx)
-		return err
-	})
-	return pending, err
 }
 
 func results(rs []*goose.MigrationResult) []MigrationResult {

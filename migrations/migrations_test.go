@@ -20,9 +20,9 @@ import (
 	"github.com/opledger/opledger/dialects/mysql"
 	"github.com/opledger/opledger/dialects/postgres"
 	"github.com/opledger/opledger/internal/dialectkit"
+	"github.com/opledger/opledger/internal/migrationfs"
 	"github.com/opledger/opledger/internal/sqlitedialect"
 	"github.com/opledger/opledger/internal/testkit/testdb"
-	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/migrations"
 )
 
@@ -68,13 +68,10 @@ func TestUpDownCycle(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if m.Table() != table {
-				t.Fatalf("Table() = %q", m.Table())
-			}
 			t.Cleanup(func() {
 				ctx := context.Background()
 				m.Down(ctx)
-				db.ExecContext(ctx, "DROP TABLE IF EXISTS "+d.QuoteIdent(migrations.VersionTable(table)))
+				db.ExecContext(ctx, "DROP TABLE IF EXISTS "+d.QuoteIdent(migrationfs.VersionTable(table)))
 			})
 			count := func(q string, args ...any) int {
 				t.Helper()
@@ -86,7 +83,7 @@ func TestUpDownCycle(t *testing.T) {
 			}
 			rows := "SELECT COUNT(*) FROM " + d.QuoteIdent(table)
 
-			pending, err := m.HasPending(ctx)
+			pending, err := hasPending(ctx, m)
 			if err != nil || !pending {
 				t.Fatalf("pending before up: %v %v", pending, err)
 			}
@@ -112,7 +109,7 @@ func TestUpDownCycle(t *testing.T) {
 			if err != nil || len(rs) != 0 {
 				t.Fatalf("second up: %+v %v, want a no-op", rs, err)
 			}
-			pending, err = m.HasPending(ctx)
+			pending, err = hasPending(ctx, m)
 			if err != nil || pending {
 				t.Fatalf("pending after up: %v %v", pending, err)
 			}
@@ -149,7 +146,7 @@ func TestUpDownCycle(t *testing.T) {
 
 func TestFilesAndExport(t *testing.T) {
 	for _, d := range kitDialects {
-		fsys, err := migrations.Files(d, "my_ops")
+		fsys, err := migrationfs.Files(d, "my_ops")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -194,7 +191,7 @@ func (bracketed) QuoteIdent(s string) string { return "[" + s + "]" }
 // a dialect's files can never quote differently from its queries.
 func TestFilesUseDialectQuoting(t *testing.T) {
 	for _, d := range append(kitDialects, bracketed{}) {
-		fsys, err := migrations.Files(d, "weird_Name")
+		fsys, err := migrationfs.Files(d, "weird_Name")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -274,7 +271,7 @@ func TestNoMigrations(t *testing.T) {
 		"no goose":     schema{m: dialects.Migrations{FS: sqlFile}},
 		"no .sql file": schema{m: dialects.Migrations{FS: fstest.MapFS{"README": {Data: []byte("x")}}, Goose: "sqlite3"}},
 	} {
-		if _, err := migrations.Files(d, "x"); !errors.Is(err, migrations.ErrNoMigrations) {
+		if _, err := migrationfs.Files(d, "x"); !errors.Is(err, migrations.ErrNoMigrations) {
 			t.Errorf("%s: Files: %v, want ErrNoMigrations", name, err)
 		}
 		if _, err := migrations.Export(t.TempDir(), d, "x"); !errors.Is(err, migrations.ErrNoMigrations) {
@@ -352,7 +349,7 @@ func TestDialectSchema(t *testing.T) {
 
 	// A template that names an unknown field is refused.
 	bad := schema{m: dialects.Migrations{FS: fstest.MapFS{"00001_a.sql": {Data: []byte("-- +goose Up\nCREATE TABLE {{.Nope}} (a INTEGER);\n")}}, Goose: "sqlite3"}}
-	if _, err := migrations.Files(bad, "x"); err == nil {
+	if _, err := migrationfs.Files(bad, "x"); err == nil {
 		t.Fatal("a template with an unknown field rendered")
 	}
 	if _, err := migrations.New(db, bad); err == nil {
@@ -362,7 +359,7 @@ func TestDialectSchema(t *testing.T) {
 
 func TestBadInput(t *testing.T) {
 	for _, name := range []string{"x; DROP TABLE y", "", "a.b", "we\"ird", strings.Repeat("a", dialectkit.MaxTableNameLen+1)} {
-		if _, err := migrations.Files(postgres.New(), name); !errors.Is(err, dialectkit.ErrBadTableName) {
+		if _, err := migrationfs.Files(postgres.New(), name); !errors.Is(err, dialectkit.ErrBadTableName) {
 			t.Fatalf("table %q: %v", name, err)
 		}
 	}
@@ -390,14 +387,13 @@ func TestBadInput(t *testing.T) {
 	if _, err := migrations.New(db, d, migrations.Option{}); !errors.Is(err, migrations.ErrInvalidConfig) {
 		t.Fatalf("zero option: %v", err)
 	}
-	m, err := migrations.New(db, d)
-	if err != nil || m.Table() != ledger.DefaultTable {
-		t.Fatalf("default table: %v %v", m, err)
+	if _, err := migrations.New(db, d); err != nil {
+		t.Fatalf("default table: %v", err)
 	}
 	if _, err := migrations.Export(t.TempDir(), postgres.New(), "x y"); !errors.Is(err, dialectkit.ErrBadTableName) {
 		t.Fatalf("export bad table: %v", err)
 	}
-	if got := migrations.VersionTable("ops"); got != "ops_db_version" {
+	if got := migrationfs.VersionTable("ops"); got != "ops_db_version" {
 		t.Fatalf("VersionTable: %q", got)
 	}
 }
@@ -421,13 +417,13 @@ func TestUpRespectsCancelledContext(t *testing.T) {
 	// It stopped before the first migration: no table exists.
 	var n int
 	if err := db.QueryRow("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN (?, ?)",
-		dialectkit.DefaultTable, migrations.VersionTable(dialectkit.DefaultTable)).Scan(&n); err != nil || n != 0 {
+		dialectkit.DefaultTable, migrationfs.VersionTable(dialectkit.DefaultTable)).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("after Up with a cancelled context: %d tables, %v; want none", n, err)
 	}
 }
 
 // TestLockBeforeGoose: on every target, while another session holds the
-// dialect's migration lock, Up, HasPending, Status and Down each wait for
+// dialect's migration lock, Up, Status and Down each wait for
 // it (and end with their context) without creating anything, the version
 // table included; once it is released, four Migrators at once on a table
 // that does not exist yet all succeed, and each migration is applied once.
@@ -439,7 +435,7 @@ func TestLockBeforeGoose(t *testing.T) {
 			d := tg.Dialect
 			db := tg.Open(t, 6)
 			table := uniqueTable("opl_first_")
-			vt := d.QuoteIdent(migrations.VersionTable(table))
+			vt := d.QuoteIdent(migrationfs.VersionTable(table))
 			t.Cleanup(func() {
 				m, _ := migrations.New(db, d, migrations.WithTable(table))
 				m.Down(context.Background())
@@ -459,10 +455,9 @@ func TestLockBeforeGoose(t *testing.T) {
 				t.Fatal(err)
 			}
 			for name, op := range map[string]func(context.Context) error{
-				"Up":         func(ctx context.Context) error { _, err := m.Up(ctx); return err },
-				"HasPending": func(ctx context.Context) error { _, err := m.HasPending(ctx); return err },
-				"Status":     func(ctx context.Context) error { _, err := m.Status(ctx); return err },
-				"Down":       func(ctx context.Context) error { _, err := m.Down(ctx); return err },
+				"Up":     func(ctx context.Context) error { _, err := m.Up(ctx); return err },
+				"Status": func(ctx context.Context) error { _, err := m.Status(ctx); return err },
+				"Down":   func(ctx context.Context) error { _, err := m.Down(ctx); return err },
 			} {
 				cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 				err := op(cctx)
@@ -514,4 +509,19 @@ func TestLockBeforeGoose(t *testing.T) {
 			}
 		})
 	}
+}
+
+// hasPending reports whether any of m's migrations is not applied, from
+// its Status.
+func hasPending(ctx context.Context, m *migrations.Migrator) (bool, error) {
+	st, err := m.Status(ctx)
+	if err != nil {
+		return false, err
+	}
+	for _, s := range st {
+		if !s.Applied {
+			return true, nil
+		}
+	}
+	return false, nil
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/dialects/mysql"
+	"github.com/opledger/opledger/internal/migrationfs"
 	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/migrations"
 )
@@ -38,7 +39,7 @@ func TestMySQLSchemaAndLock(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		newM(db).Down(context.Background())
-		db.Exec("DROP TABLE IF EXISTS " + d.QuoteIdent(migrations.VersionTable(table)))
+		db.Exec("DROP TABLE IF EXISTS " + d.QuoteIdent(migrationfs.VersionTable(table)))
 	})
 	lockName := "opledger:" + table
 
@@ -210,5 +211,5 @@ func TestMySQLLockRespectsContext(t *testing.T) {
 		t.Fatalf("table created without the lock: %d %v", n, err)
 	}
 	holder.QueryRowContext(ctx, "SELECT RELEASE_LOCK(?)", "opledger:"+table).Scan(&got)
-	db.Exec("DROP TABLE IF EXISTS " + d.QuoteIdent(migrations.VersionTable(table)))
+	db.Exec("DROP TABLE IF EXISTS " + d.QuoteIdent(migrationfs.VersionTable(table)))
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opledger/opledger/internal/migrationfs"
 	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/migrations"
 )
@@ -94,7 +95,7 @@ func TestPostgresAdvisoryLock(t *testing.T) {
 			}
 			t.Cleanup(func() {
 				cleanup.Down(context.Background())
-				db.Exec("DROP TABLE IF EXISTS " + d.QuoteIdent(migrations.VersionTable(table)))
+				db.Exec("DROP TABLE IF EXISTS " + d.QuoteIdent(migrationfs.VersionTable(table)))
 			})
 
 			holder, err := db.Conn(ctx)

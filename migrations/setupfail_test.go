@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/opledger/opledger/internal/migrationfs"
 	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/migrations"
 )
@@ -63,7 +64,7 @@ func TestFailedSetUpLeavesNothing(t *testing.T) {
 			if _, err := m.Up(ctx); err == nil || !strings.Contains(err.Error(), "set-up was undone") {
 				t.Fatalf("Up after a Down: %v, want the failure, undone", err)
 			}
-			if n := left(); len(n) != 1 || n[0] != migrations.VersionTable(table) {
+			if n := left(); len(n) != 1 || n[0] != migrationfs.VersionTable(table) {
 				t.Fatalf("after a failed set-up on a version table at 0: %v, want only the version table", n)
 			}
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/opledger/opledger/internal/migrationfs"
 	"github.com/opledger/opledger/internal/pgdialect"
 	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/migrations"
@@ -51,7 +52,7 @@ func TestMigrations(t *testing.T) {
 	if _, err := m.Down(ctx); err != nil {
 		t.Fatalf("down: %v", err)
 	}
-	if _, err := db.ExecContext(ctx, "DROP TABLE "+pgdialect.New().QuoteIdent(migrations.VersionTable(table))); err != nil {
+	if _, err := db.ExecContext(ctx, "DROP TABLE "+pgdialect.New().QuoteIdent(migrationfs.VersionTable(table))); err != nil {
 		t.Fatal(err)
 	}
 	if err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_tables WHERE tablename LIKE $1", table+"%").Scan(&n); err != nil || n != 0 {

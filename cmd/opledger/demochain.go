@@ -14,6 +14,7 @@ import (
 	"github.com/opledger/opledger/examples/payments"
 	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/dialectkit"
+	"github.com/opledger/opledger/internal/migrationfs"
 	"github.com/opledger/opledger/migrations"
 	"github.com/opledger/opledger/outbox"
 	"github.com/opledger/opledger/outbox/natsjs"
@@ -67,7 +68,7 @@ func setUpChain(ctx context.Context, sc *payments.Scenario, dsn, dir string, t t
 		_ = payments.DropTable(c, fdb, ft.dialect, checks)
 		if !dialectkit.TraitsOf(t.dialect).SerialWriters {
 			_, _ = m.Down(c)
-			_, _ = fdb.ExecContext(c, "DROP TABLE "+ft.dialect.QuoteIdent(migrations.VersionTable(ledgerTable)))
+			_, _ = fdb.ExecContext(c, "DROP TABLE "+ft.dialect.QuoteIdent(migrationfs.VersionTable(ledgerTable)))
 		}
 	})
 	budget, err := policy.NewBudget(policy.BudgetSettings{TTL: 2 * time.Second, Percent: 1, MinRetriesPerSecond: 5})

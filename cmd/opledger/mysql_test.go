@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/opledger/opledger/dialects/mysql"
+	"github.com/opledger/opledger/internal/migrationfs"
 	"github.com/opledger/opledger/internal/testkit/testdb"
-	"github.com/opledger/opledger/migrations"
 )
 
 func TestParseMySQLDSN(t *testing.T) {
@@ -109,7 +109,7 @@ func TestMigrateMySQL(t *testing.T) {
 		}
 		defer db.Close()
 		db.Exec("DROP TABLE IF EXISTS " + table)
-		db.Exec("DROP TABLE IF EXISTS " + migrations.VersionTable(table))
+		db.Exec("DROP TABLE IF EXISTS " + migrationfs.VersionTable(table))
 	})
 	for _, step := range [][]string{
 		{"migrate", "up", "--dsn", dsn, "--table", table},

@@ -17,9 +17,9 @@ import (
 	"testing"
 	"testing/fstest"
 
+	"github.com/opledger/opledger/internal/migrationfs"
 	"github.com/opledger/opledger/internal/mysqldialect"
 	"github.com/opledger/opledger/internal/testkit/testdb"
-	"github.com/opledger/opledger/migrations"
 )
 
 // TiDB's documented DDL restrictions (TiDB v8.5), which every DDL
@@ -82,7 +82,7 @@ const (
 func TestTiDBDDLRules(t *testing.T) {
 	t.Run("migrations", func(t *testing.T) {
 		for _, d := range []mysqldialect.Dialect{mysqldialect.New(), mysqldialect.NewTiDB()} {
-			fsys, err := migrations.Files(d, "opl_tidb_rules")
+			fsys, err := migrationfs.Files(d, "opl_tidb_rules")
 			if err != nil {
 				t.Fatal(err)
 			}

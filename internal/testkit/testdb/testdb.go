@@ -32,6 +32,7 @@ import (
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/dialects/postgres"
 	"github.com/opledger/opledger/dialects/sqlite"
+	"github.com/opledger/opledger/internal/migrationfs"
 	"github.com/opledger/opledger/internal/mysqldialect"
 	"github.com/opledger/opledger/migrations"
 )
@@ -239,7 +240,7 @@ func newTable(t testing.TB, db *sql.DB, d dialects.Dialect, table string) {
 		if _, err := m.Down(ctx); err != nil {
 			t.Errorf("migrate down: %v", err)
 		}
-		if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+d.QuoteIdent(migrations.VersionTable(table))); err != nil {
+		if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+d.QuoteIdent(migrationfs.VersionTable(table))); err != nil {
 			t.Errorf("drop version table: %v", err)
 		}
 	})
