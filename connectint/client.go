@@ -18,13 +18,8 @@ import (
 	"github.com/opledger/opledger/internal/keyedcore/keyedproto"
 	"github.com/opledger/opledger/internal/keyedcore/retry"
 	"github.com/opledger/opledger/internal/options"
-	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/policy"
 )
-
-// NewKey returns a fresh random idempotency key: 128 bits as 26 base32
-// characters.
-func NewKey() string { return keyed.NewKey() }
 
 type keyCtx struct{}
 
@@ -41,18 +36,6 @@ type keyCtx struct{}
 // Client.Interceptor).
 func WithKey(ctx context.Context, key string) context.Context {
 	return context.WithValue(ctx, keyCtx{}, key)
-}
-
-// DownstreamKey returns the idempotency key for a downstream call that a
-// keyed handler makes as step (see keyed.DownstreamKey): the same on every
-// retry of the upstream call, revealing nothing of its key. Outside a
-// keyed call the error matches ledger.ErrNoOperation.
-func DownstreamKey(ctx context.Context, step string) (string, error) {
-	k, err := keyed.DownstreamKey(ctx, step)
-	if err != nil {
-		return "", fmt.Errorf("connectint: %w", err)
-	}
-	return k, nil
 }
 
 // ClientStats are the counters of a Client, read with Client.Stats.
@@ -165,7 +148,7 @@ func WithResolveWindow(d time.Duration) ClientOption {
 
 // WithDownstreamKeys makes the client attach a derived key to a keyed
 // procedure called from inside a keyed call without a key of its own:
-// DownstreamKey(ctx, procedure) instead of a new random key, so that a
+// keyed.DownstreamKey(ctx, procedure) instead of a new random key, so that a
 // chain of keyed services behaves as one.
 func WithDownstreamKeys() ClientOption {
 	return clientOption("WithDownstreamKeys", func(c *clientConfig) error {

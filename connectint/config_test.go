@@ -231,14 +231,14 @@ func TestDownstreamKeys(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	want, err := connectint.DownstreamKey(op, walletpb.DepositMethod)
+	want, err := keyed.DownstreamKey(op, walletpb.DepositMethod)
 	if err != nil || len(keys) != 2 || keys[0] != want || keys[1] != want {
 		t.Fatalf("keys %v, want %q twice (%v)", keys, want, err)
 	}
 	if e.BizRows(t, "down") != 1 {
 		t.Errorf("%d rows: the second run must replay", e.BizRows(t, "down"))
 	}
-	if _, err := connectint.DownstreamKey(context.Background(), "x"); !errors.Is(err, ledger.ErrNoOperation) {
+	if _, err := keyed.DownstreamKey(context.Background(), "x"); !errors.Is(err, ledger.ErrNoOperation) {
 		t.Errorf("outside a keyed call: %v", err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/opledger/opledger/internal/harness/otelread"
 	"github.com/opledger/opledger/internal/keyedcore"
 	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/policy"
 )
 
@@ -73,7 +74,7 @@ func TestRetryOwnerAtRunTime(t *testing.T) {
 	}
 	send := func(c *connect.Client[walletpb.DepositRequest, walletpb.DepositReply], ref string, header ...string) {
 		t.Helper()
-		req := request("alice", connectint.NewKey(), ref, 1)
+		req := request("alice", keyed.NewKey(), ref, 1)
 		for i := 0; i+1 < len(header); i += 2 {
 			req.Header().Set(header[i], header[i+1])
 		}

@@ -16,14 +16,9 @@ import (
 	"github.com/opledger/opledger/internal/keyedcore/keyedproto"
 	"github.com/opledger/opledger/internal/keyedcore/retry"
 	"github.com/opledger/opledger/internal/options"
-	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/policy"
 	"github.com/opledger/opledger/policy/serviceconfig"
 )
-
-// NewKey returns a fresh random idempotency key: 128 bits as 26
-// base32 characters.
-func NewKey() string { return keyed.NewKey() }
 
 // WithKey returns a context whose outgoing calls carry key as their
 // idempotency key, replacing any key already set. Use it to choose the key
@@ -177,12 +172,12 @@ func WithResolveWindow(d time.Duration) ClientOption {
 // WithDownstreamKeys makes the client attach a derived key to a keyed
 // method called from inside a keyed call (a context that carries an
 // operation, as a keyed handler's does) without a key of its own:
-// DownstreamKey(ctx, method), with the called full method as the step,
+// keyed.DownstreamKey(ctx, method), with the called full method as the step,
 // instead of a new random key. The downstream call then has the same key
 // on every retry of the upstream call, so a chain of keyed services
 // behaves as one. A handler that calls the same method more than once per
 // operation gives each call its own key with WithKey(ctx,
-// DownstreamKey(ctx, step)). Outside a keyed call, and with a key set
+// keyed.DownstreamKey(ctx, step)). Outside a keyed call, and with a key set
 // (WithKey), the client behaves as without the option.
 func WithDownstreamKeys() ClientOption {
 	return clientOption("WithDownstreamKeys", func(c *clientConfig) error {

@@ -28,7 +28,7 @@
 // message has an empty one (filled in a copy of the request).
 //
 // A keyed handler that calls another service gives the call a key derived
-// from its own operation (DownstreamKey, or the client option
+// from its own operation (keyed.DownstreamKey, or the client option
 // WithDownstreamKeys): the same on every retry, so a chain of keyed
 // services behaves as one; see docs/beyond-the-transaction.md.
 //

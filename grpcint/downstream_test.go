@@ -8,18 +8,19 @@ import (
 	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
 )
 
 func TestDownstreamKeyOutsideKeyedCall(t *testing.T) {
-	if _, err := grpcint.DownstreamKey(context.Background(), "charge"); !errors.Is(err, ledger.ErrNoOperation) {
+	if _, err := keyed.DownstreamKey(context.Background(), "charge"); !errors.Is(err, ledger.ErrNoOperation) {
 		t.Fatalf("got %v, want ErrNoOperation", err)
 	}
 	id, err := ledger.NewIdentity("c", "/p.S/M", "k")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := grpcint.DownstreamKey(ledger.ContextWithOperation(context.Background(), id), ""); !errors.Is(err, ledger.ErrInvalid) {
+	if _, err := keyed.DownstreamKey(ledger.ContextWithOperation(context.Background(), id), ""); !errors.Is(err, ledger.ErrInvalid) {
 		t.Fatalf("empty step: got %v, want ErrInvalid", err)
 	}
 }
@@ -42,7 +43,7 @@ func TestDownstreamKeysOption(t *testing.T) {
 		t.Fatal(err)
 	}
 	opCtx := ledger.ContextWithOperation(as(context.Background(), "svc", ""), upstream)
-	derived, err := grpcint.DownstreamKey(opCtx, walletpb.DepositMethod)
+	derived, err := keyed.DownstreamKey(opCtx, walletpb.DepositMethod)
 	if err != nil {
 		t.Fatal(err)
 	}

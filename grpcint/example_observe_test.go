@@ -16,6 +16,7 @@ import (
 	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/testkit/wallet"
 	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/policy"
 )
@@ -74,7 +75,7 @@ func Example_telemetry() {
 	}
 	defer conn.Close()
 	pc := walletpb.NewWalletClient(conn)
-	key := grpcint.NewKey()
+	key := keyed.NewKey()
 	req := &walletpb.DepositRequest{Account: "alice", Amount: 500, Reference: "rent"}
 	for range 2 { // the second call replays the first
 		if _, err := pc.Deposit(grpcint.WithKey(ctx, key), req); err != nil {

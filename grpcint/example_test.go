@@ -25,6 +25,7 @@ import (
 	"github.com/opledger/opledger/internal/testkit/testcerts"
 	"github.com/opledger/opledger/internal/testkit/wallet"
 	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/migrations"
 	"github.com/opledger/opledger/policy"
@@ -132,7 +133,7 @@ func Example() {
 	defer conn.Close()
 	pc := walletpb.NewWalletClient(conn)
 
-	key := grpcint.NewKey() // persist it first to resolve after a restart
+	key := keyed.NewKey() // persist it first to resolve after a restart
 	req := &walletpb.DepositRequest{Account: "alice", Amount: 500, Reference: "rent"}
 	first, err := pc.Deposit(grpcint.WithKey(ctx, key), req)
 	if err != nil {
@@ -315,7 +316,7 @@ type chargeProvider interface {
 func ExampleDownstreamKey() {
 	var provider chargeProvider // your provider's client
 	handler := func(ctx context.Context, req *walletpb.DepositRequest) (*walletpb.DepositReply, error) {
-		key, err := grpcint.DownstreamKey(ctx, "charge")
+		key, err := keyed.DownstreamKey(ctx, "charge")
 		if err != nil {
 			return nil, err // not inside a keyed call (ledger.ErrNoOperation)
 		}

@@ -69,7 +69,7 @@ func TestObservedCalls(t *testing.T) {
 		e := serveLedger(t, db, store, biz, front, grpcint.WithLockWait(2*time.Second),
 			grpcint.WithServerMeterProvider(m.Provider), grpcint.WithServerTracerProvider(sp.Provider), grpcint.WithServerLogger(logs.Logger))
 		var keys []string
-		newKey := func() string { k := grpcint.NewKey(); keys = append(keys, k); return k }
+		newKey := func() string { k := keyed.NewKey(); keys = append(keys, k); return k }
 
 		// The herd, through a raw connection.
 		herdKey := newKey()

@@ -18,6 +18,7 @@ import (
 	"github.com/opledger/opledger/internal/keyedcore"
 	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/policy"
 )
@@ -97,7 +98,7 @@ func TestRetryOwnerAtRunTime(t *testing.T) {
 	}
 	call := func(pc walletpb.WalletClient, ctx context.Context, ref string) {
 		t.Helper()
-		if _, err := pc.Deposit(as(ctx, "alice", grpcint.NewKey()), deposit(ref, 1)); err != nil {
+		if _, err := pc.Deposit(as(ctx, "alice", keyed.NewKey()), deposit(ref, 1)); err != nil {
 			t.Fatalf("%s: %v", ref, err)
 		}
 	}

@@ -69,7 +69,7 @@ func TestRouteIdentity(t *testing.T) {
 	if r := put("/orders/1", "k"); r.status != 201 {
 		t.Fatalf("PUT /orders/1: %d", r.status)
 	}
-	wantProblem(t, put("/orders/2", "k"), httpint.OutcomeKeyReused, "")
+	wantProblem(t, put("/orders/2", "k"), keyed.KeyReused.String(), "")
 	if r := put("/orders/1", "k"); !r.replayed() {
 		t.Fatal("the same request again does not replay")
 	}
@@ -84,7 +84,7 @@ func TestRouteIdentity(t *testing.T) {
 	if r := e.do(t, req{path: "/items?b=2&a=1", caller: "alice", key: "q", body: "b"}); !r.replayed() {
 		t.Fatalf("the same query in another order: %d, not replayed", r.status)
 	}
-	wantProblem(t, e.do(t, req{path: "/items?a=2", caller: "alice", key: "q", body: "b"}), httpint.OutcomeKeyReused, "")
+	wantProblem(t, e.do(t, req{path: "/items?a=2", caller: "alice", key: "q", body: "b"}), keyed.KeyReused.String(), "")
 	if got := e.Count(t, "SELECT COUNT(*) FROM "+e.Dialect.QuoteIdent(e.Table)+" WHERE method = "+e.Ph(1), "PUT /orders/{id}"); got != 1 {
 		t.Errorf("%d ledger entries with method \"PUT /orders/{id}\", want 1", got)
 	}
@@ -106,7 +106,7 @@ func TestCallerIsolation(t *testing.T) {
 	if r := resolve("bob"); r.body != b.body {
 		t.Errorf("bob resolves %q, want his own %q", r.body, b.body)
 	}
-	wantProblem(t, resolve("carol"), httpint.OutcomeNotFound, "")
+	wantProblem(t, resolve("carol"), keyed.NotFound.String(), "")
 }
 
 // TestPassThrough: routes that are not keyed run untouched, outside any
@@ -137,10 +137,10 @@ func TestCanonicalJSON(t *testing.T) {
 	if r := e.do(t, req{caller: "alice", key: "k", body: "{ \"b\": [true, null],\n \"a\": 1 }"}); !r.replayed() {
 		t.Fatalf("the same document re-encoded: %d %q", r.status, r.body)
 	}
-	wantProblem(t, e.do(t, req{caller: "alice", key: "k", body: `{"a":1.0,"b":[true,null]}`}), httpint.OutcomeKeyReused, "")
+	wantProblem(t, e.do(t, req{caller: "alice", key: "k", body: `{"a":1.0,"b":[true,null]}`}), keyed.KeyReused.String(), "")
 	plain := sqliteEnv(t, nil)
 	plain.do(t, req{caller: "alice", key: "k", body: `{"a":1}`})
-	wantProblem(t, plain.do(t, req{caller: "alice", key: "k", body: `{ "a": 1 }`}), httpint.OutcomeKeyReused, "")
+	wantProblem(t, plain.do(t, req{caller: "alice", key: "k", body: `{ "a": 1 }`}), keyed.KeyReused.String(), "")
 	for _, bad := range []string{"{", "1 2", `{"a":}`} {
 		if _, err := httpint.CanonicalJSON([]byte(bad)); err == nil {
 			t.Errorf("CanonicalJSON(%q) accepted it", bad)
@@ -153,7 +153,7 @@ func TestFingerprintHeaders(t *testing.T) {
 	t.Parallel()
 	e := sqliteEnv(t, nil, httpint.WithFingerprintHeaders("X-Account"))
 	e.do(t, req{caller: "alice", key: "k", body: "b", header: map[string]string{"X-Account": "1"}})
-	wantProblem(t, e.do(t, req{caller: "alice", key: "k", body: "b", header: map[string]string{"X-Account": "2"}}), httpint.OutcomeKeyReused, "")
+	wantProblem(t, e.do(t, req{caller: "alice", key: "k", body: "b", header: map[string]string{"X-Account": "2"}}), keyed.KeyReused.String(), "")
 }
 
 // TestBareKeys: WithBareKeys takes an unquoted key as it is, and a quoted
@@ -194,7 +194,7 @@ func TestReportError(t *testing.T) {
 		calls.Add(1)
 		return &ledger.DBError{Op: "work", Class: dialects.ClassSerialization, Err: errors.New("could not serialize")}
 	}
-	wantProblem(t, e.do(t, req{caller: "alice", key: "k", body: "r", header: map[string]string{testHeader: "report:serialization"}}), httpint.OutcomeTxAborted, "")
+	wantProblem(t, e.do(t, req{caller: "alice", key: "k", body: "r", header: map[string]string{testHeader: "report:serialization"}}), keyed.TxAborted.String(), "")
 	if calls.Load() != 3 {
 		t.Errorf("the handler ran %d times, want 3 (one per transaction attempt)", calls.Load())
 	}
@@ -362,7 +362,7 @@ func TestNewFor(t *testing.T) {
 	if got := e.do(t, req{caller: "alice", key: "k", header: resolve}); !got.replayed() || got.body != first.body {
 		t.Fatalf("resolve: %d %q", got.status, got.body)
 	}
-	wantProblem(t, e.do(t, req{caller: "alice", key: "never", header: resolve}), httpint.OutcomeNotFound, "")
+	wantProblem(t, e.do(t, req{caller: "alice", key: "never", header: resolve}), keyed.NotFound.String(), "")
 	if n := tx.Runs.Load(); n != 3 { // two requests and the probe of the resolve that found nothing
 		t.Errorf("%d runs through the seam, want 3", n)
 	}

@@ -15,23 +15,6 @@ import (
 // outcome table in docs/http.md.
 const ProblemTypeBase = "https://github.com/opledger/opledger/blob/main/docs/http.md#"
 
-// Next is what a client does after a response: package keyed's Next.
-type Next = keyed.Next
-
-const (
-	// Stop: the response is the answer; send nothing more with this key
-	// (fix the request first, when it is a refusal).
-	Stop = keyed.Stop
-	// Retry: send the same request with the same key again (after
-	// Retry-After, when there is one). Nothing was committed, or a retry
-	// replays what was.
-	Retry = keyed.Retry
-	// Resolve: the outcome is unknown; ask for it with the key and
-	// Idempotency-Resolve: 1 before anything else (a retry with the same
-	// key is safe too: it replays when the first one committed).
-	Resolve = keyed.Resolve
-)
-
 // Outcome is one row of the middleware's outcome table: what a keyed
 // request can end with, the status it is answered with, what it says
 // about the key's operation and what a client does next. The table is
@@ -54,7 +37,7 @@ type Outcome struct {
 	// request was refused before the ledger was asked).
 	Committed string
 	// Next is what a client does after it.
-	Next Next
+	Next keyed.Next
 	// RetryAfter says whether the response carries Retry-After.
 	RetryAfter bool
 }
@@ -67,35 +50,6 @@ func (o Outcome) Type() string {
 	}
 	return ProblemTypeBase + o.Name
 }
-
-// The names of the outcomes, in the order of the table: the names of
-// package keyed's outcomes.
-const (
-	OutcomeExecuted          = "executed"
-	OutcomeReplayed          = "replayed"
-	OutcomeNotStored         = "not-stored"
-	OutcomePanic             = "handler-panic"
-	OutcomeNoCaller          = "caller-not-identified"
-	OutcomeMissingKey        = "idempotency-key-missing"
-	OutcomeInvalidKey        = "idempotency-key-invalid"
-	OutcomeRequestTooLarge   = "request-too-large"
-	OutcomeRequestUnreadable = "request-unreadable"
-	OutcomeNotKeyed          = "route-not-keyed"
-	OutcomeKeyReused         = "idempotency-key-reused"
-	OutcomeInProgress        = "operation-in-progress"
-	OutcomeIncomplete        = "operation-incomplete"
-	OutcomeTxAborted         = "transaction-aborted"
-	OutcomeStorageBusy       = "storage-busy"
-	OutcomeStorage           = "storage-unavailable"
-	OutcomeCommitUnknown     = "commit-outcome-unknown"
-	OutcomeRequestEnded      = "request-ended"
-	OutcomeResponseTooLarge  = "response-too-large"
-	OutcomeNotStorable       = "result-not-storable"
-	OutcomeLedgerMisuse      = "ledger-misuse"
-	OutcomeUnreadable        = "stored-result-unreadable"
-	OutcomeNotFound          = "operation-not-found"
-	OutcomeNotExecuted       = "request-not-executed"
-)
 
 // rendering is how HTTP renders one of the classification's outcomes:
 // with a problem (status, title, Retry-After) or the handler's own
@@ -186,7 +140,7 @@ func problemOf(o keyed.Outcome) Outcome {
 	if out, ok := outcomeOf(o.Row()); ok && out.Status != 0 {
 		return out
 	}
-	return Outcome{Name: o.String(), Status: 500, Title: "Internal error", Committed: "unknown", Next: Stop}
+	return Outcome{Name: o.String(), Status: 500, Title: "Internal error", Committed: "unknown", Next: keyed.Stop}
 }
 
 // tableCells renders an outcome as docs/http.md's table prints it: each

@@ -81,15 +81,15 @@ func TestOutcomeRows(t *testing.T) {
 				t.Fatal(err)
 			}
 			o, ok := httpint.OutcomeOf(p.Type)
-			if resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "2" || !ok || o.Name != httpint.OutcomeNotExecuted ||
-				o.Next != httpint.Retry || o.Committed != "no" || p.Detail != "shedding load" {
+			if resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "2" || !ok || o.Name != keyed.NotExecuted.String() ||
+				o.Next != keyed.Retry || o.Committed != "no" || p.Detail != "shedding load" {
 				t.Fatalf("%d Retry-After %q %+v: %+v", resp.StatusCode, resp.Header.Get("Retry-After"), p, o)
 			}
 		},
 		keyed.NotSent:            func(t *testing.T) { neverRendered(t, keyed.NotSent) },
 		keyed.ServerAnswered:     func(t *testing.T) { neverRendered(t, keyed.ServerAnswered) },
 		keyed.CallOutcomeUnknown: func(t *testing.T) { neverRendered(t, keyed.CallOutcomeUnknown) },
-		named(httpint.OutcomeExecuted): func(t *testing.T) {
+		named(keyed.Executed.String()): func(t *testing.T) {
 			e := sqliteEnv(t, nil)
 			r := e.do(t, alice("k1", "r1"))
 			if r.status != 201 || r.replayed() || e.BizRows(t, "r1") != 1 {
@@ -104,7 +104,7 @@ func TestOutcomeRows(t *testing.T) {
 				t.Errorf("stats %+v", s)
 			}
 		},
-		named(httpint.OutcomeReplayed): func(t *testing.T) {
+		named(keyed.Replayed.String()): func(t *testing.T) {
 			e := sqliteEnv(t, nil)
 			first := e.do(t, alice("k", "r"))
 			again := e.do(t, alice("k", "r"))
@@ -118,7 +118,7 @@ func TestOutcomeRows(t *testing.T) {
 				t.Fatalf("replayed final error: %d %q, handler ran %d times", a409.status, a409.body, e.runs.Load())
 			}
 		},
-		named(httpint.OutcomeNotStored): func(t *testing.T) {
+		named(keyed.NotStored.String()): func(t *testing.T) {
 			e := sqliteEnv(t, nil)
 			for _, status := range []string{"500", "503", "429", "401"} {
 				q := req{caller: "alice", key: "k" + status, body: "r" + status, header: map[string]string{testHeader: "status:" + status}}
@@ -132,7 +132,7 @@ func TestOutcomeRows(t *testing.T) {
 				}
 			}
 		},
-		named(httpint.OutcomePanic): func(t *testing.T) {
+		named(keyed.HandlerPanic.String()): func(t *testing.T) {
 			e := sqliteEnv(t, nil)
 			q := req{caller: "alice", key: "k", body: "r", header: map[string]string{testHeader: "panic"}}
 			if r, err := e.send(ctx, q); err == nil {
@@ -146,9 +146,9 @@ func TestOutcomeRows(t *testing.T) {
 				t.Fatalf("retry after a panic: %d (replayed %v)", r.status, r.replayed())
 			}
 		},
-		named(httpint.OutcomeNoCaller): func(t *testing.T) {
+		named(keyed.CallerMissing.String()): func(t *testing.T) {
 			e := sqliteEnv(t, nil)
-			wantProblem(t, e.do(t, req{key: "k", body: "r"}), httpint.OutcomeNoCaller, "")
+			wantProblem(t, e.do(t, req{key: "k", body: "r"}), keyed.CallerMissing.String(), "")
 			bad := req{key: "k", body: "r", header: map[string]string{callerHeader: "a\x01b"}}
 			if r, err := e.send(ctx, bad); err == nil && r.status != 401 && r.status != 400 {
 				t.Fatalf("caller with a control character: %d", r.status)
@@ -157,33 +157,33 @@ func TestOutcomeRows(t *testing.T) {
 				t.Fatal("the handler ran")
 			}
 		},
-		named(httpint.OutcomeMissingKey): func(t *testing.T) {
+		named(keyed.KeyMissing.String()): func(t *testing.T) {
 			e := sqliteEnv(t, nil)
-			wantProblem(t, e.do(t, req{caller: "alice", body: "r"}), httpint.OutcomeMissingKey, "")
-			wantProblem(t, e.do(t, req{method: "PUT", path: "/orders/7", caller: "alice", body: "r"}), httpint.OutcomeMissingKey, "")
+			wantProblem(t, e.do(t, req{caller: "alice", body: "r"}), keyed.KeyMissing.String(), "")
+			wantProblem(t, e.do(t, req{method: "PUT", path: "/orders/7", caller: "alice", body: "r"}), keyed.KeyMissing.String(), "")
 		},
-		named(httpint.OutcomeInvalidKey): func(t *testing.T) {
+		named(keyed.KeyInvalid.String()): func(t *testing.T) {
 			e := sqliteEnv(t, nil)
 			for _, v := range []string{"unquoted-key", `""`, `"a" "b"`, `"` + strings.Repeat("k", 256) + `"`, `"a";1`} {
-				wantProblem(t, e.do(t, req{caller: "alice", key: v, rawKey: true, body: "r"}), httpint.OutcomeInvalidKey, "")
+				wantProblem(t, e.do(t, req{caller: "alice", key: v, rawKey: true, body: "r"}), keyed.KeyInvalid.String(), "")
 			}
 			// Two header fields.
 			hr := e.rawRequest(t, "alice", "r")
 			hr.Header.Add(httpint.KeyHeader, `"one"`)
 			hr.Header.Add(httpint.KeyHeader, `"two"`)
-			wantProblem(t, e.doRaw(t, hr), httpint.OutcomeInvalidKey, "")
+			wantProblem(t, e.doRaw(t, hr), keyed.KeyInvalid.String(), "")
 			if e.runs.Load() != 0 || e.LedgerRows(t) != 0 {
 				t.Fatal("an invalid key reached the handler or the ledger")
 			}
 		},
-		named(httpint.OutcomeRequestTooLarge): func(t *testing.T) {
+		named(keyed.RequestTooLarge.String()): func(t *testing.T) {
 			e := sqliteEnv(t, nil, httpint.WithMaxRequestBody(16))
-			wantProblem(t, e.do(t, alice("k", strings.Repeat("b", 17))), httpint.OutcomeRequestTooLarge, "")
+			wantProblem(t, e.do(t, alice("k", strings.Repeat("b", 17))), keyed.RequestTooLarge.String(), "")
 			// Without a Content-Length (chunked): read, then refused.
 			hr := e.rawRequest(t, "alice", "")
 			hr.Body, hr.ContentLength = ioNopCloser(strings.Repeat("b", 100)), -1
 			hr.Header.Set(httpint.KeyHeader, `"k2"`)
-			wantProblem(t, e.doRaw(t, hr), httpint.OutcomeRequestTooLarge, "")
+			wantProblem(t, e.doRaw(t, hr), keyed.RequestTooLarge.String(), "")
 			if e.LedgerRows(t) != 0 || e.runs.Load() != 0 {
 				t.Fatal("something was claimed for a body over the limit")
 			}
@@ -191,48 +191,48 @@ func TestOutcomeRows(t *testing.T) {
 				t.Fatalf("a body at the limit: %d", r.status)
 			}
 		},
-		named(httpint.OutcomeRequestUnreadable): func(t *testing.T) {
+		named(keyed.RequestUnreadable.String()): func(t *testing.T) {
 			e := sqliteEnv(t, nil, httpint.WithBodyCanonicalizer(httpint.CanonicalJSON))
-			wantProblem(t, e.do(t, alice("k", "{not json")), httpint.OutcomeRequestUnreadable, "")
+			wantProblem(t, e.do(t, alice("k", "{not json")), keyed.RequestUnreadable.String(), "")
 			// Bodies that encoding/json would merge with another (U+FFFD,
 			// the last of two names): each refused, none claimed, so a
 			// second one is never replayed the first one's answer.
 			for _, body := range []string{`{"name":"\ud800"}`, `{"name":"\udc00"}`, "{\"name\":\"\xff\"}", `{"n":1,"n":2}`} {
-				wantProblem(t, e.do(t, alice("k2", body)), httpint.OutcomeRequestUnreadable, "")
+				wantProblem(t, e.do(t, alice("k2", body)), keyed.RequestUnreadable.String(), "")
 			}
 			if e.runs.Load() != 0 || e.LedgerRows(t) != 0 {
 				t.Fatal("a body the canonicaliser refused reached the handler or the ledger")
 			}
 		},
-		named(httpint.OutcomeNotKeyed): func(t *testing.T) {
+		named(keyed.NotKeyed.String()): func(t *testing.T) {
 			e := sqliteEnv(t, nil)
 			for _, method := range []string{"GET", "POST"} {
 				q := req{method: method, path: "/items", caller: "alice", key: "k", header: map[string]string{httpint.ResolveHeader: "1"}}
 				if method == "GET" {
-					wantProblem(t, e.do(t, q), httpint.OutcomeNotKeyed, "")
+					wantProblem(t, e.do(t, q), keyed.NotKeyed.String(), "")
 				}
 			}
 			q := req{method: "DELETE", path: "/items", caller: "alice", key: "k", header: map[string]string{httpint.ResolveHeader: "1"}}
-			wantProblem(t, e.do(t, q), httpint.OutcomeNotKeyed, "")
+			wantProblem(t, e.do(t, q), keyed.NotKeyed.String(), "")
 			if e.runs.Load() != 0 {
 				t.Fatal("a resolve ran a handler")
 			}
 		},
-		named(httpint.OutcomeKeyReused): func(t *testing.T) {
+		named(keyed.KeyReused.String()): func(t *testing.T) {
 			e := sqliteEnv(t, nil)
 			e.do(t, alice("k", "r1"))
-			wantProblem(t, e.do(t, alice("k", "r2")), httpint.OutcomeKeyReused, "")
+			wantProblem(t, e.do(t, alice("k", "r2")), keyed.KeyReused.String(), "")
 			if e.BizRows(t, "r2") != 0 {
 				t.Fatal("a reused key ran the handler")
 			}
 		},
-		named(httpint.OutcomeInProgress): func(t *testing.T) {
+		named(keyed.InProgress.String()): func(t *testing.T) {
 			e := sqliteEnv(t, nil)
 			q := req{caller: "alice", key: "k", body: "r", header: map[string]string{testHeader: "block"}}
 			done := make(chan response, 1)
 			go func() { r, _ := e.send(ctx, q); done <- r }()
 			<-e.entered
-			wantProblem(t, e.do(t, req{caller: "alice", key: "k", body: "r"}), httpint.OutcomeInProgress, "")
+			wantProblem(t, e.do(t, req{caller: "alice", key: "k", body: "r"}), keyed.InProgress.String(), "")
 			close(e.release)
 			if r := <-done; r.status != 201 {
 				t.Fatalf("the first request: %d", r.status)
@@ -241,7 +241,7 @@ func TestOutcomeRows(t *testing.T) {
 				t.Fatal("after the first request committed, a retry does not replay")
 			}
 		},
-		named(httpint.OutcomeIncomplete): func(t *testing.T) {
+		named(keyed.Incomplete.String()): func(t *testing.T) {
 			e := sqliteEnv(t, nil)
 			// An entry committed without a result, outside the middleware.
 			tx, err := e.DB.Begin()
@@ -255,23 +255,23 @@ func TestOutcomeRows(t *testing.T) {
 			if err := tx.Commit(); err != nil {
 				t.Fatal(err)
 			}
-			wantProblem(t, e.do(t, req{caller: "alice", key: "k", header: map[string]string{httpint.ResolveHeader: "1"}}), httpint.OutcomeIncomplete, "")
+			wantProblem(t, e.do(t, req{caller: "alice", key: "k", header: map[string]string{httpint.ResolveHeader: "1"}}), keyed.Incomplete.String(), "")
 		},
-		named(httpint.OutcomeTxAborted): func(t *testing.T) {
+		named(keyed.TxAborted.String()): func(t *testing.T) {
 			serialization := &ledger.DBError{Op: "claim", Class: dialects.ClassSerialization, Err: errors.New("could not serialize")}
 			e := sqliteEnv(t, func(s *ledger.Store) ledger.Ledger { return testdb.FaultyLedger{Store: s, ClaimErr: serialization} },
 				httpint.WithTxOptions(txmiddleware.WithMaxTxAttempts(2), txmiddleware.WithTxBackoff(time.Millisecond, time.Millisecond)))
-			wantProblem(t, e.do(t, alice("k", "r")), httpint.OutcomeTxAborted, "")
+			wantProblem(t, e.do(t, alice("k", "r")), keyed.TxAborted.String(), "")
 		},
-		named(httpint.OutcomeStorageBusy): func(t *testing.T) { testPoolOfOne(t, testdb.Targets()[0]) },
-		named(httpint.OutcomeStorage): func(t *testing.T) {
+		named(keyed.StorageBusy.String()): func(t *testing.T) { testPoolOfOne(t, testdb.Targets()[0]) },
+		named(keyed.StorageUnavailable.String()): func(t *testing.T) {
 			conn := &ledger.DBError{Op: "claim", Class: dialects.ClassConnection, Err: errors.New("connection refused")}
 			e := sqliteEnv(t, func(s *ledger.Store) ledger.Ledger { return testdb.FaultyLedger{Store: s, ClaimErr: conn} },
 				httpint.WithTxOptions(txmiddleware.WithMaxTxAttempts(1)))
-			wantProblem(t, e.do(t, alice("k", "r")), httpint.OutcomeStorage, "")
+			wantProblem(t, e.do(t, alice("k", "r")), keyed.StorageUnavailable.String(), "")
 		},
-		named(httpint.OutcomeCommitUnknown): func(t *testing.T) { commitUnknown(t) },
-		named(httpint.OutcomeRequestEnded): func(t *testing.T) {
+		named(keyed.CommitUnknown.String()): func(t *testing.T) { commitUnknown(t) },
+		named(keyed.RequestEnded.String()): func(t *testing.T) {
 			e := sqliteEnv(t, nil)
 			q := req{caller: "alice", key: "k", body: "r", header: map[string]string{testHeader: "block"}}
 			cctx, cancel := context.WithCancel(ctx)
@@ -286,16 +286,16 @@ func TestOutcomeRows(t *testing.T) {
 			}
 			// The answer the client no longer reads, seen from inside.
 			rec := newRecorderRequest(t, e, cctx)
-			wantProblem(t, rec, httpint.OutcomeRequestEnded, "")
+			wantProblem(t, rec, keyed.RequestEnded.String(), "")
 		},
-		named(httpint.OutcomeResponseTooLarge): func(t *testing.T) {
+		named(keyed.ResponseTooLarge.String()): func(t *testing.T) {
 			e := sqliteEnv(t, nil, httpint.WithMaxResponseBody(100))
-			wantProblem(t, e.do(t, req{caller: "alice", key: "k", body: "r", header: map[string]string{testHeader: "big"}}), httpint.OutcomeResponseTooLarge, "")
+			wantProblem(t, e.do(t, req{caller: "alice", key: "k", body: "r", header: map[string]string{testHeader: "big"}}), keyed.ResponseTooLarge.String(), "")
 			if e.LedgerRows(t) != 0 {
 				t.Fatal("a response over the limit was stored")
 			}
 		},
-		named(httpint.OutcomeNotStorable): func(t *testing.T) {
+		named(keyed.NotStorable.String()): func(t *testing.T) {
 			// New refuses a body limit the ledger cannot store, so only
 			// stored headers over StoredHeaderRoom get here.
 			tg := testdb.Targets()[0]
@@ -305,7 +305,7 @@ func TestOutcomeRows(t *testing.T) {
 				t.Fatal(err)
 			}
 			e := newEnv(t, te, func(*ledger.Store) ledger.Ledger { return store }, httpint.WithMaxResponseBody(256))
-			wantProblem(t, e.do(t, req{caller: "alice", key: "k", body: "r", header: map[string]string{testHeader: "big-headers"}}), httpint.OutcomeNotStorable, "")
+			wantProblem(t, e.do(t, req{caller: "alice", key: "k", body: "r", header: map[string]string{testHeader: "big-headers"}}), keyed.NotStorable.String(), "")
 			if e.LedgerRows(t) != 0 {
 				t.Fatal("a response that could not be stored committed")
 			}
@@ -313,13 +313,13 @@ func TestOutcomeRows(t *testing.T) {
 				t.Fatalf("a response within the limits: %d %q", r.status, r.body)
 			}
 		},
-		named(httpint.OutcomeLedgerMisuse): func(t *testing.T) {
+		named(keyed.LedgerMisuse.String()): func(t *testing.T) {
 			e := sqliteEnv(t, func(s *ledger.Store) ledger.Ledger {
 				return testdb.FaultyLedger{Store: s, CompleteErr: ledger.ErrNotAcquired}
 			})
-			wantProblem(t, e.do(t, alice("k", "r")), httpint.OutcomeLedgerMisuse, "")
+			wantProblem(t, e.do(t, alice("k", "r")), keyed.LedgerMisuse.String(), "")
 		},
-		named(httpint.OutcomeUnreadable): func(t *testing.T) {
+		named(keyed.ResultUnreadable.String()): func(t *testing.T) {
 			e := sqliteEnv(t, nil)
 			// A result stored under the route's identity by something else.
 			tx, err := e.DB.Begin()
@@ -337,12 +337,12 @@ func TestOutcomeRows(t *testing.T) {
 			if err := tx.Commit(); err != nil {
 				t.Fatal(err)
 			}
-			wantProblem(t, e.do(t, req{caller: "alice", key: "k", header: map[string]string{httpint.ResolveHeader: "1"}}), httpint.OutcomeUnreadable, "")
+			wantProblem(t, e.do(t, req{caller: "alice", key: "k", header: map[string]string{httpint.ResolveHeader: "1"}}), keyed.ResultUnreadable.String(), "")
 		},
-		named(httpint.OutcomeNotFound): func(t *testing.T) {
+		named(keyed.NotFound.String()): func(t *testing.T) {
 			e := sqliteEnv(t, nil)
 			resolve := req{caller: "alice", key: "never-sent", header: map[string]string{httpint.ResolveHeader: "1"}}
-			wantProblem(t, e.do(t, resolve), httpint.OutcomeNotFound, "never-sent")
+			wantProblem(t, e.do(t, resolve), keyed.NotFound.String(), "never-sent")
 			first := e.do(t, alice("never-sent", "r"))
 			got := e.do(t, resolve)
 			if got.status != 201 || !got.replayed() || got.body != first.body || e.runs.Load() != 1 {
@@ -371,7 +371,7 @@ func commitUnknown(t *testing.T) {
 	e := newEnv(t, testdb.NewEnv(t, "postgres/pgx", postgres.New(), db), nil)
 	proxy.Arm()
 	r := e.do(t, req{caller: "alice", key: "cut", body: "cut"})
-	wantProblem(t, r, httpint.OutcomeCommitUnknown, "")
+	wantProblem(t, r, keyed.CommitUnknown.String(), "")
 	if proxy.Cuts() != 1 {
 		t.Fatalf("proxy cut %d connections, want 1", proxy.Cuts())
 	}
@@ -411,12 +411,12 @@ func TestOutcomeTable(t *testing.T) {
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Errorf("outcomes %v, want %v", got, want)
 	}
-	for _, n := range []string{httpint.OutcomeExecuted, httpint.OutcomeReplayed, httpint.OutcomeNotStored, httpint.OutcomePanic,
-		httpint.OutcomeNoCaller, httpint.OutcomeMissingKey, httpint.OutcomeInvalidKey, httpint.OutcomeRequestTooLarge,
-		httpint.OutcomeRequestUnreadable, httpint.OutcomeNotKeyed, httpint.OutcomeKeyReused, httpint.OutcomeInProgress,
-		httpint.OutcomeIncomplete, httpint.OutcomeTxAborted, httpint.OutcomeStorageBusy, httpint.OutcomeStorage,
-		httpint.OutcomeCommitUnknown, httpint.OutcomeRequestEnded, httpint.OutcomeResponseTooLarge, httpint.OutcomeNotStorable,
-		httpint.OutcomeLedgerMisuse, httpint.OutcomeUnreadable, httpint.OutcomeNotFound, httpint.OutcomeNotExecuted} {
+	for _, n := range []string{keyed.Executed.String(), keyed.Replayed.String(), keyed.NotStored.String(), keyed.HandlerPanic.String(),
+		keyed.CallerMissing.String(), keyed.KeyMissing.String(), keyed.KeyInvalid.String(), keyed.RequestTooLarge.String(),
+		keyed.RequestUnreadable.String(), keyed.NotKeyed.String(), keyed.KeyReused.String(), keyed.InProgress.String(),
+		keyed.Incomplete.String(), keyed.TxAborted.String(), keyed.StorageBusy.String(), keyed.StorageUnavailable.String(),
+		keyed.CommitUnknown.String(), keyed.RequestEnded.String(), keyed.ResponseTooLarge.String(), keyed.NotStorable.String(),
+		keyed.LedgerMisuse.String(), keyed.ResultUnreadable.String(), keyed.NotFound.String(), keyed.NotExecuted.String()} {
 		if _, ok := keyed.Named(n); !ok {
 			t.Errorf("httpint's outcome %s is not the classification's", n)
 		}
@@ -433,7 +433,7 @@ func TestOutcomeOf(t *testing.T) {
 	if _, ok := httpint.OutcomeOf("about:blank"); ok {
 		t.Error("OutcomeOf(about:blank)")
 	}
-	for _, n := range []httpint.Next{httpint.Stop, httpint.Retry, httpint.Resolve, 0} {
+	for _, n := range []keyed.Next{keyed.Stop, keyed.Retry, keyed.Resolve, 0} {
 		if n.String() == "" {
 			t.Errorf("Next(%d) has no name", int(n))
 		}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/opledger/opledger/httpint"
 	"github.com/opledger/opledger/internal/testkit/testdb"
+	"github.com/opledger/opledger/keyed"
 )
 
 // TestPoolOfOne: with db.SetMaxOpenConns(1) and a handler stuck inside
@@ -51,19 +52,19 @@ func testPoolOfOne(t *testing.T, tg testdb.Target) {
 	if err != nil {
 		t.Fatalf("duplicate behind a stuck handler: %v", err)
 	}
-	wantProblem(t, r, httpint.OutcomeInProgress, "k-stuck")
+	wantProblem(t, r, keyed.InProgress.String(), "k-stuck")
 	r, err = e.send(ctx, req{caller: "alice", key: "k-other", body: "other"})
 	if err != nil {
 		t.Fatalf("another key behind a stuck handler: %v", err)
 	}
-	wantProblem(t, r, httpint.OutcomeStorageBusy, "k-other")
+	wantProblem(t, r, keyed.StorageBusy.String(), "k-other")
 	// A resolve of the stuck key waits for a connection too, and says the
 	// request is in progress.
 	r, err = e.send(ctx, req{caller: "alice", key: "k-stuck", header: map[string]string{httpint.ResolveHeader: "1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantProblem(t, r, httpint.OutcomeInProgress, "k-stuck")
+	wantProblem(t, r, keyed.InProgress.String(), "k-stuck")
 	close(e.release)
 	if r := <-done; r.status != 201 {
 		t.Fatalf("the stuck request: %d %q", r.status, r.body)

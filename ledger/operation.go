@@ -30,7 +30,7 @@ type operationKey struct{}
 // operation whose work runs under it. txmiddleware's Runner does this for
 // the work it runs (so every keyed gRPC handler has it); call it yourself
 // after a Claim you wrote by hand acquired id. Downstream keys
-// (grpcint.DownstreamKey) and outbox message ids are derived from it. The
+// (keyed.DownstreamKey) and outbox message ids are derived from it. The
 // context holds the identity, which holds the key's hash, never the key.
 func ContextWithOperation(ctx context.Context, id Identity) context.Context {
 	return context.WithValue(ctx, operationKey{}, id)

@@ -26,6 +26,7 @@ import (
 	"github.com/opledger/opledger/internal/harness/otelread"
 	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/internal/testkit/xdstest"
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/policy"
 )
@@ -217,7 +218,7 @@ func TestXDSKitServer(t *testing.T) {
 }
 
 func transferCtx(ctx context.Context) context.Context {
-	return grpcint.WithKey(metadata.AppendToOutgoingContext(ctx, xdsCaller, "alice"), grpcint.NewKey())
+	return grpcint.WithKey(metadata.AppendToOutgoingContext(ctx, xdsCaller, "alice"), keyed.NewKey())
 }
 
 func xdsApplicationOwner(t *testing.T, ctx context.Context, cp *xdstest.ControlPlane, addr, dir, desc string, front *lossyFront,

@@ -20,6 +20,7 @@ import (
 	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/testkit/testdb"
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/policy"
 )
@@ -117,7 +118,7 @@ func BenchmarkTransfer(b *testing.B) {
 			}
 			keyedSrv := grpc.NewServer(grpc.ChainUnaryInterceptor(kit.UnaryServerInterceptor()))
 			paymentspb.RegisterPaymentsServer(keyedSrv, svc)
-			keyed := serve(b, keyedSrv, policy.OwnerApplication)
+			kc := serve(b, keyedSrv, policy.OwnerApplication)
 
 			// The same without the kit's per-transaction lock-wait bound
 			// (the database's own setting bounds the wait instead).
@@ -153,7 +154,7 @@ func BenchmarkTransfer(b *testing.B) {
 				run(b, func(i int) error { _, err := bare.Transfer(ctx, req(i)); return err })
 			})
 			b.Run("keyed", func(b *testing.B) {
-				run(b, func(i int) error { _, err := keyed.Transfer(callerCtx, req(i)); return err })
+				run(b, func(i int) error { _, err := kc.Transfer(callerCtx, req(i)); return err })
 			})
 			b.Run("keyed-no-lockwait", func(b *testing.B) {
 				run(b, func(i int) error {
@@ -162,11 +163,11 @@ func BenchmarkTransfer(b *testing.B) {
 				})
 			})
 			b.Run("replay", func(b *testing.B) {
-				rctx := grpcint.WithKey(callerCtx, grpcint.NewKey())
-				if _, err := keyed.Transfer(rctx, req(1_000_000)); err != nil {
+				rctx := grpcint.WithKey(callerCtx, keyed.NewKey())
+				if _, err := kc.Transfer(rctx, req(1_000_000)); err != nil {
 					b.Fatal(err)
 				}
-				run(b, func(int) error { _, err := keyed.Transfer(rctx, req(1_000_000)); return err })
+				run(b, func(int) error { _, err := kc.Transfer(rctx, req(1_000_000)); return err })
 			})
 		})
 	}

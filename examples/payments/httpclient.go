@@ -14,6 +14,7 @@ import (
 
 	"github.com/opledger/opledger/httpint"
 	"github.com/opledger/opledger/internal/wait"
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/policy"
 )
 
@@ -91,7 +92,7 @@ type HTTPError struct {
 	Outcome string
 	// Next is what the caller can do: Retry (nothing was committed),
 	// Resolve (unknown: resolve with Key later) or Stop (the answer).
-	Next httpint.Next
+	Next keyed.Next
 	// Key is the call's idempotency key.
 	Key string
 	// Attempts counts requests sent, resolves included; Resolves the
@@ -114,7 +115,7 @@ type reading struct {
 	replayed   bool
 	status     int
 	outcome    string
-	next       httpint.Next
+	next       keyed.Next
 	retryAfter time.Duration
 }
 
@@ -151,7 +152,7 @@ func (c *HTTPClient) Transfer(ctx context.Context, key string, t TransferJSON) (
 		if rd.ok {
 			return done(rd)
 		}
-		if rd.next == httpint.Resolve {
+		if rd.next == keyed.Resolve {
 			// The outcome is unknown: resolve until it is known. Resolves
 			// only read, so they spend no budget.
 			for n := 1; ; n++ {
@@ -167,9 +168,9 @@ func (c *HTTPClient) Transfer(ctx context.Context, key string, t TransferJSON) (
 				case r.ok:
 					c.resolved.Add(1)
 					return done(r)
-				case r.outcome == httpint.OutcomeNotFound:
-					rd = reading{status: r.status, outcome: r.outcome, next: httpint.Retry}
-				case r.next == httpint.Stop:
+				case r.outcome == keyed.NotFound.String():
+					rd = reading{status: r.status, outcome: r.outcome, next: keyed.Retry}
+				case r.next == keyed.Stop:
 					return fail(r, "resolved") // a stored answer, or a refusal
 				default:
 					rd.retryAfter = r.retryAfter
@@ -178,7 +179,7 @@ func (c *HTTPClient) Transfer(ctx context.Context, key string, t TransferJSON) (
 				break
 			}
 		}
-		if rd.next == httpint.Stop {
+		if rd.next == keyed.Stop {
 			return fail(rd, "answered")
 		}
 		// Nothing was committed: run again, if the bounds allow.
@@ -203,7 +204,7 @@ func (c *HTTPClient) Resolve(ctx context.Context, key string) (TransferJSON, boo
 	switch {
 	case rd.ok:
 		return rd.reply, true, nil
-	case rd.outcome == httpint.OutcomeNotFound:
+	case rd.outcome == keyed.NotFound.String():
 		return TransferJSON{}, false, nil
 	}
 	return TransferJSON{}, false, &HTTPError{Status: rd.status, Outcome: rd.outcome, Next: rd.next, Key: key, Attempts: 1, Resolves: 1, Decision: "resolve"}
@@ -224,7 +225,7 @@ func (c *HTTPClient) wait(ctx context.Context, n int, retryAfter time.Duration) 
 func (c *HTTPClient) send(ctx context.Context, key string, body []byte, resolve bool) reading {
 	r, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/transfers", bytes.NewReader(body))
 	if err != nil {
-		return reading{outcome: OutcomeNotSent, next: httpint.Stop}
+		return reading{outcome: OutcomeNotSent, next: keyed.Stop}
 	}
 	// No body to rewind: net/http's Transport would otherwise resend a
 	// request with an Idempotency-Key on a broken reused connection by
@@ -232,7 +233,7 @@ func (c *HTTPClient) send(ctx context.Context, key string, body []byte, resolve 
 	r.GetBody = nil
 	field, err := httpint.FormatKey(key)
 	if err != nil {
-		return reading{outcome: httpint.OutcomeInvalidKey, next: httpint.Stop}
+		return reading{outcome: keyed.KeyInvalid.String(), next: keyed.Stop}
 	}
 	r.Header.Set(httpint.KeyHeader, field)
 	r.Header.Set("Authorization", "Bearer "+c.token)
@@ -243,14 +244,14 @@ func (c *HTTPClient) send(ctx context.Context, key string, body []byte, resolve 
 	resp, err := c.hc.Do(r)
 	if err != nil {
 		if errors.Is(err, ErrNotSent) {
-			return reading{outcome: OutcomeNotSent, next: httpint.Retry}
+			return reading{outcome: OutcomeNotSent, next: keyed.Retry}
 		}
-		return reading{outcome: OutcomeUnknown, next: httpint.Resolve}
+		return reading{outcome: OutcomeUnknown, next: keyed.Resolve}
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return reading{status: resp.StatusCode, outcome: OutcomeUnknown, next: httpint.Resolve}
+		return reading{status: resp.StatusCode, outcome: OutcomeUnknown, next: keyed.Resolve}
 	}
 	rd := reading{status: resp.StatusCode, replayed: resp.Header.Get(httpint.ReplayedHeader) == "true"}
 	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
@@ -258,7 +259,7 @@ func (c *HTTPClient) send(ctx context.Context, key string, body []byte, resolve 
 	}
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		if err := json.Unmarshal(b, &rd.reply); err != nil {
-			return reading{status: resp.StatusCode, outcome: OutcomeHandler, next: httpint.Stop}
+			return reading{status: resp.StatusCode, outcome: OutcomeHandler, next: keyed.Stop}
 		}
 		rd.ok = true
 		return rd
@@ -273,11 +274,11 @@ func (c *HTTPClient) send(ctx context.Context, key string, body []byte, resolve 
 	rd.outcome = OutcomeHandler
 	switch {
 	case resp.StatusCode == http.StatusBadGateway, resp.StatusCode == http.StatusGatewayTimeout:
-		rd.outcome, rd.next = OutcomeUnknown, httpint.Resolve // a proxy may have lost a committed answer
+		rd.outcome, rd.next = OutcomeUnknown, keyed.Resolve // a proxy may have lost a committed answer
 	case resp.StatusCode >= 500:
-		rd.next = httpint.Retry // the middleware never stores a 5xx: nothing committed
+		rd.next = keyed.Retry // the middleware never stores a 5xx: nothing committed
 	default:
-		rd.next = httpint.Stop // the handler's answer
+		rd.next = keyed.Stop // the handler's answer
 	}
 	return rd
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/opledger/opledger/internal/harness/otelread"
 	"github.com/opledger/opledger/internal/outcomes"
 	"github.com/opledger/opledger/internal/testkit/testdb"
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
 )
 
@@ -36,7 +37,7 @@ func TestFullRunLogsNoKey(t *testing.T) {
 			sc.Faults = lossAtThreePlaces(11)
 			sc.Caller = "caller-secret-7e1d"
 			sc.NewKey = func() string {
-				k := grpcint.NewKey()
+				k := keyed.NewKey()
 				mu.Lock()
 				keys = append(keys, k)
 				mu.Unlock()

@@ -82,7 +82,7 @@ type Scenario struct {
 	// LedgerOptions are added to the ledger's options (after its table).
 	LedgerOptions []ledger.Option
 	// NewKey returns each logical call's idempotency key (default
-	// grpcint.NewKey).
+	// keyed.NewKey).
 	NewKey func() string
 	// Caller is the principal the client authenticates as (default
 	// "demo"): the run issues it a bearer token (Tokens), and the server
@@ -346,7 +346,7 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 		sc.RefPrefix = "call"
 	}
 	if sc.NewKey == nil {
-		sc.NewKey = grpcint.NewKey
+		sc.NewKey = keyed.NewKey
 	}
 	if err := CreateTable(ctx, sc.DB, sc.Dialect, sc.BusinessTable); err != nil {
 		return Report{}, fmt.Errorf("payments: create table: %w", err)

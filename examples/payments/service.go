@@ -66,7 +66,7 @@ type ServiceOption struct{ o options.Option[Service] }
 // WithFraudCheck makes every transfer call the fraud check service first
 // (the chain): a declined check is the transfer's final answer,
 // FAILED_PRECONDITION. Dial fc with DialFraud, whose client attaches the
-// key derived from the transfer's own operation (grpcint.DownstreamKey),
+// key derived from the transfer's own operation (keyed.DownstreamKey),
 // so that a retried transfer replays its check.
 func WithFraudCheck(fc paymentspb.FraudClient) ServiceOption {
 	return ServiceOption{options.New("WithFraudCheck", func(s *Service) error {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/examples/payments/paymentspb"
-	"github.com/opledger/opledger/grpcint"
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
 )
 
@@ -42,7 +42,7 @@ func makeCall(ctx context.Context, client runClient, i int, caller string, timeo
 	ref := fmt.Sprintf("%s-%d", caller, i)
 	req := &paymentspb.TransferRequest{FromAccount: fmt.Sprintf("acct-%d", i%17), ToAccount: fmt.Sprintf("acct-%d", 17+i%5),
 		AmountCents: int64(100 + i), Reference: ref}
-	c := call{issued: true, key: grpcint.NewKey(), ref: ref}
+	c := call{issued: true, key: keyed.NewKey(), ref: ref}
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	c.start = time.Now()

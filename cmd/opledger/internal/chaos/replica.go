@@ -278,7 +278,7 @@ func replicaDriver(db database, d dialects.Dialect, want string) string {
 func freshKeys(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	md = md.Copy()
-	md.Set(grpcint.KeyHeader, grpcint.NewKey())
+	md.Set(grpcint.KeyHeader, keyed.NewKey())
 	return handler(metadata.NewIncomingContext(ctx, md), req)
 }
 

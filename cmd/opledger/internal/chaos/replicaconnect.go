@@ -10,6 +10,7 @@ import (
 	"github.com/opledger/opledger/examples/payments"
 	"github.com/opledger/opledger/examples/payments/connectpay"
 	"github.com/opledger/opledger/examples/payments/paymentspb"
+	"github.com/opledger/opledger/keyed"
 )
 
 type connectReplica struct{ *http.Server }
@@ -69,7 +70,7 @@ func connectAfterCommit(w *commitWatch) connect.Interceptor {
 // connectFreshKeys is freshKeys for connect-go (--break-keys).
 var connectFreshKeys = connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		req.Header().Set(connectint.KeyHeader, connectint.NewKey())
+		req.Header().Set(connectint.KeyHeader, keyed.NewKey())
 		return next(ctx, req)
 	}
 })
