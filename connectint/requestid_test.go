@@ -125,8 +125,8 @@ func TestRequestIDCatalogFromSpecs(t *testing.T) {
 			t.Errorf("%s: %+v, keyed %v", m, p, keyedOnes[m])
 		}
 	}
-	if c.Len() != 9 {
-		t.Errorf("%d procedures, want 9", c.Len())
+	if len(c.Methods()) != 9 {
+		t.Errorf("%d procedures, want 9", len(c.Methods()))
 	}
 	bare, err := connectint.CatalogFromSpecs(connect.Spec{Procedure: svc + "CreateOrder"})
 	if err != nil {

@@ -114,13 +114,13 @@ func (b Backoff) Delay(n int) time.Duration {
 	return time.Duration(d)
 }
 
-// ParsePushback reads the values of the grpc-retry-pushback-ms trailer (as
+// parsePushback reads the values of the grpc-retry-pushback-ms trailer (as
 // returned by metadata.MD.Get). No value means no pushback: ok is false and
 // the caller uses its backoff. A single non-negative 32-bit integer is the
 // exact delay. A negative, unparseable or repeated value means "do not
 // retry": the error wraps ErrPushbackStop, and the attempt counts as a
 // failure for throttling.
-func ParsePushback(values []string) (delay time.Duration, ok bool, err error) {
+func parsePushback(values []string) (delay time.Duration, ok bool, err error) {
 	switch len(values) {
 	case 0:
 		return 0, false, nil
@@ -146,7 +146,7 @@ func ParsePushback(values []string) (delay time.Duration, ok bool, err error) {
 //
 // It returns an error instead of a wait when the context is done (the
 // context's error), when pushback says to stop (ErrPushbackStop), or when
-// the wait would reach the context's deadline (ErrDeadlineTooClose): the
+// the wait would reach the context's deadline (an error saying so): the
 // deadline spans all attempts, and a retry that cannot start before it is
 // only extra load.
 func (b Backoff) Next(ctx context.Context, n int, pushback []string) (wait time.Duration, next int, err error) {
@@ -154,7 +154,7 @@ func (b Backoff) Next(ctx context.Context, n int, pushback []string) (wait time.
 		return 0, n, err
 	}
 	b = b.norm()
-	d, ok, err := ParsePushback(pushback)
+	d, ok, err := parsePushback(pushback)
 	if err != nil {
 		return 0, n, err
 	}
@@ -168,7 +168,7 @@ func (b Backoff) Next(ctx context.Context, n int, pushback []string) (wait time.
 	}
 	if dl, has := ctx.Deadline(); has {
 		if left := dl.Sub(b.Now()); wait >= left {
-			return 0, n, fmt.Errorf("%w: wait %s, %s left", ErrDeadlineTooClose, wait, max(left, 0))
+			return 0, n, fmt.Errorf("%w: wait %s, %s left", errDeadlineTooClose, wait, max(left, 0))
 		}
 	}
 	return wait, next, nil

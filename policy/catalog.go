@@ -108,7 +108,7 @@ type MethodPolicy struct {
 // Service returns the service part of FullMethod ("pkg.Service"), or "" if
 // FullMethod is malformed.
 func (p MethodPolicy) Service() string {
-	svc, _, ok := SplitFullMethod(p.FullMethod)
+	svc, _, ok := splitFullMethod(p.FullMethod)
 	if !ok {
 		return ""
 	}
@@ -118,18 +118,18 @@ func (p MethodPolicy) Service() string {
 // Method returns the method part of FullMethod ("Method"), or "" if
 // FullMethod is malformed.
 func (p MethodPolicy) Method() string {
-	_, m, ok := SplitFullMethod(p.FullMethod)
+	_, m, ok := splitFullMethod(p.FullMethod)
 	if !ok {
 		return ""
 	}
 	return m
 }
 
-// SplitFullMethod splits "/pkg.Service/Method" into "pkg.Service" and
+// splitFullMethod splits "/pkg.Service/Method" into "pkg.Service" and
 // "Method". ok is false unless the name has exactly that form, with a
 // service made of dot-separated identifiers and a method identifier, and
 // is at most 512 bytes long (the grammar the ledger also enforces).
-func SplitFullMethod(fullMethod string) (service, method string, ok bool) {
+func splitFullMethod(fullMethod string) (service, method string, ok bool) {
 	service, method, err := methodname.Split(fullMethod)
 	return service, method, err == nil
 }
@@ -143,7 +143,7 @@ type Catalog struct {
 }
 
 // NewCatalog builds a catalog from method policies. Every FullMethod must be
-// well formed (ErrInvalidMethodName) and listed once (ErrDuplicateMethod).
+// well formed (errInvalidMethodName) and listed once (errDuplicateMethod).
 func NewCatalog(policies ...MethodPolicy) (*Catalog, error) {
 	m := make(map[string]MethodPolicy, len(policies))
 	for _, p := range policies {
@@ -151,7 +151,7 @@ func NewCatalog(policies ...MethodPolicy) (*Catalog, error) {
 			return nil, err
 		}
 		if _, dup := m[p.FullMethod]; dup {
-			return nil, fmt.Errorf("%w: %q", ErrDuplicateMethod, p.FullMethod)
+			return nil, fmt.Errorf("%w: %q", errDuplicateMethod, p.FullMethod)
 		}
 		m[p.FullMethod] = p
 	}
@@ -160,7 +160,7 @@ func NewCatalog(policies ...MethodPolicy) (*Catalog, error) {
 
 func checkPolicy(p MethodPolicy) error {
 	if _, _, err := methodname.Split(p.FullMethod); err != nil {
-		return fmt.Errorf("%w: %q: %w", ErrInvalidMethodName, truncate(p.FullMethod), err)
+		return fmt.Errorf("%w: %q: %w", errInvalidMethodName, truncate(p.FullMethod), err)
 	}
 	if p.Kind > KindKeyed {
 		return fmt.Errorf("%w: %q has unknown kind %d", ErrInvalidConfig, p.FullMethod, uint8(p.Kind))
@@ -174,7 +174,7 @@ func checkPolicy(p MethodPolicy) error {
 func newCatalog(m map[string]MethodPolicy) *Catalog {
 	c := &Catalog{methods: m, services: make(map[string][]string)}
 	for name := range m {
-		svc, _, _ := SplitFullMethod(name)
+		svc, _, _ := splitFullMethod(name)
 		c.services[svc] = append(c.services[svc], name)
 	}
 	for _, names := range c.services {
@@ -183,8 +183,8 @@ func newCatalog(m map[string]MethodPolicy) *Catalog {
 	return c
 }
 
-// Len returns the number of methods in the catalog.
-func (c *Catalog) Len() int {
+// size returns the number of methods in the catalog.
+func (c *Catalog) size() int {
 	if c == nil {
 		return 0
 	}
@@ -207,14 +207,14 @@ func (c *Catalog) Methods() []MethodPolicy {
 		return nil
 	}
 	out := make([]MethodPolicy, 0, len(c.methods))
-	for _, svc := range c.Services() {
-		out = append(out, c.ServiceMethods(svc)...)
+	for _, svc := range c.serviceNames() {
+		out = append(out, c.serviceMethods(svc)...)
 	}
 	return out
 }
 
-// Services returns the names of the services in the catalog, sorted.
-func (c *Catalog) Services() []string {
+// serviceNames returns the names of the services in the catalog, sorted.
+func (c *Catalog) serviceNames() []string {
 	if c == nil {
 		return nil
 	}
@@ -226,9 +226,9 @@ func (c *Catalog) Services() []string {
 	return out
 }
 
-// ServiceMethods returns the policies of one service's methods, sorted by
+// serviceMethods returns the policies of one service's methods, sorted by
 // full method name; nil if the service is not in the catalog.
-func (c *Catalog) ServiceMethods(service string) []MethodPolicy {
+func (c *Catalog) serviceMethods(service string) []MethodPolicy {
 	if c == nil {
 		return nil
 	}
@@ -246,7 +246,7 @@ func (c *Catalog) ServiceMethods(service string) []MethodPolicy {
 // With returns a copy of the catalog in which the given policies are added,
 // or replace the policies of the same full method names.
 func (c *Catalog) With(policies ...MethodPolicy) (*Catalog, error) {
-	m := make(map[string]MethodPolicy, c.Len()+len(policies))
+	m := make(map[string]MethodPolicy, c.size()+len(policies))
 	if c != nil {
 		for k, v := range c.methods {
 			m[k] = v
@@ -258,7 +258,7 @@ func (c *Catalog) With(policies ...MethodPolicy) (*Catalog, error) {
 			return nil, err
 		}
 		if seen[p.FullMethod] {
-			return nil, fmt.Errorf("%w: %q", ErrDuplicateMethod, p.FullMethod)
+			return nil, fmt.Errorf("%w: %q", errDuplicateMethod, p.FullMethod)
 		}
 		seen[p.FullMethod] = true
 		m[p.FullMethod] = p
@@ -267,13 +267,13 @@ func (c *Catalog) With(policies ...MethodPolicy) (*Catalog, error) {
 }
 
 // WithKeyed returns a copy of the catalog in which the named method, which
-// must already be in the catalog (ErrUnknownMethod), is a keyed mutation.
+// must already be in the catalog (errUnknownMethod), is a keyed mutation.
 // durableLedger states whether a durable ledger records its completions.
 // Its shape is kept.
 func (c *Catalog) WithKeyed(fullMethod string, durableLedger bool) (*Catalog, error) {
 	p, ok := c.Lookup(fullMethod)
 	if !ok {
-		return nil, fmt.Errorf("%w: %q", ErrUnknownMethod, fullMethod)
+		return nil, fmt.Errorf("%w: %q", errUnknownMethod, fullMethod)
 	}
 	p.Kind = KindKeyed
 	p.DurableLedger = durableLedger

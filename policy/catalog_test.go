@@ -17,9 +17,9 @@ import (
 
 func TestOwnerStringParse(t *testing.T) {
 	for _, o := range []RetryOwner{OwnerApplication, OwnerServiceConfig, OwnerMesh, OwnerNone} {
-		got, err := ParseRetryOwner(o.String())
+		got, err := parseRetryOwner(o.String())
 		if err != nil || got != o {
-			t.Errorf("ParseRetryOwner(%q) = %v, %v", o.String(), got, err)
+			t.Errorf("parseRetryOwner(%q) = %v, %v", o.String(), got, err)
 		}
 		b, err := o.MarshalText()
 		if err != nil {
@@ -30,12 +30,12 @@ func TestOwnerStringParse(t *testing.T) {
 			t.Errorf("text round trip of %v: %v, %v", o, back, err)
 		}
 	}
-	if o, err := ParseRetryOwner("Service_Config"); err != nil || o != OwnerServiceConfig {
+	if o, err := parseRetryOwner("Service_Config"); err != nil || o != OwnerServiceConfig {
 		t.Errorf("case-insensitive parse: %v, %v", o, err)
 	}
 	for _, bad := range []string{"", "grpc", "meshes"} {
-		if _, err := ParseRetryOwner(bad); !errors.Is(err, ErrInvalidOwner) {
-			t.Errorf("ParseRetryOwner(%q) error %v, want ErrInvalidOwner", bad, err)
+		if _, err := parseRetryOwner(bad); !errors.Is(err, ErrInvalidOwner) {
+			t.Errorf("parseRetryOwner(%q) error %v, want ErrInvalidOwner", bad, err)
 		}
 	}
 	var zero RetryOwner
@@ -59,8 +59,8 @@ func TestNewCatalog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Len() != 3 {
-		t.Fatalf("Len = %d", c.Len())
+	if c.size() != 3 {
+		t.Fatalf("Len = %d", c.size())
 	}
 	p, ok := c.Lookup("/a.B/Put")
 	if !ok || p.Kind != KindKeyed || !p.DurableLedger || p.Service() != "a.B" || p.Method() != "Put" {
@@ -69,15 +69,15 @@ func TestNewCatalog(t *testing.T) {
 	if _, ok := c.Lookup("/a.B/put"); ok {
 		t.Error("lookup must be case-sensitive")
 	}
-	if got := c.Services(); len(got) != 2 || got[0] != "C" || got[1] != "a.B" {
+	if got := c.serviceNames(); len(got) != 2 || got[0] != "C" || got[1] != "a.B" {
 		t.Errorf("Services = %v", got)
 	}
 	if ms := c.Methods(); len(ms) != 3 || ms[0].FullMethod != "/C/Do" || ms[0].Kind != KindNonIdempotent {
 		t.Errorf("Methods = %+v", ms)
 	}
 	for _, bad := range []string{"", "a.B/Get", "/a.B", "/a.B/", "//Get", "/a..B/Get", "/a.B/Get/x", "/a.B/G-t", "/1a.B/Get"} {
-		if _, err := NewCatalog(MethodPolicy{FullMethod: bad}); !errors.Is(err, ErrInvalidMethodName) {
-			t.Errorf("NewCatalog(%q) error %v, want ErrInvalidMethodName", bad, err)
+		if _, err := NewCatalog(MethodPolicy{FullMethod: bad}); !errors.Is(err, errInvalidMethodName) {
+			t.Errorf("NewCatalog(%q) error %v, want errInvalidMethodName", bad, err)
 		}
 	}
 	// The grammar is the ledger's, including its 512-byte cap.
@@ -85,23 +85,23 @@ func TestNewCatalog(t *testing.T) {
 	if _, err := NewCatalog(MethodPolicy{FullMethod: longest}); err != nil {
 		t.Errorf("512-byte name: %v", err)
 	}
-	if _, err := NewCatalog(MethodPolicy{FullMethod: longest + "x"}); !errors.Is(err, ErrInvalidMethodName) {
-		t.Errorf("513-byte name: error %v, want ErrInvalidMethodName", err)
+	if _, err := NewCatalog(MethodPolicy{FullMethod: longest + "x"}); !errors.Is(err, errInvalidMethodName) {
+		t.Errorf("513-byte name: error %v, want errInvalidMethodName", err)
 	}
-	if _, _, ok := SplitFullMethod(longest + "x"); ok {
-		t.Error("SplitFullMethod accepts a 513-byte name")
+	if _, _, ok := splitFullMethod(longest + "x"); ok {
+		t.Error("splitFullMethod accepts a 513-byte name")
 	}
-	if _, err := NewCatalog(MethodPolicy{FullMethod: "/a.B/X"}, MethodPolicy{FullMethod: "/a.B/X"}); !errors.Is(err, ErrDuplicateMethod) {
+	if _, err := NewCatalog(MethodPolicy{FullMethod: "/a.B/X"}, MethodPolicy{FullMethod: "/a.B/X"}); !errors.Is(err, errDuplicateMethod) {
 		t.Errorf("duplicate: %v", err)
 	}
 	if _, err := NewCatalog(MethodPolicy{FullMethod: "/a.B/X", Kind: 9}); !errors.Is(err, ErrInvalidConfig) {
 		t.Errorf("bad kind: %v", err)
 	}
-	if _, err := c.WithKeyed("/a.B/Nope", true); !errors.Is(err, ErrUnknownMethod) {
+	if _, err := c.WithKeyed("/a.B/Nope", true); !errors.Is(err, errUnknownMethod) {
 		t.Errorf("WithKeyed unknown: %v", err)
 	}
 	var nilCat *Catalog
-	if nilCat.Len() != 0 || nilCat.Methods() != nil || nilCat.Services() != nil {
+	if nilCat.size() != 0 || nilCat.Methods() != nil || nilCat.serviceNames() != nil {
 		t.Error("nil catalog is not empty")
 	}
 	if _, ok := nilCat.Lookup("/a.B/Get"); ok {
@@ -121,8 +121,8 @@ func TestCatalogFromDescriptors(t *testing.T) {
 		"/shop.v1.Orders/Chat":   {Kind: KindNonIdempotent, Shape: ShapeBidiStream},
 		"/shop.v1.Catalog/List":  {Kind: KindNoSideEffects, Shape: ShapeUnary},
 	}
-	if c.Len() != len(want) {
-		t.Fatalf("Len = %d, want %d: %+v", c.Len(), len(want), c.Methods())
+	if c.size() != len(want) {
+		t.Fatalf("Len = %d, want %d: %+v", c.size(), len(want), c.Methods())
 	}
 	for name, w := range want {
 		w.FullMethod = name
@@ -147,17 +147,17 @@ func TestCatalogFromDescriptors(t *testing.T) {
 		t.Fatal(err)
 	}
 	fc, err := CatalogFromFiles(files)
-	if err != nil || fc.Len() != len(want) {
-		t.Fatalf("CatalogFromFiles: %v, %d", err, fc.Len())
+	if err != nil || fc.size() != len(want) {
+		t.Fatalf("CatalogFromFiles: %v, %d", err, fc.size())
 	}
-	if _, err := CatalogFromFiles(nil); !errors.Is(err, ErrInvalidDescriptors) {
+	if _, err := CatalogFromFiles(nil); !errors.Is(err, errInvalidDescriptors) {
 		t.Errorf("nil files: %v", err)
 	}
 
 	// Without --include_imports the dependency is missing: tolerated.
 	set := testDescriptorSet()
 	set.File = set.File[1:]
-	if c2, err := CatalogFromDescriptorSet(set); err != nil || c2.Len() != len(want) {
+	if c2, err := CatalogFromDescriptorSet(set); err != nil || c2.size() != len(want) {
 		t.Errorf("set without imports: %v", err)
 	}
 }
@@ -190,7 +190,7 @@ func TestLoadDescriptorSetFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	c, err := LoadDescriptorSetFile(good)
-	if err != nil || c.Len() != 8 {
+	if err != nil || c.size() != 8 {
 		t.Fatalf("LoadDescriptorSetFile: %v", err)
 	}
 	if _, err := LoadDescriptorSetFile(filepath.Join(dir, "missing.pb")); !errors.Is(err, fs.ErrNotExist) {
@@ -200,13 +200,13 @@ func TestLoadDescriptorSetFile(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("{not protobuf"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := LoadDescriptorSetFile(bad); !errors.Is(err, ErrInvalidDescriptors) {
+	if _, err := LoadDescriptorSetFile(bad); !errors.Is(err, errInvalidDescriptors) {
 		t.Errorf("garbage file: %v", err)
 	}
 	dup := &descriptorpb.FileDescriptorSet{File: []*descriptorpb.FileDescriptorProto{
 		{Name: proto.String("a.proto")}, {Name: proto.String("a.proto")},
 	}}
-	if _, err := CatalogFromDescriptorSet(dup); !errors.Is(err, ErrInvalidDescriptors) {
+	if _, err := CatalogFromDescriptorSet(dup); !errors.Is(err, errInvalidDescriptors) {
 		t.Errorf("duplicate file: %v", err)
 	}
 }

@@ -33,7 +33,7 @@ const maxDescriptorSetBytes = 64 << 20
 // methods keyed with Catalog.WithKeyed; undo a mark with Catalog.With.
 func CatalogFromFiles(files *protoregistry.Files) (*Catalog, error) {
 	if files == nil {
-		return nil, fmt.Errorf("%w: nil file registry", ErrInvalidDescriptors)
+		return nil, fmt.Errorf("%w: nil file registry", errInvalidDescriptors)
 	}
 	m := make(map[string]MethodPolicy)
 	var err error
@@ -53,28 +53,28 @@ func CatalogFromFiles(files *protoregistry.Files) (*Catalog, error) {
 // built with --include_imports.
 func CatalogFromDescriptorSet(set *descriptorpb.FileDescriptorSet) (*Catalog, error) {
 	if set == nil {
-		return nil, fmt.Errorf("%w: nil descriptor set", ErrInvalidDescriptors)
+		return nil, fmt.Errorf("%w: nil descriptor set", errInvalidDescriptors)
 	}
 	files, err := protodesc.FileOptions{AllowUnresolvable: true}.NewFiles(set)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidDescriptors, err)
+		return nil, fmt.Errorf("%w: %w", errInvalidDescriptors, err)
 	}
 	return CatalogFromFiles(files)
 }
 
-// ParseDescriptorSet builds a catalog from the binary encoding of a
+// parseDescriptorSet builds a catalog from the binary encoding of a
 // FileDescriptorSet.
-func ParseDescriptorSet(data []byte) (*Catalog, error) {
+func parseDescriptorSet(data []byte) (*Catalog, error) {
 	var set descriptorpb.FileDescriptorSet
 	if err := proto.Unmarshal(data, &set); err != nil {
-		return nil, fmt.Errorf("%w: not a binary FileDescriptorSet: %w", ErrInvalidDescriptors, err)
+		return nil, fmt.Errorf("%w: not a binary FileDescriptorSet: %w", errInvalidDescriptors, err)
 	}
 	return CatalogFromDescriptorSet(&set)
 }
 
 // LoadDescriptorSetFile reads a binary FileDescriptorSet file and builds a
 // catalog from it. Errors reading the file wrap the os error (for example
-// fs.ErrNotExist); errors decoding it wrap ErrInvalidDescriptors.
+// fs.ErrNotExist); errors decoding it wrap errInvalidDescriptors.
 func LoadDescriptorSetFile(path string) (*Catalog, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -86,9 +86,9 @@ func LoadDescriptorSetFile(path string) (*Catalog, error) {
 		return nil, fmt.Errorf("policy: reading descriptor set: %w", err)
 	}
 	if len(data) > maxDescriptorSetBytes {
-		return nil, fmt.Errorf("%w: %s is larger than %d bytes", ErrInvalidDescriptors, path, maxDescriptorSetBytes)
+		return nil, fmt.Errorf("%w: %s is larger than %d bytes", errInvalidDescriptors, path, maxDescriptorSetBytes)
 	}
-	c, err := ParseDescriptorSet(data)
+	c, err := parseDescriptorSet(data)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -111,10 +111,10 @@ func addFileMethods(m map[string]MethodPolicy, fd protoreflect.FileDescriptor) e
 				p.Kind, p.DurableLedger = KindKeyed, true
 			}
 			if err := checkPolicy(p); err != nil {
-				return fmt.Errorf("%w: %w", ErrInvalidDescriptors, err)
+				return fmt.Errorf("%w: %w", errInvalidDescriptors, err)
 			}
 			if _, dup := m[p.FullMethod]; dup {
-				return fmt.Errorf("%w: %w: %q", ErrInvalidDescriptors, ErrDuplicateMethod, p.FullMethod)
+				return fmt.Errorf("%w: %w: %q", errInvalidDescriptors, errDuplicateMethod, p.FullMethod)
 			}
 			m[p.FullMethod] = p
 		}

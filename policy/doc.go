@@ -1,5 +1,7 @@
 // Package policy decides who retries a gRPC call, whether a failed call may be
-// retried at all, and how much retrying a client may do.
+// retried at all, and how much retrying a client may do. Build a catalog of
+// methods with [NewCatalog] or [CatalogFromFiles], and a retry budget with
+// [NewBudget].
 //
 // Retries multiply across layers: an application, a channel's service config
 // and a service mesh that each make three attempts turn one call into 27

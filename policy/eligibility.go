@@ -60,30 +60,30 @@ type DecisionReason string
 
 // Reasons.
 const (
-	// ReasonSucceeded: the status is OK; there is nothing to retry.
-	ReasonSucceeded DecisionReason = "succeeded"
+	// reasonSucceeded: the status is OK; there is nothing to retry.
+	reasonSucceeded DecisionReason = "succeeded"
 	// ReasonPrefixDelivered: part of the response already reached the
 	// caller: a response message, or the headers of a streaming call.
 	ReasonPrefixDelivered DecisionReason = "prefix-delivered"
-	// ReasonNonIdempotent: the method is not idempotent.
-	ReasonNonIdempotent DecisionReason = "non-idempotent"
-	// ReasonNoKey: a keyed mutation was called without a key.
-	ReasonNoKey DecisionReason = "no-key"
-	// ReasonNoLedger: a keyed mutation has no durable ledger behind it.
-	ReasonNoLedger DecisionReason = "no-ledger"
-	// ReasonNotRetryable: the code will not change on a retry (a caller
+	// reasonNonIdempotent: the method is not idempotent.
+	reasonNonIdempotent DecisionReason = "non-idempotent"
+	// reasonNoKey: a keyed mutation was called without a key.
+	reasonNoKey DecisionReason = "no-key"
+	// reasonNoLedger: a keyed mutation has no durable ledger behind it.
+	reasonNoLedger DecisionReason = "no-ledger"
+	// reasonNotRetryable: the code will not change on a retry (a caller
 	// error, a permission problem, a cancelled call…).
-	ReasonNotRetryable DecisionReason = "code-not-retryable"
-	// ReasonNotExecuted: the request never reached the server.
-	ReasonNotExecuted DecisionReason = "not-executed"
-	// ReasonIdempotent: the call may have run, and running it again is safe.
-	ReasonIdempotent DecisionReason = "idempotent"
-	// ReasonKeyedReplay: the call may have failed before committing; the
+	reasonNotRetryable DecisionReason = "code-not-retryable"
+	// reasonNotExecuted: the request never reached the server.
+	reasonNotExecuted DecisionReason = "not-executed"
+	// reasonIdempotent: the call may have run, and running it again is safe.
+	reasonIdempotent DecisionReason = "idempotent"
+	// reasonKeyedReplay: the call may have failed before committing; the
 	// ledger turns a repeat of a committed call into a replay.
-	ReasonKeyedReplay DecisionReason = "keyed-replay"
-	// ReasonMayHaveRun: the keyed call may still be running or may have
+	reasonKeyedReplay DecisionReason = "keyed-replay"
+	// reasonMayHaveRun: the keyed call may still be running or may have
 	// committed; resolve its outcome before running it again.
-	ReasonMayHaveRun DecisionReason = "may-have-run"
+	reasonMayHaveRun DecisionReason = "may-have-run"
 )
 
 // Decision is the outcome of Eligible.
@@ -100,36 +100,36 @@ func (d Decision) String() string { return d.Action.String() + " (" + string(d.R
 // Eligible decides whether an attempt that ended with code may be retried.
 // The rules, in order:
 //
-//  1. OK is never retried (ReasonSucceeded).
+//  1. OK is never retried (reasonSucceeded).
 //  2. A streaming call that delivered response headers or a message is
 //     never retried (ReasonPrefixDelivered). For a unary method they only
 //     prove that the request was sent (docs/retry-ownership.md, "Response
 //     headers are not a delivered prefix for unary calls").
-//  3. A non-idempotent method is never retried (ReasonNonIdempotent).
-//  4. A keyed mutation without a key (ReasonNoKey) or without a durable
-//     ledger (ReasonNoLedger) is never retried.
+//  3. A non-idempotent method is never retried (reasonNonIdempotent).
+//  4. A keyed mutation without a key (reasonNoKey) or without a durable
+//     ledger (reasonNoLedger) is never retried.
 //  5. Codes that will not change on a retry are not retried
-//     (ReasonNotRetryable): CANCELLED, INVALID_ARGUMENT, NOT_FOUND,
+//     (reasonNotRetryable): CANCELLED, INVALID_ARGUMENT, NOT_FOUND,
 //     ALREADY_EXISTS, PERMISSION_DENIED, FAILED_PRECONDITION, OUT_OF_RANGE,
 //     UNIMPLEMENTED, DATA_LOSS, UNAUTHENTICATED and any unknown value.
 //  6. UNAVAILABLE for a request that was never sent (neither Sent nor any
 //     response headers or message) means "not executed" and is retried for
-//     every kind that passed rules 3 and 4 (ReasonNotExecuted).
+//     every kind that passed rules 3 and 4 (reasonNotExecuted).
 //  7. A keyed mutation that failed with DEADLINE_EXCEEDED, or with
 //     UNAVAILABLE after the request was sent, may still be running or may
-//     have committed: resolve first (ReasonMayHaveRun).
+//     have committed: resolve first (reasonMayHaveRun).
 //  8. The codes that mean "may have run" — UNAVAILABLE after sending,
 //     DEADLINE_EXCEEDED, UNKNOWN, INTERNAL, ABORTED, RESOURCE_EXHAUSTED —
 //     are retried for no-side-effects and idempotent methods
-//     (ReasonIdempotent), and for keyed mutations with key and ledger
-//     (ReasonKeyedReplay; DEADLINE_EXCEEDED and sent UNAVAILABLE excepted by
+//     (reasonIdempotent), and for keyed mutations with key and ledger
+//     (reasonKeyedReplay; DEADLINE_EXCEEDED and sent UNAVAILABLE excepted by
 //     rule 7).
 //
 // Eligible does not consult a budget, the attempt count or the deadline; see
 // Budget and Backoff.
 func Eligible(p MethodPolicy, ev Evidence, code codes.Code) Decision {
 	if code == codes.OK {
-		return Decision{DoNotRetry, ReasonSucceeded}
+		return Decision{DoNotRetry, reasonSucceeded}
 	}
 	if (ev.MessageReceived || ev.HeadersReceived) && p.Shape != ShapeUnary {
 		return Decision{DoNotRetry, ReasonPrefixDelivered}
@@ -140,35 +140,35 @@ func Eligible(p MethodPolicy, ev Evidence, code codes.Code) Decision {
 	case KindNoSideEffects, KindIdempotent:
 	case KindKeyed:
 		if !ev.HasKey {
-			return Decision{DoNotRetry, ReasonNoKey}
+			return Decision{DoNotRetry, reasonNoKey}
 		}
 		if !p.DurableLedger {
-			return Decision{DoNotRetry, ReasonNoLedger}
+			return Decision{DoNotRetry, reasonNoLedger}
 		}
 		keyed = true
 	default:
-		return Decision{DoNotRetry, ReasonNonIdempotent}
+		return Decision{DoNotRetry, reasonNonIdempotent}
 	}
 	switch code {
 	case codes.Unavailable:
 		if !sent {
-			return Decision{Retry, ReasonNotExecuted}
+			return Decision{Retry, reasonNotExecuted}
 		}
 		if keyed {
-			return Decision{ResolveFirst, ReasonMayHaveRun}
+			return Decision{ResolveFirst, reasonMayHaveRun}
 		}
-		return Decision{Retry, ReasonIdempotent}
+		return Decision{Retry, reasonIdempotent}
 	case codes.DeadlineExceeded:
 		if keyed {
-			return Decision{ResolveFirst, ReasonMayHaveRun}
+			return Decision{ResolveFirst, reasonMayHaveRun}
 		}
-		return Decision{Retry, ReasonIdempotent}
+		return Decision{Retry, reasonIdempotent}
 	case codes.Unknown, codes.Internal, codes.Aborted, codes.ResourceExhausted:
 		if keyed {
-			return Decision{Retry, ReasonKeyedReplay}
+			return Decision{Retry, reasonKeyedReplay}
 		}
-		return Decision{Retry, ReasonIdempotent}
+		return Decision{Retry, reasonIdempotent}
 	default:
-		return Decision{DoNotRetry, ReasonNotRetryable}
+		return Decision{DoNotRetry, reasonNotRetryable}
 	}
 }

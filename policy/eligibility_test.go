@@ -53,8 +53,8 @@ func TestEligibleTable(t *testing.T) {
 		{"no-side-effects", MethodPolicy{Kind: KindNoSideEffects}, 0, ""},
 		{"idempotent", MethodPolicy{Kind: KindIdempotent}, 2, ""},
 		{"keyed+ledger", MethodPolicy{Kind: KindKeyed, DurableLedger: true}, 4, ""},
-		{"keyed-no-ledger", MethodPolicy{Kind: KindKeyed}, -1, ReasonNoLedger},
-		{"non-idempotent", MethodPolicy{Kind: KindNonIdempotent}, -1, ReasonNonIdempotent},
+		{"keyed-no-ledger", MethodPolicy{Kind: KindKeyed}, -1, reasonNoLedger},
+		{"non-idempotent", MethodPolicy{Kind: KindNonIdempotent}, -1, reasonNonIdempotent},
 	}
 	shapes := []Shape{ShapeUnary, ShapeClientStream, ShapeServerStream, ShapeBidiStream}
 	bools := []bool{false, true}
@@ -76,16 +76,16 @@ func TestEligibleTable(t *testing.T) {
 								var wantReason DecisionReason
 								switch {
 								case code == codes.OK:
-									want, wantReason = N, ReasonSucceeded
+									want, wantReason = N, reasonSucceeded
 								case (message || headers) && shape != ShapeUnary:
 									want, wantReason = N, ReasonPrefixDelivered
 								case v.col < 0:
 									want, wantReason = N, v.why
 									if v.p.Kind == KindKeyed && !key {
-										wantReason = ReasonNoKey
+										wantReason = reasonNoKey
 									}
 								case v.p.Kind == KindKeyed && !key:
-									want, wantReason = N, ReasonNoKey
+									want, wantReason = N, reasonNoKey
 								default:
 									// Headers or a message of a unary call: not
 									// a prefix, but proof that the request was
@@ -128,34 +128,34 @@ func TestEligibleReasons(t *testing.T) {
 		code codes.Code
 		want Decision
 	}{
-		{idem, Evidence{}, codes.Unavailable, Decision{Retry, ReasonNotExecuted}},
-		{idem, Evidence{Sent: true}, codes.Unavailable, Decision{Retry, ReasonIdempotent}},
-		{keyed, Evidence{HasKey: true}, codes.Unavailable, Decision{Retry, ReasonNotExecuted}},
-		{keyed, Evidence{Sent: true, HasKey: true}, codes.Unavailable, Decision{ResolveFirst, ReasonMayHaveRun}},
-		{keyed, Evidence{Sent: true, HasKey: true}, codes.DeadlineExceeded, Decision{ResolveFirst, ReasonMayHaveRun}},
-		{keyed, Evidence{Sent: true, HasKey: true}, codes.Internal, Decision{Retry, ReasonKeyedReplay}},
-		{keyed, Evidence{Sent: true, HasKey: true}, codes.InvalidArgument, Decision{DoNotRetry, ReasonNotRetryable}},
-		{idem, Evidence{Sent: true}, codes.Code(99), Decision{DoNotRetry, ReasonNotRetryable}},
-		{MethodPolicy{Kind: Kind(42)}, Evidence{}, codes.Unavailable, Decision{DoNotRetry, ReasonNonIdempotent}},
+		{idem, Evidence{}, codes.Unavailable, Decision{Retry, reasonNotExecuted}},
+		{idem, Evidence{Sent: true}, codes.Unavailable, Decision{Retry, reasonIdempotent}},
+		{keyed, Evidence{HasKey: true}, codes.Unavailable, Decision{Retry, reasonNotExecuted}},
+		{keyed, Evidence{Sent: true, HasKey: true}, codes.Unavailable, Decision{ResolveFirst, reasonMayHaveRun}},
+		{keyed, Evidence{Sent: true, HasKey: true}, codes.DeadlineExceeded, Decision{ResolveFirst, reasonMayHaveRun}},
+		{keyed, Evidence{Sent: true, HasKey: true}, codes.Internal, Decision{Retry, reasonKeyedReplay}},
+		{keyed, Evidence{Sent: true, HasKey: true}, codes.InvalidArgument, Decision{DoNotRetry, reasonNotRetryable}},
+		{idem, Evidence{Sent: true}, codes.Code(99), Decision{DoNotRetry, reasonNotRetryable}},
+		{MethodPolicy{Kind: Kind(42)}, Evidence{}, codes.Unavailable, Decision{DoNotRetry, reasonNonIdempotent}},
 
 		// Response headers without a message: for a unary method the
 		// handler finished and the answer was lost on the way back, so a
 		// keyed mutation resolves (the server returns the stored answer).
-		{keyed, Evidence{Sent: true, HeadersReceived: true, HasKey: true}, codes.Unavailable, Decision{ResolveFirst, ReasonMayHaveRun}},
-		{keyed, Evidence{Sent: true, HeadersReceived: true, HasKey: true}, codes.DeadlineExceeded, Decision{ResolveFirst, ReasonMayHaveRun}},
-		{keyed, Evidence{Sent: true, HeadersReceived: true, HasKey: true}, codes.Internal, Decision{Retry, ReasonKeyedReplay}},
-		{keyed, Evidence{Sent: true, HeadersReceived: true}, codes.Unavailable, Decision{DoNotRetry, ReasonNoKey}},
-		{idem, Evidence{Sent: true, HeadersReceived: true}, codes.Unavailable, Decision{Retry, ReasonIdempotent}},
-		{MethodPolicy{Kind: KindNonIdempotent}, Evidence{Sent: true, HeadersReceived: true}, codes.Unavailable, Decision{DoNotRetry, ReasonNonIdempotent}},
+		{keyed, Evidence{Sent: true, HeadersReceived: true, HasKey: true}, codes.Unavailable, Decision{ResolveFirst, reasonMayHaveRun}},
+		{keyed, Evidence{Sent: true, HeadersReceived: true, HasKey: true}, codes.DeadlineExceeded, Decision{ResolveFirst, reasonMayHaveRun}},
+		{keyed, Evidence{Sent: true, HeadersReceived: true, HasKey: true}, codes.Internal, Decision{Retry, reasonKeyedReplay}},
+		{keyed, Evidence{Sent: true, HeadersReceived: true}, codes.Unavailable, Decision{DoNotRetry, reasonNoKey}},
+		{idem, Evidence{Sent: true, HeadersReceived: true}, codes.Unavailable, Decision{Retry, reasonIdempotent}},
+		{MethodPolicy{Kind: KindNonIdempotent}, Evidence{Sent: true, HeadersReceived: true}, codes.Unavailable, Decision{DoNotRetry, reasonNonIdempotent}},
 		// Headers imply that the request was sent: never "not executed".
-		{keyed, Evidence{HeadersReceived: true, HasKey: true}, codes.Unavailable, Decision{ResolveFirst, ReasonMayHaveRun}},
-		{idem, Evidence{HeadersReceived: true}, codes.Unavailable, Decision{Retry, ReasonIdempotent}},
+		{keyed, Evidence{HeadersReceived: true, HasKey: true}, codes.Unavailable, Decision{ResolveFirst, reasonMayHaveRun}},
+		{idem, Evidence{HeadersReceived: true}, codes.Unavailable, Decision{Retry, reasonIdempotent}},
 		// A unary response message that did not reach the caller (its status
 		// was lost, or something below the caller failed the call after it)
 		// is no prefix either: a keyed mutation resolves.
-		{keyed, Evidence{MessageReceived: true, HasKey: true}, codes.Unavailable, Decision{ResolveFirst, ReasonMayHaveRun}},
-		{keyed, Evidence{Sent: true, HeadersReceived: true, MessageReceived: true, HasKey: true}, codes.Unavailable, Decision{ResolveFirst, ReasonMayHaveRun}},
-		{idem, Evidence{Sent: true, MessageReceived: true}, codes.Unavailable, Decision{Retry, ReasonIdempotent}},
+		{keyed, Evidence{MessageReceived: true, HasKey: true}, codes.Unavailable, Decision{ResolveFirst, reasonMayHaveRun}},
+		{keyed, Evidence{Sent: true, HeadersReceived: true, MessageReceived: true, HasKey: true}, codes.Unavailable, Decision{ResolveFirst, reasonMayHaveRun}},
+		{idem, Evidence{Sent: true, MessageReceived: true}, codes.Unavailable, Decision{Retry, reasonIdempotent}},
 		// For a stream a message is a delivered prefix.
 		{watch, Evidence{Sent: true, HeadersReceived: true, MessageReceived: true}, codes.Unavailable, Decision{DoNotRetry, ReasonPrefixDelivered}},
 		{watch, Evidence{Sent: true, MessageReceived: true}, codes.Unavailable, Decision{DoNotRetry, ReasonPrefixDelivered}},
@@ -164,15 +164,15 @@ func TestEligibleReasons(t *testing.T) {
 		{watch, Evidence{Sent: true, HeadersReceived: true}, codes.Unavailable, Decision{DoNotRetry, ReasonPrefixDelivered}},
 		{MethodPolicy{Kind: KindIdempotent, Shape: ShapeBidiStream}, Evidence{Sent: true, HeadersReceived: true}, codes.Internal, Decision{DoNotRetry, ReasonPrefixDelivered}},
 		{MethodPolicy{Kind: KindKeyed, DurableLedger: true, Shape: ShapeClientStream}, Evidence{HeadersReceived: true, HasKey: true}, codes.Unavailable, Decision{DoNotRetry, ReasonPrefixDelivered}},
-		{watch, Evidence{Sent: true}, codes.Unavailable, Decision{Retry, ReasonIdempotent}},
-		{watch, Evidence{}, codes.Unavailable, Decision{Retry, ReasonNotExecuted}},
+		{watch, Evidence{Sent: true}, codes.Unavailable, Decision{Retry, reasonIdempotent}},
+		{watch, Evidence{}, codes.Unavailable, Decision{Retry, reasonNotExecuted}},
 	}
 	for _, c := range cases {
 		if got := Eligible(c.p, c.ev, c.code); got != c.want {
 			t.Errorf("Eligible(%v %v, %+v, %v) = %v, want %v", c.p.Kind, c.p.Shape, c.ev, c.code, got, c.want)
 		}
 	}
-	if s := (Decision{ResolveFirst, ReasonMayHaveRun}).String(); s != "resolve-first (may-have-run)" {
+	if s := (Decision{ResolveFirst, reasonMayHaveRun}).String(); s != "resolve-first (may-have-run)" {
 		t.Errorf("String = %q", s)
 	}
 }

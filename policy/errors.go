@@ -5,34 +5,42 @@ import "errors"
 // Sentinel errors. Errors returned by this package wrap one of them, so that
 // callers can test with errors.Is.
 var (
-	// ErrInvalidMethodName reports a full method name that is not of the form
-	// /package.Service/Method.
-	ErrInvalidMethodName = errors.New("policy: invalid full method name")
-	// ErrDuplicateMethod reports a method listed twice in a catalog.
-	ErrDuplicateMethod = errors.New("policy: duplicate method")
-	// ErrUnknownMethod reports a method that is not in the catalog.
-	ErrUnknownMethod = errors.New("policy: unknown method")
 	// ErrInvalidOwner reports a RetryOwner value or name that is not one of
 	// the four owners.
 	ErrInvalidOwner = errors.New("policy: invalid retry owner")
-	// ErrInvalidDescriptors reports proto descriptors that cannot be read.
-	ErrInvalidDescriptors = errors.New("policy: invalid descriptors")
 	// ErrInvalidConfig reports settings (budget, backoff, or the retry
 	// settings of a generated service config) that are out of range: the
 	// configuration error every package of the kit names ErrInvalidConfig.
 	ErrInvalidConfig = errors.New("policy: invalid configuration")
-	// ErrInvalidSettings is ErrInvalidConfig, under its old name.
-	//
-	// Deprecated: use [ErrInvalidConfig] (the same value); this name goes
-	// in the next minor release.
-	ErrInvalidSettings = ErrInvalidConfig
 	// ErrPushbackStop reports server pushback that says not to retry: a
 	// negative, unparseable or repeated grpc-retry-pushback-ms value.
 	ErrPushbackStop = errors.New("policy: server pushback says do not retry")
-	// ErrDeadlineTooClose reports a retry whose wait would pass the call's
+	// errDeadlineTooClose reports a retry whose wait would pass the call's
 	// deadline.
-	ErrDeadlineTooClose = errors.New("policy: retry wait would pass the call deadline")
+	errDeadlineTooClose = errors.New("policy: retry wait would pass the call deadline")
 )
+
+// The errors of a catalog: each matches ErrInvalidConfig.
+var (
+	// errInvalidMethodName reports a full method name that is not of the
+	// form /package.Service/Method.
+	errInvalidMethodName error = configError("policy: invalid full method name")
+	// errDuplicateMethod reports a method listed twice in a catalog.
+	errDuplicateMethod error = configError("policy: duplicate method")
+	// errUnknownMethod reports a method that is not in the catalog.
+	errUnknownMethod error = configError("policy: unknown method")
+	// errInvalidDescriptors reports proto descriptors that cannot be read.
+	errInvalidDescriptors error = configError("policy: invalid descriptors")
+)
+
+// configError is an error of the configuration that matches
+// ErrInvalidConfig, with a message of its own.
+type configError string
+
+func (e configError) Error() string { return string(e) }
+
+// Is reports whether target is ErrInvalidConfig.
+func (e configError) Is(target error) bool { return target == ErrInvalidConfig }
 
 // truncate shortens untrusted text quoted in an error message.
 func truncate(s string) string {

@@ -5,11 +5,14 @@ import (
 	"testing"
 )
 
-// The old name of the configuration error is the same value, so that
-// errors.Is matches either way for one release.
-func TestErrInvalidSettingsIsErrInvalidConfig(t *testing.T) {
-	_, err := NewBudget(BudgetSettings{TTL: -1})
-	if !errors.Is(err, ErrInvalidConfig) || !errors.Is(err, ErrInvalidSettings) {
-		t.Fatalf("NewBudget: %v, want ErrInvalidConfig and ErrInvalidSettings", err)
+// A catalog's errors match ErrInvalidConfig, and keep their own message.
+func TestCatalogErrorsAreInvalidConfig(t *testing.T) {
+	p := MethodPolicy{FullMethod: "/a.B/C", Kind: KindIdempotent}
+	_, err := NewCatalog(p, p)
+	if !errors.Is(err, ErrInvalidConfig) || !errors.Is(err, errDuplicateMethod) {
+		t.Fatalf("NewCatalog with a method twice: %v, want ErrInvalidConfig", err)
+	}
+	if _, err := NewCatalog(MethodPolicy{FullMethod: "x"}); !errors.Is(err, ErrInvalidConfig) || !errors.Is(err, errInvalidMethodName) {
+		t.Fatalf("NewCatalog with a bad name: %v, want ErrInvalidConfig", err)
 	}
 }

@@ -25,7 +25,7 @@ const (
 	OwnerNone
 )
 
-// String returns the owner's name as accepted by ParseRetryOwner:
+// String returns the owner's name as accepted by parseRetryOwner:
 // "application", "service-config", "mesh" or "none".
 func (o RetryOwner) String() string {
 	switch o {
@@ -45,10 +45,10 @@ func (o RetryOwner) String() string {
 // Valid reports whether o is one of the four owners.
 func (o RetryOwner) Valid() bool { return o >= OwnerApplication && o <= OwnerNone }
 
-// ParseRetryOwner parses an owner name. It accepts the names String returns,
+// parseRetryOwner parses an owner name. It accepts the names String returns,
 // in any letter case, and "service_config" or "serviceconfig" for
 // OwnerServiceConfig. Anything else is an error wrapping ErrInvalidOwner.
-func ParseRetryOwner(s string) (RetryOwner, error) {
+func parseRetryOwner(s string) (RetryOwner, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
 	case "application", "app":
 		return OwnerApplication, nil
@@ -71,9 +71,9 @@ func (o RetryOwner) MarshalText() ([]byte, error) {
 	return []byte(o.String()), nil
 }
 
-// UnmarshalText implements encoding.TextUnmarshaler using ParseRetryOwner.
+// UnmarshalText implements encoding.TextUnmarshaler using parseRetryOwner.
 func (o *RetryOwner) UnmarshalText(b []byte) error {
-	v, err := ParseRetryOwner(string(b))
+	v, err := parseRetryOwner(string(b))
 	if err != nil {
 		return err
 	}

@@ -21,10 +21,10 @@ func FuzzParsePushback(f *testing.F) {
 		if twice {
 			values = append(values, v)
 		}
-		d, ok, err := ParsePushback(values)
+		d, ok, err := parsePushback(values)
 		if err != nil {
 			if !errors.Is(err, ErrPushbackStop) || ok || d != 0 {
-				t.Fatalf("ParsePushback(%q) = %v, %v, %v: an error must be ErrPushbackStop with no delay", values, d, ok, err)
+				t.Fatalf("parsePushback(%q) = %v, %v, %v: an error must be ErrPushbackStop with no delay", values, d, ok, err)
 			}
 			if len(err.Error()) > 512 {
 				t.Fatalf("error of %d bytes echoes the value unbounded", len(err.Error()))
@@ -33,7 +33,7 @@ func FuzzParsePushback(f *testing.F) {
 		}
 		ms, perr := strconv.ParseInt(v, 10, 32)
 		if twice || perr != nil || ms < 0 || !ok || d != time.Duration(ms)*time.Millisecond || strings.TrimSpace(v) != v {
-			t.Fatalf("ParsePushback(%q) = %v, %v, nil", values, d, ok)
+			t.Fatalf("parsePushback(%q) = %v, %v, nil", values, d, ok)
 		}
 	})
 }

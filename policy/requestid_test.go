@@ -44,13 +44,13 @@ func TestCatalogKeyedByRequestID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fromSet, err := ParseDescriptorSet(b)
+	fromSet, err := parseDescriptorSet(b)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for name, c := range map[string]*Catalog{"files": fromFiles, "descriptor set": fromSet} {
-		if c.Len() != len(want) {
-			t.Errorf("%s: %d methods, want %d", name, c.Len(), len(want))
+		if c.size() != len(want) {
+			t.Errorf("%s: %d methods, want %d", name, c.size(), len(want))
 		}
 		for m, w := range want {
 			w.FullMethod = svc + m

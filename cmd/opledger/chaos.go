@@ -15,8 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/lib/pq" // driver "postgres", for the replicas' --driver pq
 
-	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/cmd/opledger/internal/chaos"
+	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/policy"
 )
 
@@ -101,7 +101,8 @@ func (f *chaosFlags) check() error {
 // owner is --owner's retry owner, one a chaos run's client retries
 // through on --transport.
 func (f *chaosFlags) owner() (policy.RetryOwner, error) {
-	owner, err := policy.ParseRetryOwner(*f.ownerName)
+	var owner policy.RetryOwner
+	err := owner.UnmarshalText([]byte(*f.ownerName))
 	if err != nil {
 		return owner, err
 	}

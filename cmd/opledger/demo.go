@@ -54,7 +54,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case *concurrency < 1 || *concurrency > 1024:
 		return fail(stderr, "demo", errors.New("--concurrency must be 1 to 1024"))
 	}
-	owner, err := policy.ParseRetryOwner(*ownerName)
+	var owner policy.RetryOwner
+	err := owner.UnmarshalText([]byte(*ownerName))
 	if err != nil {
 		return fail(stderr, "demo", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/opledger/opledger/grpcint"
+	"github.com/opledger/opledger/internal/methodname"
 	"github.com/opledger/opledger/policy"
 	"github.com/opledger/opledger/policy/mesh"
 	"github.com/opledger/opledger/policy/serviceconfig"
@@ -126,7 +127,7 @@ type methodList []string
 
 func (m *methodList) String() string { return strings.Join(*m, ",") }
 func (m *methodList) Set(s string) error {
-	if _, _, ok := policy.SplitFullMethod(s); !ok {
+	if methodname.Check(s) != nil {
 		return fmt.Errorf("%q is not a full method name like /pkg.Service/Method", s)
 	}
 	*m = append(*m, s)
@@ -236,7 +237,8 @@ func runPolicyCheck(_ context.Context, args []string, stdout, stderr io.Writer) 
 	if *scPath == "" && !meshMode {
 		return fail("--service-config, --mesh, --xds or --istio is required")
 	}
-	owner, err := policy.ParseRetryOwner(*ownerName)
+	var owner policy.RetryOwner
+	err := owner.UnmarshalText([]byte(*ownerName))
 	if err != nil {
 		return fail("--owner: %v", err)
 	}

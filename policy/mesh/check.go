@@ -441,7 +441,7 @@ func (ck *checker) serviceConfigLayer(p policy.MethodPolicy) LayerAttempts {
 		la.Sources = []string{"replaced by the xDS resolver's service config on an xds:/// channel"}
 		return la
 	}
-	svc, _, _ := policy.SplitFullMethod(p.FullMethod)
+	svc := p.Service()
 	var found *serviceconfig.MethodConfig
 	for _, key := range []string{p.FullMethod, "/" + svc + "/", ""} {
 		for i := range ck.sc.MethodConfig {
@@ -584,7 +584,7 @@ func (ck *checker) firstRule(p policy.MethodPolicy, l Layer) *rule {
 // unmatched requests are served (a Linkerd ServiceProfile's default route)
 // reports no method.
 func (ck *checker) coverage(t *table) {
-	if !t.coverage || len(t.routes) == 0 || ck.cat.Len() == 0 {
+	if !t.coverage || len(t.routes) == 0 || len(ck.cat.Methods()) == 0 {
 		return
 	}
 	methods := ck.cat.Methods()

@@ -137,8 +137,8 @@ func readSample(data []byte) (*sample, error) {
 				k, val, _ := strings.Cut(kv, "=")
 				switch k {
 				case "owner":
-					o, err := policy.ParseRetryOwner(val)
-					if err != nil {
+					var o policy.RetryOwner
+					if err := o.UnmarshalText([]byte(val)); err != nil {
 						return nil, err
 					}
 					s.opts.Owner, owner = o, true

@@ -517,8 +517,7 @@ func Generate(c *policy.Catalog, owner policy.RetryOwner, settings RetrySettings
 		if p.Kind != policy.KindNoSideEffects && p.Kind != policy.KindIdempotent {
 			continue
 		}
-		svc, m, _ := policy.SplitFullMethod(p.FullMethod)
-		names = append(names, Name{Service: svc, Method: m})
+		names = append(names, Name{Service: p.Service(), Method: p.Method()})
 	}
 	sc := &Config{RetryThrottling: &RetryThrottling{MaxTokens: s.Throttling.MaxTokens, TokenRatio: s.Throttling.TokenRatio}}
 	if len(names) == 0 {

@@ -3,6 +3,7 @@ package serviceconfig
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -396,17 +397,17 @@ func (v *validator) resolveName(key, svc, m, path string) {
 	if svc == "" {
 		return // the channel default matches every method
 	}
-	methods := v.cat.ServiceMethods(svc)
+	methods := serviceMethods(v.cat, svc)
 	if len(methods) == 0 {
 		hint := ""
-		for _, s := range v.cat.Services() {
+		for _, s := range services(v.cat) {
 			if strings.EqualFold(s, svc) {
 				hint = fmt.Sprintf(" (the catalog has %q: letter case differs)", s)
 				break
 			}
 		}
 		if hint == "" {
-			if s := closest(svc, v.cat.Services()); s != "" {
+			if s := closest(svc, services(v.cat)); s != "" {
 				hint = fmt.Sprintf(" (did you mean %q?)", s)
 			}
 		}
@@ -613,7 +614,7 @@ func (v *validator) throttling(rt *jsonValue, path string) {
 // methods they must not.
 func (v *validator) coverage() {
 	for _, p := range v.cat.Methods() {
-		svc, _, _ := policy.SplitFullMethod(p.FullMethod)
+		svc := p.Service()
 		var key string
 		var ne *nameEntry
 		for _, k := range []string{p.FullMethod, "/" + svc + "/", ""} {
@@ -667,4 +668,27 @@ func isMethodConfigKey(key string) bool {
 		}
 	}
 	return false
+}
+
+// services returns the names of the services of cat's methods, sorted.
+func services(cat *policy.Catalog) []string {
+	var out []string
+	for _, p := range cat.Methods() {
+		if svc := p.Service(); svc != "" && !slices.Contains(out, svc) {
+			out = append(out, svc)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// serviceMethods returns cat's methods of service svc.
+func serviceMethods(cat *policy.Catalog, svc string) []policy.MethodPolicy {
+	var out []policy.MethodPolicy
+	for _, p := range cat.Methods() {
+		if p.Service() == svc {
+			out = append(out, p)
+		}
+	}
+	return out
 }
