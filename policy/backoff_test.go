@@ -89,9 +89,9 @@ func TestParsePushback(t *testing.T) {
 		{[]string{"100", "200"}, 0, false, true},
 	}
 	for _, c := range cases {
-		d, ok, err := ParsePushback(c.in)
+		d, ok, err := parsePushback(c.in)
 		if d != c.d || ok != c.ok || errors.Is(err, ErrPushbackStop) != c.stop || (err != nil) != c.stop {
-			t.Errorf("ParsePushback(%q) = %v, %v, %v", c.in, d, ok, err)
+			t.Errorf("parsePushback(%q) = %v, %v, %v", c.in, d, ok, err)
 		}
 	}
 }
@@ -130,14 +130,14 @@ func TestBackoffNext(t *testing.T) {
 	if w, _, err := b.Next(dctx, 1, nil); err != nil || w != 100*time.Millisecond {
 		t.Fatalf("within deadline: %v %v", w, err)
 	}
-	if _, _, err := b.Next(dctx, 2, nil); !errors.Is(err, ErrDeadlineTooClose) {
+	if _, _, err := b.Next(dctx, 2, nil); !errors.Is(err, errDeadlineTooClose) {
 		t.Fatalf("past deadline: %v", err)
 	}
-	if _, _, err := b.Next(dctx, 1, []string{"150"}); !errors.Is(err, ErrDeadlineTooClose) {
+	if _, _, err := b.Next(dctx, 1, []string{"150"}); !errors.Is(err, errDeadlineTooClose) {
 		t.Fatalf("pushback exactly to the deadline: %v", err)
 	}
 	clk.Advance(time.Second) // the deadline (by the injected clock) has passed
-	if _, _, err := b.Next(dctx, 1, []string{"0"}); !errors.Is(err, ErrDeadlineTooClose) {
+	if _, _, err := b.Next(dctx, 1, []string{"0"}); !errors.Is(err, errDeadlineTooClose) {
 		t.Fatalf("deadline passed: %v", err)
 	}
 	// A done context is reported as such.
