@@ -1,11 +1,10 @@
 package mesh
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"strings"
-
-	"google.golang.org/grpc/codes"
 
 	"github.com/opledger/opledger/internal/suggest"
 	"github.com/opledger/opledger/policy"
@@ -14,7 +13,7 @@ import (
 
 // DefaultApplicationAttempts is the attempts of one call that Check counts
 // for the application layer when Options.ApplicationAttempts is 0: the
-// default of the kit's client interceptor (grpcint.DefaultMaxAttempts).
+// default of the kit's client interceptor (keyedconf.DefaultMaxAttempts).
 const DefaultApplicationAttempts = 5
 
 // Options describe the channel Check judges.
@@ -263,14 +262,62 @@ func channelHosts(opts Options) []string {
 	return nil
 }
 
-// channelServiceConfig returns the service config Check counts: the one in
-// the options, or else the one serviceconfig.Generate writes when the
-// service config owns retries, or else nil.
-func channelServiceConfig(cat *policy.Catalog, opts Options) (*serviceconfig.Config, error) {
-	if opts.ServiceConfig != nil || opts.Owner != policy.OwnerServiceConfig {
-		return opts.ServiceConfig, nil
+// channelServiceConfig returns the retries of the service config Check
+// counts: the one in the options, or else the one serviceconfig.Generate
+// writes when the service config owns retries, or else nil.
+func channelServiceConfig(cat *policy.Catalog, opts Options) (*scRetries, error) {
+	sc := opts.ServiceConfig
+	if sc == nil && opts.Owner == policy.OwnerServiceConfig {
+		var err error
+		if sc, err = serviceconfig.Generate(cat, opts.Owner, serviceconfig.RetrySettings{}); err != nil {
+			return nil, err
+		}
 	}
-	return serviceconfig.Generate(cat, opts.Owner, serviceconfig.RetrySettings{})
+	if sc == nil {
+		return nil, nil
+	}
+	js, err := sc.JSON()
+	if err != nil {
+		return nil, err
+	}
+	var r scRetries
+	if err := json.Unmarshal([]byte(js), &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// scRetries is what Check reads of a service config (its JSON): the names
+// and retry policies of its method configs, and its throttling.
+type scRetries struct {
+	MethodConfig []struct {
+		Name []struct {
+			Service string `json:"service"`
+			Method  string `json:"method"`
+		} `json:"name"`
+		RetryPolicy *struct {
+			MaxAttempts          int      `json:"maxAttempts"`
+			RetryableStatusCodes []string `json:"retryableStatusCodes"`
+		} `json:"retryPolicy"`
+	} `json:"methodConfig"`
+	RetryThrottling *struct {
+		MaxTokens  float64 `json:"maxTokens"`
+		TokenRatio float64 `json:"tokenRatio"`
+	} `json:"retryThrottling"`
+}
+
+// namePath is the key grpc-go looks a method config name up by:
+// "/service/method", "/service/" for a whole service, "" for the channel
+// default; ok is false for a method without a service, which grpc-go
+// rejects.
+func namePath(service, method string) (path string, ok bool) {
+	switch {
+	case service == "":
+		return "", method == ""
+	case method == "":
+		return "/" + service + "/", true
+	}
+	return "/" + service + "/" + method, true
 }
 
 // meshTables returns the route tables of every mesh layer for the hosts.
@@ -329,7 +376,7 @@ type checker struct {
 	cat    *policy.Catalog
 	opts   Options
 	rep    *Report
-	sc     *serviceconfig.Config
+	sc     *scRetries
 	tables map[Layer][]*table
 	seen   map[string]bool
 }
@@ -442,19 +489,19 @@ func (ck *checker) serviceConfigLayer(p policy.MethodPolicy) LayerAttempts {
 		return la
 	}
 	svc := p.Service()
-	var found *serviceconfig.MethodConfig
+	found := -1
 	for _, key := range []string{p.FullMethod, "/" + svc + "/", ""} {
 		for i := range ck.sc.MethodConfig {
 			for _, n := range ck.sc.MethodConfig[i].Name {
-				if k, err := n.Path(); err == nil && k == key {
-					found = &ck.sc.MethodConfig[i]
+				if k, ok := namePath(n.Service, n.Method); ok && k == key {
+					found = i
 				}
 			}
-			if found != nil {
+			if found >= 0 {
 				break
 			}
 		}
-		if found != nil {
+		if found >= 0 {
 			break
 		}
 	}
@@ -463,14 +510,15 @@ func (ck *checker) serviceConfigLayer(p policy.MethodPolicy) LayerAttempts {
 		source = "the service config serviceconfig.Generate writes"
 	}
 	la.Sources = []string{source}
-	if found == nil || found.RetryPolicy == nil {
+	if found < 0 || ck.sc.MethodConfig[found].RetryPolicy == nil {
 		return la
 	}
-	n := min(found.RetryPolicy.MaxAttempts, grpcMaxAttempts)
+	rp := ck.sc.MethodConfig[found].RetryPolicy
+	n := min(rp.MaxAttempts, grpcMaxAttempts)
 	if n > 1 {
 		la.Attempts = Attempts{N: n}
-		for _, code := range found.RetryPolicy.RetryableStatusCodes {
-			la.Conditions = append(la.Conditions, serviceconfig.CodeName(codes.Code(code)))
+		for _, code := range rp.RetryableStatusCodes {
+			la.Conditions = append(la.Conditions, code)
 		}
 		if t := ck.sc.RetryThrottling; t != nil {
 			la.Budget = fmt.Sprintf("retryThrottling (maxTokens %g, tokenRatio %g)", t.MaxTokens, t.TokenRatio)

@@ -22,7 +22,7 @@ var (
 // OwnershipError is returned by CheckOwnership when a service config carries
 // a retry or hedging entry that its channel's owner forbids. It wraps
 // ErrRetryNotOwned.
-type OwnershipError struct {
+type ownershipError struct {
 	// Owner is the channel's retry owner.
 	Owner policy.RetryOwner
 	// Name is the first offending method config name, in the form grpc-go
@@ -34,10 +34,10 @@ type OwnershipError struct {
 }
 
 // Error implements error.
-func (e *OwnershipError) Error() string {
+func (e *ownershipError) Error() string {
 	return fmt.Sprintf("serviceconfig: %s for name %q on a channel whose retry owner is %s: only the %s owner may retry in the service config",
 		e.Policy, e.Name, e.Owner, policy.OwnerServiceConfig)
 }
 
 // Unwrap returns ErrRetryNotOwned.
-func (e *OwnershipError) Unwrap() error { return ErrRetryNotOwned }
+func (e *ownershipError) Unwrap() error { return ErrRetryNotOwned }

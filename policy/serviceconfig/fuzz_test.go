@@ -38,7 +38,7 @@ func FuzzParse(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		sc, err := Parse(data)
+		sc, err := parseDocument(data)
 		if err != nil {
 			return
 		}
@@ -46,7 +46,7 @@ func FuzzParse(f *testing.F) {
 		if err != nil {
 			t.Fatalf("accepted config does not marshal: %v", err)
 		}
-		back, err := Parse([]byte(js))
+		back, err := parseDocument([]byte(js))
 		if err != nil {
 			t.Fatalf("marshalled config does not parse: %v\n%s", err, js)
 		}

@@ -14,7 +14,7 @@ import (
 // problem (its message up to the first ";") is in the parser's error.
 func checkRulesAgree(t *testing.T, label, js string, kind FindingKind) {
 	t.Helper()
-	_, perr := Parse([]byte(js))
+	_, perr := parseDocument([]byte(js))
 	if perr != nil && !errors.Is(perr, ErrInvalid) {
 		t.Errorf("%s: Parse error %v does not wrap ErrInvalid", label, perr)
 	}
@@ -63,7 +63,7 @@ func TestRetryPolicyRulesAgree(t *testing.T) {
 		rp := `{"maxAttempts":` + c.attempts + `,"initialBackoff":` + c.initial + `,"maxBackoff":` + c.max +
 			`,"backoffMultiplier":` + c.mult + `,"retryableStatusCodes":[` + c.codes + `]}`
 		js := `{"methodConfig":[{"name":[{"service":"shop.v1.Orders","method":"Get"}],"retryPolicy":` + rp + `}]}`
-		checkRulesAgree(t, rp, js, FindingInvalidRetryPolicy)
+		checkRulesAgree(t, rp, js, findingInvalidRetryPolicy)
 	}
 }
 
@@ -75,13 +75,13 @@ func TestThrottlingRulesAgree(t *testing.T) {
 	}
 	for _, c := range cases {
 		rt := `{"maxTokens":` + c.maxTokens + `,"tokenRatio":` + c.tokenRatio + `}`
-		checkRulesAgree(t, rt, `{"retryThrottling":`+rt+`}`, FindingInvalidThrottling)
-		checkRulesAgree(t, rt, `{"methodConfig":[],"retryThrottling":`+rt+`}`, FindingInvalidThrottling)
+		checkRulesAgree(t, rt, `{"retryThrottling":`+rt+`}`, findingInvalidThrottling)
+		checkRulesAgree(t, rt, `{"methodConfig":[],"retryThrottling":`+rt+`}`, findingInvalidThrottling)
 	}
 }
 
 func TestTypedValidateListsEveryProblem(t *testing.T) {
-	err := (&RetryPolicy{MaxAttempts: 1, InitialBackoff: 0, MaxBackoff: -1, BackoffMultiplier: 0}).Validate()
+	err := (&retryPolicy{MaxAttempts: 1, InitialBackoff: 0, MaxBackoff: -1, BackoffMultiplier: 0}).Validate()
 	if !errors.Is(err, ErrInvalid) {
 		t.Fatalf("RetryPolicy.Validate = %v", err)
 	}
@@ -90,11 +90,11 @@ func TestTypedValidateListsEveryProblem(t *testing.T) {
 			t.Errorf("%q does not mention %q", err, field)
 		}
 	}
-	err = (&RetryThrottling{MaxTokens: 2000, TokenRatio: -1}).Validate()
+	err = (&RetryThrottling{MaxTokens: 2000, TokenRatio: -1}).validate()
 	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "maxTokens 2000") || !strings.Contains(err.Error(), "tokenRatio -1") {
 		t.Errorf("RetryThrottling.Validate = %v", err)
 	}
-	good := RetryPolicy{MaxAttempts: 7, InitialBackoff: 1, MaxBackoff: 1, BackoffMultiplier: 1e-3, RetryableStatusCodes: []StatusCode{14}}
+	good := retryPolicy{MaxAttempts: 7, InitialBackoff: 1, MaxBackoff: 1, BackoffMultiplier: 1e-3, RetryableStatusCodes: []statusCode{14}}
 	if err := good.Validate(); err != nil {
 		t.Errorf("valid policy: %v", err)
 	}

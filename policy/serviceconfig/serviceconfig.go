@@ -17,53 +17,114 @@ import (
 	"github.com/opledger/opledger/policy"
 )
 
-// Config is the typed form of a gRPC service config, limited to the parts
-// that concern retries plus the other keys grpc-go reads (so that a parsed
-// config marshals back without loss). Marshal it with encoding/json
-// or JSON to get the string for grpc.WithDefaultServiceConfig.
-type Config struct {
+// Config is a gRPC service config, limited to the parts that concern
+// retries plus the other keys grpc-go reads (so that a parsed config
+// marshals back without loss). Create one with [Generate] or [Parse]; its
+// [Config.JSON] is the string for grpc.WithDefaultServiceConfig.
+type Config struct{ doc *document }
+
+// JSON validates the config and returns its JSON encoding, ready for
+// grpc.WithDefaultServiceConfig.
+func (c *Config) JSON() (string, error) {
+	if c == nil || c.doc == nil {
+		return (&document{}).JSON()
+	}
+	return c.doc.JSON()
+}
+
+// Parse decodes a service config and checks it the way grpc-go does, and a
+// little more strictly: unknown fields are errors (grpc-go drops them
+// silently), retryThrottling is checked even without methodConfig, and
+// durations must be well formed. Status code names are accepted in any
+// letter case, as gRFC A6 allows; [Validate] reports the lower-case ones
+// that grpc-go rejects. Errors wrap ErrInvalid.
+func Parse(data []byte) (*Config, error) {
+	d, err := parseDocument(data)
+	if err != nil {
+		return nil, err
+	}
+	return &Config{doc: d}, nil
+}
+
+// Generate derives a channel's service config from a catalog.
+//
+// For policy.OwnerServiceConfig it writes one method config naming every
+// no-side-effects and idempotent method of the catalog individually (never a
+// whole service, so that a method added later is not covered by accident),
+// with a retry policy from settings, plus retryThrottling. Keyed and
+// non-idempotent methods get no retry entry: a keyed mutation needs the
+// application's resolve step, which grpc-go cannot do.
+//
+// For policy.OwnerApplication, policy.OwnerMesh and policy.OwnerNone it
+// returns a config with no retry or hedging entry at all: the service config
+// must not retry on a channel it does not own. An invalid owner is
+// policy.ErrInvalidOwner; invalid settings are policy.ErrInvalidConfig.
+func Generate(c *policy.Catalog, owner policy.RetryOwner, settings RetrySettings) (*Config, error) {
+	d, err := generate(c, owner, settings)
+	if err != nil {
+		return nil, err
+	}
+	return &Config{doc: d}, nil
+}
+
+// CheckOwnership refuses a service config that retries or hedges on a
+// channel it does not own: any retryPolicy or hedgingPolicy entry when owner
+// is not policy.OwnerServiceConfig is an error matching ErrRetryNotOwned
+// that names the first offending entry. With the application as owner the
+// channel's retries are disabled, so an entry would either be ignored or,
+// on a channel built without the kit, stack a second layer.
+func CheckOwnership(owner policy.RetryOwner, sc *Config) error {
+	var d *document
+	if sc != nil {
+		d = sc.doc
+	}
+	return checkOwnership(owner, d)
+}
+
+// document is the typed form of a service config: its JSON fields.
+type document struct {
 	// LoadBalancingPolicy is the deprecated load-balancing policy name.
 	LoadBalancingPolicy string `json:"loadBalancingPolicy,omitempty"`
 	// LoadBalancingConfig is kept verbatim; this package does not read it.
 	LoadBalancingConfig json.RawMessage `json:"loadBalancingConfig,omitempty"`
 	// MethodConfig lists per-method settings.
-	MethodConfig []MethodConfig `json:"methodConfig,omitempty"`
+	MethodConfig []methodConfig `json:"methodConfig,omitempty"`
 	// RetryThrottling is the channel's retry-throttling token bucket.
 	RetryThrottling *RetryThrottling `json:"retryThrottling,omitempty"`
 	// HealthCheckConfig enables client-side health checking.
-	HealthCheckConfig *HealthCheckConfig `json:"healthCheckConfig,omitempty"`
+	HealthCheckConfig *healthCheckConfig `json:"healthCheckConfig,omitempty"`
 }
 
 // HealthCheckConfig is the service config's healthCheckConfig object.
-type HealthCheckConfig struct {
+type healthCheckConfig struct {
 	// ServiceName is the service name sent in health checks.
 	ServiceName string `json:"serviceName"`
 }
 
 // MethodConfig is one entry of the service config's methodConfig list.
-type MethodConfig struct {
+type methodConfig struct {
 	// Name lists the methods this entry applies to. grpc-go skips an entry
 	// without names.
-	Name []Name `json:"name,omitempty"`
+	Name []methodName `json:"name,omitempty"`
 	// WaitForReady makes calls wait for a ready connection.
 	WaitForReady *bool `json:"waitForReady,omitempty"`
 	// Timeout is the default call timeout.
-	Timeout *Duration `json:"timeout,omitempty"`
+	Timeout *duration `json:"timeout,omitempty"`
 	// MaxRequestMessageBytes limits request message size.
 	MaxRequestMessageBytes *int64 `json:"maxRequestMessageBytes,omitempty"`
 	// MaxResponseMessageBytes limits response message size.
 	MaxResponseMessageBytes *int64 `json:"maxResponseMessageBytes,omitempty"`
 	// RetryPolicy makes grpc-go retry these methods.
-	RetryPolicy *RetryPolicy `json:"retryPolicy,omitempty"`
+	RetryPolicy *retryPolicy `json:"retryPolicy,omitempty"`
 	// HedgingPolicy is part of gRFC A6 but grpc-go does not implement it and
 	// ignores it silently. It is kept so that it can be reported.
-	HedgingPolicy *HedgingPolicy `json:"hedgingPolicy,omitempty"`
+	HedgingPolicy *hedgingPolicy `json:"hedgingPolicy,omitempty"`
 }
 
 // Name selects methods: Service and Method name one method; Service alone
 // names every method of a service; both empty name every method of the
 // channel. A Method without a Service is invalid.
-type Name struct {
+type methodName struct {
 	// Service is the full service name, "pkg.Service".
 	Service string `json:"service,omitempty"`
 	// Method is the method name, "Method".
@@ -73,7 +134,7 @@ type Name struct {
 // Path returns the key grpc-go uses for lookups: "/pkg.Service/Method",
 // "/pkg.Service/" for a whole service, or "" for the channel default. A
 // method without a service is an error wrapping ErrInvalid.
-func (n Name) Path() (string, error) {
+func (n methodName) Path() (string, error) {
 	if n.Service == "" {
 		if n.Method != "" {
 			return "", fmt.Errorf("%w: cannot combine empty 'service' and non-empty 'method' (%q)", ErrInvalid, n.Method)
@@ -85,25 +146,25 @@ func (n Name) Path() (string, error) {
 
 // RetryPolicy is a method config's retryPolicy (gRFC A6). All fields are
 // required by grpc-go.
-type RetryPolicy struct {
+type retryPolicy struct {
 	// MaxAttempts counts the original call; it must be at least 2. grpc-go
 	// clamps values above 5 (its default cap) without error.
 	MaxAttempts int `json:"maxAttempts"`
 	// InitialBackoff is the base delay before the first retry; > 0.
-	InitialBackoff Duration `json:"initialBackoff"`
+	InitialBackoff duration `json:"initialBackoff"`
 	// MaxBackoff caps the delay before jitter; > 0.
-	MaxBackoff Duration `json:"maxBackoff"`
+	MaxBackoff duration `json:"maxBackoff"`
 	// BackoffMultiplier grows the delay per retry; > 0.
 	BackoffMultiplier float64 `json:"backoffMultiplier"`
 	// RetryableStatusCodes lists the codes that are retried; not empty.
-	RetryableStatusCodes []StatusCode `json:"retryableStatusCodes"`
+	RetryableStatusCodes []statusCode `json:"retryableStatusCodes"`
 }
 
 // Validate reports the problems grpc-go rejects a retry policy for: fewer
 // than 2 attempts, a backoff or multiplier that is not positive, or no
 // codes (the rules the package-level Validate applies too). The error wraps
 // ErrInvalid and lists every problem.
-func (p *RetryPolicy) Validate() error {
+func (p *retryPolicy) Validate() error {
 	probs := problems(
 		maxAttemptsRule.problem(int64(p.MaxAttempts), strconv.Itoa(p.MaxAttempts)),
 		initialBackoffRule.problem(time.Duration(p.InitialBackoff), p.InitialBackoff.String()),
@@ -119,13 +180,13 @@ func (p *RetryPolicy) Validate() error {
 
 // HedgingPolicy is a method config's hedgingPolicy (gRFC A6). grpc-go does
 // not implement hedging and ignores this object.
-type HedgingPolicy struct {
+type hedgingPolicy struct {
 	// MaxAttempts counts the original call.
 	MaxAttempts int `json:"maxAttempts"`
 	// HedgingDelay is the delay between hedged attempts.
-	HedgingDelay *Duration `json:"hedgingDelay,omitempty"`
+	HedgingDelay *duration `json:"hedgingDelay,omitempty"`
 	// NonFatalStatusCodes lists the codes that do not stop hedging.
-	NonFatalStatusCodes []StatusCode `json:"nonFatalStatusCodes,omitempty"`
+	NonFatalStatusCodes []statusCode `json:"nonFatalStatusCodes,omitempty"`
 }
 
 // RetryThrottling is the service config's retryThrottling object: the
@@ -140,10 +201,10 @@ type RetryThrottling struct {
 	TokenRatio float64 `json:"tokenRatio"`
 }
 
-// Validate reports the problems grpc-go rejects throttling for (the rules
+// validate reports the problems grpc-go rejects throttling for (the rules
 // the package-level Validate applies too). The error wraps ErrInvalid and
 // lists every problem.
-func (t *RetryThrottling) Validate() error {
+func (t *RetryThrottling) validate() error {
 	probs := problems(
 		maxTokensRule.problem(t.MaxTokens, strconv.FormatFloat(t.MaxTokens, 'g', -1, 64)),
 		tokenRatioRule.problem(t.TokenRatio, strconv.FormatFloat(t.TokenRatio, 'g', -1, 64)),
@@ -157,10 +218,10 @@ func (t *RetryThrottling) Validate() error {
 // Duration is a time.Duration that marshals as a protobuf JSON duration
 // string, such as "0.1s" or "2s", which is what grpc-go's service config
 // parser requires.
-type Duration time.Duration
+type duration time.Duration
 
 // String formats the duration as in JSON, without quotes: "0.1s".
-func (d Duration) String() string {
+func (d duration) String() string {
 	ns := int64(d)
 	sign := ""
 	var sec, frac uint64
@@ -180,23 +241,23 @@ func (d Duration) String() string {
 }
 
 // MarshalJSON implements json.Marshaler.
-func (d Duration) MarshalJSON() ([]byte, error) {
+func (d duration) MarshalJSON() ([]byte, error) {
 	return []byte(`"` + d.String() + `"`), nil
 }
 
 // UnmarshalJSON implements json.Unmarshaler. It accepts a string of seconds
 // with up to nine decimals and an "s" suffix ("1s", "0.25s", "-1.5s"), and
 // rejects anything else, including "100ms".
-func (d *Duration) UnmarshalJSON(b []byte) error {
+func (d *duration) UnmarshalJSON(b []byte) error {
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
 		return fmt.Errorf("%w: duration must be a string like \"0.1s\": %s", ErrInvalid, truncate(string(b)))
 	}
-	v, err := ParseDuration(s)
+	v, err := parseDuration(s)
 	if err != nil {
 		return err
 	}
-	*d = Duration(v)
+	*d = duration(v)
 	return nil
 }
 
@@ -207,7 +268,7 @@ const maxProtoSeconds = 315_576_000_000
 // sign, decimal seconds with at most nine decimals, and the suffix "s".
 // Values outside time.Duration's range are errors. Errors wrap
 // ErrInvalid.
-func ParseDuration(s string) (time.Duration, error) {
+func parseDuration(s string) (time.Duration, error) {
 	bad := func(why string) (time.Duration, error) {
 		return 0, fmt.Errorf("%w: malformed duration %q: %s", ErrInvalid, truncate(s), why)
 	}
@@ -267,7 +328,7 @@ func allDigits(s string) bool {
 
 // StatusCode is a gRPC status code that marshals as its upper-case name
 // ("UNAVAILABLE"), the only spelling grpc-go accepts besides integers.
-type StatusCode codes.Code
+type statusCode codes.Code
 
 var codeNames = [...]string{
 	"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
@@ -281,7 +342,7 @@ const numCodes = len(codeNames)
 
 // CodeName returns the canonical upper-case name of a gRPC code
 // ("DEADLINE_EXCEEDED"), or "CODE(n)" for a value outside 0–16.
-func CodeName(c codes.Code) string {
+func codeName(c codes.Code) string {
 	if uint32(c) < uint32(numCodes) {
 		return codeNames[c]
 	}
@@ -291,7 +352,7 @@ func CodeName(c codes.Code) string {
 // ParseCode parses a gRPC code name in any letter case (gRFC A6 allows it;
 // grpc-go does not) or its integer value. Errors wrap
 // ErrInvalid.
-func ParseCode(s string) (codes.Code, error) {
+func parseCode(s string) (codes.Code, error) {
 	if n, err := strconv.ParseUint(s, 10, 32); err == nil {
 		if n < uint64(numCodes) {
 			return codes.Code(n), nil
@@ -307,10 +368,10 @@ func ParseCode(s string) (codes.Code, error) {
 }
 
 // String returns the code's upper-case name.
-func (c StatusCode) String() string { return CodeName(codes.Code(c)) }
+func (c statusCode) String() string { return codeName(codes.Code(c)) }
 
 // MarshalJSON implements json.Marshaler. A code outside 0–16 is an error.
-func (c StatusCode) MarshalJSON() ([]byte, error) {
+func (c statusCode) MarshalJSON() ([]byte, error) {
 	if uint32(c) >= uint32(numCodes) {
 		return nil, fmt.Errorf("%w: invalid code: %d", ErrInvalid, uint32(c))
 	}
@@ -319,7 +380,7 @@ func (c StatusCode) MarshalJSON() ([]byte, error) {
 
 // UnmarshalJSON implements json.Unmarshaler. It accepts an integer 0–16 or a
 // name in any letter case (see ParseCode).
-func (c *StatusCode) UnmarshalJSON(b []byte) error {
+func (c *statusCode) UnmarshalJSON(b []byte) error {
 	var s string
 	if len(b) > 0 && b[0] == '"' {
 		if err := json.Unmarshal(b, &s); err != nil {
@@ -331,11 +392,11 @@ func (c *StatusCode) UnmarshalJSON(b []byte) error {
 	} else {
 		s = string(b)
 	}
-	v, err := ParseCode(s)
+	v, err := parseCode(s)
 	if err != nil {
 		return err
 	}
-	*c = StatusCode(v)
+	*c = statusCode(v)
 	return nil
 }
 
@@ -351,19 +412,14 @@ func truncate(s string) string {
 // maxConfigBytes bounds the input of Parse and Validate.
 const maxConfigBytes = 4 << 20
 
-// Parse decodes a service config and checks it the way grpc-go does, and a
-// little more strictly: unknown fields are errors (grpc-go drops them
-// silently), retryThrottling is checked even without methodConfig, and
-// durations must be well formed. Status code names are accepted in any
-// letter case, as gRFC A6 allows; Validate reports the lower-case ones that
-// grpc-go rejects. Errors wrap ErrInvalid.
-func Parse(data []byte) (*Config, error) {
+// parseDocument is [Parse].
+func parseDocument(data []byte) (*document, error) {
 	if len(data) > maxConfigBytes {
 		return nil, fmt.Errorf("%w: larger than %d bytes", ErrInvalid, maxConfigBytes)
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
-	var sc Config
+	var sc document
 	if err := dec.Decode(&sc); err != nil {
 		if errors.Is(err, ErrInvalid) {
 			return nil, err
@@ -384,7 +440,7 @@ func Parse(data []byte) (*Config, error) {
 // invalid throttling. It does not judge ownership or idempotency; see
 // CheckOwnership and the package-level Validate. The error wraps
 // ErrInvalid.
-func (sc *Config) Validate() error {
+func (sc *document) Validate() error {
 	seen := make(map[string]bool)
 	for i, mc := range sc.MethodConfig {
 		if mc.Name == nil {
@@ -407,7 +463,7 @@ func (sc *Config) Validate() error {
 		}
 	}
 	if sc.RetryThrottling != nil {
-		if err := sc.RetryThrottling.Validate(); err != nil {
+		if err := sc.RetryThrottling.validate(); err != nil {
 			return err
 		}
 	}
@@ -416,7 +472,7 @@ func (sc *Config) Validate() error {
 
 // JSON validates the config and returns its JSON encoding, ready for
 // grpc.WithDefaultServiceConfig.
-func (sc *Config) JSON() (string, error) {
+func (sc *document) JSON() (string, error) {
 	if err := sc.Validate(); err != nil {
 		return "", err
 	}
@@ -479,65 +535,53 @@ func (s RetrySettings) withDefaults() (RetrySettings, error) {
 	}
 	for _, c := range s.RetryableStatusCodes {
 		if d := retryable(c); d.Action != policy.Retry {
-			return s, fmt.Errorf("%w: %s is not retryable (%s)", policy.ErrInvalidConfig, CodeName(c), d.Reason)
+			return s, fmt.Errorf("%w: %s is not retryable (%s)", policy.ErrInvalidConfig, codeName(c), d.Reason)
 		}
 	}
-	if err := s.Throttling.Validate(); err != nil {
+	if err := s.Throttling.validate(); err != nil {
 		return s, fmt.Errorf("%w: %w", policy.ErrInvalidConfig, err)
 	}
 	return s, nil
 }
 
-// Generate derives a channel's service config from a catalog.
-//
-// For policy.OwnerServiceConfig it writes one method config naming every
-// no-side-effects and idempotent method of the catalog individually (never a
-// whole service, so that a method added later is not covered by accident),
-// with a retry policy from settings, plus retryThrottling. Keyed and
-// non-idempotent methods get no retry entry: a keyed mutation needs the
-// application's resolve step, which grpc-go cannot do.
-//
-// For policy.OwnerApplication, policy.OwnerMesh and policy.OwnerNone it
-// returns a config with no retry or hedging entry at all: the service config
-// must not retry on a channel it does not own. An invalid owner is
-// policy.ErrInvalidOwner; invalid settings are policy.ErrInvalidConfig.
-func Generate(c *policy.Catalog, owner policy.RetryOwner, settings RetrySettings) (*Config, error) {
+// generate is [Generate].
+func generate(c *policy.Catalog, owner policy.RetryOwner, settings RetrySettings) (*document, error) {
 	if !owner.Valid() {
 		return nil, fmt.Errorf("%w: %d", policy.ErrInvalidOwner, uint8(owner))
 	}
 	if owner != policy.OwnerServiceConfig {
-		return &Config{}, nil
+		return &document{}, nil
 	}
 	s, err := settings.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	var names []Name
+	var names []methodName
 	for _, p := range c.Methods() {
 		if p.Kind != policy.KindNoSideEffects && p.Kind != policy.KindIdempotent {
 			continue
 		}
-		names = append(names, Name{Service: p.Service(), Method: p.Method()})
+		names = append(names, methodName{Service: p.Service(), Method: p.Method()})
 	}
-	sc := &Config{RetryThrottling: &RetryThrottling{MaxTokens: s.Throttling.MaxTokens, TokenRatio: s.Throttling.TokenRatio}}
+	sc := &document{RetryThrottling: &RetryThrottling{MaxTokens: s.Throttling.MaxTokens, TokenRatio: s.Throttling.TokenRatio}}
 	if len(names) == 0 {
 		return sc, nil
 	}
 	codeSet := make(map[codes.Code]bool)
-	var list []StatusCode
+	var list []statusCode
 	for _, c := range s.RetryableStatusCodes {
 		if !codeSet[c] {
 			codeSet[c] = true
-			list = append(list, StatusCode(c))
+			list = append(list, statusCode(c))
 		}
 	}
 	sort.Slice(list, func(i, j int) bool { return list[i] < list[j] })
-	sc.MethodConfig = []MethodConfig{{
+	sc.MethodConfig = []methodConfig{{
 		Name: names,
-		RetryPolicy: &RetryPolicy{
+		RetryPolicy: &retryPolicy{
 			MaxAttempts:          s.MaxAttempts,
-			InitialBackoff:       Duration(s.InitialBackoff),
-			MaxBackoff:           Duration(s.MaxBackoff),
+			InitialBackoff:       duration(s.InitialBackoff),
+			MaxBackoff:           duration(s.MaxBackoff),
 			BackoffMultiplier:    s.BackoffMultiplier,
 			RetryableStatusCodes: list,
 		},
@@ -545,13 +589,8 @@ func Generate(c *policy.Catalog, owner policy.RetryOwner, settings RetrySettings
 	return sc, nil
 }
 
-// CheckOwnership refuses a service config that retries or hedges on a
-// channel it does not own: any retryPolicy or hedgingPolicy entry when owner
-// is not policy.OwnerServiceConfig is an *OwnershipError (wrapping
-// ErrRetryNotOwned) naming the first offending entry. With the application
-// as owner the channel's retries are disabled, so an entry would either be
-// ignored or, on a channel built without the kit, stack a second layer.
-func CheckOwnership(owner policy.RetryOwner, sc *Config) error {
+// checkOwnership is [CheckOwnership].
+func checkOwnership(owner policy.RetryOwner, sc *document) error {
 	if !owner.Valid() {
 		return fmt.Errorf("%w: %d", policy.ErrInvalidOwner, uint8(owner))
 	}
@@ -572,7 +611,7 @@ func CheckOwnership(owner policy.RetryOwner, sc *Config) error {
 		if len(mc.Name) > 0 {
 			name, _ = mc.Name[0].Path()
 		}
-		return &OwnershipError{Owner: owner, Name: name, Policy: pol}
+		return &ownershipError{Owner: owner, Name: name, Policy: pol}
 	}
 	return nil
 }

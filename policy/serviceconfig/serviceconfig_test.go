@@ -54,7 +54,7 @@ func appliedMethodConfig(t *testing.T, js, method string) grpc.MethodConfig {
 
 func TestGenerateForServiceConfigOwner(t *testing.T) {
 	c := testCatalog(t)
-	sc, err := Generate(c, policy.OwnerServiceConfig, RetrySettings{})
+	sc, err := generate(c, policy.OwnerServiceConfig, RetrySettings{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestGenerateForServiceConfigOwner(t *testing.T) {
 		t.Errorf("Validate(generated) = %v, %v", findings, err)
 	}
 	// And the typed parser reads it back unchanged.
-	back, err := Parse([]byte(js))
+	back, err := parseDocument([]byte(js))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func TestGenerateForServiceConfigOwner(t *testing.T) {
 
 func TestGenerateSettings(t *testing.T) {
 	c := testCatalog(t)
-	sc, err := Generate(c, policy.OwnerServiceConfig, RetrySettings{
+	sc, err := generate(c, policy.OwnerServiceConfig, RetrySettings{
 		MaxAttempts:          5,
 		InitialBackoff:       250 * time.Millisecond,
 		MaxBackoff:           1500 * time.Millisecond,
@@ -132,13 +132,13 @@ func TestGenerateSettings(t *testing.T) {
 		{BackoffMultiplier: 0.5}, {RetryableStatusCodes: []codes.Code{codes.InvalidArgument}},
 		{RetryableStatusCodes: []codes.Code{codes.OK}}, {Throttling: &RetryThrottling{MaxTokens: 2000, TokenRatio: 1}},
 	} {
-		if _, err := Generate(c, policy.OwnerServiceConfig, bad); !errors.Is(err, policy.ErrInvalidConfig) {
+		if _, err := generate(c, policy.OwnerServiceConfig, bad); !errors.Is(err, policy.ErrInvalidConfig) {
 			t.Errorf("settings %+v: error %v, want ErrInvalidConfig", bad, err)
 		}
 	}
 	// A catalog without retryable methods gets throttling only.
 	empty, _ := policy.NewCatalog(policy.MethodPolicy{FullMethod: "/a.B/Do"})
-	sc, err = Generate(empty, policy.OwnerServiceConfig, RetrySettings{})
+	sc, err = generate(empty, policy.OwnerServiceConfig, RetrySettings{})
 	if err != nil || len(sc.MethodConfig) != 0 || sc.RetryThrottling == nil {
 		t.Errorf("empty catalog: %+v, %v", sc, err)
 	}
@@ -147,7 +147,7 @@ func TestGenerateSettings(t *testing.T) {
 func TestGenerateOtherOwners(t *testing.T) {
 	c := testCatalog(t)
 	for _, o := range []policy.RetryOwner{policy.OwnerApplication, policy.OwnerMesh, policy.OwnerNone} {
-		sc, err := Generate(c, o, RetrySettings{MaxAttempts: 5})
+		sc, err := generate(c, o, RetrySettings{MaxAttempts: 5})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -158,28 +158,28 @@ func TestGenerateOtherOwners(t *testing.T) {
 		if err := grpcAccepts(t, js); err != nil {
 			t.Errorf("owner %v: grpc rejected %s: %v", o, js, err)
 		}
-		if err := CheckOwnership(o, sc); err != nil {
+		if err := checkOwnership(o, sc); err != nil {
 			t.Errorf("owner %v: CheckOwnership: %v", o, err)
 		}
 	}
-	if _, err := Generate(c, 0, RetrySettings{}); !errors.Is(err, policy.ErrInvalidOwner) {
+	if _, err := generate(c, 0, RetrySettings{}); !errors.Is(err, policy.ErrInvalidOwner) {
 		t.Errorf("zero owner: %v", err)
 	}
 }
 
 func TestCheckOwnership(t *testing.T) {
-	retry := &Config{MethodConfig: []MethodConfig{
-		{Name: []Name{{Service: "shop.v1.Orders"}}, WaitForReady: new(bool)},
-		{Name: []Name{{Service: "shop.v1.Orders", Method: "Get"}}, RetryPolicy: &RetryPolicy{MaxAttempts: 2}},
+	retry := &document{MethodConfig: []methodConfig{
+		{Name: []methodName{{Service: "shop.v1.Orders"}}, WaitForReady: new(bool)},
+		{Name: []methodName{{Service: "shop.v1.Orders", Method: "Get"}}, RetryPolicy: &retryPolicy{MaxAttempts: 2}},
 	}}
-	hedge := &Config{MethodConfig: []MethodConfig{{Name: []Name{{}}, HedgingPolicy: &HedgingPolicy{MaxAttempts: 2}}}}
+	hedge := &document{MethodConfig: []methodConfig{{Name: []methodName{{}}, HedgingPolicy: &hedgingPolicy{MaxAttempts: 2}}}}
 	for _, o := range []policy.RetryOwner{policy.OwnerApplication, policy.OwnerMesh, policy.OwnerNone} {
-		err := CheckOwnership(o, retry)
-		var oe *OwnershipError
+		err := checkOwnership(o, retry)
+		var oe *ownershipError
 		if !errors.Is(err, ErrRetryNotOwned) || !errors.As(err, &oe) || oe.Name != "/shop.v1.Orders/Get" || oe.Policy != "retryPolicy" || oe.Owner != o {
 			t.Errorf("owner %v retry: %v", o, err)
 		}
-		err = CheckOwnership(o, hedge)
+		err = checkOwnership(o, hedge)
 		if !errors.As(err, &oe) || oe.Name != "" || oe.Policy != "hedgingPolicy" {
 			t.Errorf("owner %v hedge: %v", o, err)
 		}
@@ -187,10 +187,10 @@ func TestCheckOwnership(t *testing.T) {
 			t.Errorf("message %q does not name the owner", err)
 		}
 	}
-	if err := CheckOwnership(policy.OwnerServiceConfig, retry); err != nil {
+	if err := checkOwnership(policy.OwnerServiceConfig, retry); err != nil {
 		t.Errorf("service-config owner: %v", err)
 	}
-	if err := CheckOwnership(policy.RetryOwner(7), retry); !errors.Is(err, policy.ErrInvalidOwner) {
+	if err := checkOwnership(policy.RetryOwner(7), retry); !errors.Is(err, policy.ErrInvalidOwner) {
 		t.Errorf("invalid owner: %v", err)
 	}
 }
@@ -205,29 +205,29 @@ func TestDuration(t *testing.T) {
 		{90 * time.Second, "90s"}, {time.Duration(-1 << 63), "-9223372036.854775808s"},
 	}
 	for _, c := range cases {
-		b, err := json.Marshal(Duration(c.d))
+		b, err := json.Marshal(duration(c.d))
 		if err != nil || string(b) != `"`+c.text+`"` {
 			t.Errorf("Marshal(%v) = %s, %v; want %q", c.d, b, err, c.text)
 		}
 		if c.d == time.Duration(-1<<63) {
 			continue
 		}
-		var back Duration
+		var back duration
 		if err := json.Unmarshal(b, &back); err != nil || time.Duration(back) != c.d {
 			t.Errorf("Unmarshal(%s) = %v, %v", b, time.Duration(back), err)
 		}
 	}
 	for _, ok := range []string{"1.s", ".5s", "0.123456789s", "9223372036s"} {
-		if _, err := ParseDuration(ok); err != nil {
+		if _, err := parseDuration(ok); err != nil {
 			t.Errorf("ParseDuration(%q): %v", ok, err)
 		}
 	}
 	for _, bad := range []string{"", "s", "-s", ".s", "100ms", "1", "1.2.3s", "1.0000000001s", "+1s", "1.-5s", "--1s", "1e3s", " 1s", "315576000001s", "9999999999999s"} {
-		if _, err := ParseDuration(bad); !errors.Is(err, ErrInvalid) {
+		if _, err := parseDuration(bad); !errors.Is(err, ErrInvalid) {
 			t.Errorf("ParseDuration(%q) error %v, want ErrInvalid", bad, err)
 		}
 	}
-	var d Duration
+	var d duration
 	if err := json.Unmarshal([]byte(`0.1`), &d); !errors.Is(err, ErrInvalid) {
 		t.Errorf("number duration: %v", err)
 	}
@@ -235,8 +235,8 @@ func TestDuration(t *testing.T) {
 
 func TestStatusCode(t *testing.T) {
 	for c := codes.Code(0); c < 17; c++ {
-		b, err := json.Marshal(StatusCode(c))
-		if err != nil || string(b) != `"`+CodeName(c)+`"` || strings.ToUpper(CodeName(c)) != CodeName(c) {
+		b, err := json.Marshal(statusCode(c))
+		if err != nil || string(b) != `"`+codeName(c)+`"` || strings.ToUpper(codeName(c)) != codeName(c) {
 			t.Errorf("Marshal(%v) = %s, %v", c, b, err)
 		}
 		// grpc-go's own decoder agrees on the spelling.
@@ -244,28 +244,28 @@ func TestStatusCode(t *testing.T) {
 		if err := json.Unmarshal(b, &gc); err != nil || gc != c {
 			t.Errorf("grpc codes.Code reads %s as %v, %v", b, gc, err)
 		}
-		var back StatusCode
-		if err := json.Unmarshal(b, &back); err != nil || back != StatusCode(c) {
+		var back statusCode
+		if err := json.Unmarshal(b, &back); err != nil || back != statusCode(c) {
 			t.Errorf("Unmarshal(%s) = %v, %v", b, back, err)
 		}
 	}
 	for in, want := range map[string]codes.Code{`"unavailable"`: codes.Unavailable, `14`: codes.Unavailable, `"Deadline_Exceeded"`: codes.DeadlineExceeded, `0`: codes.OK} {
-		var c StatusCode
+		var c statusCode
 		if err := json.Unmarshal([]byte(in), &c); err != nil || codes.Code(c) != want {
 			t.Errorf("Unmarshal(%s) = %v, %v", in, c, err)
 		}
 	}
 	for _, bad := range []string{`17`, `-1`, `"14"`, `"UNAVAILABLE "`, `"NOPE"`, `2.5`, `true`, `"`} {
-		var c StatusCode
+		var c statusCode
 		if err := json.Unmarshal([]byte(bad), &c); err == nil {
 			t.Errorf("Unmarshal(%s) accepted", bad)
 		}
 	}
-	if _, err := json.Marshal(StatusCode(17)); err == nil {
+	if _, err := json.Marshal(statusCode(17)); err == nil {
 		t.Error("Marshal(17) accepted")
 	}
-	if CodeName(codes.Code(20)) != "CODE(20)" {
-		t.Error(CodeName(20))
+	if codeName(codes.Code(20)) != "CODE(20)" {
+		t.Error(codeName(20))
 	}
 }
 
@@ -294,7 +294,7 @@ func TestParseRejectsWhatGRPCRejects(t *testing.T) {
 		if err := grpcAccepts(t, js); err == nil {
 			t.Errorf("%s: grpc-go accepted %s (the test's premise is wrong)", name, js)
 		}
-		if _, err := Parse([]byte(js)); !errors.Is(err, ErrInvalid) {
+		if _, err := parseDocument([]byte(js)); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%s: Parse error %v, want ErrInvalid", name, err)
 		}
 	}
@@ -308,16 +308,16 @@ func TestParseRejectsWhatGRPCRejects(t *testing.T) {
 		if err := grpcAccepts(t, js); err != nil && !strings.HasPrefix(name, "trailing") {
 			t.Errorf("%s: grpc-go rejected %s: %v", name, js, err)
 		}
-		if _, err := Parse([]byte(js)); !errors.Is(err, ErrInvalid) {
+		if _, err := parseDocument([]byte(js)); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%s: Parse error %v, want ErrInvalid", name, err)
 		}
 	}
 	// Lower-case codes: A6 allows them, so the parser does; Validate reports them.
-	sc, err := Parse([]byte(mk(get, "3", `"0.1s"`, `"unavailable"`)))
-	if err != nil || sc.MethodConfig[0].RetryPolicy.RetryableStatusCodes[0] != StatusCode(codes.Unavailable) {
+	sc, err := parseDocument([]byte(mk(get, "3", `"0.1s"`, `"unavailable"`)))
+	if err != nil || sc.MethodConfig[0].RetryPolicy.RetryableStatusCodes[0] != statusCode(codes.Unavailable) {
 		t.Errorf("lower-case code: %+v, %v", sc, err)
 	}
-	if _, err := (&Config{MethodConfig: []MethodConfig{{Name: []Name{{Method: "X"}}}}}).JSON(); !errors.Is(err, ErrInvalid) {
+	if _, err := (&document{MethodConfig: []methodConfig{{Name: []methodName{{Method: "X"}}}}}).JSON(); !errors.Is(err, ErrInvalid) {
 		t.Errorf("JSON of invalid config: %v", err)
 	}
 }

@@ -16,71 +16,72 @@ import (
 )
 
 // FindingKind is a stable, machine-readable name for a kind of problem the
-// validator reports. The string values do not change between releases.
+// validator reports. The string values do not change between releases;
+// docs/retry-ownership.md lists them with what each means.
 type FindingKind string
 
 // Finding kinds.
 const (
-	// FindingSyntax: the file is not a single JSON object.
-	FindingSyntax FindingKind = "syntax"
-	// FindingUnknownField: a key that grpc-go does not know, such as the
+	// findingSyntax: the file is not a single JSON object.
+	findingSyntax FindingKind = "syntax"
+	// findingUnknownField: a key that grpc-go does not know, such as the
 	// misspelled "retryPolicyy". grpc-go ignores it silently.
-	FindingUnknownField FindingKind = "unknown-field"
-	// FindingKeyCase: a known key in the wrong letter case ("MaxAttempts").
+	findingUnknownField FindingKind = "unknown-field"
+	// findingKeyCase: a known key in the wrong letter case ("MaxAttempts").
 	// grpc-go accepts it only because encoding/json folds case.
-	FindingKeyCase FindingKind = "key-case"
-	// FindingDuplicateKey: the same key twice in one JSON object; only the
+	findingKeyCase FindingKind = "key-case"
+	// findingDuplicateKey: the same key twice in one JSON object; only the
 	// last one counts.
-	FindingDuplicateKey FindingKind = "duplicate-key"
-	// FindingWrongType: a value of the wrong JSON type; grpc-go rejects it.
-	FindingWrongType FindingKind = "wrong-type"
-	// FindingMissingName: a methodConfig entry without "name"; grpc-go skips it.
-	FindingMissingName FindingKind = "missing-name"
-	// FindingMethodWithoutService: a name with a method but no service;
+	findingDuplicateKey FindingKind = "duplicate-key"
+	// findingWrongType: a value of the wrong JSON type; grpc-go rejects it.
+	findingWrongType FindingKind = "wrong-type"
+	// findingMissingName: a methodConfig entry without "name"; grpc-go skips it.
+	findingMissingName FindingKind = "missing-name"
+	// findingMethodWithoutService: a name with a method but no service;
 	// grpc-go rejects the config.
-	FindingMethodWithoutService FindingKind = "method-without-service"
-	// FindingDuplicateName: the same name twice; grpc-go rejects the config.
-	FindingDuplicateName FindingKind = "duplicate-name"
-	// FindingUnknownService: a service name that matches no service in the
+	findingMethodWithoutService FindingKind = "method-without-service"
+	// findingDuplicateName: the same name twice; grpc-go rejects the config.
+	findingDuplicateName FindingKind = "duplicate-name"
+	// findingUnknownService: a service name that matches no service in the
 	// catalog (renamed, misspelled or in the wrong letter case). Its settings
 	// apply to nothing, silently.
-	FindingUnknownService FindingKind = "unknown-service"
-	// FindingUnknownMethod: a method name that matches no method in the
+	findingUnknownService FindingKind = "unknown-service"
+	// findingUnknownMethod: a method name that matches no method in the
 	// catalog (renamed, misspelled or in the wrong letter case). The method
 	// then runs with the channel defaults, silently.
-	FindingUnknownMethod FindingKind = "unknown-method"
-	// FindingInvalidRetryPolicy: a retry policy grpc-go rejects: maxAttempts
+	findingUnknownMethod FindingKind = "unknown-method"
+	// findingInvalidRetryPolicy: a retry policy grpc-go rejects: maxAttempts
 	// below 2 or not an integer, a missing field, a backoff or multiplier that
 	// is not positive, no retryable codes.
-	FindingInvalidRetryPolicy FindingKind = "invalid-retry-policy"
-	// FindingInvalidDuration: a duration that is not a string like "0.1s".
-	FindingInvalidDuration FindingKind = "invalid-duration"
-	// FindingInvalidCode: a status code that is neither a known name nor an
+	findingInvalidRetryPolicy FindingKind = "invalid-retry-policy"
+	// findingInvalidDuration: a duration that is not a string like "0.1s".
+	findingInvalidDuration FindingKind = "invalid-duration"
+	// findingInvalidCode: a status code that is neither a known name nor an
 	// integer 0–16.
-	FindingInvalidCode FindingKind = "invalid-code"
-	// FindingCodeCase: a status code name not in upper case ("unavailable");
+	findingInvalidCode FindingKind = "invalid-code"
+	// findingCodeCase: a status code name not in upper case ("unavailable");
 	// grpc-go rejects it.
-	FindingCodeCase FindingKind = "code-case"
-	// FindingCodeNotRetryable: a retryable code that will not change on a
+	findingCodeCase FindingKind = "code-case"
+	// findingCodeNotRetryable: a retryable code that will not change on a
 	// retry (INVALID_ARGUMENT, PERMISSION_DENIED…) or OK; see policy.Eligible.
-	FindingCodeNotRetryable FindingKind = "code-not-retryable"
-	// FindingMaxAttemptsClamped: maxAttempts above 5; grpc-go clamps it to 5
+	findingCodeNotRetryable FindingKind = "code-not-retryable"
+	// findingMaxAttemptsClamped: maxAttempts above 5; grpc-go clamps it to 5
 	// silently.
-	FindingMaxAttemptsClamped FindingKind = "max-attempts-clamped"
-	// FindingHedgingPolicy: a hedgingPolicy; grpc-go ignores it silently.
-	FindingHedgingPolicy FindingKind = "hedging-policy"
-	// FindingRetryNonIdempotent: a retry policy covers a non-idempotent
+	findingMaxAttemptsClamped FindingKind = "max-attempts-clamped"
+	// findingHedgingPolicy: a hedgingPolicy; grpc-go ignores it silently.
+	findingHedgingPolicy FindingKind = "hedging-policy"
+	// findingRetryNonIdempotent: a retry policy covers a non-idempotent
 	// method.
-	FindingRetryNonIdempotent FindingKind = "retry-non-idempotent"
-	// FindingRetryKeyedWithoutLedger: a retry policy covers a keyed method
+	findingRetryNonIdempotent FindingKind = "retry-non-idempotent"
+	// findingRetryKeyedWithoutLedger: a retry policy covers a keyed method
 	// that has no durable ledger behind it.
-	FindingRetryKeyedWithoutLedger FindingKind = "retry-keyed-without-ledger"
-	// FindingRetryNotOwned: a retry or hedging policy on a channel whose
+	findingRetryKeyedWithoutLedger FindingKind = "retry-keyed-without-ledger"
+	// findingRetryNotOwned: a retry or hedging policy on a channel whose
 	// retry owner is not the service config.
-	FindingRetryNotOwned FindingKind = "retry-not-owned"
-	// FindingInvalidThrottling: retryThrottling that grpc-go rejects (or, when
+	findingRetryNotOwned FindingKind = "retry-not-owned"
+	// findingInvalidThrottling: retryThrottling that grpc-go rejects (or, when
 	// methodConfig is absent, accepts by mistake).
-	FindingInvalidThrottling FindingKind = "invalid-throttling"
+	findingInvalidThrottling FindingKind = "invalid-throttling"
 )
 
 // Finding is one problem found by Validate.
@@ -147,16 +148,16 @@ func Validate(data []byte, c *policy.Catalog, owner policy.RetryOwner) ([]Findin
 	}
 	v := &validator{cat: c, owner: owner, names: make(map[string]*nameEntry)}
 	if len(data) > maxConfigBytes {
-		v.add(Finding{Kind: FindingSyntax, Message: fmt.Sprintf("larger than %d bytes", maxConfigBytes)})
+		v.add(Finding{Kind: findingSyntax, Message: fmt.Sprintf("larger than %d bytes", maxConfigBytes)})
 		return v.findings, nil
 	}
 	root, err := parseJSONTree(data)
 	if err != nil {
-		v.add(Finding{Kind: FindingSyntax, Message: "not valid JSON: " + err.Error()})
+		v.add(Finding{Kind: findingSyntax, Message: "not valid JSON: " + err.Error()})
 		return v.findings, nil
 	}
 	if root.kind != jsonObject {
-		v.add(Finding{Kind: FindingSyntax, Message: "the service config must be a JSON object, not " + root.kind.String()})
+		v.add(Finding{Kind: findingSyntax, Message: "the service config must be a JSON object, not " + root.kind.String()})
 		return v.findings, nil
 	}
 	v.document(root)
@@ -205,7 +206,7 @@ func (v *validator) fields(obj *jsonValue, path string, known ...string) map[str
 			for _, k := range known {
 				if strings.EqualFold(f.key, k) {
 					match = k
-					v.at(FindingKeyCase, fp, "key %q should be spelled %q; grpc-go accepts it only because Go's JSON decoder ignores case", f.key, k)
+					v.at(findingKeyCase, fp, "key %q should be spelled %q; grpc-go accepts it only because Go's JSON decoder ignores case", f.key, k)
 					break
 				}
 			}
@@ -217,11 +218,11 @@ func (v *validator) fields(obj *jsonValue, path string, known ...string) map[str
 			} else if path == "" && isMethodConfigKey(f.key) {
 				msg += fmt.Sprintf(" (%q belongs inside a methodConfig entry)", f.key)
 			}
-			v.at(FindingUnknownField, fp, "%s", msg)
+			v.at(findingUnknownField, fp, "%s", msg)
 			continue
 		}
 		if seen[match] {
-			v.at(FindingDuplicateKey, fp, "key %q appears more than once in this object; only the last one counts", match)
+			v.at(findingDuplicateKey, fp, "key %q appears more than once in this object; only the last one counts", match)
 		}
 		seen[match] = true
 		out[match] = f.val
@@ -233,7 +234,7 @@ func (v *validator) expect(val *jsonValue, path string, kind jsonKind) bool {
 	if val.kind == kind {
 		return true
 	}
-	v.at(FindingWrongType, path, "want %s, got %s; grpc-go rejects the config", kind, val.kind)
+	v.at(findingWrongType, path, "want %s, got %s; grpc-go rejects the config", kind, val.kind)
 	return false
 }
 
@@ -298,10 +299,10 @@ func (v *validator) methodConfig(mc *jsonValue, path string) {
 		}
 		msg := fmt.Sprintf("%s on a channel whose retry owner is %s; only the %s owner may retry in the service config, otherwise retries multiply across layers", pol, v.owner, policy.OwnerServiceConfig)
 		if len(names) == 0 {
-			v.at(FindingRetryNotOwned, joinPath(path, pol), "%s", msg)
+			v.at(findingRetryNotOwned, joinPath(path, pol), "%s", msg)
 		}
 		for _, key := range names {
-			v.add(Finding{Kind: FindingRetryNotOwned, Path: joinPath(path, pol), Name: key, HasName: true, Message: msg})
+			v.add(Finding{Kind: findingRetryNotOwned, Path: joinPath(path, pol), Name: key, HasName: true, Message: msg})
 		}
 	}
 }
@@ -320,7 +321,7 @@ func (v *validator) plainFields(f map[string]*jsonValue, path string) {
 			p := joinPath(path, k)
 			if v.expect(n, p, jsonNumber) {
 				if _, err := strconv.ParseInt(n.num.String(), 10, 64); err != nil {
-					v.at(FindingWrongType, p, "%s is not a 64-bit integer; grpc-go rejects the config", truncate(n.num.String()))
+					v.at(findingWrongType, p, "%s is not a 64-bit integer; grpc-go rejects the config", truncate(n.num.String()))
 				}
 			}
 		}
@@ -333,14 +334,14 @@ func (v *validator) nameList(nm *jsonValue, path string, idx int) []string {
 	var names []string
 	if nm == nil || nm.kind == jsonNull {
 		msg := "methodConfig entry without \"name\"; grpc-go skips it, so its settings apply to nothing"
-		v.at(FindingMissingName, path, "%s", msg)
+		v.at(findingMissingName, path, "%s", msg)
 		return nil
 	}
 	if !v.expect(nm, joinPath(path, "name"), jsonArray) {
 		return nil
 	}
 	if len(nm.elems) == 0 {
-		v.at(FindingMissingName, joinPath(path, "name"), "empty name list; this entry applies to nothing")
+		v.at(findingMissingName, joinPath(path, "name"), "empty name list; this entry applies to nothing")
 	}
 	for j, n := range nm.elems {
 		np := fmt.Sprintf("%s.name[%d]", path, j)
@@ -376,14 +377,14 @@ func (v *validator) name(n *jsonValue, path string, entry int) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	key, err := Name{Service: svc, Method: m}.Path()
+	key, err := methodName{Service: svc, Method: m}.Path()
 	if err != nil {
-		v.add(Finding{Kind: FindingMethodWithoutService, Path: path, Name: truncate(m), HasName: true,
+		v.add(Finding{Kind: findingMethodWithoutService, Path: path, Name: truncate(m), HasName: true,
 			Message: fmt.Sprintf("method %q has no service; grpc-go rejects the config (\"cannot combine empty 'service' and non-empty 'method'\")", truncate(m))})
 		return "", false
 	}
 	if prev, dup := v.names[key]; dup {
-		v.add(Finding{Kind: FindingDuplicateName, Path: path, Name: key, HasName: true,
+		v.add(Finding{Kind: findingDuplicateName, Path: path, Name: key, HasName: true,
 			Message: fmt.Sprintf("name already listed at %s; grpc-go rejects the config (\"duplicated name\")", prev.path)})
 		return "", false
 	}
@@ -411,10 +412,10 @@ func (v *validator) resolveName(key, svc, m, path string) {
 				hint = fmt.Sprintf(" (did you mean %q?)", s)
 			}
 		}
-		kind := FindingUnknownService
+		kind := findingUnknownService
 		what := "service"
 		if m != "" {
-			kind, what = FindingUnknownMethod, "method"
+			kind, what = findingUnknownMethod, "method"
 		}
 		v.add(Finding{Kind: kind, Path: path, Name: key, HasName: true,
 			Message: fmt.Sprintf("%s matches nothing: service %q is not in the catalog%s; grpc-go applies the entry to nothing, silently", what, truncate(svc), hint)})
@@ -440,7 +441,7 @@ func (v *validator) resolveName(key, svc, m, path string) {
 			hint = fmt.Sprintf(" (did you mean %q?)", s)
 		}
 	}
-	v.add(Finding{Kind: FindingUnknownMethod, Path: path, Name: key, HasName: true,
+	v.add(Finding{Kind: findingUnknownMethod, Path: path, Name: key, HasName: true,
 		Message: fmt.Sprintf("method matches nothing: service %q has no method %q%s; the method it was meant for runs with the channel defaults, silently", svc, truncate(m), hint)})
 }
 
@@ -456,7 +457,7 @@ func (v *validator) retryPolicy(rp *jsonValue, path string) {
 		}
 	}
 	if len(missing) > 0 {
-		v.at(FindingInvalidRetryPolicy, path, "missing %s; grpc-go rejects the config", strings.Join(missing, ", "))
+		v.at(findingInvalidRetryPolicy, path, "missing %s; grpc-go rejects the config", strings.Join(missing, ", "))
 	}
 	if ma := f["maxAttempts"]; ma != nil && ma.kind != jsonNull {
 		p := joinPath(path, "maxAttempts")
@@ -464,11 +465,11 @@ func (v *validator) retryPolicy(rp *jsonValue, path string) {
 			n, err := strconv.ParseInt(ma.num.String(), 10, 64)
 			switch {
 			case err != nil:
-				v.at(FindingInvalidRetryPolicy, p, "maxAttempts %s is not an integer; grpc-go rejects the config", truncate(ma.num.String()))
+				v.at(findingInvalidRetryPolicy, p, "maxAttempts %s is not an integer; grpc-go rejects the config", truncate(ma.num.String()))
 			case !maxAttemptsRule.ok(n):
-				v.at(FindingInvalidRetryPolicy, p, "%s; grpc-go rejects the config", maxAttemptsRule.problem(n, strconv.FormatInt(n, 10)))
+				v.at(findingInvalidRetryPolicy, p, "%s; grpc-go rejects the config", maxAttemptsRule.problem(n, strconv.FormatInt(n, 10)))
 			case attemptsClamped(n):
-				v.at(FindingMaxAttemptsClamped, p, "maxAttempts %d is above %d; grpc-go clamps it to %d silently", n, grpcMaxAttempts, grpcMaxAttempts)
+				v.at(findingMaxAttemptsClamped, p, "maxAttempts %d is above %d; grpc-go clamps it to %d silently", n, grpcMaxAttempts, grpcMaxAttempts)
 			}
 		}
 	}
@@ -476,8 +477,8 @@ func (v *validator) retryPolicy(rp *jsonValue, path string) {
 		if d := f[r.field]; d != nil && d.kind != jsonNull {
 			p := joinPath(path, r.field)
 			if dur, ok := v.duration(d, p); ok {
-				if prob := r.problem(dur, Duration(dur).String()); prob != "" {
-					v.at(FindingInvalidRetryPolicy, p, "%s; grpc-go rejects the config", prob)
+				if prob := r.problem(dur, duration(dur).String()); prob != "" {
+					v.at(findingInvalidRetryPolicy, p, "%s; grpc-go rejects the config", prob)
 				}
 			}
 		}
@@ -486,7 +487,7 @@ func (v *validator) retryPolicy(rp *jsonValue, path string) {
 		p := joinPath(path, backoffMultiplierRule.field)
 		if x, ok := v.number(bm, p); ok {
 			if prob := backoffMultiplierRule.problem(x, truncate(bm.num.String())); prob != "" {
-				v.at(FindingInvalidRetryPolicy, p, "%s; grpc-go rejects the config", prob)
+				v.at(findingInvalidRetryPolicy, p, "%s; grpc-go rejects the config", prob)
 			}
 		}
 	}
@@ -494,7 +495,7 @@ func (v *validator) retryPolicy(rp *jsonValue, path string) {
 		p := joinPath(path, retryableCodesRule.field)
 		if v.expect(cs, p, jsonArray) {
 			if prob := retryableCodesRule.problem(len(cs.elems), ""); prob != "" {
-				v.at(FindingInvalidRetryPolicy, p, "%s; grpc-go rejects the config", prob)
+				v.at(findingInvalidRetryPolicy, p, "%s; grpc-go rejects the config", prob)
 			}
 			v.codes(cs, p, true)
 		}
@@ -502,7 +503,7 @@ func (v *validator) retryPolicy(rp *jsonValue, path string) {
 }
 
 func (v *validator) hedgingPolicy(hp *jsonValue, path string) {
-	v.at(FindingHedgingPolicy, path, "grpc-go does not implement hedging and ignores hedgingPolicy silently; remove it (use a retryPolicy on an idempotent method instead)")
+	v.at(findingHedgingPolicy, path, "grpc-go does not implement hedging and ignores hedgingPolicy silently; remove it (use a retryPolicy on an idempotent method instead)")
 	if !v.expect(hp, path, jsonObject) {
 		return
 	}
@@ -528,24 +529,24 @@ func (v *validator) codes(cs *jsonValue, path string, retryableCodes bool) {
 		var code codes.Code
 		switch c.kind {
 		case jsonString:
-			parsed, err := ParseCode(c.str)
+			parsed, err := parseCode(c.str)
 			if err != nil || isDigits(c.str) {
-				v.at(FindingInvalidCode, p, "%q is not a gRPC status code name; grpc-go rejects the config", truncate(c.str))
+				v.at(findingInvalidCode, p, "%q is not a gRPC status code name; grpc-go rejects the config", truncate(c.str))
 				continue
 			}
 			if c.str != codeNames[parsed] {
-				v.at(FindingCodeCase, p, "code %q must be written %q; grpc-go accepts upper case only and rejects the config", c.str, codeNames[parsed])
+				v.at(findingCodeCase, p, "code %q must be written %q; grpc-go accepts upper case only and rejects the config", c.str, codeNames[parsed])
 			}
 			code = parsed
 		case jsonNumber:
 			n, err := strconv.ParseUint(c.num.String(), 10, 32)
 			if err != nil || n >= uint64(numCodes) {
-				v.at(FindingInvalidCode, p, "%s is not a gRPC status code (0–16); grpc-go rejects the config", truncate(c.num.String()))
+				v.at(findingInvalidCode, p, "%s is not a gRPC status code (0–16); grpc-go rejects the config", truncate(c.num.String()))
 				continue
 			}
 			code = codes.Code(n)
 		default:
-			v.at(FindingInvalidCode, p, "a status code must be a name like \"UNAVAILABLE\", not %s; grpc-go rejects the config", c.kind)
+			v.at(findingInvalidCode, p, "a status code must be a name like \"UNAVAILABLE\", not %s; grpc-go rejects the config", c.kind)
 			continue
 		}
 		if seen[code] {
@@ -554,7 +555,7 @@ func (v *validator) codes(cs *jsonValue, path string, retryableCodes bool) {
 		seen[code] = true
 		if retryableCodes {
 			if d := retryable(code); d.Action != policy.Retry {
-				v.at(FindingCodeNotRetryable, p, "%s is not worth retrying even for an idempotent method (%s)", CodeName(code), d.Reason)
+				v.at(findingCodeNotRetryable, p, "%s is not worth retrying even for an idempotent method (%s)", codeName(code), d.Reason)
 			}
 		}
 	}
@@ -564,12 +565,12 @@ func isDigits(s string) bool { return s != "" && allDigits(s) }
 
 func (v *validator) duration(d *jsonValue, path string) (dur time.Duration, ok bool) {
 	if d.kind != jsonString {
-		v.at(FindingInvalidDuration, path, "want a duration string like \"0.1s\", got %s; grpc-go rejects the config", d.kind)
+		v.at(findingInvalidDuration, path, "want a duration string like \"0.1s\", got %s; grpc-go rejects the config", d.kind)
 		return 0, false
 	}
-	t, err := ParseDuration(d.str)
+	t, err := parseDuration(d.str)
 	if err != nil {
-		v.at(FindingInvalidDuration, path, "%q is not a duration like \"0.1s\" (seconds with an \"s\" suffix); grpc-go rejects the config", truncate(d.str))
+		v.at(findingInvalidDuration, path, "%q is not a duration like \"0.1s\" (seconds with an \"s\" suffix); grpc-go rejects the config", truncate(d.str))
 		return 0, false
 	}
 	return t, true
@@ -598,12 +599,12 @@ func (v *validator) throttling(rt *jsonValue, path string) {
 		p := joinPath(path, r.field)
 		x := f[r.field]
 		if x == nil || x.kind == jsonNull {
-			v.at(FindingInvalidThrottling, p, "%s is missing; it must %s", r.field, r.want)
+			v.at(findingInvalidThrottling, p, "%s is missing; it must %s", r.field, r.want)
 			continue
 		}
 		if n, ok := v.number(x, p); ok {
 			if prob := r.problem(n, truncate(x.num.String())); prob != "" {
-				v.at(FindingInvalidThrottling, p, "%s", prob)
+				v.at(findingInvalidThrottling, p, "%s", prob)
 			}
 		}
 	}
@@ -635,10 +636,10 @@ func (v *validator) coverage() {
 		}
 		switch {
 		case p.Kind == policy.KindKeyed && !p.DurableLedger:
-			v.add(Finding{Kind: FindingRetryKeyedWithoutLedger, Path: ne.path, Name: key, HasName: true, Method: p.FullMethod,
+			v.add(Finding{Kind: findingRetryKeyedWithoutLedger, Path: ne.path, Name: key, HasName: true, Method: p.FullMethod,
 				Message: fmt.Sprintf("keyed method %s is retried by %s but has no durable ledger behind it, so a retry after a lost response runs the mutation twice", p.FullMethod, scope)})
 		case p.Kind != policy.KindKeyed && p.Kind != policy.KindIdempotent && p.Kind != policy.KindNoSideEffects:
-			v.add(Finding{Kind: FindingRetryNonIdempotent, Path: ne.path, Name: key, HasName: true, Method: p.FullMethod,
+			v.add(Finding{Kind: findingRetryNonIdempotent, Path: ne.path, Name: key, HasName: true, Method: p.FullMethod,
 				Message: fmt.Sprintf("non-idempotent method %s is retried by %s; a retry after a lost response runs it twice (mark it idempotency_level = IDEMPOTENT only if that is true)", p.FullMethod, scope)})
 		}
 	}
