@@ -11,7 +11,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/opledger/opledger/grpcint"
+	"github.com/opledger/opledger/internal/keyedconf"
 	"github.com/opledger/opledger/internal/methodname"
 	"github.com/opledger/opledger/policy"
 	"github.com/opledger/opledger/policy/mesh"
@@ -276,7 +276,7 @@ func runPolicyCheck(_ context.Context, args []string, stdout, stderr io.Writer) 
 			cfg.AddXDS(p, data)
 		}
 		rep, err = mesh.Check(&cfg, cat, mesh.Options{Owner: owner, Target: *target, Hosts: hosts, Istio: *istio,
-			ApplicationAttempts: grpcint.DefaultMaxAttempts, ServiceConfig: sc})
+			ApplicationAttempts: keyedconf.DefaultMaxAttempts, ServiceConfig: sc})
 		if err != nil {
 			return fail("%v", err)
 		}
@@ -341,7 +341,7 @@ func unread(rep *mesh.Report) int {
 	n := 0
 	if rep != nil {
 		for _, f := range rep.Findings {
-			if f.Kind == mesh.FindingNotUnderstood || f.Kind == mesh.FindingInvalidResource {
+			if f.Kind == "not-understood" || f.Kind == "invalid-resource" { // mesh's kinds of what it could not read
 				n++
 			}
 		}

@@ -11,10 +11,10 @@ import (
 	"github.com/opledger/opledger/policy/serviceconfig"
 )
 
-// DefaultApplicationAttempts is the attempts of one call that Check counts
+// defaultApplicationAttempts is the attempts of one call that Check counts
 // for the application layer when Options.ApplicationAttempts is 0: the
 // default of the kit's client interceptor (keyedconf.DefaultMaxAttempts).
-const DefaultApplicationAttempts = 5
+const defaultApplicationAttempts = 5
 
 // Options describe the channel Check judges.
 type Options struct {
@@ -35,8 +35,8 @@ type Options struct {
 	// read, so that its default retries apply.
 	Istio bool
 	// ApplicationAttempts is the attempts of one call at the application
-	// layer when the owner is the application; 0 means
-	// DefaultApplicationAttempts.
+	// layer when the owner is the application; 0 means 5, the default of
+	// the kit's client interceptors.
 	ApplicationAttempts int
 	// ServiceConfig is the channel's service config, counted when the owner
 	// is the service config; nil means the one serviceconfig.Generate
@@ -195,7 +195,7 @@ func Check(c *Config, cat *policy.Catalog, opts Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep := &Report{Owner: opts.Owner, Target: opts.Target, XDS: c.HasXDS() || targetScheme(opts.Target) == "xds"}
+	rep := &Report{Owner: opts.Owner, Target: opts.Target, XDS: c.hasXDS() || targetScheme(opts.Target) == "xds"}
 	tables := c.meshTables(channelHosts(opts))
 	present := presentLayers(tables)
 	ck := &checker{c: c, cat: cat, opts: opts, rep: rep, sc: sc, tables: tables, seen: map[string]bool{}}
@@ -229,7 +229,7 @@ func checkOptions(opts Options) (Options, error) {
 		return opts, fmt.Errorf("%w: ApplicationAttempts %d is negative", policy.ErrInvalidConfig, opts.ApplicationAttempts)
 	}
 	if opts.ApplicationAttempts == 0 {
-		opts.ApplicationAttempts = DefaultApplicationAttempts
+		opts.ApplicationAttempts = defaultApplicationAttempts
 	}
 	return opts, nil
 }
@@ -323,11 +323,11 @@ func namePath(service, method string) (path string, ok bool) {
 // meshTables returns the route tables of every mesh layer for the hosts.
 func (c *Config) meshTables(hosts []string) map[Layer][]*table {
 	return map[Layer][]*table{
-		LayerIstio:      c.istioTables(hosts),
-		LayerEnvoy:      c.envoyTables(LayerEnvoy, hosts),
-		LayerLinkerd:    c.linkerdTables(hosts),
-		LayerGatewayAPI: c.gatewayTables(hosts),
-		LayerXDS:        c.envoyTables(LayerXDS, hosts),
+		layerIstio:      c.istioTables(hosts),
+		layerEnvoy:      c.envoyTables(layerEnvoy, hosts),
+		layerLinkerd:    c.linkerdTables(hosts),
+		layerGatewayAPI: c.gatewayTables(hosts),
+		layerXDS:        c.envoyTables(layerXDS, hosts),
 	}
 }
 
@@ -337,7 +337,7 @@ func (c *Config) meshTables(hosts []string) map[Layer][]*table {
 func presentLayers(tables map[Layer][]*table) []Layer {
 	var present []Layer
 	for _, l := range meshLayers {
-		if len(tables[l]) > 0 && (l != LayerGatewayAPI || anyRule(tables[l])) {
+		if len(tables[l]) > 0 && (l != layerGatewayAPI || anyRule(tables[l])) {
 			present = append(present, l)
 		}
 	}
@@ -347,7 +347,7 @@ func presentLayers(tables map[Layer][]*table) []Layer {
 // serviceConfigReplaced is the finding of an xds:/// channel whose retry
 // owner is the service config.
 func serviceConfigReplaced(c *Config, target string) Finding {
-	f := Finding{Kind: FindingServiceConfigReplaced, Layer: LayerXDS, Object: "channel " + target,
+	f := Finding{Kind: findingServiceConfigReplaced, Layer: layerXDS, Object: "channel " + target,
 		Message: "the channel dials xds:///, so grpc-go takes its service config from the xDS resolver: a generated config given with grpc.WithDefaultServiceConfig is not used (its retry policy and throttling are lost), " +
 			"and with grpc.WithDisableServiceConfig (grpcint's DialOptions for the service-config owner) the channel gets no addresses and every call fails",
 		Fix: "make the owner mesh (the control plane's retry_policy) or application (the kit's interceptor, with grpc.WithDisableRetry), and dial without a service config of your own"}
@@ -423,7 +423,7 @@ func (ck *checker) method(p policy.MethodPolicy, present []Layer) MethodReport {
 	}
 	mr.Amplification = one
 	for _, la := range mr.Layers {
-		mr.Amplification = mr.Amplification.Times(la.Attempts)
+		mr.Amplification = mr.Amplification.times(la.Attempts)
 	}
 	return mr
 }
@@ -431,7 +431,7 @@ func (ck *checker) method(p policy.MethodPolicy, present []Layer) MethodReport {
 // applicationLayer is what the kit's client interceptor does to a method
 // when the application owns retries; one attempt otherwise.
 func (ck *checker) applicationLayer(p policy.MethodPolicy) LayerAttempts {
-	app := LayerAttempts{Layer: LayerApplication, Attempts: one}
+	app := LayerAttempts{Layer: layerApplication, Attempts: one}
 	if ck.opts.Owner != policy.OwnerApplication {
 		return app
 	}
@@ -451,7 +451,7 @@ func (ck *checker) meshLayer(l Layer, p policy.MethodPolicy) (LayerAttempts, []*
 	var rules []*rule
 	for _, t := range ck.tables[l] {
 		for _, r := range t.resolve(p.FullMethod) {
-			if r.rule != nil && r.rule.attempts.Retries() {
+			if r.rule != nil && r.rule.attempts.retries() {
 				rules = append(rules, r.rule)
 			}
 		}
@@ -473,14 +473,14 @@ func (ck *checker) meshLayer(l Layer, p policy.MethodPolicy) (LayerAttempts, []*
 	if allBudgeted && len(budgets) > 0 {
 		la.Budget = strings.Join(budgets, "; ")
 	}
-	if l == LayerXDS && len(rules) > 0 {
+	if l == layerXDS && len(rules) > 0 {
 		la.Sources = append(la.Sources, "grpc-go applies it unless the channel is built with grpc.WithDisableRetry() (grpcint's DialOptions add it for the owners application and none)")
 	}
 	return la, rules
 }
 
 func (ck *checker) serviceConfigLayer(p policy.MethodPolicy) LayerAttempts {
-	la := LayerAttempts{Layer: LayerServiceConfig, Attempts: one}
+	la := LayerAttempts{Layer: layerServiceConfig, Attempts: one}
 	if ck.opts.Owner != policy.OwnerServiceConfig || ck.sc == nil {
 		return la
 	}
@@ -537,18 +537,18 @@ func (ck *checker) ruleFindings(p policy.MethodPolicy, r *rule) {
 		f.Conditions = unsafe
 		turnOff := offFix(r.layer)
 		neverSent := ", or retry only on connect-failure,refused-stream (never sent)"
-		if r.layer == LayerXDS {
+		if r.layer == layerXDS {
 			neverSent = "" // grpc-go reads only the gRPC conditions
 		}
 		switch {
 		case p.Kind == policy.KindKeyed && !p.DurableLedger:
-			f.Kind = FindingRetryKeyedWithoutLedger
+			f.Kind = findingRetryKeyedWithoutLedger
 			f.Message = fmt.Sprintf("%s retries keyed method %s (%s) on %s, under which it may have run, but no durable ledger records its completions: a retry after a lost answer runs it twice",
 				r.layer, p.FullMethod, r.attempts.text(), strings.Join(unsafe, ", "))
 			f.Fix = "add the ledger (--keyed, not --keyed-no-ledger), or " + turnOff + neverSent
 			ck.add(f)
 		case !retryable(p):
-			f.Kind = FindingRetryNonIdempotent
+			f.Kind = findingRetryNonIdempotent
 			f.Message = fmt.Sprintf("%s retries non-idempotent method %s (%s) on %s, under which it may have run: a retry after a lost answer runs it twice",
 				r.layer, p.FullMethod, r.attempts.text(), strings.Join(unsafe, ", "))
 			f.Fix = turnOff + neverSent + ", or make it a keyed mutation with a ledger"
@@ -557,7 +557,7 @@ func (ck *checker) ruleFindings(p policy.MethodPolicy, r *rule) {
 	}
 	if r.budget == "" {
 		f := base
-		f.Kind = FindingNoBudget
+		f.Kind = findingNoBudget
 		why := r.noBudget
 		if why == "" {
 			why = "nothing bounds them"
@@ -581,7 +581,7 @@ func (ck *checker) ownerFindings(p policy.MethodPolicy, retrying []Layer, layers
 	}
 	for i, l := range retrying {
 		la := attempts(l)
-		f := Finding{Kind: FindingSecondOwner, Layer: l, Method: p.FullMethod, Conditions: la.Conditions}
+		f := Finding{Kind: findingSecondOwner, Layer: l, Method: p.FullMethod, Conditions: la.Conditions}
 		if len(la.Sources) > 0 {
 			f.Object = la.Sources[0]
 		}
@@ -589,7 +589,7 @@ func (ck *checker) ownerFindings(p policy.MethodPolicy, retrying []Layer, layers
 			f.File, f.Document, f.Object, f.Path = r.loc.file, r.loc.doc, r.loc.object, r.loc.path
 		}
 		switch {
-		case owner == policy.OwnerServiceConfig && l == LayerXDS:
+		case owner == policy.OwnerServiceConfig && l == layerXDS:
 			continue // the xDS policy is the channel's own retries there; service-config-replaced says so
 		case owner == policy.OwnerNone:
 			f.Message = fmt.Sprintf("%s retries %s (%s) on a channel whose retry owner is none: nobody may retry it", l, p.FullMethod, la.Attempts.text())
@@ -601,12 +601,12 @@ func (ck *checker) ownerFindings(p policy.MethodPolicy, retrying []Layer, layers
 			f.Message = fmt.Sprintf("%s and %s both retry %s (%s × %s): two mesh layers multiply like two owners", retrying[0], l, p.FullMethod, attempts(retrying[0]).Attempts.text(), la.Attempts.text())
 			f.Fix = offFix(l) + " and leave the retries to " + string(retrying[0])
 		default:
-			own := attempts(LayerApplication)
+			own := attempts(layerApplication)
 			if owner == policy.OwnerServiceConfig {
-				own = attempts(LayerServiceConfig)
+				own = attempts(layerServiceConfig)
 			}
 			f.Message = fmt.Sprintf("%s retries %s (%s) on a channel whose retry owner is %s (%s): the layers multiply to %s requests per call",
-				l, p.FullMethod, la.Attempts.text(), owner, own.Attempts.text(), own.Attempts.Times(la.Attempts))
+				l, p.FullMethod, la.Attempts.text(), owner, own.Attempts.text(), own.Attempts.times(la.Attempts))
 			f.Fix = offFix(l) + ", or make the mesh the owner and turn the channel's own retries off"
 		}
 		ck.add(f)
@@ -617,7 +617,7 @@ func (ck *checker) ownerFindings(p policy.MethodPolicy, retrying []Layer, layers
 func (ck *checker) firstRule(p policy.MethodPolicy, l Layer) *rule {
 	for _, t := range ck.tables[l] {
 		for _, r := range t.resolve(p.FullMethod) {
-			if r.rule != nil && r.rule.attempts.Retries() {
+			if r.rule != nil && r.rule.attempts.retries() {
 				return r.rule
 			}
 		}
@@ -663,7 +663,7 @@ func (ck *checker) coverage(t *table) {
 			msg += fmt.Sprintf(" (did you mean %q?)", s)
 		}
 		msg += ": a renamed or misspelled method, or a service missing from the descriptors"
-		f := r.loc.finding(FindingRouteMatchesNothing, t.layer, msg+"; its settings apply to nothing", "match the method's current name, /package.Service/Method")
+		f := r.loc.finding(findingRouteMatchesNothing, t.layer, msg+"; its settings apply to nothing", "match the method's current name, /package.Service/Method")
 		ck.add(f)
 	}
 	if t.unmatchedServed || len(servedServices) == 0 {
@@ -684,7 +684,7 @@ func (ck *checker) coverage(t *table) {
 		default:
 			what = "so the proxy refuses its calls (no route: 404, which gRPC clients see as UNIMPLEMENTED)"
 		}
-		f := t.loc.at("").finding(FindingMethodNotCovered, t.layer,
+		f := t.loc.at("").finding(findingMethodNotCovered, t.layer,
 			fmt.Sprintf("no route matches %s although %s: renamed, or its route was forgotten; %s", p.FullMethod, other, what),
 			"add a route for "+p.FullMethod+" (or fix the route that was meant for it)")
 		f.Method = p.FullMethod
@@ -714,15 +714,15 @@ func closestMethod(descs []string, methods []policy.MethodPolicy) string {
 
 func offFix(l Layer) string {
 	switch l {
-	case LayerIstio:
+	case layerIstio:
 		return "set retries: {attempts: 0} on the VirtualService route (or meshConfig.defaultHttpRetryPolicy: {attempts: 0} for Istio's default)"
-	case LayerEnvoy:
+	case layerEnvoy:
 		return "remove retry_policy from the route and its virtual host"
-	case LayerLinkerd:
+	case layerLinkerd:
 		return "remove the retry.linkerd.io annotations (or set isRetryable: false in the ServiceProfile)"
-	case LayerGatewayAPI:
+	case layerGatewayAPI:
 		return "remove the rule's retry field"
-	case LayerXDS:
+	case layerXDS:
 		return "remove retry_policy from the route and its virtual host in the control plane (or dial with grpc.WithDisableRetry())"
 	}
 	return "turn the layer's retries off"
@@ -730,15 +730,15 @@ func offFix(l Layer) string {
 
 func budgetFix(l Layer) string {
 	switch l {
-	case LayerIstio:
+	case layerIstio:
 		return "add a DestinationRule for the host with trafficPolicy.retryBudget {percent: 10, minRetryConcurrency: 3} (or a small connectionPool.http.maxRetries)"
-	case LayerEnvoy:
+	case layerEnvoy:
 		return "give the cluster circuit_breakers.thresholds[].retry_budget (or a small max_retries)"
-	case LayerLinkerd:
+	case layerLinkerd:
 		return "configure the retries in a ServiceProfile with spec.retryBudget (retryRatio 0.1, minRetriesPerSecond 5, ttl 10s), as opledger policy generate --mesh linkerd writes"
-	case LayerGatewayAPI:
+	case layerGatewayAPI:
 		return "retry in the mesh's own resources that have a budget, or keep attempts at 1"
-	case LayerXDS:
+	case layerXDS:
 		return "leave retries to the application (the kit's budget) and remove the retry_policy, or keep num_retries at 1"
 	}
 	return "add a retry budget"

@@ -21,9 +21,9 @@ type Config struct {
 	rootNamespace    string   // meshConfig.rootNamespace; "": istio-system
 	vsExportTo       []string // meshConfig.defaultVirtualServiceExportTo
 
-	envoyRoutes   []*routeConfig // LayerEnvoy
+	envoyRoutes   []*routeConfig // layerEnvoy
 	envoyClusters []*envoyCluster
-	xdsRoutes     []*routeConfig // LayerXDS
+	xdsRoutes     []*routeConfig // layerXDS
 	rdsRefs       []rdsRef       // HttpConnectionManagers that take their routes from RDS
 
 	profiles []*serviceProfile
@@ -58,22 +58,22 @@ func (l location) where() string {
 
 func (c *Config) add(f Finding) { c.findings = append(c.findings, f) }
 
-// Findings returns the problems found while reading, in the order of the
+// parseFindings returns the problems found while reading, in the order of the
 // files and documents. Check reports them too.
-func (c *Config) Findings() []Finding { return append([]Finding(nil), c.findings...) }
+func (c *Config) parseFindings() []Finding { return append([]Finding(nil), c.findings...) }
 
-// Documents returns the number of documents read.
-func (c *Config) Documents() int { return c.docs }
+// documentCount returns the number of documents read.
+func (c *Config) documentCount() int { return c.docs }
 
-// HasXDS reports whether AddXDS read a route configuration: the channel
+// hasXDS reports whether AddXDS read a route configuration: the channel
 // dials xds:///.
-func (c *Config) HasXDS() bool { return len(c.xdsRoutes) > 0 }
+func (c *Config) hasXDS() bool { return len(c.xdsRoutes) > 0 }
 
 // AddMesh reads one file of mesh configuration: YAML with one or several
 // documents, or JSON, holding the Istio, Envoy, Linkerd and Gateway API
 // resources listed in the package documentation (a Kubernetes List's
 // items and an xDS DiscoveryResponse's resources too). file names the file
-// in findings. Problems are findings (see Findings), never errors: a
+// in findings. Problems are findings (which Check reports), never errors: a
 // document that cannot be read, or whose kind the checker does not read, is
 // reported and skipped.
 func (c *Config) AddMesh(file string, data []byte) { c.addFile(file, data, false) }
@@ -88,20 +88,20 @@ func (c *Config) AddXDS(file string, data []byte) { c.addFile(file, data, true) 
 
 func (c *Config) addFile(file string, data []byte, xds bool) {
 	if len(data) > maxConfigBytes {
-		c.add(Finding{Kind: FindingSyntax, File: file, Message: fmt.Sprintf("larger than %d bytes", maxConfigBytes),
+		c.add(Finding{Kind: findingSyntax, File: file, Message: fmt.Sprintf("larger than %d bytes", maxConfigBytes),
 			Fix: "split the configuration into several files"})
 		return
 	}
 	for i, doc := range splitYAML(data) {
 		loc := location{file: file, doc: i + 1}
 		if c.docs >= maxDocuments {
-			c.add(loc.finding(FindingSyntax, "", fmt.Sprintf("more than %d documents; the rest is not read", maxDocuments), "split the configuration into several files"))
+			c.add(loc.finding(findingSyntax, "", fmt.Sprintf("more than %d documents; the rest is not read", maxDocuments), "split the configuration into several files"))
 			return
 		}
 		c.docs++
 		v, err := decode(doc)
 		if err != nil {
-			c.add(loc.finding(FindingSyntax, "", "not valid YAML or JSON: "+truncate(strings.ReplaceAll(err.Error(), "\n", " ")), "fix the document"))
+			c.add(loc.finding(findingSyntax, "", "not valid YAML or JSON: "+truncate(strings.ReplaceAll(err.Error(), "\n", " ")), "fix the document"))
 			continue
 		}
 		c.value(loc, v, xds, 0)
@@ -111,7 +111,7 @@ func (c *Config) addFile(file string, data []byte, xds bool) {
 // value reads one document, or an element of a list of them.
 func (c *Config) value(loc location, v any, xds bool, nesting int) {
 	if nesting > 4 {
-		c.add(loc.finding(FindingSyntax, "", "lists nested too deeply", "flatten the list"))
+		c.add(loc.finding(findingSyntax, "", "lists nested too deeply", "flatten the list"))
 		return
 	}
 	switch t := v.(type) {
@@ -126,7 +126,7 @@ func (c *Config) value(loc location, v any, xds bool, nesting int) {
 		o := obj{m: t, path: loc.path}
 		c.object(loc, o, xds, nesting)
 	default:
-		c.add(loc.finding(FindingSyntax, "", "the document is "+describe(v)+", not an object", "write one resource per document"))
+		c.add(loc.finding(findingSyntax, "", "the document is "+describe(v)+", not an object", "write one resource per document"))
 	}
 }
 
@@ -146,7 +146,7 @@ func (c *Config) object(loc location, o obj, xds bool, nesting int) {
 			return
 		}
 		if xds {
-			c.add(loc.at(o.path).finding(FindingUnknownKind, LayerXDS, fmt.Sprintf("%s %s is a Kubernetes resource, not an xDS resource", truncate(apiVersion), truncate(kind)),
+			c.add(loc.at(o.path).finding(findingUnknownKind, layerXDS, fmt.Sprintf("%s %s is a Kubernetes resource, not an xDS resource", truncate(apiVersion), truncate(kind)),
 				"pass it with --mesh, and the RouteConfiguration the control plane serves with --xds"))
 			return
 		}
@@ -175,9 +175,9 @@ func (c *Config) object(loc location, o obj, xds bool, nesting int) {
 	default:
 		layer := Layer("")
 		if xds {
-			layer = LayerXDS
+			layer = layerXDS
 		}
-		c.add(loc.at(o.path).finding(FindingUnknownKind, layer, "a document with no apiVersion, kind or @type that is none of the configurations read (RouteConfiguration, Listener, Envoy bootstrap, mesh config)",
+		c.add(loc.at(o.path).finding(findingUnknownKind, layer, "a document with no apiVersion, kind or @type that is none of the configurations read (RouteConfiguration, Listener, Envoy bootstrap, mesh config)",
 			"give the resource its apiVersion and kind (or its @type), or remove it from the input"))
 	}
 }
@@ -223,7 +223,7 @@ func (c *Config) kubernetes(loc location, o obj, apiVersion, kind string) {
 		c.readService(loc, o, meta, name, ns)
 	case group == "linkerd.io" && kind == "ServiceProfile":
 		if version != "v1alpha2" && version != "v1alpha1" {
-			c.add(loc.finding(FindingUnknownKind, "", fmt.Sprintf("apiVersion %s is not read (linkerd.io/v1alpha2 is)", truncate(apiVersion)), "use linkerd.io/v1alpha2"))
+			c.add(loc.finding(findingUnknownKind, "", fmt.Sprintf("apiVersion %s is not read (linkerd.io/v1alpha2 is)", truncate(apiVersion)), "use linkerd.io/v1alpha2"))
 			return
 		}
 		c.readServiceProfile(loc, o, name, ns)
@@ -235,7 +235,7 @@ func (c *Config) kubernetes(loc location, o obj, apiVersion, kind string) {
 		if kind == "" {
 			what = "a document without kind"
 		}
-		c.add(loc.finding(FindingUnknownKind, "", what+" is not a retry configuration this checker reads (Istio VirtualService, DestinationRule, IstioOperator, the istio ConfigMap; Linkerd ServiceProfile, Service annotations; Gateway API HTTPRoute, GRPCRoute; Envoy RouteConfiguration)",
+		c.add(loc.finding(findingUnknownKind, "", what+" is not a retry configuration this checker reads (Istio VirtualService, DestinationRule, IstioOperator, the istio ConfigMap; Linkerd ServiceProfile, Service annotations; Gateway API HTTPRoute, GRPCRoute; Envoy RouteConfiguration)",
 			"remove it from the input, or check it by hand"))
 	}
 }
@@ -244,7 +244,7 @@ func (c *Config) kubernetes(loc location, o obj, apiVersion, kind string) {
 // a DestinationRule of a served version.
 func (c *Config) istioNetworking(loc location, o obj, apiVersion, version, kind, name, ns string) {
 	if version != "v1" && version != "v1beta1" && version != "v1alpha3" {
-		c.add(loc.finding(FindingUnknownKind, "", fmt.Sprintf("apiVersion %s is not read (networking.istio.io/v1, v1beta1 and v1alpha3 are)", truncate(apiVersion)), "use a served version"))
+		c.add(loc.finding(findingUnknownKind, "", fmt.Sprintf("apiVersion %s is not read (networking.istio.io/v1, v1beta1 and v1alpha3 are)", truncate(apiVersion)), "use a served version"))
 		return
 	}
 	c.istioSeen = true
@@ -256,7 +256,7 @@ func (c *Config) istioNetworking(loc location, o obj, apiVersion, version, kind,
 	case "EnvoyFilter":
 		c.readEnvoyFilter(loc, o, ns)
 	default:
-		c.add(loc.finding(FindingUnknownKind, "", fmt.Sprintf("an Istio %s does not configure retries (VirtualService, DestinationRule and EnvoyFilter do)", truncate(kind)), "remove it from the input"))
+		c.add(loc.finding(findingUnknownKind, "", fmt.Sprintf("an Istio %s does not configure retries (VirtualService, DestinationRule and EnvoyFilter do)", truncate(kind)), "remove it from the input"))
 	}
 }
 
@@ -266,20 +266,20 @@ func (c *Config) readIstioConfigMap(loc location, o obj, name string) {
 	data, _ := o.child("data")
 	mesh, hasMesh := data.str("mesh")
 	if !hasMesh || !(name == "istio" || strings.HasPrefix(name, "istio-")) {
-		c.add(loc.finding(FindingUnknownKind, "", "a ConfigMap other than Istio's mesh config (named istio or istio-REVISION, with data.mesh)", "remove it from the input"))
+		c.add(loc.finding(findingUnknownKind, "", "a ConfigMap other than Istio's mesh config (named istio or istio-REVISION, with data.mesh)", "remove it from the input"))
 		return
 	}
 	c.istioSeen = true
 	meshLoc := loc.at(joinPath(data.path, "mesh"))
 	v, err := decode([]byte(mesh))
 	if err != nil {
-		c.add(meshLoc.finding(FindingSyntax, LayerIstio, "data.mesh is not valid YAML: "+truncate(err.Error()), "fix the mesh config"))
+		c.add(meshLoc.finding(findingSyntax, layerIstio, "data.mesh is not valid YAML: "+truncate(err.Error()), "fix the mesh config"))
 		return
 	}
 	mc, ok := asObj(v, joinPath(data.path, "mesh"))
 	if !ok {
 		if v != nil {
-			c.add(meshLoc.finding(FindingSyntax, LayerIstio, "data.mesh is not an object", "fix the mesh config"))
+			c.add(meshLoc.finding(findingSyntax, layerIstio, "data.mesh is not an object", "fix the mesh config"))
 		}
 		return
 	}

@@ -1,7 +1,9 @@
 // Package mesh reads the retry configuration of the third layer — a service
 // mesh or proxyless gRPC with xDS — and checks it against a channel's retry
 // owner (policy.RetryOwner) and method catalog (policy.Catalog), before
-// deploy.
+// deploy. Read the configuration into a [Config] ([Config.AddMesh],
+// [Config.AddXDS]) and check it with [Check]; write the mesh side with
+// [GenerateIstio], [GenerateLinkerd] or [GenerateXDS].
 //
 // Three layers can retry one gRPC call: the application, the channel's
 // service config and the mesh. Their attempts multiply, and the mesh retries

@@ -100,16 +100,16 @@ var v2Types = map[string]string{
 
 func layerOf(xds bool) Layer {
 	if xds {
-		return LayerXDS
+		return layerXDS
 	}
-	return LayerEnvoy
+	return layerEnvoy
 }
 
 func (c *Config) envoyTyped(loc location, o obj, typ string, xds bool) {
 	name := typ[strings.LastIndex(typ, "/")+1:]
 	layer := layerOf(xds)
 	if v3, ok := v2Types[name]; ok {
-		c.add(loc.at(joinPath(o.path, "@type")).finding(FindingInvalidValue, layer,
+		c.add(loc.at(joinPath(o.path, "@type")).finding(findingInvalidValue, layer,
 			fmt.Sprintf("%s is of Envoy's v2 API, which Envoy removed in 1.18 (and grpc-go's xDS client reads v3 only): a current proxy rejects it; it is read as the %s of the same shape", truncate(name), v3),
 			"convert it to the v3 API"))
 		name = v3
@@ -133,7 +133,7 @@ func (c *Config) envoyTyped(loc location, o obj, typ string, xds bool) {
 			c.value(loc.at(paths[i]), r, xds, 1)
 		}
 	default:
-		c.add(loc.at(o.path).finding(FindingUnknownKind, layer, fmt.Sprintf("@type %q is not read (RouteConfiguration, Listener, HttpConnectionManager, Cluster, Bootstrap and DiscoveryResponse of the v3 API are)", truncate(typ)),
+		c.add(loc.at(o.path).finding(findingUnknownKind, layer, fmt.Sprintf("@type %q is not read (RouteConfiguration, Listener, HttpConnectionManager, Cluster, Bootstrap and DiscoveryResponse of the v3 API are)", truncate(typ)),
 			"remove it from the input, or convert it to the v3 API"))
 	}
 }
@@ -150,7 +150,7 @@ func (c *Config) readBootstrap(loc location, o obj, xds bool) {
 			}
 		}
 		if len(from) > 0 {
-			c.add(loc.at(dr.path).finding(FindingNotUnderstood, layerOf(xds),
+			c.add(loc.at(dr.path).finding(findingNotUnderstood, layerOf(xds),
 				fmt.Sprintf("the bootstrap takes listeners, routes or clusters from a management server (dynamic_resources %s); what it serves is not in the input, so its retries and circuit breakers are not counted", strings.Join(from, ", ")),
 				"pass the Listener, RouteConfiguration and Cluster resources it serves too (an admin /config_dump holds them)"))
 		}

@@ -43,32 +43,32 @@ func TestEnvoyRDS(t *testing.T) {
         route_config_name: orders-routes
         config_source: {ads: {}}`)
 	rep := check(t, meshYAML(t, "lds.yaml", rds), Options{Owner: policy.OwnerMesh})
-	f := findingsOf(rep, FindingNotUnderstood)
-	if len(f) != 1 || f[0].File != "lds.yaml" || f[0].Object != "Listener egress" || f[0].Layer != LayerEnvoy ||
+	f := findingsOf(rep, findingNotUnderstood)
+	if len(f) != 1 || f[0].File != "lds.yaml" || f[0].Object != "Listener egress" || f[0].Layer != layerEnvoy ||
 		f[0].Path != "filter_chains[0].filters[0].typed_config.rds" || !strings.Contains(f[0].Message, `route_config_name "orders-routes"`) {
 		t.Fatalf("not-understood %v", f)
 	}
 	// With the RouteConfiguration in the input (another document), it is read.
 	rc := "---\n\"@type\": type.googleapis.com/envoy.config.route.v3.RouteConfiguration\n" + strings.ReplaceAll(ordersRoutes, "\n    ", "\n")[4:] + "\n"
 	rep = check(t, meshYAML(t, "lds.yaml", rds+rc), Options{Owner: policy.OwnerMesh})
-	if f := findingsOf(rep, FindingNotUnderstood); len(f) != 0 {
+	if f := findingsOf(rep, findingNotUnderstood); len(f) != 0 {
 		t.Errorf("not-understood %v", f)
 	}
-	wantAttempts(t, rep, get, map[Layer]string{LayerEnvoy: "3"})
+	wantAttempts(t, rep, get, map[Layer]string{layerEnvoy: "3"})
 	// On an xds:/// channel the same.
 	var c Config
 	c.AddXDS("lds.yaml", []byte(rds))
-	if f := findingsOf(check(t, &c, Options{Owner: policy.OwnerMesh}), FindingNotUnderstood); len(f) != 1 || f[0].Layer != LayerXDS {
+	if f := findingsOf(check(t, &c, Options{Owner: policy.OwnerMesh}), findingNotUnderstood); len(f) != 1 || f[0].Layer != layerXDS {
 		t.Errorf("xds: %v", f)
 	}
 	// Scoped routes are not read either.
 	scoped := hcmListener("    typed_config:\n      \"@type\": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager\n      scoped_routes: {name: s}")
-	if f := findingsOf(check(t, meshYAML(t, "srds.yaml", scoped), Options{Owner: policy.OwnerMesh}), FindingNotUnderstood); len(f) != 1 || !strings.Contains(f[0].Message, "scoped_routes") {
+	if f := findingsOf(check(t, meshYAML(t, "srds.yaml", scoped), Options{Owner: policy.OwnerMesh}), findingNotUnderstood); len(f) != 1 || !strings.Contains(f[0].Message, "scoped_routes") {
 		t.Errorf("scoped: %v", f)
 	}
 	// A bootstrap whose listeners come from a management server.
 	boot := "dynamic_resources:\n  lds_config: {ads: {}}\n  cds_config: {ads: {}}\nstatic_resources: {clusters: []}\n"
-	if f := findingsOf(check(t, meshYAML(t, "boot.yaml", boot), Options{Owner: policy.OwnerMesh}), FindingNotUnderstood); len(f) != 1 || f[0].Path != "dynamic_resources" {
+	if f := findingsOf(check(t, meshYAML(t, "boot.yaml", boot), Options{Owner: policy.OwnerMesh}), findingNotUnderstood); len(f) != 1 || f[0].Path != "dynamic_resources" {
 		t.Errorf("bootstrap: %v", f)
 	}
 }
@@ -83,9 +83,9 @@ func TestEnvoyV2Config(t *testing.T) {
 	v2 = strings.Replace(v2, "name: envoy.filters.network.http_connection_manager", "name: envoy.http_connection_manager", 1)
 	v2 = strings.Replace(v2, "type.googleapis.com/envoy.config.listener.v3.Listener", "type.googleapis.com/envoy.api.v2.Listener", 1)
 	rep := check(t, meshYAML(t, "v2.yaml", v2), Options{Owner: policy.OwnerMesh})
-	wantAttempts(t, rep, get, map[Layer]string{LayerEnvoy: "3"})
+	wantAttempts(t, rep, get, map[Layer]string{layerEnvoy: "3"})
 	var paths []string
-	for _, f := range findingsOf(rep, FindingInvalidValue) {
+	for _, f := range findingsOf(rep, findingInvalidValue) {
 		paths = append(paths, f.Path)
 	}
 	if !slices.Equal(paths, []string{"@type", "filter_chains[0].filters[0].config"}) {
@@ -93,7 +93,7 @@ func TestEnvoyV2Config(t *testing.T) {
 	}
 	// Another network filter with an untyped config is not understood.
 	other := strings.Replace(v2, "name: envoy.http_connection_manager", "name: envoy.filters.network.thrift_proxy", 1)
-	if f := findingsOf(check(t, meshYAML(t, "v2.yaml", other), Options{Owner: policy.OwnerMesh}), FindingNotUnderstood); len(f) != 1 || !strings.Contains(f[0].Message, "thrift_proxy") {
+	if f := findingsOf(check(t, meshYAML(t, "v2.yaml", other), Options{Owner: policy.OwnerMesh}), findingNotUnderstood); len(f) != 1 || !strings.Contains(f[0].Message, "thrift_proxy") {
 		t.Errorf("thrift: %v", f)
 	}
 }
@@ -121,16 +121,16 @@ func TestEnvoyNotModelled(t *testing.T) {
 		yaml, path, want string
 		kind             FindingKind
 	}{
-		"route mirror":        {"      request_mirror_policies: [{cluster: orders}]\n      retry_policy: {retry_on: unavailable}", "virtual_hosts[0].routes[0].route.request_mirror_policies", "mirrored", FindingNotUnderstood},
-		"vhost mirror":        {"  request_mirror_policies: [{cluster: orders}]", "virtual_hosts[0].request_mirror_policies", "mirrored", FindingNotUnderstood},
-		"config mirror":       {"request_mirror_policies: [{cluster: orders}]", "request_mirror_policies", "mirrored", FindingNotUnderstood},
-		"options predicates":  {"      retry_policy: {retry_on: unavailable, retry_options_predicates: [{name: x}]}", "virtual_hosts[0].routes[0].route.retry_policy.retry_options_predicates", "not read", FindingNotUnderstood},
-		"initial requests":    {"      hedge_policy: {initial_requests: 2}", "virtual_hosts[0].routes[0].route.hedge_policy.initial_requests", "not implemented", FindingNotUnderstood},
-		"typed retry (other)": {"  retry_policy_typed_config: {\"@type\": type.googleapis.com/acme.Retry, budget: 3}", "virtual_hosts[0].retry_policy_typed_config", "acme.Retry", FindingNotUnderstood},
-		"retry header":        {"  request_headers_to_add: [{header: {key: x-envoy-max-retries, value: \"5\"}}]", "virtual_hosts[0].request_headers_to_add[0]", "x-envoy-max-retries", FindingNotUnderstood},
-		"vhds":                {"vhds: {config_source: {ads: {}}}", "vhds", "VHDS", FindingNotUnderstood},
-		"matcher":             {"  matcher: {matcher_tree: {}}", "virtual_hosts[0].matcher", "matcher tree", FindingNotUnderstood},
-		"misspelled policy":   {"      retry_polcy: {retry_on: unavailable, num_retries: 3}", "virtual_hosts[0].routes[0].route.retry_polcy", `did you mean "retry_policy"?`, FindingUnknownField},
+		"route mirror":        {"      request_mirror_policies: [{cluster: orders}]\n      retry_policy: {retry_on: unavailable}", "virtual_hosts[0].routes[0].route.request_mirror_policies", "mirrored", findingNotUnderstood},
+		"vhost mirror":        {"  request_mirror_policies: [{cluster: orders}]", "virtual_hosts[0].request_mirror_policies", "mirrored", findingNotUnderstood},
+		"config mirror":       {"request_mirror_policies: [{cluster: orders}]", "request_mirror_policies", "mirrored", findingNotUnderstood},
+		"options predicates":  {"      retry_policy: {retry_on: unavailable, retry_options_predicates: [{name: x}]}", "virtual_hosts[0].routes[0].route.retry_policy.retry_options_predicates", "not read", findingNotUnderstood},
+		"initial requests":    {"      hedge_policy: {initial_requests: 2}", "virtual_hosts[0].routes[0].route.hedge_policy.initial_requests", "not implemented", findingNotUnderstood},
+		"typed retry (other)": {"  retry_policy_typed_config: {\"@type\": type.googleapis.com/acme.Retry, budget: 3}", "virtual_hosts[0].retry_policy_typed_config", "acme.Retry", findingNotUnderstood},
+		"retry header":        {"  request_headers_to_add: [{header: {key: x-envoy-max-retries, value: \"5\"}}]", "virtual_hosts[0].request_headers_to_add[0]", "x-envoy-max-retries", findingNotUnderstood},
+		"vhds":                {"vhds: {config_source: {ads: {}}}", "vhds", "VHDS", findingNotUnderstood},
+		"matcher":             {"  matcher: {matcher_tree: {}}", "virtual_hosts[0].matcher", "matcher tree", findingNotUnderstood},
+		"misspelled policy":   {"      retry_polcy: {retry_on: unavailable, num_retries: 3}", "virtual_hosts[0].routes[0].route.retry_polcy", `did you mean "retry_policy"?`, findingUnknownField},
 	} {
 		doc := rcYAML + tc.yaml + "\n"
 		rep := check(t, meshYAML(t, "rc.yaml", doc), Options{Owner: policy.OwnerMesh})
@@ -151,8 +151,8 @@ func TestEnvoyHedgeAndTyped(t *testing.T) {
 	t.Parallel()
 	hedged := rcYAML + "      retry_policy: {retry_on: connect-failure, num_retries: 2, per_try_timeout: 0.5s}\n  hedge_policy: {hedge_on_per_try_timeout: true}\n"
 	rep := check(t, meshYAML(t, "hedge.yaml", hedged), Options{Owner: policy.OwnerMesh})
-	wantAttempts(t, rep, create, map[Layer]string{LayerEnvoy: "3"})
-	if f := finding(t, rep, FindingRetryNonIdempotent, create); !slices.Equal(f.Conditions, []string{hedgedCondition}) {
+	wantAttempts(t, rep, create, map[Layer]string{layerEnvoy: "3"})
+	if f := finding(t, rep, findingRetryNonIdempotent, create); !slices.Equal(f.Conditions, []string{hedgedCondition}) {
 		t.Errorf("conditions %q", f.Conditions)
 	}
 	// Without a per-try timeout hedging changes nothing.
@@ -162,8 +162,8 @@ func TestEnvoyHedgeAndTyped(t *testing.T) {
 	}
 	typed := rcYAML + "      retry_policy: {retry_on: unavailable, num_retries: 1}\n      retry_policy_typed_config:\n        \"@type\": type.googleapis.com/envoy.config.route.v3.RetryPolicy\n        retry_on: 5xx\n        num_retries: 4\n"
 	rep = check(t, meshYAML(t, "typed.yaml", typed), Options{Owner: policy.OwnerMesh})
-	wantAttempts(t, rep, get, map[Layer]string{LayerEnvoy: "5"})
-	if f := findingsOf(rep, FindingNotUnderstood); len(f) != 1 || !strings.Contains(f[0].Message, "not implemented") {
+	wantAttempts(t, rep, get, map[Layer]string{layerEnvoy: "5"})
+	if f := findingsOf(rep, findingNotUnderstood); len(f) != 1 || !strings.Contains(f[0].Message, "not implemented") {
 		t.Errorf("typed: %v", f)
 	}
 	// grpc-go ignores hedging, mirrors and typed retry configs.
@@ -183,12 +183,12 @@ func TestEnvoyHedgeAndTyped(t *testing.T) {
 func TestEnvoyStatusCodes(t *testing.T) {
 	t.Parallel()
 	rep := check(t, meshYAML(t, "codes.yaml", rcYAML+"      retry_policy: {retry_on: retriable-status-codes, num_retries: 3}\n"), Options{Owner: policy.OwnerMesh})
-	wantAttempts(t, rep, get, map[Layer]string{LayerEnvoy: "1"})
-	if f := findingsOf(rep, FindingInvalidValue); len(f) != 1 || !strings.Contains(f[0].Message, "retries no status code") {
+	wantAttempts(t, rep, get, map[Layer]string{layerEnvoy: "1"})
+	if f := findingsOf(rep, findingInvalidValue); len(f) != 1 || !strings.Contains(f[0].Message, "retries no status code") {
 		t.Errorf("findings %v", f)
 	}
 	rep = check(t, meshYAML(t, "codes.yaml", rcYAML+"      retry_policy: {retry_on: retriable-status-codes, num_retries: 3, retriable_status_codes: [503]}\n"), Options{Owner: policy.OwnerMesh})
-	wantAttempts(t, rep, get, map[Layer]string{LayerEnvoy: "4"})
+	wantAttempts(t, rep, get, map[Layer]string{layerEnvoy: "4"})
 }
 
 // TestEnvoyWeightedBudget: a route to weighted clusters is bounded only if
@@ -198,7 +198,7 @@ func TestEnvoyWeightedBudget(t *testing.T) {
 	doc := strings.Replace(rcYAML, "      cluster: orders\n", "      weighted_clusters: {clusters: [{name: orders, weight: 90}, {name: canary, weight: 10}]}\n      retry_policy: {retry_on: unavailable, num_retries: 2}\n", 1) +
 		"---\n\"@type\": type.googleapis.com/envoy.config.cluster.v3.Cluster\nname: canary\ncircuit_breakers: {thresholds: [{max_retries: 4294967295}]}\n"
 	rep := check(t, meshYAML(t, "w.yaml", doc), Options{Owner: policy.OwnerMesh})
-	if f := finding(t, rep, FindingNoBudget, get); !strings.Contains(f.Message, "Cluster canary") {
+	if f := finding(t, rep, findingNoBudget, get); !strings.Contains(f.Message, "Cluster canary") {
 		t.Errorf("no-budget %s", f)
 	}
 }

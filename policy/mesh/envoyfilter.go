@@ -79,13 +79,13 @@ func (c *Config) readPatch(at location, v any) *efPatch {
 	touches := retryKeyPaths(value, 0)
 	outbound := context == "" || context == "ANY" || context == "SIDECAR_OUTBOUND"
 	if !found || op != "MERGE" || !outbound || len(touches) != 1 {
-		c.add(at.finding(FindingNotUnderstood, LayerIstio, patchMessage(applyTo, op, context, touches),
+		c.add(at.finding(findingNotUnderstood, layerIstio, patchMessage(applyTo, op, context, touches),
 			"check by hand what the patch does to retries, or configure retries with a VirtualService (retries) and a DestinationRule (retryBudget)"))
 		return nil
 	}
 	p := &efPatch{loc: at.at(rp), vhostLevel: applyTo == "VIRTUAL_HOST"}
 	patchMatch(p, match)
-	p.retry = c.readEnvoyRetry(at.at(rp), rv, LayerIstio)
+	p.retry = c.readEnvoyRetry(at.at(rp), rv, layerIstio)
 	if p.retry == nil {
 		return nil
 	}
@@ -296,11 +296,11 @@ func (c *Config) patchedRule(pol *proxyRetry, t patchTarget) *rule {
 	var rules []*rule
 	for _, a := range routeAlts {
 		if a != nil {
-			rules = append(rules, proxyRule(a, LayerIstio))
+			rules = append(rules, proxyRule(a, layerIstio))
 			continue
 		}
 		for _, v := range vhostAlts { // no route policy: the virtual host's applies
-			rules = append(rules, proxyRule(v, LayerIstio))
+			rules = append(rules, proxyRule(v, layerIstio))
 		}
 	}
 	if len(rules) == 1 {

@@ -63,7 +63,7 @@ func clusterThreshold(object string, to obj) (string, string) {
 func (c *Config) envoyMatch(loc location, ro obj, layer Layer) matcher {
 	mo, ok := ro.child("match")
 	if !ok {
-		c.add(loc.at(ro.path).finding(FindingInvalidValue, layer, "a route without match; the product rejects it", "add match: {prefix: \"/\"} or a path"))
+		c.add(loc.at(ro.path).finding(findingInvalidValue, layer, "a route without match; the product rejects it", "add match: {prefix: \"/\"} or a path"))
 		return matcher{desc: "no match", never: true}
 	}
 	ignoreCase := false
@@ -82,7 +82,7 @@ func (c *Config) envoyMatch(loc location, ro obj, layer Layer) matcher {
 		}
 	}
 	if has(mo, "query_parameters") {
-		if layer == LayerXDS {
+		if layer == layerXDS {
 			m.never = true // grpc-go skips routes with query parameter matchers
 		} else {
 			m.conditional = true
@@ -105,30 +105,30 @@ func (c *Config) envoyPathMatch(loc location, mo obj, ignoreCase bool, layer Lay
 		re, _ := sr.str("regex")
 		m, err := regexMatcher("path", re, ignoreCase)
 		if err != nil {
-			c.add(loc.at(joinPath(sr.path, "regex")).finding(FindingInvalidValue, layer, err.Error()+"; the product rejects the resource", "fix the expression (RE2 syntax)"))
+			c.add(loc.at(joinPath(sr.path, "regex")).finding(findingInvalidValue, layer, err.Error()+"; the product rejects the resource", "fix the expression (RE2 syntax)"))
 			return matcher{desc: "path regex (invalid)", never: true}, true
 		}
 		return m, true
 	case has(mo, "path_separated_prefix"):
 		s, _ := mo.str("path_separated_prefix")
 		m := segmentPrefixMatcher("path", s, ignoreCase)
-		if layer == LayerXDS {
+		if layer == layerXDS {
 			m.never = true
-			c.add(loc.at(joinPath(mo.path, "path_separated_prefix")).finding(FindingIgnoredByGRPC, layer, "grpc-go does not read path_separated_prefix; it ignores the route",
+			c.add(loc.at(joinPath(mo.path, "path_separated_prefix")).finding(findingIgnoredByGRPC, layer, "grpc-go does not read path_separated_prefix; it ignores the route",
 				"write prefix or path"))
 		}
 		return m, true
 	case has(mo, "path_match_policy"):
-		if layer == LayerXDS {
+		if layer == layerXDS {
 			return matcher{desc: "path_match_policy", never: true}, false
 		}
 		_, p, _ := mo.key("path_match_policy")
-		c.add(loc.at(p).finding(FindingNotUnderstood, layer, "the route matches paths with a path_match_policy extension, which is not read: it is counted as matching every path, possibly", "match with prefix, path or safe_regex"))
+		c.add(loc.at(p).finding(findingNotUnderstood, layer, "the route matches paths with a path_match_policy extension, which is not read: it is counted as matching every path, possibly", "match with prefix, path or safe_regex"))
 		m := allMatcher("path_match_policy")
 		m.conditional = true
 		return m, false
 	}
-	c.add(loc.at(mo.path).finding(FindingInvalidValue, layer, "the match has no prefix, path, safe_regex or path_separated_prefix", "add one"))
+	c.add(loc.at(mo.path).finding(findingInvalidValue, layer, "the match has no prefix, path, safe_regex or path_separated_prefix", "add one"))
 	return matcher{desc: "no path", never: true}, false
 }
 
@@ -137,22 +137,22 @@ func (c *Config) envoyPathMatch(loc location, mo obj, ignoreCase bool, layer Lay
 func (c *Config) readEnvoyRetry(loc location, v any, layer Layer) *envoyRetry {
 	o, ok := asObj(v, loc.path)
 	if !ok {
-		c.add(loc.finding(FindingInvalidValue, layer, "retry_policy must be an object, not "+describe(v), "write retry_policy: {retry_on: ..., num_retries: N}"))
+		c.add(loc.finding(findingInvalidValue, layer, "retry_policy must be an object, not "+describe(v), "write retry_policy: {retry_on: ..., num_retries: N}"))
 		return nil
 	}
 	r := &envoyRetry{loc: loc, numRetries: 1}
 	c.checkRetryFields(r, o, layer)
 	c.envoyRetryOn(r, o, layer)
 	c.envoyNumRetries(r, o, layer)
-	if layer != LayerXDS {
+	if layer != layerXDS {
 		c.envoyStatusCodes(r, o, layer)
 		r.perTry = has(o, "per_try_timeout")
 		hl, _ := o.list("retriable_headers")
 		r.headers = len(hl) > 0
 	}
 	c.envoyBackOff(r, o, layer)
-	if layer == LayerXDS && len(r.retryOn) == 0 && !r.rejected {
-		c.add(loc.finding(FindingIgnoredByGRPC, layer, "no gRPC retry condition in retry_on, so grpc-go makes one attempt: the policy retries nothing",
+	if layer == layerXDS && len(r.retryOn) == 0 && !r.rejected {
+		c.add(loc.finding(findingIgnoredByGRPC, layer, "no gRPC retry condition in retry_on, so grpc-go makes one attempt: the policy retries nothing",
 			"add unavailable (and only conditions the methods' idempotency allows), or remove the retry_policy"))
 	}
 	return r
@@ -163,12 +163,12 @@ func (c *Config) readEnvoyRetry(loc location, v any, layer Layer) *envoyRetry {
 // (recorded in r.ignored).
 func (c *Config) checkRetryFields(r *envoyRetry, o obj, layer Layer) {
 	for _, k := range o.unknownKeys(append(envoyRetryFields, "@type")...) {
-		c.add(r.loc.at(joinPath(o.path, k)).finding(FindingUnknownField, layer, fmt.Sprintf("unknown field %q in a RetryPolicy%s; the resource is rejected", truncate(k), didYouMean(k, envoyRetryFields)),
+		c.add(r.loc.at(joinPath(o.path, k)).finding(findingUnknownField, layer, fmt.Sprintf("unknown field %q in a RetryPolicy%s; the resource is rejected", truncate(k), didYouMean(k, envoyRetryFields)),
 			"spell it as the API does (snake_case or lowerCamelCase)"))
 	}
-	if layer != LayerXDS {
+	if layer != layerXDS {
 		if _, p, ok := o.key("retry_options_predicates"); ok {
-			c.add(r.loc.at(p).finding(FindingNotUnderstood, layer, "retry_options_predicates are extensions that change how a retry is sent; they are not read (the count of attempts is taken from num_retries)",
+			c.add(r.loc.at(p).finding(findingNotUnderstood, layer, "retry_options_predicates are extensions that change how a retry is sent; they are not read (the count of attempts is taken from num_retries)",
 				"check what the predicates do by hand"))
 		}
 		return
@@ -179,7 +179,7 @@ func (c *Config) checkRetryFields(r *envoyRetry, o obj, layer Layer) {
 		}
 		r.ignored = append(r.ignored, k)
 		_, p, _ := o.key(k)
-		c.add(r.loc.at(p).finding(FindingIgnoredByGRPC, layer, fmt.Sprintf("grpc-go ignores %s on an xds:/// channel (gRFC A44 reads retry_on, num_retries and retry_back_off only)", k),
+		c.add(r.loc.at(p).finding(findingIgnoredByGRPC, layer, fmt.Sprintf("grpc-go ignores %s on an xds:/// channel (gRFC A44 reads retry_on, num_retries and retry_back_off only)", k),
 			"remove it; a per-attempt timeout or status code list has no effect on proxyless gRPC"))
 	}
 }
@@ -193,21 +193,21 @@ func (c *Config) envoyRetryOn(r *envoyRetry, o obj, layer Layer) {
 	}
 	s, isString := ov.(string)
 	if !isString {
-		c.add(r.loc.at(op).finding(FindingInvalidValue, layer, "retry_on must be a comma-separated string, not "+describe(ov), "write retry_on: \"unavailable\""))
+		c.add(r.loc.at(op).finding(findingInvalidValue, layer, "retry_on must be a comma-separated string, not "+describe(ov), "write retry_on: \"unavailable\""))
 	}
 	r.onSet = s != ""
 	for _, tok := range splitList(s) {
-		if layer == LayerXDS {
+		if layer == layerXDS {
 			if g := strings.ToLower(tok); isGRPCCondition(g) {
 				r.retryOn = union(r.retryOn, []string{g})
 				continue
 			}
-			c.add(r.loc.at(op).finding(FindingIgnoredByGRPC, layer, fmt.Sprintf("grpc-go ignores the retry condition %q: it reads only cancelled, deadline-exceeded, internal, resource-exhausted and unavailable", truncate(tok)),
+			c.add(r.loc.at(op).finding(findingIgnoredByGRPC, layer, fmt.Sprintf("grpc-go ignores the retry condition %q: it reads only cancelled, deadline-exceeded, internal, resource-exhausted and unavailable", truncate(tok)),
 				"use the gRPC conditions"))
 			continue
 		}
 		if _, ok := envoyConditions[tok]; !ok {
-			c.add(r.loc.at(op).finding(FindingUnknownCondition, layer, fmt.Sprintf("%q is not a retry condition Envoy knows%s; Envoy ignores it", truncate(tok), didYouMean(tok, conditionNames())),
+			c.add(r.loc.at(op).finding(findingUnknownCondition, layer, fmt.Sprintf("%q is not a retry condition Envoy knows%s; Envoy ignores it", truncate(tok), didYouMean(tok, conditionNames())),
 				"use Envoy's names (5xx, gateway-error, reset, connect-failure, refused-stream, retriable-status-codes…) or the gRPC ones"))
 			continue
 		}
@@ -222,19 +222,19 @@ func (c *Config) envoyNumRetries(r *envoyRetry, o obj, layer Layer) {
 	if !ok {
 		return
 	}
-	xds := layer == LayerXDS
+	xds := layer == layerXDS
 	n, ok := wrappedInteger(nv)
 	switch {
 	case !ok || n < 0 || n > 1<<32-1:
-		c.add(r.loc.at(np).finding(FindingInvalidValue, layer, "num_retries must be an unsigned 32-bit integer, not "+describe(nv), "write the number of retries"))
+		c.add(r.loc.at(np).finding(findingInvalidValue, layer, "num_retries must be an unsigned 32-bit integer, not "+describe(nv), "write the number of retries"))
 	case xds && n < 1:
 		r.rejected = true
-		c.add(r.loc.at(np).finding(FindingInvalidValue, layer, "num_retries 0: grpc-go rejects (NACKs) the whole RouteConfiguration (\"must be >= 1\") and keeps the previous one",
+		c.add(r.loc.at(np).finding(findingInvalidValue, layer, "num_retries 0: grpc-go rejects (NACKs) the whole RouteConfiguration (\"must be >= 1\") and keeps the previous one",
 			"remove the retry_policy to switch retries off"))
 	default:
 		r.numRetries, r.numSet = n, true
 		if xds && n+1 > grpcMaxAttempts {
-			c.add(r.loc.at(np).finding(FindingMaxAttemptsClamped, layer, fmt.Sprintf("num_retries %d is %d attempts; grpc-go clamps them to %d silently", n, n+1, grpcMaxAttempts),
+			c.add(r.loc.at(np).finding(findingMaxAttemptsClamped, layer, fmt.Sprintf("num_retries %d is %d attempts; grpc-go clamps them to %d silently", n, n+1, grpcMaxAttempts),
 				fmt.Sprintf("write at most %d", grpcMaxAttempts-1)))
 		}
 	}
@@ -250,13 +250,13 @@ func (c *Config) envoyStatusCodes(r *envoyRetry, o obj, layer Layer) {
 			if n, ok := integer(x); ok {
 				r.codes = append(r.codes, n)
 			} else {
-				c.add(r.loc.at(cp).finding(FindingInvalidValue, layer, "retriable_status_codes must list integers", "fix the list"))
+				c.add(r.loc.at(cp).finding(findingInvalidValue, layer, "retriable_status_codes must list integers", "fix the list"))
 			}
 		}
 	}
-	if contains(r.retryOn, "retriable-status-codes") && len(r.codes) == 0 && layer == LayerEnvoy {
+	if contains(r.retryOn, "retriable-status-codes") && len(r.codes) == 0 && layer == layerEnvoy {
 		_, op, _ := o.key("retry_on")
-		c.add(r.loc.at(op).finding(FindingInvalidValue, layer, "retry_on has retriable-status-codes but retriable_status_codes lists no code: Envoy retries no status code (only those a request names in x-envoy-retriable-status-codes)",
+		c.add(r.loc.at(op).finding(findingInvalidValue, layer, "retry_on has retriable-status-codes but retriable_status_codes lists no code: Envoy retries no status code (only those a request names in x-envoy-retriable-status-codes)",
 			"list the codes in retriable_status_codes, or remove retriable-status-codes"))
 	}
 }
@@ -269,11 +269,11 @@ func (c *Config) envoyBackOff(r *envoyRetry, o obj, layer Layer) {
 		return
 	}
 	invalid := func(p, what, fix string) {
-		if layer == LayerXDS {
+		if layer == layerXDS {
 			r.rejected = true
 			what += "; grpc-go rejects (NACKs) the whole RouteConfiguration"
 		}
-		c.add(r.loc.at(p).finding(FindingInvalidValue, layer, what, fix))
+		c.add(r.loc.at(p).finding(findingInvalidValue, layer, what, fix))
 	}
 	base, _, hasBase := bo.key("base_interval")
 	bd, okBase := time.Duration(0), false

@@ -49,7 +49,7 @@ func (c *Config) readNetworkFilter(loc location, fo obj, xds bool) {
 		typ, _ := tc.str("@type")
 		if strings.HasSuffix(typ, "HttpConnectionManager") {
 			if strings.Contains(typ, ".v2.") {
-				c.add(loc.at(joinPath(tc.path, "@type")).finding(FindingInvalidValue, layer,
+				c.add(loc.at(joinPath(tc.path, "@type")).finding(findingInvalidValue, layer,
 					"the HttpConnectionManager is of Envoy's v2 API, which Envoy removed in 1.18 (and grpc-go reads v3 only): a current proxy rejects it; it is read as the v3 HttpConnectionManager of the same shape",
 					"use type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"))
 			}
@@ -61,7 +61,7 @@ func (c *Config) readNetworkFilter(loc location, fo obj, xds bool) {
 	}
 	if cfg, ok := fo.child("config"); ok {
 		if strings.HasSuffix(name, "http_connection_manager") {
-			c.add(loc.at(cfg.path).finding(FindingInvalidValue, layer,
+			c.add(loc.at(cfg.path).finding(findingInvalidValue, layer,
 				"the filter has an untyped config (Envoy's v2 API), which Envoy removed in 1.18: a current proxy rejects it and wants typed_config; it is read as the HttpConnectionManager it names, as Envoy 1.17 did",
 				"write typed_config with \"@type\": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"))
 			c.readHCM(loc, cfg, xds)
@@ -71,7 +71,7 @@ func (c *Config) readNetworkFilter(loc location, fo obj, xds bool) {
 		return
 	}
 	if _, p, ok := fo.key("config_discovery"); ok {
-		c.add(loc.at(p).finding(FindingNotUnderstood, layer, fmt.Sprintf("filter %s takes its configuration from extension config discovery (ECDS), which is not in the input; if it is an HttpConnectionManager, its routes and retries are not counted", truncate(name)),
+		c.add(loc.at(p).finding(findingNotUnderstood, layer, fmt.Sprintf("filter %s takes its configuration from extension config discovery (ECDS), which is not in the input; if it is an HttpConnectionManager, its routes and retries are not counted", truncate(name)),
 			"pass the configuration inline (typed_config)"))
 		return
 	}
@@ -87,7 +87,7 @@ func (c *Config) otherNetworkFilter(at location, what string, layer Layer) {
 			return
 		}
 	}
-	c.add(at.finding(FindingNotUnderstood, layer, fmt.Sprintf("network filter %s is not an HttpConnectionManager; if it routes requests (thrift_proxy, dubbo_proxy, generic_proxy…) its retries are not counted", truncate(strings.TrimSpace(what))),
+	c.add(at.finding(findingNotUnderstood, layer, fmt.Sprintf("network filter %s is not an HttpConnectionManager; if it routes requests (thrift_proxy, dubbo_proxy, generic_proxy…) its retries are not counted", truncate(strings.TrimSpace(what))),
 		"check its retry settings by hand"))
 }
 
@@ -106,7 +106,7 @@ func (c *Config) readHCM(loc location, o obj, xds bool) {
 		return
 	}
 	if _, p, ok := o.key("scoped_routes"); ok {
-		c.add(loc.at(p).finding(FindingNotUnderstood, layerOf(xds), "the HttpConnectionManager picks its route table per request (scoped_routes, SRDS); those route tables are not read, so their retries are not counted",
+		c.add(loc.at(p).finding(findingNotUnderstood, layerOf(xds), "the HttpConnectionManager picks its route table per request (scoped_routes, SRDS); those route tables are not read, so their retries are not counted",
 			"pass the RouteConfigurations the scopes name, and check them one by one"))
 	}
 }
@@ -123,7 +123,7 @@ func (c *Config) unresolvedRDS(layer Layer, rcs []*routeConfig) {
 			found = found || rc.name == ref.name
 		}
 		if !found {
-			c.add(ref.loc.finding(FindingNotUnderstood, layer,
+			c.add(ref.loc.finding(findingNotUnderstood, layer,
 				fmt.Sprintf("the HttpConnectionManager takes its routes from RDS (route_config_name %q), and no RouteConfiguration of that name is in the input: its routes and retries are not read", truncate(ref.name)),
 				"pass the RouteConfiguration the management server serves under that name too (an admin /config_dump holds it)"))
 		}
@@ -149,7 +149,7 @@ func (c *Config) readRouteConfiguration(loc location, o obj, xds bool) {
 			rc.vhosts = append(rc.vhosts, c.readVirtualHost(rcLoc, vo, layer))
 		}
 	}
-	if layer == LayerXDS {
+	if layer == layerXDS {
 		c.xdsRoutes = append(c.xdsRoutes, rc)
 	} else {
 		c.envoyRoutes = append(c.envoyRoutes, rc)
@@ -230,7 +230,7 @@ func routeClusters(ra obj) ([]string, bool) {
 // not have: protojson refuses them, so Envoy rejects (NACKs) the resource.
 func (c *Config) unknownEnvoyFields(loc location, o obj, message string, known []string, layer Layer) {
 	for _, k := range o.unknownKeys(known...) {
-		c.add(loc.at(joinPath(o.path, k)).finding(FindingUnknownField, layer,
+		c.add(loc.at(joinPath(o.path, k)).finding(findingUnknownField, layer,
 			fmt.Sprintf("unknown field %q in a %s%s; the proxy rejects (NACKs) the resource", truncate(k), message, didYouMean(k, known)),
 			"spell it as the API does (snake_case or lowerCamelCase)"))
 	}
@@ -251,11 +251,11 @@ func (c *Config) notModelled(loc location, o obj, layer Layer, fields ...string)
 		if !ok {
 			continue
 		}
-		if layer == LayerXDS {
-			c.add(loc.at(p).finding(FindingIgnoredByGRPC, layer, fmt.Sprintf("grpc-go ignores %s on an xds:/// channel", f), "remove it"))
+		if layer == layerXDS {
+			c.add(loc.at(p).finding(findingIgnoredByGRPC, layer, fmt.Sprintf("grpc-go ignores %s on an xds:/// channel", f), "remove it"))
 			continue
 		}
-		c.add(loc.at(p).finding(FindingNotUnderstood, layer, what[f], "check its effect on retries by hand"))
+		c.add(loc.at(p).finding(findingNotUnderstood, layer, what[f], "check its effect on retries by hand"))
 	}
 }
 
@@ -263,14 +263,14 @@ func (c *Config) notModelled(loc location, o obj, layer Layer, fields ...string)
 // Envoy's retry request headers, which change how a request is retried.
 func (c *Config) envoyRetryHeaders(loc location, o obj, layer Layer) {
 	list, paths := o.list("request_headers_to_add")
-	if layer == LayerXDS {
+	if layer == layerXDS {
 		return // grpc-go does not add headers
 	}
 	for i, e := range list {
 		eo, _ := asObj(e, paths[i])
 		h, _ := eo.child("header")
 		if k, _ := h.str("key"); isEnvoyRetryHeader(k) {
-			c.add(loc.at(paths[i]).finding(FindingNotUnderstood, layer,
+			c.add(loc.at(paths[i]).finding(findingNotUnderstood, layer,
 				fmt.Sprintf("the route configuration adds the request header %s, which tells Envoy how to retry; the check does not read header values", truncate(k)),
 				"configure retries with retry_policy instead"))
 		}
@@ -286,13 +286,13 @@ func (c *Config) typedRetry(loc location, o obj, layer Layer) *envoyRetry {
 	if !ok {
 		return nil
 	}
-	if layer == LayerXDS {
-		c.add(loc.at(tc.path).finding(FindingIgnoredByGRPC, layer, "grpc-go ignores retry_policy_typed_config on an xds:/// channel", "use retry_policy"))
+	if layer == layerXDS {
+		c.add(loc.at(tc.path).finding(findingIgnoredByGRPC, layer, "grpc-go ignores retry_policy_typed_config on an xds:/// channel", "use retry_policy"))
 		return nil
 	}
 	typ, _ := tc.str("@type")
 	if strings.HasSuffix(typ, "envoy.config.route.v3.RetryPolicy") {
-		c.add(loc.at(tc.path).finding(FindingNotUnderstood, layer, "retry_policy_typed_config is an extension point Envoy documents as not implemented; the RetryPolicy it holds is counted as if it applied (the worst of it and retry_policy)",
+		c.add(loc.at(tc.path).finding(findingNotUnderstood, layer, "retry_policy_typed_config is an extension point Envoy documents as not implemented; the RetryPolicy it holds is counted as if it applied (the worst of it and retry_policy)",
 			"use retry_policy"))
 		inner := obj{m: map[string]any{}, path: tc.path}
 		for k, v := range tc.m {
@@ -302,7 +302,7 @@ func (c *Config) typedRetry(loc location, o obj, layer Layer) *envoyRetry {
 		}
 		return c.readEnvoyRetry(loc.at(tc.path), inner.m, layer)
 	}
-	c.add(loc.at(tc.path).finding(FindingNotUnderstood, layer, fmt.Sprintf("retry_policy_typed_config holds %s, a retry extension the check does not read; the retries it configures are not counted", describe(typ)),
+	c.add(loc.at(tc.path).finding(findingNotUnderstood, layer, fmt.Sprintf("retry_policy_typed_config holds %s, a retry extension the check does not read; the retries it configures are not counted", describe(typ)),
 		"use retry_policy, or check the extension's retries by hand"))
 	return nil
 }
@@ -316,8 +316,8 @@ func (c *Config) readHedge(loc location, o obj, layer Layer) *hedgePolicy {
 	if !ok {
 		return nil
 	}
-	if layer == LayerXDS {
-		c.add(loc.at(ho.path).finding(FindingIgnoredByGRPC, layer, "grpc-go ignores hedge_policy on an xds:/// channel (gRPC's own hedging is a service config policy)", "remove it"))
+	if layer == layerXDS {
+		c.add(loc.at(ho.path).finding(findingIgnoredByGRPC, layer, "grpc-go ignores hedge_policy on an xds:/// channel (gRPC's own hedging is a service config policy)", "remove it"))
 		return nil
 	}
 	c.unknownEnvoyFields(loc, ho, "HedgePolicy", envoyHedgeFields, layer)
@@ -327,12 +327,12 @@ func (c *Config) readHedge(loc location, o obj, layer Layer) *hedgePolicy {
 	}
 	if v, p, ok := ho.key("initial_requests"); ok {
 		if n, _ := wrappedInteger(v); n != 1 {
-			c.add(loc.at(p).finding(FindingNotUnderstood, layer, fmt.Sprintf("initial_requests %s: Envoy documents it as not implemented; if a proxy honours it, each call starts that many requests, which is not counted", describe(v)),
+			c.add(loc.at(p).finding(findingNotUnderstood, layer, fmt.Sprintf("initial_requests %s: Envoy documents it as not implemented; if a proxy honours it, each call starts that many requests, which is not counted", describe(v)),
 				"remove it"))
 		}
 	}
 	if _, p, ok := ho.key("additional_request_chance"); ok {
-		c.add(loc.at(p).finding(FindingNotUnderstood, layer, "additional_request_chance: Envoy documents it as not implemented; if a proxy honours it, calls may start an extra request, which is not counted",
+		c.add(loc.at(p).finding(findingNotUnderstood, layer, "additional_request_chance: Envoy documents it as not implemented; if a proxy honours it, calls may start an extra request, which is not counted",
 			"remove it"))
 	}
 	return h

@@ -25,14 +25,14 @@ func (c *Config) envoyRule(r *envoyRetry, layer Layer, er envoyRoute) *rule {
 		return nil
 	}
 	n := r.numRetries + 1
-	if layer == LayerXDS && n > grpcMaxAttempts {
+	if layer == layerXDS && n > grpcMaxAttempts {
 		n = grpcMaxAttempts
 	}
 	if n > 1<<20 {
 		n = 1 << 20
 	}
 	ru := &rule{layer: layer, loc: r.loc, attempts: Attempts{N: int(n)}, conds: conds}
-	if layer == LayerXDS {
+	if layer == layerXDS {
 		if n <= xdsNumRetries+1 {
 			ru.budget = "one retry per call (num_retries 1): a proxyless channel has no retry budget, and one retry is the bound Check accepts instead"
 			return ru
@@ -122,7 +122,7 @@ func (c *Config) envoyRouteRule(vh *vhost, r envoyRoute, layer Layer) *rule {
 // routes come from RDS and are not in the input are reported.
 func (c *Config) envoyTables(layer Layer, hosts []string) []*table {
 	rcs := c.envoyRoutes
-	if layer == LayerXDS {
+	if layer == layerXDS {
 		rcs = c.xdsRoutes
 	}
 	c.unresolvedRDS(layer, rcs)

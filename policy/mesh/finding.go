@@ -7,79 +7,80 @@ import (
 )
 
 // FindingKind is a stable, machine-readable name for a kind of problem Check
-// reports. The string values do not change between releases; where a
+// reports. The string values do not change between releases (the
+// repository's docs/retry-ownership.md lists them); where a
 // problem is the one policy/serviceconfig reports for a service config, the
 // name is the same.
 type FindingKind string
 
 // Finding kinds.
 const (
-	// FindingSyntax: a document that is not valid YAML or JSON, or not an
+	// findingSyntax: a document that is not valid YAML or JSON, or not an
 	// object.
-	FindingSyntax FindingKind = "syntax"
-	// FindingUnknownKind: a document of a kind the checker does not read. It
+	findingSyntax FindingKind = "syntax"
+	// findingUnknownKind: a document of a kind the checker does not read. It
 	// is reported so that nothing is ignored silently.
-	FindingUnknownKind FindingKind = "unknown-kind"
-	// FindingInvalidResource: a resource the platform's own validation
+	findingUnknownKind FindingKind = "unknown-kind"
+	// findingInvalidResource: a resource the platform's own validation
 	// rejects (an Istio VirtualService HTTP route with no route, redirect or
 	// directResponse, say). The platform does not apply it, so its defaults
 	// stay in force; Check counts the defaults, not what the resource says.
-	FindingInvalidResource FindingKind = "invalid-resource"
-	// FindingNotUnderstood: a kind, field or value that may change how a
+	findingInvalidResource FindingKind = "invalid-resource"
+	// findingNotUnderstood: a kind, field or value that may change how a
 	// layer retries and that the checker does not model (an EnvoyFilter, an
 	// Envoy hedge_policy, routes a Listener takes from RDS). The attempts
 	// reported for the layer may be too low; the finding names the file,
 	// the resource and the field path so that a person can judge it.
-	FindingNotUnderstood FindingKind = "not-understood"
-	// FindingUnknownField: a key in a retry policy or budget that the
+	findingNotUnderstood FindingKind = "not-understood"
+	// findingUnknownField: a key in a retry policy or budget that the
 	// product does not know (a misspelling, such as "retryon"); the product
 	// ignores it or rejects the resource.
-	FindingUnknownField FindingKind = "unknown-field"
-	// FindingInvalidValue: a value the product rejects or reads differently
+	findingUnknownField FindingKind = "unknown-field"
+	// findingInvalidValue: a value the product rejects or reads differently
 	// than written (a negative count, a malformed duration or regular
 	// expression, an annotation on a resource where it is not valid).
-	FindingInvalidValue FindingKind = "invalid-value"
-	// FindingUnknownCondition: a retry condition the product does not know;
+	findingInvalidValue FindingKind = "invalid-value"
+	// findingUnknownCondition: a retry condition the product does not know;
 	// it is ignored.
-	FindingUnknownCondition FindingKind = "unknown-condition"
-	// FindingIgnoredByGRPC: a retry setting an xds:/// channel's grpc-go
+	findingUnknownCondition FindingKind = "unknown-condition"
+	// findingIgnoredByGRPC: a retry setting an xds:/// channel's grpc-go
 	// ignores (retry_on conditions other than the five gRPC codes,
 	// per_try_timeout, retriable_status_codes…).
-	FindingIgnoredByGRPC FindingKind = "ignored-by-grpc"
-	// FindingMaxAttemptsClamped: more than 5 attempts on an xds:/// channel;
+	findingIgnoredByGRPC FindingKind = "ignored-by-grpc"
+	// findingMaxAttemptsClamped: more than 5 attempts on an xds:/// channel;
 	// grpc-go clamps them to 5 silently.
-	FindingMaxAttemptsClamped FindingKind = "max-attempts-clamped"
-	// FindingOverridden: retry configuration that another resource
+	findingMaxAttemptsClamped FindingKind = "max-attempts-clamped"
+	// findingOverridden: retry configuration that another resource
 	// replaces entirely (Linkerd retry annotations on a Service that has a
 	// ServiceProfile).
-	FindingOverridden FindingKind = "overridden"
-	// FindingSecondOwner: a layer that is not the channel's retry owner
+	findingOverridden FindingKind = "overridden"
+	// findingSecondOwner: a layer that is not the channel's retry owner
 	// retries the method (the mesh while the owner is the application or
 	// the service config; anyone when the owner is none; two mesh layers at
 	// once). Their attempts multiply.
-	FindingSecondOwner FindingKind = "second-owner"
-	// FindingRetryNonIdempotent: the mesh retries a non-idempotent method
+	findingSecondOwner FindingKind = "second-owner"
+	// findingRetryNonIdempotent: the mesh retries a non-idempotent method
 	// on a condition under which the call may have run.
-	FindingRetryNonIdempotent FindingKind = "retry-non-idempotent"
-	// FindingRetryKeyedWithoutLedger: the mesh retries a keyed method that
+	findingRetryNonIdempotent FindingKind = "retry-non-idempotent"
+	// findingRetryKeyedWithoutLedger: the mesh retries a keyed method that
 	// has no durable ledger behind it, on a condition under which the call
 	// may have run.
-	FindingRetryKeyedWithoutLedger FindingKind = "retry-keyed-without-ledger"
-	// FindingNoBudget: a layer retries the method without a retry budget,
+	findingRetryKeyedWithoutLedger FindingKind = "retry-keyed-without-ledger"
+	// findingNoBudget: a layer retries the method without a retry budget,
 	// including Istio's default maxRetries of 4294967295 and every
 	// proxyless xDS retry policy.
-	FindingNoBudget FindingKind = "no-budget"
-	// FindingRouteMatchesNothing: a route that matches no method of the
+	findingNoBudget FindingKind = "no-budget"
+	// findingRouteMatchesNothing: a route that matches no method of the
 	// catalog (a renamed or misspelled method, a wrong prefix or
 	// regular expression).
-	FindingRouteMatchesNothing FindingKind = "route-matches-nothing"
-	// FindingMethodNotCovered: a catalog method that no route of a route
+	findingRouteMatchesNothing FindingKind = "route-matches-nothing"
+	// findingMethodNotCovered: a catalog method that no route of a route
 	// table matches (typically renamed): the proxy answers it with an error,
 	// or a catch-all it was not meant for applies.
-	FindingMethodNotCovered FindingKind = "method-not-covered"
-	// FindingServiceConfigReplaced: the channel dials xds:///, so the
+	findingMethodNotCovered FindingKind = "method-not-covered"
+	// findingServiceConfigReplaced: the channel dials xds:///, so the
 	// service config the kit generates is replaced by the xDS resolver's.
-	FindingServiceConfigReplaced FindingKind = "service-config-replaced"
+	findingServiceConfigReplaced FindingKind = "service-config-replaced"
 )
 
 // Finding is one problem Check found.
@@ -145,34 +146,35 @@ func (f Finding) String() string {
 	return b.String()
 }
 
-// Layer names a layer that retries calls.
+// Layer names a layer that retries calls: "application",
+// "service-config", "istio", "envoy", "linkerd", "gateway-api" or "xds".
 type Layer string
 
 // The layers. Application and service config are the channel's own; the
 // others are the third layer.
 const (
-	// LayerApplication: the kit's client interceptor.
-	LayerApplication Layer = "application"
-	// LayerServiceConfig: grpc-go, from the channel's service config.
-	LayerServiceConfig Layer = "service-config"
-	// LayerIstio: Istio's sidecars and gateways (Envoy configured from
+	// layerApplication: the kit's client interceptor.
+	layerApplication Layer = "application"
+	// layerServiceConfig: grpc-go, from the channel's service config.
+	layerServiceConfig Layer = "service-config"
+	// layerIstio: Istio's sidecars and gateways (Envoy configured from
 	// VirtualService, DestinationRule and the mesh config).
-	LayerIstio Layer = "istio"
-	// LayerEnvoy: an Envoy proxy configured directly (RouteConfiguration).
-	LayerEnvoy Layer = "envoy"
-	// LayerLinkerd: Linkerd's proxies (ServiceProfile or retry.linkerd.io
+	layerIstio Layer = "istio"
+	// layerEnvoy: an Envoy proxy configured directly (RouteConfiguration).
+	layerEnvoy Layer = "envoy"
+	// layerLinkerd: Linkerd's proxies (ServiceProfile or retry.linkerd.io
 	// annotations).
-	LayerLinkerd Layer = "linkerd"
-	// LayerGatewayAPI: the implementation of a Gateway API HTTPRoute's
+	layerLinkerd Layer = "linkerd"
+	// layerGatewayAPI: the implementation of a Gateway API HTTPRoute's
 	// retry field.
-	LayerGatewayAPI Layer = "gateway-api"
-	// LayerXDS: grpc-go itself on an xds:/// channel, as the control
+	layerGatewayAPI Layer = "gateway-api"
+	// layerXDS: grpc-go itself on an xds:/// channel, as the control
 	// plane's RouteConfiguration says (proxyless gRPC).
-	LayerXDS Layer = "xds"
+	layerXDS Layer = "xds"
 )
 
 // meshLayers lists the third-layer layers in report order.
-var meshLayers = []Layer{LayerIstio, LayerEnvoy, LayerLinkerd, LayerGatewayAPI, LayerXDS}
+var meshLayers = []Layer{layerIstio, layerEnvoy, layerLinkerd, layerGatewayAPI, layerXDS}
 
 // Attempts counts the requests one call can make at a layer, the first
 // included: 1 means no retries. Unbounded means the layer retries until a
@@ -203,11 +205,11 @@ func (a Attempts) text() string {
 	return a.String() + " attempts"
 }
 
-// Retries reports whether the layer makes more than one attempt.
-func (a Attempts) Retries() bool { return a.Unbounded || a.N > 1 }
+// retries reports whether the layer makes more than one attempt.
+func (a Attempts) retries() bool { return a.Unbounded || a.N > 1 }
 
-// Times multiplies two layers' attempts.
-func (a Attempts) Times(b Attempts) Attempts {
+// times multiplies two layers' attempts.
+func (a Attempts) times(b Attempts) Attempts {
 	if a.Unbounded || b.Unbounded {
 		return Attempts{Unbounded: true}
 	}

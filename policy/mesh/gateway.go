@@ -69,7 +69,7 @@ var (
 // of its rules apply.
 func (c *Config) refuse(rt *k8sRoute, at location, msg, fix string) {
 	rt.invalid = true
-	c.add(at.finding(FindingInvalidResource, LayerGatewayAPI, fmt.Sprintf("%s: the API server refuses the %s, so none of its rules apply (for a Gateway, calls no other route matches get 404; for a Service, the mesh's default)", msg, rt.kind), fix))
+	c.add(at.finding(findingInvalidResource, layerGatewayAPI, fmt.Sprintf("%s: the API server refuses the %s, so none of its rules apply (for a Gateway, calls no other route matches get 404; for a Service, the mesh's default)", msg, rt.kind), fix))
 }
 
 // readRoute reads an HTTPRoute or a GRPCRoute.
@@ -99,7 +99,7 @@ func (c *Config) routeMeta(rt *k8sRoute, loc location, meta obj) {
 	if ts, ok := meta.str("creationTimestamp"); ok {
 		t, err := time.Parse(time.RFC3339, ts)
 		if err != nil {
-			c.add(loc.at(joinPath(meta.path, "creationTimestamp")).finding(FindingInvalidValue, LayerGatewayAPI, fmt.Sprintf("creationTimestamp %q is not an RFC 3339 time; routes that tie on precedence are then ordered by it as unknown", truncate(ts)), "remove it, or copy it as the API server wrote it"))
+			c.add(loc.at(joinPath(meta.path, "creationTimestamp")).finding(findingInvalidValue, layerGatewayAPI, fmt.Sprintf("creationTimestamp %q is not an RFC 3339 time; routes that tie on precedence are then ordered by it as unknown", truncate(ts)), "remove it, or copy it as the API server wrote it"))
 		}
 		rt.ref.created = t
 	}
@@ -191,11 +191,11 @@ func (c *Config) routeRule(rt *k8sRoute, loc location, ro obj) k8sRule {
 	}
 	for _, k := range ro.unknownKeys(known...) {
 		if k == "retry" { // a GRPCRoute rule
-			c.add(loc.at(joinPath(ro.path, k)).finding(FindingUnknownField, LayerGatewayAPI, "a GRPCRoute rule has no retry field in the Gateway API standard; the API server drops it and implementations ignore it",
+			c.add(loc.at(joinPath(ro.path, k)).finding(findingUnknownField, layerGatewayAPI, "a GRPCRoute rule has no retry field in the Gateway API standard; the API server drops it and implementations ignore it",
 				"configure gRPC retries with the mesh's own resources or annotations (Linkerd's retry.linkerd.io/grpc, Envoy Gateway's BackendTrafficPolicy)"))
 			continue
 		}
-		c.add(loc.at(joinPath(ro.path, k)).finding(FindingUnknownField, LayerGatewayAPI, fmt.Sprintf("unknown field %q in a%s %s rule%s; the API server drops it", truncate(k), article(rt.kind), rt.kind, didYouMean(k, known)),
+		c.add(loc.at(joinPath(ro.path, k)).finding(findingUnknownField, layerGatewayAPI, fmt.Sprintf("unknown field %q in a%s %s rule%s; the API server drops it", truncate(k), article(rt.kind), rt.kind, didYouMean(k, known)),
 			"use "+strings.Join(known, ", ")))
 	}
 	kr.matches = c.routeMatches(rt, loc, ro)
@@ -274,7 +274,7 @@ func (c *Config) routeFilter(rt *k8sRoute, kr *k8sRule, loc location, fo obj) {
 				mirror = strconv.Quote(truncate(n))
 			}
 		}
-		c.add(loc.at(fo.path).finding(FindingNotUnderstood, LayerGatewayAPI, fmt.Sprintf("a RequestMirror filter sends a copy of every request it matches to %s, which the attempts do not count: a non-idempotent call mirrored to a backend that shares its data runs twice", mirror),
+		c.add(loc.at(fo.path).finding(findingNotUnderstood, layerGatewayAPI, fmt.Sprintf("a RequestMirror filter sends a copy of every request it matches to %s, which the attempts do not count: a non-idempotent call mirrored to a backend that shares its data runs twice", mirror),
 			"mirror only to a backend without side effects, or remove the filter"))
 	case "ExtensionRef":
 		what := "an implementation-specific filter"
@@ -284,7 +284,7 @@ func (c *Config) routeFilter(rt *k8sRoute, kr *k8sRule, loc location, fo obj) {
 			n, _ := e.str("name")
 			what = fmt.Sprintf("implementation-specific filter %q", truncate(g+"/"+k+" "+n))
 		}
-		c.add(loc.at(fo.path).finding(FindingNotUnderstood, LayerGatewayAPI, what+" may change how the gateway retries (a plugin or a policy of the implementation); the checker does not read it, so the attempts it reports may be too low",
+		c.add(loc.at(fo.path).finding(findingNotUnderstood, layerGatewayAPI, what+" may change how the gateway retries (a plugin or a policy of the implementation); the checker does not read it, so the attempts it reports may be too low",
 			"check the filter's retries by hand"))
 	}
 }
@@ -372,7 +372,7 @@ func (c *Config) grpcRouteMatch(rt *k8sRoute, loc location, mo obj) matcher {
 	}
 	mt, err := grpcMethodMatcher(svc, meth, typ == "RegularExpression")
 	if err != nil {
-		c.add(loc.at(mm.path).finding(FindingInvalidValue, LayerGatewayAPI, err.Error(), "fix the expression"))
+		c.add(loc.at(mm.path).finding(findingInvalidValue, layerGatewayAPI, err.Error(), "fix the expression"))
 		return matcher{desc: "method regex (invalid)", never: true}
 	}
 	return mt
@@ -430,7 +430,7 @@ func (c *Config) httpPathMatch(rt *k8sRoute, loc location, pm obj) matcher {
 	case "RegularExpression":
 		mt, err := regexMatcher("path", val, false)
 		if err != nil {
-			c.add(loc.at(pm.path).finding(FindingInvalidValue, LayerGatewayAPI, err.Error()+" (the implementation rejects the rule, or the route)", "fix the expression"))
+			c.add(loc.at(pm.path).finding(findingInvalidValue, layerGatewayAPI, err.Error()+" (the implementation rejects the rule, or the route)", "fix the expression"))
 			return matcher{desc: "path regex (invalid)", never: true}
 		}
 		mt.gw = gwKey{path: pathRegex}
@@ -473,7 +473,7 @@ func (c *Config) gatewayRetry(rt *k8sRoute, loc location, v any) *rule {
 		return nil
 	}
 	for _, k := range o.unknownKeys(gatewayRetryFields...) {
-		c.add(loc.at(joinPath(o.path, k)).finding(FindingUnknownField, LayerGatewayAPI, fmt.Sprintf("unknown field %q in an HTTPRoute retry%s; the API server rejects or drops it", truncate(k), didYouMean(k, gatewayRetryFields)), "use codes, attempts, backoff"))
+		c.add(loc.at(joinPath(o.path, k)).finding(findingUnknownField, layerGatewayAPI, fmt.Sprintf("unknown field %q in an HTTPRoute retry%s; the API server rejects or drops it", truncate(k), didYouMean(k, gatewayRetryFields)), "use codes, attempts, backoff"))
 	}
 	retries := int64(gatewayDefaultRetries)
 	assumed := true
@@ -483,7 +483,7 @@ func (c *Config) gatewayRetry(rt *k8sRoute, loc location, v any) *rule {
 		case !ok || n < 0:
 			c.refuse(rt, loc.at(ap), "attempts must be an integer of at least 1", "write the number of retries")
 		case n == 0:
-			c.add(loc.at(ap).finding(FindingInvalidValue, LayerGatewayAPI, "attempts 0: the Gateway API CRDs since v1.6.0 refuse attempts below 1 (the route is then not applied); older ones accept it, and Istio and Envoy Gateway read it as no retries",
+			c.add(loc.at(ap).finding(findingInvalidValue, layerGatewayAPI, "attempts 0: the Gateway API CRDs since v1.6.0 refuse attempts below 1 (the route is then not applied); older ones accept it, and Istio and Envoy Gateway read it as no retries",
 				"remove the retry field to switch the route's retries off"))
 			retries, assumed = 0, false
 		default:
@@ -512,7 +512,7 @@ func (c *Config) gatewayRetry(rt *k8sRoute, loc location, v any) *rule {
 	if retries == 0 {
 		return nil
 	}
-	ru := &rule{layer: LayerGatewayAPI, loc: loc, attempts: Attempts{N: int(min(retries, 1<<20)) + 1}, conds: conds,
+	ru := &rule{layer: layerGatewayAPI, loc: loc, attempts: Attempts{N: int(min(retries, 1<<20)) + 1}, conds: conds,
 		noBudget: "an HTTPRoute retry has no budget in the Gateway API standard (an XBackendTrafficPolicy retryConstraint for its backends, or an Envoy Gateway BackendTrafficPolicy circuitBreaker, gives it one)"}
 	if assumed {
 		ru.via = fmt.Sprintf("attempts is not set: the number is the implementation's; %d retries (Istio's and Envoy Gateway's default) are assumed", gatewayDefaultRetries)
@@ -549,7 +549,7 @@ func (c *Config) gatewayTables(hosts []string) []*table {
 		if !ok {
 			// A Service whose mesh is Linkerd: its table reports the methods its routes refuse.
 			coverage := !p.service || !c.linkerdHost(p.host)
-			t = &table{layer: LayerGatewayAPI, loc: r.loc, rank: rankGateway, coverage: coverage, gateway: p.kind == "Gateway" || p.kind == "ListenerSet"}
+			t = &table{layer: layerGatewayAPI, loc: r.loc, rank: rankGateway, coverage: coverage, gateway: p.kind == "Gateway" || p.kind == "ListenerSet"}
 			byKey[k] = t
 			order = append(order, k)
 		}

@@ -52,14 +52,14 @@ spec:
   retry: {numRetries: 3}
 `), Options{Owner: policy.OwnerMesh})
 	for _, m := range []string{create, pay, refund} {
-		f := finding(t, rep, FindingMethodNotCovered, m)
-		if f.Layer != LayerGatewayAPI || !strings.Contains(f.Message, "404") || !strings.Contains(f.Message, "UNIMPLEMENTED") {
+		f := finding(t, rep, findingMethodNotCovered, m)
+		if f.Layer != layerGatewayAPI || !strings.Contains(f.Message, "404") || !strings.Contains(f.Message, "UNIMPLEMENTED") {
 			t.Errorf("method-not-covered: %s", f)
 		}
-		wantAttempts(t, rep, m, map[Layer]string{LayerGatewayAPI: "1"})
+		wantAttempts(t, rep, m, map[Layer]string{layerGatewayAPI: "1"})
 	}
-	wantAttempts(t, rep, get, map[Layer]string{LayerGatewayAPI: "4"})
-	wantAttempts(t, rep, put, map[Layer]string{LayerGatewayAPI: "4"})
+	wantAttempts(t, rep, get, map[Layer]string{layerGatewayAPI: "4"})
+	wantAttempts(t, rep, put, map[Layer]string{layerGatewayAPI: "4"})
 	// A channel to another service's methods: all of them get the 404.
 	cat, err := policy.NewCatalog(policy.MethodPolicy{FullMethod: "/billing.v1.Billing/Charge", Kind: policy.KindNonIdempotent},
 		policy.MethodPolicy{FullMethod: get, Kind: policy.KindNoSideEffects})
@@ -109,9 +109,9 @@ spec:
     retryBudget: {percent: {numerator: 10}, minRetryConcurrency: 2}
 `
 	rep := check(t, mesh(t, routes), Options{Owner: policy.OwnerMesh})
-	wantAttempts(t, rep, get, map[Layer]string{LayerGatewayAPI: "5"})    // the Gateway's policy
-	wantAttempts(t, rep, put, map[Layer]string{LayerGatewayAPI: "2"})    // the route's retry field first
-	wantAttempts(t, rep, create, map[Layer]string{LayerGatewayAPI: "5"}) // never sent: safe
+	wantAttempts(t, rep, get, map[Layer]string{layerGatewayAPI: "5"})    // the Gateway's policy
+	wantAttempts(t, rep, put, map[Layer]string{layerGatewayAPI: "2"})    // the route's retry field first
+	wantAttempts(t, rep, create, map[Layer]string{layerGatewayAPI: "5"}) // never sent: safe
 	if slices.Contains(keys(rep.Findings), "retry-non-idempotent "+create+" @gateway-api") {
 		t.Errorf("connect-failure,refused-stream is safe for any method: %q", keys(rep.Findings))
 	}
@@ -134,7 +134,7 @@ spec:
   timeout: {http: {requestTimeout: 5s}}
   `+merge+`
 `), Options{Owner: policy.OwnerMesh})
-		wantAttempts(t, rep, create, map[Layer]string{LayerGatewayAPI: want})
+		wantAttempts(t, rep, create, map[Layer]string{layerGatewayAPI: want})
 	}
 
 	// Its defaults: 2 retries on connect-failure, refused-stream,
@@ -148,8 +148,8 @@ spec:
   targetRefs: [{group: gateway.networking.k8s.io, kind: GRPCRoute, name: orders}]
   retry: {}
 `), Options{Owner: policy.OwnerMesh})
-	wantAttempts(t, rep, get, map[Layer]string{LayerGatewayAPI: "3"})
-	f := finding(t, rep, FindingNoBudget, get)
+	wantAttempts(t, rep, get, map[Layer]string{layerGatewayAPI: "3"})
+	f := finding(t, rep, findingNoBudget, get)
 	if !strings.Contains(f.Message, "1024 concurrent retries") {
 		t.Errorf("no-budget: %s", f)
 	}
@@ -165,7 +165,7 @@ spec:
 func TestBackendBudget(t *testing.T) {
 	t.Parallel()
 	rep := check(t, load(t, "gateway-httproute.yaml"), Options{Owner: policy.OwnerMesh})
-	finding(t, rep, FindingNoBudget, put)
+	finding(t, rep, findingNoBudget, put)
 	c := load(t, "gateway-httproute.yaml")
 	c.AddMesh("budget.yaml", []byte(`
 apiVersion: gateway.networking.x-k8s.io/v1alpha1
@@ -231,7 +231,7 @@ spec:
 `), Options{Owner: policy.OwnerMesh})
 	var paths []string
 	for _, f := range rep.Findings {
-		if f.Kind == FindingNotUnderstood {
+		if f.Kind == findingNotUnderstood {
 			if f.File != "routes.yaml" || f.Object == "" {
 				t.Errorf("not-understood without its file or object: %s", f)
 			}
@@ -250,7 +250,7 @@ spec:
 		t.Errorf("not-understood at\n  %q\nwant\n  %q", paths, want)
 	}
 	// The selector is taken to select the route: its retry is counted.
-	wantAttempts(t, rep, create, map[Layer]string{LayerGatewayAPI: "2"})
+	wantAttempts(t, rep, create, map[Layer]string{layerGatewayAPI: "2"})
 }
 
 // TestGatewayRefused: a route the API server refuses is no route at all
@@ -291,7 +291,7 @@ spec:
 		if !slices.Contains(keys(rep.Findings), "invalid-resource @gateway-api") {
 			t.Errorf("%s: not refused: %q", name, keys(rep.Findings))
 		}
-		wantAttempts(t, rep, create, map[Layer]string{LayerGatewayAPI: ""})
+		wantAttempts(t, rep, create, map[Layer]string{layerGatewayAPI: ""})
 	}
 	// attempts 0: refused by the CRDs since v1.6.0, accepted as no retries
 	// before: no retries either way.
@@ -305,5 +305,5 @@ spec:
   - retry: {attempts: 0}
 `), Options{Owner: policy.OwnerMesh})
 	wantFindings(t, rep, "invalid-value @gateway-api")
-	wantAttempts(t, rep, create, map[Layer]string{LayerGatewayAPI: ""})
+	wantAttempts(t, rep, create, map[Layer]string{layerGatewayAPI: ""})
 }

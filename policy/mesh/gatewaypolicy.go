@@ -48,7 +48,7 @@ func (c *Config) readGatewayPolicy(loc location, o obj, group, kind, ns string) 
 	case group == "gateway.envoyproxy.io" && kind == "BackendTrafficPolicy":
 		c.readEnvoyGatewayPolicy(loc, o, ns)
 	case group == "gateway.envoyproxy.io" && kind == "EnvoyPatchPolicy":
-		c.add(loc.at(joinPath(o.path, "spec")).finding(FindingNotUnderstood, LayerGatewayAPI, "an EnvoyPatchPolicy patches the xDS that Envoy Gateway generates, and can set or change any retry_policy; the checker does not apply its patches, so the attempts it reports may be too low",
+		c.add(loc.at(joinPath(o.path, "spec")).finding(findingNotUnderstood, layerGatewayAPI, "an EnvoyPatchPolicy patches the xDS that Envoy Gateway generates, and can set or change any retry_policy; the checker does not apply its patches, so the attempts it reports may be too low",
 			"check the patched routes by hand (egctl x translate shows the result), or pass the resulting RouteConfiguration with --mesh"))
 	case group == "gateway.networking.x-k8s.io" && (kind == "XBackendTrafficPolicy" || kind == "BackendTrafficPolicy"):
 		c.readBackendBudget(loc, o, ns)
@@ -92,7 +92,7 @@ func (c *Config) policyTargets(loc location, spec obj) []policyTarget {
 		}
 		if has(so, "matchExpressions") || t.kind == "Gateway" || t.kind == "ListenerSet" {
 			t.anyLabels = true
-			c.add(loc.at(so.path).finding(FindingNotUnderstood, LayerGatewayAPI, fmt.Sprintf("a targetSelector with matchExpressions, or selecting Gateways by their labels, which the checker does not read: it takes the policy to apply to every %q of its namespace", truncate(t.kind)),
+			c.add(loc.at(so.path).finding(findingNotUnderstood, layerGatewayAPI, fmt.Sprintf("a targetSelector with matchExpressions, or selecting Gateways by their labels, which the checker does not read: it takes the policy to apply to every %q of its namespace", truncate(t.kind)),
 				"name the targets with targetRefs"))
 		}
 		out = append(out, t)
@@ -115,7 +115,7 @@ var (
 func (c *Config) readEnvoyGatewayPolicy(loc location, o obj, ns string) {
 	spec, ok := o.child("spec")
 	if !ok {
-		c.add(loc.finding(FindingInvalidResource, LayerGatewayAPI, "a BackendTrafficPolicy without spec: the API server refuses it", "add spec.targetRefs"))
+		c.add(loc.finding(findingInvalidResource, layerGatewayAPI, "a BackendTrafficPolicy without spec: the API server refuses it", "add spec.targetRefs"))
 		return
 	}
 	p := &gatewayPolicy{loc: loc, kind: "BackendTrafficPolicy", namespace: ns, targets: c.policyTargets(loc, spec), merge: has(spec, "mergeType")}
@@ -152,14 +152,14 @@ func (c *Config) readEnvoyGatewayPolicy(loc location, o obj, ns string) {
 // numRetries 0.
 func (c *Config) envoyGatewayRetry(loc location, ro obj) *rule {
 	for _, k := range ro.unknownKeys(egRetryFields...) {
-		c.add(loc.at(joinPath(ro.path, k)).finding(FindingUnknownField, LayerGatewayAPI, fmt.Sprintf("unknown field %q in a BackendTrafficPolicy retry%s; the API server drops it", truncate(k), didYouMean(k, egRetryFields)), "use "+strings.Join(egRetryFields, ", ")))
+		c.add(loc.at(joinPath(ro.path, k)).finding(findingUnknownField, layerGatewayAPI, fmt.Sprintf("unknown field %q in a BackendTrafficPolicy retry%s; the API server drops it", truncate(k), didYouMean(k, egRetryFields)), "use "+strings.Join(egRetryFields, ", ")))
 	}
 	n := int64(2)
 	assumed := true
 	if v, pth, ok := ro.key("numRetries"); ok {
 		x, ok := integer(v)
 		if !ok || x < 0 {
-			c.add(loc.at(pth).finding(FindingInvalidResource, LayerGatewayAPI, "numRetries must be an integer of at least 0: the API server refuses the policy; 2 retries (the default) are counted", "fix the number"))
+			c.add(loc.at(pth).finding(findingInvalidResource, layerGatewayAPI, "numRetries must be an integer of at least 0: the API server refuses the policy; 2 retries (the default) are counted", "fix the number"))
 		} else {
 			n, assumed = x, false
 		}
@@ -168,14 +168,14 @@ func (c *Config) envoyGatewayRetry(loc location, ro obj) *rule {
 	var codes []string
 	if on, ok := ro.child("retryOn"); ok {
 		for _, k := range on.unknownKeys(egRetryOnFields...) {
-			c.add(loc.at(joinPath(on.path, k)).finding(FindingUnknownField, LayerGatewayAPI, fmt.Sprintf("unknown field %q in retryOn%s; the API server drops it", truncate(k), didYouMean(k, egRetryOnFields)), "use triggers, httpStatusCodes"))
+			c.add(loc.at(joinPath(on.path, k)).finding(findingUnknownField, layerGatewayAPI, fmt.Sprintf("unknown field %q in retryOn%s; the API server drops it", truncate(k), didYouMean(k, egRetryOnFields)), "use triggers, httpStatusCodes"))
 		}
 		if list, paths := on.list("triggers"); len(list) > 0 {
 			triggers = nil
 			for i, t := range list {
 				s, _ := t.(string)
 				if !contains(egTriggers, s) {
-					c.add(loc.at(paths[i]).finding(FindingUnknownCondition, LayerGatewayAPI, fmt.Sprintf("trigger %s is not one Envoy Gateway knows: the API server refuses the policy", describe(t)), "use "+strings.Join(egTriggers, ", ")))
+					c.add(loc.at(paths[i]).finding(findingUnknownCondition, layerGatewayAPI, fmt.Sprintf("trigger %s is not one Envoy Gateway knows: the API server refuses the policy", describe(t)), "use "+strings.Join(egTriggers, ", ")))
 					continue
 				}
 				triggers = union(triggers, []string{s})
@@ -188,7 +188,7 @@ func (c *Config) envoyGatewayRetry(loc location, ro obj) *rule {
 			}
 		}
 		if len(codes) > 0 && !contains(triggers, "retriable-status-codes") {
-			c.add(loc.at(joinPath(on.path, "httpStatusCodes")).finding(FindingInvalidValue, LayerGatewayAPI, "httpStatusCodes without the retriable-status-codes trigger: Envoy retries none of these codes", "add retriable-status-codes to triggers"))
+			c.add(loc.at(joinPath(on.path, "httpStatusCodes")).finding(findingInvalidValue, layerGatewayAPI, "httpStatusCodes without the retriable-status-codes trigger: Envoy retries none of these codes", "add retriable-status-codes to triggers"))
 		}
 	}
 	if len(codes) == 0 {
@@ -204,7 +204,7 @@ func (c *Config) envoyGatewayRetry(loc location, ro obj) *rule {
 	if n == 0 {
 		return nil
 	}
-	ru := &rule{layer: LayerGatewayAPI, loc: loc, attempts: Attempts{N: int(min(n, 1<<20)) + 1}, conds: conds}
+	ru := &rule{layer: layerGatewayAPI, loc: loc, attempts: Attempts{N: int(min(n, 1<<20)) + 1}, conds: conds}
 	if assumed {
 		ru.via = "numRetries is not set: Envoy Gateway's default of 2"
 	}

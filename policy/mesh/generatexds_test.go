@@ -31,10 +31,10 @@ func TestGeneratedXDS(t *testing.T) {
 		t.Fatalf("findings %v (xds %v)\n%s", rep.Findings, rep.XDS, js)
 	}
 	for _, m := range []string{get, put, pay} {
-		wantAttempts(t, rep, m, map[Layer]string{LayerXDS: "2", "total": "2"})
+		wantAttempts(t, rep, m, map[Layer]string{layerXDS: "2", "total": "2"})
 	}
 	for _, m := range []string{create, refund} {
-		wantAttempts(t, rep, m, map[Layer]string{LayerXDS: "1", "total": "1"})
+		wantAttempts(t, rep, m, map[Layer]string{layerXDS: "1", "total": "1"})
 	}
 	for _, want := range []string{`"name": "orders"`, `"domains": [`, `"path": "/shop.v1.Orders/Pay"`, `"numRetries": 1`,
 		`"retryOn": "unavailable"`, `"prefix": "/"`, `"cluster": "orders-cluster"`} {

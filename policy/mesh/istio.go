@@ -119,7 +119,7 @@ func (c *Config) vsScope(vs *virtualService, spec obj, val *istioValidation) {
 	}
 	if len(gws) > 0 && !contains(gws, "mesh") {
 		vs.gatewayOnly = true
-		c.add(vs.loc.at(gp).finding(FindingNotUnderstood, LayerIstio,
+		c.add(vs.loc.at(gp).finding(findingNotUnderstood, layerIstio,
 			fmt.Sprintf("spec.gateways [%s] does not name mesh, so only those gateways apply this VirtualService and the sidecars ignore it: the mesh channel keeps the mesh default retries for its hosts, and the retries the gateways make are a channel this check does not judge",
 				truncate(strings.Join(gws, ", "))),
 			"add mesh to spec.gateways if the sidecars should apply these routes (and keep a VirtualService for the mesh otherwise); check the channel through the gateway on its own"))
@@ -132,7 +132,7 @@ func (c *Config) vsScope(vs *virtualService, spec obj, val *istioValidation) {
 		vs.exportTo = exp
 		c.validateExportTo(vs.loc.at(ep), exp, vs.ns, val)
 		if !contains(exp, "*") {
-			c.add(vs.loc.at(ep).finding(FindingNotUnderstood, LayerIstio,
+			c.add(vs.loc.at(ep).finding(findingNotUnderstood, layerIstio,
 				fmt.Sprintf("spec.exportTo [%s] shows this VirtualService only to the sidecars of those namespaces; the check does not know the namespace of the channel's client, so it counts both its retries and the mesh default for its hosts (the worst of them)",
 					truncate(strings.Join(exp, ", "))),
 				"export it to \"*\" if every client should follow it, or judge the channel with the resources its namespace sees"))
@@ -187,7 +187,7 @@ func (c *Config) istioHTTPRoute(loc location, ro obj, ns string, inDelegate bool
 			dns = ns
 		}
 		rt.delegate = &istioDelegate{name: name, ns: dns}
-		c.add(loc.at(d.path).finding(FindingNotUnderstood, LayerIstio,
+		c.add(loc.at(d.path).finding(findingNotUnderstood, layerIstio,
 			fmt.Sprintf("the route delegates to VirtualService %s/%s; the check does not merge a delegate's routes into the root's: it counts the worst of the delegate's retries (when given), the root route's and the mesh default for every request the root route matches", truncate(dns), truncate(name)),
 			"check the delegate's routes by hand, or write the routes in one VirtualService"))
 	}
@@ -200,13 +200,13 @@ func (c *Config) istioHTTPRoute(loc location, ro obj, ns string, inDelegate bool
 // retry headers.
 func (c *Config) httpRouteFields(loc location, ro obj) {
 	for _, k := range ro.unknownKeys(istioHTTPRouteFields...) {
-		c.add(loc.at(joinPath(ro.path, k)).finding(FindingUnknownField, LayerIstio,
+		c.add(loc.at(joinPath(ro.path, k)).finding(findingUnknownField, layerIstio,
 			fmt.Sprintf("unknown field %q in an HTTPRoute%s; the API server drops it (kubectl apply --validate=strict refuses the resource), so it has no effect", truncate(k), didYouMean(k, istioHTTPRouteFields)),
 			"spell it as Istio does: "+strings.Join(istioHTTPRouteFields, ", ")))
 	}
 	for _, k := range []string{"mirror", "mirrors"} {
 		if _, p, ok := ro.key(k); ok {
-			c.add(loc.at(p).finding(FindingNotUnderstood, LayerIstio,
+			c.add(loc.at(p).finding(findingNotUnderstood, layerIstio,
 				"the route mirrors requests: Envoy sends a copy of each to the mirror's destination and ignores its answer; the copies are not counted in the attempts (a mirror to the same service is one more request for each call)",
 				"mirror to another service, or count the copies by hand"))
 		}
@@ -232,7 +232,7 @@ func (c *Config) retryHeaders(loc location, h obj) {
 			}
 			for _, k := range m.keys() {
 				if isEnvoyRetryHeader(k) {
-					c.add(loc.at(joinPath(m.path, k)).finding(FindingNotUnderstood, LayerIstio,
+					c.add(loc.at(joinPath(m.path, k)).finding(findingNotUnderstood, layerIstio,
 						fmt.Sprintf("the route sets the request header %s, which tells Envoy how to retry; the check does not read header values", truncate(k)),
 						"configure retries with spec.http[].retries instead"))
 				}
@@ -364,7 +364,7 @@ func (c *Config) istioMatch(loc location, mo obj, val *istioValidation) matcher 
 		mt = c.stringMatch(loc, uri, "uri", ignoreCase, val)
 	}
 	for _, k := range mo.unknownKeys(istioMatchFields...) {
-		c.add(loc.at(joinPath(mo.path, k)).finding(FindingUnknownField, LayerIstio,
+		c.add(loc.at(joinPath(mo.path, k)).finding(findingUnknownField, layerIstio,
 			fmt.Sprintf("unknown field %q in an HTTPMatchRequest%s; the API server drops it, so it does not restrict the match", truncate(k), didYouMean(k, istioMatchFields)),
 			"spell it as Istio does: "+strings.Join(istioMatchFields, ", ")))
 	}
@@ -414,7 +414,7 @@ func (c *Config) stringMatch(loc location, sm obj, what string, ignoreCase bool,
 		}
 		return m
 	}
-	c.add(loc.at(sm.path).finding(FindingInvalidValue, LayerIstio, what+" has none of exact, prefix and regex, so it matches every path", "set one of them"))
+	c.add(loc.at(sm.path).finding(findingInvalidValue, layerIstio, what+" has none of exact, prefix and regex, so it matches every path", "set one of them"))
 	return allMatcher(what + " (empty)")
 }
 

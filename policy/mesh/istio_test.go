@@ -108,14 +108,14 @@ func TestIstioValidation(t *testing.T) {
 				doc = strings.Replace(doc, "hosts: [orders]", "hosts: ['*']", 1)
 			}
 			rep := check(t, meshYAML(t, "vs.yaml", doc), Options{Owner: policy.OwnerMesh, Hosts: []string{"orders.shop"}})
-			invalid := findingsOf(rep, FindingInvalidResource)
+			invalid := findingsOf(rep, findingInvalidResource)
 			if len(invalid) == 0 || invalid[0].Path != tc.path || invalid[0].Object != "VirtualService shop/orders" ||
 				!strings.Contains(invalid[0].Message, "Istio's validation rejects the whole VirtualService, so none of it is applied: the mesh default retries stay in force") {
 				t.Fatalf("invalid-resource findings %v\n%s", invalid, doc)
 			}
-			wantAttempts(t, rep, get, map[Layer]string{LayerIstio: "3"})
-			wantAttempts(t, rep, create, map[Layer]string{LayerIstio: "3"})
-			if src := attemptsSources(rep, get, LayerIstio); !strings.Contains(src, "Istio defaults") ||
+			wantAttempts(t, rep, get, map[Layer]string{layerIstio: "3"})
+			wantAttempts(t, rep, create, map[Layer]string{layerIstio: "3"})
+			if src := attemptsSources(rep, get, layerIstio); !strings.Contains(src, "Istio defaults") ||
 				!strings.Contains(src, "is rejected by Istio's validation, so the mesh default applies") {
 				t.Errorf("sources %q", src)
 			}
@@ -138,15 +138,15 @@ func TestIstioValidationAccepts(t *testing.T) {
 		"weights":                 "    route: [{destination: {host: orders}, weight: 90}, {destination: {host: orders-canary}, weight: 10}]",
 	} {
 		rep := check(t, meshYAML(t, "vs.yaml", vsWith(route, "")), Options{Owner: policy.OwnerMesh, Hosts: []string{"orders.shop"}})
-		if f := findingsOf(rep, FindingInvalidResource); len(f) > 0 {
+		if f := findingsOf(rep, findingInvalidResource); len(f) > 0 {
 			t.Errorf("%s: %v", name, f)
 		}
-		wantAttempts(t, rep, get, map[Layer]string{LayerIstio: "1"})
+		wantAttempts(t, rep, get, map[Layer]string{layerIstio: "1"})
 	}
 	// A status code in retryOn adds retriable-status-codes (ConvertPolicy).
 	rep := check(t, meshYAML(t, "vs.yaml", vsWith(okRoute+"\n    retries: {attempts: 2, retryOn: 'connect-failure,503'}", "")),
 		Options{Owner: policy.OwnerMesh})
-	if f := finding(t, rep, FindingRetryNonIdempotent, create); !slices.Equal(f.Conditions, []string{"retriable-status-codes (503)"}) {
+	if f := finding(t, rep, findingRetryNonIdempotent, create); !slices.Equal(f.Conditions, []string{"retriable-status-codes (503)"}) {
 		t.Errorf("conditions %q", f.Conditions)
 	}
 }
@@ -165,11 +165,11 @@ func TestIstioInvalidDestinationRule(t *testing.T) {
 	} {
 		c := meshYAML(t, "dr.yaml", "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: orders, namespace: shop}\nspec:\n  host: orders\n  "+tp+"\n")
 		rep := check(t, c, Options{Owner: policy.OwnerMesh, Hosts: []string{"orders.shop"}})
-		inv := findingsOf(rep, FindingInvalidResource)
+		inv := findingsOf(rep, findingInvalidResource)
 		if len(inv) == 0 || !strings.Contains(inv[0].Message, "rejects the whole DestinationRule") {
 			t.Errorf("%s: %v", name, inv)
 		}
-		if f := finding(t, rep, FindingNoBudget, get); !strings.Contains(f.Message, "no DestinationRule sets") {
+		if f := finding(t, rep, findingNoBudget, get); !strings.Contains(f.Message, "no DestinationRule sets") {
 			t.Errorf("%s: %s", name, f)
 		}
 	}
@@ -187,43 +187,43 @@ func TestIstioScope(t *testing.T) {
 	t.Parallel()
 	opts := Options{Owner: policy.OwnerMesh, Hosts: []string{"orders.shop"}}
 	rep := check(t, meshYAML(t, "gw.yaml", vsWith(okRoute, "  gateways: [shop/edge]")), opts)
-	f := findingsOf(rep, FindingNotUnderstood)
+	f := findingsOf(rep, findingNotUnderstood)
 	if len(f) != 1 || f[0].Path != "spec.gateways" || !strings.Contains(f[0].Message, "does not name mesh") || f[0].File != "gw.yaml" {
 		t.Fatalf("not-understood %v", f)
 	}
-	wantAttempts(t, rep, get, map[Layer]string{LayerIstio: "3"})
-	if src := attemptsSources(rep, get, LayerIstio); !strings.Contains(src, "applies to gateways only, so the mesh default applies") {
+	wantAttempts(t, rep, get, map[Layer]string{layerIstio: "3"})
+	if src := attemptsSources(rep, get, layerIstio); !strings.Contains(src, "applies to gateways only, so the mesh default applies") {
 		t.Errorf("sources %q", src)
 	}
 	// With mesh among the gateways, the sidecars apply it.
 	rep = check(t, meshYAML(t, "gw.yaml", vsWith(okRoute, "  gateways: [shop/edge, mesh]")), opts)
 	wantFindings(t, rep)
-	wantAttempts(t, rep, get, map[Layer]string{LayerIstio: "1"})
+	wantAttempts(t, rep, get, map[Layer]string{layerIstio: "1"})
 	// A match for gateways only does not select the sidecars' requests:
 	// the next route applies.
 	doc := vsWith(okRoute, "  gateways: [shop/edge, mesh]")
 	doc = strings.Replace(doc, "match: [{uri: {prefix: /shop.v1.Orders/}}]", "match: [{uri: {prefix: /shop.v1.Orders/}, gateways: [shop/edge]}]", 1) +
 		"  - retries: {attempts: 4, retryOn: unavailable}\n" + okRoute + "\n"
-	wantAttempts(t, check(t, meshYAML(t, "gw.yaml", doc), opts), get, map[Layer]string{LayerIstio: "5"})
+	wantAttempts(t, check(t, meshYAML(t, "gw.yaml", doc), opts), get, map[Layer]string{layerIstio: "5"})
 
 	// exportTo ".": the worst of the VirtualService and the default.
 	rep = check(t, meshYAML(t, "exp.yaml", vsWith(okRoute, "  exportTo: [.]")), opts)
-	f = findingsOf(rep, FindingNotUnderstood)
+	f = findingsOf(rep, findingNotUnderstood)
 	if len(f) != 1 || f[0].Path != "spec.exportTo" || !strings.Contains(f[0].Message, "counts both its retries and the mesh default") {
 		t.Fatalf("not-understood %v", f)
 	}
-	wantAttempts(t, rep, get, map[Layer]string{LayerIstio: "3"})
+	wantAttempts(t, rep, get, map[Layer]string{layerIstio: "3"})
 	rep = check(t, meshYAML(t, "exp.yaml", vsWith(okRoute, "  exportTo: ['*']")), opts)
 	wantFindings(t, rep)
-	wantAttempts(t, rep, get, map[Layer]string{LayerIstio: "1"})
+	wantAttempts(t, rep, get, map[Layer]string{layerIstio: "1"})
 	// The mesh config's defaultVirtualServiceExportTo does the same for a
 	// VirtualService without exportTo.
 	c := meshYAML(t, "exp.yaml", vsWith(okRoute, "")+"---\nmeshConfig:\n  defaultVirtualServiceExportTo: [.]\n  defaultHttpRetryPolicy: {attempts: 1, retryOn: unavailable}\n")
 	rep = check(t, c, opts)
-	if f := findingsOf(rep, FindingNotUnderstood); len(f) != 1 || f[0].Path != "meshConfig.defaultVirtualServiceExportTo" {
+	if f := findingsOf(rep, findingNotUnderstood); len(f) != 1 || f[0].Path != "meshConfig.defaultVirtualServiceExportTo" {
 		t.Fatalf("not-understood %v", f)
 	}
-	wantAttempts(t, rep, get, map[Layer]string{LayerIstio: "2"})
+	wantAttempts(t, rep, get, map[Layer]string{layerIstio: "2"})
 }
 
 // TestIstioStatusCodes: retriable-status-codes retries the codes listed in
@@ -239,25 +239,25 @@ func TestIstioStatusCodes(t *testing.T) {
 	}
 	// Only retriable-status-codes, no code: nothing is retried.
 	rep := check(t, vs("retriable-status-codes"), opts)
-	wantAttempts(t, rep, create, map[Layer]string{LayerIstio: "1"})
-	f := findingsOf(rep, FindingInvalidValue)
+	wantAttempts(t, rep, create, map[Layer]string{layerIstio: "1"})
+	f := findingsOf(rep, findingInvalidValue)
 	if len(f) != 1 || f[0].Path != "spec.http[0].retries.retryOn" || !strings.Contains(f[0].Message, "retries no status code") {
 		t.Fatalf("invalid-value %v", f)
 	}
 	// With other conditions, those remain.
 	rep = check(t, vs("reset,retriable-status-codes"), opts)
-	if f := finding(t, rep, FindingRetryNonIdempotent, create); !slices.Equal(f.Conditions, []string{"reset"}) {
+	if f := finding(t, rep, findingRetryNonIdempotent, create); !slices.Equal(f.Conditions, []string{"reset"}) {
 		t.Errorf("conditions %q", f.Conditions)
 	}
 	// With codes, they are the list.
 	rep = check(t, vs("retriable-status-codes,503,429"), opts)
-	wantAttempts(t, rep, create, map[Layer]string{LayerIstio: "4"})
-	if f := finding(t, rep, FindingRetryNonIdempotent, create); !slices.Equal(f.Conditions, []string{"retriable-status-codes (503,429)"}) {
+	wantAttempts(t, rep, create, map[Layer]string{layerIstio: "4"})
+	if f := finding(t, rep, findingRetryNonIdempotent, create); !slices.Equal(f.Conditions, []string{"retriable-status-codes (503,429)"}) {
 		t.Errorf("conditions %q", f.Conditions)
 	}
 	// The mesh config's default reads the same way.
 	rep = check(t, meshYAML(t, "mesh.yaml", "defaultHttpRetryPolicy: {attempts: 2, retryOn: retriable-status-codes}\n"), opts)
-	wantAttempts(t, rep, get, map[Layer]string{LayerIstio: "1"})
+	wantAttempts(t, rep, get, map[Layer]string{layerIstio: "1"})
 }
 
 // TestIstioPortBudget: a DestinationRule's budget may be set per port
@@ -292,32 +292,32 @@ spec:
 	wantFindings(t, rep, "retry-non-idempotent "+create+" @istio", "retry-keyed-without-ledger "+refund+" @istio")
 	rep = check(t, vs("{host: orders, port: {number: 8080}}"), opts)
 	wantFindings(t, rep, "retry-non-idempotent "+create+" @istio", "retry-keyed-without-ledger "+refund+" @istio")
-	if b := layerBudget(rep, get, LayerIstio); !strings.Contains(b, "spec.trafficPolicy.portLevelSettings[0].connectionPool.http.maxRetries: at most 5 concurrent retries") {
+	if b := layerBudget(rep, get, layerIstio); !strings.Contains(b, "spec.trafficPolicy.portLevelSettings[0].connectionPool.http.maxRetries: at most 5 concurrent retries") {
 		t.Errorf("budget %q", b)
 	}
 	// The port named by the channel's host works the same.
 	rep = check(t, vs("{host: orders}"), Options{Owner: policy.OwnerMesh, Hosts: []string{"orders.shop:8080"}})
-	if b := layerBudget(rep, get, LayerIstio); !strings.Contains(b, "at most 5 concurrent retries") {
+	if b := layerBudget(rep, get, layerIstio); !strings.Contains(b, "at most 5 concurrent retries") {
 		t.Errorf("budget by host port %q", b)
 	}
 	// A subset's own connectionPool.
 	rep = check(t, vs("{host: orders, subset: canary, port: {number: 9090}}"), opts)
-	if b := layerBudget(rep, get, LayerIstio); !strings.Contains(b, "spec.subsets[0].trafficPolicy.connectionPool.http.maxRetries: at most 2") {
+	if b := layerBudget(rep, get, layerIstio); !strings.Contains(b, "spec.subsets[0].trafficPolicy.connectionPool.http.maxRetries: at most 2") {
 		t.Errorf("subset budget %q", b)
 	}
 	// Another port has Istio's default; an unknown port says how to name it.
 	rep = check(t, vs("{host: orders, port: {number: 9090}}"), opts)
-	if f := finding(t, rep, FindingNoBudget, get); !strings.Contains(f.Message, "sets neither") {
+	if f := finding(t, rep, findingNoBudget, get); !strings.Contains(f.Message, "sets neither") {
 		t.Errorf("other port: %s", f)
 	}
 	rep = check(t, vs("{host: orders}"), opts)
-	if f := finding(t, rep, FindingNoBudget, get); !strings.Contains(f.Message, "its portLevelSettings bound ports 8080 only, and the channel's port is not known") {
+	if f := finding(t, rep, findingNoBudget, get); !strings.Contains(f.Message, "its portLevelSettings bound ports 8080 only, and the channel's port is not known") {
 		t.Errorf("unknown port: %s", f)
 	}
 	// A port's settings replace the destination's retryBudget entirely.
 	c := meshYAML(t, "budget.yaml", strings.Replace(dr, "  trafficPolicy:\n    portLevelSettings:", "  trafficPolicy:\n    retryBudget: {percent: 10}\n    portLevelSettings:", 1)+
 		vsWith("    route: [{destination: {host: orders, port: {number: 8080}}}]\n    retries: {attempts: 2, retryOn: unavailable}", ""))
-	if b := layerBudget(check(t, c, opts), get, LayerIstio); !strings.Contains(b, "at most 5 concurrent retries") || strings.Contains(b, "10%") {
+	if b := layerBudget(check(t, c, opts), get, layerIstio); !strings.Contains(b, "at most 5 concurrent retries") || strings.Contains(b, "10%") {
 		t.Errorf("port replaces budget: %q", b)
 	}
 }
@@ -372,41 +372,41 @@ func TestEnvoyFilter(t *testing.T) {
 	t.Parallel()
 	opts := Options{Owner: policy.OwnerMesh, Hosts: []string{"orders.shop:8080"}}
 	rep := check(t, meshYAML(t, "ef.yaml", efYAML("istio-system", routePatch)+vsWith(okRoute+"\n    retries: {attempts: 1, retryOn: connect-failure}", "")), opts)
-	wantAttempts(t, rep, create, map[Layer]string{LayerIstio: "6"})
-	f := finding(t, rep, FindingRetryNonIdempotent, create)
+	wantAttempts(t, rep, create, map[Layer]string{layerIstio: "6"})
+	f := finding(t, rep, findingRetryNonIdempotent, create)
 	if f.Object != "EnvoyFilter istio-system/retries" || f.Path != "spec.configPatches[0].patch.value.route.retry_policy" ||
 		!slices.Equal(f.Conditions, []string{"unavailable", "5xx"}) {
 		t.Errorf("finding %s %q", f, f.Conditions)
 	}
 	for _, f := range rep.Findings {
-		if f.Kind == FindingUnknownKind || strings.Contains(f.Message, "does not configure retries") {
+		if f.Kind == findingUnknownKind || strings.Contains(f.Message, "does not configure retries") {
 			t.Errorf("finding %s", f)
 		}
 	}
 	// The default route, for a host with no VirtualService, is patched too.
 	rep = check(t, meshYAML(t, "ef.yaml", efYAML("istio-system", routePatch)), opts)
-	wantAttempts(t, rep, get, map[Layer]string{LayerIstio: "6"})
+	wantAttempts(t, rep, get, map[Layer]string{layerIstio: "6"})
 	// Another host's virtual host is not.
 	rep = check(t, meshYAML(t, "ef.yaml", efYAML("istio-system", routePatch)), Options{Owner: policy.OwnerMesh, Hosts: []string{"billing.shop:8080"}})
-	wantAttempts(t, rep, get, map[Layer]string{LayerIstio: "3"})
+	wantAttempts(t, rep, get, map[Layer]string{layerIstio: "3"})
 	// num_retries 0 in a MERGE keeps the route's count (2, Istio's default).
 	zero := strings.Replace(routePatch, "num_retries: 5", "num_retries: 0", 1)
 	rep = check(t, meshYAML(t, "ef.yaml", efYAML("istio-system", zero)), opts)
-	wantAttempts(t, rep, get, map[Layer]string{LayerIstio: "3"})
+	wantAttempts(t, rep, get, map[Layer]string{layerIstio: "3"})
 	// In a namespace of its own the filter applies to that namespace's
 	// workloads only: the worst of both.
 	rep = check(t, meshYAML(t, "ef.yaml", efYAML("payments", routePatch)+vsWith(okRoute, "")), opts)
-	wantAttempts(t, rep, get, map[Layer]string{LayerIstio: "6"})
-	if src := attemptsSources(rep, get, LayerIstio); !strings.Contains(src, "the worst of the policies that may apply") {
+	wantAttempts(t, rep, get, map[Layer]string{layerIstio: "6"})
+	if src := attemptsSources(rep, get, layerIstio); !strings.Contains(src, "the worst of the policies that may apply") {
 		t.Errorf("sources %q", src)
 	}
 	// A VIRTUAL_HOST patch reaches only the routes without a policy of
 	// their own (attempts 0 leaves none).
 	vhPatch := strings.Replace(strings.Replace(routePatch, "HTTP_ROUTE", "VIRTUAL_HOST", 1), "        route:\n          retry_policy", "        retry_policy", 1)
 	rep = check(t, meshYAML(t, "ef.yaml", efYAML("istio-system", vhPatch)+vsWith(okRoute, "")+"  - retries: {attempts: 1, retryOn: unavailable}\n"+okRoute+"\n"), opts)
-	wantAttempts(t, rep, get, map[Layer]string{LayerIstio: "6"})
+	wantAttempts(t, rep, get, map[Layer]string{layerIstio: "6"})
 	rep = check(t, meshYAML(t, "ef.yaml", efYAML("istio-system", vhPatch)+vsWith(okRoute+"\n    retries: {attempts: 1, retryOn: unavailable}", "")), opts)
-	wantAttempts(t, rep, get, map[Layer]string{LayerIstio: "2"})
+	wantAttempts(t, rep, get, map[Layer]string{layerIstio: "2"})
 }
 
 // TestEnvoyFilterNotUnderstood: a patch the check does not model is a
@@ -430,12 +430,12 @@ func TestEnvoyFilterNotUnderstood(t *testing.T) {
     patch: {operation: MERGE, value: {request_headers_to_add: [{header: {key: x-envoy-max-retries, value: "9"}}]}}`, "request_headers_to_add"},
 	} {
 		rep := check(t, meshYAML(t, "ef.yaml", efYAML("istio-system", tc.patch)), Options{Owner: policy.OwnerMesh, Hosts: []string{"orders.shop:8080"}})
-		f := findingsOf(rep, FindingNotUnderstood)
+		f := findingsOf(rep, findingNotUnderstood)
 		if len(f) != 1 || f[0].File != "ef.yaml" || f[0].Object != "EnvoyFilter istio-system/retries" || f[0].Path != "spec.configPatches[0]" ||
 			!strings.Contains(f[0].Message, tc.want) {
 			t.Errorf("%s: %v", name, f)
 		}
-		wantAttempts(t, rep, get, map[Layer]string{LayerIstio: "3"})
+		wantAttempts(t, rep, get, map[Layer]string{layerIstio: "3"})
 	}
 }
 
@@ -469,14 +469,14 @@ spec:
 `
 	opts := Options{Owner: policy.OwnerMesh, Hosts: []string{"orders.shop"}}
 	rep := check(t, meshYAML(t, "delegate.yaml", root+delegate), opts)
-	wantAttempts(t, rep, get, map[Layer]string{LayerIstio: "5"})
-	f := findingsOf(rep, FindingNotUnderstood)
+	wantAttempts(t, rep, get, map[Layer]string{layerIstio: "5"})
+	f := findingsOf(rep, findingNotUnderstood)
 	if len(f) != 1 || f[0].Path != "spec.http[0].delegate" {
 		t.Errorf("not-understood %v", f)
 	}
 	rep = check(t, meshYAML(t, "delegate.yaml", delegate), opts)
-	if f := findingsOf(rep, FindingNotUnderstood); len(f) != 1 || !strings.Contains(f[0].Message, "no root in the input names it") {
+	if f := findingsOf(rep, findingNotUnderstood); len(f) != 1 || !strings.Contains(f[0].Message, "no root in the input names it") {
 		t.Errorf("unreferenced delegate %v", f)
 	}
-	wantAttempts(t, rep, get, map[Layer]string{LayerIstio: "3"})
+	wantAttempts(t, rep, get, map[Layer]string{layerIstio: "3"})
 }

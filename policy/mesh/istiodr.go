@@ -93,7 +93,7 @@ func (c *Config) readTrafficPolicy(at location, v any, val *istioValidation, kno
 		val.reject(at, "a traffic policy must have at least one field", "set a field, or remove the traffic policy")
 	}
 	for _, k := range o.unknownKeys(known...) {
-		c.add(at.at(joinPath(o.path, k)).finding(FindingUnknownField, LayerIstio,
+		c.add(at.at(joinPath(o.path, k)).finding(findingUnknownField, layerIstio,
 			fmt.Sprintf("unknown field %q in a traffic policy%s; the API server drops it, so it has no effect", truncate(k), didYouMean(k, known)),
 			"spell it as Istio does: "+strings.Join(known, ", ")))
 	}
@@ -166,7 +166,7 @@ func (c *Config) readRetryBudget(at location, v any, val *istioValidation) strin
 		return ""
 	}
 	for _, k := range rb.unknownKeys(istioRetryBudgetFields...) {
-		c.add(at.at(joinPath(rb.path, k)).finding(FindingUnknownField, LayerIstio, fmt.Sprintf("unknown field %q in a retryBudget%s; the API server drops it, so it has no effect", truncate(k), didYouMean(k, istioRetryBudgetFields)),
+		c.add(at.at(joinPath(rb.path, k)).finding(findingUnknownField, layerIstio, fmt.Sprintf("unknown field %q in a retryBudget%s; the API server drops it, so it has no effect", truncate(k), didYouMean(k, istioRetryBudgetFields)),
 			"spell it as Istio does: "+strings.Join(istioRetryBudgetFields, ", ")))
 	}
 	pct, min := 20.0, int64(3)

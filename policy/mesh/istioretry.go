@@ -20,7 +20,7 @@ func (c *Config) readIstioRetry(loc location, v any, val *istioValidation) *isti
 	}
 	r := &istioRetry{loc: loc}
 	for _, k := range o.unknownKeys(istioRetryFields...) {
-		c.add(loc.at(joinPath(o.path, k)).finding(FindingUnknownField, LayerIstio,
+		c.add(loc.at(joinPath(o.path, k)).finding(findingUnknownField, layerIstio,
 			fmt.Sprintf("unknown field %q in an HTTPRetry%s; the API server drops it (kubectl apply --validate=strict refuses the resource), so it has no effect", truncate(k), didYouMean(k, istioRetryFields)),
 			"spell it as Istio does: "+strings.Join(istioRetryFields, ", ")))
 	}
@@ -87,7 +87,7 @@ func (c *Config) retriesWithoutAttempts(r *istioRetry, o obj, val *istioValidati
 			"write attempts: N to retry, or retries: {attempts: 0} alone to switch the route's retries off")
 		return
 	}
-	c.add(r.loc.finding(FindingInvalidValue, LayerIstio, fmt.Sprintf("retries with %s: Istio switches these retries off, whatever else is set (%s)", what, strings.Join(set, ", ")),
+	c.add(r.loc.finding(findingInvalidValue, layerIstio, fmt.Sprintf("retries with %s: Istio switches these retries off, whatever else is set (%s)", what, strings.Join(set, ", ")),
 		"write attempts: N to retry, or attempts: 0 alone to say that nothing retries"))
 }
 
@@ -122,7 +122,7 @@ func (c *Config) retryOn(r *istioRetry, o obj, val *istioValidation) {
 		}
 		if _, known := envoyConditions[tok]; !known {
 			if val == nil {
-				c.add(r.loc.at(op).finding(FindingUnknownCondition, LayerIstio, fmt.Sprintf("%q is not a retry condition Envoy knows%s; Envoy ignores it", truncate(tok), didYouMean(tok, conditionNames())),
+				c.add(r.loc.at(op).finding(findingUnknownCondition, layerIstio, fmt.Sprintf("%q is not a retry condition Envoy knows%s; Envoy ignores it", truncate(tok), didYouMean(tok, conditionNames())),
 					"use Envoy's names (5xx, gateway-error, reset, connect-failure, refused-stream, retriable-status-codes…) or the gRPC ones (cancelled, deadline-exceeded, internal, resource-exhausted, unavailable)"))
 			}
 			continue
@@ -130,7 +130,7 @@ func (c *Config) retryOn(r *istioRetry, o obj, val *istioValidation) {
 		r.retryOn = append(r.retryOn, tok)
 	}
 	if contains(r.retryOn, "retriable-status-codes") && len(r.codes) == 0 {
-		c.add(r.loc.at(op).finding(FindingInvalidValue, LayerIstio,
+		c.add(r.loc.at(op).finding(findingInvalidValue, layerIstio,
 			"retryOn has retriable-status-codes but no status code: Istio passes no code to Envoy (pilot's retry.ConvertPolicy takes the codes from retryOn alone), so it retries no status code",
 			"list the codes in retryOn, such as \"retriable-status-codes,503\", or remove retriable-status-codes"))
 	}
@@ -153,7 +153,7 @@ func (c *Config) readMeshConfig(loc location, mc obj, object string) {
 	if len(exp) > 0 {
 		c.vsExportTo = exp
 		if !contains(exp, "*") {
-			c.add(loc.at(ep).finding(FindingNotUnderstood, LayerIstio,
+			c.add(loc.at(ep).finding(findingNotUnderstood, layerIstio,
 				fmt.Sprintf("defaultVirtualServiceExportTo [%s] shows a VirtualService without exportTo only to the sidecars of those namespaces; the check does not know the namespace of the channel's client, so for such a VirtualService it counts both its retries and the mesh default (the worst of them)",
 					truncate(strings.Join(exp, ", "))),
 				"judge the channel with the resources its namespace sees"))

@@ -79,7 +79,7 @@ func hostsPort(hosts []string) int {
 
 // vsTable is the route table of a VirtualService the sidecars apply.
 func (c *Config) vsTable(vs *virtualService, port int) *table {
-	t := &table{layer: LayerIstio, loc: vs.loc, coverage: true}
+	t := &table{layer: layerIstio, loc: vs.loc, coverage: true}
 	for _, r := range vs.http {
 		rt := route{loc: r.loc, name: r.name, matches: r.matches}
 		if r.delegate != nil {
@@ -177,7 +177,7 @@ func conditionalMatches(ms []matcher) []matcher {
 // istioDefaultTable is Istio's default route for the hosts: the mesh
 // default retry policy (EnvoyFilter patches merged).
 func (c *Config) istioDefaultTable(hosts []string, port int, via string) *table {
-	t := &table{layer: LayerIstio, loc: location{object: "Istio default route"}}
+	t := &table{layer: layerIstio, loc: location{object: "Istio default route"}}
 	rt := route{loc: t.loc, name: "default"}
 	host := ""
 	if len(hosts) > 0 {
@@ -209,7 +209,7 @@ func (c *Config) unreferencedDelegates() {
 			}
 		}
 		if !referenced {
-			c.add(d.loc.at("spec.hosts").finding(FindingNotUnderstood, LayerIstio,
+			c.add(d.loc.at("spec.hosts").finding(findingNotUnderstood, layerIstio,
 				"a VirtualService without hosts is a delegate: it applies only through a root VirtualService's delegate, and no root in the input names it, so its routes and retries are not counted",
 				"pass the root VirtualService too, or give this one spec.hosts"))
 		}

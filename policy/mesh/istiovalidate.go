@@ -25,7 +25,7 @@ type istioValidation struct {
 // reject records one broken rule.
 func (v *istioValidation) reject(at location, msg, fix string) {
 	v.rejected = true
-	v.c.add(at.finding(FindingInvalidResource, LayerIstio, msg+"; Istio's validation rejects the whole "+v.what+", so none of it is applied: "+v.effect, fix))
+	v.c.add(at.finding(findingInvalidResource, layerIstio, msg+"; Istio's validation rejects the whole "+v.what+", so none of it is applied: "+v.effect, fix))
 }
 
 // bad reports a value Istio rejects: with a validation, the resource is
@@ -36,7 +36,7 @@ func (c *Config) bad(val *istioValidation, at location, msg, fix string) {
 		val.reject(at, msg, fix)
 		return
 	}
-	c.add(at.finding(FindingInvalidValue, LayerIstio, msg, fix))
+	c.add(at.finding(findingInvalidValue, layerIstio, msg, fix))
 }
 
 // istioDuration checks a duration as Istio does (agent.ValidateDuration and

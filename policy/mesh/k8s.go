@@ -130,7 +130,7 @@ func (r *linkerdRetry) rule(grpc bool) *rule {
 	if r.timeout != "" {
 		conds = append(conds, "timeout ("+r.timeout+")")
 	}
-	return &rule{layer: LayerLinkerd, loc: r.loc, attempts: Attempts{N: int(n) + 1}, conds: conds,
+	return &rule{layer: layerLinkerd, loc: r.loc, attempts: Attempts{N: int(n) + 1}, conds: conds,
 		via:      "Linkerd also retries, unsent, a request refused or with no endpoint available",
 		noBudget: "retries configured with retry.linkerd.io annotations have no retry budget (only a ServiceProfile's retryBudget bounds Linkerd's retries)"}
 }
@@ -155,7 +155,7 @@ func (c *Config) readAnnotations(loc location, meta obj, kind string) *linkerdRe
 		}
 		s, isString := v.(string)
 		if !isString {
-			c.add(loc.at(p).finding(FindingInvalidValue, LayerLinkerd, fmt.Sprintf("annotation %s must be a string, not %s (quote it): the API server refuses the %s", name, describe(v), kind), fmt.Sprintf("write %s: \"%s\"", name, describe(v))))
+			c.add(loc.at(p).finding(findingInvalidValue, layerLinkerd, fmt.Sprintf("annotation %s must be a string, not %s (quote it): the API server refuses the %s", name, describe(v), kind), fmt.Sprintf("write %s: \"%s\"", name, describe(v))))
 			return "", loc, false
 		}
 		return s, loc.at(p), true
@@ -194,16 +194,16 @@ func (c *Config) unknownAnnotations(loc location, ann obj, kind string) {
 		switch {
 		case strings.HasPrefix(k, "retry.linkerd.io/"):
 			if !contains(linkerdAnnotations, k) {
-				c.add(at.finding(FindingUnknownField, LayerLinkerd, fmt.Sprintf("unknown annotation %q%s; Linkerd ignores it", truncate(k), didYouMean(k, linkerdAnnotations)),
+				c.add(at.finding(findingUnknownField, layerLinkerd, fmt.Sprintf("unknown annotation %q%s; Linkerd ignores it", truncate(k), didYouMean(k, linkerdAnnotations)),
 					"use "+strings.Join(linkerdAnnotations, ", ")))
 			}
 		case contains(linkerdTimeouts, k):
 			if v, _ := ann.str(k); kind != "Service" && !linkerdDuration(v) {
-				c.add(at.finding(FindingInvalidValue, LayerLinkerd, fmt.Sprintf("%s %q is not a duration Linkerd reads (a whole number and one of ms, s, m, h, d, such as \"300ms\"): %s", truncate(k), truncate(v), consequence(kind, "any")),
+				c.add(at.finding(findingInvalidValue, layerLinkerd, fmt.Sprintf("%s %q is not a duration Linkerd reads (a whole number and one of ms, s, m, h, d, such as \"300ms\"): %s", truncate(k), truncate(v), consequence(kind, "any")),
 					"write a whole number with a unit"))
 			}
 		case k == "konghq.com/override" || strings.Contains(strings.ToLower(k), "retry") || strings.Contains(strings.ToLower(k), "retries"):
-			c.add(at.finding(FindingNotUnderstood, "", fmt.Sprintf("annotation %q may configure retries (Kong reads konghq.com/retries on a Service, and a KongIngress named by konghq.com/override can set proxy.retries, 5 by default); the checker does not read it, so the attempts it reports may be too low", truncate(k)),
+			c.add(at.finding(findingNotUnderstood, "", fmt.Sprintf("annotation %q may configure retries (Kong reads konghq.com/retries on a Service, and a KongIngress named by konghq.com/override can set proxy.retries, 5 by default); the checker does not read it, so the attempts it reports may be too low", truncate(k)),
 				"check this layer's retries by hand, or remove the annotation"))
 		}
 	}
@@ -214,13 +214,13 @@ func (c *Config) unknownAnnotations(loc location, ann obj, kind string) {
 // splits the list at commas without trimming blanks.
 func (c *Config) annotationHTTP(r *linkerdRetry, at location, s, kind string) {
 	if kind == "GRPCRoute" {
-		c.add(at.finding(FindingInvalidValue, LayerLinkerd, annoHTTP+" is not valid on a GRPCRoute; Linkerd ignores it", "use "+annoGRPC))
+		c.add(at.finding(findingInvalidValue, layerLinkerd, annoHTTP+" is not valid on a GRPCRoute; Linkerd ignores it", "use "+annoGRPC))
 		return
 	}
 	r.http = []string{}
 	for _, tok := range strings.Split(s, ",") {
 		if !linkerdHTTPCondition(tok) {
-			c.add(at.finding(FindingUnknownCondition, LayerLinkerd, fmt.Sprintf("%q is not a status code, a range xxx-yyy, gateway-error or 5xx (Linkerd does not trim blanks): %s", truncate(tok), consequence(kind, "HTTP")), "fix the list"))
+			c.add(at.finding(findingUnknownCondition, layerLinkerd, fmt.Sprintf("%q is not a status code, a range xxx-yyy, gateway-error or 5xx (Linkerd does not trim blanks): %s", truncate(tok), consequence(kind, "HTTP")), "fix the list"))
 			if r.badHTTP == "" {
 				r.badHTTP = fmt.Sprintf("%s has %q", annoHTTP, truncate(tok))
 			}
@@ -234,13 +234,13 @@ func (c *Config) annotationHTTP(r *linkerdRetry, at location, s, kind string) {
 // HTTPRoute does not take.
 func (c *Config) annotationGRPC(r *linkerdRetry, at location, s, kind string) {
 	if kind == "HTTPRoute" {
-		c.add(at.finding(FindingInvalidValue, LayerLinkerd, annoGRPC+" is not valid on an HTTPRoute; Linkerd ignores it", "use "+annoHTTP+", or a GRPCRoute"))
+		c.add(at.finding(findingInvalidValue, layerLinkerd, annoGRPC+" is not valid on an HTTPRoute; Linkerd ignores it", "use "+annoHTTP+", or a GRPCRoute"))
 		return
 	}
 	r.grpc = []string{}
 	for _, tok := range strings.Split(s, ",") {
 		if !isGRPCCondition(strings.ToLower(tok)) {
-			c.add(at.finding(FindingUnknownCondition, LayerLinkerd, fmt.Sprintf("%q is not one of cancelled, deadline-exceeded, internal, resource-exhausted, unavailable (Linkerd does not trim blanks): %s", truncate(tok), consequence(kind, "gRPC")), "fix the list"))
+			c.add(at.finding(findingUnknownCondition, layerLinkerd, fmt.Sprintf("%q is not one of cancelled, deadline-exceeded, internal, resource-exhausted, unavailable (Linkerd does not trim blanks): %s", truncate(tok), consequence(kind, "gRPC")), "fix the list"))
 			if r.badGRPC == "" {
 				r.badGRPC = fmt.Sprintf("%s has %q", annoGRPC, truncate(tok))
 			}
@@ -255,12 +255,12 @@ func (c *Config) annotationGRPC(r *linkerdRetry, at location, s, kind string) {
 func (c *Config) annotationLimit(r *linkerdRetry, at location, s, kind string) {
 	n, err := strconv.ParseUint(strings.TrimPrefix(s, "+"), 10, 16)
 	if err != nil {
-		c.add(at.finding(FindingInvalidValue, LayerLinkerd, fmt.Sprintf("%s %q is not an integer from 0 to 65535: %s", annoLimit, truncate(s), consequence(kind, "HTTP and gRPC")), "write the number of retries, such as \"1\""))
+		c.add(at.finding(findingInvalidValue, layerLinkerd, fmt.Sprintf("%s %q is not an integer from 0 to 65535: %s", annoLimit, truncate(s), consequence(kind, "HTTP and gRPC")), "write the number of retries, such as \"1\""))
 		r.badHTTP, r.badGRPC = annoLimit+" is invalid", annoLimit+" is invalid"
 		return
 	}
 	if n == 0 {
-		c.add(at.finding(FindingInvalidValue, LayerLinkerd, annoLimit+" \"0\" does not switch retries off: Linkerd reads 0 as not set, so when any other retry annotation is set it retries once",
+		c.add(at.finding(findingInvalidValue, layerLinkerd, annoLimit+" \"0\" does not switch retries off: Linkerd reads 0 as not set, so when any other retry annotation is set it retries once",
 			"remove the retry.linkerd.io annotations to switch Linkerd's retries off"))
 	}
 	r.limit = int64(n)
@@ -271,7 +271,7 @@ func (c *Config) annotationLimit(r *linkerdRetry, at location, s, kind string) {
 func (c *Config) annotationTimeout(r *linkerdRetry, at location, s, kind string) {
 	d, ok := linkerdParseDuration(s)
 	if !ok {
-		c.add(at.finding(FindingInvalidValue, LayerLinkerd, fmt.Sprintf("%s %q is not a duration Linkerd reads (a whole number and one of ms, s, m, h, d, such as \"300ms\"): %s", annoTimeout, truncate(s), consequence(kind, "HTTP and gRPC")), "write a whole number with a unit"))
+		c.add(at.finding(findingInvalidValue, layerLinkerd, fmt.Sprintf("%s %q is not a duration Linkerd reads (a whole number and one of ms, s, m, h, d, such as \"300ms\"): %s", annoTimeout, truncate(s), consequence(kind, "HTTP and gRPC")), "write a whole number with a unit"))
 		r.badHTTP, r.badGRPC = annoTimeout+" is invalid", annoTimeout+" is invalid"
 		return
 	}
@@ -342,17 +342,17 @@ var (
 func (c *Config) readServiceProfile(loc location, o obj, name, ns string) {
 	spec, ok := o.child("spec")
 	if !ok {
-		c.add(loc.finding(FindingInvalidValue, LayerLinkerd, "a ServiceProfile without spec", "add spec.routes"))
+		c.add(loc.finding(findingInvalidValue, layerLinkerd, "a ServiceProfile without spec", "add spec.routes"))
 		return
 	}
 	sp := &serviceProfile{loc: loc, host: strings.ToLower(name)}
 	if strings.Count(name, ".") < 2 {
-		c.add(loc.at("metadata.name").finding(FindingInvalidValue, LayerLinkerd, fmt.Sprintf("a ServiceProfile is named after the full name of its service (NAME.NAMESPACE.svc.cluster.local); %q applies to no service", truncate(name)),
+		c.add(loc.at("metadata.name").finding(findingInvalidValue, layerLinkerd, fmt.Sprintf("a ServiceProfile is named after the full name of its service (NAME.NAMESPACE.svc.cluster.local); %q applies to no service", truncate(name)),
 			"name it "+qualify(name, ns)))
 		sp.host = qualify(name, ns)
 	}
 	for _, k := range spec.unknownKeys(serviceProfileFields...) {
-		c.add(loc.at(joinPath(spec.path, k)).finding(FindingUnknownField, LayerLinkerd, fmt.Sprintf("unknown field %q in a ServiceProfile's spec%s; the API server drops it", truncate(k), didYouMean(k, serviceProfileFields)),
+		c.add(loc.at(joinPath(spec.path, k)).finding(findingUnknownField, layerLinkerd, fmt.Sprintf("unknown field %q in a ServiceProfile's spec%s; the API server drops it", truncate(k), didYouMean(k, serviceProfileFields)),
 			"use "+strings.Join(serviceProfileFields, ", ")))
 	}
 	routes, paths := spec.list("routes")
@@ -371,20 +371,20 @@ func (c *Config) spRoute(loc location, ro obj) spRoute {
 	sr := spRoute{loc: loc.at(ro.path)}
 	sr.name, _ = ro.str("name")
 	for _, k := range ro.unknownKeys(spRouteFields...) {
-		c.add(loc.at(joinPath(ro.path, k)).finding(FindingUnknownField, LayerLinkerd, fmt.Sprintf("unknown field %q in a ServiceProfile route%s; the API server drops it", truncate(k), didYouMean(k, spRouteFields)),
+		c.add(loc.at(joinPath(ro.path, k)).finding(findingUnknownField, layerLinkerd, fmt.Sprintf("unknown field %q in a ServiceProfile route%s; the API server drops it", truncate(k), didYouMean(k, spRouteFields)),
 			"use "+strings.Join(spRouteFields, ", ")))
 	}
 	sr.classes = has(ro, "responseClasses")
 	if cond, ok := ro.child("condition"); ok {
 		sr.match = c.spCondition(loc, cond, 0)
 	} else {
-		c.add(loc.at(ro.path).finding(FindingInvalidValue, LayerLinkerd, "a route without condition matches nothing", "add condition: {method: POST, pathRegex: ...}"))
+		c.add(loc.at(ro.path).finding(findingInvalidValue, layerLinkerd, "a route without condition matches nothing", "add condition: {method: POST, pathRegex: ...}"))
 		sr.match = matcher{desc: "no condition", never: true}
 	}
 	if v, p, ok := ro.key("isRetryable"); ok {
 		b, ok := boolean(v)
 		if !ok {
-			c.add(loc.at(p).finding(FindingInvalidValue, LayerLinkerd, "isRetryable must be true or false", "fix the value"))
+			c.add(loc.at(p).finding(findingInvalidValue, layerLinkerd, "isRetryable must be true or false", "fix the value"))
 		}
 		sr.retryable = b
 	}
@@ -399,27 +399,27 @@ func (c *Config) linkerdBudget(loc location, spec obj) string {
 	if rb, ok := spec.child("retryBudget"); ok {
 		where = loc.object + " " + rb.path
 		for _, k := range rb.unknownKeys(linkerdBudgetFields...) {
-			c.add(loc.at(joinPath(rb.path, k)).finding(FindingUnknownField, LayerLinkerd, fmt.Sprintf("unknown field %q in a retryBudget%s", truncate(k), didYouMean(k, linkerdBudgetFields)), "use "+strings.Join(linkerdBudgetFields, ", ")))
+			c.add(loc.at(joinPath(rb.path, k)).finding(findingUnknownField, layerLinkerd, fmt.Sprintf("unknown field %q in a retryBudget%s", truncate(k), didYouMean(k, linkerdBudgetFields)), "use "+strings.Join(linkerdBudgetFields, ", ")))
 		}
 		if v, p, ok := rb.key("retryRatio"); ok {
 			if x, ok := number(v); ok && x >= 0 {
 				ratio = x
 			} else {
-				c.add(loc.at(p).finding(FindingInvalidValue, LayerLinkerd, "retryRatio must be a non-negative number", "write a ratio such as 0.1"))
+				c.add(loc.at(p).finding(findingInvalidValue, layerLinkerd, "retryRatio must be a non-negative number", "write a ratio such as 0.1"))
 			}
 		}
 		if v, p, ok := rb.key("minRetriesPerSecond"); ok {
 			if n, ok := integer(v); ok && n >= 0 {
 				minRPS = n
 			} else {
-				c.add(loc.at(p).finding(FindingInvalidValue, LayerLinkerd, "minRetriesPerSecond must be a non-negative integer", "write a small number such as 5"))
+				c.add(loc.at(p).finding(findingInvalidValue, layerLinkerd, "minRetriesPerSecond must be a non-negative integer", "write a small number such as 5"))
 			}
 		}
 		if v, p, ok := rb.key("ttl"); ok {
 			if d, ok := duration(v); ok && d > 0 {
 				ttl = d
 			} else {
-				c.add(loc.at(p).finding(FindingInvalidValue, LayerLinkerd, "ttl must be a duration such as \"10s\"", "fix the duration"))
+				c.add(loc.at(p).finding(findingInvalidValue, layerLinkerd, "ttl must be a duration such as \"10s\"", "fix the duration"))
 			}
 		}
 	}
@@ -430,14 +430,14 @@ func (c *Config) linkerdBudget(loc location, spec obj) string {
 // any, not; several fields must all hold.
 func (c *Config) spCondition(loc location, o obj, depth int) matcher {
 	if depth > 16 {
-		c.add(loc.at(o.path).finding(FindingInvalidValue, LayerLinkerd, "conditions nested too deeply", "simplify the condition"))
+		c.add(loc.at(o.path).finding(findingInvalidValue, layerLinkerd, "conditions nested too deeply", "simplify the condition"))
 		return matcher{desc: "too deep", never: true}
 	}
 	var parts []matcher
 	if re, ok := o.str("pathRegex"); ok {
 		m, err := regexMatcher("pathRegex", re, false)
 		if err != nil {
-			c.add(loc.at(joinPath(o.path, "pathRegex")).finding(FindingInvalidValue, LayerLinkerd, err.Error(), "fix the expression"))
+			c.add(loc.at(joinPath(o.path, "pathRegex")).finding(findingInvalidValue, layerLinkerd, err.Error(), "fix the expression"))
 			m = matcher{desc: "pathRegex (invalid)", never: true}
 		}
 		parts = append(parts, m)
@@ -469,7 +469,7 @@ func (c *Config) spCondition(loc location, o obj, depth int) matcher {
 		parts = append(parts, matcher{desc: "not (" + inner.desc + ")", fn: func(p string) bool { return !inner.matches(p) }})
 	}
 	if len(parts) == 0 {
-		c.add(loc.at(o.path).finding(FindingInvalidValue, LayerLinkerd, "a condition with none of pathRegex, method, all, any, not", "add one"))
+		c.add(loc.at(o.path).finding(findingInvalidValue, layerLinkerd, "a condition with none of pathRegex, method, all, any, not", "add one"))
 		return matcher{desc: "empty condition", never: true}
 	}
 	return allOf(parts)
@@ -544,7 +544,7 @@ func (c *Config) linkerdTables(hosts []string) []*table {
 // no route matches takes the default route: served, without retries, which
 // is no finding.
 func profileTable(sp *serviceProfile) *table {
-	t := &table{layer: LayerLinkerd, loc: sp.loc, coverage: true, unmatchedServed: true}
+	t := &table{layer: layerLinkerd, loc: sp.loc, coverage: true, unmatchedServed: true}
 	for _, r := range sp.routes {
 		rt := route{loc: r.loc, name: r.name, matches: []matcher{r.match}}
 		if r.retryable {
@@ -552,7 +552,7 @@ func profileTable(sp *serviceProfile) *table {
 			if r.classes {
 				cond = "isRetryable (the responses its responseClasses make failures)"
 			}
-			rt.rule = &rule{layer: LayerLinkerd, loc: r.loc, attempts: Attempts{Unbounded: true}, conds: []string{cond}, budget: sp.budget,
+			rt.rule = &rule{layer: layerLinkerd, loc: r.loc, attempts: Attempts{Unbounded: true}, conds: []string{cond}, budget: sp.budget,
 				via: "a retryable route is retried until its timeout (10s unless set) or the budget stops it"}
 		}
 		t.routes = append(t.routes, rt)
@@ -601,12 +601,12 @@ func (c *Config) linkerdServices() linkerdServices {
 // a ServiceProfile, and of its routes: Linkerd ignores them. svc may be nil.
 func (c *Config) overriddenAnnotations(svc *k8sService, routes []*k8sRoute) {
 	if svc != nil && svc.retry != nil {
-		c.add(svc.retry.loc.finding(FindingOverridden, LayerLinkerd, "retry annotations on a Service that has a ServiceProfile: Linkerd uses the profile's retries and ignores the annotations",
+		c.add(svc.retry.loc.finding(findingOverridden, layerLinkerd, "retry annotations on a Service that has a ServiceProfile: Linkerd uses the profile's retries and ignores the annotations",
 			"move the retries into the ServiceProfile, or delete the profile"))
 	}
 	for _, r := range routes {
 		if r.retry != nil {
-			c.add(r.retry.loc.finding(FindingOverridden, LayerLinkerd, "retry annotations on a route of a Service that has a ServiceProfile: Linkerd uses the profile's retries and ignores the annotations",
+			c.add(r.retry.loc.finding(findingOverridden, layerLinkerd, "retry annotations on a route of a Service that has a ServiceProfile: Linkerd uses the profile's retries and ignores the annotations",
 				"move the retries into the ServiceProfile, or delete the profile"))
 		}
 	}
@@ -634,16 +634,16 @@ func (c *Config) linkerdServiceTable(svc *k8sService, routes []*k8sRoute) *table
 	}
 	if len(used) == 0 {
 		if svcRetry != nil && svcRetry.grpc != nil {
-			c.add(svcRetry.loc.at(joinPath(svcRetry.loc.path, annoGRPC)).finding(FindingInvalidValue, LayerLinkerd,
+			c.add(svcRetry.loc.at(joinPath(svcRetry.loc.path, annoGRPC)).finding(findingInvalidValue, layerLinkerd,
 				"Linkerd reads a Service's retry.linkerd.io/grpc only for the Service's GRPCRoutes; this Service has none, so its calls take the default route, which retries as retry.linkerd.io/http, /limit and /timeout say, and this annotation is not used",
 				"attach a GRPCRoute to the Service (its rules then take the Service's gRPC retries), or use retry.linkerd.io/http"))
 		}
 		if svcRule == nil {
 			return nil
 		}
-		return &table{layer: LayerLinkerd, loc: svc.loc, routes: []route{{loc: svcRetry.loc, name: "service", rule: svcRule}}}
+		return &table{layer: layerLinkerd, loc: svc.loc, routes: []route{{loc: svcRetry.loc, name: "service", rule: svcRule}}}
 	}
-	t := &table{layer: LayerLinkerd, loc: used[0].loc, rank: rankLinkerd, coverage: relevant}
+	t := &table{layer: layerLinkerd, loc: used[0].loc, rank: rankLinkerd, coverage: relevant}
 	retries := false
 	for _, r := range used {
 		ru := svcRule
@@ -675,7 +675,7 @@ func (c *Config) linkerdRoutes(routes []*k8sRoute, relevant bool) (used []*k8sRo
 	for _, r := range routes {
 		if why := r.linkerdIgnores(); why != "" {
 			if relevant {
-				c.add(r.loc.finding(FindingInvalidResource, LayerLinkerd, fmt.Sprintf("Linkerd's policy controller cannot convert this %s (%s) and does not use it: its rules apply to no call through Linkerd", r.kind, why),
+				c.add(r.loc.finding(findingInvalidResource, layerLinkerd, fmt.Sprintf("Linkerd's policy controller cannot convert this %s (%s) and does not use it: its rules apply to no call through Linkerd", r.kind, why),
 					"fix it as the message says"))
 			}
 			continue
@@ -691,7 +691,7 @@ func (c *Config) linkerdRoutes(routes []*k8sRoute, relevant bool) (used []*k8sRo
 	}
 	if relevant {
 		for _, r := range httpRoutes {
-			c.add(r.loc.finding(FindingOverridden, LayerLinkerd, "Linkerd routes the calls to a Service that has GRPCRoutes by its GRPCRoutes alone: this HTTPRoute, and its retry annotations, do not apply",
+			c.add(r.loc.finding(findingOverridden, layerLinkerd, "Linkerd routes the calls to a Service that has GRPCRoutes by its GRPCRoutes alone: this HTTPRoute, and its retry annotations, do not apply",
 				"move its rules into a GRPCRoute, or remove it"))
 		}
 	}

@@ -54,8 +54,8 @@ spec:
     isRetryable: true
 `), Options{Owner: policy.OwnerMesh})
 	wantFindings(t, rep, "route-matches-nothing @linkerd")
-	wantAttempts(t, rep, get, map[Layer]string{LayerLinkerd: "unbounded"})
-	wantAttempts(t, rep, create, map[Layer]string{LayerLinkerd: "1"})
+	wantAttempts(t, rep, get, map[Layer]string{layerLinkerd: "unbounded"})
+	wantAttempts(t, rep, create, map[Layer]string{layerLinkerd: "1"})
 }
 
 // TestLinkerdAnnotationReading: the annotations as the controller reads them.
@@ -88,7 +88,7 @@ func TestLinkerdAnnotationReading(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := attempts(rep, create)[LayerLinkerd]; got != tc.attempts && !(tc.attempts == "1" && got == "") {
+		if got := attempts(rep, create)[layerLinkerd]; got != tc.attempts && !(tc.attempts == "1" && got == "") {
 			t.Errorf("%s: %s attempts, want %s", tc.name, got, tc.attempts)
 		}
 		if got := keys(rep.Findings); !slices.Equal(got, tc.findings) {
@@ -151,16 +151,16 @@ spec:
   - matches: [{path: {type: PathPrefix, value: /}}]
 `)
 	rep := check(t, c, Options{Owner: policy.OwnerMesh})
-	f := findingWith(t, rep, FindingInvalidResource, "RegularExpression method match")
-	if f.Layer != LayerLinkerd || f.Object != "GRPCRoute shop/writes" {
+	f := findingWith(t, rep, findingInvalidResource, "RegularExpression method match")
+	if f.Layer != layerLinkerd || f.Object != "GRPCRoute shop/writes" {
 		t.Errorf("invalid-resource: %s", f)
 	}
-	if f := findingWith(t, rep, FindingOverridden, "GRPCRoutes alone"); f.Object != "HTTPRoute shop/everything" {
+	if f := findingWith(t, rep, findingOverridden, "GRPCRoutes alone"); f.Object != "HTTPRoute shop/everything" {
 		t.Errorf("overridden: %s", f)
 	}
-	wantAttempts(t, rep, get, map[Layer]string{LayerLinkerd: "3"})    // the Service's gRPC retries
-	wantAttempts(t, rep, create, map[Layer]string{LayerLinkerd: "1"}) // no route: refused, nothing retried
-	findingWith(t, rep, FindingMethodNotCovered, "the mesh refuses its calls")
+	wantAttempts(t, rep, get, map[Layer]string{layerLinkerd: "3"})    // the Service's gRPC retries
+	wantAttempts(t, rep, create, map[Layer]string{layerLinkerd: "1"}) // no route: refused, nothing retried
+	findingWith(t, rep, findingMethodNotCovered, "the mesh refuses its calls")
 
 	// The same GRPCRoute with an invalid annotation is not used either.
 	c = mesh(t, `
@@ -187,9 +187,9 @@ spec:
   - matches: [{method: {service: shop.v1.Orders, method: Get}}]
 `)
 	rep = check(t, c, Options{Owner: policy.OwnerMesh})
-	findingWith(t, rep, FindingInvalidResource, `retry.linkerd.io/grpc has " unavailable"`)
-	wantAttempts(t, rep, create, map[Layer]string{LayerLinkerd: "1"})
-	wantAttempts(t, rep, get, map[Layer]string{LayerLinkerd: "2"})
+	findingWith(t, rep, findingInvalidResource, `retry.linkerd.io/grpc has " unavailable"`)
+	wantAttempts(t, rep, create, map[Layer]string{layerLinkerd: "1"})
+	wantAttempts(t, rep, get, map[Layer]string{layerLinkerd: "2"})
 }
 
 // TestLinkerdServiceProfileFields: a field a ServiceProfile does not have is
@@ -211,5 +211,5 @@ spec:
 	if f := rep.Findings[1]; f.Path != "spec.routes[0].isRetriable" || !strings.Contains(f.Message, `did you mean "isRetryable"?`) {
 		t.Errorf("unknown-field: %s", f)
 	}
-	wantAttempts(t, rep, get, map[Layer]string{LayerLinkerd: "1"})
+	wantAttempts(t, rep, get, map[Layer]string{layerLinkerd: "1"})
 }

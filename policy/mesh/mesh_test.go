@@ -74,9 +74,9 @@ func TestIstioDefaults(t *testing.T) {
 			"second-owner "+pay+" @istio", "no-budget "+pay+" @istio",
 			"second-owner "+put+" @istio", "no-budget "+put+" @istio",
 			"second-owner "+refund+" @istio", "retry-keyed-without-ledger "+refund+" @istio", "no-budget "+refund+" @istio")
-		wantAttempts(t, rep, get, map[Layer]string{LayerApplication: "5", LayerIstio: "3", "total": "15"})
-		wantAttempts(t, rep, create, map[Layer]string{LayerApplication: "1", LayerIstio: "3", "total": "3"})
-		f := finding(t, rep, FindingRetryNonIdempotent, create)
+		wantAttempts(t, rep, get, map[Layer]string{layerApplication: "5", layerIstio: "3", "total": "15"})
+		wantAttempts(t, rep, create, map[Layer]string{layerApplication: "1", layerIstio: "3", "total": "3"})
+		f := finding(t, rep, findingRetryNonIdempotent, create)
 		// Istio 1.24+ lists no status code for retriable-status-codes in its
 		// default (pilot's retry.DefaultPolicy), so it retries none.
 		if want := []string{"unavailable", "cancelled"}; !slices.Equal(f.Conditions, want) {
@@ -85,7 +85,7 @@ func TestIstioDefaults(t *testing.T) {
 		if f.Object != "Istio defaults" || f.File != "" {
 			t.Errorf("%s: the default's finding names %q in %q", name, f.Object, f.File)
 		}
-		if m := finding(t, rep, FindingSecondOwner, get).Message; !strings.Contains(m, "owner is application (5 attempts): the layers multiply to 15 requests per call") {
+		if m := finding(t, rep, findingSecondOwner, get).Message; !strings.Contains(m, "owner is application (5 attempts): the layers multiply to 15 requests per call") {
 			t.Errorf("%s: second-owner message %q", name, m)
 		}
 	}
@@ -96,12 +96,12 @@ func TestIstioDefaults(t *testing.T) {
 		"retry-non-idempotent "+create+" @istio", "no-budget "+create+" @istio", "no-budget "+get+" @istio",
 		"no-budget "+pay+" @istio", "no-budget "+put+" @istio",
 		"retry-keyed-without-ledger "+refund+" @istio", "no-budget "+refund+" @istio")
-	if m := finding(t, rep, FindingNoBudget, get).Message; !strings.Contains(m, "DestinationRule shop/orders sets neither trafficPolicy.connectionPool.http.maxRetries nor trafficPolicy.retryBudget") {
+	if m := finding(t, rep, findingNoBudget, get).Message; !strings.Contains(m, "DestinationRule shop/orders sets neither trafficPolicy.connectionPool.http.maxRetries nor trafficPolicy.retryBudget") {
 		t.Errorf("no-budget message %q", m)
 	}
 	// Owner none: any retry is a second owner.
 	rep = check(t, load(t, "istio-default.yaml"), Options{Owner: policy.OwnerNone})
-	if f := finding(t, rep, FindingSecondOwner, put); !strings.Contains(f.Message, "owner is none") {
+	if f := finding(t, rep, findingSecondOwner, put); !strings.Contains(f.Message, "owner is none") {
 		t.Errorf("owner none: %s", f)
 	}
 }
@@ -112,10 +112,10 @@ func TestIstioVirtualService(t *testing.T) {
 	wantFindings(t, rep,
 		"retry-non-idempotent "+create+" @istio", "retry-keyed-without-ledger "+refund+" @istio",
 		"route-matches-nothing @istio")
-	wantAttempts(t, rep, get, map[Layer]string{LayerIstio: "4", "total": "4"})    // attempts 3: 3 retries
-	wantAttempts(t, rep, put, map[Layer]string{LayerIstio: "3", "total": "3"})    // route "rest" sets nothing: the mesh default
-	wantAttempts(t, rep, create, map[Layer]string{LayerIstio: "3", "total": "3"}) // regex route, attempts 2
-	f := finding(t, rep, FindingRetryNonIdempotent, create)
+	wantAttempts(t, rep, get, map[Layer]string{layerIstio: "4", "total": "4"})    // attempts 3: 3 retries
+	wantAttempts(t, rep, put, map[Layer]string{layerIstio: "3", "total": "3"})    // route "rest" sets nothing: the mesh default
+	wantAttempts(t, rep, create, map[Layer]string{layerIstio: "3", "total": "3"}) // regex route, attempts 2
+	f := finding(t, rep, findingRetryNonIdempotent, create)
 	if want := []string{"5xx", "reset", "retriable-status-codes (503)"}; !slices.Equal(f.Conditions, want) || f.Path != "spec.http[2].retries" || f.Document != 1 {
 		t.Errorf("finding %s: conditions %q", f, f.Conditions)
 	}
@@ -125,7 +125,7 @@ func TestIstioVirtualService(t *testing.T) {
 	}
 	for _, m := range rep.Methods {
 		for _, l := range m.Layers {
-			if l.Layer == LayerIstio && !strings.Contains(l.Budget, "retryBudget: retries at most 10% of active requests, at least 3 at once") {
+			if l.Layer == layerIstio && !strings.Contains(l.Budget, "retryBudget: retries at most 10% of active requests, at least 3 at once") {
 				t.Errorf("%s: budget %q", m.Method, l.Budget)
 			}
 		}
@@ -133,7 +133,7 @@ func TestIstioVirtualService(t *testing.T) {
 	// Owner application: the same retries are a second owner for each method.
 	rep = check(t, load(t, "istio-virtualservice.yaml"), Options{Owner: policy.OwnerApplication})
 	for _, m := range allMethods {
-		finding(t, rep, FindingSecondOwner, m)
+		finding(t, rep, findingSecondOwner, m)
 	}
 }
 
@@ -142,11 +142,11 @@ func TestIstioMeshConfig(t *testing.T) {
 	// The istio ConfigMap switches the default off: nothing retries.
 	rep := check(t, load(t, "istio-mesh-off.yaml"), Options{Owner: policy.OwnerApplication})
 	wantFindings(t, rep)
-	wantAttempts(t, rep, get, map[Layer]string{LayerIstio: "1", LayerApplication: "5", "total": "5"})
+	wantAttempts(t, rep, get, map[Layer]string{layerIstio: "1", layerApplication: "5", "total": "5"})
 	// An IstioOperator raises it to 4 retries; maxRetries 2^32-1 is no budget.
 	rep = check(t, load(t, "istio-operator.yaml"), Options{Owner: policy.OwnerMesh})
-	wantAttempts(t, rep, put, map[Layer]string{LayerIstio: "5"})
-	f := finding(t, rep, FindingNoBudget, put)
+	wantAttempts(t, rep, put, map[Layer]string{layerIstio: "5"})
+	f := finding(t, rep, findingNoBudget, put)
 	if f.Object != "IstioOperator istio-system/control-plane" || f.Path != "spec.meshConfig.defaultHttpRetryPolicy" ||
 		!strings.Contains(f.Message, "maxRetries is 4294967295") {
 		t.Errorf("no-budget: %s", f)
@@ -155,13 +155,13 @@ func TestIstioMeshConfig(t *testing.T) {
 	var c Config
 	c.AddMesh("values.yaml", []byte("meshConfig:\n  defaultHttpRetryPolicy:\n    attempts: 1\n    retryOn: connect-failure\n"))
 	rep = check(t, &c, Options{Owner: policy.OwnerMesh})
-	wantAttempts(t, rep, create, map[Layer]string{LayerIstio: "2"})
+	wantAttempts(t, rep, create, map[Layer]string{layerIstio: "2"})
 	if slices.Contains(keys(rep.Findings), "retry-non-idempotent "+create+" @istio") {
 		t.Error("connect-failure alone is safe for a non-idempotent method")
 	}
 	c = Config{}
 	c.AddMesh("mesh.yaml", []byte("defaultHttpRetryPolicy: {attempts: 0}\n"))
-	wantAttempts(t, check(t, &c, Options{Owner: policy.OwnerMesh}), create, map[Layer]string{LayerIstio: "1"})
+	wantAttempts(t, check(t, &c, Options{Owner: policy.OwnerMesh}), create, map[Layer]string{layerIstio: "1"})
 }
 
 func TestIstioMistakes(t *testing.T) {
@@ -182,8 +182,8 @@ func TestIstioMistakes(t *testing.T) {
 	if f := rep.Findings[1]; !strings.Contains(f.Message, "http retry policy configured when attempts are set to 0") {
 		t.Errorf("no attempts: %s", f)
 	}
-	wantAttempts(t, rep, get, map[Layer]string{LayerIstio: "3"})
-	if src := attemptsSources(rep, get, LayerIstio); !strings.Contains(src, "VirtualService shop/orders is rejected by Istio's validation, so the mesh default applies") {
+	wantAttempts(t, rep, get, map[Layer]string{layerIstio: "3"})
+	if src := attemptsSources(rep, get, layerIstio); !strings.Contains(src, "VirtualService shop/orders is rejected by Istio's validation, so the mesh default applies") {
 		t.Errorf("sources %q", src)
 	}
 }
@@ -194,20 +194,20 @@ func TestEnvoy(t *testing.T) {
 	// host's; no Cluster given, so Envoy's default breaker of 3 bounds them.
 	rep := check(t, load(t, "envoy-route.json"), Options{Owner: policy.OwnerMesh})
 	wantFindings(t, rep, "retry-keyed-without-ledger "+refund+" @envoy")
-	wantAttempts(t, rep, get, map[Layer]string{LayerEnvoy: "2"})    // its route's numRetries 1
-	wantAttempts(t, rep, create, map[Layer]string{LayerEnvoy: "3"}) // connect-failure,refused-stream: safe
-	wantAttempts(t, rep, put, map[Layer]string{LayerEnvoy: "4"})    // the virtual host's numRetries 3
+	wantAttempts(t, rep, get, map[Layer]string{layerEnvoy: "2"})    // its route's numRetries 1
+	wantAttempts(t, rep, create, map[Layer]string{layerEnvoy: "3"}) // connect-failure,refused-stream: safe
+	wantAttempts(t, rep, put, map[Layer]string{layerEnvoy: "4"})    // the virtual host's numRetries 3
 	// snake_case YAML bootstrap: an inline route_config, and a cluster whose
 	// max_retries does not limit anything.
 	rep = check(t, load(t, "envoy-bootstrap.yaml"), Options{Owner: policy.OwnerMesh})
 	wantFindings(t, rep, "no-budget "+get+" @envoy", "no-budget "+put+" @envoy")
-	wantAttempts(t, rep, get, map[Layer]string{LayerEnvoy: "3"})
-	wantAttempts(t, rep, create, map[Layer]string{LayerEnvoy: "1"})
+	wantAttempts(t, rep, get, map[Layer]string{layerEnvoy: "3"})
+	wantAttempts(t, rep, create, map[Layer]string{layerEnvoy: "1"})
 	// The host selects the virtual host by its domains.
 	rep = check(t, load(t, "envoy-route.json"), Options{Owner: policy.OwnerMesh, Hosts: []string{"billing"}})
-	wantAttempts(t, rep, put, map[Layer]string{LayerEnvoy: ""})
+	wantAttempts(t, rep, put, map[Layer]string{layerEnvoy: ""})
 	rep = check(t, load(t, "envoy-route.json"), Options{Owner: policy.OwnerMesh, Target: "dns:///orders.shop.svc.cluster.local:8080"})
-	wantAttempts(t, rep, put, map[Layer]string{LayerEnvoy: "4"})
+	wantAttempts(t, rep, put, map[Layer]string{layerEnvoy: "4"})
 }
 
 func TestLinkerd(t *testing.T) {
@@ -216,8 +216,8 @@ func TestLinkerd(t *testing.T) {
 	// Service's annotations.
 	rep := check(t, load(t, "linkerd-profile.yaml"), Options{Owner: policy.OwnerMesh})
 	wantFindings(t, rep, "overridden @linkerd", "retry-non-idempotent "+create+" @linkerd")
-	wantAttempts(t, rep, get, map[Layer]string{LayerLinkerd: "unbounded", "total": "unbounded"})
-	wantAttempts(t, rep, pay, map[Layer]string{LayerLinkerd: "1"})
+	wantAttempts(t, rep, get, map[Layer]string{layerLinkerd: "unbounded", "total": "unbounded"})
+	wantAttempts(t, rep, pay, map[Layer]string{layerLinkerd: "1"})
 	for _, m := range rep.Methods {
 		if m.Method == get && !strings.Contains(m.Layers[2].Budget, "retries at most 0.1 of requests plus 5 per second, over 10s") {
 			t.Errorf("budget %q", m.Layers[2].Budget)
@@ -230,9 +230,9 @@ func TestLinkerd(t *testing.T) {
 		"retry-non-idempotent "+create+" @linkerd", "no-budget "+create+" @linkerd",
 		"no-budget "+get+" @linkerd", "no-budget "+pay+" @linkerd", "no-budget "+put+" @linkerd",
 		"retry-keyed-without-ledger "+refund+" @linkerd", "no-budget "+refund+" @linkerd")
-	wantAttempts(t, rep, create, map[Layer]string{LayerLinkerd: "3"})
-	wantAttempts(t, rep, get, map[Layer]string{LayerLinkerd: "2"})
-	if f := finding(t, rep, FindingRetryNonIdempotent, create); !slices.Equal(f.Conditions, []string{"internal", "timeout (300ms)"}) {
+	wantAttempts(t, rep, create, map[Layer]string{layerLinkerd: "3"})
+	wantAttempts(t, rep, get, map[Layer]string{layerLinkerd: "2"})
+	if f := finding(t, rep, findingRetryNonIdempotent, create); !slices.Equal(f.Conditions, []string{"internal", "timeout (300ms)"}) {
 		t.Errorf("conditions %q", f.Conditions)
 	}
 }
@@ -244,20 +244,20 @@ func TestGatewayAPI(t *testing.T) {
 		"retry-non-idempotent "+create+" @gateway-api", "no-budget "+create+" @gateway-api",
 		"no-budget "+pay+" @gateway-api", "no-budget "+put+" @gateway-api",
 		"retry-keyed-without-ledger "+refund+" @gateway-api", "no-budget "+refund+" @gateway-api")
-	wantAttempts(t, rep, get, map[Layer]string{LayerGatewayAPI: "1"}) // the exact rule is more specific
-	wantAttempts(t, rep, put, map[Layer]string{LayerGatewayAPI: "3"})
+	wantAttempts(t, rep, get, map[Layer]string{layerGatewayAPI: "1"}) // the exact rule is more specific
+	wantAttempts(t, rep, put, map[Layer]string{layerGatewayAPI: "3"})
 	// Istio and Envoy Gateway retry an HTTPRoute retry's codes, connection
 	// errors and the gRPC statuses unavailable and cancelled
 	// (istio pilot/pkg/config/kube/gateway/conversion.go; envoyproxy/gateway
 	// internal/xds/translator/route.go).
-	if f := finding(t, rep, FindingRetryNonIdempotent, create); !slices.Equal(f.Conditions, []string{"503", "connection-error", "unavailable", "cancelled"}) {
+	if f := finding(t, rep, findingRetryNonIdempotent, create); !slices.Equal(f.Conditions, []string{"503", "connection-error", "unavailable", "cancelled"}) {
 		t.Errorf("conditions %q", f.Conditions)
 	}
 	// Two mesh layers retrying the same method are a second owner even
 	// when the owner is the mesh.
 	rep = check(t, load(t, "istio-virtualservice.yaml", "gateway-httproute.yaml"), Options{Owner: policy.OwnerMesh})
-	f := finding(t, rep, FindingSecondOwner, put)
-	if f.Layer != LayerGatewayAPI || !strings.Contains(f.Message, "istio and gateway-api both retry") {
+	f := finding(t, rep, findingSecondOwner, put)
+	if f.Layer != layerGatewayAPI || !strings.Contains(f.Message, "istio and gateway-api both retry") {
 		t.Errorf("second-owner: %s", f)
 	}
 	wantAttempts(t, rep, put, map[Layer]string{"total": "9"})
@@ -276,19 +276,19 @@ func TestXDS(t *testing.T) {
 		"no-budget "+pay+" @xds", "no-budget "+put+" @xds",
 		"retry-keyed-without-ledger "+refund+" @xds", "no-budget "+refund+" @xds")
 	for _, m := range allMethods {
-		wantAttempts(t, rep, m, map[Layer]string{LayerXDS: "4", "total": "4"})
+		wantAttempts(t, rep, m, map[Layer]string{layerXDS: "4", "total": "4"})
 	}
 	// Owner application: a second owner.
 	rep = check(t, load(t, "xds:xds-route.json"), Options{Owner: policy.OwnerApplication})
-	finding(t, rep, FindingSecondOwner, get)
-	wantAttempts(t, rep, get, map[Layer]string{LayerApplication: "5", LayerXDS: "4", "total": "20"})
+	finding(t, rep, findingSecondOwner, get)
+	wantAttempts(t, rep, get, map[Layer]string{layerApplication: "5", layerXDS: "4", "total": "20"})
 	// Owner service-config: the generated config is replaced.
 	rep = check(t, load(t, "xds:xds-route.json"), Options{Owner: policy.OwnerServiceConfig, Target: "xds:///orders"})
 	f := rep.Findings[0]
-	if f.Kind != FindingServiceConfigReplaced || f.File != "xds-route.json" || f.Object != "channel xds:///orders" {
+	if f.Kind != findingServiceConfigReplaced || f.File != "xds-route.json" || f.Object != "channel xds:///orders" {
 		t.Errorf("first finding %s", f)
 	}
-	wantAttempts(t, rep, get, map[Layer]string{LayerServiceConfig: "1", LayerXDS: "4"})
+	wantAttempts(t, rep, get, map[Layer]string{layerServiceConfig: "1", layerXDS: "4"})
 	if slices.Contains(keys(rep.Findings), "second-owner "+get+" @xds") {
 		t.Error("the xDS policy is the channel's own retries for the service-config owner")
 	}
@@ -296,9 +296,9 @@ func TestXDS(t *testing.T) {
 	rep = check(t, load(t, "xds:xds-mistakes.yaml"), Options{Owner: policy.OwnerMesh})
 	wantFindings(t, rep, "ignored-by-grpc @xds", "ignored-by-grpc @xds", "max-attempts-clamped @xds",
 		"ignored-by-grpc @xds", "ignored-by-grpc @xds", "invalid-value @xds", "no-budget "+get+" @xds")
-	wantAttempts(t, rep, get, map[Layer]string{LayerXDS: "5"})    // 9 retries clamped to 5 attempts
-	wantAttempts(t, rep, put, map[Layer]string{LayerXDS: "1"})    // connect-failure only: nothing grpc-go retries
-	wantAttempts(t, rep, create, map[Layer]string{LayerXDS: "1"}) // num_retries 0: rejected
+	wantAttempts(t, rep, get, map[Layer]string{layerXDS: "5"})    // 9 retries clamped to 5 attempts
+	wantAttempts(t, rep, put, map[Layer]string{layerXDS: "1"})    // connect-failure only: nothing grpc-go retries
+	wantAttempts(t, rep, create, map[Layer]string{layerXDS: "1"}) // num_retries 0: rejected
 	// A Kubernetes resource is not an xDS resource.
 	var c Config
 	c.AddXDS("k8s.yaml", []byte("apiVersion: v1\nkind: Service\nmetadata: {name: orders}\n"))
@@ -308,15 +308,15 @@ func TestXDS(t *testing.T) {
 func TestUnknownKinds(t *testing.T) {
 	t.Parallel()
 	c := load(t, "unknown.yaml")
-	got := keys(c.Findings())
+	got := keys(c.parseFindings())
 	want := []string{"unknown-kind", "unknown-kind", "syntax", "syntax"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("findings %q, want %q", got, want)
 	}
-	if c.Documents() != 4 {
-		t.Errorf("%d documents, want 4", c.Documents())
+	if c.documentCount() != 4 {
+		t.Errorf("%d documents, want 4", c.documentCount())
 	}
-	for i, f := range c.Findings() {
+	for i, f := range c.parseFindings() {
 		if f.Document != i+1 || f.File != "unknown.yaml" {
 			t.Errorf("finding %d at %s document %d", i, f.File, f.Document)
 		}
@@ -325,7 +325,7 @@ func TestUnknownKinds(t *testing.T) {
 	var l Config
 	l.AddMesh("list.json", []byte(`{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"x"}}]}`))
 	l.AddMesh("array.json", []byte(`[{"apiVersion":"batch/v1","kind":"Job","metadata":{"name":"y"}}]`))
-	fs := l.Findings()
+	fs := l.parseFindings()
 	if len(fs) != 2 || fs[0].Path != "items[0]" || fs[1].Path != "[0]" || fs[1].Object != "Job y" {
 		t.Errorf("nested findings %v", fs)
 	}
@@ -392,9 +392,9 @@ spec:
 `))
 	for host, want := range map[string]string{"orders": "1", "orders.shop": "1", "orders.shop.svc.cluster.local:8080": "1", "billing": "5", "inventory": "3"} {
 		rep := check(t, &c, Options{Owner: policy.OwnerMesh, Hosts: []string{host}})
-		wantAttempts(t, rep, get, map[Layer]string{LayerIstio: want})
+		wantAttempts(t, rep, get, map[Layer]string{layerIstio: want})
 	}
-	wantAttempts(t, check(t, &c, Options{Owner: policy.OwnerMesh}), get, map[Layer]string{LayerIstio: "5"}) // the worst of both
+	wantAttempts(t, check(t, &c, Options{Owner: policy.OwnerMesh}), get, map[Layer]string{layerIstio: "5"}) // the worst of both
 }
 
 func TestServiceConfigLayer(t *testing.T) {
@@ -402,9 +402,9 @@ func TestServiceConfigLayer(t *testing.T) {
 	// The generated service config retries Get and Put 3 times; under
 	// Istio's default that is 9 requests per call.
 	rep := check(t, load(t, "istio-default.yaml"), Options{Owner: policy.OwnerServiceConfig})
-	wantAttempts(t, rep, get, map[Layer]string{LayerServiceConfig: "3", LayerIstio: "3", "total": "9"})
-	wantAttempts(t, rep, create, map[Layer]string{LayerServiceConfig: "1", LayerIstio: "3", "total": "3"})
-	if m := finding(t, rep, FindingSecondOwner, put).Message; !strings.Contains(m, "owner is service-config (3 attempts): the layers multiply to 9") {
+	wantAttempts(t, rep, get, map[Layer]string{layerServiceConfig: "3", layerIstio: "3", "total": "9"})
+	wantAttempts(t, rep, create, map[Layer]string{layerServiceConfig: "1", layerIstio: "3", "total": "3"})
+	if m := finding(t, rep, findingSecondOwner, put).Message; !strings.Contains(m, "owner is service-config (3 attempts): the layers multiply to 9") {
 		t.Errorf("message %q", m)
 	}
 	// A given service config is read the way grpc-go looks names up.
@@ -413,7 +413,7 @@ func TestServiceConfigLayer(t *testing.T) {
 		t.Fatal(err)
 	}
 	rep = check(t, &Config{}, Options{Owner: policy.OwnerServiceConfig, ServiceConfig: sc})
-	wantAttempts(t, rep, create, map[Layer]string{LayerServiceConfig: "5", "total": "5"}) // clamped to 5
+	wantAttempts(t, rep, create, map[Layer]string{layerServiceConfig: "5", "total": "5"}) // clamped to 5
 }
 
 // TestGenerated: what GenerateIstio and GenerateLinkerd write, Check accepts
@@ -482,8 +482,8 @@ func TestCheckErrors(t *testing.T) {
 	c := load(t, "linkerd-profile.yaml")
 	a := check(t, c, Options{Owner: policy.OwnerMesh})
 	b := check(t, c, Options{Owner: policy.OwnerMesh})
-	if !slices.Equal(keys(a.Findings), keys(b.Findings)) || len(c.Findings()) != 0 {
-		t.Errorf("findings changed between checks: %q, %q (config: %q)", keys(a.Findings), keys(b.Findings), keys(c.Findings()))
+	if !slices.Equal(keys(a.Findings), keys(b.Findings)) || len(c.parseFindings()) != 0 {
+		t.Errorf("findings changed between checks: %q, %q (config: %q)", keys(a.Findings), keys(b.Findings), keys(c.parseFindings()))
 	}
 }
 
@@ -506,7 +506,7 @@ func TestReportJSON(t *testing.T) {
 	if err := json.Unmarshal(b, &back); err != nil || back.Methods[1].Amplification != (Attempts{Unbounded: true}) {
 		t.Errorf("round trip: %v %+v", err, back.Methods)
 	}
-	if s := (Finding{Kind: FindingSyntax, Message: "m"}).String(); s != "syntax: (configuration): m" {
+	if s := (Finding{Kind: findingSyntax, Message: "m"}).String(); s != "syntax: (configuration): m" {
 		t.Errorf("String() = %q", s)
 	}
 }
@@ -514,10 +514,10 @@ func TestReportJSON(t *testing.T) {
 func TestAttempts(t *testing.T) {
 	t.Parallel()
 	three, inf := Attempts{N: 3}, Attempts{Unbounded: true}
-	if three.Times(three) != (Attempts{N: 9}) || three.Times(inf) != inf || !inf.Retries() || one.Retries() {
+	if three.times(three) != (Attempts{N: 9}) || three.times(inf) != inf || !inf.retries() || one.retries() {
 		t.Error("arithmetic")
 	}
-	if big := (Attempts{N: 1 << 20}).Times(Attempts{N: 1 << 20}); big.N != 1<<30 {
+	if big := (Attempts{N: 1 << 20}).times(Attempts{N: 1 << 20}); big.N != 1<<30 {
 		t.Errorf("overflow guard: %v", big)
 	}
 }

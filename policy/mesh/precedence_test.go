@@ -142,7 +142,7 @@ spec:
 `,
 	} {
 		rep := check(t, mesh(t, yaml), Options{Owner: policy.OwnerMesh})
-		wantAttempts(t, rep, create, map[Layer]string{LayerGatewayAPI: "3"})
+		wantAttempts(t, rep, create, map[Layer]string{layerGatewayAPI: "3"})
 		if !slices.Contains(keys(rep.Findings), "retry-non-idempotent "+create+" @gateway-api") {
 			t.Errorf("%s: the POST rule's retries of a non-idempotent method are not reported: %q", name, keys(rep.Findings))
 		}
@@ -210,9 +210,9 @@ spec:
 	// Without the channel's host, either route can apply: the worst is counted.
 	wantApplicable(t, c, nil, create, "wildcard rules[0]", "exact rules[0]")
 	rep := check(t, c, Options{Owner: policy.OwnerMesh, Hosts: []string{"api.example.com"}})
-	wantAttempts(t, rep, create, map[Layer]string{LayerGatewayAPI: "1"})
+	wantAttempts(t, rep, create, map[Layer]string{layerGatewayAPI: "1"})
 	rep = check(t, c, Options{Owner: policy.OwnerMesh})
-	wantAttempts(t, rep, create, map[Layer]string{LayerGatewayAPI: "4"})
+	wantAttempts(t, rep, create, map[Layer]string{layerGatewayAPI: "4"})
 }
 
 // TestPrecedenceTieBreaks: rules that tie on their matches are ordered by
@@ -287,8 +287,8 @@ spec:
 	wantApplicable(t, c, nil, create, "re rules[0]", "re rules[1]")
 	wantApplicable(t, c, nil, pay, "re rules[2]")
 	rep := check(t, c, Options{Owner: policy.OwnerMesh})
-	wantAttempts(t, rep, create, map[Layer]string{LayerGatewayAPI: "3"}) // the worst of the two implementations
-	wantAttempts(t, rep, pay, map[Layer]string{LayerGatewayAPI: "1"})
+	wantAttempts(t, rep, create, map[Layer]string{layerGatewayAPI: "3"}) // the worst of the two implementations
+	wantAttempts(t, rep, pay, map[Layer]string{layerGatewayAPI: "1"})
 }
 
 // TestGRPCRoutePrecedence: GRPCRoute ranks by the characters of a matching
@@ -361,7 +361,7 @@ spec:
   rules:
   - matches: [{path: {type: PathPrefix, value: /shop.v1.Orders/Create}, method: POST}]
 `), Options{Owner: policy.OwnerMesh})
-	wantAttempts(t, rep, create, map[Layer]string{LayerLinkerd: "3"})
+	wantAttempts(t, rep, create, map[Layer]string{layerLinkerd: "3"})
 
 	rep = check(t, mesh(t, `
 apiVersion: gateway.networking.k8s.io/v1
@@ -383,6 +383,6 @@ spec:
   rules:
   - matches: [{method: {service: shop.v1.Orders, method: Create}}]
 `), Options{Owner: policy.OwnerMesh})
-	wantAttempts(t, rep, create, map[Layer]string{LayerLinkerd: "1"})
-	wantAttempts(t, rep, get, map[Layer]string{LayerLinkerd: "4"})
+	wantAttempts(t, rep, create, map[Layer]string{layerLinkerd: "1"})
+	wantAttempts(t, rep, get, map[Layer]string{layerLinkerd: "4"})
 }
