@@ -12,6 +12,7 @@ import (
 	"database/sql"
 	"encoding/binary"
 	"errors"
+	"fmt"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -69,20 +70,21 @@ func NewService(db *sql.DB, d dialects.Dialect, table string) (*Service, error) 
 // keeps a retried deposit from being made twice, and the tests count the
 // rows of a reference to see it.
 func CreateTable(ctx context.Context, db *sql.DB, d dialects.Dialect, table string) error {
-	if err := dialectkit.CheckTableName(table); err != nil {
-		return err
-	}
-	_, err := db.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS "+d.QuoteIdent(table)+
-		" (id BIGINT NOT NULL PRIMARY KEY, account VARCHAR(64) NOT NULL, amount BIGINT NOT NULL, reference VARCHAR(128) NOT NULL)")
-	return err
+	return ddl(ctx, db, d, table, "CREATE TABLE IF NOT EXISTS %s (id BIGINT NOT NULL PRIMARY KEY,"+
+		" account VARCHAR(64) NOT NULL, amount BIGINT NOT NULL, reference VARCHAR(128) NOT NULL)")
 }
 
 // DropTable drops the deposits table.
 func DropTable(ctx context.Context, db *sql.DB, d dialects.Dialect, table string) error {
+	return ddl(ctx, db, d, table, "DROP TABLE IF EXISTS %s")
+}
+
+// ddl runs stmt on db with table, a plain identifier, quoted in its %s.
+func ddl(ctx context.Context, db *sql.DB, d dialects.Dialect, table, stmt string) error {
 	if err := dialectkit.CheckTableName(table); err != nil {
 		return err
 	}
-	_, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+d.QuoteIdent(table))
+	_, err := db.ExecContext(ctx, fmt.Sprintf(stmt, d.QuoteIdent(table)))
 	return err
 }
 
