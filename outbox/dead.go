@@ -9,26 +9,24 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
-)
 
-// MaxReasonLen is the longest publisher error the relay stores with a
-// message (DeadMessage.Reason), in bytes; a longer one is cut.
-const MaxReasonLen = 1000
+	"github.com/opledger/opledger/internal/outboxkit"
+)
 
 var (
 	// ErrNotDead is returned (wrapped) by RetryDead and DiscardDead when no
 	// dead message has the id: there is none, it was delivered, or it was
 	// retried or discarded already.
 	ErrNotDead = errors.New("outbox: no dead message with this id")
-	// ErrDead is matched by Drain's error (a [*DeadError]) when what is
+	// ErrDead is matched by Drain's error when what is
 	// left in the outbox is dead messages and the messages of their keys
 	// that wait behind them.
 	ErrDead = errors.New("outbox: undeliverable messages were set aside")
 )
 
-// DeadError is Drain's error when the outbox still holds dead messages
+// deadError is Drain's error when the outbox still holds dead messages
 // once everything else was published. It matches ErrDead.
-type DeadError struct {
+type deadError struct {
 	// Dead counts the dead messages.
 	Dead int64
 	// Waiting counts the other messages left: those of the dead messages'
@@ -38,7 +36,7 @@ type DeadError struct {
 }
 
 // Error says how many messages are dead and how many wait.
-func (e *DeadError) Error() string {
+func (e *deadError) Error() string {
 	them := "them"
 	if e.Dead == 1 {
 		them = "it"
@@ -51,7 +49,7 @@ func (e *DeadError) Error() string {
 }
 
 // Is reports whether target is ErrDead.
-func (e *DeadError) Is(target error) bool { return target == ErrDead }
+func (e *deadError) Is(target error) bool { return target == ErrDead }
 
 func plural(n int64, noun string) string {
 	if n == 1 {
@@ -80,7 +78,7 @@ type DeadMessage struct {
 	// one that set it aside included.
 	Attempts int64
 	// Reason is the publisher's error that set it aside (at most
-	// MaxReasonLen bytes).
+	// 1000 bytes).
 	Reason string
 	// DeadAt is when the relay set it aside.
 	DeadAt time.Time
@@ -175,13 +173,13 @@ func scanDead(s scanner) (DeadMessage, error) {
 
 // reasonOf is what the relay stores of a publisher's error: its text as
 // valid UTF-8 without NUL bytes (which the databases refuse in text), cut
-// to MaxReasonLen bytes on a character boundary.
+// to outboxkit.MaxReasonLen bytes on a character boundary.
 func reasonOf(err error) string {
 	s := strings.ReplaceAll(strings.ToValidUTF8(err.Error(), "\uFFFD"), "\x00", "")
-	if len(s) <= MaxReasonLen {
+	if len(s) <= outboxkit.MaxReasonLen {
 		return s
 	}
-	i := MaxReasonLen
+	i := outboxkit.MaxReasonLen
 	for i > 0 && !utf8.RuneStart(s[i]) {
 		i--
 	}

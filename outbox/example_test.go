@@ -91,8 +91,8 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	n, err := relay.RunOnce(ctx) // a service runs relay.Run(ctx) instead
-	fmt.Println("published", n, err)
+	err = relay.Drain(ctx) // a service runs relay.Run(ctx) instead
+	fmt.Println("published", relay.Stats().Published, err)
 	// Output:
 	// payments.transfers TransferCompleted key=acct-1 {"amount_cents":100}
 	// published 1 <nil>

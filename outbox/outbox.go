@@ -15,31 +15,13 @@ import (
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/internal/dialectkit"
 	"github.com/opledger/opledger/internal/options"
+	"github.com/opledger/opledger/internal/outboxkit"
 	"github.com/opledger/opledger/ledger"
 )
 
-// DefaultTable is the outbox's table beside the ledger's default table:
+// defaultTable is the outbox's table beside the ledger's default table:
 // TableFor(ledger.DefaultTable).
-const DefaultTable = ledger.DefaultTable + "_outbox"
-
-// Limits on a message.
-const (
-	// MaxTopicLen is the longest Message.Topic accepted, in bytes.
-	MaxTopicLen = 255
-	// MaxKeyLen is the longest Message.Key accepted, in bytes.
-	MaxKeyLen = 255
-	// MaxPayloadSize is the largest Message.Payload accepted, in bytes:
-	// 1 MiB (NATS's default maximum payload) less PublisherHeadroom, so
-	// that a message of any name and key the outbox accepts, with the
-	// headers the kit's NATS publisher adds, fits a default nats-server.
-	// A publisher with a smaller limit states it (see [Checker] and
-	// [WithPublisherLimits]).
-	MaxPayloadSize = 1<<20 - PublisherHeadroom
-	// PublisherHeadroom is what MaxPayloadSize leaves of 1 MiB for a
-	// publisher's own bytes: outbox/natsjs's headers take at most 975
-	// bytes and the expected stream's name.
-	PublisherHeadroom = 4 << 10
-)
+const defaultTable = ledger.DefaultTable + "_outbox"
 
 var (
 	// ErrInvalid marks a message or an option that cannot be used: an
@@ -61,7 +43,7 @@ var (
 	ErrNoOutbox = errors.New("outbox: the dialect has no outbox (dialectkit.Outboxer)")
 	// ErrUndeliverable marks a message that the publisher can never
 	// deliver as it stands: Enqueue's error for a message the publisher's
-	// [Checker] refuses (an [*UndeliverableError], nothing written), and
+	// [Checker] refuses (nothing written), and
 	// what a Publisher's error wraps when the broker refused a message for
 	// good (a subject it does not accept, a message over its size limit),
 	// so that the relay sets the message aside (see [Relay]) instead of
@@ -69,10 +51,10 @@ var (
 	ErrUndeliverable = errors.New("outbox: the publisher can never deliver this message")
 )
 
-// UndeliverableError is Enqueue's error for a message that the
+// undeliverableError is Enqueue's error for a message that the
 // publisher's [Checker] refuses: nothing was written. It matches
 // ErrUndeliverable and ErrInvalid, and unwraps to the checker's error.
-type UndeliverableError struct {
+type undeliverableError struct {
 	// Name is the refused message's name.
 	Name string
 	// Err says why, from the checker.
@@ -80,15 +62,15 @@ type UndeliverableError struct {
 }
 
 // Error describes the refusal.
-func (e *UndeliverableError) Error() string {
+func (e *undeliverableError) Error() string {
 	return fmt.Sprintf("outbox: message %q can never be delivered: %v", e.Name, e.Err)
 }
 
 // Unwrap returns the checker's error.
-func (e *UndeliverableError) Unwrap() error { return e.Err }
+func (e *undeliverableError) Unwrap() error { return e.Err }
 
 // Is reports whether target is ErrUndeliverable or ErrInvalid.
-func (e *UndeliverableError) Is(target error) bool {
+func (e *undeliverableError) Is(target error) bool {
 	return target == ErrUndeliverable || target == ErrInvalid
 }
 
@@ -118,14 +100,15 @@ type Message struct {
 	// to ledger.MaxNameLen bytes of UTF-8 without control characters.
 	Name string
 	// Topic is where the relay publishes the message (for NATS, the
-	// subject). 1 to MaxTopicLen bytes of UTF-8 without control
+	// subject). 1 to 255 bytes of UTF-8 without control
 	// characters.
 	Topic string
 	// Key is the partition key: messages with the same key are published
-	// in the order they were enqueued. At most MaxKeyLen bytes of UTF-8
+	// in the order they were enqueued. At most 255 bytes of UTF-8
 	// without control characters; "" is a key like any other.
 	Key string
-	// Payload is the message body, at most MaxPayloadSize bytes.
+	// Payload is the message body, at most 1 MiB less 4 KiB (the headroom
+	// of a publisher's own bytes in NATS's default maximum payload).
 	Payload []byte
 }
 
@@ -139,7 +122,7 @@ type config struct {
 	check Checker
 }
 
-// WithTable sets the outbox's table (default [DefaultTable]): a plain
+// WithTable sets the outbox's table (default "opledger_operations_outbox"): a plain
 // identifier, the table the migrations created beside the ledger's
 // (TableFor of the ledger table).
 func WithTable(name string) Option {
@@ -152,9 +135,9 @@ func WithTable(name string) Option {
 	})}
 }
 
-// WithClock replaces time.Now (the enqueue time stored with a message),
+// withClock replaces time.Now (the enqueue time stored with a message),
 // for tests.
-func WithClock(now func() time.Time) Option {
+func withClock(now func() time.Time) Option {
 	return Option{options.New("WithClock", func(c *config) error {
 		if now == nil {
 			return errors.New("clock must not be nil")
@@ -165,7 +148,7 @@ func WithClock(now func() time.Time) Option {
 }
 
 // WithPublisherLimits makes Enqueue refuse, with an
-// [*UndeliverableError] and nothing written, every message that c (the
+// error matching ErrUndeliverable and nothing written, every message that c (the
 // publisher the relay will use, or one configured like it) says it can
 // never deliver. Without it Enqueue checks only the outbox's own limits.
 func WithPublisherLimits(c Checker) Option {
@@ -199,7 +182,7 @@ func New(d dialects.Dialect, opts ...Option) (*Outbox, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: dialect %q", ErrNoOutbox, d.Name())
 	}
-	c := config{table: DefaultTable, now: time.Now}
+	c := config{table: defaultTable, now: time.Now}
 	if err := options.Apply(&c, opts, func(o Option) options.Option[config] { return o.o }); err != nil {
 		return nil, fmt.Errorf("%w: %w", errConfig, err)
 	}
@@ -221,11 +204,11 @@ type configError struct{}
 func (configError) Error() string   { return ErrInvalidConfig.Error() }
 func (configError) Unwrap() []error { return []error{ErrInvalidConfig, ErrInvalid} }
 
-// Table returns the outbox's table name.
-func (o *Outbox) Table() string { return o.table }
+// tableName returns the outbox's table name.
+func (o *Outbox) tableName() string { return o.table }
 
-// Dialect returns the outbox's dialect.
-func (o *Outbox) Dialect() dialects.Dialect { return o.d }
+// dialect returns the outbox's dialect.
+func (o *Outbox) dialect() dialects.Dialect { return o.d }
 
 // MessageID returns the id of the message called name of the operation
 // id: hex of id.Derive("outbox-message", name), 64 characters. It is what
@@ -259,7 +242,7 @@ func messageID(id ledger.Identity, name string) ([32]byte, error) {
 // has committed.
 //
 // Errors: ledger.ErrNoOperation outside a keyed call, ErrInvalid for a bad
-// message, an [*UndeliverableError] (matching ErrUndeliverable and
+// message, an error matching ErrUndeliverable (and
 // ErrInvalid) for one the publisher's limits refuse (see
 // [WithPublisherLimits]), ErrDuplicate for a name already enqueued by the operation, or
 // the database's error (wrapped; txmiddleware classifies it as it does
@@ -296,7 +279,7 @@ func EnqueueTx[TX any](ctx context.Context, o *Outbox, drv ledger.TxDriver[TX], 
 	}
 	if o.check != nil {
 		if err := o.check.CheckMessage(msg); err != nil {
-			return "", &UndeliverableError{Name: msg.Name, Err: err}
+			return "", &undeliverableError{Name: msg.Name, Err: err}
 		}
 	}
 	payload := msg.Payload
@@ -317,14 +300,14 @@ func EnqueueTx[TX any](ctx context.Context, o *Outbox, drv ledger.TxDriver[TX], 
 }
 
 func checkMessage(m Message) error {
-	if err := checkText("topic", m.Topic, MaxTopicLen, false); err != nil {
+	if err := checkText("topic", m.Topic, outboxkit.MaxTopicLen, false); err != nil {
 		return err
 	}
-	if err := checkText("key", m.Key, MaxKeyLen, true); err != nil {
+	if err := checkText("key", m.Key, outboxkit.MaxKeyLen, true); err != nil {
 		return err
 	}
-	if len(m.Payload) > MaxPayloadSize {
-		return fmt.Errorf("%w: payload of %d bytes exceeds %d", ErrInvalid, len(m.Payload), MaxPayloadSize)
+	if len(m.Payload) > outboxkit.MaxPayloadSize {
+		return fmt.Errorf("%w: payload of %d bytes exceeds %d", ErrInvalid, len(m.Payload), outboxkit.MaxPayloadSize)
 	}
 	return nil // the name is checked by the derivation
 }

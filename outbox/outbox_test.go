@@ -12,6 +12,7 @@ import (
 
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/internal/dialectkit"
+	"github.com/opledger/opledger/internal/outboxkit"
 	"github.com/opledger/opledger/internal/testkit/outboxtest"
 	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/ledger"
@@ -131,7 +132,7 @@ func TestEnqueue(t *testing.T) {
 		opCtx := ledger.ContextWithOperation(ctx, claim(t, "enqueue-3").Identity)
 		for _, bad := range []outbox.Message{
 			{Topic: "t"}, {Name: "n"}, {Name: "n", Topic: "t\n"}, {Name: "n", Topic: "t", Key: "\xff"},
-			{Name: "n", Topic: "t", Payload: make([]byte, outbox.MaxPayloadSize+1)},
+			{Name: "n", Topic: "t", Payload: make([]byte, outboxkit.MaxPayloadSize+1)},
 		} {
 			if _, err := e.ob.Enqueue(opCtx, tx, bad); !errors.Is(err, outbox.ErrInvalid) {
 				t.Errorf("%+.40v: %v, want ErrInvalid", bad, err)
@@ -161,7 +162,7 @@ func TestNewErrors(t *testing.T) {
 	if err != nil || ob.Table() != "opledger_operations_outbox" {
 		t.Fatalf("default table: %v %v", ob, err)
 	}
-	for _, opt := range []outbox.RelayOption{outbox.WithBatchSize(0), outbox.WithBatchSize(outbox.MaxBatchSize + 1),
+	for _, opt := range []outbox.RelayOption{outbox.WithBatchSize(0), outbox.WithBatchSize(outboxkit.MaxBatchSize + 1),
 		outbox.WithPollInterval(0), outbox.WithBackoff(0, time.Second), outbox.WithBackoff(time.Second, time.Millisecond), outbox.WithPublishTimeout(0)} {
 		if _, err := outbox.NewRelay(&sql.DB{}, ob, &outboxtest.Broker{}, opt); !isConfigErr(err) {
 			t.Errorf("bad relay option: %v", err)

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/opledger/opledger/internal/options"
+	"github.com/opledger/opledger/internal/outboxkit"
 	"github.com/opledger/opledger/internal/telemetry"
 	"github.com/opledger/opledger/internal/wait"
 )
@@ -49,16 +50,6 @@ type Publisher interface {
 	Publish(ctx context.Context, e Envelope) error
 }
 
-// Defaults of the relay's options.
-const (
-	DefaultBatchSize      = 100
-	MaxBatchSize          = 1000
-	DefaultPollInterval   = 200 * time.Millisecond
-	DefaultBackoffBase    = 100 * time.Millisecond
-	DefaultBackoffMax     = 10 * time.Second
-	DefaultPublishTimeout = 10 * time.Second
-)
-
 // RelayOption configures a Relay; the With functions build them. Giving
 // the same option twice is an error.
 type RelayOption struct{ o options.Option[relayConfig] }
@@ -80,8 +71,8 @@ func relayOption(name string, f func(*relayConfig) error) RelayOption {
 // publishes (default 100, at most 1000).
 func WithBatchSize(n int) RelayOption {
 	return relayOption("WithBatchSize", func(c *relayConfig) error {
-		if n < 1 || n > MaxBatchSize {
-			return fmt.Errorf("batch size %d outside [1, %d]", n, MaxBatchSize)
+		if n < 1 || n > outboxkit.MaxBatchSize {
+			return fmt.Errorf("batch size %d outside [1, %d]", n, outboxkit.MaxBatchSize)
 		}
 		c.batch = n
 		return nil
@@ -209,8 +200,8 @@ func NewRelay(db *sql.DB, ob *Outbox, pub Publisher, opts ...RelayOption) (*Rela
 	if db == nil || ob == nil || pub == nil {
 		return nil, fmt.Errorf("%w: database, outbox and publisher must not be nil", errConfig)
 	}
-	cfg := relayConfig{batch: DefaultBatchSize, poll: DefaultPollInterval, base: DefaultBackoffBase,
-		max: DefaultBackoffMax, publishTimeout: DefaultPublishTimeout}
+	cfg := relayConfig{batch: outboxkit.DefaultBatchSize, poll: outboxkit.DefaultPollInterval, base: outboxkit.DefaultBackoffBase,
+		max: outboxkit.DefaultBackoffMax, publishTimeout: outboxkit.DefaultPublishTimeout}
 	if err := options.Apply(&cfg, opts, func(o RelayOption) options.Option[relayConfig] { return o.o }); err != nil {
 		return nil, fmt.Errorf("%w: %w", errConfig, err)
 	}
@@ -255,7 +246,7 @@ func (r *Relay) Run(ctx context.Context) error {
 // Drain publishes batches until one finds nothing it may publish,
 // backing off after a failed batch (and logging it, as Run does), and
 // returns then: nil when the outbox is empty (or what is left is held by
-// another relay), a [*DeadError] (matching ErrDead) when dead messages are
+// another relay), an error matching ErrDead, with the counts, when dead messages are
 // left, with the messages of their keys waiting behind them, or ctx's
 // error. It is for a command that relays what is there and exits, and for
 // tests.
@@ -293,7 +284,7 @@ func (r *Relay) failedBatch(ctx context.Context, b batch, failed int, err error)
 }
 
 // leftOver is Drain's answer once a batch found nothing to publish: a
-// *DeadError when dead messages are left.
+// error matching ErrDead when dead messages are left.
 func (r *Relay) leftOver(ctx context.Context) error {
 	var all, dead int64
 	if err := r.db.QueryRowContext(ctx, r.ob.q.Count).Scan(&all, &dead); err != nil {
@@ -302,7 +293,7 @@ func (r *Relay) leftOver(ctx context.Context) error {
 	if dead == 0 {
 		return nil
 	}
-	return &DeadError{Dead: dead, Waiting: all - dead}
+	return &deadError{Dead: dead, Waiting: all - dead}
 }
 
 func (r *Relay) backoff(failed int) time.Duration {
@@ -330,12 +321,12 @@ type batch struct {
 	failed    *failure  // the failure that stopped the batch, if any
 }
 
-// RunOnce reads one batch, publishes what it may in order, deletes what
+// runOnce reads one batch, publishes what it may in order, deletes what
 // the publisher acknowledged and sets aside what it refused as
 // undeliverable. It returns how many messages were published; an error
 // means the batch stopped at a failure (the messages published before it
 // are deleted, or published again later if even that failed).
-func (r *Relay) RunOnce(ctx context.Context) (int, error) {
+func (r *Relay) runOnce(ctx context.Context) (int, error) {
 	b, err := r.once(ctx)
 	return b.published, err
 }

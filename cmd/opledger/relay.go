@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/opledger/opledger/internal/outboxkit"
 	"github.com/opledger/opledger/internal/wait"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/outbox"
@@ -58,7 +59,7 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	stream := fs.String("stream", "", "JetStream stream to expect (and create when missing, with --subjects)")
 	subjects := fs.String("subjects", "", "comma-separated subjects of a stream to create (with --stream)")
 	prefix := fs.String("subject-prefix", "", "put before every topic to make the NATS subject")
-	batch := fs.Int("batch", outbox.DefaultBatchSize, "messages per batch (1 to 1000)")
+	batch := fs.Int("batch", outboxkit.DefaultBatchSize, "messages per batch (1 to 1000)")
 	drainOnly := fs.Bool("drain", false, "exit once the outbox is empty instead of running until interrupted (a broker down at start is waited for first)")
 	verbose := fs.Bool("v", false, "log failed batches and messages set aside to stderr")
 	var dead deadFlags
@@ -92,7 +93,7 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if err != nil {
 		return fail(stderr, "relay", err)
 	}
-	fmt.Fprintf(stdout, "opledger relay: %s table %s → %s\n", t.display, ob.Table(), servers.display)
+	fmt.Fprintf(stdout, "opledger relay: %s table %s → %s\n", t.display, outbox.TableFor(*table), servers.display)
 	log := scrubbingLogger(stderr, t, servers)
 	nc, err := connectBroker(ctx, *to, servers, log)
 	if err != nil {
@@ -174,7 +175,7 @@ func connectBroker(ctx context.Context, to string, servers natsServers, log *slo
 		if err == nil || ctx.Err() != nil || brokerRefused(err) {
 			return nc, err
 		}
-		d := wait.Backoff(outbox.DefaultBackoffBase, outbox.DefaultBackoffMax, attempt)
+		d := wait.Backoff(outboxkit.DefaultBackoffBase, outboxkit.DefaultBackoffMax, attempt)
 		log.LogAttrs(ctx, slog.LevelWarn, "opledger relay: waiting for broker", slog.String("to", servers.display),
 			slog.Int("attempt", attempt), slog.Duration("backoff", d), slog.String("error", err.Error()))
 		if err := wait.Sleep(ctx, d); err != nil {

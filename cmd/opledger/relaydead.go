@@ -61,7 +61,7 @@ func runRelayDead(ctx context.Context, fs *flag.FlagSet, f deadFlags, dsn, table
 		if err != nil {
 			return fail(stderr, "relay", err)
 		}
-		printDead(stdout, ob.Table(), dead)
+		printDead(stdout, outbox.TableFor(table), dead)
 	case f.retry != "":
 		m, err := ob.RetryDead(ctx, db, f.retry)
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/opledger/opledger/internal/outboxkit"
 	"github.com/opledger/opledger/internal/testkit/natstest"
 	"github.com/opledger/opledger/outbox"
 )
@@ -165,9 +166,9 @@ func checkAttempts(t *testing.T, attempts []int, backoffs []time.Duration) {
 		if n != i+1 {
 			t.Fatalf("attempts logged %v, want 1, 2, … (one line per attempt)", attempts)
 		}
-		full := outbox.DefaultBackoffBase
+		full := outboxkit.DefaultBackoffBase
 		for range i {
-			full = min(2*full, outbox.DefaultBackoffMax)
+			full = min(2*full, outboxkit.DefaultBackoffMax)
 		}
 		if d := backoffs[i]; d < full/2 || d > full {
 			t.Errorf("attempt %d: backoff %s, want between %s and %s (the relay's backoff)", n, d, full/2, full)

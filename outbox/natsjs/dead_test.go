@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/opledger/opledger/internal/outboxkit"
 	"github.com/opledger/opledger/internal/testkit/natstest"
 	"github.com/opledger/opledger/internal/testkit/outboxtest"
 	"github.com/opledger/opledger/internal/testkit/testdb"
@@ -88,13 +89,12 @@ func TestEnqueueRefusesWhatNATSCannotTake(t *testing.T) {
 
 	for _, topic := range []string{"a b", "a..b", ".a", "a.", "a.*.b", ">", "x.>"} {
 		_, err := q.enqueue(outbox.Message{Name: "Bad", Topic: topic, Payload: []byte("x")})
-		var ue *outbox.UndeliverableError
-		if !errors.Is(err, outbox.ErrUndeliverable) || !errors.Is(err, nats.ErrBadSubject) || !errors.As(err, &ue) {
-			t.Errorf("topic %q: %v, want an UndeliverableError matching nats.ErrBadSubject", topic, err)
+		if !errors.Is(err, outbox.ErrUndeliverable) || !errors.Is(err, outbox.ErrInvalid) || !errors.Is(err, nats.ErrBadSubject) {
+			t.Errorf("topic %q: %v, want an error matching ErrUndeliverable, ErrInvalid and nats.ErrBadSubject", topic, err)
 		}
 	}
-	name, key := strings.Repeat("n", ledger.MaxNameLen), strings.Repeat("k", outbox.MaxKeyLen)
-	largest := outbox.Message{Name: name, Topic: "big", Key: key, Payload: make([]byte, outbox.MaxPayloadSize)}
+	name, key := strings.Repeat("n", ledger.MaxNameLen), strings.Repeat("k", outboxkit.MaxKeyLen)
+	largest := outbox.Message{Name: name, Topic: "big", Key: key, Payload: make([]byte, outboxkit.MaxPayloadSize)}
 	if err := pub.CheckMessage(largest); err != nil {
 		t.Fatalf("a payload of MaxPayloadSize with the longest name and key: %v", err)
 	}
@@ -111,7 +111,7 @@ func TestEnqueueRefusesWhatNATSCannotTake(t *testing.T) {
 	if headers != 975+len("LIMITS") {
 		t.Errorf("the publisher's headers take %d bytes, want the 975 at most it documents and the stream's name", headers)
 	}
-	over := outbox.Message{Name: "Over", Topic: "big", Payload: make([]byte, outbox.MaxPayloadSize+1)}
+	over := outbox.Message{Name: "Over", Topic: "big", Payload: make([]byte, outboxkit.MaxPayloadSize+1)}
 	if _, err := q.enqueue(over); !errors.Is(err, outbox.ErrInvalid) {
 		t.Errorf("a payload over MaxPayloadSize: %v", err)
 	}
@@ -152,7 +152,7 @@ func TestEnqueueRefusesWhatNATSCannotTake(t *testing.T) {
 		t.Fatal(err)
 	}
 	stored := streamContents(t, s)
-	if len(stored) != 1 || len(stored[0].Payload) != outbox.MaxPayloadSize {
+	if len(stored) != 1 || len(stored[0].Payload) != outboxkit.MaxPayloadSize {
 		t.Fatalf("stream holds %d messages", len(stored))
 	}
 }

@@ -190,7 +190,7 @@ func Run(t *testing.T, e *testdb.Env, cfg Config) Want {
 	}
 	// Wait for the relays to empty the outbox (but for what they leave),
 	// on the database's own view.
-	q := "SELECT COUNT(*), COALESCE(SUM(CASE WHEN dead_at IS NOT NULL THEN 1 ELSE 0 END), 0) FROM " + e.Dialect.QuoteIdent(ob.Table())
+	q := "SELECT COUNT(*), COALESCE(SUM(CASE WHEN dead_at IS NOT NULL THEN 1 ELSE 0 END), 0) FROM " + e.Dialect.QuoteIdent(outbox.TableFor(e.Table))
 	for {
 		var n, dead int
 		if err := e.DB.QueryRowContext(ctx, q).Scan(&n, &dead); err != nil {
