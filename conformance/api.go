@@ -8,6 +8,7 @@ import (
 
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/internal/dialectkit"
+	"github.com/opledger/opledger/internal/txledger"
 	"github.com/opledger/opledger/ledger"
 )
 
@@ -51,13 +52,13 @@ type BoundedBeginner[TX any] interface {
 }
 
 // TxLedger is the ledger under test of a target over a [Driver]:
-// ledger.TxLedger on TX, and a Lookup of committed state (through the
+// txledger.TxLedger on TX, and a Lookup of committed state (through the
 // ledger's own reads, on the same database). It may also implement
-// ledger.TxRecorder[TX] (claim at commit), ledger.LockWaitBounder,
+// txledger.TxRecorder[TX] (claim at commit), txledger.LockWaitBounder,
 // [Pipeliner] (the pipelined forms) and Sweep(ctx, batch) (int64, error)
 // (the sweep cases).
 type TxLedger[TX any] interface {
-	ledger.TxLedger[TX]
+	txledger.TxLedger[TX]
 	// Lookup reads the committed entry for id outside any of the suite's
 	// transactions.
 	Lookup(ctx context.Context, id ledger.Identity) (*ledger.Entry, error)
@@ -269,7 +270,7 @@ func (s sqlLedger) complete(ctx context.Context, tx unitTx, c *ledger.Claim, r l
 }
 
 func (s sqlLedger) record(ctx context.Context, tx unitTx, req ledger.ClaimRequest, r ledger.Result) (*ledger.Claim, error) {
-	rec, ok := s.l.(ledger.Recorder)
+	rec, ok := s.l.(txledger.Recorder)
 	if !ok {
 		return nil, errNoRecorder
 	}
@@ -280,7 +281,7 @@ func (s sqlLedger) record(ctx context.Context, tx unitTx, req ledger.ClaimReques
 	return rec.Record(ctx, t, req, r)
 }
 
-func (s sqlLedger) recorder() bool { _, ok := s.l.(ledger.Recorder); return ok }
+func (s sqlLedger) recorder() bool { _, ok := s.l.(txledger.Recorder); return ok }
 
 func (s sqlLedger) lookup(ctx context.Context, id ledger.Identity) (*ledger.Entry, error) {
 	return s.l.Lookup(ctx, s.db, id)
@@ -297,8 +298,7 @@ func (s sqlLedger) sweep() func(ctx context.Context, batch int) (int64, error) {
 func (s sqlLedger) dialect() dialects.Dialect { return s.l.Dialect() }
 
 func (s sqlLedger) boundsLockWait() bool {
-	b, ok := s.l.(ledger.LockWaitBounder)
-	return ok && b.BoundsLockWait()
+	return txledger.BoundsLockWait(s.l)
 }
 
 func (sqlLedger) pipeline() suitePipeline { return nil }
@@ -421,7 +421,7 @@ func (d *driverLedger[TX]) complete(ctx context.Context, tx unitTx, c *ledger.Cl
 }
 
 func (d *driverLedger[TX]) record(ctx context.Context, tx unitTx, req ledger.ClaimRequest, r ledger.Result) (*ledger.Claim, error) {
-	rec, ok := d.l.(ledger.TxRecorder[TX])
+	rec, ok := d.l.(txledger.TxRecorder[TX])
 	if !ok {
 		return nil, errNoRecorder
 	}
@@ -432,7 +432,7 @@ func (d *driverLedger[TX]) record(ctx context.Context, tx unitTx, req ledger.Cla
 	return rec.Record(ctx, t, req, r)
 }
 
-func (d *driverLedger[TX]) recorder() bool { _, ok := d.l.(ledger.TxRecorder[TX]); return ok }
+func (d *driverLedger[TX]) recorder() bool { _, ok := d.l.(txledger.TxRecorder[TX]); return ok }
 
 func (d *driverLedger[TX]) lookup(ctx context.Context, id ledger.Identity) (*ledger.Entry, error) {
 	return d.l.Lookup(ctx, id)
@@ -451,8 +451,7 @@ func (d *driverLedger[TX]) sweep() func(ctx context.Context, batch int) (int64, 
 func (d *driverLedger[TX]) dialect() dialects.Dialect { return d.l.Dialect() }
 
 func (d *driverLedger[TX]) boundsLockWait() bool {
-	b, ok := d.l.(ledger.LockWaitBounder)
-	return ok && b.BoundsLockWait()
+	return txledger.BoundsLockWait(d.l)
 }
 
 func (d *driverLedger[TX]) pipeline() suitePipeline {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/opledger/opledger/conformance"
 	"github.com/opledger/opledger/internal/testkit/badledgers"
+	"github.com/opledger/opledger/internal/txledger"
 	"github.com/opledger/opledger/ledger"
 )
 
@@ -45,7 +46,7 @@ func badTarget(tg conformance.Target, kind string) conformance.Target {
 	tg.Name += "/" + kind
 	d, db := tg.Dialect, tg.DB
 	tg.NewLedger = func(cfg conformance.LedgerConfig) (ledger.Ledger, error) {
-		b, err := badledgers.New[*sql.Tx](d, ledger.SQLDriver{}, badledgers.SQLTxns{DB: db}, cfg)
+		b, err := badledgers.New[*sql.Tx](d, txledger.SQLDriver{}, badledgers.SQLTxns{DB: db}, cfg)
 		if err != nil {
 			return nil, err
 		}

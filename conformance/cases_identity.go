@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/opledger/opledger/internal/ledgerkit"
 	"github.com/opledger/opledger/ledger"
 )
 
@@ -132,7 +133,7 @@ func caseFidelity(e *env) {
 		{"empty response", ledger.Result{Code: 5, Response: []byte{}, TypeName: "google.rpc.Status"}},
 		{"every byte value", ledger.Result{Code: 13, Response: all, TypeName: "pkg.Tÿpe_ü.Reply"}},
 		{"largest code", ledger.Result{Code: math.MaxInt32, Response: []byte("x"), TypeName: suiteType}},
-		{"maximum size", ledger.Result{Code: 16, Response: big, TypeName: strings.Repeat("T", ledger.MaxTypeNameLen)}},
+		{"maximum size", ledger.Result{Code: 16, Response: big, TypeName: strings.Repeat("T", ledgerkit.MaxTypeNameLen)}},
 	}
 	replayers := minInt(4, e.conc)
 	for i, c := range cases {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/ledgerkit"
 	"github.com/opledger/opledger/ledger"
 )
 
@@ -147,7 +148,7 @@ func (e *env) newLedger(now func() time.Time) safeLedger {
 	return sl
 }
 
-func (e *env) maxResult() int { return ledger.DefaultMaxResultSize }
+func (e *env) maxResult() int { return ledgerkit.DefaultMaxResultSize }
 
 // figure records a summary line for the report.
 func (e *env) figure(format string, args ...any) {

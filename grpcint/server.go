@@ -85,7 +85,7 @@ func WithTxOptions(opts ...txmiddleware.Option) ServerOption {
 // it back before replaying. Choose it for short handlers whose every
 // effect is in the transaction and whose retries are rare. A name that is
 // not a keyed method of the catalog is an error, and so is a ledger that
-// does not implement ledger.Recorder. The other keyed methods claim first.
+// has no Record method (ledger.Store has it). The other keyed methods claim first.
 func WithClaimAtCommit(methods ...string) ServerOption {
 	return serverOption("WithClaimAtCommit", func(c *serverConfig) error {
 		if len(methods) == 0 {

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/opledger/opledger/ledger"
+	"github.com/opledger/opledger/internal/ledgerkit"
 )
 
 // ErrInvalidKey is returned (wrapped) by ParseKey and FormatKey for a
@@ -21,7 +21,7 @@ func keyErr(reason string) error { return fmt.Errorf("%w: %s", ErrInvalidKey, re
 // String, such as "\"8e03978e-40d5-43e8-bc93-6894a57f9324\"". Parameters
 // after the string are parsed (they must be well formed) and ignored;
 // space around the item is allowed. The key is the string's content: 1 to
-// ledger.MaxKeyLen bytes of printable ASCII, as every string's content
+// ledgerkit.MaxKeyLen bytes of printable ASCII, as every string's content
 // is. Any other value is an error wrapping ErrInvalidKey.
 func ParseKey(field string) (string, error) {
 	p := sfParser{s: strings.Trim(field, " \t")}
@@ -55,15 +55,15 @@ func parseBareKey(field string) (string, error) {
 }
 
 func checkKeyLen(key string) error {
-	if key == "" || len(key) > ledger.MaxKeyLen {
-		return keyErr(fmt.Sprintf("must be 1 to %d bytes", ledger.MaxKeyLen))
+	if key == "" || len(key) > ledgerkit.MaxKeyLen {
+		return keyErr(fmt.Sprintf("must be 1 to %d bytes", ledgerkit.MaxKeyLen))
 	}
 	return nil
 }
 
 // FormatKey returns the Idempotency-Key field value for key: key as a
 // Structured Field String, in double quotes, with '"' and '\' escaped.
-// key must be 1 to ledger.MaxKeyLen bytes of printable ASCII.
+// key must be 1 to ledgerkit.MaxKeyLen bytes of printable ASCII.
 func FormatKey(key string) (string, error) {
 	if err := checkKeyLen(key); err != nil {
 		return "", err

@@ -16,6 +16,7 @@ import (
 	"github.com/opledger/opledger/internal/methodname"
 	"github.com/opledger/opledger/internal/options"
 	"github.com/opledger/opledger/internal/telemetry"
+	"github.com/opledger/opledger/internal/txledger"
 	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
 )
@@ -94,8 +95,9 @@ func New(db *sql.DB, l ledger.Ledger, caller CallerFunc, routes []string, opts .
 // NewFor is New on the transactions of tx, any transaction API's (see
 // keyed.Transactions): keyed.SQL for database/sql, or another API's, whose
 // handlers find their transaction with that API's function. When tx
-// implements ledger.ResultSizer, a response body limit it cannot store is
-// refused. Everything else is as for New.
+// states its result limit (its ledger is a ledger.Store, or one of your
+// own with a MaxResultSize method), a response body limit it cannot store
+// is refused. Everything else is as for New.
 func NewFor(tx keyed.Transactions, caller CallerFunc, routes []string, opts ...Option) (*Middleware, error) {
 	switch {
 	case tx == nil:
@@ -119,7 +121,7 @@ func NewFor(tx keyed.Transactions, caller CallerFunc, routes []string, opts ...O
 		}
 		known[op] = true
 	}
-	if rs, ok := tx.(ledger.ResultSizer); ok && m.cfg.maxResponse > rs.MaxResultSize()-StoredHeaderRoom {
+	if rs, ok := tx.(txledger.ResultSizer); ok && m.cfg.maxResponse > rs.MaxResultSize()-StoredHeaderRoom {
 		return nil, fmt.Errorf("%w: a response body of %d bytes (WithMaxResponseBody) and %d bytes for its stored headers (StoredHeaderRoom) are over the ledger's result limit of %d bytes (ledger.WithMaxResultSize): a response at the limit could not be stored",
 			ErrInvalidConfig, m.cfg.maxResponse, StoredHeaderRoom, rs.MaxResultSize())
 	}
@@ -154,7 +156,7 @@ func (m *Middleware) addRoute(op string) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := ledger.CheckMethod(op); err != nil {
+	if err := txledger.CheckMethod(op); err != nil {
 		return err
 	}
 	defer func() {

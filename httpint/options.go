@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/internal/keyedcore"
+	"github.com/opledger/opledger/internal/ledgerkit"
 	"github.com/opledger/opledger/internal/options"
-	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/policy"
 	"github.com/opledger/opledger/txmiddleware"
 )
@@ -30,9 +30,9 @@ const (
 	// DefaultMaxResponseBody is the largest response body a keyed
 	// route's handler may write, in bytes; past it the request fails with
 	// 500 and nothing is stored. It is the ledger's default result limit
-	// (ledger.DefaultMaxResultSize, 1 MiB) less StoredHeaderRoom, so that
+	// (1 MiB: ledger.WithMaxResultSize) less StoredHeaderRoom, so that
 	// with every default a response at the limit is stored.
-	DefaultMaxResponseBody = ledger.DefaultMaxResultSize - StoredHeaderRoom
+	DefaultMaxResponseBody = ledgerkit.DefaultMaxResultSize - StoredHeaderRoom
 	// StoredHeaderRoom is the room a stored response keeps beside its
 	// body, in bytes: for the encoding and the allow-listed headers (see
 	// WithReplayHeaders). New refuses a response body limit that leaves
@@ -110,7 +110,7 @@ func WithTxOptions(opts ...txmiddleware.Option) Option {
 // runs the handler and rolls it back before replaying. Choose it for short
 // handlers whose every effect is in the transaction and whose retries are
 // rare. A name that is not one of New's routes is an error, and so is a
-// ledger that does not implement ledger.Recorder. The other keyed routes
+// ledger without Record (ledger.Store has it). The other keyed routes
 // claim first.
 func WithClaimAtCommit(routes ...string) Option {
 	return option("WithClaimAtCommit", func(c *config) error {
@@ -175,7 +175,7 @@ func WithMaxRequestBody(n int64) Option {
 // with 500 and nothing is stored. The ledger's own limit
 // (ledger.WithMaxResultSize) must hold it and StoredHeaderRoom more: New
 // refuses a limit it cannot store, when the ledger states its limit
-// (ledger.ResultSizer, as ledger.Store does).
+// (ledger.Store, or a ledger of your own with a MaxResultSize method).
 func WithMaxResponseBody(n int) Option {
 	return option("WithMaxResponseBody", func(c *config) error {
 		if n < 0 {

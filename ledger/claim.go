@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/ledgerkit"
 )
 
 // Claim claims req.Identity inside tx.
@@ -37,14 +38,14 @@ func (s *Store) Claim(ctx context.Context, tx *sql.Tx, req ClaimRequest) (*Claim
 }
 
 // Claim claims req.Identity inside tx. It behaves as [Store.Claim].
-func (s *TxStore[TX]) Claim(ctx context.Context, tx TX, req ClaimRequest) (*Claim, error) {
+func (s *txStore[TX]) Claim(ctx context.Context, tx TX, req ClaimRequest) (*Claim, error) {
 	ctx, op := s.obs.begin(ctx, "opledger.claim", req.Identity)
 	c, err := s.claim(ctx, tx, req)
 	s.obs.claimed(ctx, op, req.Identity, c, err)
 	return c, err
 }
 
-func (s *TxStore[TX]) claim(ctx context.Context, tx TX, req ClaimRequest) (*Claim, error) {
+func (s *txStore[TX]) claim(ctx context.Context, tx TX, req ClaimRequest) (*Claim, error) {
 	if err := checkRequest(isNil(tx), req); err != nil {
 		return nil, err
 	}
@@ -85,7 +86,7 @@ func checkRequest(nilTx bool, req ClaimRequest) error {
 		return invalid("tx", "transaction must not be nil")
 	case req.Identity.IsZero():
 		return invalid("caller", "identity is zero; build it with NewIdentity")
-	case req.Fingerprint.IsZero():
+	case req.Fingerprint == Fingerprint{}:
 		return invalid("fingerprint", "must not be all zero")
 	}
 	return nil
@@ -95,7 +96,7 @@ func checkRequest(nilTx bool, req ClaimRequest) error {
 // between the conflict and the read, or taken over by another claimant.
 const maxClaimLoops = 4
 
-// insertFirst is what Claim and Record differ in; (*TxStore).insertFirst
+// insertFirst is what Claim and Record differ in; (*txStore).insertFirst
 // runs the loop they share: insert first, read only on conflict, take over
 // an expired entry, replay a completed one.
 type insertFirst[TX any] struct {
@@ -115,7 +116,7 @@ type insertFirst[TX any] struct {
 }
 
 // insertFirst runs p for req in tx: read back with sel after a conflict.
-func (s *TxStore[TX]) insertFirst(ctx context.Context, tx TX, req ClaimRequest, sel string, p insertFirst[TX]) (*Claim, error) {
+func (s *txStore[TX]) insertFirst(ctx context.Context, tx TX, req ClaimRequest, sel string, p insertFirst[TX]) (*Claim, error) {
 	id := req.Identity.id[:]
 	for range maxClaimLoops {
 		now := s.now()
@@ -186,7 +187,7 @@ func existing(req ClaimRequest, e row) (*Claim, error) {
 }
 
 // acquired returns this store's acquisition of id in tx.
-func (s *TxStore[TX]) acquired(id Identity, tx TX) *Claim {
+func (s *txStore[TX]) acquired(id Identity, tx TX) *Claim {
 	return &Claim{Outcome: Acquired, Identity: id, tx: tx, owner: s}
 }
 
@@ -199,7 +200,7 @@ type row struct {
 }
 
 // scanRow reads an entry (the columns of Queries.Select and Lookup).
-func scanRow(r Row) (row, error) {
+func scanRow(r ledgerkit.Row) (row, error) {
 	var (
 		e        row
 		code     sql.NullInt64
@@ -228,7 +229,7 @@ func (e *row) completed(done, code sql.NullInt64, typeName sql.NullString) {
 
 // scanClaim reads the row of a one-statement Claim: whether it inserted,
 // and the existing entry when the statement saw one.
-func scanClaim(r Row) (inserted bool, e row, found bool, err error) {
+func scanClaim(r ledgerkit.Row) (inserted bool, e row, found bool, err error) {
 	var (
 		ins                          sql.NullBool
 		code, created, done, expires sql.NullInt64

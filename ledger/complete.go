@@ -7,6 +7,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/opledger/opledger/internal/ledgerkit"
 )
 
 // Complete records r as the result of c in tx, which must be the
@@ -19,7 +21,7 @@ func (s *Store) Complete(ctx context.Context, tx *sql.Tx, c *Claim, r Result) er
 
 // Complete records r as the result of c in tx. It behaves as
 // [Store.Complete].
-func (s *TxStore[TX]) Complete(ctx context.Context, tx TX, c *Claim, r Result) error {
+func (s *txStore[TX]) Complete(ctx context.Context, tx TX, c *Claim, r Result) error {
 	var id Identity
 	if c != nil {
 		id = c.Identity
@@ -32,7 +34,7 @@ func (s *TxStore[TX]) Complete(ctx context.Context, tx TX, c *Claim, r Result) e
 
 // mine checks that c is an acquisition of this store in tx, not yet
 // completed, and that r is within the limits.
-func (s *TxStore[TX]) mine(tx TX, c *Claim, r Result) error {
+func (s *txStore[TX]) mine(tx TX, c *Claim, r Result) error {
 	if isNil(tx) {
 		return invalid("tx", "transaction must not be nil")
 	}
@@ -43,11 +45,11 @@ func (s *TxStore[TX]) mine(tx TX, c *Claim, r Result) error {
 }
 
 // checkResult refuses a result over the limits.
-func (s *TxStore[TX]) checkResult(r Result) error {
+func (s *txStore[TX]) checkResult(r Result) error {
 	if len(r.Response) > s.maxResult {
 		return invalid("result", fmt.Sprintf("response of %d bytes exceeds the limit of %d", len(r.Response), s.maxResult))
 	}
-	if r.Code > MaxCode {
+	if r.Code > ledgerkit.MaxCode {
 		return invalid("result", "code above 2147483647")
 	}
 	return checkTypeName(r.TypeName)
@@ -55,7 +57,7 @@ func (s *TxStore[TX]) checkResult(r Result) error {
 
 func checkTypeName(name string) error {
 	switch {
-	case len(name) > MaxTypeNameLen:
+	case len(name) > ledgerkit.MaxTypeNameLen:
 		return invalid("result", "type name longer than 512 bytes")
 	case !utf8.ValidString(name):
 		return invalid("result", "type name is not valid UTF-8")
@@ -66,7 +68,7 @@ func checkTypeName(name string) error {
 }
 
 // completeArgs are the arguments of Complete and of the pipelined form.
-func (s *TxStore[TX]) completeArgs(c *Claim, r Result) []any {
+func (s *txStore[TX]) completeArgs(c *Claim, r Result) []any {
 	resp := r.Response
 	if resp == nil {
 		resp = []byte{}
@@ -74,7 +76,7 @@ func (s *TxStore[TX]) completeArgs(c *Claim, r Result) []any {
 	return []any{int64(r.Code), resp, r.TypeName, micros(s.now()), c.Identity.id[:]}
 }
 
-func (s *TxStore[TX]) complete(ctx context.Context, tx TX, c *Claim, r Result) error {
+func (s *txStore[TX]) complete(ctx context.Context, tx TX, c *Claim, r Result) error {
 	if err := s.mine(tx, c, r); err != nil {
 		return err
 	}

@@ -1,5 +1,6 @@
 // Package ledger is the durable operation ledger: it makes a keyed
-// mutation take effect once, however often it is retried.
+// mutation take effect once, however often it is retried. Create a
+// [Store] with [New].
 //
 // A service claims the operation's [Identity] inside the same *sql.Tx that
 // holds its business write, so the claim and the write commit or roll back
@@ -23,7 +24,7 @@
 // constraint on the identity; it never reads-then-inserts, and it never
 // opens a transaction or connection of its own. Identity is the caller's
 // fingerprint, the method (a full gRPC method name, or an HTTP method and
-// route pattern: see [CheckMethod]) and the SHA-256 of the caller's key;
+// route pattern: see [NewIdentity]) and the SHA-256 of the caller's key;
 // the raw key is never stored. A key reused with a different request
 // fingerprint is [ErrKeyReused], never a replay.
 //
@@ -33,14 +34,13 @@
 //
 // # Other transaction APIs
 //
-// [Store] is [TxStore] over *sql.Tx: the ledger is one implementation
-// generic over the transaction type, whose statements run through a
-// [TxDriver] ([SQLDriver] for database/sql). Package pgxledger is it over
-// pgx.Tx, and adds the pipelined forms ([TxStore.BeginClaim],
-// [TxStore.CompleteCommit], [TxStore.RecordCommit]), which send the
-// claim with BEGIN and the completion or the record with COMMIT. Every
-// call that needs the caller's transaction takes one (*sql.Tx, pgx.Tx),
-// never a pool or a connection.
+// [Store] is the ledger over *sql.Tx: one implementation, generic over
+// the transaction type inside the kit, serves every transaction API.
+// Package pgxledger's Store is the same ledger over pgx.Tx, and adds the
+// pipelined forms (BeginClaim, CompleteCommit, RecordCommit), which send
+// the claim with BEGIN and the completion or the record with COMMIT.
+// Every call that needs the caller's transaction takes one (*sql.Tx,
+// pgx.Tx), never a pool or a connection.
 //
 // # Implementing Ledger
 //
@@ -50,8 +50,11 @@
 // interface. An implementation returns claims built with [NewAcquired] and
 // [NewReplay], and accepts in Complete only a claim it returned for the
 // same transaction (see [Claim.Tx]). Claim at commit (txmiddleware's
-// WithClaimAtCommit) needs the optional [Recorder] as well; its Record
-// returns [NewRecorded] or [NewReplay]. The conformance suite is the
+// WithClaimAtCommit) needs a Record method as well, with [Store.Record]'s
+// signature, which returns [NewRecorded] or [NewReplay]. A ledger may
+// also have BoundsLockWait() bool, reporting whether it honours
+// [ClaimRequest].LockWait, and MaxResultSize() int, its result limit:
+// the kit asks for both. The conformance suite is the
 // contract: an implementation is correct when it passes it on the
 // databases it is used with, in each order it is used in.
 package ledger

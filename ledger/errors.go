@@ -16,7 +16,7 @@ var (
 	ErrInvalid = errors.New("ledger: invalid input")
 
 	// ErrInvalidConfig marks a bad option or constructor argument (New,
-	// NewTxStore, a sweep's batch): the configuration error every package
+	// pgxledger.New, a sweep's batch): the configuration error every package
 	// of the kit names ErrInvalidConfig. Such an error matches ErrInvalid
 	// too.
 	ErrInvalidConfig = errors.New("ledger: invalid configuration")
@@ -50,9 +50,10 @@ var (
 	ErrNotFound = errors.New("ledger: no entry for this identity")
 )
 
-// InputError describes bad input. It matches [ErrInvalid], and with Field
-// "option" also [ErrInvalidConfig].
-type InputError struct {
+// inputError describes bad input. It matches [ErrInvalid], and with Field
+// "option" also [ErrInvalidConfig]; internal/txledger's InputError reads
+// its field and reason for the kit's transports.
+type inputError struct {
 	// Field names the offending input: "caller", "method", "key",
 	// "fingerprint", "result", "tx", "table", "option", "name", "lock
 	// wait".
@@ -64,11 +65,11 @@ type InputError struct {
 }
 
 // Error names the field and the reason.
-func (e *InputError) Error() string { return "ledger: invalid " + e.Field + ": " + e.Reason }
+func (e *inputError) Error() string { return "ledger: invalid " + e.Field + ": " + e.Reason }
 
 // Unwrap returns [ErrInvalid], [ErrInvalidConfig] for Field "option", and
 // the underlying error, if any.
-func (e *InputError) Unwrap() []error {
+func (e *inputError) Unwrap() []error {
 	errs := []error{ErrInvalid}
 	if e.Field == "option" {
 		errs = append(errs, ErrInvalidConfig)
@@ -79,7 +80,7 @@ func (e *InputError) Unwrap() []error {
 	return errs
 }
 
-func invalid(field, reason string) error { return &InputError{Field: field, Reason: reason} }
+func invalid(field, reason string) error { return &inputError{Field: field, Reason: reason} }
 
 // DBError is a database failure during a ledger operation. It keeps the
 // driver's error (reachable with errors.As) and its classification, and
@@ -98,13 +99,14 @@ type DBError struct {
 	Err error
 }
 
-// NewDBError is the *DBError of op's failure err on a database of
+// newDBError is the *DBError of op's failure err on a database of
 // dialect d: err classified by d and wrapped in d's explanation, when it
 // has one (dialectkit.Explain). Every DBError of the kit is made by it (the
-// ledger's statements, txmiddleware's and package pgxledger's COMMIT), so
-// none misses the explanation; make a DBError of your own with it too. A
-// nil d classifies nothing (ClassOther) and explains nothing.
-func NewDBError(d dialects.Dialect, op string, err error) *DBError {
+// ledger's statements, txmiddleware's and package pgxledger's COMMIT,
+// through internal/txledger's NewDBError), so none misses the
+// explanation. A nil d classifies nothing (ClassOther) and explains
+// nothing.
+func newDBError(d dialects.Dialect, op string, err error) *DBError {
 	if d == nil {
 		return &DBError{Op: op, Class: dialects.ClassOther, Err: err}
 	}

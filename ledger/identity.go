@@ -8,18 +8,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/opledger/opledger/internal/ledgerkit"
 	"github.com/opledger/opledger/internal/methodname"
-)
-
-// Limits on the parts of an identity.
-const (
-	// MaxCallerLen is the longest caller fingerprint accepted, in bytes.
-	MaxCallerLen = 512
-	// MaxMethodLen is the longest method (a full gRPC method name or an
-	// HTTP route) accepted, in bytes.
-	MaxMethodLen = 512
-	// MaxKeyLen is the longest idempotency key accepted, in bytes.
-	MaxKeyLen = 255
 )
 
 // Identity names one logical operation: who asked (the caller
@@ -41,16 +31,21 @@ type Identity struct {
 
 // NewIdentity validates the three parts and returns the identity.
 //
-// caller must be non-empty, at most [MaxCallerLen] bytes of valid UTF-8
-// without control characters. method must be a full gRPC method name,
-// "/package.Service/Method", or an HTTP route, "POST /orders/{id}" (see
-// [CheckMethod]). key must be 1 to [MaxKeyLen] bytes of printable ASCII.
+// caller must be non-empty, at most 512 bytes of valid UTF-8 without
+// control characters. method must be a full gRPC method name,
+// "/package.Service/Method", or an HTTP route, "POST /orders/{id}": a
+// leading slash, a service name of dotted identifiers, a slash and a
+// method identifier (what grpcint stores), or an HTTP method in capitals
+// (A-Z, then A-Z, 0-9, "-" or "_", at most 32 bytes), one space, and a
+// route pattern that starts with "/" and holds only visible ASCII (what
+// httpint stores), at most 512 bytes in all. key must be 1 to 255 bytes
+// of printable ASCII.
 // Errors wrap [ErrInvalid]; they never contain the key.
 func NewIdentity(caller, method, key string) (Identity, error) {
 	if err := checkCaller(caller); err != nil {
 		return Identity{}, err
 	}
-	if err := CheckMethod(method); err != nil {
+	if err := checkMethod(method); err != nil {
 		return Identity{}, err
 	}
 	if err := checkKey(key); err != nil {
@@ -89,9 +84,6 @@ func (i Identity) Caller() string { return i.caller }
 // Method returns the method: a full gRPC method name or an HTTP route.
 func (i Identity) Method() string { return i.method }
 
-// KeyHash returns the SHA-256 of the idempotency key.
-func (i Identity) KeyHash() [32]byte { return i.keyHash }
-
 // ID returns the entry's primary key: the SHA-256 of the length-prefixed
 // (caller, method, key hash) triple.
 func (i Identity) ID() [32]byte { return i.id }
@@ -112,7 +104,7 @@ func checkCaller(caller string) error {
 	switch {
 	case caller == "":
 		return invalid("caller", "must not be empty")
-	case len(caller) > MaxCallerLen:
+	case len(caller) > ledgerkit.MaxCallerLen:
 		return invalid("caller", "longer than 512 bytes")
 	case !utf8.ValidString(caller):
 		return invalid("caller", "not valid UTF-8")
@@ -122,8 +114,8 @@ func checkCaller(caller string) error {
 	return nil
 }
 
-// CheckMethod reports whether method is one of the two forms of an
-// identity's method, at most [MaxMethodLen] bytes in all:
+// checkMethod reports whether method is one of the two forms of an
+// identity's method, at most ledgerkit.MaxMethodLen bytes in all:
 //
 //   - a full gRPC method name, "/package.Service/Method": a leading slash,
 //     a service name of dotted identifiers, a slash and a method
@@ -135,7 +127,7 @@ func checkCaller(caller string) error {
 //
 // A name that starts with "/" is checked as the first form, any other as
 // the second, so the two never overlap. Errors wrap [ErrInvalid].
-func CheckMethod(method string) error {
+func checkMethod(method string) error {
 	if err := methodname.CheckOperation(method); err != nil {
 		return invalid("method", err.Error())
 	}
@@ -143,7 +135,7 @@ func CheckMethod(method string) error {
 }
 
 func checkKey(key string) error {
-	if len(key) == 0 || len(key) > MaxKeyLen {
+	if len(key) == 0 || len(key) > ledgerkit.MaxKeyLen {
 		return invalid("key", "must be 1 to 255 bytes")
 	}
 	for i := 0; i < len(key); i++ {
@@ -161,6 +153,3 @@ type Fingerprint [32]byte
 
 // FingerprintOf returns the SHA-256 of b.
 func FingerprintOf(b []byte) Fingerprint { return sha256.Sum256(b) }
-
-// IsZero reports whether f is all zero bytes, which no real digest is.
-func (f Fingerprint) IsZero() bool { return f == Fingerprint{} }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/opledger/opledger/internal/testkit/testdb"
+	"github.com/opledger/opledger/internal/txledger"
 	"github.com/opledger/opledger/ledger"
 )
 
@@ -35,8 +36,8 @@ func TestNewIdentityValidation(t *testing.T) {
 	for _, tc := range bad {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ledger.NewIdentity(tc.caller, tc.method, tc.key)
-			var ie *ledger.InputError
-			if !errors.Is(err, ledger.ErrInvalid) || !errors.As(err, &ie) || ie.Field != tc.field {
+			field, _, ok := txledger.InputError(err)
+			if !errors.Is(err, ledger.ErrInvalid) || !ok || field != tc.field {
 				t.Fatalf("got %v, want an InputError on %s", err, tc.field)
 			}
 			if tc.key != "" && len(tc.key) > 3 && strings.Contains(err.Error(), tc.key) {
@@ -103,7 +104,7 @@ func FuzzNewIdentity(f *testing.F) {
 		if id.IsZero() || id.Caller() != caller || id.Method() != method {
 			t.Fatalf("accepted identity lost a part: %v", id)
 		}
-		if err := ledger.CheckMethod(method); err != nil {
+		if err := txledger.CheckMethod(method); err != nil {
 			t.Fatalf("accepted method fails CheckMethod: %v", err)
 		}
 		// Either form, never both: a gRPC name starts with "/", an HTTP

@@ -12,8 +12,8 @@ import (
 
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/internal/dialectkit"
+	"github.com/opledger/opledger/internal/ledgerkit"
 	"github.com/opledger/opledger/internal/options"
-	"github.com/opledger/opledger/internal/outcomes"
 )
 
 // Ledger is the port the rest of the kit depends on. The SQL
@@ -35,17 +35,6 @@ type Ledger interface {
 	Dialect() dialects.Dialect
 }
 
-// Recorder is implemented by ledgers that can record a completed entry
-// first, as the last statement before COMMIT: claim at commit, where the
-// work runs before the ledger is touched. [Store] implements it; so may
-// any Ledger (the conformance suite proves it in its claim-at-commit
-// mode). txmiddleware.WithClaimAtCommit needs it.
-type Recorder interface {
-	// Record inserts req's identity already completed with r, inside tx.
-	// See [Store.Record].
-	Record(ctx context.Context, tx *sql.Tx, req ClaimRequest, r Result) (*Claim, error)
-}
-
 // Querier is what Lookup reads through: *sql.DB, *sql.Conn and *sql.Tx all
 // satisfy it.
 type Querier interface {
@@ -53,13 +42,10 @@ type Querier interface {
 }
 
 var (
-	_ Querier         = (*sql.DB)(nil)
-	_ Querier         = (*sql.Conn)(nil)
-	_ Querier         = (*sql.Tx)(nil)
-	_ Ledger          = (*Store)(nil)
-	_ Recorder        = (*Store)(nil)
-	_ LockWaitBounder = (*Store)(nil)
-	_ ResultSizer     = (*Store)(nil)
+	_ Querier = (*sql.DB)(nil)
+	_ Querier = (*sql.Conn)(nil)
+	_ Querier = (*sql.Tx)(nil)
+	_ Ledger  = (*Store)(nil)
 )
 
 // ClaimRequest is what Claim needs.
@@ -72,59 +58,31 @@ type ClaimRequest struct {
 	// LockWait, when positive, bounds how long the claim's statements wait
 	// for another transaction that holds the identity uncommitted (past
 	// it, Claim returns ErrInProgress), inside the claim's own statements:
-	// no statement is added. Only a Ledger whose BoundsLockWait reports
-	// true honours it (see [LockWaitBounder]); [Store.Claim] refuses a
+	// no statement is added. Only a Ledger that can bound its statements
+	// honours it: a Store whose dialect can (PostgreSQL's), or a Ledger of
+	// your own with a BoundsLockWait() bool method that reports true;
+	// [Store.Claim] refuses a
 	// positive LockWait with ErrInvalid when its dialect cannot bound a
 	// claim this way. How far the bound reaches is the dialect's (see
-	// dialectkit.StatementBounder; [Store.Record] honours it too): on
-	// PostgreSQL it is
-	// lock_timeout for the rest of the transaction. Zero leaves the
-	// database's own bound.
+	// docs/txmiddleware.md; [Store.Record] honours it too): on
+	// PostgreSQL it is lock_timeout for the rest of the transaction. Zero
+	// leaves the database's own bound.
 	LockWait time.Duration
-}
-
-// LockWaitBounder is implemented by a Ledger that can honour
-// ClaimRequest.LockWait. txmiddleware asks it: when BoundsLockWait
-// reports true, a runner with a lock-wait bound begins a plain
-// transaction and passes the bound in the ClaimRequest, instead of
-// beginning a bounded transaction (dialects.LockWaiter), which costs
-// statements of its own.
-type LockWaitBounder interface {
-	// BoundsLockWait reports whether Claim honours ClaimRequest.LockWait.
-	BoundsLockWait() bool
-}
-
-// ResultSizer is implemented by a Ledger that bounds the results it
-// stores: a Result.Response longer than MaxResultSize is refused with
-// ErrInvalid. Transports ask it at construction, so that a response
-// limit of theirs that the ledger could not store fails there, not on
-// the first large response. [Store] implements it (see
-// WithMaxResultSize).
-type ResultSizer interface {
-	// MaxResultSize returns the longest Result.Response stored, in bytes.
-	MaxResultSize() int
 }
 
 // Result is what an operation produced, stored on completion and returned
 // on replay byte for byte.
 type Result struct {
 	// Code is the status code (0 for success; gRPC codes in grpcint), at
-	// most MaxCode.
+	// most 2³¹-1: every dialect stores it in a signed 32-bit column.
 	Code uint32
 	// Response is the encoded response, or an encoded status for a
 	// recorded error. Nil and empty are stored alike and replay as empty.
 	Response []byte
 	// TypeName names the type encoded in Response (a protobuf full name),
-	// at most MaxTypeNameLen bytes of UTF-8 without control characters.
+	// at most 512 bytes of UTF-8 without control characters.
 	TypeName string
 }
-
-// MaxTypeNameLen is the longest Result.TypeName accepted, in bytes.
-const MaxTypeNameLen = 512
-
-// MaxCode is the largest Result.Code accepted: every dialect stores the
-// code in a signed 32-bit column. gRPC codes are 0 to 16.
-const MaxCode = 1<<31 - 1
 
 // Outcome says what Claim found.
 type Outcome int
@@ -137,23 +95,9 @@ const (
 	// Claim.Result and do nothing.
 	Replay
 	// Recorded means Record inserted the completed entry in this
-	// transaction (see [Recorder]): commit it. Claim never returns it.
+	// transaction (see [Store.Record]): commit it. Claim never returns it.
 	Recorded
 )
-
-// String returns "acquired", "replayed" or "recorded": the names the
-// ledger's metrics give these outcomes (the opledger.outcome attribute).
-func (o Outcome) String() string {
-	switch o {
-	case Acquired:
-		return outcomes.Acquired
-	case Replay:
-		return outcomes.Replayed
-	case Recorded:
-		return outcomes.Recorded
-	}
-	return fmt.Sprintf("Outcome(%d)", int(o))
-}
 
 // Claim is the outcome of a successful Claim: read its fields, never
 // build one as a literal; a Ledger implementation builds it with
@@ -169,7 +113,7 @@ type Claim struct {
 	CompletedAt time.Time
 
 	tx        any // the transaction that acquired or recorded it
-	owner     any // the *TxStore that returned it
+	owner     any // the *txStore that returned it
 	completed bool
 	tookOver  bool
 }
@@ -177,11 +121,11 @@ type Claim struct {
 // NewAcquired returns the claim of a Ledger implementation whose Claim
 // acquired id in tx. Its Complete should refuse it for any other
 // transaction (compare [Claim.Tx]) with ErrNotAcquired.
-func NewAcquired(id Identity, tx *sql.Tx) *Claim { return NewAcquiredIn(id, tx) }
+func NewAcquired(id Identity, tx *sql.Tx) *Claim { return newAcquiredIn(id, tx) }
 
-// NewAcquiredIn is [NewAcquired] for a [TxLedger] over another
-// transaction API: the claim acquired id in tx (compare [ClaimTx]).
-func NewAcquiredIn[TX any](id Identity, tx TX) *Claim {
+// newAcquiredIn is [NewAcquired] for a ledger over another transaction
+// API: the claim acquired id in tx (compare claimTx).
+func newAcquiredIn[TX any](id Identity, tx TX) *Claim {
 	return &Claim{Outcome: Acquired, Identity: id, tx: tx}
 }
 
@@ -191,13 +135,14 @@ func NewReplay(id Identity, r Result, completedAt time.Time) *Claim {
 	return &Claim{Outcome: Replay, Identity: id, Result: r, CompletedAt: completedAt}
 }
 
-// NewRecorded returns the outcome of a [Recorder] implementation whose
-// Record inserted id's completed entry in tx.
-func NewRecorded(id Identity, tx *sql.Tx) *Claim { return NewRecordedIn(id, tx) }
+// NewRecorded returns the outcome of a Ledger implementation whose Record
+// (claim at commit: see [Store.Record]) inserted id's completed entry in
+// tx.
+func NewRecorded(id Identity, tx *sql.Tx) *Claim { return newRecordedIn(id, tx) }
 
-// NewRecordedIn is [NewRecorded] for a [TxRecorder] over another
-// transaction API.
-func NewRecordedIn[TX any](id Identity, tx TX) *Claim {
+// newRecordedIn is [NewRecorded] for a ledger over another transaction
+// API.
+func newRecordedIn[TX any](id Identity, tx TX) *Claim {
 	return &Claim{Outcome: Recorded, Identity: id, tx: tx, completed: true}
 }
 
@@ -208,25 +153,17 @@ func (c *Claim) Recorded() bool { return c != nil && c.Outcome == Recorded }
 // Acquired reports whether this transaction owns the identity.
 func (c *Claim) Acquired() bool { return c != nil && c.Outcome == Acquired }
 
-// TookOver reports whether the claim acquired an entry that was past its
-// retention (an earlier operation with the same identity had expired),
-// rather than a new one. Only a [Store]'s claims report it, and its
-// Record only where the take-over is a statement of its own (not on
-// SQLite, whose insert takes the entry over itself).
-func (c *Claim) TookOver() bool { return c != nil && c.tookOver }
-
 // Tx returns the *sql.Tx that acquired the claim, or nil for a replay or
-// a claim acquired in another transaction API's transaction (see
-// [ClaimTx]).
+// a claim acquired in another transaction API's transaction (a pgx.Tx).
 func (c *Claim) Tx() *sql.Tx {
-	tx, _ := ClaimTx[*sql.Tx](c)
+	tx, _ := claimTx[*sql.Tx](c)
 	return tx
 }
 
-// ClaimTx returns the transaction of type TX that acquired (or recorded)
+// claimTx returns the transaction of type TX that acquired (or recorded)
 // c, and whether it has one of that type: [Claim.Tx] for any transaction
 // API.
-func ClaimTx[TX any](c *Claim) (TX, bool) {
+func claimTx[TX any](c *Claim) (TX, bool) {
 	var zero TX
 	if c == nil {
 		return zero, false
@@ -256,12 +193,12 @@ type Entry struct {
 	ExpiresAt   time.Time
 }
 
-// Defaults for Store options.
-const (
-	DefaultTable         = dialectkit.DefaultTable
-	DefaultRetention     = 24 * time.Hour
-	DefaultMaxResultSize = 1 << 20
-)
+// DefaultTable is the ledger's table unless WithTable says otherwise.
+const DefaultTable = dialectkit.DefaultTable
+
+// defaultRetention is how long an entry lives unless WithRetention says
+// otherwise.
+const defaultRetention = 24 * time.Hour
 
 // Option configures a Store; the With functions build them. Giving the
 // same option twice is an error.
@@ -340,18 +277,18 @@ func WithOneStatementClaim() Option {
 	})}
 }
 
-// Store is the database/sql implementation of Ledger: a [TxStore] over
-// *sql.Tx. It holds no connection: every call runs on the transaction or
-// handle it is given. A Store is safe for concurrent use.
+// Store is the database/sql implementation of Ledger. It holds no
+// connection: every call runs on the transaction or handle it is given.
+// A Store is safe for concurrent use.
 type Store struct {
-	core    *TxStore[*sql.Tx]
+	core    *txStore[*sql.Tx]
 	checker dialectkit.TxChecker // the dialect's, when it has one
 }
 
-// New returns a Store for dialect d. Bad options are an *InputError
-// with Field "option", matching ErrInvalid.
+// New returns a Store for dialect d. Bad options are an error matching
+// ErrInvalid and ErrInvalidConfig.
 func New(d dialects.Dialect, opts ...Option) (*Store, error) {
-	core, err := NewTxStore[*sql.Tx](d, SQLDriver{}, opts...)
+	core, err := newTxStore[*sql.Tx](d, ledgerkit.SQLDriver{}, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -365,16 +302,16 @@ func New(d dialects.Dialect, opts ...Option) (*Store, error) {
 // Dialect returns the store's dialect.
 func (s *Store) Dialect() dialects.Dialect { return s.core.d }
 
-// BoundsLockWait reports whether Claim and Record honour
+// boundsLockWait reports whether Claim and Record honour
 // ClaimRequest.LockWait: whether the store's dialect implements
 // dialectkit.StatementBounder and can bound a claim inside its statements
 // and, when it implements dialectkit.RecordQuerier, a Record too
 // (PostgreSQL). Claim honours it with the claim's bound alone.
-func (s *Store) BoundsLockWait() bool { return s.core.BoundsLockWait() }
+func (s *Store) boundsLockWait() bool { return s.core.BoundsLockWait() }
 
-// MaxResultSize returns the longest Result.Response the store accepts, in
+// maxResultSize returns the longest Result.Response the store accepts, in
 // bytes (see WithMaxResultSize).
-func (s *Store) MaxResultSize() int { return s.core.maxResult }
+func (s *Store) maxResultSize() int { return s.core.maxResult }
 
 // Table returns the store's table name.
 func (s *Store) Table() string { return s.core.table }

@@ -14,7 +14,9 @@ import (
 
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/internal/dialectkit"
+	"github.com/opledger/opledger/internal/ledgerkit"
 	"github.com/opledger/opledger/internal/testkit/testdb"
+	"github.com/opledger/opledger/internal/txledger"
 	"github.com/opledger/opledger/ledger"
 )
 
@@ -388,10 +390,10 @@ func TestCompleteMisuse(t *testing.T) {
 		if err := e.store(t).Complete(ctx, tx, c, ledger.Result{}); !errors.Is(err, ledger.ErrNotAcquired) {
 			t.Fatalf("other store: %v", err)
 		}
-		if err := e.l.Complete(ctx, tx, c, ledger.Result{Response: make([]byte, ledger.DefaultMaxResultSize+1)}); !errors.Is(err, ledger.ErrInvalid) {
+		if err := e.l.Complete(ctx, tx, c, ledger.Result{Response: make([]byte, ledgerkit.DefaultMaxResultSize+1)}); !errors.Is(err, ledger.ErrInvalid) {
 			t.Fatalf("oversized: %v", err)
 		}
-		if err := e.l.Complete(ctx, tx, c, ledger.Result{Code: ledger.MaxCode + 1}); !errors.Is(err, ledger.ErrInvalid) {
+		if err := e.l.Complete(ctx, tx, c, ledger.Result{Code: ledgerkit.MaxCode + 1}); !errors.Is(err, ledger.ErrInvalid) {
 			t.Fatalf("code out of range: %v", err)
 		}
 		if err := e.l.Complete(ctx, tx, c, ledger.Result{TypeName: "bad\nname"}); !errors.Is(err, ledger.ErrInvalid) {
@@ -471,7 +473,7 @@ func TestReplayFidelity(t *testing.T) {
 			{Code: 0, Response: nil, TypeName: ""},
 			{Code: 0, Response: []byte{}, TypeName: "pay.v1.Empty"},
 			{Code: 9, Response: []byte{0, 1, 2, 255}, TypeName: "google.rpc.Status"},
-			{Code: ledger.MaxCode, Response: []byte("x"), TypeName: "max.Code"},
+			{Code: ledgerkit.MaxCode, Response: []byte("x"), TypeName: "max.Code"},
 			{Code: 0, Response: big, TypeName: "pay.v1.Big"},
 		}
 		for i, want := range cases {
@@ -552,8 +554,8 @@ func TestNewRejectsBadOptions(t *testing.T) {
 	}
 	for name, opts := range bad {
 		_, err := ledger.New(fakeDialect{}, opts...)
-		var ie *ledger.InputError
-		if !errors.Is(err, ledger.ErrInvalid) || !errors.Is(err, ledger.ErrInvalidConfig) || !errors.As(err, &ie) || ie.Field != "option" {
+		field, _, ok := txledger.InputError(err)
+		if !errors.Is(err, ledger.ErrInvalid) || !errors.Is(err, ledger.ErrInvalidConfig) || !ok || field != "option" {
 			t.Errorf("%s: %v, want an *InputError on option matching ErrInvalid and ErrInvalidConfig", name, err)
 		}
 	}
@@ -716,7 +718,7 @@ func TestDeprecatedReacquireStillTakesOver(t *testing.T) {
 		if c, err := claimOnce(t, e, old, id, fp("1"), "first"); err != nil || !c.Acquired() {
 			t.Fatalf("first claim: %v %v", c, err)
 		}
-		if c, err := claimOnce(t, e, later, id, fp("2"), "second"); err != nil || !c.Acquired() || !c.TookOver() {
+		if c, err := claimOnce(t, e, later, id, fp("2"), "second"); err != nil || !c.Acquired() || !txledger.TookOver(c) {
 			t.Fatalf("claim after expiry: %+v %v; want a take-over", c, err)
 		}
 	}, "sqlite", "postgres")

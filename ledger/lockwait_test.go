@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/internal/testkit/testdb"
+	"github.com/opledger/opledger/internal/txledger"
 	"github.com/opledger/opledger/ledger"
 )
 
@@ -150,12 +151,12 @@ func lockTimeout(t *testing.T, q ledger.Querier) string {
 func boundsOnPostgres(t *testing.T, tg testdb.Target, db *sql.DB, e *env, op string, step func(*sql.Tx) error) bool {
 	t.Helper()
 	if tg.Family() == "postgres" {
-		if !e.l.BoundsLockWait() {
+		if !txledger.BoundsLockWait(e.l) {
 			t.Fatal("BoundsLockWait false on PostgreSQL")
 		}
 		return true
 	}
-	if e.l.BoundsLockWait() {
+	if txledger.BoundsLockWait(e.l) {
 		t.Fatalf("%s: BoundsLockWait true", tg.Name)
 	}
 	tx, err := db.BeginTx(context.Background(), nil)

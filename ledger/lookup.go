@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+
+	"github.com/opledger/opledger/internal/ledgerkit"
 )
 
 // Lookup reads the committed entry for id without claiming or locking it.
@@ -14,7 +16,7 @@ func (s *Store) Lookup(ctx context.Context, q Querier, id Identity) (*Entry, err
 	if q == nil {
 		return nil, invalid("tx", "querier must not be nil")
 	}
-	return s.core.LookupWith(ctx, func(ctx context.Context, query string, args ...any) Row {
+	return s.core.LookupWith(ctx, func(ctx context.Context, query string, args ...any) ledgerkit.Row {
 		return q.QueryRowContext(ctx, query, args...)
 	}, id)
 }
@@ -24,7 +26,7 @@ func (s *Store) Lookup(ctx context.Context, q Querier, id Identity) (*Entry, err
 // connection or a read-only transaction of the store's API), without
 // claiming or locking it: what [Store.Lookup] does through its Querier.
 // Package pgxledger's Lookup is built on it.
-func (s *TxStore[TX]) LookupWith(ctx context.Context, queryRow func(ctx context.Context, query string, args ...any) Row, id Identity) (*Entry, error) {
+func (s *txStore[TX]) LookupWith(ctx context.Context, queryRow func(ctx context.Context, query string, args ...any) ledgerkit.Row, id Identity) (*Entry, error) {
 	if queryRow == nil {
 		return nil, invalid("tx", "querier must not be nil")
 	}

@@ -100,7 +100,7 @@ func (o *observer) begin(ctx context.Context, name string, id Identity) (context
 	ctx, span := o.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindInternal))
 	if span.IsRecording() {
 		span.SetAttributes(o.base...)
-		span.SetAttributes(telemetry.Method.String(id.Method()), telemetry.KeyHash.String(telemetry.ShortHash(id.KeyHash())))
+		span.SetAttributes(telemetry.Method.String(id.Method()), telemetry.KeyHash.String(telemetry.ShortHash(id.keyHash)))
 	}
 	return ctx, op{start: time.Now(), span: span}
 }

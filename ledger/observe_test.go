@@ -17,6 +17,7 @@ import (
 	"github.com/opledger/opledger/internal/harness/otelread"
 	"github.com/opledger/opledger/internal/outcomes"
 	"github.com/opledger/opledger/internal/testkit/testdb"
+	"github.com/opledger/opledger/internal/txledger"
 	"github.com/opledger/opledger/ledger"
 )
 
@@ -109,7 +110,7 @@ func TestMetricsOfARealRun(t *testing.T) {
 		returned[outcomes.KeyReused]++
 		now.Store(t0.Add(2 * time.Hour).UnixMicro())
 		c, err := claimOnce(t, e, l, id, fp("after expiry"), "new")
-		if err != nil || !c.Acquired() || !c.TookOver() {
+		if err != nil || !c.Acquired() || !txledger.TookOver(c) {
 			t.Fatalf("take-over: %+v %v", c, err)
 		}
 		returned[outcomes.TakenOver]++
@@ -201,7 +202,7 @@ func TestMetricsOfARealRun(t *testing.T) {
 		if !names["opledger.claim"] || !names["opledger.complete"] {
 			t.Errorf("spans %v, want opledger.claim and opledger.complete", names)
 		}
-		keyHash := id2.KeyHash()
+		keyHash := txledger.KeyHash(id2)
 		if got := otelread.SpanAttr(spans, "opledger.claim", "opledger.key_hash"); got != fmt.Sprintf("%x", keyHash[:6]) {
 			t.Errorf("claim span key hash %q, want the short SHA-256 of the key", got)
 		}
@@ -215,8 +216,8 @@ func TestMetricsOfARealRun(t *testing.T) {
 func TestOutcomeNames(t *testing.T) {
 	for o, want := range map[ledger.Outcome]string{ledger.Acquired: outcomes.Acquired, ledger.Replay: outcomes.Replayed,
 		ledger.Recorded: outcomes.Recorded} {
-		if o.String() != want {
-			t.Errorf("%d: %q, want %q", int(o), o.String(), want)
+		if got := ledger.OutcomeName(o); got != want {
+			t.Errorf("%d: %q, want %q", int(o), got, want)
 		}
 	}
 }

@@ -9,20 +9,14 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/opledger/opledger/internal/ledgerkit"
 )
 
 // ErrNoOperation means a context carries no operation: the code asking
 // for a derived key or an outbox message id does not run inside a keyed
 // call's work (see [ContextWithOperation]).
 var ErrNoOperation = errors.New("ledger: the context carries no operation; call from inside a keyed call's work")
-
-// MaxNameLen is the longest step or message name accepted by
-// [Identity.DerivedKey] and [Identity.Derive], in bytes.
-const MaxNameLen = 512
-
-// DerivedKeyPrefix starts every key [Identity.DerivedKey] returns, so
-// that an operator can tell a derived key from a caller's.
-const DerivedKeyPrefix = "dk1-"
 
 type operationKey struct{}
 
@@ -50,7 +44,7 @@ func OperationFromContext(ctx context.Context) (Identity, bool) {
 // (so across callers, methods, keys, purposes and names), and reveals
 // nothing of the idempotency key beyond what the identity's ID does.
 // purpose separates uses (the kit uses "downstream-key" and
-// "outbox-message"); name must be 1 to [MaxNameLen] bytes of valid UTF-8
+// "outbox-message"); name must be 1 to 512 bytes of valid UTF-8
 // without control characters. Errors wrap [ErrInvalid].
 func (i Identity) Derive(purpose, name string) ([32]byte, error) {
 	if i.IsZero() {
@@ -77,7 +71,7 @@ var keyEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPad
 
 // DerivedKey returns the idempotency key of a downstream call that the
 // operation i makes as step (a name its handler chooses, such as
-// "charge"): [DerivedKeyPrefix] followed by 52 base32 characters of
+// "charge"): "dk1-" followed by 52 base32 characters of
 // i.Derive("downstream-key", step). Every run and every retry of the
 // operation gets the same key for the same step, so a keyed downstream
 // replays instead of running twice; two steps, callers, methods or keys
@@ -88,14 +82,14 @@ func (i Identity) DerivedKey(step string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return DerivedKeyPrefix + keyEncoding.EncodeToString(d[:]), nil
+	return ledgerkit.DerivedKeyPrefix + keyEncoding.EncodeToString(d[:]), nil
 }
 
 func checkName(name string) error {
 	switch {
 	case name == "":
 		return invalid("name", "must not be empty")
-	case len(name) > MaxNameLen:
+	case len(name) > ledgerkit.MaxNameLen:
 		return invalid("name", "longer than 512 bytes")
 	case !utf8.ValidString(name):
 		return invalid("name", "not valid UTF-8")

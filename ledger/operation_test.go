@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/opledger/opledger/internal/ledgerkit"
 	"github.com/opledger/opledger/ledger"
 )
 
@@ -34,7 +35,7 @@ func TestDerivedKey(t *testing.T) {
 	if _, err := ledger.NewIdentity("svc", m, k); err != nil {
 		t.Fatalf("derived key %q is not a valid key: %v", k, err)
 	}
-	if !strings.HasPrefix(k, ledger.DerivedKeyPrefix) || len(k) != len(ledger.DerivedKeyPrefix)+52 || strings.Contains(k, "secret") {
+	if !strings.HasPrefix(k, ledgerkit.DerivedKeyPrefix) || len(k) != len(ledgerkit.DerivedKeyPrefix)+52 || strings.Contains(k, "secret") {
 		t.Fatalf("derived key %q", k)
 	}
 	seen := map[string]string{k: "base"}
@@ -72,12 +73,12 @@ func TestDerivedKey(t *testing.T) {
 
 func TestDerivedKeyInvalid(t *testing.T) {
 	id := mustID(t, "alice", "/p.S/M", "k")
-	for _, step := range []string{"", strings.Repeat("x", ledger.MaxNameLen+1), "a\nb", "\xff"} {
+	for _, step := range []string{"", strings.Repeat("x", ledgerkit.MaxNameLen+1), "a\nb", "\xff"} {
 		if _, err := id.DerivedKey(step); !errors.Is(err, ledger.ErrInvalid) {
 			t.Errorf("step %q: %v, want ErrInvalid", step, err)
 		}
 	}
-	if _, err := id.DerivedKey(strings.Repeat("x", ledger.MaxNameLen)); err != nil {
+	if _, err := id.DerivedKey(strings.Repeat("x", ledgerkit.MaxNameLen)); err != nil {
 		t.Errorf("longest step: %v", err)
 	}
 	if _, err := (ledger.Identity{}).DerivedKey("x"); !errors.Is(err, ledger.ErrInvalid) {

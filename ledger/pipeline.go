@@ -9,59 +9,17 @@ import (
 
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/internal/dialectkit"
+	"github.com/opledger/opledger/internal/ledgerkit"
 )
-
-// Pipeline is how a transaction API sends the ledger's statements in one
-// round trip with the BEGIN before them, or the COMMIT or ROLLBACK after
-// them: what [TxStore.BeginClaim], [TxStore.CompleteCommit] and
-// [TxStore.RecordCommit] run on (package pgxledger's, on pgx batches). A
-// Pipeline value is bound to what it begins transactions on (a pool, with
-// the transaction's options). Its methods are not called concurrently for
-// one transaction.
-type Pipeline[TX any] interface {
-	// Begin begins a transaction.
-	Begin(ctx context.Context) (TX, error)
-	// BeginExec begins a transaction and runs query in it, in one round
-	// trip, and returns the transaction and the rows query affected. When
-	// BEGIN or query fails, nothing is left open: the transaction (if it
-	// began) has been rolled back.
-	BeginExec(ctx context.Context, query string, args ...any) (TX, int64, error)
-	// ExecCommit runs query in tx and then COMMIT, in one round trip.
-	// execErr is query's failure: nothing was committed and tx is still
-	// open, for [Pipeline.Rollback] or [Pipeline.RollbackQuery]. Otherwise
-	// tx has ended, and commitErr is COMMIT's failure as the API reports it
-	// (it says whether the outcome is known: the ledger passes it on,
-	// through the dialect's explanation, which keeps what it matches).
-	ExecCommit(ctx context.Context, tx TX, query string, args ...any) (execErr, commitErr error)
-	// QueryRollback runs query in tx and then ROLLBACK, in one round trip,
-	// and returns query's row; tx has ended.
-	QueryRollback(ctx context.Context, tx TX, query string, args ...any) Row
-	// RollbackQuery rolls tx back and then runs query outside any
-	// transaction, in one round trip, and returns query's row; tx has
-	// ended.
-	RollbackQuery(ctx context.Context, tx TX, query string, args ...any) Row
-	// Owns reports whether tx is a transaction that ExecCommit,
-	// QueryRollback and RollbackQuery can end (one Begin or BeginExec
-	// returned). For any other, the ledger runs its statement, then
-	// Commit or Rollback.
-	Owns(tx TX) bool
-	// Commit commits tx, reporting a failure as ExecCommit does.
-	Commit(ctx context.Context, tx TX) error
-	// Rollback rolls tx back.
-	Rollback(ctx context.Context, tx TX) error
-	// Exec runs query outside any transaction and returns the rows it
-	// affected.
-	Exec(ctx context.Context, query string, args ...any) (int64, error)
-}
 
 // Pipelines reports whether BeginClaim, CompleteCommit and RecordCommit
 // send their statements with BEGIN and COMMIT (the store's dialect
 // implements dialectkit.Pipeliner); without it they run the statements one
 // by one, with the same outcomes.
-func (s *TxStore[TX]) Pipelines() bool { return s.piper != nil }
+func (s *txStore[TX]) Pipelines() bool { return s.piper != nil }
 
 // pipelineQueries returns the pipelined SQL with Record bounded by wait.
-func (s *TxStore[TX]) pipelineQueries(wait time.Duration) (*dialectkit.PipelineQueries, error) {
+func (s *txStore[TX]) pipelineQueries(wait time.Duration) (*dialectkit.PipelineQueries, error) {
 	if wait == 0 {
 		if q, ok := s.pbounded.Load(wait); ok {
 			return q.(*dialectkit.PipelineQueries), nil
@@ -81,9 +39,9 @@ func (s *TxStore[TX]) pipelineQueries(wait time.Duration) (*dialectkit.PipelineQ
 // BeginClaim begins a transaction through p and claims req.Identity in it,
 // the claim sent with BEGIN in one round trip: the first step of a
 // claim-first unit whose transaction the ledger begins. Its outcomes are
-// those of [TxStore.Claim]:
+// those of [txStore.Claim]:
 //   - Acquired: tx is open and owns the identity; run the work in it, then
-//     [TxStore.CompleteCommit] (or Complete, and commit);
+//     [txStore.CompleteCommit] (or Complete, and commit);
 //   - Replay (with the stored result), ErrKeyReused or ErrIncomplete: the
 //     entry was read back and the transaction rolled back, in a second
 //     round trip; tx is the zero TX;
@@ -93,7 +51,7 @@ func (s *TxStore[TX]) pipelineQueries(wait time.Duration) (*dialectkit.PipelineQ
 // req.LockWait as for Claim). When the entry it conflicted with is gone or
 // expired by the time it is read, BeginClaim begins again without
 // pipelining and claims as Claim does, taking the expired entry over.
-func (s *TxStore[TX]) BeginClaim(ctx context.Context, p Pipeline[TX], req ClaimRequest) (TX, *Claim, error) {
+func (s *txStore[TX]) BeginClaim(ctx context.Context, p ledgerkit.Pipeline[TX], req ClaimRequest) (TX, *Claim, error) {
 	ctx, op := s.obs.begin(ctx, "opledger.claim", req.Identity)
 	tx, c, err := s.beginClaim(ctx, p, req)
 	err = s.explain(err) // BEGIN's failure, from p, too
@@ -101,7 +59,7 @@ func (s *TxStore[TX]) BeginClaim(ctx context.Context, p Pipeline[TX], req ClaimR
 	return tx, c, err
 }
 
-func (s *TxStore[TX]) beginClaim(ctx context.Context, p Pipeline[TX], req ClaimRequest) (TX, *Claim, error) {
+func (s *txStore[TX]) beginClaim(ctx context.Context, p ledgerkit.Pipeline[TX], req ClaimRequest) (TX, *Claim, error) {
 	var zero TX
 	if p == nil {
 		return zero, nil, invalid("tx", "pipeline must not be nil")
@@ -144,7 +102,7 @@ func (s *TxStore[TX]) beginClaim(ctx context.Context, p Pipeline[TX], req ClaimR
 
 // beginThenClaim begins a transaction through p and claims in it with
 // Claim's statements, rolling back unless it acquired.
-func (s *TxStore[TX]) beginThenClaim(ctx context.Context, p Pipeline[TX], req ClaimRequest) (TX, *Claim, error) {
+func (s *txStore[TX]) beginThenClaim(ctx context.Context, p ledgerkit.Pipeline[TX], req ClaimRequest) (TX, *Claim, error) {
 	var zero TX
 	tx, err := p.Begin(ctx)
 	if err != nil {
@@ -175,7 +133,7 @@ func (s *TxStore[TX]) beginThenClaim(ctx context.Context, p Pipeline[TX], req Cl
 // (dialectkit.ErrorExplainer), COMMIT's too: behind a transaction pooler a
 // COMMIT prepared under a name that the server connection lacks matches
 // postgres.ErrStatementPooling, as a failed claim or completion does.
-func (s *TxStore[TX]) CompleteCommit(ctx context.Context, p Pipeline[TX], tx TX, c *Claim, r Result) error {
+func (s *txStore[TX]) CompleteCommit(ctx context.Context, p ledgerkit.Pipeline[TX], tx TX, c *Claim, r Result) error {
 	var id Identity
 	if c != nil {
 		id = c.Identity
@@ -187,7 +145,7 @@ func (s *TxStore[TX]) CompleteCommit(ctx context.Context, p Pipeline[TX], tx TX,
 	return err
 }
 
-func (s *TxStore[TX]) completeCommit(ctx context.Context, p Pipeline[TX], tx TX, c *Claim, r Result) error {
+func (s *txStore[TX]) completeCommit(ctx context.Context, p ledgerkit.Pipeline[TX], tx TX, c *Claim, r Result) error {
 	if p == nil {
 		return invalid("tx", "pipeline must not be nil")
 	}
@@ -236,11 +194,11 @@ func (s *TxStore[TX]) completeCommit(ctx context.Context, p Pipeline[TX], tx TX,
 //     included, is to run again;
 //   - the record's other failures (ErrInvalid before anything was sent, a
 //     *DBError): tx was rolled back;
-//   - COMMIT's failure, as p reports it (see [TxStore.CompleteCommit]).
+//   - COMMIT's failure, as p reports it (see [txStore.CompleteCommit]).
 //
 // A positive req.LockWait bounds the record's lock waits inside its
 // statement, as for Record.
-func (s *TxStore[TX]) RecordCommit(ctx context.Context, p Pipeline[TX], tx TX, req ClaimRequest, r Result) (*Claim, error) {
+func (s *txStore[TX]) RecordCommit(ctx context.Context, p ledgerkit.Pipeline[TX], tx TX, req ClaimRequest, r Result) (*Claim, error) {
 	ctx, op := s.obs.begin(ctx, "opledger.record", req.Identity)
 	c, err := s.recordCommit(ctx, p, tx, req, r)
 	err = s.explain(err) // COMMIT's failure, from p, too
@@ -248,7 +206,7 @@ func (s *TxStore[TX]) RecordCommit(ctx context.Context, p Pipeline[TX], tx TX, r
 	return c, err
 }
 
-func (s *TxStore[TX]) recordCommit(ctx context.Context, p Pipeline[TX], tx TX, req ClaimRequest, r Result) (*Claim, error) {
+func (s *txStore[TX]) recordCommit(ctx context.Context, p ledgerkit.Pipeline[TX], tx TX, req ClaimRequest, r Result) (*Claim, error) {
 	if p == nil {
 		return nil, invalid("tx", "pipeline must not be nil")
 	}
@@ -293,7 +251,7 @@ func (s *TxStore[TX]) recordCommit(ctx context.Context, p Pipeline[TX], tx TX, r
 
 // recordThenCommit is RecordCommit without pipelining: Record, then
 // COMMIT when it recorded (a rollback otherwise).
-func (s *TxStore[TX]) recordThenCommit(ctx context.Context, p Pipeline[TX], tx TX, req ClaimRequest, r Result) (*Claim, error) {
+func (s *txStore[TX]) recordThenCommit(ctx context.Context, p ledgerkit.Pipeline[TX], tx TX, req ClaimRequest, r Result) (*Claim, error) {
 	c, err := s.record(ctx, tx, req, r)
 	if err != nil || !c.Recorded() {
 		_ = p.Rollback(ctx, tx)
@@ -308,7 +266,7 @@ func (s *TxStore[TX]) recordThenCommit(ctx context.Context, p Pipeline[TX], tx T
 // recordConflict handles a pipelined record that conflicted: it rolls the
 // work back and reads the entry outside it, replaying a live entry and
 // deleting an expired one (the unit then runs again).
-func (s *TxStore[TX]) recordConflict(ctx context.Context, p Pipeline[TX], pq *dialectkit.PipelineQueries, tx TX, req ClaimRequest, created int64) (*Claim, error) {
+func (s *txStore[TX]) recordConflict(ctx context.Context, p ledgerkit.Pipeline[TX], pq *dialectkit.PipelineQueries, tx TX, req ClaimRequest, created int64) (*Claim, error) {
 	if s.afterConflict != nil {
 		s.afterConflict()
 	}

@@ -16,7 +16,7 @@ import (
 //   - ErrInProgress, ErrIncomplete, an error matching ErrRetryable (roll
 //     back and run the whole transaction again, work included) or
 //     dialects.ErrUnsuitableTx, ErrInvalid (also for a positive LockWait
-//     the store cannot honour: see [Store.BoundsLockWait]), a context
+//     the store's dialect cannot bound: see [ClaimRequest]), a context
 //     error, sql.ErrTxDone or another *DBError, as for [Store.Claim].
 //
 // An entry past its retention is taken over with r. docs/ledger.md ("Claim
@@ -28,7 +28,7 @@ func (s *Store) Record(ctx context.Context, tx *sql.Tx, req ClaimRequest, r Resu
 
 // Record inserts req's identity already completed with r, inside tx: the
 // claim at commit. It behaves as [Store.Record].
-func (s *TxStore[TX]) Record(ctx context.Context, tx TX, req ClaimRequest, r Result) (*Claim, error) {
+func (s *txStore[TX]) Record(ctx context.Context, tx TX, req ClaimRequest, r Result) (*Claim, error) {
 	ctx, op := s.obs.begin(ctx, "opledger.record", req.Identity)
 	c, err := s.record(ctx, tx, req, r)
 	s.obs.claimed(ctx, op, req.Identity, c, err)
@@ -36,11 +36,11 @@ func (s *TxStore[TX]) Record(ctx context.Context, tx TX, req ClaimRequest, r Res
 }
 
 // recorded returns this store's Recorded outcome for id in tx.
-func (s *TxStore[TX]) recorded(id Identity, tx TX, tookOver bool) *Claim {
+func (s *txStore[TX]) recorded(id Identity, tx TX, tookOver bool) *Claim {
 	return &Claim{Outcome: Recorded, Identity: id, tx: tx, owner: s, completed: true, tookOver: tookOver}
 }
 
-func (s *TxStore[TX]) record(ctx context.Context, tx TX, req ClaimRequest, r Result) (*Claim, error) {
+func (s *txStore[TX]) record(ctx context.Context, tx TX, req ClaimRequest, r Result) (*Claim, error) {
 	if err := s.checkResult(r); err != nil {
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/internal/dialectkit"
+	"github.com/opledger/opledger/internal/ledgerkit"
 	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/ledger"
 )
@@ -112,7 +113,7 @@ func TestRecord(t *testing.T) {
 			t.Fatalf("record over a pending entry: %v, want ErrIncomplete", err)
 		}
 		// Bad input: nothing sent.
-		big := ledger.Result{Response: make([]byte, ledger.DefaultMaxResultSize+1)}
+		big := ledger.Result{Response: make([]byte, ledgerkit.DefaultMaxResultSize+1)}
 		tx, err := e.DB.BeginTx(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -127,7 +128,7 @@ func TestRecord(t *testing.T) {
 			"zero identity":   {tx, ledger.ClaimRequest{Fingerprint: fp("x")}, res},
 			"zero fp":         {tx, ledger.ClaimRequest{Identity: id}, res},
 			"too big":         {tx, req, big},
-			"code over limit": {tx, req, ledger.Result{Code: ledger.MaxCode + 1}},
+			"code over limit": {tx, req, ledger.Result{Code: ledgerkit.MaxCode + 1}},
 			"bad type name":   {tx, req, ledger.Result{TypeName: "a\nb"}},
 		} {
 			if c, err := e.l.Record(ctx, c.tx, c.req, c.r); !errors.Is(err, ledger.ErrInvalid) || c != nil {
@@ -288,7 +289,7 @@ func outcomeOf(c *ledger.Claim) string {
 	if c == nil {
 		return "no claim"
 	}
-	return c.Outcome.String()
+	return ledger.OutcomeName(c.Outcome)
 }
 
 func snapshotPG(d dialects.Dialect, level sql.IsolationLevel) bool {

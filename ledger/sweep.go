@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/opledger/opledger/internal/ledgerkit"
 	"github.com/opledger/opledger/internal/options"
 )
 
@@ -157,12 +158,12 @@ func (s *Store) Sweep(ctx context.Context, db Execer, batch int) (int64, error) 
 	}
 }
 
-// held is Sweep's report (see [TxStore.held]), counting through db when
+// held is Sweep's report (see [txStore.held]), counting through db when
 // it can read.
 func (s *Store) held(ctx context.Context, db Execer, cutoff time.Time, stop error, skipped int) error {
-	var queryRow func(ctx context.Context, query string, args ...any) Row
+	var queryRow func(ctx context.Context, query string, args ...any) ledgerkit.Row
 	if q, ok := db.(rowQuerier); ok {
-		queryRow = func(ctx context.Context, query string, args ...any) Row {
+		queryRow = func(ctx context.Context, query string, args ...any) ledgerkit.Row {
 			return q.QueryRowContext(ctx, query, args...)
 		}
 	}
@@ -173,7 +174,7 @@ func (s *Store) held(ctx context.Context, db Execer, cutoff time.Time, stop erro
 // cutoff (counted with the dialect's CountExpired when it has one and
 // queryRow is not nil, else the skipped count), stop when nothing tells,
 // else nil.
-func (s *TxStore[TX]) held(ctx context.Context, queryRow func(ctx context.Context, query string, args ...any) Row, cutoff time.Time, stop error, skipped int) error {
+func (s *txStore[TX]) held(ctx context.Context, queryRow func(ctx context.Context, query string, args ...any) ledgerkit.Row, cutoff time.Time, stop error, skipped int) error {
 	n := int64(skipped)
 	counted := queryRow != nil && s.q.CountExpired != ""
 	if counted {
@@ -196,7 +197,7 @@ func (s *TxStore[TX]) held(ctx context.Context, queryRow func(ctx context.Contex
 // and returns how many it deleted: what [Store.Sweep] does on a dialect
 // without dialectkit.TxChecker whose Sweep statement skips held entries
 // (PostgreSQL's SKIP LOCKED). Package pgxledger's Sweep is built on it.
-// exec bounds each statement's lock waits to [TxStore.SweepLockWait]
+// exec bounds each statement's lock waits to [txStore.SweepLockWait]
 // when that is set (the store cannot: the transaction is exec's). When
 // queryRow is not nil and the dialect can count expired entries
 // (dialects.Queries' CountExpired), the entries left because other
@@ -205,7 +206,7 @@ func (s *TxStore[TX]) held(ctx context.Context, queryRow func(ctx context.Contex
 // (ErrInProgress) stops the sweep with such a report too. It does not go
 // on entry by entry (dialects.Queries' SweepScan), which only
 // [Store.Sweep] does.
-func (s *TxStore[TX]) SweepWith(ctx context.Context, exec func(ctx context.Context, query string, args ...any) (int64, error), queryRow func(ctx context.Context, query string, args ...any) Row, batch int) (int64, error) {
+func (s *txStore[TX]) SweepWith(ctx context.Context, exec func(ctx context.Context, query string, args ...any) (int64, error), queryRow func(ctx context.Context, query string, args ...any) ledgerkit.Row, batch int) (int64, error) {
 	if exec == nil {
 		return 0, invalid("tx", "database must not be nil")
 	}

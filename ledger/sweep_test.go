@@ -14,6 +14,7 @@ import (
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/dialects/sqlite"
 	"github.com/opledger/opledger/internal/testkit/testdb"
+	"github.com/opledger/opledger/internal/txledger"
 	"github.com/opledger/opledger/ledger"
 )
 
@@ -47,7 +48,7 @@ func TestSweepHeldEntry(t *testing.T) {
 		}
 		defer holder.Rollback()
 		taken, err := e.l.Claim(ctx, holder, ledger.ClaimRequest{Identity: ids[0], Fingerprint: fp("new")})
-		if err != nil || !taken.Acquired() || !taken.TookOver() {
+		if err != nil || !taken.Acquired() || !txledger.TookOver(taken) {
 			t.Fatalf("take-over: %+v %v", taken, err)
 		}
 		sweeper := e.store(t, ledger.WithSweepLockWait(time.Second))

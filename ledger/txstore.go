@@ -11,91 +11,21 @@ import (
 
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/internal/dialectkit"
+	"github.com/opledger/opledger/internal/ledgerkit"
 	"github.com/opledger/opledger/internal/options"
 )
 
-// Row is one row a statement returned, read with Scan: *sql.Row and
-// pgx.Row both are. Scan returns an error matching sql.ErrNoRows when the
-// statement returned no row (pgx.ErrNoRows matches it).
-type Row interface {
-	Scan(dest ...any) error
-}
-
-// TxDriver runs the ledger's statements in a transaction of type TX. It
-// is the seam that lets one ledger serve more than one transaction API:
-// [SQLDriver] for database/sql's *sql.Tx, package pgxledger's for
-// pgx.Tx. It takes the transaction as an argument, so that a statement
-// costs no allocation of its own, and it never begins, commits or rolls
-// back: the caller's transaction is the one the ledger writes in.
-// Implementations are stateless and safe for concurrent use.
-type TxDriver[TX any] interface {
-	// Exec runs query with args in tx and returns how many rows it
-	// affected.
-	Exec(ctx context.Context, tx TX, query string, args ...any) (int64, error)
-	// QueryRow runs query with args in tx and returns its first row.
-	QueryRow(ctx context.Context, tx TX, query string, args ...any) Row
-}
-
-// SQLDriver is the [TxDriver] of database/sql: the statements run with
-// (*sql.Tx).ExecContext and QueryRowContext.
-type SQLDriver struct{}
-
-var _ TxDriver[*sql.Tx] = SQLDriver{}
-
-// Exec runs query in tx and returns the rows it affected.
-func (SQLDriver) Exec(ctx context.Context, tx *sql.Tx, query string, args ...any) (int64, error) {
-	res, err := tx.ExecContext(ctx, query, args...)
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
-}
-
-// QueryRow runs query in tx.
-func (SQLDriver) QueryRow(ctx context.Context, tx *sql.Tx, query string, args ...any) Row {
-	return tx.QueryRowContext(ctx, query, args...)
-}
-
-// TxLedger is the ledger's port for a transaction API of type TX: what
-// claims and completes inside the caller's transaction. [Ledger] is it for
-// database/sql (*sql.Tx), with Lookup; a [TxStore] implements it for any
-// TX, and package pgxledger's Store for pgx.Tx. The conformance suite
-// proves an implementation over any TX it has a driver for.
-type TxLedger[TX any] interface {
-	// Claim claims req's identity inside tx. See [Store.Claim].
-	Claim(ctx context.Context, tx TX, req ClaimRequest) (*Claim, error)
-	// Complete records the result of an acquired claim in the same tx.
-	// See [Store.Complete].
-	Complete(ctx context.Context, tx TX, c *Claim, r Result) error
-	// Dialect returns the dialect of the ledger's database.
-	Dialect() dialects.Dialect
-}
-
-// TxRecorder is [Recorder] for a transaction API of type TX: claim at
-// commit.
-type TxRecorder[TX any] interface {
-	// Record inserts req's identity already completed with r, inside tx.
-	// See [Store.Record].
-	Record(ctx context.Context, tx TX, req ClaimRequest, r Result) (*Claim, error)
-}
-
-var (
-	_ TxLedger[*sql.Tx]   = (*TxStore[*sql.Tx])(nil)
-	_ TxRecorder[*sql.Tx] = (*TxStore[*sql.Tx])(nil)
-	_ TxLedger[*sql.Tx]   = Ledger(nil)
-	_ ResultSizer         = (*TxStore[*sql.Tx])(nil)
-)
-
-// TxStore is the kit's ledger over transactions of type TX, whose
-// statements run through a [TxDriver]: [Store] is it for database/sql,
-// package pgxledger's Store for pgx.Tx. Its Claim, Complete and Record
-// behave exactly as [Store.Claim], [Store.Complete] and [Store.Record]
-// (one implementation serves every API); it adds the pipelined forms
-// [TxStore.BeginClaim], [TxStore.CompleteCommit] and
-// [TxStore.RecordCommit] for an API that can send statements together
-// (see [Pipeline]). It holds no connection and is safe for concurrent use.
-type TxStore[TX any] struct {
-	drv       TxDriver[TX]
+// txStore is the kit's ledger over transactions of type TX, whose
+// statements run through a ledgerkit.Driver: [Store] is it for
+// database/sql; txStore[any] is internal/txledger's Store (see seam.go),
+// package pgxledger's over pgx.Tx. Its Claim, Complete and Record behave
+// exactly as [Store.Claim], [Store.Complete] and [Store.Record] (one
+// implementation serves every API); it adds the pipelined forms
+// BeginClaim, CompleteCommit and RecordCommit for an API that can send
+// statements together (see ledgerkit.Pipeline). It holds no connection
+// and is safe for concurrent use.
+type txStore[TX any] struct {
+	drv       ledgerkit.Driver[TX]
 	d         dialects.Dialect
 	table     string
 	retention time.Duration
@@ -127,27 +57,27 @@ type TxStore[TX any] struct {
 	afterConflict func()
 }
 
-// NewTxStore returns a ledger for dialect d whose statements run through
-// drv in transactions of type TX. [New] is NewTxStore for database/sql
-// (with SQLDriver and the dialect's dialectkit.TxChecker), and package
-// pgxledger's New for pgx. Bad options are an *InputError with Field
-// "option", matching ErrInvalid.
-func NewTxStore[TX any](d dialects.Dialect, drv TxDriver[TX], opts ...Option) (*TxStore[TX], error) {
+// newTxStore returns a ledger for dialect d whose statements run through
+// drv in transactions of type TX. [New] is newTxStore for database/sql
+// (with ledgerkit.SQLDriver and the dialect's dialectkit.TxChecker), and
+// internal/txledger's New for any other API. Bad options are an
+// *inputError with Field "option", matching ErrInvalid.
+func newTxStore[TX any](d dialects.Dialect, drv ledgerkit.Driver[TX], opts ...Option) (*txStore[TX], error) {
 	if d == nil {
 		return nil, invalid("option", "dialect must not be nil")
 	}
 	if drv == nil {
 		return nil, invalid("option", "driver must not be nil")
 	}
-	c := config{table: DefaultTable, retention: DefaultRetention, maxResult: DefaultMaxResultSize, now: time.Now}
+	c := config{table: DefaultTable, retention: defaultRetention, maxResult: ledgerkit.DefaultMaxResultSize, now: time.Now}
 	if err := options.Apply(&c, opts, func(o Option) options.Option[config] { return o.o }); err != nil {
-		return nil, &InputError{Field: "option", Reason: err.Error(), Err: err}
+		return nil, &inputError{Field: "option", Reason: err.Error(), Err: err}
 	}
-	s := &TxStore[TX]{drv: drv, d: d, table: c.table, retention: c.retention, maxResult: c.maxResult, sweepWait: c.sweepWait, now: c.now}
+	s := &txStore[TX]{drv: drv, d: d, table: c.table, retention: c.retention, maxResult: c.maxResult, sweepWait: c.sweepWait, now: c.now}
 	s.waiter, _ = d.(dialects.LockWaiter)
 	if s.sweepWait > 0 && s.waiter == nil {
 		err := fmt.Errorf("WithSweepLockWait: dialect %q cannot bound a lock wait (no dialects.LockWaiter)", d.Name())
-		return nil, &InputError{Field: "option", Reason: err.Error(), Err: err}
+		return nil, &inputError{Field: "option", Reason: err.Error(), Err: err}
 	}
 	s.q = withTakeOver(d.Queries(s.table))
 	s.oneStatement = c.oneStatement && s.q.Claim != ""
@@ -174,30 +104,30 @@ func NewTxStore[TX any](d dialects.Dialect, drv TxDriver[TX], opts ...Option) (*
 }
 
 // Dialect returns the store's dialect.
-func (s *TxStore[TX]) Dialect() dialects.Dialect { return s.d }
+func (s *txStore[TX]) Dialect() dialects.Dialect { return s.d }
 
 // Table returns the store's table name.
-func (s *TxStore[TX]) Table() string { return s.table }
+func (s *txStore[TX]) Table() string { return s.table }
 
 // MaxResultSize returns the longest Result.Response the store accepts, in
 // bytes (see WithMaxResultSize).
-func (s *TxStore[TX]) MaxResultSize() int { return s.maxResult }
+func (s *txStore[TX]) MaxResultSize() int { return s.maxResult }
 
 // SweepLockWait returns the bound WithSweepLockWait set on each of a
 // sweep's statements, or 0 without it. [Store.Sweep] honours it itself;
-// an API's sweep built on [TxStore.SweepWith] bounds its statements to it
+// an API's sweep built on [txStore.SweepWith] bounds its statements to it
 // (package pgxledger's Sweep does).
-func (s *TxStore[TX]) SweepLockWait() time.Duration { return s.sweepWait }
+func (s *txStore[TX]) SweepLockWait() time.Duration { return s.sweepWait }
 
 // BoundsLockWait reports whether Claim and Record honour
-// ClaimRequest.LockWait (see [Store.BoundsLockWait]).
-func (s *TxStore[TX]) BoundsLockWait() bool {
+// ClaimRequest.LockWait (see Store.boundsLockWait).
+func (s *txStore[TX]) BoundsLockWait() bool {
 	return s.bounder != nil && (s.rq == nil || s.rbounds)
 }
 
 // queries returns the SQL of a claim bounded by wait (the store's plain
 // SQL for wait 0).
-func (s *TxStore[TX]) queries(wait time.Duration) (*dialects.Queries, error) {
+func (s *txStore[TX]) queries(wait time.Duration) (*dialects.Queries, error) {
 	var bound func(string, time.Duration) (dialects.Queries, bool)
 	if s.bounder != nil {
 		bound = func(table string, d time.Duration) (dialects.Queries, bool) {
@@ -219,7 +149,7 @@ func withTakeOver(q dialects.Queries) dialects.Queries {
 
 // recordQueries returns the SQL of a Record bounded by wait (the
 // dialect's plain Record SQL for wait 0); s.rq must be set.
-func (s *TxStore[TX]) recordQueries(wait time.Duration) (*dialectkit.RecordQueries, error) {
+func (s *txStore[TX]) recordQueries(wait time.Duration) (*dialectkit.RecordQueries, error) {
 	var bound func(string, time.Duration) (dialectkit.RecordQueries, bool)
 	if s.rbounds {
 		bound = s.bounder.BoundedRecordQueries
@@ -251,7 +181,7 @@ func boundedSQL[Q any](dialect, table, op string, wait time.Duration, plain *Q, 
 }
 
 // checkTx runs the store's transaction check, when it has one.
-func (s *TxStore[TX]) checkTx(ctx context.Context, op string, tx TX) error {
+func (s *txStore[TX]) checkTx(ctx context.Context, op string, tx TX) error {
 	if s.check == nil {
 		return nil
 	}
@@ -260,21 +190,21 @@ func (s *TxStore[TX]) checkTx(ctx context.Context, op string, tx TX) error {
 
 // fail wraps a database error. A cancelled or expired context wins over
 // whatever the driver made of it.
-func (s *TxStore[TX]) fail(ctx context.Context, op string, err error) error {
+func (s *txStore[TX]) fail(ctx context.Context, op string, err error) error {
 	if errors.Is(err, sql.ErrTxDone) {
 		return fmt.Errorf("ledger: %s: %w", op, err)
 	}
 	if cerr := ctx.Err(); cerr != nil {
 		return fmt.Errorf("ledger: %s: %w (%w)", op, cerr, err)
 	}
-	return NewDBError(s.d, op, err)
+	return newDBError(s.d, op, err)
 }
 
 // explain passes err, an error of a statement the store sent through
 // something else than its driver (a Pipeline's COMMIT), through the
 // dialect's explanation (dialectkit.Explain): err itself unless the dialect
 // explains it.
-func (s *TxStore[TX]) explain(err error) error { return dialectkit.Explain(s.d, err) }
+func (s *txStore[TX]) explain(err error) error { return dialectkit.Explain(s.d, err) }
 
 // isNil reports whether tx is nil: a nil pointer, interface, or any other
 // nil-able value.

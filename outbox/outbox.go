@@ -16,6 +16,7 @@ import (
 	"github.com/opledger/opledger/internal/dialectkit"
 	"github.com/opledger/opledger/internal/options"
 	"github.com/opledger/opledger/internal/outboxkit"
+	"github.com/opledger/opledger/internal/txledger"
 	"github.com/opledger/opledger/ledger"
 )
 
@@ -97,7 +98,7 @@ type Message struct {
 	// Name names the message within its operation ("TransferCompleted"):
 	// with the operation's identity it makes the message's id, so a
 	// handler that enqueues several messages gives each its own name. 1
-	// to ledger.MaxNameLen bytes of UTF-8 without control characters.
+	// to 512 bytes of UTF-8 without control characters.
 	Name string
 	// Topic is where the relay publishes the message (for NATS, the
 	// subject). 1 to 255 bytes of UTF-8 without control
@@ -251,15 +252,15 @@ func (o *Outbox) Enqueue(ctx context.Context, tx *sql.Tx, msg Message) (string, 
 	if tx == nil {
 		return "", fmt.Errorf("%w: nil transaction", ErrInvalid)
 	}
-	return EnqueueTx(ctx, o, ledger.SQLDriver{}, tx, msg)
+	return EnqueueTx(ctx, o, txledger.SQLDriver{}, tx, msg)
 }
 
 // EnqueueTx is [Outbox.Enqueue] for a transaction of another API, of type
-// TX, whose statements run through drv (the ledger's driver for that API:
-// package pgxledger's Enqueue is EnqueueTx with pgxledger.Driver on a
-// pgx.Tx). The message is written in tx, with Enqueue's checks, id and
+// TX, whose statements run through drv (the ledger's driver for that API,
+// internal to the kit: package pgxledger's Enqueue is EnqueueTx with its
+// driver on a pgx.Tx). The message is written in tx, with Enqueue's checks, id and
 // errors.
-func EnqueueTx[TX any](ctx context.Context, o *Outbox, drv ledger.TxDriver[TX], tx TX, msg Message) (string, error) {
+func EnqueueTx[TX any](ctx context.Context, o *Outbox, drv txledger.Driver[TX], tx TX, msg Message) (string, error) {
 	if o == nil || drv == nil {
 		return "", fmt.Errorf("%w: nil outbox or driver", ErrInvalid)
 	}

@@ -16,8 +16,8 @@ import (
 // Transactions returns pgx's keyed.Transactions: Runners over pool with
 // the Store s, so that every transport of the kit runs its keyed calls in
 // pipelined pgx transactions (grpcint.NewServerFor, httpint.NewFor). The
-// handlers find their transaction with TxFromContext. It implements
-// ledger.ResultSizer with s's limit.
+// handlers find their transaction with TxFromContext. It states s's
+// result limit (txledger.ResultSizer).
 func Transactions(pool *pgxpool.Pool, s *Store) keyed.Transactions { return transactions{pool, s} }
 
 type transactions struct {
@@ -29,14 +29,14 @@ func (t transactions) Dialect() dialects.Dialect {
 	if t.s == nil {
 		return nil
 	}
-	return t.s.Dialect()
+	return t.s.core.Dialect()
 }
 
 func (t transactions) MaxResultSize() int {
 	if t.s == nil {
 		return 0
 	}
-	return t.s.MaxResultSize()
+	return t.s.core.MaxResultSize()
 }
 
 func (t transactions) NewRunner(opts ...txmiddleware.Option) (keyedtx.Runner, error) {
@@ -49,6 +49,14 @@ func (t transactions) NewRunner(opts ...txmiddleware.Option) (keyedtx.Runner, er
 
 // keyedRunner is a Runner as a keyedtx.Runner.
 type keyedRunner struct{ *Runner }
+
+// Lookup is the runner's: see txmiddleware.Runner's Lookup.
+func (r keyedRunner) Lookup(ctx context.Context, id ledger.Identity) (*ledger.Entry, error) {
+	return r.Runner.r.Lookup(ctx, id)
+}
+
+// InFlight is the runner's: see txmiddleware.Runner's InFlight.
+func (r keyedRunner) InFlight(id ledger.Identity) bool { return r.Runner.r.InFlight(id) }
 
 func (r keyedRunner) Run(ctx context.Context, req ledger.ClaimRequest, work keyedtx.Work) (txmiddleware.RunResult, error) {
 	return r.Runner.Run(ctx, req, func(ctx context.Context, _ pgx.Tx) (ledger.Result, error) { return work(ctx) })

@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/opledger/opledger/internal/pgxkit"
 	"github.com/opledger/opledger/outbox"
 )
 
@@ -21,5 +22,5 @@ func Enqueue(ctx context.Context, o *outbox.Outbox, tx pgx.Tx, msg outbox.Messag
 	if tx == nil {
 		return "", fmt.Errorf("%w: nil transaction", outbox.ErrInvalid)
 	}
-	return outbox.EnqueueTx(ctx, o, Driver{}, tx, msg)
+	return outbox.EnqueueTx(ctx, o, pgxkit.Driver{}, tx, msg)
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/opledger/opledger/internal/txledger"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/txmiddleware"
 )
@@ -112,7 +113,7 @@ func (t *ptx) end() {
 	}
 }
 
-// pipeline is ledger.Pipeline on pgx: batches sent on a connection of a
+// pipeline is txledger.Pipeline on pgx: batches sent on a connection of a
 // pool.
 type pipeline struct {
 	s     *Store
@@ -142,7 +143,7 @@ func (h *heldConn) release() {
 	}
 }
 
-var _ ledger.Pipeline[pgx.Tx] = pipeline{}
+var _ txledger.Pipeline[pgx.Tx] = pipeline{}
 
 func (s *Store) pipeline(pool *pgxpool.Pool, opts pgx.TxOptions, owned bool) pipeline {
 	return pipeline{s: s, pool: pool, opts: opts, owned: owned}
@@ -279,7 +280,7 @@ func (p pipeline) ExecCommit(ctx context.Context, tx pgx.Tx, query string, args 
 // commitErr sorts a failed COMMIT: refused by the database (a definite
 // rollback, retried by a runner when transient), not sent (not committed),
 // or unknown (the connection broke or the context ended while it was in
-// flight). A refused COMMIT is a *ledger.DBError made by ledger.NewDBError,
+// flight). A refused COMMIT is a *ledger.DBError made by txledger.NewDBError,
 // so it carries the dialect's explanation: behind a transaction pooler the
 // Store's prepared COMMIT (opledger_commit_…) can be missing on the server
 // connection (26000), which matches postgres.ErrStatementPooling.
@@ -292,30 +293,30 @@ func (p pipeline) commitErr(err error) error {
 	case errors.Is(err, pgx.ErrTxClosed):
 		return fmt.Errorf("pgxledger: commit: %w", err)
 	case errors.Is(err, pgx.ErrTxCommitRollback) || errors.As(err, &pgErr):
-		return ledger.NewDBError(d, "commit", err)
+		return txledger.NewDBError(d, "commit", err)
 	case !pgconn.SafeToRetry(err):
 		return fmt.Errorf("%w: %w", txmiddleware.ErrCommitUnknown, err)
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("pgxledger: commit not sent: %w", err)
 	}
-	return ledger.NewDBError(d, "commit", err)
+	return txledger.NewDBError(d, "commit", err)
 }
 
 // QueryRollback sends query and ROLLBACK in one batch when the row is
 // scanned.
-func (p pipeline) QueryRollback(ctx context.Context, tx pgx.Tx, query string, args ...any) ledger.Row {
+func (p pipeline) QueryRollback(ctx context.Context, tx pgx.Tx, query string, args ...any) txledger.Row {
 	return p.endWith(ctx, tx, false, query, args)
 }
 
 // RollbackQuery sends ROLLBACK and query in one batch when the row is
 // scanned.
-func (p pipeline) RollbackQuery(ctx context.Context, tx pgx.Tx, query string, args ...any) ledger.Row {
+func (p pipeline) RollbackQuery(ctx context.Context, tx pgx.Tx, query string, args ...any) txledger.Row {
 	return p.endWith(ctx, tx, true, query, args)
 }
 
 // endWith is a row whose Scan sends query and ROLLBACK in one batch, the
 // ROLLBACK first when first is set, and ends tx.
-func (p pipeline) endWith(ctx context.Context, tx pgx.Tx, first bool, query string, args []any) ledger.Row {
+func (p pipeline) endWith(ctx context.Context, tx pgx.Tx, first bool, query string, args []any) txledger.Row {
 	return rowFunc(func(dest ...any) error {
 		t, ok := tx.(*ptx)
 		if !ok || t.c == nil {
@@ -385,7 +386,7 @@ func (p pipeline) Exec(ctx context.Context, query string, args ...any) (int64, e
 	return tag.RowsAffected(), err
 }
 
-// rowFunc is a ledger.Row whose Scan does the work.
+// rowFunc is a txledger.Row whose Scan does the work.
 type rowFunc func(dest ...any) error
 
 func (f rowFunc) Scan(dest ...any) error { return f(dest...) }

@@ -2,7 +2,6 @@ package pgxledger
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"time"
 
@@ -10,6 +9,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/pgxkit"
+	"github.com/opledger/opledger/internal/txledger"
 	"github.com/opledger/opledger/internal/txrun"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/txmiddleware"
@@ -55,7 +56,7 @@ func NewRunner(pool *pgxpool.Pool, s *Store, opts ...txmiddleware.Option) (*Runn
 		return nil, fmt.Errorf("%w: pool and store must not be nil", txmiddleware.ErrInvalidConfig)
 	}
 	r, err := txrun.New(func(set txrun.Settings) (txrun.Driver[pgx.Tx], error) {
-		iso, err := IsoLevel(set.Isolation)
+		iso, err := pgxkit.IsoLevel(set.Isolation)
 		if err != nil {
 			return nil, err
 		}
@@ -67,25 +68,6 @@ func NewRunner(pool *pgxpool.Pool, s *Store, opts ...txmiddleware.Option) (*Runn
 	return &Runner{r: r}, nil
 }
 
-// IsoLevel returns pgx's name of database/sql's isolation level l
-// ("" for sql.LevelDefault, the database's default), or an error for a
-// level PostgreSQL has not.
-func IsoLevel(l sql.IsolationLevel) (pgx.TxIsoLevel, error) {
-	switch l {
-	case sql.LevelDefault:
-		return "", nil
-	case sql.LevelReadUncommitted:
-		return pgx.ReadUncommitted, nil
-	case sql.LevelReadCommitted:
-		return pgx.ReadCommitted, nil
-	case sql.LevelRepeatableRead:
-		return pgx.RepeatableRead, nil
-	case sql.LevelSerializable:
-		return pgx.Serializable, nil
-	}
-	return "", fmt.Errorf("pgxledger: PostgreSQL has no isolation level %v", l)
-}
-
 // Run claims req's identity and, when this call acquires it, runs work and
 // records its result, all in one transaction, with the outcomes of
 // txmiddleware.Runner's Run.
@@ -93,19 +75,6 @@ func (r *Runner) Run(ctx context.Context, req ledger.ClaimRequest, work Work) (t
 	out, err := r.r.Run(ctx, req, txrun.Work[pgx.Tx](work))
 	return txmiddleware.RunResult(out), err
 }
-
-// Lookup reads the committed entry of id with the runner's Store on a
-// connection of its pool, as txmiddleware.Runner's Lookup does: with a
-// lock-wait bound the wait for that connection is bounded too, and past
-// it Lookup returns an error matching ledger.ErrInProgress when a Run of
-// id is in flight on the runner, and txmiddleware.ErrBusy otherwise.
-func (r *Runner) Lookup(ctx context.Context, id ledger.Identity) (*ledger.Entry, error) {
-	return r.r.Lookup(ctx, id)
-}
-
-// InFlight reports whether a Run of id is in progress on the runner, as
-// txmiddleware.Runner's InFlight does.
-func (r *Runner) InFlight(id ledger.Identity) bool { return r.r.InFlight(id) }
 
 // TxFromContext returns the transaction that a Runner passes to the work,
 // from the work's context or one derived from it: txmiddleware's
@@ -122,7 +91,7 @@ type runDriver struct {
 	p pipeline
 }
 
-func (d *runDriver) Dialect() dialects.Dialect { return d.s.Dialect() }
+func (d *runDriver) Dialect() dialects.Dialect { return d.s.core.Dialect() }
 
 // bounded sets the claim's lock-wait bound, what the wait for a
 // connection left of the runner's (see txrun.Began), in req.
@@ -158,7 +127,7 @@ func (d *runDriver) BeginClaim(ctx context.Context, began txrun.Began, req ledge
 		return nil, nil, err
 	}
 	defer held.release()
-	tx, c, err := d.s.core.BeginClaim(ctx, p, bounded(req, wait))
+	tx, c, err := d.s.core.BeginClaim(ctx, txledger.AnyPipeline[pgx.Tx](p), bounded(req, wait))
 	if err != nil || !c.Acquired() {
 		return nil, c, err
 	}
@@ -211,7 +180,7 @@ func (u *unit) CompleteCommit(ctx context.Context, c *ledger.Claim, r ledger.Res
 		u.Rollback(ctx)
 		return err
 	}
-	return u.d.s.core.CompleteCommit(ctx, u.d.p, u.tx, c, r)
+	return u.d.s.core.CompleteCommit(ctx, txledger.AnyPipeline[pgx.Tx](u.d.p), u.tx, c, r)
 }
 
 func (u *unit) RecordCommit(ctx context.Context, req ledger.ClaimRequest, r ledger.Result, before func(context.Context) error) (*ledger.Claim, error) {
@@ -219,5 +188,5 @@ func (u *unit) RecordCommit(ctx context.Context, req ledger.ClaimRequest, r ledg
 		u.Rollback(ctx)
 		return nil, err
 	}
-	return u.d.s.core.RecordCommit(ctx, u.d.p, u.tx, bounded(req, u.wait), r)
+	return u.d.s.core.RecordCommit(ctx, txledger.AnyPipeline[pgx.Tx](u.d.p), u.tx, bounded(req, u.wait), r)
 }

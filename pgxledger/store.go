@@ -15,9 +15,10 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/dialects/postgres"
 	"github.com/opledger/opledger/internal/dialectkit"
+	"github.com/opledger/opledger/internal/pgxkit"
+	"github.com/opledger/opledger/internal/txledger"
 	"github.com/opledger/opledger/ledger"
 )
 
@@ -40,51 +41,22 @@ var (
 	_ Querier = pgx.Tx(nil)
 	_ Execer  = (*pgxpool.Pool)(nil)
 
-	_ ledger.TxLedger[pgx.Tx]   = (*Store)(nil)
-	_ ledger.TxRecorder[pgx.Tx] = (*Store)(nil)
-	_ ledger.LockWaitBounder    = (*Store)(nil)
-	_ ledger.ResultSizer        = (*Store)(nil)
+	_ txledger.TxRecorder[pgx.Tx] = (*Store)(nil)
 
 	_ beginner = (*pgxpool.Pool)(nil)
 	_ beginner = (*pgxpool.Conn)(nil)
 	_ beginner = (*pgx.Conn)(nil)
 )
 
-// Driver is the ledger.TxDriver of pgx: the ledger's statements run with
-// pgx.Tx's Exec and QueryRow. The Store, and the outbox's Enqueue here,
-// run on it. Exec's errors pass through postgres.ExplainPooling, so that
-// whatever writes through it (the outbox's Enqueue) reports the errors a
-// transaction pooler gives pgx's default exec mode as
-// postgres.ErrStatementPooling, naming the setting (docs/poolers.md).
-type Driver struct{}
-
-var _ ledger.TxDriver[pgx.Tx] = Driver{}
-
-// Exec runs query in tx and returns the rows it affected.
-func (Driver) Exec(ctx context.Context, tx pgx.Tx, query string, args ...any) (int64, error) {
-	tag, err := tx.Exec(ctx, query, args...)
-	if err != nil {
-		return tag.RowsAffected(), postgres.ExplainPooling(err)
-	}
-	return tag.RowsAffected(), nil
-}
-
-// QueryRow runs query in tx. Its row's Scan error is the driver's: the
-// ledger explains the errors of its reads itself, and a row wrapped here
-// would cost an allocation on every claim.
-func (Driver) QueryRow(ctx context.Context, tx pgx.Tx, query string, args ...any) ledger.Row {
-	return tx.QueryRow(ctx, query, args...)
-}
-
-// Store is the operation ledger on pgx: [ledger.TxStore] over pgx.Tx with
-// the PostgreSQL dialect, the same ledger as [ledger.Store] (the same
-// table, migrations, SQL and outcomes) for code that holds a pgx.Tx. Claim,
+// Store is the operation ledger on pgx, with the PostgreSQL dialect: the
+// same ledger as [ledger.Store] (the same implementation, table,
+// migrations, SQL and outcomes) for code that holds a pgx.Tx. Claim,
 // Complete and Record run in the caller's transaction, one statement
 // each; BeginClaim, CompleteCommit and RecordCommit send the claim with
 // BEGIN and the completion or the record with COMMIT, one round trip each.
 // A Store holds no connection and is safe for concurrent use.
 type Store struct {
-	core *ledger.TxStore[pgx.Tx]
+	core *txledger.Store[pgx.Tx]
 	// closed is an ended transaction: what a transaction the Store ended
 	// without pgx knowing (a COMMIT sent in a batch) turns into.
 	closed pgx.Tx
@@ -126,10 +98,19 @@ func (s *Store) name(query string) string {
 	return v.(string)
 }
 
+func init() {
+	pgxkit.StoreBegin = func(s any, ctx context.Context, pool *pgxpool.Pool, opts pgx.TxOptions) (pgx.Tx, error) {
+		return s.(*Store).begin(ctx, pool, opts)
+	}
+	pgxkit.StoreRecordCommit = func(s any, ctx context.Context, tx pgx.Tx, req ledger.ClaimRequest, r ledger.Result) (*ledger.Claim, error) {
+		return s.(*Store).recordCommit(ctx, tx, req, r)
+	}
+}
+
 // New returns a Store with the ledger's options (table, retention, result
 // size limit, clock, telemetry). Bad options match ledger.ErrInvalid.
 func New(opts ...ledger.Option) (*Store, error) {
-	core, err := ledger.NewTxStore[pgx.Tx](postgres.New(), Driver{}, opts...)
+	core, err := txledger.New[pgx.Tx](postgres.New(), pgxkit.Driver{}, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -141,20 +122,6 @@ func New(opts ...ledger.Option) (*Store, error) {
 		always: []string{postgres.New().Queries(core.Table()).Select, "commit", "rollback"},
 	}, nil
 }
-
-// Dialect returns the PostgreSQL dialect.
-func (s *Store) Dialect() dialects.Dialect { return s.core.Dialect() }
-
-// Table returns the ledger's table name.
-func (s *Store) Table() string { return s.core.Table() }
-
-// BoundsLockWait reports true: Claim, Record and the pipelined forms
-// honour ClaimRequest.LockWait inside their own statements.
-func (s *Store) BoundsLockWait() bool { return s.core.BoundsLockWait() }
-
-// MaxResultSize returns the longest Result.Response the store accepts, in
-// bytes (see ledger.WithMaxResultSize).
-func (s *Store) MaxResultSize() int { return s.core.MaxResultSize() }
 
 // Claim claims req.Identity inside tx, the caller's transaction, in one
 // statement (the plain insert; on a conflict only, the entry read back):
@@ -185,7 +152,7 @@ func (s *Store) Lookup(ctx context.Context, q Querier, id ledger.Identity) (*led
 	if isNil(q) {
 		return s.core.LookupWith(ctx, nil, id)
 	}
-	return s.core.LookupWith(ctx, func(ctx context.Context, query string, args ...any) ledger.Row {
+	return s.core.LookupWith(ctx, func(ctx context.Context, query string, args ...any) txledger.Row {
 		return q.QueryRow(ctx, query, args...)
 	}, id)
 }
@@ -230,9 +197,9 @@ func (s *Store) Sweep(ctx context.Context, db Execer, batch int) (int64, error) 
 			return n, err
 		}
 	}
-	var queryRow func(ctx context.Context, query string, args ...any) ledger.Row
+	var queryRow func(ctx context.Context, query string, args ...any) txledger.Row
 	if q, ok := db.(Querier); ok {
-		queryRow = func(ctx context.Context, query string, args ...any) ledger.Row {
+		queryRow = func(ctx context.Context, query string, args ...any) txledger.Row {
 			return q.QueryRow(ctx, query, args...)
 		}
 	}
@@ -245,11 +212,12 @@ type beginner interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
-// Begin begins a transaction on a connection of pool with opts, like
-// pool.BeginTx, whose RecordCommit (or CompleteCommit) then costs one
+// begin begins a transaction on a connection of pool with opts, like
+// pool.BeginTx, whose recordCommit (or CompleteCommit) then costs one
 // round trip: claim at commit's first step. Commit and Rollback end it as
-// usual.
-func (s *Store) Begin(ctx context.Context, pool *pgxpool.Pool, opts pgx.TxOptions) (pgx.Tx, error) {
+// usual. (The Runner's claim at commit does this; tests reach it through
+// export_test.go.)
+func (s *Store) begin(ctx context.Context, pool *pgxpool.Pool, opts pgx.TxOptions) (pgx.Tx, error) {
 	if pool == nil {
 		return nil, errNilPool
 	}
@@ -265,7 +233,7 @@ func (s *Store) Begin(ctx context.Context, pool *pgxpool.Pool, opts pgx.TxOption
 
 // BeginClaim begins a transaction on a connection of pool with opts and
 // claims req.Identity in it, BEGIN and the claim in one round trip. It has
-// the outcomes of [ledger.TxStore.BeginClaim]: on Acquired the
+// the outcomes of [ledger.Store.Claim]: on Acquired the
 // transaction is open (run the work in it, then CompleteCommit); a replay
 // is found, and the transaction rolled back, in a second round trip; on
 // any other outcome nothing is left open. The lock-wait bound
@@ -274,33 +242,33 @@ func (s *Store) BeginClaim(ctx context.Context, pool *pgxpool.Pool, opts pgx.TxO
 	if pool == nil {
 		return nil, nil, errNilPool
 	}
-	tx, c, err := s.core.BeginClaim(ctx, s.pipeline(pool, opts, false), req)
+	tx, c, err := s.core.BeginClaim(ctx, txledger.AnyPipeline[pgx.Tx](s.pipeline(pool, opts, false)), req)
 	return tx, c, err
 }
 
 // CompleteCommit records r as the result of c in tx and commits tx, the
-// completion and COMMIT in one round trip when tx came from BeginClaim or
-// Begin (two otherwise). It has the outcomes of
-// [ledger.TxStore.CompleteCommit] and ends tx in every case: a completion
+// completion and COMMIT in one round trip when tx came from BeginClaim
+// (two otherwise). It has the outcomes of [ledger.Store.Complete]
+// and ends tx in every case: a completion
 // that fails, or completes no pending entry, aborts the transaction so
 // that the COMMIT sent with it does not run, and is reported as that
 // failure (nothing committed); a connection lost after the COMMIT was
 // sent, or a context that ended while it was in flight, is an error
 // matching txmiddleware.ErrCommitUnknown.
 func (s *Store) CompleteCommit(ctx context.Context, tx pgx.Tx, c *ledger.Claim, r ledger.Result) error {
-	return s.core.CompleteCommit(ctx, s.pipelineOf(tx), tx, c, r)
+	return s.core.CompleteCommit(ctx, txledger.AnyPipeline[pgx.Tx](s.pipelineOf(tx)), tx, c, r)
 }
 
-// RecordCommit inserts req's identity already completed with r in tx, in
+// recordCommit inserts req's identity already completed with r in tx, in
 // which the work ran, and commits tx, the record and COMMIT in one round
-// trip when tx came from Begin or BeginClaim (two otherwise). It has the
-// outcomes of [ledger.TxStore.RecordCommit] and ends tx in every case: a
+// trip when tx came from begin or BeginClaim (two otherwise). It has the
+// outcomes of [ledger.Store.Record] and ends tx in every case: a
 // record that conflicts aborts the transaction, so that the work's writes
 // do not commit, and the stored entry is read in one more round trip (a
 // replay, ErrKeyReused or ErrIncomplete); an expired entry is deleted and
 // an error matching ledger.ErrRetryable asks for the unit to run again.
-func (s *Store) RecordCommit(ctx context.Context, tx pgx.Tx, req ledger.ClaimRequest, r ledger.Result) (*ledger.Claim, error) {
-	return s.core.RecordCommit(ctx, s.pipelineOf(tx), tx, req, r)
+func (s *Store) recordCommit(ctx context.Context, tx pgx.Tx, req ledger.ClaimRequest, r ledger.Result) (*ledger.Claim, error) {
+	return s.core.RecordCommit(ctx, txledger.AnyPipeline[pgx.Tx](s.pipelineOf(tx)), tx, req, r)
 }
 
 // isNil reports whether v is nil or holds a nil pointer (a nil

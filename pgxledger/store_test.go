@@ -11,6 +11,7 @@ import (
 
 	"github.com/opledger/opledger/dialects/postgres"
 	"github.com/opledger/opledger/internal/testkit/testdb"
+	"github.com/opledger/opledger/internal/txledger"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/pgxledger"
 	"github.com/opledger/opledger/txmiddleware"
@@ -102,7 +103,7 @@ func TestExpired(t *testing.T) {
 	}
 	expire("exp-claim")
 	tx, c, err := e.s.BeginClaim(ctx, e.pool, pgx.TxOptions{}, req(t, "exp-claim"))
-	if err != nil || !c.Acquired() || !c.TookOver() {
+	if err != nil || !c.Acquired() || !txledger.TookOver(c) {
 		t.Fatalf("pipelined claim of an expired entry: %v %v; want it taken over", c, err)
 	}
 	if err := e.s.CompleteCommit(ctx, tx, c, result("exp-claim")); err != nil {
@@ -412,7 +413,7 @@ func TestSweepHeldEntry(t *testing.T) {
 			}
 			defer holder.Rollback(ctx)
 			taken, err := e.s.Claim(ctx, holder, req(t, keys[0]))
-			if err != nil || !taken.Acquired() || !taken.TookOver() {
+			if err != nil || !taken.Acquired() || !txledger.TookOver(taken) {
 				t.Fatalf("take-over: %+v %v", taken, err)
 			}
 			n, err := sweeper.s.Sweep(ctx, e.pool, 2)

@@ -91,7 +91,7 @@ func TestClaimAtCommit(t *testing.T) {
 // noRecorder is a Ledger without Record.
 type noRecorder struct{ ledger.Ledger }
 
-// WithClaimAtCommit needs a ledger.Recorder.
+// WithClaimAtCommit needs a ledger with Record.
 func TestClaimAtCommitNeedsRecorder(t *testing.T) {
 	t.Parallel()
 	forEachTarget(t, 1, func(t *testing.T, e *env) {

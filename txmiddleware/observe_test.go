@@ -16,6 +16,7 @@ import (
 
 	"github.com/opledger/opledger/internal/harness/otelread"
 	"github.com/opledger/opledger/internal/outcomes"
+	"github.com/opledger/opledger/internal/txledger"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/txmiddleware"
 )
@@ -237,7 +238,7 @@ func mustIDHash(key string) [32]byte {
 	if err != nil {
 		panic(err)
 	}
-	return id.KeyHash()
+	return txledger.KeyHash(id)
 }
 
 // noKeys fails when a raw key (or the tests' caller) appears in the log,

@@ -64,9 +64,10 @@ func WithTxBackoff(base, max time.Duration) Option {
 // retries neither. The bound also applies to every later statement of the
 // transaction (with [WithClaimAtCommit] on a ledger that bounds its own
 // statements, from the Record on). New refuses it, with an error matching
-// [ErrInvalidConfig], when neither the ledger (ledger.LockWaitBounder) nor
-// the dialect (dialects.LockWaiter) can bound the wait, and refuses a
-// negative d. Zero (the default) sets nothing: the database's own setting
+// [ErrInvalidConfig], when neither the ledger (a ledger.Store on
+// PostgreSQL, or a ledger of your own with a BoundsLockWait method that
+// reports true) nor the dialect (dialects.LockWaiter) can bound the wait,
+// and refuses a negative d. Zero (the default) sets nothing: the database's own setting
 // and the context bound the wait. How each database is bounded, and what
 // it costs, is in docs/txmiddleware.md ("In-progress duplicates: the wait
 // bound").
@@ -97,8 +98,8 @@ func WithErrorCodec(codec ErrorCodec) Option {
 
 // WithClaimAtCommit runs the other order of the ledger's protocol: the
 // work first, then the operation recorded already completed as the last
-// statement before COMMIT (ledger.Recorder's Record, one statement instead
-// of a claim and a completion; a replay reads the stored entry with one
+// statement before COMMIT (the ledger's Record, one statement instead of
+// a claim and a completion; a replay reads the stored entry with one
 // more):
 //
 //	BEGIN → work → Record → COMMIT
@@ -109,8 +110,9 @@ func WithErrorCodec(codec ErrorCodec) Option {
 // work can ever commit. The price: a retry of a completed call, and every
 // concurrent duplicate, runs the work before it finds out, so it suits
 // short work whose retries are rare and whose every effect is inside the
-// transaction (see docs/txmiddleware.md). The ledger must implement
-// ledger.Recorder.
+// transaction (see docs/txmiddleware.md). The ledger must have a Record
+// method as ledger.Store's (Record(ctx, *sql.Tx, ledger.ClaimRequest,
+// ledger.Result) (*ledger.Claim, error)).
 func WithClaimAtCommit() Option {
 	return option("WithClaimAtCommit", func(c *txrun.Config) error {
 		c.AtCommit = true

@@ -14,6 +14,7 @@ import (
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/internal/dialectkit"
 	"github.com/opledger/opledger/internal/testkit/testdb"
+	"github.com/opledger/opledger/internal/txledger"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/txmiddleware"
 )
@@ -652,7 +653,7 @@ func (l dialectLedger) Dialect() dialects.Dialect { return l.d }
 // BoundsLockWait is the store's, for a dialect that can bound a claim.
 func (l dialectLedger) BoundsLockWait() bool {
 	_, ok := l.d.(dialectkit.StatementBounder)
-	return ok && l.Store.BoundsLockWait()
+	return ok && txledger.BoundsLockWait(l.Store)
 }
 
 // Bad configurations fail New with ErrInvalidConfig: a bad value, an

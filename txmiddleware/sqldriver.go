@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/txledger"
 	"github.com/opledger/opledger/internal/txrun"
 	"github.com/opledger/opledger/ledger"
 )
@@ -20,7 +21,7 @@ type sqlDriver struct {
 	l   ledger.Ledger
 	d   dialects.Dialect
 	iso sql.IsolationLevel
-	rec ledger.Recorder     // set in claim-at-commit mode
+	rec txledger.Recorder   // set in claim-at-commit mode
 	lw  dialects.LockWaiter // set when a lock wait bound is configured and the ledger cannot bound its claims
 	// claimWait is the lock wait bound passed in every ClaimRequest, when
 	// one is configured and the ledger bounds its claims itself.
@@ -38,7 +39,7 @@ func newSQLDriver(db *sql.DB, l ledger.Ledger, s txrun.Settings) (*sqlDriver, er
 	// put it there: the Claim, or in claim-at-commit mode the Record (and
 	// the final error's claim); a ledger that bounds lock waits honours it
 	// in both.
-	if b, ok := l.(ledger.LockWaitBounder); ok && s.LockWait > 0 && b.BoundsLockWait() {
+	if s.LockWait > 0 && txledger.BoundsLockWait(l) {
 		drv.claimWait = s.LockWait // in the claim's statements: none of its own
 	} else if s.LockWait > 0 {
 		lw, ok := d.(dialects.LockWaiter)
@@ -48,9 +49,9 @@ func newSQLDriver(db *sql.DB, l ledger.Ledger, s txrun.Settings) (*sqlDriver, er
 		drv.lw = lw
 	}
 	if s.ClaimAtCommit {
-		rec, ok := l.(ledger.Recorder)
+		rec, ok := l.(txledger.Recorder)
 		if !ok {
-			return nil, fmt.Errorf("%w: WithClaimAtCommit: the ledger (%T) does not implement ledger.Recorder", ErrInvalidConfig, l)
+			return nil, fmt.Errorf("%w: WithClaimAtCommit: the ledger (%T) has no Record method (ledger.Store's: claim at commit)", ErrInvalidConfig, l)
 		}
 		drv.rec = rec
 	}
@@ -227,5 +228,5 @@ func (d *sqlDriver) commitErr(ctx context.Context, err error) error {
 		// ended (lib/pq cancels the statement: 57014): it rolled back.
 		return txrun.CtxErr(ctx, "commit", err)
 	}
-	return ledger.NewDBError(d.d, "commit", err)
+	return txledger.NewDBError(d.d, "commit", err)
 }

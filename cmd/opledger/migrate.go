@@ -14,6 +14,7 @@ import (
 
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/internal/dialectkit"
+	"github.com/opledger/opledger/internal/txledger"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/migrations"
 )
@@ -421,7 +422,7 @@ func listCommand(ctx context.Context, stdout, stderr io.Writer, dsn, table strin
 		return fail(stderr, "inspect", errors.New("--older-than goes with --pending"))
 	}
 	if method != "" {
-		if err := ledger.CheckMethod(method); err != nil {
+		if err := txledger.CheckMethod(method); err != nil {
 			return fail(stderr, "inspect", err)
 		}
 	}

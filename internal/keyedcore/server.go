@@ -11,6 +11,7 @@ import (
 
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/internal/keyedtx"
+	"github.com/opledger/opledger/internal/txledger"
 	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/policy"
@@ -221,12 +222,12 @@ func (c *Call) Identify(caller string, ok bool, keys []string, parse func(string
 	c.s.obs.keyed(c.op, key)
 	id, err := ledger.NewIdentity(caller, c.method, key)
 	if err != nil {
-		var ie *ledger.InputError
-		switch {
-		case errors.As(err, &ie) && ie.Field == "caller":
-			return ledger.Identity{}, answer(keyed.CallerMissing, err, "the caller fingerprint is not usable: "+ie.Reason)
-		case errors.As(err, &ie) && ie.Field == "key":
-			return ledger.Identity{}, answer(keyed.KeyInvalid, err, "the "+s.noun+" "+ie.Reason)
+		field, reason, _ := txledger.InputError(err)
+		switch field {
+		case "caller":
+			return ledger.Identity{}, answer(keyed.CallerMissing, err, "the caller fingerprint is not usable: "+reason)
+		case "key":
+			return ledger.Identity{}, answer(keyed.KeyInvalid, err, "the "+s.noun+" "+reason)
 		}
 		return ledger.Identity{}, answer(keyed.RequestUnreadable, err, "the operation's identity cannot be built")
 	}

@@ -11,6 +11,7 @@ import (
 	"fmt"
 
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/txledger"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/txmiddleware"
 )
@@ -48,7 +49,7 @@ type Runner interface {
 // NewRunner builds a runner with txmiddleware's options: the transport's
 // own (its error codec, the lock-wait bound, claim at commit, telemetry)
 // after the ones its user passed. A Transactions may also implement
-// ledger.ResultSizer, when its ledger bounds the results it stores.
+// txledger.ResultSizer, when its ledger bounds the results it stores.
 type Transactions interface {
 	// NewRunner returns a runner with opts; configuration errors wrap
 	// txmiddleware.ErrInvalidConfig.
@@ -61,11 +62,11 @@ type Transactions interface {
 // SQL returns the Transactions of database/sql: txmiddleware.Runner over
 // db, the database that holds both the ledger's table and the handlers'
 // tables, with ledger l. Handlers find their *sql.Tx with
-// txmiddleware.TxFromContext. It implements ledger.ResultSizer when l
-// does.
+// txmiddleware.TxFromContext. It implements txledger.ResultSizer when l
+// states its result limit (see txledger.MaxResultSize).
 func SQL(db *sql.DB, l ledger.Ledger) Transactions {
-	if rs, ok := l.(ledger.ResultSizer); ok {
-		return sizedSQL{sqlTransactions{db, l}, rs}
+	if n, ok := txledger.MaxResultSize(l); ok {
+		return sizedSQL{sqlTransactions{db, l}, maxResultSize(n)}
 	}
 	return sqlTransactions{db, l}
 }
@@ -77,8 +78,13 @@ type sqlTransactions struct {
 
 type sizedSQL struct {
 	sqlTransactions
-	ledger.ResultSizer
+	txledger.ResultSizer
 }
+
+// maxResultSize is a ledger's result limit as a txledger.ResultSizer.
+type maxResultSize int
+
+func (n maxResultSize) MaxResultSize() int { return int(n) }
 
 // ErrNoDialect is returned (wrapped) for a Transactions without a dialect.
 var ErrNoDialect = errors.New("keyed: no dialect")

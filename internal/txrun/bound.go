@@ -32,7 +32,7 @@ import (
 // runner's bound, rounded up to an eighth of it, so that the whole wait
 // stays within the bound and an eighth (zero without a bound). A driver
 // whose ledger bounds lock waits in its statements
-// (ledger.LockWaitBounder) puts it in the ClaimRequest.LockWait of the
+// (txledger.BoundsLockWait) puts it in the ClaimRequest.LockWait of the
 // claim, or with txmiddleware.WithClaimAtCommit of the record.
 type Began func(err error) (claimWait time.Duration, _ error)
 

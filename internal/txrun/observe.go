@@ -17,6 +17,7 @@ import (
 	"github.com/opledger/opledger/internal/dialectkit"
 	"github.com/opledger/opledger/internal/outcomes"
 	"github.com/opledger/opledger/internal/telemetry"
+	"github.com/opledger/opledger/internal/txledger"
 	"github.com/opledger/opledger/ledger"
 )
 
@@ -65,7 +66,7 @@ func (o *observer) begin(ctx context.Context, req ledger.ClaimRequest) (context.
 	ctx, span := o.tracer.Start(ctx, "opledger.tx", internalSpan)
 	if span.IsRecording() {
 		span.SetAttributes(o.system, telemetry.Method.String(req.Identity.Method()),
-			telemetry.KeyHash.String(telemetry.ShortHash(req.Identity.KeyHash())))
+			telemetry.KeyHash.String(telemetry.ShortHash(txledger.KeyHash(req.Identity))))
 	}
 	return ctx, runOp{start: time.Now(), span: span}
 }
@@ -150,14 +151,14 @@ func (o *observer) ran(ctx context.Context, p runOp, req ledger.ClaimRequest, ou
 	}
 	if o.log.Enabled(ctx, level) {
 		o.log.LogAttrs(ctx, level, msg, slog.String("method", method), slog.String("outcome", outcome),
-			slog.String("key_hash", telemetry.ShortHash(req.Identity.KeyHash())), slog.Int("attempts", out.Attempts))
+			slog.String("key_hash", telemetry.ShortHash(txledger.KeyHash(req.Identity))), slog.Int("attempts", out.Attempts))
 	}
 }
 
 // claimed logs a claim that took over an expired entry.
 func (o *observer) claimed(ctx context.Context, req ledger.ClaimRequest, c *ledger.Claim) {
-	if c.TookOver() && o.log.Enabled(ctx, slog.LevelInfo) {
+	if txledger.TookOver(c) && o.log.Enabled(ctx, slog.LevelInfo) {
 		o.log.LogAttrs(ctx, slog.LevelInfo, "opledger: expired entry taken over", slog.String("method", req.Identity.Method()),
-			slog.String("outcome", outcomes.TakenOver), slog.String("key_hash", telemetry.ShortHash(req.Identity.KeyHash())))
+			slog.String("outcome", outcomes.TakenOver), slog.String("key_hash", telemetry.ShortHash(txledger.KeyHash(req.Identity))))
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/opledger/opledger/internal/ledgerkit"
 	"github.com/opledger/opledger/internal/outboxkit"
 	"github.com/opledger/opledger/internal/testkit/natstest"
 	"github.com/opledger/opledger/internal/testkit/outboxtest"
@@ -76,7 +77,7 @@ func (q *enqueuer) enqueue(m outbox.Message) (string, error) {
 func TestEnqueueRefusesWhatNATSCannotTake(t *testing.T) {
 	srv := natstest.Start(t) // the default max_payload, 1 MiB
 	js := natstest.Connect(t, srv.URL())
-	if _, err := natsjs.EnsureStream(context.Background(), js, "LIMITS", []string{"limits.>"}, 0); err != nil {
+	if _, err := natstest.CreateStream(context.Background(), js, "LIMITS", []string{"limits.>"}); err != nil {
 		t.Fatal(err)
 	}
 	pub, err := natsjs.New(js, natsjs.WithSubjectPrefix("limits."), natsjs.WithStream("LIMITS"))
@@ -93,7 +94,7 @@ func TestEnqueueRefusesWhatNATSCannotTake(t *testing.T) {
 			t.Errorf("topic %q: %v, want an error matching ErrUndeliverable, ErrInvalid and nats.ErrBadSubject", topic, err)
 		}
 	}
-	name, key := strings.Repeat("n", ledger.MaxNameLen), strings.Repeat("k", outboxkit.MaxKeyLen)
+	name, key := strings.Repeat("n", ledgerkit.MaxNameLen), strings.Repeat("k", outboxkit.MaxKeyLen)
 	largest := outbox.Message{Name: name, Topic: "big", Key: key, Payload: make([]byte, outboxkit.MaxPayloadSize)}
 	if err := pub.CheckMessage(largest); err != nil {
 		t.Fatalf("a payload of MaxPayloadSize with the longest name and key: %v", err)
@@ -166,7 +167,7 @@ func TestPermanentErrors(t *testing.T) {
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "TINY", Subjects: []string{"tiny.>"}, MaxMsgSize: 512, Duplicates: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := natsjs.EnsureStream(ctx, js, "OTHER", []string{"other.>"}, 0); err != nil {
+	if _, err := natstest.CreateStream(ctx, js, "OTHER", []string{"other.>"}); err != nil {
 		t.Fatal(err)
 	}
 	plain, err := natsjs.New(js)
@@ -225,7 +226,7 @@ func TestDeadMessageInJetStream(t *testing.T) {
 			js := natstest.Connect(t, srv.URL())
 			e := testdb.NewEnv(t, tg.Name, tg.Dialect, tg.Open(t, 12))
 			name := fmt.Sprintf("OPLDEAD%d", i)
-			stream, err := natsjs.EnsureStream(context.Background(), js, name, []string{outboxtest.Topic}, 0)
+			stream, err := natstest.CreateStream(context.Background(), js, name, []string{outboxtest.Topic})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -10,7 +10,9 @@ import (
 
 	"github.com/opledger/opledger/conformance"
 	"github.com/opledger/opledger/internal/pgdialect"
+	"github.com/opledger/opledger/internal/pgxkit"
 	"github.com/opledger/opledger/internal/testkit/badledgers"
+	"github.com/opledger/opledger/internal/txledger"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/pgxledger"
 	"github.com/opledger/opledger/pgxledger/pgxconformance"
@@ -56,7 +58,7 @@ func (o ownTx) BeginClaim(ctx context.Context, level sql.IsolationLevel, req led
 	if err != nil {
 		return nil, nil, err
 	}
-	return tx, ledger.NewAcquiredIn(req.Identity, tx), nil
+	return tx, txledger.NewAcquired(req.Identity, tx), nil
 }
 
 func (o ownTx) BeginAt(ctx context.Context, level sql.IsolationLevel) (pgx.Tx, error) {
@@ -108,7 +110,7 @@ func (l lenientRecorder) RecordCommit(ctx context.Context, tx pgx.Tx, req ledger
 		return nil, l.b.Fail("commit", err)
 	}
 	if tag.RowsAffected() == 1 {
-		return ledger.NewRecordedIn(req.Identity, tx), nil
+		return txledger.NewRecorded(req.Identity, tx), nil
 	}
 	e, err := badledgers.Read(l.Pool.QueryRow(ctx, l.b.Q.Lookup, idb[:]))
 	if err != nil {
@@ -121,7 +123,7 @@ func (l lenientRecorder) RecordCommit(ctx context.Context, tx pgx.Tx, req ledger
 // pool.
 func badTarget(pool *pgxpool.Pool, db *sql.DB, kind string) conformance.Target {
 	return pgxconformance.TargetFor("postgres/pgx-native/"+kind, pool, db, func(cfg conformance.LedgerConfig) (conformance.TxLedger[pgx.Tx], error) {
-		b, err := badledgers.New[pgx.Tx](pgdialect.New(), pgxledger.Driver{}, pgxconformance.Driver{Pool: pool}, cfg)
+		b, err := badledgers.New[pgx.Tx](pgdialect.New(), pgxkit.Driver{}, pgxconformance.Driver{Pool: pool}, cfg)
 		if err != nil {
 			return nil, err
 		}

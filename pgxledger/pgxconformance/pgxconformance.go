@@ -28,6 +28,8 @@ import (
 	"github.com/opledger/opledger/conformance"
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/dialects/postgres"
+	"github.com/opledger/opledger/internal/pgxkit"
+	"github.com/opledger/opledger/internal/txledger"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/pgxledger"
 )
@@ -46,7 +48,7 @@ var (
 )
 
 func (d Driver) options(level sql.IsolationLevel) (pgx.TxOptions, error) {
-	iso, err := pgxledger.IsoLevel(level)
+	iso, err := pgxkit.IsoLevel(level)
 	return pgx.TxOptions{IsoLevel: iso}, err
 }
 
@@ -115,8 +117,8 @@ type Ledger struct {
 var (
 	_ conformance.TxLedger[pgx.Tx]  = Ledger{}
 	_ conformance.Pipeliner[pgx.Tx] = Ledger{}
-	_ ledger.TxRecorder[pgx.Tx]     = Ledger{}
-	_ ledger.LockWaitBounder        = Ledger{}
+	_ txledger.TxRecorder[pgx.Tx]   = Ledger{}
+	_ txledger.LockWaitBounder      = Ledger{}
 )
 
 // Claim is the Store's.
@@ -134,11 +136,15 @@ func (l Ledger) Record(ctx context.Context, tx pgx.Tx, req ledger.ClaimRequest, 
 	return l.Store.Record(ctx, tx, req, r)
 }
 
-// Dialect is the Store's.
-func (l Ledger) Dialect() dialects.Dialect { return l.Store.Dialect() }
+// Dialect is the Store's: PostgreSQL's.
+func (l Ledger) Dialect() dialects.Dialect { return pgDialect }
 
-// BoundsLockWait is the Store's.
-func (l Ledger) BoundsLockWait() bool { return l.Store.BoundsLockWait() }
+// pgDialect is the dialect of every pgxledger.Store.
+var pgDialect = postgres.New()
+
+// BoundsLockWait reports true, as the Store's Claim, Record and pipelined
+// forms honour ClaimRequest.LockWait in their own statements.
+func (l Ledger) BoundsLockWait() bool { return true }
 
 // Lookup reads through the pool.
 func (l Ledger) Lookup(ctx context.Context, id ledger.Identity) (*ledger.Entry, error) {
@@ -165,7 +171,7 @@ func (l Ledger) BeginAt(ctx context.Context, level sql.IsolationLevel) (pgx.Tx, 
 	if err != nil {
 		return nil, err
 	}
-	return l.Store.Begin(ctx, l.Pool, opts)
+	return pgxkit.StoreBegin(l.Store, ctx, l.Pool, opts)
 }
 
 // CompleteCommit is the Store's.
@@ -175,7 +181,7 @@ func (l Ledger) CompleteCommit(ctx context.Context, tx pgx.Tx, c *ledger.Claim, 
 
 // RecordCommit is the Store's.
 func (l Ledger) RecordCommit(ctx context.Context, tx pgx.Tx, req ledger.ClaimRequest, r ledger.Result) (*ledger.Claim, error) {
-	return l.Store.RecordCommit(ctx, tx, req, r)
+	return pgxkit.StoreRecordCommit(l.Store, ctx, tx, req, r)
 }
 
 // NewTarget returns the conformance target of the kit's pgxledger.Store

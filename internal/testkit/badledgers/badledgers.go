@@ -12,10 +12,12 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/opledger/opledger/conformance"
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/txledger"
 	"github.com/opledger/opledger/ledger"
 )
 
@@ -33,15 +35,15 @@ type Base[TX any] struct {
 	Q     dialects.Queries
 	Table string
 	Cfg   conformance.LedgerConfig
-	Drv   ledger.TxDriver[TX]
+	Drv   txledger.Driver[TX]
 	Txns  Txns[TX]
 	// Store is a correct ledger on the same table.
-	Store *ledger.TxStore[TX]
+	Store *txledger.Store[TX]
 }
 
 // New returns the Base of a case's table.
-func New[TX any](d dialects.Dialect, drv ledger.TxDriver[TX], txns Txns[TX], cfg conformance.LedgerConfig) (*Base[TX], error) {
-	s, err := ledger.NewTxStore[TX](d, drv, ledger.WithTable(cfg.Table), ledger.WithRetention(cfg.Retention),
+func New[TX any](d dialects.Dialect, drv txledger.Driver[TX], txns Txns[TX], cfg conformance.LedgerConfig) (*Base[TX], error) {
+	s, err := txledger.New[TX](d, drv, ledger.WithTable(cfg.Table), ledger.WithRetention(cfg.Retention),
 		ledger.WithClock(cfg.Clock), ledger.WithMaxResultSize(cfg.MaxResultSize))
 	if err != nil {
 		return nil, err
@@ -70,7 +72,7 @@ type Entry struct {
 
 // Read reads id's entry with row, the first row of the dialect's Lookup
 // query: the naive ledger's check.
-func Read(row ledger.Row) (Entry, error) {
+func Read(row txledger.Row) (Entry, error) {
 	var (
 		e        Entry
 		code     sql.NullInt64
@@ -103,11 +105,11 @@ func Outcome(e Entry, req ledger.ClaimRequest) (*ledger.Claim, error) {
 
 // Complete is a careful completion of an acquisition made in tx.
 func (b *Base[TX]) Complete(ctx context.Context, tx TX, c *ledger.Claim, res ledger.Result) error {
-	if got, ok := ledger.ClaimTx[TX](c); !ok || c.Outcome != ledger.Acquired || any(got) != any(tx) {
+	if got, ok := txledger.ClaimTx[TX](c); !ok || c.Outcome != ledger.Acquired || any(got) != any(tx) {
 		return ledger.ErrNotAcquired
 	}
 	if len(res.Response) > b.Cfg.MaxResultSize {
-		return &ledger.InputError{Field: "result", Reason: "too large"}
+		return fmt.Errorf("badledgers: invalid result: too large: %w", ledger.ErrInvalid)
 	}
 	resp := res.Response
 	if resp == nil {
@@ -139,7 +141,7 @@ func (n Naive[TX]) Claim(ctx context.Context, tx TX, req ledger.ClaimRequest) (*
 		if _, err := n.Drv.Exec(ctx, tx, ins, idb[:], req.Identity.Caller(), req.Identity.Method(), req.Fingerprint[:], created, expires); err != nil {
 			return nil, n.Fail("claim", err)
 		}
-		return ledger.NewAcquiredIn(req.Identity, tx), nil
+		return txledger.NewAcquired(req.Identity, tx), nil
 	case err != nil:
 		return nil, n.Fail("claim", err)
 	case e.Expires <= created:
@@ -148,7 +150,7 @@ func (n Naive[TX]) Claim(ctx context.Context, tx TX, req ledger.ClaimRequest) (*
 		if _, err := n.Drv.Exec(ctx, tx, upd, req.Fingerprint[:], created, expires, idb[:]); err != nil {
 			return nil, n.Fail("claim", err)
 		}
-		return ledger.NewAcquiredIn(req.Identity, tx), nil
+		return txledger.NewAcquired(req.Identity, tx), nil
 	}
 	return Outcome(e, req)
 }
@@ -182,7 +184,7 @@ func (o OwnTx[TX]) Claim(ctx context.Context, tx TX, req ledger.ClaimRequest) (*
 	if err != nil || !c.Acquired() {
 		return c, err
 	}
-	return ledger.NewAcquiredIn(req.Identity, tx), nil
+	return txledger.NewAcquired(req.Identity, tx), nil
 }
 
 // Complete completes in the caller's transaction.
@@ -222,7 +224,7 @@ func (o OwnTxRecorder[TX]) Record(ctx context.Context, tx TX, req ledger.ClaimRe
 		return nil, o.Fail("record", err)
 	}
 	if c.Recorded() {
-		return ledger.NewRecordedIn(req.Identity, tx), nil
+		return txledger.NewRecorded(req.Identity, tx), nil
 	}
 	return c, nil
 }
