@@ -98,7 +98,7 @@ func setUpChain(ctx context.Context, sc *payments.Scenario, dsn, dir string, t t
 		stop()
 		return nil, errors.New(servers.scrub(err.Error()))
 	}
-	if _, err := natsjs.EnsureStream(ctx, js, demoStream, []string{"opledger.demo.>"}, 0); err != nil {
+	if _, err := ensureStream(ctx, js, demoStream, []string{"opledger.demo.>"}, 0); err != nil {
 		stop()
 		return nil, fmt.Errorf("%s: %s", eventsTarget(servers), servers.scrub(err.Error()))
 	}

@@ -113,7 +113,7 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	if *stream != "" {
 		if *subjects != "" {
-			if _, err := natsjs.EnsureStream(ctx, js, *stream, strings.Split(*subjects, ","), 0); err != nil {
+			if _, err := ensureStream(ctx, js, *stream, strings.Split(*subjects, ","), 0); err != nil {
 				return fail(stderr, "relay", errors.New(servers.scrub(err.Error())))
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"log"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -29,7 +30,9 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if _, err := natsjs.EnsureStream(ctx, js, "PAYMENTS", []string{"payments.>"}, 0); err != nil {
+	// The stream's duplicate window drops the relay's re-sends.
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "PAYMENTS", Subjects: []string{"payments.>"},
+		Duplicates: 2 * time.Minute}); err != nil {
 		log.Fatal(err)
 	}
 	pub, err := natsjs.New(js, natsjs.WithStream("PAYMENTS"))

@@ -1,7 +1,8 @@
 // Package natsjs is the outbox's publisher for NATS JetStream: each
 // message goes to the subject of its topic with its outbox id as
 // Nats-Msg-Id, so that JetStream's duplicate window drops the relay's
-// re-sends and the stream stores one message per operation.
+// re-sends and the stream stores one message per operation. Create one
+// with [New].
 //
 //	nc, err := nats.Connect("nats://127.0.0.1:4222")
 //	js, err := jetstream.New(nc)
@@ -9,12 +10,17 @@
 //	relay, err := outbox.NewRelay(db, ob, pub)
 //	err = relay.Run(ctx)
 //
-// The stream that captures the topics must exist (EnsureStream creates
-// one). Its duplicate window (JetStream's default is two minutes) must be
+// The stream that captures the topics must exist (opledger relay
+// --stream creates one). Its duplicate window (JetStream's default is two minutes) must be
 // longer than a message can wait between a relay's publish and its
 // delete; a relay that died mid-batch leaves its messages to the next
 // batch within seconds. Only this package of the kit imports the NATS
 // client.
+//
+// Besides Nats-Msg-Id (the message's id), each message carries the
+// headers Opledger-Message-Name (outbox.Message.Name),
+// Opledger-Partition-Key (its key) and Opledger-Outbox-Seq (its position
+// in the outbox), for consumers.
 //
 // The Publisher knows its limits (it implements outbox.Checker): give it
 // to outbox.WithPublisherLimits and Enqueue refuses, in the handler's
@@ -38,7 +44,6 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -47,14 +52,15 @@ import (
 	"github.com/opledger/opledger/outbox"
 )
 
-// Headers the publisher sets besides Nats-Msg-Id.
+// Headers the publisher sets besides Nats-Msg-Id (the package doc lists
+// them for consumers).
 const (
-	// HeaderName carries the message's name (outbox.Message.Name).
-	HeaderName = "Opledger-Message-Name"
-	// HeaderKey carries the message's partition key.
-	HeaderKey = "Opledger-Partition-Key"
-	// HeaderSeq carries the message's position in the outbox.
-	HeaderSeq = "Opledger-Outbox-Seq"
+	// headerName carries the message's name (outbox.Message.Name).
+	headerName = "Opledger-Message-Name"
+	// headerKey carries the message's partition key.
+	headerKey = "Opledger-Partition-Key"
+	// headerSeq carries the message's position in the outbox.
+	headerSeq = "Opledger-Outbox-Seq"
 )
 
 // ErrInvalidConfig is returned (wrapped) by New for a nil JetStream or a
@@ -171,9 +177,9 @@ func (p *Publisher) message(e outbox.Envelope) *nats.Msg {
 	m := nats.NewMsg(p.cfg.prefix + e.Topic)
 	m.Data = e.Payload
 	m.Header.Set(jetstream.MsgIDHeader, e.ID)
-	m.Header.Set(HeaderName, e.Name)
-	m.Header.Set(HeaderKey, e.Key)
-	m.Header.Set(HeaderSeq, strconv.FormatInt(e.Seq, 10))
+	m.Header.Set(headerName, e.Name)
+	m.Header.Set(headerKey, e.Key)
+	m.Header.Set(headerSeq, strconv.FormatInt(e.Seq, 10))
 	if p.cfg.stream != "" {
 		m.Header.Set(jetstream.ExpectedStreamHeader, p.cfg.stream)
 	}
@@ -265,31 +271,4 @@ func checkSubject(s string) error {
 		return nil
 	}
 	return fmt.Errorf("natsjs: subject %q %s: %w", s, why, nats.ErrBadSubject)
-}
-
-// DefaultDuplicateWindow is the duplicate window EnsureStream gives a
-// stream it creates: JetStream's own default.
-const DefaultDuplicateWindow = 2 * time.Minute
-
-// EnsureStream returns the stream called name, creating it when missing
-// with subjects, file storage and a duplicate window of dupWindow
-// (DefaultDuplicateWindow when zero). An existing stream is left as it is;
-// one without a duplicate window is an error, since it would store the
-// relay's re-sends.
-func EnsureStream(ctx context.Context, js jetstream.JetStream, name string, subjects []string, dupWindow time.Duration) (jetstream.Stream, error) {
-	if dupWindow <= 0 {
-		dupWindow = DefaultDuplicateWindow
-	}
-	s, err := js.Stream(ctx, name)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		s, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: subjects,
-			Storage: jetstream.FileStorage, Duplicates: dupWindow})
-	}
-	if err != nil {
-		return nil, fmt.Errorf("natsjs: stream %s: %w", name, err)
-	}
-	if s.CachedInfo().Config.Duplicates <= 0 {
-		return nil, fmt.Errorf("natsjs: stream %s has no duplicate window", name)
-	}
-	return s, nil
 }

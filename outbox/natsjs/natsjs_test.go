@@ -29,7 +29,7 @@ func streamContents(t *testing.T, s jetstream.Stream) []outboxtest.Stored {
 		if err != nil {
 			t.Fatalf("stream message %d: %v", seq, err)
 		}
-		out = append(out, outboxtest.Stored{ID: m.Header.Get(jetstream.MsgIDHeader), Key: m.Header.Get(natsjs.HeaderKey), Payload: string(m.Data)})
+		out = append(out, outboxtest.Stored{ID: m.Header.Get(jetstream.MsgIDHeader), Key: m.Header.Get("Opledger-Partition-Key"), Payload: string(m.Data)})
 	}
 	return out
 }
@@ -47,7 +47,7 @@ func TestRelayToJetStream(t *testing.T) {
 			e := testdb.NewEnv(t, tg.Name, tg.Dialect, tg.Open(t, 10))
 			name := fmt.Sprintf("OPLTEST%d", i)
 			prefix := fmt.Sprintf("opltest%d.", i)
-			stream, err := natsjs.EnsureStream(context.Background(), js, name, []string{prefix + ">"}, 0)
+			stream, err := natstest.CreateStream(context.Background(), js, name, []string{prefix + ">"})
 			if err != nil {
 				t.Fatal(err)
 			}

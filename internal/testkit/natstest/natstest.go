@@ -216,3 +216,12 @@ func Connect(t *testing.T, url string) jetstream.JetStream {
 	}
 	return js
 }
+
+// CreateStream creates the stream called name on js, capturing subjects,
+// with file storage and JetStream's default duplicate window (two
+// minutes), which the outbox's publisher needs to drop the relay's
+// re-sends.
+func CreateStream(ctx context.Context, js jetstream.JetStream, name string, subjects []string) (jetstream.Stream, error) {
+	return js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: subjects,
+		Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute})
+}
