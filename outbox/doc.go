@@ -1,7 +1,8 @@
 // Package outbox is the transactional outbox of the kit: a message is
 // written in the same transaction as the ledger claim and the business
 // write, so it exists if and only if the operation committed, and a relay
-// publishes it afterwards.
+// publishes it afterwards. Create the outbox with [New] and its relay with
+// [NewRelay].
 //
 // Inside a keyed handler (txmiddleware or grpcint runs it, and its context
 // carries the operation), enqueue with the handler's transaction:
@@ -19,7 +20,7 @@
 // that runs again after a rollback writes the same id, so one operation
 // produces one message of each name.
 //
-// A Relay (NewRelay, Run; `opledger relay` on the command line) publishes
+// A [Relay] ([NewRelay], [Relay.Run]; `opledger relay` on the command line) publishes
 // committed messages to a Publisher, in order per partition key, at least
 // once, in bounded batches, with backoff while the publisher fails, and
 // deletes each one the publisher acknowledged. Several relays may share an
