@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"reflect"
 	"strings"
 	"time"
 	"unicode"
@@ -252,20 +251,26 @@ func (o *Outbox) Enqueue(ctx context.Context, tx *sql.Tx, msg Message) (string, 
 	if tx == nil {
 		return "", fmt.Errorf("%w: nil transaction", ErrInvalid)
 	}
-	return EnqueueTx(ctx, o, txledger.SQLDriver{}, tx, msg)
+	return enqueue(ctx, o, func(ctx context.Context, query string, args ...any) (int64, error) {
+		return txledger.SQLDriver{}.Exec(ctx, tx, query, args...)
+	}, msg)
 }
 
-// EnqueueTx is [Outbox.Enqueue] for a transaction of another API, of type
-// TX, whose statements run through drv (the ledger's driver for that API,
-// internal to the kit: package pgxledger's Enqueue is EnqueueTx with its
-// driver on a pgx.Tx). The message is written in tx, with Enqueue's checks, id and
-// errors.
-func EnqueueTx[TX any](ctx context.Context, o *Outbox, drv txledger.Driver[TX], tx TX, msg Message) (string, error) {
-	if o == nil || drv == nil {
-		return "", fmt.Errorf("%w: nil outbox or driver", ErrInvalid)
+func init() {
+	outboxkit.Enqueue = func(ctx context.Context, ob, msg any, exec outboxkit.Exec) (string, error) {
+		o, _ := ob.(*Outbox)
+		m, _ := msg.(Message)
+		return enqueue(ctx, o, exec, m)
 	}
-	if v := reflect.ValueOf(any(tx)); !v.IsValid() || v.Kind() == reflect.Pointer && v.IsNil() || v.Kind() == reflect.Interface && v.IsNil() {
-		return "", fmt.Errorf("%w: nil transaction", ErrInvalid)
+}
+
+// enqueue is [Outbox.Enqueue] in a transaction whose statements exec runs
+// (package pgxledger's Enqueue reaches it through outboxkit.Enqueue). The
+// message is written in that transaction, with Enqueue's checks, id and
+// errors.
+func enqueue(ctx context.Context, o *Outbox, exec outboxkit.Exec, msg Message) (string, error) {
+	if o == nil || exec == nil {
+		return "", fmt.Errorf("%w: nil outbox or driver", ErrInvalid)
 	}
 	op, ok := ledger.OperationFromContext(ctx)
 	if !ok {
@@ -287,7 +292,7 @@ func EnqueueTx[TX any](ctx context.Context, o *Outbox, drv txledger.Driver[TX], 
 	if payload == nil {
 		payload = []byte{}
 	}
-	n, err := drv.Exec(ctx, tx, o.q.Insert, raw[:], msg.Key, msg.Topic, msg.Name, payload, o.now().UnixMicro())
+	n, err := exec(ctx, o.q.Insert, raw[:], msg.Key, msg.Topic, msg.Name, payload, o.now().UnixMicro())
 	if err != nil {
 		if o.d.Classify(err) == dialects.ClassUniqueViolation {
 			return "", fmt.Errorf("%w: %q", ErrDuplicate, msg.Name)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/opledger/opledger/internal/outboxkit"
 	"github.com/opledger/opledger/internal/pgxkit"
 	"github.com/opledger/opledger/outbox"
 )
@@ -22,5 +23,7 @@ func Enqueue(ctx context.Context, o *outbox.Outbox, tx pgx.Tx, msg outbox.Messag
 	if tx == nil {
 		return "", fmt.Errorf("%w: nil transaction", outbox.ErrInvalid)
 	}
-	return outbox.EnqueueTx(ctx, o, pgxkit.Driver{}, tx, msg)
+	return outboxkit.Enqueue(ctx, o, msg, func(ctx context.Context, query string, args ...any) (int64, error) {
+		return pgxkit.Driver{}.Exec(ctx, tx, query, args...)
+	})
 }

@@ -3,7 +3,10 @@
 // numbers the outbox's doc states, without a name in its API.
 package outboxkit
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // Limits on a message.
 const (
@@ -36,3 +39,15 @@ const (
 	DefaultBackoffMax     = 10 * time.Second
 	DefaultPublishTimeout = 10 * time.Second
 )
+
+// Exec runs one statement of the outbox in the caller's transaction and
+// returns how many rows it affected.
+type Exec func(ctx context.Context, query string, args ...any) (int64, error)
+
+// Enqueue is outbox.Outbox's Enqueue in a transaction of another API than
+// database/sql (pgxledger.Enqueue on a pgx.Tx): ob is the *outbox.Outbox,
+// msg the outbox.Message, and exec runs the insert in the caller's
+// transaction, which the caller has checked is not nil. Package outbox
+// sets it when it is initialised, so it is set wherever an *outbox.Outbox
+// exists.
+var Enqueue func(ctx context.Context, ob, msg any, exec Exec) (string, error)
