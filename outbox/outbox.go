@@ -37,10 +37,6 @@ var (
 	// entry has since expired): each message of an operation needs a name
 	// of its own. The transaction is still usable.
 	ErrDuplicate = errors.New("outbox: the operation already enqueued a message with this name")
-	// ErrNoOutbox is returned (wrapped) by New for a dialect that has no
-	// outbox (it does not implement dialectkit.Outboxer, or its
-	// OutboxQueries lack a statement the relay needs).
-	ErrNoOutbox = errors.New("outbox: the dialect has no outbox (dialectkit.Outboxer)")
 	// ErrUndeliverable marks a message that the publisher can never
 	// deliver as it stands: Enqueue's error for a message the publisher's
 	// [Checker] refuses (nothing written), and
@@ -171,16 +167,16 @@ type Outbox struct {
 	check Checker
 }
 
-// New returns the outbox of dialect d. A dialect without an outbox is an
-// error matching ErrNoOutbox; a bad option matches ErrInvalidConfig (and
-// ErrInvalid).
+// New returns the outbox of dialect d. A dialect without an outbox (one
+// not of the kit) and a bad option are errors matching ErrInvalidConfig
+// (and ErrInvalid).
 func New(d dialects.Dialect, opts ...Option) (*Outbox, error) {
 	if d == nil {
 		return nil, fmt.Errorf("%w: nil dialect", errConfig)
 	}
 	ob, ok := d.(dialectkit.Outboxer)
 	if !ok {
-		return nil, fmt.Errorf("%w: dialect %q", ErrNoOutbox, d.Name())
+		return nil, fmt.Errorf("%w: %w: dialect %q", errConfig, errNoOutbox, d.Name())
 	}
 	c := config{table: defaultTable, now: time.Now}
 	if err := options.Apply(&c, opts, func(o Option) options.Option[config] { return o.o }); err != nil {
@@ -189,11 +185,16 @@ func New(d dialects.Dialect, opts ...Option) (*Outbox, error) {
 	q := ob.OutboxQueries(c.table)
 	for _, s := range []string{q.Insert, q.Batch, q.Upto, q.Delete, q.Fail, q.Dead, q.DeadByID, q.Revive, q.Discard, q.Count} {
 		if s == "" {
-			return nil, fmt.Errorf("%w: dialect %q lacks a statement (OutboxQueries must give every one)", ErrNoOutbox, d.Name())
+			return nil, fmt.Errorf("%w: %w: dialect %q lacks a statement (OutboxQueries must give every one)", errConfig, errNoOutbox, d.Name())
 		}
 	}
 	return &Outbox{d: d, table: c.table, q: q, now: c.now, check: c.check}, nil
 }
+
+// errNoOutbox is New's error for a dialect that has no outbox (it does not
+// implement dialectkit.Outboxer, or its OutboxQueries lack a statement the
+// relay needs): a configuration error, wrapped with errConfig.
+var errNoOutbox = errors.New("the dialect has no outbox (only the kit's own dialects have one)")
 
 // errConfig is what configuration errors wrap: it matches ErrInvalidConfig
 // and ErrInvalid.

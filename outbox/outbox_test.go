@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -148,7 +149,7 @@ func TestNewErrors(t *testing.T) {
 	if _, err := outbox.New(nil); !isConfigErr(err) {
 		t.Errorf("nil dialect: %v", err)
 	}
-	if _, err := outbox.New(noOutbox{}); !errors.Is(err, outbox.ErrNoOutbox) {
+	if _, err := outbox.New(noOutbox{}); !isConfigErr(err) || !strings.Contains(err.Error(), "has no outbox") {
 		t.Errorf("dialect without an outbox: %v", err)
 	}
 	d := testdb.Targets()[0].Dialect
