@@ -28,7 +28,7 @@ func caseList() []caseDef {
 		{name: "delete-race", perLevel: true, run: caseDeleteRace,
 			proves: "claimants race on expired entries while a sweeper deletes them in a tight loop: each key is acquired exactly once, never replayed from the expired or a vanished entry"},
 		{name: "in-progress", run: caseInProgress,
-			proves: "a claimant whose lock wait is bounded at 0.5 s gets ErrInProgress from the bound (not its 10 s hang guard) while the holder stays open (on SQLite: BEGIN gives up within the bound), and so does a claim (at commit: a Record) bounded by ClaimRequest.LockWait where the ledger bounds its claims (ledger.LockWaitBounder); the holder then commits and a retry replays"},
+			proves: "a claimant whose lock wait is bounded at 0.5 s gets ErrInProgress from the bound (not its 10 s hang guard) while the holder stays open (on SQLite: BEGIN gives up within the bound), and so does a claim (at commit: a Record) bounded by ClaimRequest.LockWait where the ledger bounds its claims (ledger.Store on PostgreSQL, or a BoundsLockWait reporting true); the holder then commits and a retry replays"},
 		{name: "identity-isolation", run: caseIdentity,
 			proves: "the same key from another caller, for another method or for an HTTP route is independent; with another request fingerprint it is ErrKeyReused, never a replay"},
 		{name: "expiry", perLevel: true, run: caseExpiry,

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/conformancekit"
 	"github.com/opledger/opledger/internal/dialectkit"
 	"github.com/opledger/opledger/ledger"
 )
@@ -78,7 +79,7 @@ func (e *env) hold(key string) *held {
 	}
 	h := &held{e: e, key: key, tx: tx, c: c}
 	if _, ok := e.d.(dialectkit.Sessions); ok {
-		if h.sid, err = e.api.sessionID(e.ctx, e.d, tx); err != nil {
+		if h.sid, err = e.api.SessionID(e.ctx, e.d, tx); err != nil {
 			e.t.Fatalf("holder: read the session id: %v", err)
 		}
 	}
@@ -423,7 +424,7 @@ func (e *env) judgeWaiters(r int, ended time.Time, ob, oc outcome) (acquired, re
 }
 
 // inProgressGuard is the hang guard of the in-progress case: a claimant
-// whose lock wait is bounded at boundedWait (0.5 s; MySQL rounds it up to
+// whose lock wait is bounded at conformancekit.BoundedWait (0.5 s; MySQL rounds it up to
 // 1 s) must give up with ErrInProgress while the holder stays open, and a
 // claimant that ignores the bound would wait for the holder, which stays
 // open until the claim returns: it is stopped here, ten times the bound
@@ -431,11 +432,11 @@ func (e *env) judgeWaiters(r int, ended time.Time, ob, oc outcome) (acquired, re
 const inProgressGuard = 10 * time.Second
 
 func caseInProgress(e *env) {
-	begin := e.api.beginBounded()
+	begin := e.api.BeginBounded()
 	if begin == nil && !e.l.boundsLockWait() {
 		_, reason := e.tg.beginBoundedSQL()
 		if e.tg.api != nil {
-			reason = "the target's driver cannot bound a lock wait (no conformance.BoundedBeginner) and its ledger does not bound its claims (ledger.LockWaitBounder)"
+			reason = "the target's driver cannot bound a lock wait (no BeginBounded) and its ledger does not bound its claims (no BoundsLockWait reporting true)"
 		}
 		e.t.Skipf("%s", reason)
 	}
@@ -495,7 +496,7 @@ func (e *env) inProgressInClaim(key string) string {
 	defer cancel()
 	start := time.Now()
 	req := e.req(key)
-	req.LockWait = boundedWait
+	req.LockWait = conformancekit.BoundedWait
 	_, _, err := e.runUnit(ctx, sql.LevelDefault, req, "", 1, resultFor(key, 1), false)
 	took := time.Since(start)
 	if guarded := ctx.Err() != nil; !errors.Is(err, ledger.ErrInProgress) || guarded {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/conformancekit"
 	"github.com/opledger/opledger/internal/ledgerkit"
 	"github.com/opledger/opledger/ledger"
 )
@@ -69,7 +70,7 @@ func newEnv(ctx context.Context, t testingT, tg *Target, o options, in instance)
 		atCommit: tg.Order == ClaimAtCommit, pipelined: tg.pipelined, api: tg.theAPI()}
 	inUse := func() int { return tg.DB.Stats().InUse }
 	maxConns := tg.DB.Stats().MaxOpenConnections
-	if p, ok := e.api.pool(); ok {
+	if p, ok := e.api.Pool(); ok {
 		inUse = func() int { n, _ := p.PoolStats(); return n }
 		_, maxConns = p.PoolStats()
 	}
@@ -125,7 +126,7 @@ func newEnv(ctx context.Context, t testingT, tg *Target, o options, in instance)
 // newLedger constructs the ledger under test on the case's table.
 func (e *env) newLedger(now func() time.Time) safeLedger {
 	e.t.Helper()
-	l, err := e.api.newLedger(LedgerConfig{Table: e.table, Retention: retention, Clock: now, MaxResultSize: e.maxResult()}, e.db)
+	l, err := e.api.NewLedger(conformancekit.LedgerConfig{Table: e.table, Retention: retention, Clock: now, MaxResultSize: e.maxResult()}, e.db)
 	if err != nil {
 		e.t.Fatalf("set-up: construct the ledger: %v", err)
 	}
@@ -134,12 +135,12 @@ func (e *env) newLedger(now func() time.Time) safeLedger {
 		e.t.Fatalf("set-up: the ledger's Dialect returned nil")
 	}
 	if e.atCommit && !sl.recorder() {
-		e.t.Fatalf("set-up: %v", errNoRecorder)
+		e.t.Fatalf("set-up: %v", conformancekit.ErrNoRecorder)
 	}
 	if e.pipelined {
 		p, ok := sl.pipeline()
 		if !ok {
-			e.t.Fatalf("set-up: a pipelined target's ledger must implement conformance.Pipeliner")
+			e.t.Fatalf("set-up: a pipelined target's ledger must have the pipelined forms (BeginClaim, BeginAt, CompleteCommit, RecordCommit)")
 		}
 		if e.pipe.p == nil {
 			e.pipe = p
@@ -195,17 +196,17 @@ func (e *env) begin(ctx context.Context) (unitTx, error) {
 
 // beginAt begins a transaction of the target's API at level.
 func (e *env) beginAt(ctx context.Context, level sql.IsolationLevel) (unitTx, error) {
-	return e.api.begin(ctx, e.db, level)
+	return e.api.Begin(ctx, e.db, level)
 }
 
 func (e *env) writeBiz(ctx context.Context, tx unitTx, key string, worker int) error {
-	return e.api.exec(ctx, tx, "INSERT INTO "+e.biz+" (k, worker) VALUES ("+e.ph(1)+", "+e.ph(2)+")", key, worker)
+	return e.api.Exec(ctx, tx, "INSERT INTO "+e.biz+" (k, worker) VALUES ("+e.ph(1)+", "+e.ph(2)+")", key, worker)
 }
 
 // readBiz reads in tx (a statement before the claim: it takes the
 // snapshot at snapshot levels).
 func (e *env) readBiz(ctx context.Context, tx unitTx) error {
-	_, err := e.api.count(ctx, tx, "SELECT COUNT(*) FROM "+e.biz)
+	_, err := e.api.Count(ctx, tx, "SELECT COUNT(*) FROM "+e.biz)
 	return err
 }
 

@@ -13,15 +13,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opledger/opledger/internal/conformancekit"
 	opts "github.com/opledger/opledger/internal/options"
 )
 
-// Defaults for the suite's options.
-const (
-	DefaultConcurrency = 32
-	DefaultKeys        = 200
-	DefaultCaseTimeout = 2 * time.Minute
-)
+// DefaultConcurrency is how many claimants race on one key unless
+// WithConcurrency says otherwise: size the pool for it and a few more.
+const DefaultConcurrency = 32
 
 // Option configures a run of the suite; the With functions build them.
 // Giving the same option twice is an error.
@@ -38,7 +36,7 @@ type options struct {
 func option(name string, f func(*options) error) Option { return Option{opts.New(name, f)} }
 
 func newOptions(list []Option) (options, error) {
-	o := options{concurrency: DefaultConcurrency, keys: DefaultKeys, caseTimeout: DefaultCaseTimeout}
+	o := options{concurrency: DefaultConcurrency, keys: conformancekit.DefaultKeys, caseTimeout: conformancekit.DefaultCaseTimeout}
 	if err := opts.Apply(&o, list, func(x Option) opts.Option[options] { return x.o }); err != nil {
 		return o, fmt.Errorf("conformance: %w", err)
 	}

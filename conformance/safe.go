@@ -22,21 +22,17 @@ func recovered(op string, err *error) {
 
 func (s safeLedger) Claim(ctx context.Context, tx unitTx, req ledger.ClaimRequest) (c *ledger.Claim, err error) {
 	defer recovered("Claim", &err)
-	return s.l.claim(ctx, tx, req)
+	return s.l.Claim(ctx, tx, req)
 }
 
 func (s safeLedger) Complete(ctx context.Context, tx unitTx, c *ledger.Claim, r ledger.Result) (err error) {
 	defer recovered("Complete", &err)
-	return s.l.complete(ctx, tx, c, r)
+	return s.l.Complete(ctx, tx, c, r)
 }
-
-// errNoRecorder is what a claim-at-commit case gets from a ledger
-// without Record.
-var errNoRecorder = errors.New("the ledger does not implement ledger.Recorder (Record), which a claim-at-commit target needs")
 
 func (s safeLedger) Record(ctx context.Context, tx unitTx, req ledger.ClaimRequest, r ledger.Result) (c *ledger.Claim, err error) {
 	defer recovered("Record", &err)
-	c, err = s.l.record(ctx, tx, req, r)
+	c, err = s.l.Record(ctx, tx, req, r)
 	if err == nil && c == nil {
 		err = errors.New("Record returned neither a claim nor an error")
 	}
@@ -46,7 +42,7 @@ func (s safeLedger) Record(ctx context.Context, tx unitTx, req ledger.ClaimReque
 // Lookup reads committed state for id.
 func (s safeLedger) Lookup(ctx context.Context, id ledger.Identity) (en *ledger.Entry, err error) {
 	defer recovered("Lookup", &err)
-	en, err = s.l.lookup(ctx, id)
+	en, err = s.l.Lookup(ctx, id)
 	if err == nil && en == nil {
 		err = fmt.Errorf("Lookup returned neither an entry nor an error")
 	}
@@ -60,19 +56,19 @@ func (s safeLedger) Dialect() (d dialects.Dialect) {
 			d = nil
 		}
 	}()
-	return s.l.dialect()
+	return s.l.Dialect()
 }
 
 // recorder reports whether the wrapped ledger records (claim at commit).
-func (s safeLedger) recorder() bool { return s.l.recorder() }
+func (s safeLedger) recorder() bool { return s.l.Recorder() }
 
 // boundsLockWait reports whether the wrapped ledger honours
 // ClaimRequest.LockWait.
-func (s safeLedger) boundsLockWait() bool { return s.l.boundsLockWait() }
+func (s safeLedger) boundsLockWait() bool { return s.l.BoundsLockWait() }
 
 // sweeper returns the wrapped ledger's Sweep, if it has one.
 func (s safeLedger) sweeper() (func(ctx context.Context, batch int) (int64, error), bool) {
-	sw := s.l.sweep()
+	sw := s.l.Sweeper()
 	if sw == nil {
 		return nil, false
 	}
@@ -84,7 +80,7 @@ func (s safeLedger) sweeper() (func(ctx context.Context, batch int) (int64, erro
 
 // pipeline returns the wrapped ledger's pipelined forms, if it has them.
 func (s safeLedger) pipeline() (safePipeline, bool) {
-	p := s.l.pipeline()
+	p := s.l.Pipeline()
 	return safePipeline{p}, p != nil
 }
 
@@ -93,7 +89,7 @@ type safePipeline struct{ p suitePipeline }
 
 func (s safePipeline) BeginClaim(ctx context.Context, level sql.IsolationLevel, req ledger.ClaimRequest) (tx unitTx, c *ledger.Claim, err error) {
 	defer recovered("BeginClaim", &err)
-	tx, c, err = s.p.beginClaim(ctx, level, req)
+	tx, c, err = s.p.BeginClaim(ctx, level, req)
 	if err == nil && c == nil {
 		err = errNoClaim
 	}
@@ -102,17 +98,17 @@ func (s safePipeline) BeginClaim(ctx context.Context, level sql.IsolationLevel, 
 
 func (s safePipeline) BeginAt(ctx context.Context, level sql.IsolationLevel) (tx unitTx, err error) {
 	defer recovered("BeginAt", &err)
-	return s.p.beginAt(ctx, level)
+	return s.p.BeginAt(ctx, level)
 }
 
 func (s safePipeline) CompleteCommit(ctx context.Context, tx unitTx, c *ledger.Claim, r ledger.Result) (err error) {
 	defer recovered("CompleteCommit", &err)
-	return s.p.completeCommit(ctx, tx, c, r)
+	return s.p.CompleteCommit(ctx, tx, c, r)
 }
 
 func (s safePipeline) RecordCommit(ctx context.Context, tx unitTx, req ledger.ClaimRequest, r ledger.Result) (c *ledger.Claim, err error) {
 	defer recovered("RecordCommit", &err)
-	c, err = s.p.recordCommit(ctx, tx, req, r)
+	c, err = s.p.RecordCommit(ctx, tx, req, r)
 	if err == nil && c == nil {
 		err = errors.New("RecordCommit returned neither a claim nor an error")
 	}

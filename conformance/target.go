@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/conformancekit"
 	"github.com/opledger/opledger/internal/dialectkit"
 	"github.com/opledger/opledger/internal/migrationfs"
 	"github.com/opledger/opledger/ledger"
@@ -44,13 +45,14 @@ type Target struct {
 	Capabilities *Capabilities
 	// Order is the order of the protocol the cases' units of work run in:
 	// ClaimFirst (the zero value) or ClaimAtCommit, for which the ledger
-	// must implement ledger.Recorder. Run the suite once per order the
+	// must have a Record method, as ledger.Store has. Run the suite once per order the
 	// application uses (see [Target.AtCommit]).
 	Order Order
 
-	// api is the transaction API of a TxTarget; nil for database/sql.
+	// api is the transaction API of a target over another API (pgx); nil
+	// for database/sql.
 	api txAPI
-	// pipelined: the units run through the ledger's Pipeliner.
+	// pipelined: the units run through the ledger's pipelined forms.
 	pipelined bool
 }
 
@@ -131,15 +133,6 @@ type Capabilities struct {
 	BeginBounded func(ctx context.Context, db *sql.DB) (*sql.Tx, func(), error)
 }
 
-// Sweeper is implemented by ledgers that can delete expired entries, as
-// *ledger.Store does. The delete-race and sweep-under-load cases need it
-// and skip without it.
-type Sweeper interface {
-	// Sweep deletes expired entries through db, at most batch per
-	// statement, and returns how many it deleted.
-	Sweep(ctx context.Context, db ledger.Execer, batch int) (int64, error)
-}
-
 // StoreTarget returns a Target that runs the suite against the kit's own
 // *ledger.Store on db, with the default capabilities for d. Extra options
 // are applied after the suite's table, retention, clock and size limit.
@@ -193,7 +186,7 @@ func (tg *Target) validate() error {
 	case tg.NewLedger == nil && tg.api == nil:
 		return errors.New("conformance: target has no NewLedger")
 	case tg.pipelined && tg.api == nil:
-		return errors.New("conformance: a database/sql target cannot be pipelined (see TxTarget)")
+		return errors.New("conformance: a database/sql target cannot be pipelined (a pgx target can: pgxledger/pgxconformance)")
 	case tg.Order != ClaimFirst && tg.Order != ClaimAtCommit:
 		return fmt.Errorf("conformance: target has an unknown order %d", int(tg.Order))
 	}
@@ -400,9 +393,6 @@ func (tg *Target) probe(ctx context.Context) error {
 	return tg.checkTx(ctx)
 }
 
-// boundedWait is the lock-wait bound of the in-progress case.
-const boundedWait = 500 * time.Millisecond
-
 // beginBoundedSQL returns a database/sql target's bounded-wait
 // transaction starter, or a reason why there is none.
 func (tg *Target) beginBoundedSQL() (func(context.Context, *sql.DB) (*sql.Tx, func(), error), string) {
@@ -411,7 +401,7 @@ func (tg *Target) beginBoundedSQL() (func(context.Context, *sql.DB) (*sql.Tx, fu
 	}
 	if lw, ok := tg.Dialect.(dialects.LockWaiter); ok {
 		return func(ctx context.Context, db *sql.DB) (*sql.Tx, func(), error) {
-			return lw.BeginBounded(ctx, db, nil, boundedWait)
+			return lw.BeginBounded(ctx, db, nil, conformancekit.BoundedWait)
 		}, ""
 	}
 	return nil, fmt.Sprintf("dialect %q cannot bound a lock wait (no dialects.LockWaiter): set Capabilities.BeginBounded", tg.Dialect.Name())

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/conformance"
+	"github.com/opledger/opledger/internal/conformancekit"
 )
 
 func init() {
@@ -73,7 +74,7 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	dsn := fs.String("dsn", "", "database (default $OPLEDGER_DSN, else a temporary SQLite file)")
 	concurrency := fs.Int("concurrency", conformance.DefaultConcurrency, "claimants racing on one key")
-	keys := fs.Int("keys", conformance.DefaultKeys, "keys the herd runs over (other cases use a fraction)")
+	keys := fs.Int("keys", conformancekit.DefaultKeys, "keys the herd runs over (other cases use a fraction)")
 	cases := fs.String("cases", "", "comma-separated case names to run (default all)")
 	asJSON := fs.Bool("json", false, "print one JSON report instead of a table")
 	atCommit := fs.Bool("at-commit", false, "run the units claim at commit (business write, then Record)")

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/opledger/opledger/conformance"
+	"github.com/opledger/opledger/internal/conformancekit"
 	"github.com/opledger/opledger/internal/pgdialect"
 	"github.com/opledger/opledger/internal/pgxkit"
 	"github.com/opledger/opledger/internal/testkit/badledgers"
@@ -122,8 +123,8 @@ func (l lenientRecorder) RecordCommit(ctx context.Context, tx pgx.Tx, req ledger
 // badTarget returns the conformance target of the broken ledger kind on
 // pool.
 func badTarget(pool *pgxpool.Pool, db *sql.DB, kind string) conformance.Target {
-	return pgxconformance.TargetFor("postgres/pgx-native/"+kind, pool, db, func(cfg conformance.LedgerConfig) (conformance.TxLedger[pgx.Tx], error) {
-		b, err := badledgers.New[pgx.Tx](pgdialect.New(), pgxkit.Driver{}, pgxconformance.Driver{Pool: pool}, cfg)
+	return pgxconformance.TargetFor("postgres/pgx-native/"+kind, pool, db, func(cfg conformancekit.LedgerConfig) (conformancekit.TxLedger[pgx.Tx], error) {
+		b, err := badledgers.New[pgx.Tx](pgdialect.New(), pgxkit.Driver{}, pgxconformance.Driver{Pool: pool}, conformance.LedgerConfig(cfg))
 		if err != nil {
 			return nil, err
 		}

@@ -1,7 +1,7 @@
 // Package pgxconformance runs the ledger's conformance suite (package
 // conformance) over pgx: its units of work claim in pgx.Tx transactions
-// of a *pgxpool.Pool, against the kit's pgxledger.Store ([NewTarget]) or
-// a ledger of your own on pgx.Tx ([TargetFor]), claim first or at commit
+// of a *pgxpool.Pool, against the kit's pgxledger.Store. Create the
+// target with [NewTarget]; run it claim first or at commit
 // (Target.AtCommit), in the caller's transaction or pipelined
 // (Target.Pipelined: the claim sent with BEGIN, the completion or the
 // record with COMMIT).
@@ -28,32 +28,34 @@ import (
 	"github.com/opledger/opledger/conformance"
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/dialects/postgres"
+	"github.com/opledger/opledger/internal/conformancekit"
 	"github.com/opledger/opledger/internal/pgxkit"
 	"github.com/opledger/opledger/internal/txledger"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/pgxledger"
 )
 
-// Driver is the suite's conformance.Driver for pgx: transactions of Pool.
+// pgxDriver is the suite's driver (conformancekit.Driver) for pgx:
+// transactions of Pool.
 // It also bounds a transaction's lock waits (SET LOCAL lock_timeout) and
 // reports the pool's connections to the suite.
-type Driver struct {
+type pgxDriver struct {
 	Pool *pgxpool.Pool
 }
 
 var (
-	_ conformance.Driver[pgx.Tx]          = Driver{}
-	_ conformance.BoundedBeginner[pgx.Tx] = Driver{}
-	_ conformance.PoolReporter            = Driver{}
+	_ conformancekit.Driver[pgx.Tx]          = pgxDriver{}
+	_ conformancekit.BoundedBeginner[pgx.Tx] = pgxDriver{}
+	_ conformancekit.PoolReporter            = pgxDriver{}
 )
 
-func (d Driver) options(level sql.IsolationLevel) (pgx.TxOptions, error) {
+func (d pgxDriver) options(level sql.IsolationLevel) (pgx.TxOptions, error) {
 	iso, err := pgxkit.IsoLevel(level)
 	return pgx.TxOptions{IsoLevel: iso}, err
 }
 
 // Begin begins a transaction on the pool at level.
-func (d Driver) Begin(ctx context.Context, level sql.IsolationLevel) (pgx.Tx, error) {
+func (d pgxDriver) Begin(ctx context.Context, level sql.IsolationLevel) (pgx.Tx, error) {
 	opts, err := d.options(level)
 	if err != nil {
 		return nil, err
@@ -62,7 +64,7 @@ func (d Driver) Begin(ctx context.Context, level sql.IsolationLevel) (pgx.Tx, er
 }
 
 // BeginBounded begins a transaction whose lock waits end after wait.
-func (d Driver) BeginBounded(ctx context.Context, wait time.Duration) (pgx.Tx, error) {
+func (d pgxDriver) BeginBounded(ctx context.Context, wait time.Duration) (pgx.Tx, error) {
 	tx, err := d.Pool.Begin(ctx)
 	if err != nil {
 		return nil, err
@@ -76,89 +78,89 @@ func (d Driver) BeginBounded(ctx context.Context, wait time.Duration) (pgx.Tx, e
 }
 
 // Commit commits tx.
-func (Driver) Commit(ctx context.Context, tx pgx.Tx) error { return tx.Commit(ctx) }
+func (pgxDriver) Commit(ctx context.Context, tx pgx.Tx) error { return tx.Commit(ctx) }
 
 // Rollback rolls tx back.
-func (Driver) Rollback(ctx context.Context, tx pgx.Tx) error { return tx.Rollback(ctx) }
+func (pgxDriver) Rollback(ctx context.Context, tx pgx.Tx) error { return tx.Rollback(ctx) }
 
 // Exec runs query in tx.
-func (Driver) Exec(ctx context.Context, tx pgx.Tx, query string, args ...any) error {
+func (pgxDriver) Exec(ctx context.Context, tx pgx.Tx, query string, args ...any) error {
 	_, err := tx.Exec(ctx, query, args...)
 	return err
 }
 
 // QueryInt runs query in tx and returns its integer.
-func (Driver) QueryInt(ctx context.Context, tx pgx.Tx, query string, args ...any) (int64, error) {
+func (pgxDriver) QueryInt(ctx context.Context, tx pgx.Tx, query string, args ...any) (int64, error) {
 	var n int64
 	err := tx.QueryRow(ctx, query, args...).Scan(&n)
 	return n, err
 }
 
 // SessionID returns the backend pid of tx's session.
-func (Driver) SessionID(ctx context.Context, tx pgx.Tx) (int64, error) {
+func (pgxDriver) SessionID(ctx context.Context, tx pgx.Tx) (int64, error) {
 	var pid int64
 	err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid)
 	return pid, err
 }
 
 // PoolStats returns the pool's acquired connections and its size.
-func (d Driver) PoolStats() (inUse, max int) {
+func (d pgxDriver) PoolStats() (inUse, max int) {
 	s := d.Pool.Stat()
 	return int(s.AcquiredConns()), int(s.MaxConns())
 }
 
-// Ledger is a pgxledger.Store on a pool as the suite's ledger under
+// pgxLedger is a pgxledger.Store on a pool as the suite's ledger under
 // test, with its pipelined forms and its sweep.
-type Ledger struct {
+type pgxLedger struct {
 	Store *pgxledger.Store
 	Pool  *pgxpool.Pool
 }
 
 var (
-	_ conformance.TxLedger[pgx.Tx]  = Ledger{}
-	_ conformance.Pipeliner[pgx.Tx] = Ledger{}
-	_ txledger.TxRecorder[pgx.Tx]   = Ledger{}
-	_ txledger.LockWaitBounder      = Ledger{}
+	_ conformancekit.TxLedger[pgx.Tx]  = pgxLedger{}
+	_ conformancekit.Pipeliner[pgx.Tx] = pgxLedger{}
+	_ txledger.TxRecorder[pgx.Tx]      = pgxLedger{}
+	_ txledger.LockWaitBounder         = pgxLedger{}
 )
 
 // Claim is the Store's.
-func (l Ledger) Claim(ctx context.Context, tx pgx.Tx, req ledger.ClaimRequest) (*ledger.Claim, error) {
+func (l pgxLedger) Claim(ctx context.Context, tx pgx.Tx, req ledger.ClaimRequest) (*ledger.Claim, error) {
 	return l.Store.Claim(ctx, tx, req)
 }
 
 // Complete is the Store's.
-func (l Ledger) Complete(ctx context.Context, tx pgx.Tx, c *ledger.Claim, r ledger.Result) error {
+func (l pgxLedger) Complete(ctx context.Context, tx pgx.Tx, c *ledger.Claim, r ledger.Result) error {
 	return l.Store.Complete(ctx, tx, c, r)
 }
 
 // Record is the Store's.
-func (l Ledger) Record(ctx context.Context, tx pgx.Tx, req ledger.ClaimRequest, r ledger.Result) (*ledger.Claim, error) {
+func (l pgxLedger) Record(ctx context.Context, tx pgx.Tx, req ledger.ClaimRequest, r ledger.Result) (*ledger.Claim, error) {
 	return l.Store.Record(ctx, tx, req, r)
 }
 
 // Dialect is the Store's: PostgreSQL's.
-func (l Ledger) Dialect() dialects.Dialect { return pgDialect }
+func (l pgxLedger) Dialect() dialects.Dialect { return pgDialect }
 
 // pgDialect is the dialect of every pgxledger.Store.
 var pgDialect = postgres.New()
 
 // BoundsLockWait reports true, as the Store's Claim, Record and pipelined
 // forms honour ClaimRequest.LockWait in their own statements.
-func (l Ledger) BoundsLockWait() bool { return true }
+func (l pgxLedger) BoundsLockWait() bool { return true }
 
 // Lookup reads through the pool.
-func (l Ledger) Lookup(ctx context.Context, id ledger.Identity) (*ledger.Entry, error) {
+func (l pgxLedger) Lookup(ctx context.Context, id ledger.Identity) (*ledger.Entry, error) {
 	return l.Store.Lookup(ctx, l.Pool, id)
 }
 
 // Sweep sweeps through the pool.
-func (l Ledger) Sweep(ctx context.Context, batch int) (int64, error) {
+func (l pgxLedger) Sweep(ctx context.Context, batch int) (int64, error) {
 	return l.Store.Sweep(ctx, l.Pool, batch)
 }
 
 // BeginClaim is the Store's on the pool.
-func (l Ledger) BeginClaim(ctx context.Context, level sql.IsolationLevel, req ledger.ClaimRequest) (pgx.Tx, *ledger.Claim, error) {
-	opts, err := Driver{}.options(level)
+func (l pgxLedger) BeginClaim(ctx context.Context, level sql.IsolationLevel, req ledger.ClaimRequest) (pgx.Tx, *ledger.Claim, error) {
+	opts, err := pgxDriver{}.options(level)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -166,8 +168,8 @@ func (l Ledger) BeginClaim(ctx context.Context, level sql.IsolationLevel, req le
 }
 
 // BeginAt is the Store's Begin on the pool.
-func (l Ledger) BeginAt(ctx context.Context, level sql.IsolationLevel) (pgx.Tx, error) {
-	opts, err := Driver{}.options(level)
+func (l pgxLedger) BeginAt(ctx context.Context, level sql.IsolationLevel) (pgx.Tx, error) {
+	opts, err := pgxDriver{}.options(level)
 	if err != nil {
 		return nil, err
 	}
@@ -175,12 +177,12 @@ func (l Ledger) BeginAt(ctx context.Context, level sql.IsolationLevel) (pgx.Tx, 
 }
 
 // CompleteCommit is the Store's.
-func (l Ledger) CompleteCommit(ctx context.Context, tx pgx.Tx, c *ledger.Claim, r ledger.Result) error {
+func (l pgxLedger) CompleteCommit(ctx context.Context, tx pgx.Tx, c *ledger.Claim, r ledger.Result) error {
 	return l.Store.CompleteCommit(ctx, tx, c, r)
 }
 
 // RecordCommit is the Store's.
-func (l Ledger) RecordCommit(ctx context.Context, tx pgx.Tx, req ledger.ClaimRequest, r ledger.Result) (*ledger.Claim, error) {
+func (l pgxLedger) RecordCommit(ctx context.Context, tx pgx.Tx, req ledger.ClaimRequest, r ledger.Result) (*ledger.Claim, error) {
 	return pgxkit.StoreRecordCommit(l.Store, ctx, tx, req, r)
 }
 
@@ -190,7 +192,7 @@ func (l Ledger) RecordCommit(ctx context.Context, tx pgx.Tx, req ledger.ClaimReq
 // options are applied after the suite's table, retention, clock and size
 // limit.
 func NewTarget(name string, pool *pgxpool.Pool, db *sql.DB, opts ...ledger.Option) conformance.Target {
-	return TargetFor(name, pool, db, func(cfg conformance.LedgerConfig) (conformance.TxLedger[pgx.Tx], error) {
+	return targetFor(name, pool, db, func(cfg conformancekit.LedgerConfig) (conformancekit.TxLedger[pgx.Tx], error) {
 		s, err := pgxledger.New(append([]ledger.Option{
 			ledger.WithTable(cfg.Table),
 			ledger.WithRetention(cfg.Retention),
@@ -200,12 +202,13 @@ func NewTarget(name string, pool *pgxpool.Pool, db *sql.DB, opts ...ledger.Optio
 		if err != nil {
 			return nil, err
 		}
-		return Ledger{Store: s, Pool: pool}, nil
+		return pgxLedger{Store: s, Pool: pool}, nil
 	})
 }
 
-// TargetFor returns the conformance target of the ledgers newLedger
-// builds on pool (a ledger of your own on pgx.Tx), db as for NewTarget.
-func TargetFor(name string, pool *pgxpool.Pool, db *sql.DB, newLedger func(conformance.LedgerConfig) (conformance.TxLedger[pgx.Tx], error)) conformance.Target {
-	return conformance.TxTarget[pgx.Tx](name, db, postgres.New(), Driver{Pool: pool}, newLedger)
+// targetFor returns the conformance target of the ledgers newLedger
+// builds on pool, db as for NewTarget: the suite's own tests run their
+// broken pgx ledgers through it (export_test.go).
+func targetFor(name string, pool *pgxpool.Pool, db *sql.DB, newLedger func(conformancekit.LedgerConfig) (conformancekit.TxLedger[pgx.Tx], error)) conformance.Target {
+	return conformancekit.TxTarget[pgx.Tx](name, db, postgres.New(), pgxDriver{Pool: pool}, newLedger).(conformance.Target)
 }
