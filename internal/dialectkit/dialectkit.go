@@ -79,7 +79,7 @@ var ErrBadTableName = errors.New("invalid table name")
 
 // CheckTableName reports whether name is a plain SQL identifier: a letter
 // or underscore, then letters, digits or underscores, at most
-// [MaxTableNameLen] bytes. dialects.Schema-qualified names are not accepted; set the
+// [MaxTableNameLen] bytes. Schema-qualified names are not accepted; set the
 // schema through the connection (PostgreSQL search_path) instead.
 func CheckTableName(name string) error {
 	if len(name) == 0 || len(name) > MaxTableNameLen || !identRE.MatchString(name) {
