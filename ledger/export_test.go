@@ -10,11 +10,11 @@ import (
 // and the read-back, so tests can delete the row in that window.
 func SetAfterConflict(s *Store, f func()) { s.core.afterConflict = f }
 
-// ClaimOutcome names what a Claim returned, as the ledger's metrics do.
-var ClaimOutcome = claimOutcome
+// OutcomeOf names what a Claim returned, as the ledger's metrics do.
+var OutcomeOf = claimOutcome
 
 // OutcomeName returns the name the ledger's metrics give o.
-func OutcomeName(o Outcome) string {
+func OutcomeName(o ClaimOutcome) string {
 	switch o {
 	case Acquired:
 		return outcomes.Acquired

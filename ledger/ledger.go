@@ -84,13 +84,15 @@ type Result struct {
 	TypeName string
 }
 
-// Outcome says what Claim found.
-type Outcome int
+// ClaimOutcome says what a Claim (or a Record) found: the Outcome of a
+// [Claim]. (Package keyed's Outcome is another thing: what a keyed call
+// ended with.)
+type ClaimOutcome int
 
 const (
 	// Acquired means this transaction owns the identity: run the mutation
 	// in the same transaction, then Complete.
-	Acquired Outcome = iota + 1
+	Acquired ClaimOutcome = iota + 1
 	// Replay means an earlier transaction completed the operation: return
 	// Claim.Result and do nothing.
 	Replay
@@ -104,7 +106,7 @@ const (
 // [NewAcquired] or [NewReplay].
 type Claim struct {
 	// Outcome is Acquired or Replay.
-	Outcome Outcome
+	Outcome ClaimOutcome
 	// Identity is the identity claimed.
 	Identity Identity
 	// Result is the stored result (Replay only).

@@ -49,7 +49,7 @@ func TestClaimLockWait(t *testing.T) {
 // bound with ErrInvalid (boundsOnPostgres). It reports whether the store
 // bounds lock waits. db is a pool of one connection; other holds the
 // identity.
-func checkLockWait(t *testing.T, tg testdb.Target, db, other *sql.DB, e *env, op string, bound time.Duration, won ledger.Outcome,
+func checkLockWait(t *testing.T, tg testdb.Target, db, other *sql.DB, e *env, op string, bound time.Duration, won ledger.ClaimOutcome,
 	do func(context.Context, *sql.Tx, ledger.ClaimRequest) (*ledger.Claim, error)) bool {
 	t.Helper()
 	ctx := context.Background()

@@ -72,7 +72,7 @@ func TestMetricsOfARealRun(t *testing.T) {
 					}
 					c, err := l.Claim(ctx, tx, ledger.ClaimRequest{Identity: id, Fingerprint: fp("herd")})
 					mu.Lock()
-					returned[ledger.ClaimOutcome(c, err)]++
+					returned[ledger.OutcomeOf(c, err)]++
 					mu.Unlock()
 					if err == nil && c.Acquired() {
 						err = l.Complete(ctx, tx, c, ledger.Result{Response: []byte("done")})
@@ -214,7 +214,7 @@ func TestMetricsOfARealRun(t *testing.T) {
 
 // TestOutcomeNames: a claim's Outcome is named as the metrics name it.
 func TestOutcomeNames(t *testing.T) {
-	for o, want := range map[ledger.Outcome]string{ledger.Acquired: outcomes.Acquired, ledger.Replay: outcomes.Replayed,
+	for o, want := range map[ledger.ClaimOutcome]string{ledger.Acquired: outcomes.Acquired, ledger.Replay: outcomes.Replayed,
 		ledger.Recorded: outcomes.Recorded} {
 		if got := ledger.OutcomeName(o); got != want {
 			t.Errorf("%d: %q, want %q", int(o), got, want)

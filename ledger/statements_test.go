@@ -112,7 +112,7 @@ func TestStatementCounts(t *testing.T) {
 				}
 				return cl, err
 			}
-			run := func(record bool, req ledger.ClaimRequest, want ledger.Outcome) {
+			run := func(record bool, req ledger.ClaimRequest, want ledger.ClaimOutcome) {
 				t.Helper()
 				c.Reset()
 				tx, err := db.BeginTx(ctx, nil)

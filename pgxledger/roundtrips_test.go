@@ -41,11 +41,11 @@ type path struct {
 	// want is the round trips it costs: the bare transaction's 3 for
 	// every pipelined path that commits.
 	want int
-	run  func(ctx context.Context, e *env, req ledger.ClaimRequest, key string) (ledger.Outcome, error)
+	run  func(ctx context.Context, e *env, req ledger.ClaimRequest, key string) (ledger.ClaimOutcome, error)
 }
 
 var paths = []path{
-	{"bare", 3, func(ctx context.Context, e *env, _ ledger.ClaimRequest, key string) (ledger.Outcome, error) {
+	{"bare", 3, func(ctx context.Context, e *env, _ ledger.ClaimRequest, key string) (ledger.ClaimOutcome, error) {
 		tx, err := e.pool.Begin(ctx)
 		if err != nil {
 			return 0, err
@@ -57,7 +57,7 @@ var paths = []path{
 		return ledger.Acquired, tx.Commit(ctx)
 	}},
 	// In the caller's transaction: BEGIN, claim, work, complete, COMMIT.
-	{"claim first", 5, func(ctx context.Context, e *env, req ledger.ClaimRequest, key string) (ledger.Outcome, error) {
+	{"claim first", 5, func(ctx context.Context, e *env, req ledger.ClaimRequest, key string) (ledger.ClaimOutcome, error) {
 		tx, err := e.pool.Begin(ctx)
 		if err != nil {
 			return 0, err
@@ -76,7 +76,7 @@ var paths = []path{
 		return c.Outcome, tx.Commit(ctx)
 	}},
 	// BEGIN, work, record, COMMIT.
-	{"claim at commit", 4, func(ctx context.Context, e *env, req ledger.ClaimRequest, key string) (ledger.Outcome, error) {
+	{"claim at commit", 4, func(ctx context.Context, e *env, req ledger.ClaimRequest, key string) (ledger.ClaimOutcome, error) {
 		tx, err := e.pool.Begin(ctx)
 		if err != nil {
 			return 0, err
@@ -92,7 +92,7 @@ var paths = []path{
 		return c.Outcome, tx.Commit(ctx)
 	}},
 	// {BEGIN, claim}, work, {complete, COMMIT}.
-	{"pipelined claim first", 3, func(ctx context.Context, e *env, req ledger.ClaimRequest, key string) (ledger.Outcome, error) {
+	{"pipelined claim first", 3, func(ctx context.Context, e *env, req ledger.ClaimRequest, key string) (ledger.ClaimOutcome, error) {
 		tx, c, err := e.s.BeginClaim(ctx, e.pool, pgx.TxOptions{}, req)
 		if err != nil || !c.Acquired() {
 			return outcome(c), err
@@ -104,7 +104,7 @@ var paths = []path{
 		return c.Outcome, e.s.CompleteCommit(ctx, tx, c, result(key))
 	}},
 	// BEGIN, work, {record, COMMIT}.
-	{"pipelined claim at commit", 3, func(ctx context.Context, e *env, req ledger.ClaimRequest, key string) (ledger.Outcome, error) {
+	{"pipelined claim at commit", 3, func(ctx context.Context, e *env, req ledger.ClaimRequest, key string) (ledger.ClaimOutcome, error) {
 		tx, err := e.s.Begin(ctx, e.pool, pgx.TxOptions{})
 		if err != nil {
 			return 0, err
@@ -118,7 +118,7 @@ var paths = []path{
 	}},
 }
 
-func outcome(c *ledger.Claim) ledger.Outcome {
+func outcome(c *ledger.Claim) ledger.ClaimOutcome {
 	if c == nil {
 		return 0
 	}
@@ -236,13 +236,13 @@ func TestSQLRoundTrips(t *testing.T) {
 	sqlPaths := []struct {
 		name           string
 		want, wantRepl int
-		run            func(key string) (ledger.Outcome, error)
+		run            func(key string) (ledger.ClaimOutcome, error)
 	}{
-		{"bare", 3, 0, func(key string) (ledger.Outcome, error) {
+		{"bare", 3, 0, func(key string) (ledger.ClaimOutcome, error) {
 			return ledger.Acquired, testdb.InTx(ctx, e.db, func(tx *sql.Tx) error { _, err := work(key)(ctx, tx); return err })
 		}},
-		{"claim first", 5, 4, func(key string) (ledger.Outcome, error) {
-			var o ledger.Outcome
+		{"claim first", 5, 4, func(key string) (ledger.ClaimOutcome, error) {
+			var o ledger.ClaimOutcome
 			err := testdb.InTx(ctx, e.db, func(tx *sql.Tx) error {
 				c, err := store.Claim(ctx, tx, req(t, key))
 				if err != nil || !c.Acquired() {
@@ -257,11 +257,11 @@ func TestSQLRoundTrips(t *testing.T) {
 			})
 			return o, err
 		}},
-		{"runner", 5, 4, func(key string) (ledger.Outcome, error) {
+		{"runner", 5, 4, func(key string) (ledger.ClaimOutcome, error) {
 			out, err := first.Run(ctx, req(t, key), work(key+"-w"))
 			return runOutcome(out), err
 		}},
-		{"runner at commit", 4, 5, func(key string) (ledger.Outcome, error) {
+		{"runner at commit", 4, 5, func(key string) (ledger.ClaimOutcome, error) {
 			out, err := atCommit.Run(ctx, req(t, key), work(key+"-w"))
 			return runOutcome(out), err
 		}},
@@ -297,7 +297,7 @@ func TestSQLRoundTrips(t *testing.T) {
 	}
 }
 
-func runOutcome(out txmiddleware.RunResult) ledger.Outcome {
+func runOutcome(out txmiddleware.RunResult) ledger.ClaimOutcome {
 	switch {
 	case out.Replayed:
 		return ledger.Replay

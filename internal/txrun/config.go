@@ -145,17 +145,6 @@ func giveUp(why string, err error) error {
 	return fmt.Errorf("txmiddleware: %s: %w: %w", why, ledger.ErrRetryable, err)
 }
 
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // finalError is once's answer when the work returned a final error: the
 // attempt's transaction has been rolled back, and enc, the codec's
 // encoding of err, is to be recorded in a fresh transaction.

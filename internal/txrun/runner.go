@@ -16,6 +16,7 @@ import (
 
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/internal/dialectkit"
+	"github.com/opledger/opledger/internal/wait"
 	"github.com/opledger/opledger/ledger"
 )
 
@@ -199,7 +200,7 @@ func (r *Runner[TX]) run(ctx context.Context, req ledger.ClaimRequest, work Work
 		if r.cfg.OnRetry != nil {
 			r.cfg.OnRetry(ctx, out.Attempts, err, delay)
 		}
-		if serr := sleep(ctx, delay); serr != nil {
+		if serr := wait.Sleep(ctx, delay); serr != nil {
 			return out, fmt.Errorf("txmiddleware: waiting to retry: %w (after: %v)", serr, err)
 		}
 	}
