@@ -40,13 +40,11 @@ type Querier interface {
 // MariaDB. (TiDB's server-version setting can make VERSION() look like
 // MySQL's; its version comment still names TiDB.) A dialect holds no
 // connection, so a program that does not know which server it will meet
-// calls Detect once, after opening the pool, and then [Configure].
+// calls Detect once, after opening the pool, and then [Configure]. When the
+// server cannot be asked, the error comes with the MySQL/MariaDB dialect.
 func Detect(ctx context.Context, q Querier) (dialects.Dialect, error) {
 	d, err := mysqldialect.Detect(ctx, q)
-	if err != nil {
-		return nil, err
-	}
-	return d, nil
+	return d, err
 }
 
 // SchemeDialect returns the dialect a DSN names: [NewTiDB] for a tidb://
