@@ -165,7 +165,7 @@ func relayExit(stdout, stderr io.Writer, err error, drain bool, st outbox.RelayS
 // unreachable, timed out, closed during the handshake) it waits and
 // tries again: one WARN line per failed attempt on log, the same format
 // as the relay's own lines, then the relay's backoff
-// (internal/wait.Backoff with outbox.DefaultBackoffBase and
+// (internal/wait.Backoff with outboxkit.DefaultBackoffBase and
 // DefaultBackoffMax: the wait after failed batches while
 // a broker is down later). A server that refuses the relay (see
 // brokerRefused) ends the wait with its error, as does ctx.

@@ -158,8 +158,8 @@ func streamMsgs(js jetstream.JetStream, name string) uint64 {
 
 // checkAttempts fails t unless the attempts are 1, 2, … in order, each
 // logged with the relay's backoff for that many failures in a row:
-// outbox.DefaultBackoffBase doubled per failure up to
-// outbox.DefaultBackoffMax, jittered to between half and all of it.
+// outboxkit.DefaultBackoffBase doubled per failure up to
+// outboxkit.DefaultBackoffMax, jittered to between half and all of it.
 func checkAttempts(t *testing.T, attempts []int, backoffs []time.Duration) {
 	t.Helper()
 	for i, n := range attempts {

@@ -30,7 +30,7 @@ func Sleep(ctx context.Context, d time.Duration) error {
 // each failure after the first up to max, jittered to between half and
 // all of it. The outbox relay waits so after failed batches, and opledger
 // relay as long between its attempts to reach a broker that is down at
-// start (with outbox.DefaultBackoffBase and DefaultBackoffMax).
+// start (with outboxkit.DefaultBackoffBase and DefaultBackoffMax).
 func Backoff(base, max time.Duration, n int) time.Duration {
 	d := base
 	for i := 1; i < n && d < max; i++ {
