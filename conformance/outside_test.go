@@ -230,7 +230,7 @@ func TestBareDialectHasNoMigrations(t *testing.T) {
 		t.Fatalf("migrations.New with a dialect without dialects.Schema: %v, want ErrNoMigrations", err)
 	}
 	if _, err := migrationfs.Files(d, "opl_bare"); !errors.Is(err, migrations.ErrNoMigrations) {
-		t.Fatalf("migrations.Files: %v, want ErrNoMigrations", err)
+		t.Fatalf("migrationfs.Files: %v, want ErrNoMigrations", err)
 	}
 	// Without Setup the suite has no way to create its tables: every case
 	// fails its set-up, saying so.

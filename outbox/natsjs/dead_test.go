@@ -71,7 +71,7 @@ func (q *enqueuer) enqueue(m outbox.Message) (string, error) {
 // TestEnqueueRefusesWhatNATSCannotTake: with the publisher's limits,
 // Enqueue refuses (nothing written) a topic that is no NATS subject and a
 // message that with the publisher's headers exceeds the server's
-// max_payload, read from the server; a payload of outbox.MaxPayloadSize,
+// max_payload, read from the server; a payload of outboxkit.MaxPayloadSize,
 // with the longest name and key and an expected stream, passes and is
 // stored by a default nats-server.
 func TestEnqueueRefusesWhatNATSCannotTake(t *testing.T) {
