@@ -15,9 +15,10 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/grpc/codes"
 
+	"github.com/opledger/opledger/internal/keyedconf"
 	"github.com/opledger/opledger/internal/keyedcore/keyedproto"
 	"github.com/opledger/opledger/internal/keyedcore/retry"
-	"github.com/opledger/opledger/internal/options"
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/policy"
 )
 
@@ -64,97 +65,12 @@ type counters struct {
 	calls, attempts, retries, resolves, resolved, replayed, refusals, ambiguous atomic.Int64
 }
 
-// ClientOption configures a Client; the With functions build them. Giving
-// the same option twice is an error.
-type ClientOption struct{ o options.Option[clientConfig] }
-
-type clientConfig struct {
-	budget         *policy.Budget
-	fundBySuccess  bool
-	backoff        policy.Backoff
-	maxAttempts    int
-	resolveWindow  time.Duration
-	downstreamKeys bool
-}
-
-func clientOption(name string, f func(*clientConfig) error) ClientOption {
-	return ClientOption{options.New(name, f)}
-}
-
-// Defaults of the client's options.
-const (
-	DefaultMaxAttempts   = 5
-	DefaultResolveWindow = 30 * time.Second
-)
-
-// WithBudget sets the retry budget shared by the client's calls (one per
-// target). Default: policy.NewBudget with its defaults. Resolve requests,
-// which only read, do not spend it.
-func WithBudget(b *policy.Budget) ClientOption {
-	return clientOption("WithBudget", func(c *clientConfig) error {
-		if b == nil {
-			return errors.New("nil budget")
-		}
-		c.budget = b
-		return nil
-	})
-}
-
-// WithBudgetFundedBySuccess deposits into the budget once per successful
-// call instead of once per call.
-func WithBudgetFundedBySuccess() ClientOption {
-	return clientOption("WithBudgetFundedBySuccess", func(c *clientConfig) error {
-		c.fundBySuccess = true
-		return nil
-	})
-}
-
-// WithBackoff sets the backoff between attempts, resolves included
-// (default policy.Backoff's). The server's pushback always wins.
-func WithBackoff(b policy.Backoff) ClientOption {
-	return clientOption("WithBackoff", func(c *clientConfig) error {
-		if err := b.Validate(); err != nil {
-			return err
-		}
-		c.backoff = b
-		return nil
-	})
-}
-
-// WithMaxAttempts bounds how many times one logical call is run: 1 to
-// 100; default 5. Resolve requests are not counted.
-func WithMaxAttempts(n int) ClientOption {
-	return clientOption("WithMaxAttempts", func(c *clientConfig) error {
-		if n < 1 || n > 100 {
-			return fmt.Errorf("max attempts %d outside [1, 100]", n)
-		}
-		c.maxAttempts = n
-		return nil
-	})
-}
-
-// WithResolveWindow bounds how long the client keeps resolving a keyed
-// call whose outcome is unknown when the call has no deadline (default
-// 30 s, at least 1 ms).
-func WithResolveWindow(d time.Duration) ClientOption {
-	return clientOption("WithResolveWindow", func(c *clientConfig) error {
-		if d < time.Millisecond {
-			return fmt.Errorf("resolve window %v under 1ms", d)
-		}
-		c.resolveWindow = d
-		return nil
-	})
-}
-
-// WithDownstreamKeys makes the client attach a derived key to a keyed
-// procedure called from inside a keyed call without a key of its own:
-// keyed.DownstreamKey(ctx, procedure) instead of a new random key, so that a
-// chain of keyed services behaves as one.
-func WithDownstreamKeys() ClientOption {
-	return clientOption("WithDownstreamKeys", func(c *clientConfig) error {
-		c.downstreamKeys = true
-		return nil
-	})
+// clientRefuses are the shared client options connectint's client cannot
+// honour.
+var clientRefuses = map[string]string{
+	"WithMeterProvider":  "connectint's client records no telemetry",
+	"WithTracerProvider": "connectint's client records no telemetry",
+	"WithLogger":         "connectint's client records no telemetry",
 }
 
 // Client is the client side of the kit for a connect client (one target):
@@ -168,7 +84,7 @@ func WithDownstreamKeys() ClientOption {
 type Client struct {
 	catalog *policy.Catalog
 	owner   policy.RetryOwner
-	cfg     clientConfig
+	cfg     keyedconf.Client
 	loop    retry.Config
 	c       counters
 }
@@ -179,7 +95,7 @@ type Client struct {
 // service config, so policy.OwnerServiceConfig is an error. Procedures
 // missing from the catalog are treated as non-idempotent and never
 // retried. Configuration errors wrap ErrInvalidConfig.
-func NewClient(catalog *policy.Catalog, owner policy.RetryOwner, opts ...ClientOption) (*Client, error) {
+func NewClient(catalog *policy.Catalog, owner policy.RetryOwner, opts ...keyed.ClientOption) (*Client, error) {
 	switch {
 	case !owner.Valid():
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, policy.ErrInvalidOwner)
@@ -188,9 +104,8 @@ func NewClient(catalog *policy.Catalog, owner policy.RetryOwner, opts ...ClientO
 	case catalog == nil:
 		return nil, fmt.Errorf("%w: nil catalog", ErrInvalidConfig)
 	}
-	c := &Client{catalog: catalog, owner: owner,
-		cfg: clientConfig{maxAttempts: DefaultMaxAttempts, resolveWindow: DefaultResolveWindow}}
-	if err := options.Apply(&c.cfg, opts, func(o ClientOption) options.Option[clientConfig] { return o.o }); err != nil {
+	c := &Client{catalog: catalog, owner: owner, cfg: keyedconf.NewClient("connectint", nil, clientRefuses)}
+	if err := keyedconf.ApplyClient(&c.cfg, opts); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	for _, p := range catalog.Methods() {
@@ -198,15 +113,15 @@ func NewClient(catalog *policy.Catalog, owner policy.RetryOwner, opts ...ClientO
 			return nil, fmt.Errorf("%w: keyed procedure %s is %s; only unary procedures can be keyed", ErrInvalidConfig, p.FullMethod, p.Shape)
 		}
 	}
-	if c.cfg.budget == nil {
+	if c.cfg.Budget == nil {
 		b, err := policy.NewBudget(policy.BudgetSettings{})
 		if err != nil {
 			return nil, err
 		}
-		c.cfg.budget = b
+		c.cfg.Budget = b
 	}
-	c.loop = retry.Config{Owner: owner, Budget: c.cfg.budget, FundBySuccess: c.cfg.fundBySuccess, Backoff: c.cfg.backoff,
-		MaxAttempts: c.cfg.maxAttempts, ResolveWindow: c.cfg.resolveWindow}
+	c.loop = retry.Config{Owner: owner, Budget: c.cfg.Budget, FundBySuccess: c.cfg.FundBySuccess, Backoff: c.cfg.Backoff,
+		MaxAttempts: c.cfg.MaxAttempts, ResolveWindow: c.cfg.ResolveWindow}
 	return c, nil
 }
 
@@ -337,9 +252,9 @@ func (i clientInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 func (c *Client) keyFor(ctx context.Context, p policy.MethodPolicy, set string, req connect.AnyRequest) (key string, restore func()) {
 	id, has := keyedproto.RequestID(req.Any())
 	if !has || p.Kind != policy.KindKeyed {
-		return retry.KeyFor(ctx, p, set, c.cfg.downstreamKeys), func() {}
+		return retry.KeyFor(ctx, p, set, c.cfg.DownstreamKeys), func() {}
 	}
-	key = retry.KeyForRequest(ctx, p, set, id, c.cfg.downstreamKeys)
+	key = retry.KeyForRequest(ctx, p, set, id, c.cfg.DownstreamKeys)
 	return key, swapMessage(req, keyedproto.WithRequestID(req.Any(), key))
 }
 

@@ -31,7 +31,7 @@ func DefaultFinalCodes() []connect.Code {
 // the form grpcint records too) and replayed with the same code, message
 // and details. With no codes nothing is final, but stored statuses still
 // decode. The server uses ErrorCodec(DefaultFinalCodes()...) unless told
-// otherwise (see WithErrorCodec).
+// otherwise (see keyed.WithErrorCodec).
 func ErrorCodec(final ...connect.Code) txmiddleware.ErrorCodec {
 	return errorCodec{final: slices.DeleteFunc(slices.Clone(final), func(c connect.Code) bool { return c == 0 })}
 }

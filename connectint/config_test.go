@@ -15,6 +15,8 @@ import (
 
 	"github.com/opledger/opledger/connectint"
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/grpcint"
+	"github.com/opledger/opledger/httpint"
 	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
 	"github.com/opledger/opledger/keyed"
@@ -41,19 +43,19 @@ func TestConfig(t *testing.T) {
 		"nil caller":       func() error { _, err := connectint.NewServer(te.DB, store, cat, nil); return err },
 		"keyed stream":     func() error { _, err := connectint.NewServer(te.DB, store, stream, caller); return err },
 		"at commit, not keyed": func() error {
-			_, err := connectint.NewServer(te.DB, store, cat, caller, connectint.WithClaimAtCommit(walletpb.GetDepositMethod))
+			_, err := connectint.NewServer(te.DB, store, cat, caller, keyed.WithClaimAtCommit(walletpb.GetDepositMethod))
 			return err
 		},
 		"option twice": func() error {
-			_, err := connectint.NewServer(te.DB, store, cat, caller, connectint.WithLockWait(1), connectint.WithLockWait(2))
+			_, err := connectint.NewServer(te.DB, store, cat, caller, keyed.WithLockWait(1), keyed.WithLockWait(2))
 			return err
 		},
 		"negative wait": func() error {
-			_, err := connectint.NewServer(te.DB, store, cat, caller, connectint.WithLockWait(-1))
+			_, err := connectint.NewServer(te.DB, store, cat, caller, keyed.WithLockWait(-1))
 			return err
 		},
 		"nil codec": func() error {
-			_, err := connectint.NewServer(te.DB, store, cat, caller, connectint.WithErrorCodec(nil))
+			_, err := connectint.NewServer(te.DB, store, cat, caller, keyed.WithErrorCodec(nil))
 			return err
 		},
 		"no dialect": func() error {
@@ -64,10 +66,23 @@ func TestConfig(t *testing.T) {
 		"client, nil cat": func() error { _, err := connectint.NewClient(nil, policy.OwnerApplication); return err },
 		"client, stream":  func() error { _, err := connectint.NewClient(stream, policy.OwnerApplication); return err },
 		"max attempts": func() error {
-			_, err := connectint.NewClient(cat, policy.OwnerApplication, connectint.WithMaxAttempts(0))
+			_, err := connectint.NewClient(cat, policy.OwnerApplication, keyed.WithMaxAttempts(0))
 			return err
 		},
 		"bad owner": func() error { _, err := connectint.NewClient(cat, policy.RetryOwner(99)); return err },
+		// An option the transport cannot honour is refused, not ignored.
+		"grpcint's client option": func() error {
+			_, err := connectint.NewClient(cat, policy.OwnerApplication, grpcint.WithTarget("dns:///x"))
+			return err
+		},
+		"httpint's server option": func() error {
+			_, err := connectint.NewServer(te.DB, store, cat, caller, httpint.WithBareKeys())
+			return err
+		},
+		"client telemetry": func() error {
+			_, err := connectint.NewClient(cat, policy.OwnerApplication, keyed.WithLogger(nil))
+			return err
+		},
 	}
 	for name, f := range servers {
 		if err := f(); !errors.Is(err, connectint.ErrInvalidConfig) {
@@ -219,7 +234,7 @@ func TestDownstreamKeys(t *testing.T) {
 			return next(ctx, req)
 		}
 	})
-	kit, err := connectint.NewClient(catalog(t), policy.OwnerApplication, connectint.WithDownstreamKeys())
+	kit, err := connectint.NewClient(catalog(t), policy.OwnerApplication, keyed.WithDownstreamKeys())
 	if err != nil {
 		t.Fatal(err)
 	}

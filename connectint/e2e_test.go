@@ -138,9 +138,9 @@ func definite(t *testing.T, te *testdb.Env, protocol string, atCommit bool, call
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := []connectint.ServerOption{connectint.WithInProgressPushback(5 * time.Millisecond)}
+	opts := []keyed.ServerOption{keyed.WithInProgressPushback(5 * time.Millisecond)}
 	if atCommit {
-		opts = append(opts, connectint.WithClaimAtCommit(walletpb.DepositMethod))
+		opts = append(opts, keyed.WithClaimAtCommit(walletpb.DepositMethod))
 	}
 	s, err := connectint.NewServer(te.DB, newStore(t, te), catalog(t), connectint.CallerFromTrustedHeader(callerHeader), opts...)
 	if err != nil {
@@ -159,8 +159,8 @@ func definite(t *testing.T, te *testdb.Env, protocol string, atCommit bool, call
 	if err != nil {
 		t.Fatal(err)
 	}
-	kit, err := connectint.NewClient(catalog(t), policy.OwnerApplication, connectint.WithBudget(budget),
-		connectint.WithBackoff(policy.Backoff{Initial: time.Millisecond, Max: 20 * time.Millisecond}))
+	kit, err := connectint.NewClient(catalog(t), policy.OwnerApplication, keyed.WithBudget(budget),
+		keyed.WithBackoff(policy.Backoff{Initial: time.Millisecond, Max: 20 * time.Millisecond}))
 	if err != nil {
 		t.Fatal(err)
 	}

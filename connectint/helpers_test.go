@@ -105,7 +105,7 @@ func getDeposit(context.Context, *connect.Request[walletpb.GetDepositRequest]) (
 
 // sqliteEnv serves on a fresh SQLite target with the ledger l builds
 // (nil: the plain store) and server options.
-func sqliteEnv(t *testing.T, wrap func(*ledger.Store) ledger.Ledger, front []connect.HandlerOption, opts ...connectint.ServerOption) (*env, *ledger.Store) {
+func sqliteEnv(t *testing.T, wrap func(*ledger.Store) ledger.Ledger, front []connect.HandlerOption, opts ...keyed.ServerOption) (*env, *ledger.Store) {
 	t.Helper()
 	tg := testdb.Targets()[0]
 	te := testdb.NewEnv(t, tg.Name, tg.Dialect, tg.Open(t, 8))
@@ -128,14 +128,14 @@ func newStore(t testing.TB, te *testdb.Env, opts ...ledger.Option) *ledger.Store
 
 // serveOn serves the handlers on tx, with the kit's server built with
 // opts (after a short lock wait and pushback) and front handler options.
-func serveOn(t *testing.T, te *testdb.Env, tx keyed.Transactions, front []connect.HandlerOption, opts ...connectint.ServerOption) *env {
+func serveOn(t *testing.T, te *testdb.Env, tx keyed.Transactions, front []connect.HandlerOption, opts ...keyed.ServerOption) *env {
 	t.Helper()
-	return serveExactly(t, te, tx, front, append([]connectint.ServerOption{connectint.WithLockWait(300 * time.Millisecond),
-		connectint.WithInProgressPushback(20 * time.Millisecond)}, opts...)...)
+	return serveExactly(t, te, tx, front, append([]keyed.ServerOption{keyed.WithLockWait(300 * time.Millisecond),
+		keyed.WithInProgressPushback(20 * time.Millisecond)}, opts...)...)
 }
 
 // serveExactly is serveOn with only opts.
-func serveExactly(t *testing.T, te *testdb.Env, tx keyed.Transactions, front []connect.HandlerOption, opts ...connectint.ServerOption) *env {
+func serveExactly(t *testing.T, te *testdb.Env, tx keyed.Transactions, front []connect.HandlerOption, opts ...keyed.ServerOption) *env {
 	t.Helper()
 	s, err := connectint.NewServerFor(tx, catalog(t), connectint.CallerFromTrustedHeader(callerHeader), opts...)
 	if err != nil {
@@ -203,7 +203,7 @@ func depositClient(url string, h1, h2 *http.Client, protocol string, opts ...con
 }
 
 // kitClient is a Deposit client with the kit's client interceptor.
-func (e *env) kitClient(t testing.TB, owner policy.RetryOwner, protocol string, opts ...connectint.ClientOption) (*connectint.Client, *connect.Client[walletpb.DepositRequest, walletpb.DepositReply]) {
+func (e *env) kitClient(t testing.TB, owner policy.RetryOwner, protocol string, opts ...keyed.ClientOption) (*connectint.Client, *connect.Client[walletpb.DepositRequest, walletpb.DepositReply]) {
 	t.Helper()
 	c, err := connectint.NewClient(catalog(t), owner, opts...)
 	if err != nil {
@@ -212,9 +212,9 @@ func (e *env) kitClient(t testing.TB, owner policy.RetryOwner, protocol string, 
 	return c, e.client(protocol, c.ClientOptions()...)
 }
 
-func fastClient() []connectint.ClientOption {
-	return []connectint.ClientOption{connectint.WithMaxAttempts(3),
-		connectint.WithBackoff(policy.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond})}
+func fastClient() []keyed.ClientOption {
+	return []keyed.ClientOption{keyed.WithMaxAttempts(3),
+		keyed.WithBackoff(policy.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond})}
 }
 
 // request is a Deposit request from caller with key ("" for none).

@@ -28,8 +28,8 @@ const pgxNative = "postgres/pgx-native"
 // through pgx's native transactions (pgxledger.Transactions), and MariaDB
 // (lib/pq adds nothing connect-specific), each with the kit's server
 // built with opts.
-func herdTargets(t *testing.T, f func(t *testing.T, e *env), opts ...connectint.ServerOption) {
-	opts = append([]connectint.ServerOption{connectint.WithLockWait(10 * time.Second), connectint.WithInProgressPushback(20 * time.Millisecond)}, opts...)
+func herdTargets(t *testing.T, f func(t *testing.T, e *env), opts ...keyed.ServerOption) {
+	opts = append([]keyed.ServerOption{keyed.WithLockWait(10 * time.Second), keyed.WithInProgressPushback(20 * time.Millisecond)}, opts...)
 	testdb.ForEachParallel(t, herdConns, func(t *testing.T, te *testdb.Env) {
 		if te.Name == "postgres/pq" {
 			t.Skip("lib/pq: covered by the ledger's and txmiddleware's herds")
@@ -66,9 +66,9 @@ func herd(t *testing.T, atCommit bool) {
 	if atCommit {
 		full = 20
 	}
-	var opts []connectint.ServerOption
+	var opts []keyed.ServerOption
 	if atCommit {
-		opts = append(opts, connectint.WithClaimAtCommit(walletpb.DepositMethod))
+		opts = append(opts, keyed.WithClaimAtCommit(walletpb.DepositMethod))
 	}
 	herdTargets(t, func(t *testing.T, e *env) {
 		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute) // a hang guard

@@ -145,7 +145,7 @@ func TestOutcomeRows(t *testing.T) {
 			if _, _, own, _ := connectint.Rendering(keyed.RequestTooLarge); own == "" {
 				t.Error("connect renders request-too-large with an error of the kit's")
 			}
-			if st := e.server.Stats(); st != (connectint.ServerStats{}) {
+			if st := e.server.Stats(); st != (keyed.Stats{}) {
 				t.Errorf("the kit saw the call: %+v", st)
 			}
 		},
@@ -212,8 +212,8 @@ func TestOutcomeRows(t *testing.T) {
 			if ce.Meta().Get(policy.PushbackHeader) == "" {
 				t.Errorf("no pushback: %v", ce.Meta())
 			}
-			c, kc := e.kitClient(t, policy.OwnerApplication, "connect", connectint.WithMaxAttempts(50),
-				connectint.WithBackoff(policy.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond}))
+			c, kc := e.kitClient(t, policy.OwnerApplication, "connect", keyed.WithMaxAttempts(50),
+				keyed.WithBackoff(policy.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond}))
 			got := make(chan error, 1)
 			go func() { _, err := kc.CallUnary(ctx, request("alice", "k", "block", 1)); got <- err }()
 			for deadline := time.Now().Add(10 * time.Second); c.Stats().Retries == 0; time.Sleep(5 * time.Millisecond) {
@@ -246,7 +246,7 @@ func TestOutcomeRows(t *testing.T) {
 		keyed.TxAborted: func(t *testing.T) {
 			serialization := &ledger.DBError{Op: "claim", Class: dialects.ClassSerialization, Err: errors.New("could not serialize")}
 			e, _ := sqliteEnv(t, func(s *ledger.Store) ledger.Ledger { return testdb.FaultyLedger{Store: s, ClaimErr: serialization} }, nil,
-				connectint.WithTxOptions(txmiddleware.WithMaxTxAttempts(2), txmiddleware.WithTxBackoff(time.Millisecond, time.Millisecond)))
+				keyed.WithTxOptions(txmiddleware.WithMaxTxAttempts(2), txmiddleware.WithTxBackoff(time.Millisecond, time.Millisecond)))
 			_, c := e.kitClient(t, policy.OwnerApplication, "grpc", fastClient()...)
 			_, err := c.CallUnary(ctx, request("alice", "k", "r", 1))
 			wantError(t, err, connect.CodeAborted, "TRANSACTION_ABORTED")
@@ -289,7 +289,7 @@ func TestOutcomeRows(t *testing.T) {
 		keyed.StorageUnavailable: func(t *testing.T) {
 			conn := &ledger.DBError{Op: "claim", Class: dialects.ClassConnection, Err: errors.New("connection refused")}
 			e, _ := sqliteEnv(t, func(s *ledger.Store) ledger.Ledger { return testdb.FaultyLedger{Store: s, ClaimErr: conn} }, nil,
-				connectint.WithTxOptions(txmiddleware.WithMaxTxAttempts(1)))
+				keyed.WithTxOptions(txmiddleware.WithMaxTxAttempts(1)))
 			_, c := e.kitClient(t, policy.OwnerApplication, "connect", fastClient()...)
 			_, err := c.CallUnary(ctx, request("alice", "k", "r", 1))
 			wantError(t, err, connect.CodeUnavailable, "STORAGE_UNAVAILABLE")
@@ -344,7 +344,7 @@ func TestOutcomeRows(t *testing.T) {
 			wantCallInfo(t, err, "LEDGER_MISUSE", policy.DoNotRetry)
 		},
 		keyed.ResultUnreadable: func(t *testing.T) {
-			e, _ := sqliteEnv(t, nil, nil, connectint.WithTypeResolver(new(protoregistry.Types)))
+			e, _ := sqliteEnv(t, nil, nil, keyed.WithTypeResolver(new(protoregistry.Types)))
 			if _, err := e.client("connect").CallUnary(ctx, request("alice", "k", "r", 1)); err != nil {
 				t.Fatal(err)
 			}

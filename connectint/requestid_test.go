@@ -19,6 +19,7 @@ import (
 	"github.com/opledger/opledger/connectint"
 	"github.com/opledger/opledger/internal/testkit/aippb"
 	"github.com/opledger/opledger/internal/testkit/testdb"
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/policy"
 	"github.com/opledger/opledger/txmiddleware"
 )
@@ -67,7 +68,7 @@ func (e *ordersEnv) createOrder(ctx context.Context, req *connect.Request[aippb.
 		Quantity: m.GetQuantity(), RequestId: m.GetRequestId()}), nil
 }
 
-func serveOrders(t *testing.T, te *testdb.Env, opts ...connectint.ServerOption) *ordersEnv {
+func serveOrders(t *testing.T, te *testdb.Env, opts ...keyed.ServerOption) *ordersEnv {
 	t.Helper()
 	s, err := connectint.NewServer(te.DB, newStore(t, te), ordersCatalog(t), connectint.CallerFromTrustedHeader(callerHeader), opts...)
 	if err != nil {
@@ -85,7 +86,7 @@ func sqliteOrders(t *testing.T) *ordersEnv {
 	t.Helper()
 	tg := testdb.Targets()[0]
 	return serveOrders(t, testdb.NewEnv(t, tg.Name, tg.Dialect, tg.Open(t, 8)),
-		connectint.WithLockWait(300*time.Millisecond), connectint.WithInProgressPushback(20*time.Millisecond))
+		keyed.WithLockWait(300*time.Millisecond), keyed.WithInProgressPushback(20*time.Millisecond))
 }
 
 // client is a CreateOrder client on protocol (see protocols).
@@ -275,7 +276,7 @@ func TestRequestIDHerd(t *testing.T) {
 		if te.Name == "postgres/pq" {
 			t.Skip("lib/pq: nothing connect-specific (grpcint's request_id herd runs it)")
 		}
-		e := serveOrders(t, te, connectint.WithLockWait(10*time.Second), connectint.WithInProgressPushback(20*time.Millisecond))
+		e := serveOrders(t, te, keyed.WithLockWait(10*time.Second), keyed.WithInProgressPushback(20*time.Millisecond))
 		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute) // a hang guard
 		defer cancel()
 		clients := make([]*connect.Client[aippb.CreateOrderRequest, aippb.Order], len(protocols))

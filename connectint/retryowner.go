@@ -32,21 +32,6 @@ var (
 	previousAttemptsKey = http.CanonicalHeaderKey(keyedcore.PreviousAttemptsHeader)
 )
 
-// WithRetryOwner sets the retry owner of the clients that call the
-// server, against which the server judges a call whose client declares
-// none (a client that is not the kit's): a retry by another layer is
-// reported as a second owner (see Server.Interceptor). Without it such a
-// call is judged by its procedure's kind in the catalog.
-func WithRetryOwner(owner policy.RetryOwner) ServerOption {
-	return serverOption("WithRetryOwner", func(c *serverConfig) error {
-		if !owner.Valid() {
-			return policy.ErrInvalidOwner
-		}
-		c.retryOwner = owner
-		return nil
-	})
-}
-
 // judgeRetries has the core judge the retry headers of a call of a
 // catalog procedure (resolve requests are not judged).
 func (s *Server) judgeRetries(ctx context.Context, proc string, h http.Header) {

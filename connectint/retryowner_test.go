@@ -46,8 +46,8 @@ func TestRetryOwnerAtRunTime(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // hang guard
 	defer cancel()
 	m, logs := otelread.NewMetrics(), otelread.NewLogs()
-	e, _ := sqliteEnv(t, nil, []connect.HandlerOption{failFirst()}, connectint.WithRetryOwner(policy.OwnerMesh),
-		connectint.WithServerMeterProvider(m.Provider), connectint.WithServerLogger(logs.Logger))
+	e, _ := sqliteEnv(t, nil, []connect.HandlerOption{failFirst()}, keyed.WithRetryOwner(policy.OwnerMesh),
+		keyed.WithMeterProvider(m.Provider), keyed.WithLogger(logs.Logger))
 	points := func() map[string]float64 {
 		t.Helper()
 		ps, err := m.Collect(ctx)

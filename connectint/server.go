@@ -5,155 +5,23 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strconv"
 	"strings"
 	"time"
 
 	"connectrpc.com/connect"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
+	"github.com/opledger/opledger/internal/keyedconf"
 	"github.com/opledger/opledger/internal/keyedcore"
 	"github.com/opledger/opledger/internal/keyedcore/keyedproto"
 	"github.com/opledger/opledger/internal/keyedtx"
-	"github.com/opledger/opledger/internal/options"
-	"github.com/opledger/opledger/internal/telemetry"
 	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/policy"
-	"github.com/opledger/opledger/txmiddleware"
 )
-
-// DefaultLockWait is how long a keyed call waits before its claim is
-// decided (see WithLockWait).
-const DefaultLockWait = 2 * time.Second
-
-// DefaultInProgressPushback is the grpc-retry-pushback-ms sent with
-// ABORTED OPERATION_IN_PROGRESS and UNAVAILABLE STORAGE_BUSY.
-const DefaultInProgressPushback = 200 * time.Millisecond
-
-// ServerOption configures a Server; the With functions build them. Giving
-// the same option twice is an error.
-type ServerOption struct{ o options.Option[serverConfig] }
-
-type serverConfig struct {
-	txOpts   []txmiddleware.Option
-	atCommit []string
-	lockWait time.Duration
-	codec    txmiddleware.ErrorCodec
-	pushback time.Duration
-	types    protoregistry.MessageTypeResolver
-	mp       metric.MeterProvider
-	tp       trace.TracerProvider
-	logger   *slog.Logger
-	// retryOwner is WithRetryOwner's; "" without it.
-	retryOwner policy.RetryOwner
-}
-
-func serverOption(name string, f func(*serverConfig) error) ServerOption {
-	return ServerOption{options.New(name, f)}
-}
-
-// WithTxOptions passes options to the server's runners: isolation,
-// transaction attempts and backoff, a retry hook. The lock-wait bound, the
-// error codec and the telemetry are the server's own options.
-func WithTxOptions(opts ...txmiddleware.Option) ServerOption {
-	return serverOption("WithTxOptions", func(c *serverConfig) error {
-		c.txOpts = append(c.txOpts, opts...)
-		return nil
-	})
-}
-
-// WithClaimAtCommit runs the named keyed procedures
-// ("/pkg.Service/Method") claim at commit (see
-// txmiddleware.WithClaimAtCommit). A name that is not a keyed procedure
-// of the catalog is an error.
-func WithClaimAtCommit(procedures ...string) ServerOption {
-	return serverOption("WithClaimAtCommit", func(c *serverConfig) error {
-		if len(procedures) == 0 {
-			return errors.New("no procedure named")
-		}
-		c.atCommit = append([]string(nil), procedures...)
-		return nil
-	})
-}
-
-// WithLockWait bounds how long a keyed call (and a resolve) waits before
-// its claim is decided (default [DefaultLockWait]); past it the call
-// answers ABORTED OPERATION_IN_PROGRESS or UNAVAILABLE STORAGE_BUSY with
-// grpc-retry-pushback-ms. Zero sets no bound.
-func WithLockWait(d time.Duration) ServerOption {
-	return serverOption("WithLockWait", func(c *serverConfig) error {
-		if d < 0 {
-			return errors.New("lock wait must not be negative")
-		}
-		c.lockWait = d
-		return nil
-	})
-}
-
-// WithErrorCodec sets which handler errors are final, recorded and
-// replayed (default ErrorCodec(DefaultFinalCodes()...)). It must decode
-// what it encodes.
-func WithErrorCodec(codec txmiddleware.ErrorCodec) ServerOption {
-	return serverOption("WithErrorCodec", func(c *serverConfig) error {
-		if codec == nil {
-			return errors.New("codec must not be nil")
-		}
-		c.codec = codec
-		return nil
-	})
-}
-
-// WithInProgressPushback sets the grpc-retry-pushback-ms sent with
-// OPERATION_IN_PROGRESS and STORAGE_BUSY (default
-// [DefaultInProgressPushback]).
-func WithInProgressPushback(d time.Duration) ServerOption {
-	return serverOption("WithInProgressPushback", func(c *serverConfig) error {
-		if d < 0 {
-			return errors.New("negative pushback")
-		}
-		c.pushback = d
-		return nil
-	})
-}
-
-// WithTypeResolver sets where stored responses find their message type by
-// full name (default protoregistry.GlobalTypes).
-func WithTypeResolver(r protoregistry.MessageTypeResolver) ServerOption {
-	return serverOption("WithTypeResolver", func(c *serverConfig) error {
-		if r == nil {
-			return errors.New("type resolver must not be nil")
-		}
-		c.types = r
-		return nil
-	})
-}
-
-// WithServerMeterProvider, WithServerTracerProvider and WithServerLogger
-// give the server (package keyed's core) its telemetry: calls and resolves
-// by outcome and reason, a span per keyed call, a log event per refusal
-// and resolve; never a key.
-func WithServerMeterProvider(mp metric.MeterProvider) ServerOption {
-	return serverOption("WithServerMeterProvider", func(c *serverConfig) error { c.mp = mp; return nil })
-}
-
-// WithServerTracerProvider: see WithServerMeterProvider.
-func WithServerTracerProvider(tp trace.TracerProvider) ServerOption {
-	return serverOption("WithServerTracerProvider", func(c *serverConfig) error { c.tp = tp; return nil })
-}
-
-// WithServerLogger: see WithServerMeterProvider.
-func WithServerLogger(l *slog.Logger) ServerOption {
-	return serverOption("WithServerLogger", func(c *serverConfig) error { c.logger = l; return nil })
-}
-
-// ServerStats are the counters of a Server (package keyed's Stats).
-type ServerStats = keyed.Stats
 
 // Server is the server side of the kit for connect-go: it runs each keyed
 // unary procedure's handler inside one transaction with its ledger claim,
@@ -172,7 +40,7 @@ type Server struct {
 // the claim in l (txmiddleware.TxFromContext), and caller fingerprints
 // who calls; a keyed call without a caller is refused with
 // UNAUTHENTICATED. It is NewServerFor with keyed.SQL(db, l).
-func NewServer(db *sql.DB, l ledger.Ledger, catalog *policy.Catalog, caller CallerFunc, opts ...ServerOption) (*Server, error) {
+func NewServer(db *sql.DB, l ledger.Ledger, catalog *policy.Catalog, caller CallerFunc, opts ...keyed.ServerOption) (*Server, error) {
 	switch {
 	case db == nil:
 		return nil, fmt.Errorf("%w: nil database", ErrInvalidConfig)
@@ -188,7 +56,7 @@ func NewServer(db *sql.DB, l ledger.Ledger, catalog *policy.Catalog, caller Call
 // with pgxledger.TxFromContext. Procedures that are not keyed, or not in
 // the catalog, pass through untouched. A configuration that cannot work is
 // an error wrapping ErrInvalidConfig.
-func NewServerFor(tx keyed.Transactions, catalog *policy.Catalog, caller CallerFunc, opts ...ServerOption) (*Server, error) {
+func NewServerFor(tx keyed.Transactions, catalog *policy.Catalog, caller CallerFunc, opts ...keyed.ServerOption) (*Server, error) {
 	switch {
 	case tx == nil:
 		return nil, fmt.Errorf("%w: nil transactions", ErrInvalidConfig)
@@ -197,9 +65,9 @@ func NewServerFor(tx keyed.Transactions, catalog *policy.Catalog, caller CallerF
 	case caller == nil:
 		return nil, fmt.Errorf("%w: nil caller function", ErrInvalidConfig)
 	}
-	cfg := serverConfig{lockWait: DefaultLockWait, codec: ErrorCodec(DefaultFinalCodes()...),
-		pushback: DefaultInProgressPushback, types: protoregistry.GlobalTypes}
-	if err := options.Apply(&cfg, opts, func(o ServerOption) options.Option[serverConfig] { return o.o }); err != nil {
+	cfg := keyedconf.NewServer("connectint", nil, nil)
+	cfg.Codec = ErrorCodec(DefaultFinalCodes()...)
+	if err := keyedconf.ApplyServer(&cfg, opts); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	for _, p := range catalog.Methods() {
@@ -207,23 +75,23 @@ func NewServerFor(tx keyed.Transactions, catalog *policy.Catalog, caller CallerF
 			return nil, fmt.Errorf("%w: keyed procedure %s is %s; only unary procedures can be keyed", ErrInvalidConfig, p.FullMethod, p.Shape)
 		}
 	}
-	for _, m := range cfg.atCommit {
+	for _, m := range cfg.AtCommit {
 		if p, ok := catalog.Lookup(m); !ok || p.Kind != policy.KindKeyed {
 			return nil, fmt.Errorf("%w: WithClaimAtCommit: %q is not a keyed procedure of the catalog", ErrInvalidConfig, m)
 		}
 	}
+	tel := cfg.Tel() // recorded with the global providers without the options
 	core, err := keyedcore.NewServer(tx, keyedcore.ServerConfig{
-		Codec: cfg.codec, TxOptions: cfg.txOpts, LockWait: cfg.lockWait, AtCommit: cfg.atCommit,
+		Codec: cfg.Codec, TxOptions: cfg.TxOptions, LockWait: cfg.LockWait, AtCommit: cfg.AtCommit,
 		Answered:  func(err error) bool { var ce *connect.Error; return errors.As(err, &ce) },
 		KeyHeader: KeyHeader, KeyNoun: "idempotency key",
-		Telemetry: &keyedcore.Telemetry{MeterProvider: cfg.mp, TracerProvider: cfg.tp, Logger: cfg.logger,
-			Scope: telemetry.ScopePrefix + "connectint", Method: rpcMethod},
-		RetryOwner: cfg.retryOwner,
+		Telemetry:  keyedcore.TelemetryOf(&tel, "connectint", rpcMethod),
+		RetryOwner: cfg.RetryOwner,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	return &Server{catalog: catalog, caller: caller, pushback: cfg.pushback, types: cfg.types, core: core}, nil
+	return &Server{catalog: catalog, caller: caller, pushback: cfg.Pushback, types: cfg.Types, core: core}, nil
 }
 
 // rpcMethod is the attribute naming a procedure: OpenTelemetry's
@@ -234,7 +102,7 @@ func rpcMethod(m string) attribute.KeyValue { return attribute.String("rpc.metho
 var rpcCode = attribute.Key("rpc.connect_rpc.error_code")
 
 // Stats returns a snapshot of the server's counters.
-func (s *Server) Stats() ServerStats { return s.core.Stats() }
+func (s *Server) Stats() keyed.Stats { return s.core.Stats() }
 
 // Interceptor returns the server interceptor; install it on every handler
 // of the catalog's services (connect.WithInterceptors). For a keyed unary
@@ -268,7 +136,7 @@ func (s *Server) Stats() ServerStats { return s.core.Stats() }
 // gRPC client's service config (Grpc-Previous-Rpc-Attempts, on the gRPC
 // protocol) counts in opledger.server.retries_by_layer, and one by a
 // layer that is not the client's owner (the one it declares in
-// Opledger-Retry-Owner, else WithRetryOwner's, else judged by the
+// Opledger-Retry-Owner, else keyed.WithRetryOwner's, else judged by the
 // procedure's kind) is a second owner, logged once per procedure and
 // layer (see keyedcore.Server.Retries).
 func (s *Server) Interceptor() connect.Interceptor { return serverInterceptor{s} }

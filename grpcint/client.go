@@ -2,20 +2,16 @@ package grpcint
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"log/slog"
 	"sync/atomic"
-	"time"
 
-	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/opledger/opledger/internal/keyedconf"
 	"github.com/opledger/opledger/internal/keyedcore/keyedproto"
 	"github.com/opledger/opledger/internal/keyedcore/retry"
-	"github.com/opledger/opledger/internal/options"
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/policy"
 	"github.com/opledger/opledger/policy/serviceconfig"
 )
@@ -75,115 +71,18 @@ type counters struct {
 	calls, attempts, retries, resolves, resolved, replayed, refusals, ambiguous atomic.Int64
 }
 
-// ClientOption configures a Client; the With functions build them. Giving
-// the same option twice is an error.
-type ClientOption struct{ o options.Option[clientConfig] }
-
-type clientConfig struct {
-	budget           *policy.Budget
-	fundBySuccess    bool
-	backoff          policy.Backoff
-	maxAttempts      int
-	resolveWindow    time.Duration
+// clientOwn is grpcint's own client settings (WithTarget,
+// WithServiceConfigJSON, WithRetrySettings).
+type clientOwn struct {
 	serviceConfig    string
 	hasServiceConfig bool
 	retrySettings    *serviceconfig.RetrySettings
-	downstreamKeys   bool
 	target           string
-	mp               metric.MeterProvider
-	tp               trace.TracerProvider
-	logger           *slog.Logger
 }
 
-func clientOption(name string, f func(*clientConfig) error) ClientOption {
-	return ClientOption{options.New(name, f)}
-}
-
-// Defaults of the client's options.
-const (
-	DefaultMaxAttempts   = 5
-	DefaultResolveWindow = 30 * time.Second
-)
-
-// WithBudget sets the retry budget shared by the client's calls (one per
-// target). Default: policy.NewBudget with its defaults (10% of calls plus
-// 5 retries a second over 10 s). The budget bounds how often calls run
-// again; resolve requests, which only read, do not spend it.
-func WithBudget(b *policy.Budget) ClientOption {
-	return clientOption("WithBudget", func(c *clientConfig) error {
-		if b == nil {
-			return errors.New("nil budget")
-		}
-		c.budget = b
-		return nil
-	})
-}
-
-// WithBudgetFundedBySuccess deposits into the budget once per successful
-// call instead of once per call, so that under total failure retries fall
-// to the budget's floor. Pair it with a larger budget percent (0.5).
-func WithBudgetFundedBySuccess() ClientOption {
-	return clientOption("WithBudgetFundedBySuccess", func(c *clientConfig) error {
-		c.fundBySuccess = true
-		return nil
-	})
-}
-
-// WithBackoff sets the backoff between attempts, resolves included.
-// Default: policy.Backoff's defaults (100 ms doubling to 1 s, ±20%).
-// Server pushback (grpc-retry-pushback-ms) always wins.
-func WithBackoff(b policy.Backoff) ClientOption {
-	return clientOption("WithBackoff", func(c *clientConfig) error {
-		if err := b.Validate(); err != nil {
-			return err
-		}
-		c.backoff = b
-		return nil
-	})
-}
-
-// WithMaxAttempts bounds how many times one logical call is run, the first
-// attempt and the retries: 1 to 100; default 5. The call's deadline bounds
-// them too. Resolve requests are not counted: they are bounded by the
-// deadline (see WithResolveWindow).
-func WithMaxAttempts(n int) ClientOption {
-	return clientOption("WithMaxAttempts", func(c *clientConfig) error {
-		if n < 1 || n > 100 {
-			return fmt.Errorf("max attempts %d outside [1, 100]", n)
-		}
-		c.maxAttempts = n
-		return nil
-	})
-}
-
-// WithResolveWindow bounds how long the client keeps resolving a keyed
-// call whose outcome is unknown when the call has no deadline (default
-// 30 s, at least 1 ms). With a deadline, the deadline bounds it.
-func WithResolveWindow(d time.Duration) ClientOption {
-	return clientOption("WithResolveWindow", func(c *clientConfig) error {
-		if d < time.Millisecond {
-			return fmt.Errorf("resolve window %v under 1ms", d)
-		}
-		c.resolveWindow = d
-		return nil
-	})
-}
-
-// WithDownstreamKeys makes the client attach a derived key to a keyed
-// method called from inside a keyed call (a context that carries an
-// operation, as a keyed handler's does) without a key of its own:
-// keyed.DownstreamKey(ctx, method), with the called full method as the step,
-// instead of a new random key. The downstream call then has the same key
-// on every retry of the upstream call, so a chain of keyed services
-// behaves as one. A handler that calls the same method more than once per
-// operation gives each call its own key with WithKey(ctx,
-// keyed.DownstreamKey(ctx, step)). Outside a keyed call, and with a key set
-// (WithKey), the client behaves as without the option.
-func WithDownstreamKeys() ClientOption {
-	return clientOption("WithDownstreamKeys", func(c *clientConfig) error {
-		c.downstreamKeys = true
-		return nil
-	})
+// clientOption returns grpcint's own client option called name.
+func clientOption(name string, f func(*clientOwn) error) keyed.ClientOption {
+	return keyedconf.OwnClient("grpcint", name, f)
 }
 
 // Client is the client side of the kit for one channel: it attaches one
@@ -198,7 +97,8 @@ func WithDownstreamKeys() ClientOption {
 type Client struct {
 	catalog *policy.Catalog
 	owner   policy.RetryOwner
-	cfg     clientConfig
+	cfg     keyedconf.Client
+	own     clientOwn
 	loop    retry.Config
 	c       counters
 	obs     *clientObs
@@ -207,16 +107,16 @@ type Client struct {
 // NewClient returns a Client for a channel whose retries belong to owner.
 // Methods missing from the catalog are treated as non-idempotent and never
 // retried. Configuration errors wrap ErrInvalidConfig.
-func NewClient(catalog *policy.Catalog, owner policy.RetryOwner, opts ...ClientOption) (*Client, error) {
+func NewClient(catalog *policy.Catalog, owner policy.RetryOwner, opts ...keyed.ClientOption) (*Client, error) {
 	if !owner.Valid() {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, policy.ErrInvalidOwner)
 	}
 	if catalog == nil {
 		return nil, fmt.Errorf("%w: nil catalog", ErrInvalidConfig)
 	}
-	c := &Client{catalog: catalog, owner: owner,
-		cfg: clientConfig{maxAttempts: DefaultMaxAttempts, resolveWindow: DefaultResolveWindow}}
-	if err := options.Apply(&c.cfg, opts, func(o ClientOption) options.Option[clientConfig] { return o.o }); err != nil {
+	c := &Client{catalog: catalog, owner: owner}
+	c.cfg = keyedconf.NewClient("grpcint", &c.own, nil)
+	if err := keyedconf.ApplyClient(&c.cfg, opts); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	for _, p := range catalog.Methods() {
@@ -227,20 +127,20 @@ func NewClient(catalog *policy.Catalog, owner policy.RetryOwner, opts ...ClientO
 	if err := c.checkServiceConfig(); err != nil {
 		return nil, err
 	}
-	if c.owner == policy.OwnerServiceConfig && !c.cfg.hasServiceConfig {
+	if c.owner == policy.OwnerServiceConfig && !c.own.hasServiceConfig {
 		if _, err := c.generatedServiceConfig(); err != nil {
 			return nil, err
 		}
 	}
-	if c.cfg.budget == nil {
+	if c.cfg.Budget == nil {
 		b, err := policy.NewBudget(policy.BudgetSettings{})
 		if err != nil {
 			return nil, err
 		}
-		c.cfg.budget = b
+		c.cfg.Budget = b
 	}
-	c.loop = retry.Config{Owner: owner, Budget: c.cfg.budget, FundBySuccess: c.cfg.fundBySuccess, Backoff: c.cfg.backoff,
-		MaxAttempts: c.cfg.maxAttempts, ResolveWindow: c.cfg.resolveWindow}
+	c.loop = retry.Config{Owner: owner, Budget: c.cfg.Budget, FundBySuccess: c.cfg.FundBySuccess, Backoff: c.cfg.Backoff,
+		MaxAttempts: c.cfg.MaxAttempts, ResolveWindow: c.cfg.ResolveWindow}
 	c.obs = newClientObs(c)
 	return c, nil
 }
@@ -265,7 +165,7 @@ func (c *Client) policyOf(method string) policy.MethodPolicy {
 }
 
 // withKeyFor returns ctx carrying an idempotency key when method is keyed:
-// the caller's key if set, else (WithDownstreamKeys, inside a keyed call)
+// the caller's key if set, else (keyed.WithDownstreamKeys, inside a keyed call)
 // the derived one, else a new one (see retry.KeyFor). For a keyed method
 // whose request has an AIP-155 request_id field (see
 // keyedproto.RequestIDField) the request's own non-empty request_id is the
@@ -277,10 +177,10 @@ func (c *Client) withKeyFor(ctx context.Context, p policy.MethodPolicy, req any)
 	set := keyOf(ctx)
 	var k string
 	if id, has := keyedproto.RequestID(req); has && p.Kind == policy.KindKeyed {
-		k = retry.KeyForRequest(ctx, p, set, id, c.cfg.downstreamKeys)
+		k = retry.KeyForRequest(ctx, p, set, id, c.cfg.DownstreamKeys)
 		req = keyedproto.WithRequestID(req, k)
 	} else {
-		k = retry.KeyFor(ctx, p, set, c.cfg.downstreamKeys)
+		k = retry.KeyFor(ctx, p, set, c.cfg.DownstreamKeys)
 	}
 	if k == "" || k == set {
 		return ctx, k, req

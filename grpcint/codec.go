@@ -31,7 +31,7 @@ func DefaultFinalCodes() []codes.Code {
 // google.rpc.Status ([StatusTypeName]) and replayed with the same code,
 // message and details. With no codes nothing is final, but stored statuses
 // still decode. The server uses StatusCodec(DefaultFinalCodes()...) unless
-// told otherwise (see WithErrorCodec).
+// told otherwise (see keyed.WithErrorCodec).
 func StatusCodec(final ...codes.Code) txmiddleware.ErrorCodec {
 	return statusCodec{final: slices.DeleteFunc(slices.Clone(final), func(c codes.Code) bool { return c == codes.OK })}
 }

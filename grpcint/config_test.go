@@ -15,6 +15,7 @@ import (
 	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/testkit/wallet"
 	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/policy"
 	"github.com/opledger/opledger/policy/serviceconfig"
@@ -43,7 +44,7 @@ func TestMisconfigurationFailsAtConstruction(t *testing.T) {
 		l      ledger.Ledger
 		cat    *policy.Catalog
 		caller grpcint.CallerFunc
-		opts   []grpcint.ServerOption
+		opts   []keyed.ServerOption
 		want   string
 	}{
 		{"no database", nil, store, cat, caller, nil, "nil database"},
@@ -52,12 +53,12 @@ func TestMisconfigurationFailsAtConstruction(t *testing.T) {
 		{"no caller", db, store, cat, nil, nil, "nil caller function"},
 		{"ledger without dialect", db, noDialect, cat, caller, nil, "no dialect"},
 		{"keyed streaming method", db, store, streamCat, caller, nil, "only unary methods can be keyed"},
-		{"option twice", db, store, cat, caller, []grpcint.ServerOption{grpcint.WithLockWait(time.Second), grpcint.WithLockWait(time.Second)}, "WithLockWait given twice"},
-		{"zero option", db, store, cat, caller, []grpcint.ServerOption{{}}, "zero option"},
-		{"lock wait also in tx options", db, store, cat, caller, []grpcint.ServerOption{grpcint.WithTxOptions(txmiddleware.WithLockWait(time.Second))}, "WithLockWait given twice"},
-		{"codec also in tx options", db, store, cat, caller, []grpcint.ServerOption{grpcint.WithTxOptions(txmiddleware.WithErrorCodec(grpcint.StatusCodec()))}, "WithErrorCodec given twice"},
-		{"negative pushback", db, store, cat, caller, []grpcint.ServerOption{grpcint.WithInProgressPushback(-time.Second)}, "negative pushback"},
-		{"nil codec", db, store, cat, caller, []grpcint.ServerOption{grpcint.WithErrorCodec(nil)}, "codec must not be nil"},
+		{"option twice", db, store, cat, caller, []keyed.ServerOption{keyed.WithLockWait(time.Second), keyed.WithLockWait(time.Second)}, "WithLockWait given twice"},
+		{"nil option", db, store, cat, caller, []keyed.ServerOption{nil}, "nil option"},
+		{"lock wait also in tx options", db, store, cat, caller, []keyed.ServerOption{keyed.WithTxOptions(txmiddleware.WithLockWait(time.Second))}, "WithLockWait given twice"},
+		{"codec also in tx options", db, store, cat, caller, []keyed.ServerOption{keyed.WithTxOptions(txmiddleware.WithErrorCodec(grpcint.StatusCodec()))}, "WithErrorCodec given twice"},
+		{"negative pushback", db, store, cat, caller, []keyed.ServerOption{keyed.WithInProgressPushback(-time.Second)}, "negative pushback"},
+		{"nil codec", db, store, cat, caller, []keyed.ServerOption{keyed.WithErrorCodec(nil)}, "codec must not be nil"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -67,9 +68,9 @@ func TestMisconfigurationFailsAtConstruction(t *testing.T) {
 			}
 		})
 	}
-	for _, opts := range [][]grpcint.ClientOption{
-		{grpcint.WithMaxAttempts(0)}, {grpcint.WithMaxAttempts(101)}, {grpcint.WithBudget(nil)},
-		{grpcint.WithResolveWindow(0)}, {grpcint.WithMaxAttempts(3), grpcint.WithMaxAttempts(4)}, {{}},
+	for _, opts := range [][]keyed.ClientOption{
+		{keyed.WithMaxAttempts(0)}, {keyed.WithMaxAttempts(101)}, {keyed.WithBudget(nil)},
+		{keyed.WithResolveWindow(0)}, {keyed.WithMaxAttempts(3), keyed.WithMaxAttempts(4)}, {nil},
 	} {
 		if _, err := grpcint.NewClient(cat, policy.OwnerApplication, opts...); !errors.Is(err, grpcint.ErrInvalidConfig) {
 			t.Errorf("client options %d: err %v, want ErrInvalidConfig", len(opts), err)
@@ -161,7 +162,7 @@ func TestDialOptionsPerOwner(t *testing.T) {
 }
 
 // dialOptions builds a Client and returns its dial options.
-func dialOptions(cat *policy.Catalog, owner policy.RetryOwner, opts ...grpcint.ClientOption) ([]grpc.DialOption, error) {
+func dialOptions(cat *policy.Catalog, owner policy.RetryOwner, opts ...keyed.ClientOption) ([]grpc.DialOption, error) {
 	c, err := grpcint.NewClient(cat, owner, opts...)
 	if err != nil {
 		return nil, err

@@ -13,6 +13,7 @@ import (
 
 	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/policy"
 )
 
@@ -35,8 +36,8 @@ func TestResolveWhenTheBackoffDoesNotFit(t *testing.T) {
 	for _, owner := range []policy.RetryOwner{policy.OwnerApplication, policy.OwnerServiceConfig} {
 		t.Run(owner.String(), func(t *testing.T) {
 			e, _, _ := sqliteEnv(t, nil, loseRunAnswers)
-			c, pc := ownerClient(t, e.addr, owner, grpcint.WithMaxAttempts(3),
-				grpcint.WithBackoff(policy.Backoff{Initial: time.Minute, Max: time.Minute}))
+			c, pc := ownerClient(t, e.addr, owner, keyed.WithMaxAttempts(3),
+				keyed.WithBackoff(policy.Backoff{Initial: time.Minute, Max: time.Minute}))
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			reply, err := pc.Deposit(as(ctx, "shop", "key-late-resolve"), deposit("late-resolve", 100))
@@ -73,8 +74,8 @@ func TestLastChanceResolvesAgain(t *testing.T) {
 		return loseRunAnswers(ctx, req, info, handler)
 	}
 	e, _, _ := sqliteEnv(t, nil, front)
-	c, pc := appClient(t, e.addr, grpcint.WithMaxAttempts(3),
-		grpcint.WithBackoff(policy.Backoff{Initial: time.Minute, Max: time.Minute}))
+	c, pc := appClient(t, e.addr, keyed.WithMaxAttempts(3),
+		keyed.WithBackoff(policy.Backoff{Initial: time.Minute, Max: time.Minute}))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if _, err := pc.Deposit(as(ctx, "shop", "key-again"), deposit("again", 100)); err != nil {

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/opledger/opledger/internal/keyedcore/retry"
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/policy"
 	"github.com/opledger/opledger/policy/serviceconfig"
 )
@@ -18,8 +19,8 @@ import (
 // config of a channel owned by the service config. Default: policy's
 // defaults, with UNAVAILABLE and ABORTED as retryable codes (ABORTED is
 // what a keyed call still in progress returns, with pushback).
-func WithRetrySettings(s serviceconfig.RetrySettings) ClientOption {
-	return clientOption("WithRetrySettings", func(c *clientConfig) error { c.retrySettings = &s; return nil })
+func WithRetrySettings(s serviceconfig.RetrySettings) keyed.ClientOption {
+	return clientOption("WithRetrySettings", func(c *clientOwn) error { c.retrySettings = &s; return nil })
 }
 
 // WithServiceConfigJSON gives the channel a service config of your own
@@ -28,8 +29,8 @@ func WithRetrySettings(s serviceconfig.RetrySettings) ClientOption {
 // hedging entry is an error, because the channel would get a second retry
 // owner; with OwnerServiceConfig every finding of serviceconfig.Validate against
 // the catalog is an error.
-func WithServiceConfigJSON(js string) ClientOption {
-	return clientOption("WithServiceConfigJSON", func(c *clientConfig) error {
+func WithServiceConfigJSON(js string) keyed.ClientOption {
+	return clientOption("WithServiceConfigJSON", func(c *clientOwn) error {
 		c.serviceConfig, c.hasServiceConfig = js, true
 		return nil
 	})
@@ -38,13 +39,13 @@ func WithServiceConfigJSON(js string) ClientOption {
 // checkServiceConfig validates a user-supplied service config at
 // construction.
 func (c *Client) checkServiceConfig() error {
-	if c.owner == policy.OwnerServiceConfig && isXDS(c.cfg.target) {
-		return fmt.Errorf("%w: the owner service-config on the xds: target %q: the xDS resolver replaces the channel's service config (its retry policy is not used), and with grpc.WithDisableServiceConfig the channel gets no addresses; make the owner mesh (the control plane's retry policy) or application", ErrInvalidConfig, c.cfg.target)
+	if c.owner == policy.OwnerServiceConfig && isXDS(c.own.target) {
+		return fmt.Errorf("%w: the owner service-config on the xds: target %q: the xDS resolver replaces the channel's service config (its retry policy is not used), and with grpc.WithDisableServiceConfig the channel gets no addresses; make the owner mesh (the control plane's retry policy) or application", ErrInvalidConfig, c.own.target)
 	}
-	if !c.cfg.hasServiceConfig {
+	if !c.own.hasServiceConfig {
 		return nil
 	}
-	sc, err := serviceconfig.Parse([]byte(c.cfg.serviceConfig))
+	sc, err := serviceconfig.Parse([]byte(c.own.serviceConfig))
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -52,7 +53,7 @@ func (c *Client) checkServiceConfig() error {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	if c.owner == policy.OwnerServiceConfig {
-		return c.validate(c.cfg.serviceConfig)
+		return c.validate(c.own.serviceConfig)
 	}
 	return nil
 }
@@ -77,8 +78,8 @@ func (c *Client) validate(js string) error {
 // idempotent method. Keyed methods without a ledger are never retried.
 func (c *Client) generatedServiceConfig() (string, error) {
 	s := serviceconfig.RetrySettings{RetryableStatusCodes: []codes.Code{codes.Unavailable, codes.Aborted}}
-	if c.cfg.retrySettings != nil {
-		s = *c.cfg.retrySettings
+	if c.own.retrySettings != nil {
+		s = *c.own.retrySettings
 	}
 	var widened []policy.MethodPolicy
 	for _, p := range c.catalog.Methods() {
@@ -110,8 +111,8 @@ func (c *Client) generatedServiceConfig() (string, error) {
 // WithServiceConfigJSON), the given one or "" (none) for the other
 // owners. Print it to review what grpc-go will retry.
 func (c *Client) ServiceConfigJSON() (string, error) {
-	if c.cfg.hasServiceConfig || c.owner != policy.OwnerServiceConfig {
-		return c.cfg.serviceConfig, nil
+	if c.own.hasServiceConfig || c.owner != policy.OwnerServiceConfig {
+		return c.own.serviceConfig, nil
 	}
 	return c.generatedServiceConfig()
 }
@@ -138,8 +139,8 @@ func (c *Client) DialOptions() ([]grpc.DialOption, error) {
 		grpc.WithChainUnaryInterceptor(c.UnaryClientInterceptor()),
 		grpc.WithChainStreamInterceptor(c.StreamClientInterceptor())}
 	if c.owner == policy.OwnerServiceConfig {
-		js := c.cfg.serviceConfig
-		if !c.cfg.hasServiceConfig {
+		js := c.own.serviceConfig
+		if !c.own.hasServiceConfig {
 			var err error
 			if js, err = c.generatedServiceConfig(); err != nil {
 				return nil, err
@@ -147,11 +148,11 @@ func (c *Client) DialOptions() ([]grpc.DialOption, error) {
 		}
 		return append(opts, grpc.WithDisableServiceConfig(), grpc.WithDefaultServiceConfig(js)), nil
 	}
-	if c.owner != policy.OwnerMesh || !isXDS(c.cfg.target) {
+	if c.owner != policy.OwnerMesh || !isXDS(c.own.target) {
 		opts = append(opts, grpc.WithDisableRetry())
 	}
-	if c.cfg.hasServiceConfig {
-		opts = append(opts, grpc.WithDefaultServiceConfig(c.cfg.serviceConfig))
+	if c.own.hasServiceConfig {
+		opts = append(opts, grpc.WithDefaultServiceConfig(c.own.serviceConfig))
 	}
 	return opts, nil
 }

@@ -29,7 +29,7 @@
 //
 // A keyed handler that calls another service gives the call a key derived
 // from its own operation (keyed.DownstreamKey, or the client option
-// WithDownstreamKeys): the same on every retry, so a chain of keyed
+// keyed.WithDownstreamKeys): the same on every retry, so a chain of keyed
 // services behaves as one; see docs/beyond-the-transaction.md.
 //
 // The package keeps no global state and logs nothing. The raw key never

@@ -60,7 +60,7 @@ func TestDownstreamKeysOption(t *testing.T) {
 		return err == nil
 	}
 
-	c, pc := appClient(t, e.addr, grpcint.WithDownstreamKeys())
+	c, pc := appClient(t, e.addr, keyed.WithDownstreamKeys())
 	r1, err := pc.Deposit(opCtx, deposit("chained", 5))
 	if err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ import (
 	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/policy"
 )
@@ -161,7 +162,7 @@ func TestEarlierAttemptCommittedOnEveryDatabase(t *testing.T) {
 					t.Fatal(err)
 				}
 				l := &failLaterClaims{Store: store}
-				e := serveLedger(t, db, l, biz, loseFirstAnswer(), grpcint.WithLockWait(300*time.Millisecond))
+				e := serveLedger(t, db, l, biz, loseFirstAnswer(), keyed.WithLockWait(300*time.Millisecond))
 				c, pc := ownerClient(t, e.addr, owner, fastClient()...)
 				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 				defer cancel()

@@ -29,7 +29,7 @@ import (
 
 // sqliteEnv serves the example on SQLite with the given ledger wrapper,
 // front interceptor and options.
-func sqliteEnv(t *testing.T, wrap func(*ledger.Store) ledger.Ledger, front grpc.UnaryServerInterceptor, opts ...grpcint.ServerOption) (*env, *sql.DB, *ledger.Store) {
+func sqliteEnv(t *testing.T, wrap func(*ledger.Store) ledger.Ledger, front grpc.UnaryServerInterceptor, opts ...keyed.ServerOption) (*env, *sql.DB, *ledger.Store) {
 	t.Helper()
 	tg := testdb.Targets()[0]
 	db := tg.Open(t, 8)
@@ -42,13 +42,13 @@ func sqliteEnv(t *testing.T, wrap func(*ledger.Store) ledger.Ledger, front grpc.
 	if wrap != nil {
 		l = wrap(store)
 	}
-	return serveLedger(t, db, l, biz, front, append([]grpcint.ServerOption{grpcint.WithLockWait(300 * time.Millisecond),
-		grpcint.WithInProgressPushback(20 * time.Millisecond)}, opts...)...), db, store
+	return serveLedger(t, db, l, biz, front, append([]keyed.ServerOption{keyed.WithLockWait(300 * time.Millisecond),
+		keyed.WithInProgressPushback(20 * time.Millisecond)}, opts...)...), db, store
 }
 
-func fastClient() []grpcint.ClientOption {
-	return []grpcint.ClientOption{grpcint.WithMaxAttempts(3),
-		grpcint.WithBackoff(policy.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond})}
+func fastClient() []keyed.ClientOption {
+	return []keyed.ClientOption{keyed.WithMaxAttempts(3),
+		keyed.WithBackoff(policy.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond})}
 }
 
 // wantCallInfo checks the client's reading of a keyed call's error.
@@ -226,8 +226,8 @@ func TestOutcomeRows(t *testing.T) {
 			wantStatus(t, err, codes.Aborted, grpcint.ReasonInProgress)
 			// The kit's client gets the same, retries with the same key after
 			// the pushback, and gets the answer once the first attempt ends.
-			c, pc := appClient(t, e.addr, grpcint.WithMaxAttempts(50),
-				grpcint.WithBackoff(policy.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond}))
+			c, pc := appClient(t, e.addr, keyed.WithMaxAttempts(50),
+				keyed.WithBackoff(policy.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond}))
 			got := make(chan error, 1)
 			go func() { _, err := pc.Deposit(as(ctx, "alice", "k"), deposit("block", 1)); got <- err }()
 			for deadline := time.Now().Add(10 * time.Second); c.Stats().Retries == 0; time.Sleep(5 * time.Millisecond) {
@@ -265,7 +265,7 @@ func TestOutcomeRows(t *testing.T) {
 		keyed.TxAborted: func(t *testing.T) {
 			serialization := &ledger.DBError{Op: "claim", Class: dialects.ClassSerialization, Err: errors.New("could not serialize")}
 			e, _, _ := sqliteEnv(t, func(s *ledger.Store) ledger.Ledger { return testdb.FaultyLedger{Store: s, ClaimErr: serialization} }, nil,
-				grpcint.WithTxOptions(txmiddleware.WithMaxTxAttempts(2), txmiddleware.WithTxBackoff(time.Millisecond, time.Millisecond)))
+				keyed.WithTxOptions(txmiddleware.WithMaxTxAttempts(2), txmiddleware.WithTxBackoff(time.Millisecond, time.Millisecond)))
 			_, pc := appClient(t, e.addr, fastClient()...)
 			_, err := pc.Deposit(as(ctx, "alice", "k"), deposit("r", 1))
 			wantStatus(t, err, codes.Aborted, grpcint.ReasonTransactionAborted)
@@ -277,7 +277,7 @@ func TestOutcomeRows(t *testing.T) {
 		keyed.StorageUnavailable: func(t *testing.T) {
 			conn := &ledger.DBError{Op: "claim", Class: dialects.ClassConnection, Err: errors.New("connection refused")}
 			e, _, _ := sqliteEnv(t, func(s *ledger.Store) ledger.Ledger { return testdb.FaultyLedger{Store: s, ClaimErr: conn} }, nil,
-				grpcint.WithTxOptions(txmiddleware.WithMaxTxAttempts(1)))
+				keyed.WithTxOptions(txmiddleware.WithMaxTxAttempts(1)))
 			_, pc := appClient(t, e.addr, fastClient()...)
 			_, err := pc.Deposit(as(ctx, "alice", "k"), deposit("r", 1))
 			wantStatus(t, err, codes.Unavailable, grpcint.ReasonStorageUnavailable)
@@ -301,7 +301,7 @@ func TestOutcomeRows(t *testing.T) {
 			wantCallInfo(t, err, grpcint.ReasonLedgerMisuse, policy.DoNotRetry)
 		},
 		keyed.ResultUnreadable: func(t *testing.T) {
-			e, _, _ := sqliteEnv(t, nil, nil, grpcint.WithTypeResolver(new(protoregistry.Types)))
+			e, _, _ := sqliteEnv(t, nil, nil, keyed.WithTypeResolver(new(protoregistry.Types)))
 			if _, err := e.pc.Deposit(as(ctx, "alice", "k"), deposit("r", 1)); err != nil {
 				t.Fatal(err)
 			}
@@ -399,7 +399,7 @@ func testRequestTooLarge(t *testing.T) {
 	e, _, _ := sqliteEnv(t, nil, nil)
 	_, err := e.pc.Deposit(as(context.Background(), "alice", "k"), deposit(strings.Repeat("r", 5<<20), 1))
 	wantStatus(t, err, codes.ResourceExhausted, "")
-	if st := e.server.Stats(); st != (grpcint.ServerStats{}) {
+	if st := e.server.Stats(); st != (keyed.Stats{}) {
 		t.Errorf("the kit saw the call: %+v", st)
 	}
 }

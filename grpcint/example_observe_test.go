@@ -50,12 +50,12 @@ func Example_telemetry() {
 		log.Fatal(err)
 	}
 	kit, err := grpcint.NewServer(db, store, cat, grpcint.CallerFromPrincipal(wallet.Principal),
-		grpcint.WithServerMeterProvider(meters), grpcint.WithServerTracerProvider(tracers), grpcint.WithServerLogger(logger))
+		keyed.WithMeterProvider(meters), keyed.WithTracerProvider(tracers), keyed.WithLogger(logger))
 	if err != nil {
 		log.Fatal(err)
 	}
 	client, err := grpcint.NewClient(cat, policy.OwnerApplication,
-		grpcint.WithClientMeterProvider(meters), grpcint.WithClientTracerProvider(tracers), grpcint.WithClientLogger(logger))
+		keyed.WithMeterProvider(meters), keyed.WithTracerProvider(tracers), keyed.WithLogger(logger))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -250,8 +250,8 @@ func ExampleCallInfoOf() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	client, err := grpcint.NewClient(cat, policy.OwnerApplication, grpcint.WithMaxAttempts(2),
-		grpcint.WithBackoff(policy.Backoff{Initial: time.Millisecond, Max: time.Millisecond}))
+	client, err := grpcint.NewClient(cat, policy.OwnerApplication, keyed.WithMaxAttempts(2),
+		keyed.WithBackoff(policy.Backoff{Initial: time.Millisecond, Max: time.Millisecond}))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/internal/testkit/wallet"
 	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/policy"
 )
@@ -82,13 +83,13 @@ func newEnv(t *testing.T, tg testdb.Target) *env {
 }
 
 // newEnvWith is newEnv with more server options.
-func newEnvWith(t *testing.T, tg testdb.Target, opts ...grpcint.ServerOption) *env {
+func newEnvWith(t *testing.T, tg testdb.Target, opts ...keyed.ServerOption) *env {
 	t.Helper()
 	db := tg.Open(t, 8)
 	table, biz := newTables(t, db, tg.Dialect)
-	return serve(t, db, tg.Dialect, table, biz, append([]grpcint.ServerOption{
-		grpcint.WithLockWait(300 * time.Millisecond),
-		grpcint.WithInProgressPushback(50 * time.Millisecond)}, opts...)...)
+	return serve(t, db, tg.Dialect, table, biz, append([]keyed.ServerOption{
+		keyed.WithLockWait(300 * time.Millisecond),
+		keyed.WithInProgressPushback(50 * time.Millisecond)}, opts...)...)
 }
 
 // newTables creates a ledger table and a deposits table in db, dropped
@@ -107,7 +108,7 @@ func newTables(t testing.TB, db *sql.DB, d dialects.Dialect) (table, biz string)
 // serve runs the Wallet fixture service on db behind the kit's server
 // interceptor (plus opts) on a loopback port, with a raw client
 // connection; both stop when the test ends.
-func serve(t *testing.T, db *sql.DB, d dialects.Dialect, table, biz string, opts ...grpcint.ServerOption) *env {
+func serve(t *testing.T, db *sql.DB, d dialects.Dialect, table, biz string, opts ...keyed.ServerOption) *env {
 	t.Helper()
 	store, err := ledger.New(d, ledger.WithTable(table))
 	if err != nil {
@@ -118,7 +119,7 @@ func serve(t *testing.T, db *sql.DB, d dialects.Dialect, table, biz string, opts
 
 // serveLedger is serve with a ledger of the test's own and, when not nil,
 // a server interceptor in front of the kit's.
-func serveLedger(t *testing.T, db *sql.DB, store ledger.Ledger, biz string, front grpc.UnaryServerInterceptor, opts ...grpcint.ServerOption) *env {
+func serveLedger(t *testing.T, db *sql.DB, store ledger.Ledger, biz string, front grpc.UnaryServerInterceptor, opts ...keyed.ServerOption) *env {
 	t.Helper()
 	d := store.Dialect()
 	cat, err := wallet.Catalog()
@@ -192,13 +193,13 @@ func wantStatus(t *testing.T, err error, code codes.Code, reason grpcint.Reason)
 	return st
 }
 
-func appClient(t *testing.T, addr string, opts ...grpcint.ClientOption) (*grpcint.Client, walletpb.WalletClient) {
+func appClient(t *testing.T, addr string, opts ...keyed.ClientOption) (*grpcint.Client, walletpb.WalletClient) {
 	t.Helper()
 	return ownerClient(t, addr, policy.OwnerApplication, opts...)
 }
 
 // ownerClient is a kit client for a channel whose retries belong to owner.
-func ownerClient(t *testing.T, addr string, owner policy.RetryOwner, opts ...grpcint.ClientOption) (*grpcint.Client, walletpb.WalletClient) {
+func ownerClient(t *testing.T, addr string, owner policy.RetryOwner, opts ...keyed.ClientOption) (*grpcint.Client, walletpb.WalletClient) {
 	t.Helper()
 	return lossyClient(t, addr, owner, nil, opts...)
 }

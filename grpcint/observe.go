@@ -2,7 +2,6 @@ package grpcint
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"runtime"
 	"strings"
@@ -32,52 +31,6 @@ func grpcMethod(fullMethod string) attribute.KeyValue {
 // ---------------------------------------------------------------------------
 // Client
 
-// WithClientMeterProvider sets where the client's metrics go (default:
-// the global meter provider, a no-op until an SDK is installed): gRFC
-// A96's histograms grpc.client.call.retries, .transparent_retries and
-// .retry_delay, recorded when a unary call (or a server-streaming call the
-// client retries) ends, and the counters opledger.client.calls,
-// opledger.client.resolves and opledger.client.budget.refusals and the
-// gauge opledger.client.budget.balance. Their attributes and what each
-// counts are in docs/operations.md ("The instruments"); none carries a key
-// or a caller. A nil provider is an error.
-func WithClientMeterProvider(mp metric.MeterProvider) ClientOption {
-	return clientOption("WithClientMeterProvider", func(c *clientConfig) error {
-		if mp == nil {
-			return errors.New("meter provider must not be nil")
-		}
-		c.mp = mp
-		return nil
-	})
-}
-
-// WithClientTracerProvider sets where the client's spans go (default: the
-// global tracer provider): one opledger.resolve span per resolve request,
-// a child of the call's span, with grpc.method, the outcome and the key's
-// short hash (opledger.key_hash).
-func WithClientTracerProvider(tp trace.TracerProvider) ClientOption {
-	return clientOption("WithClientTracerProvider", func(c *clientConfig) error {
-		if tp == nil {
-			return errors.New("tracer provider must not be nil")
-		}
-		c.tp = tp
-		return nil
-	})
-}
-
-// WithClientLogger sets the logger of the client's events (default: none;
-// nil discards): one event per retry the budget refused (with the
-// decision, budget-exhausted) and per resolve request (with its outcome,
-// as opledger.client.resolves names it), with the method, the owner and
-// the short hash of the key (key_hash: the first six bytes of its
-// SHA-256, in hex); never the key, the request or the response.
-func WithClientLogger(l *slog.Logger) ClientOption {
-	return clientOption("WithClientLogger", func(c *clientConfig) error {
-		c.logger = l
-		return nil
-	})
-}
-
 // clientObs holds a Client's instruments.
 type clientObs struct {
 	owner       attribute.KeyValue
@@ -93,11 +46,11 @@ type clientObs struct {
 }
 
 func newClientObs(c *Client) *clientObs {
-	m := telemetry.MeterProvider(c.cfg.mp).Meter(telemetry.ScopePrefix + "grpcint")
+	m := telemetry.MeterProvider(c.cfg.Tel().MeterProvider).Meter(telemetry.ScopePrefix + "grpcint")
 	o := &clientObs{
 		owner:  telemetry.Owner.String(c.owner.String()),
-		tracer: telemetry.TracerProvider(c.cfg.tp).Tracer(telemetry.ScopePrefix + "grpcint"),
-		log:    telemetry.Logger(c.cfg.logger),
+		tracer: telemetry.TracerProvider(c.cfg.Tel().TracerProvider).Tracer(telemetry.ScopePrefix + "grpcint"),
+		log:    telemetry.Logger(c.cfg.Tel().Logger),
 		retries: telemetry.Inst(m.Int64Histogram("grpc.client.call.retries", metric.WithUnit("{retry}"),
 			metric.WithDescription("Number of retries during the client call. If there were no retries, 0 is not reported."),
 			metric.WithExplicitBucketBoundaries(telemetry.RetryBounds...))),
@@ -117,7 +70,7 @@ func newClientObs(c *Client) *clientObs {
 	}
 	gauge := telemetry.Inst(m.Int64ObservableGauge("opledger.client.budget.balance", metric.WithUnit("{retry}"),
 		metric.WithDescription("Retries the client's retry budget would allow now.")))
-	budget, owner, target := c.cfg.budget, o.owner, o.target
+	budget, owner, target := c.cfg.Budget, o.owner, o.target
 	reg, err := m.RegisterCallback(func(_ context.Context, obs metric.Observer) error {
 		attrs := []attribute.KeyValue{owner}
 		if t := target.Load(); t != nil {
@@ -276,65 +229,6 @@ func (o *clientObs) refused(ctx context.Context, method, key string) {
 
 // ---------------------------------------------------------------------------
 // Server
-
-// WithServerMeterProvider sets where the server's metrics go (default:
-// the global meter provider), and its txmiddleware runner's (see
-// txmiddleware.WithMeterProvider; the resolve probe's transactions are not
-// measured):
-//
-//   - opledger.server.calls, a counter of keyed calls by opledger.outcome
-//     (the outcome's name in package keyed's classification: executed,
-//     replayed, idempotency-key-reused, …), opledger.outcome.kind
-//     (executed, replayed, refused, failed), opledger.reason (the kit's
-//     reason, for a refusal or a failure) and grpc.status;
-//   - opledger.server.resolves, a counter of resolve requests by the same
-//     attributes (replayed for a stored answer, operation-not-found, …).
-//
-// Both carry grpc.method; never a key or a caller. The ledger's own
-// metrics are the ledger's option (ledger.WithMeterProvider).
-func WithServerMeterProvider(mp metric.MeterProvider) ServerOption {
-	return serverOption("WithServerMeterProvider", func(c *serverConfig) error {
-		if mp == nil {
-			return errors.New("meter provider must not be nil")
-		}
-		c.mp = mp
-		return nil
-	})
-}
-
-// WithServerTracerProvider sets where the server's spans go (default: the
-// global tracer provider): one opledger.keyed_call span per keyed call
-// (opledger.resolve for a resolve request), a child of the call's span
-// and the parent of the runner's and the ledger's, with grpc.method, the
-// outcome, the reason and the key's short hash.
-func WithServerTracerProvider(tp trace.TracerProvider) ServerOption {
-	return serverOption("WithServerTracerProvider", func(c *serverConfig) error {
-		if tp == nil {
-			return errors.New("tracer provider must not be nil")
-		}
-		c.tp = tp
-		return nil
-	})
-}
-
-// WithServerLogger sets the logger of the server's events and its
-// runner's (default: none; nil discards): one event per keyed call refused
-// before its claim (no key, a bad key, no caller, a request that cannot be
-// fingerprinted) and per resolve request, besides the runner's (see
-// txmiddleware.WithLogger: refusals by the ledger, take-overs of expired
-// entries, unknown commits); each with the method, the outcome and the
-// short hash of the key, never the key, the caller, the request or the
-// response.
-//
-// The server gives its runners its own meter and tracer providers and
-// logger: giving txmiddleware's WithMeterProvider, WithTracerProvider or
-// WithLogger in WithTxOptions as well is an error.
-func WithServerLogger(l *slog.Logger) ServerOption {
-	return serverOption("WithServerLogger", func(c *serverConfig) error {
-		c.logger = l
-		return nil
-	})
-}
 
 // codeName is the status code of err in gRFC A66's grpc.status form
 // ("OK", "FAILED_PRECONDITION", …).

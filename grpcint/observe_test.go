@@ -66,8 +66,8 @@ func TestObservedCalls(t *testing.T) {
 			}
 			return handler(ctx, req)
 		}
-		e := serveLedger(t, db, store, biz, front, grpcint.WithLockWait(2*time.Second),
-			grpcint.WithServerMeterProvider(m.Provider), grpcint.WithServerTracerProvider(sp.Provider), grpcint.WithServerLogger(logs.Logger))
+		e := serveLedger(t, db, store, biz, front, keyed.WithLockWait(2*time.Second),
+			keyed.WithMeterProvider(m.Provider), keyed.WithTracerProvider(sp.Provider), keyed.WithLogger(logs.Logger))
 		var keys []string
 		newKey := func() string { k := keyed.NewKey(); keys = append(keys, k); return k }
 
@@ -123,8 +123,8 @@ func TestObservedCalls(t *testing.T) {
 			return err
 		}
 		client, pc := lossyClient(t, e.addr, policy.OwnerApplication, lossy,
-			grpcint.WithBackoff(policy.Backoff{Initial: 20 * time.Millisecond, Max: 50 * time.Millisecond}),
-			grpcint.WithClientMeterProvider(m.Provider), grpcint.WithClientTracerProvider(sp.Provider), grpcint.WithClientLogger(logs.Logger))
+			keyed.WithBackoff(policy.Backoff{Initial: 20 * time.Millisecond, Max: 50 * time.Millisecond}),
+			keyed.WithMeterProvider(m.Provider), keyed.WithTracerProvider(sp.Provider), keyed.WithLogger(logs.Logger))
 		cctx, caller := sp.Provider.Tracer("test").Start(ctx, "caller")
 		if _, err := pc.Deposit(as(cctx, "alice-secret", newKey()), deposit("lost", 5)); err != nil {
 			t.Fatalf("lost answer: %v", err)
@@ -145,14 +145,14 @@ func TestObservedCalls(t *testing.T) {
 			t.Fatal(err)
 		}
 		unsentOnce.Store(false)
-		_, pcEmpty := lossyClient(t, e.addr, policy.OwnerApplication, lossy, grpcint.WithBudget(empty),
-			grpcint.WithClientMeterProvider(m.Provider), grpcint.WithClientLogger(logs.Logger))
+		_, pcEmpty := lossyClient(t, e.addr, policy.OwnerApplication, lossy, keyed.WithBudget(empty),
+			keyed.WithMeterProvider(m.Provider), keyed.WithLogger(logs.Logger))
 		if _, err := pcEmpty.Deposit(as(ctx, "alice-secret", newKey()), deposit("unsent", 7)); grpcint.ReasonOf(err) != grpcint.ReasonNotSent {
 			t.Fatalf("budget refusal: %v", err)
 		}
 
 		// grpc-go's own retry on a channel whose retries it owns.
-		_, pcSC := lossyClient(t, e.addr, policy.OwnerServiceConfig, nil, grpcint.WithClientMeterProvider(m.Provider))
+		_, pcSC := lossyClient(t, e.addr, policy.OwnerServiceConfig, nil, keyed.WithMeterProvider(m.Provider))
 		if _, err := pcSC.Deposit(as(ctx, "alice-secret", newKey()), deposit("sc-retry", 8)); err != nil {
 			t.Fatalf("service-config retry: %v", err)
 		}
@@ -311,7 +311,7 @@ func TestObservedCalls(t *testing.T) {
 
 // lossyClient is a kit client for owner whose channel runs inner (when
 // not nil) between the kit's interceptor and the transport.
-func lossyClient(t *testing.T, addr string, owner policy.RetryOwner, inner grpc.UnaryClientInterceptor, opts ...grpcint.ClientOption) (*grpcint.Client, walletpb.WalletClient) {
+func lossyClient(t *testing.T, addr string, owner policy.RetryOwner, inner grpc.UnaryClientInterceptor, opts ...keyed.ClientOption) (*grpcint.Client, walletpb.WalletClient) {
 	t.Helper()
 	c := newKitClient(t, owner, opts...)
 	return c, walletpb.NewWalletClient(dialKit(t, c, addr, inner))
@@ -322,7 +322,7 @@ func clientConn(t *testing.T, c *grpcint.Client, addr string) *grpc.ClientConn {
 	return dialKit(t, c, addr, nil)
 }
 
-func newKitClient(t *testing.T, owner policy.RetryOwner, opts ...grpcint.ClientOption) *grpcint.Client {
+func newKitClient(t *testing.T, owner policy.RetryOwner, opts ...keyed.ClientOption) *grpcint.Client {
 	t.Helper()
 	cat, err := wallet.Catalog()
 	if err != nil {
@@ -368,7 +368,7 @@ func TestServerTelemetryOptionsNotTwice(t *testing.T) {
 	}
 	for _, o := range []txmiddleware.Option{txmiddleware.WithLogger(nil), txmiddleware.WithMeterProvider(otelread.NewMetrics().Provider),
 		txmiddleware.WithTracerProvider(otelread.NewSpans().Provider)} {
-		_, err := grpcint.NewServer(new(sql.DB), store, cat, grpcint.CallerFromTrustedHeader("x"), grpcint.WithTxOptions(o))
+		_, err := grpcint.NewServer(new(sql.DB), store, cat, grpcint.CallerFromTrustedHeader("x"), keyed.WithTxOptions(o))
 		if !errors.Is(err, grpcint.ErrInvalidConfig) || !strings.Contains(err.Error(), "given twice") {
 			t.Errorf("%v, want ErrInvalidConfig for an option given twice", err)
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/internal/testkit/wallet"
 	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/pgxledger"
 	"github.com/opledger/opledger/txmiddleware"
@@ -64,11 +65,11 @@ func TestPgxRoundTrips(t *testing.T) {
 			}
 			for _, order := range []struct {
 				name   string
-				opts   []grpcint.ServerOption
+				opts   []keyed.ServerOption
 				replay int
 			}{
 				{"claim first", nil, 2},
-				{"claim at commit", []grpcint.ServerOption{grpcint.WithClaimAtCommit(walletpb.DepositMethod)}, 4},
+				{"claim at commit", []keyed.ServerOption{keyed.WithClaimAtCommit(walletpb.DepositMethod)}, 4},
 			} {
 				t.Run(order.name, func(t *testing.T) {
 					cat, err := wallet.Catalog()
@@ -188,9 +189,9 @@ func TestPgxHerd(t *testing.T) {
 		} {
 			for _, order := range []struct {
 				name string
-				opts []grpcint.ServerOption
+				opts []keyed.ServerOption
 			}{
-				{"claim-first", nil}, {"claim-at-commit", []grpcint.ServerOption{grpcint.WithClaimAtCommit(walletpb.DepositMethod)}},
+				{"claim-first", nil}, {"claim-at-commit", []keyed.ServerOption{keyed.WithClaimAtCommit(walletpb.DepositMethod)}},
 			} {
 				t.Run(level.name+"/"+order.name, func(t *testing.T) {
 					table, biz := newTables(t, direct, postgres.New())
@@ -199,8 +200,8 @@ func TestPgxHerd(t *testing.T) {
 						t.Fatal(err)
 					}
 					s, err := grpcint.NewServerFor(pgxledger.Transactions(pool, store), cat, grpcint.CallerFromTrustedHeader(callerHeader),
-						append([]grpcint.ServerOption{grpcint.WithLockWait(10 * time.Second),
-							grpcint.WithTxOptions(txmiddleware.WithIsolation(level.l))}, order.opts...)...)
+						append([]keyed.ServerOption{keyed.WithLockWait(10 * time.Second),
+							keyed.WithTxOptions(txmiddleware.WithIsolation(level.l))}, order.opts...)...)
 					if err != nil {
 						t.Fatal(err)
 					}

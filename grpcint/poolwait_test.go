@@ -12,6 +12,7 @@ import (
 	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/policy"
 )
@@ -34,7 +35,7 @@ func testPoolOfOne(t *testing.T, tg testdb.Target) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := serveLedger(t, db, store, biz, nil, grpcint.WithLockWait(300*time.Millisecond), grpcint.WithInProgressPushback(50*time.Millisecond))
+	e := serveLedger(t, db, store, biz, nil, keyed.WithLockWait(300*time.Millisecond), keyed.WithInProgressPushback(50*time.Millisecond))
 	ctx := context.Background()
 	first := make(chan error, 1)
 	go func() {

@@ -23,6 +23,7 @@ import (
 	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/testkit/aippb"
 	"github.com/opledger/opledger/internal/testkit/testdb"
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/policy"
 	"github.com/opledger/opledger/txmiddleware"
@@ -83,7 +84,7 @@ type ordersEnv struct {
 
 // serveOrders serves CreateOrder on te behind the kit's server (with
 // opts) on loopback, with a raw client connection.
-func serveOrders(t *testing.T, te *testdb.Env, opts ...grpcint.ServerOption) *ordersEnv {
+func serveOrders(t *testing.T, te *testdb.Env, opts ...keyed.ServerOption) *ordersEnv {
 	t.Helper()
 	store, err := ledger.New(te.Dialect, ledger.WithTable(te.Table))
 	if err != nil {
@@ -113,7 +114,7 @@ func sqliteOrders(t *testing.T) *ordersEnv {
 	t.Helper()
 	tg := testdb.Targets()[0]
 	return serveOrders(t, testdb.NewEnv(t, tg.Name, tg.Dialect, tg.Open(t, 8)),
-		grpcint.WithLockWait(300*time.Millisecond), grpcint.WithInProgressPushback(20*time.Millisecond))
+		keyed.WithLockWait(300*time.Millisecond), keyed.WithInProgressPushback(20*time.Millisecond))
 }
 
 func order(item, requestID string, quantity int64) *aippb.CreateOrderRequest {
@@ -130,7 +131,7 @@ func TestRequestIDHerd(t *testing.T) {
 	const callers, conns = 64, 16
 	keys := testdb.Keys(t, 50)
 	testdb.ForEachParallel(t, conns, func(t *testing.T, te *testdb.Env) {
-		e := serveOrders(t, te, grpcint.WithLockWait(10*time.Second), grpcint.WithInProgressPushback(20*time.Millisecond))
+		e := serveOrders(t, te, keyed.WithLockWait(10*time.Second), keyed.WithInProgressPushback(20*time.Millisecond))
 		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute) // a hang guard
 		defer cancel()
 		actx := metadata.AppendToOutgoingContext(ctx, callerHeader, "tenant")
@@ -290,7 +291,7 @@ func TestRequestIDClient(t *testing.T) {
 		return err
 	}
 	c, err := grpcint.NewClient(ordersCatalog(t), policy.OwnerApplication,
-		grpcint.WithBackoff(policy.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond}))
+		keyed.WithBackoff(policy.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/opledger/opledger/internal/keyedcore"
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/policy"
 )
 
@@ -29,21 +30,6 @@ const (
 	AttemptHeader = keyedcore.AttemptHeader
 )
 
-// WithRetryOwner sets the retry owner of the channels that call the
-// server, against which the server judges a call whose client declares
-// none (a client that is not the kit's): a retry by another layer is
-// reported as a second owner (see Server.UnaryServerInterceptor). Without
-// it such a call is judged by its method's kind in the catalog.
-func WithRetryOwner(owner policy.RetryOwner) ServerOption {
-	return serverOption("WithRetryOwner", func(c *serverConfig) error {
-		if !owner.Valid() {
-			return policy.ErrInvalidOwner
-		}
-		c.retryOwner = owner
-		return nil
-	})
-}
-
 // WithTarget gives the client its channel's target, as passed to
 // grpc.NewClient. On an xds: target (proxyless gRPC, whose retry policy
 // comes from the control plane's RouteConfiguration):
@@ -57,8 +43,8 @@ func WithRetryOwner(owner policy.RetryOwner) ServerOption {
 //
 // Without it, or on another target, DialOptions disable grpc-go's retries
 // for every owner but the service config.
-func WithTarget(target string) ClientOption {
-	return clientOption("WithTarget", func(c *clientConfig) error {
+func WithTarget(target string) keyed.ClientOption {
+	return clientOption("WithTarget", func(c *clientOwn) error {
 		if strings.TrimSpace(target) == "" {
 			return errors.New("empty target")
 		}
@@ -77,7 +63,7 @@ func isXDS(target string) bool {
 // metadata (";xds" on an xds:/// channel: grpc-go's retries there are the
 // control plane's).
 func (c *Client) declare(ctx context.Context, cc *grpc.ClientConn) context.Context {
-	d := keyedcore.Declaration{Owner: c.owner, XDS: isXDS(c.cfg.target) || (cc != nil && isXDS(cc.Target()))}
+	d := keyedcore.Declaration{Owner: c.owner, XDS: isXDS(c.own.target) || (cc != nil && isXDS(cc.Target()))}
 	return metadata.AppendToOutgoingContext(ctx, RetryOwnerHeader, d.String())
 }
 

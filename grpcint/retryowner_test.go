@@ -91,8 +91,8 @@ func TestRetryOwnerAtRunTime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := serveLedger(t, db, store, biz, failFirstFront(), grpcint.WithRetryOwner(policy.OwnerServiceConfig),
-		grpcint.WithServerMeterProvider(m.Provider), grpcint.WithServerLogger(logs.Logger))
+	e := serveLedger(t, db, store, biz, failFirstFront(), keyed.WithRetryOwner(policy.OwnerServiceConfig),
+		keyed.WithMeterProvider(m.Provider), keyed.WithLogger(logs.Logger))
 	envoy := func(ctx context.Context, n string) context.Context {
 		return metadata.AppendToOutgoingContext(ctx, keyedcore.EnvoyAttemptCountHeader, n)
 	}
@@ -108,7 +108,7 @@ func TestRetryOwnerAtRunTime(t *testing.T) {
 	call(sc, ctx, "fail-first-sc") // grpc-go retries as the generated service config says
 	_, mesh := ownerClient(t, e.addr, policy.OwnerMesh)
 	call(mesh, envoy(ctx, "2"), "mesh")
-	_, app := ownerClient(t, e.addr, policy.OwnerApplication, grpcint.WithBackoff(policy.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond}))
+	_, app := ownerClient(t, e.addr, policy.OwnerApplication, keyed.WithBackoff(policy.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond}))
 	call(app, ctx, "fail-first-app") // the kit's own loop retries
 	call(app, envoy(ctx, "1"), "first")
 	wantPoints(t, retryPoints(t, m), map[string]float64{

@@ -5,173 +5,26 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strconv"
 	"strings"
 	"time"
 
-	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
+	"github.com/opledger/opledger/internal/keyedconf"
 	"github.com/opledger/opledger/internal/keyedcore"
 	"github.com/opledger/opledger/internal/keyedcore/keyedproto"
 	"github.com/opledger/opledger/internal/keyedtx"
 	"github.com/opledger/opledger/internal/methodname"
-	"github.com/opledger/opledger/internal/options"
 	"github.com/opledger/opledger/internal/telemetry"
 	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/policy"
-	"github.com/opledger/opledger/txmiddleware"
 )
-
-// DefaultLockWait is how long a keyed call waits before its claim can be
-// decided (for a pooled connection, for BEGIN, for another attempt with
-// the same key that is still in flight) before it answers ABORTED or
-// UNAVAILABLE STORAGE_BUSY (see WithLockWait), unless WithLockWait says
-// otherwise.
-const DefaultLockWait = 2 * time.Second
-
-// DefaultInProgressPushback is the grpc-retry-pushback-ms sent with
-// ABORTED when another attempt with the same key is still running, and
-// with UNAVAILABLE STORAGE_BUSY.
-const DefaultInProgressPushback = 200 * time.Millisecond
-
-// ServerOption configures a Server; the With functions build them. Giving
-// the same option twice is an error.
-type ServerOption struct{ o options.Option[serverConfig] }
-
-type serverConfig struct {
-	txOpts   []txmiddleware.Option
-	atCommit []string
-	lockWait time.Duration
-	codec    txmiddleware.ErrorCodec
-	pushback time.Duration
-	types    protoregistry.MessageTypeResolver
-	mp       metric.MeterProvider
-	tp       trace.TracerProvider
-	logger   *slog.Logger
-	// retryOwner is WithRetryOwner's; "" without it.
-	retryOwner policy.RetryOwner
-}
-
-func serverOption(name string, f func(*serverConfig) error) ServerOption {
-	return ServerOption{options.New(name, f)}
-}
-
-// WithTxOptions passes options to the server's txmiddleware runner:
-// isolation, transaction attempts and backoff, a retry
-// hook. The lock-wait bound, the error codec and the telemetry are the
-// server's own options (WithLockWait, WithErrorCodec,
-// WithServerMeterProvider, WithServerTracerProvider, WithServerLogger);
-// giving them here as well is an error.
-func WithTxOptions(opts ...txmiddleware.Option) ServerOption {
-	return serverOption("WithTxOptions", func(c *serverConfig) error {
-		c.txOpts = append(c.txOpts, opts...)
-		return nil
-	})
-}
-
-// WithClaimAtCommit runs the named keyed methods (full gRPC method names,
-// "/pkg.Service/Method") claim at commit (see
-// txmiddleware.WithClaimAtCommit): the handler first, then the outcome
-// recorded as the last statement of its transaction; a retry of a
-// completed call, or a concurrent duplicate, runs the handler and rolls
-// it back before replaying. Choose it for short handlers whose every
-// effect is in the transaction and whose retries are rare. A name that is
-// not a keyed method of the catalog is an error, and so is a ledger that
-// has no Record method (ledger.Store has it). The other keyed methods claim first.
-func WithClaimAtCommit(methods ...string) ServerOption {
-	return serverOption("WithClaimAtCommit", func(c *serverConfig) error {
-		if len(methods) == 0 {
-			return errors.New("no method named")
-		}
-		c.atCommit = append([]string(nil), methods...)
-		return nil
-	})
-}
-
-// WithLockWait bounds how long a keyed call (and a resolve) waits before
-// its claim is decided (default [DefaultLockWait]): for a connection of
-// the pool, for BEGIN (on SQLite, for the database's single write lock)
-// and for another attempt with the same key that is still in flight (see
-// txmiddleware.WithLockWait). Past it the call answers ABORTED
-// ReasonInProgress when an attempt with the same key holds what it waited
-// for, and UNAVAILABLE ReasonStorageBusy when the database was busy with
-// other keys (a full pool, another writer on SQLite); both with
-// grpc-retry-pushback-ms. The dialect must implement dialects.LockWaiter;
-// zero sets no bound (the database's own settings and the call's deadline
-// bound the wait).
-func WithLockWait(d time.Duration) ServerOption {
-	return serverOption("WithLockWait", func(c *serverConfig) error {
-		if d < 0 {
-			return errors.New("lock wait must not be negative")
-		}
-		c.lockWait = d
-		return nil
-	})
-}
-
-// WithErrorCodec sets which handler errors are final, recorded and
-// replayed (default StatusCodec(DefaultFinalCodes()...)). It must decode
-// what it encodes: replays and resolves return its Decode.
-func WithErrorCodec(codec txmiddleware.ErrorCodec) ServerOption {
-	return serverOption("WithErrorCodec", func(c *serverConfig) error {
-		if codec == nil {
-			return errors.New("codec must not be nil")
-		}
-		c.codec = codec
-		return nil
-	})
-}
-
-// WithInProgressPushback sets the grpc-retry-pushback-ms sent with
-// ABORTED when another attempt with the same key is still running, and
-// with UNAVAILABLE STORAGE_BUSY (default [DefaultInProgressPushback]).
-func WithInProgressPushback(d time.Duration) ServerOption {
-	return serverOption("WithInProgressPushback", func(c *serverConfig) error {
-		if d < 0 {
-			return errors.New("negative pushback")
-		}
-		c.pushback = d
-		return nil
-	})
-}
-
-// WithTypeResolver sets where stored responses find their message type
-// by full name (default protoregistry.GlobalTypes).
-func WithTypeResolver(r protoregistry.MessageTypeResolver) ServerOption {
-	return serverOption("WithTypeResolver", func(c *serverConfig) error {
-		if r == nil {
-			return errors.New("type resolver must not be nil")
-		}
-		c.types = r
-		return nil
-	})
-}
-
-// ServerStats are the counters of a Server.
-type ServerStats struct {
-	// Executed counts keyed calls whose handler ran and committed (a
-	// success or a recorded final error).
-	Executed int64
-	// Replayed counts keyed calls answered from a stored outcome.
-	Replayed int64
-	// Resolves counts resolve requests, whatever they found (and only
-	// here).
-	Resolves int64
-	// Refused counts keyed calls refused before the handler: no key, no
-	// caller, key reused, in progress.
-	Refused int64
-	// Failed counts keyed calls that failed without committing (the
-	// handler's non-final error, storage trouble, an unknown commit).
-	Failed int64
-}
 
 // Server is the server side of the kit: it runs each keyed unary method's
 // handler inside one transaction with its ledger claim, replays stored
@@ -200,7 +53,7 @@ type Server struct {
 // A configuration that cannot work is an error wrapping ErrInvalidConfig:
 // a nil argument, a keyed streaming method, a lock-wait bound on a dialect
 // without dialects.LockWaiter, a bad option.
-func NewServer(db *sql.DB, l ledger.Ledger, catalog *policy.Catalog, caller CallerFunc, opts ...ServerOption) (*Server, error) {
+func NewServer(db *sql.DB, l ledger.Ledger, catalog *policy.Catalog, caller CallerFunc, opts ...keyed.ServerOption) (*Server, error) {
 	switch {
 	case db == nil:
 		return nil, fmt.Errorf("%w: nil database", ErrInvalidConfig)
@@ -214,7 +67,7 @@ func NewServer(db *sql.DB, l ledger.Ledger, catalog *policy.Catalog, caller Call
 // API's (see keyed.Transactions): keyed.SQL for database/sql, or
 // another API's, whose handlers find their transaction with that API's
 // function. Everything else is as for NewServer.
-func NewServerFor(tx keyed.Transactions, catalog *policy.Catalog, caller CallerFunc, opts ...ServerOption) (*Server, error) {
+func NewServerFor(tx keyed.Transactions, catalog *policy.Catalog, caller CallerFunc, opts ...keyed.ServerOption) (*Server, error) {
 	switch {
 	case tx == nil:
 		return nil, fmt.Errorf("%w: nil transactions", ErrInvalidConfig)
@@ -225,12 +78,12 @@ func NewServerFor(tx keyed.Transactions, catalog *policy.Catalog, caller CallerF
 	case tx.Dialect() == nil:
 		return nil, fmt.Errorf("%w: the ledger has no dialect", ErrInvalidConfig)
 	}
-	cfg := serverConfig{lockWait: DefaultLockWait, codec: StatusCodec(DefaultFinalCodes()...),
-		pushback: DefaultInProgressPushback, types: protoregistry.GlobalTypes}
-	if err := options.Apply(&cfg, opts, func(o ServerOption) options.Option[serverConfig] { return o.o }); err != nil {
+	cfg := keyedconf.NewServer("grpcint", nil, nil)
+	cfg.Codec = StatusCodec(DefaultFinalCodes()...)
+	if err := keyedconf.ApplyServer(&cfg, opts); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	s := &Server{catalog: catalog, caller: caller, pushback: cfg.pushback, types: cfg.types}
+	s := &Server{catalog: catalog, caller: caller, pushback: cfg.Pushback, types: cfg.Types}
 	for _, p := range catalog.Methods() {
 		if p.Kind != policy.KindKeyed {
 			continue
@@ -240,18 +93,18 @@ func NewServerFor(tx keyed.Transactions, catalog *policy.Catalog, caller CallerF
 		}
 		s.keyed = true
 	}
-	for _, m := range cfg.atCommit {
+	for _, m := range cfg.AtCommit {
 		if p, ok := catalog.Lookup(m); !ok || p.Kind != policy.KindKeyed {
 			return nil, fmt.Errorf("%w: WithClaimAtCommit: %q is not a keyed method of the catalog", ErrInvalidConfig, m)
 		}
 	}
+	tel := cfg.Tel() // recorded with the global providers without the options
 	core, err := keyedcore.NewServer(tx, keyedcore.ServerConfig{
-		Codec: cfg.codec, TxOptions: cfg.txOpts, LockWait: cfg.lockWait, AtCommit: cfg.atCommit,
+		Codec: cfg.Codec, TxOptions: cfg.TxOptions, LockWait: cfg.LockWait, AtCommit: cfg.AtCommit,
 		Answered:  func(err error) bool { _, ok := status.FromError(err); return ok },
 		KeyHeader: KeyHeader, KeyNoun: "idempotency key",
-		Telemetry: &keyedcore.Telemetry{MeterProvider: cfg.mp, TracerProvider: cfg.tp, Logger: cfg.logger,
-			Scope: telemetry.ScopePrefix + "grpcint", Method: grpcMethod},
-		RetryOwner: cfg.retryOwner,
+		Telemetry:  keyedcore.TelemetryOf(&tel, "grpcint", grpcMethod),
+		RetryOwner: cfg.RetryOwner,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
@@ -261,7 +114,7 @@ func NewServerFor(tx keyed.Transactions, catalog *policy.Catalog, caller CallerF
 }
 
 // Stats returns a snapshot of the server's counters.
-func (s *Server) Stats() ServerStats { return ServerStats(s.core.Stats()) }
+func (s *Server) Stats() keyed.Stats { return s.core.Stats() }
 
 // StreamServerInterceptor returns the streaming interceptor. NewServer
 // refuses a catalog with a keyed streaming method, so a stream never
@@ -389,7 +242,7 @@ func (s *Server) CheckRegistered(srv ServiceInfoProvider) error {
 // the kit's client (opledger-attempt) counts in
 // opledger.server.retries_by_layer, and one by a layer that is not the
 // channel's owner (the one its client declares in opledger-retry-owner,
-// else WithRetryOwner's, else judged by the method's kind) is a second
+// else keyed.WithRetryOwner's, else judged by the method's kind) is a second
 // owner, logged once per method and layer (see keyedcore.Server.Retries).
 // The stream interceptor judges streams alike.
 func (s *Server) UnaryServerInterceptor() grpc.UnaryServerInterceptor {

@@ -47,7 +47,7 @@ func TestStatusCodes(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				e := newEnv(t, tg)
 				if atCommit {
-					e = newEnvWith(t, tg, grpcint.WithClaimAtCommit(walletpb.DepositMethod))
+					e = newEnvWith(t, tg, keyed.WithClaimAtCommit(walletpb.DepositMethod))
 				}
 				ctx := context.Background()
 				const secret = "secret-key-1"
@@ -135,11 +135,11 @@ func TestClaimAtCommitUnknownMethod(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, m := range []string{"/no.Such/Method", walletpb.GetDepositMethod} {
-		if _, err := grpcint.NewServer(db, store, cat, grpcint.CallerFromTrustedHeader(callerHeader), grpcint.WithClaimAtCommit(m)); !errors.Is(err, grpcint.ErrInvalidConfig) {
+		if _, err := grpcint.NewServer(db, store, cat, grpcint.CallerFromTrustedHeader(callerHeader), keyed.WithClaimAtCommit(m)); !errors.Is(err, grpcint.ErrInvalidConfig) {
 			t.Errorf("WithClaimAtCommit(%q): %v, want ErrInvalidConfig", m, err)
 		}
 	}
-	if _, err := grpcint.NewServer(db, store, cat, grpcint.CallerFromTrustedHeader(callerHeader), grpcint.WithClaimAtCommit()); !errors.Is(err, grpcint.ErrInvalidConfig) {
+	if _, err := grpcint.NewServer(db, store, cat, grpcint.CallerFromTrustedHeader(callerHeader), keyed.WithClaimAtCommit()); !errors.Is(err, grpcint.ErrInvalidConfig) {
 		t.Errorf("WithClaimAtCommit(): %v, want ErrInvalidConfig", err)
 	}
 }
@@ -240,8 +240,8 @@ func TestClientGeneratesOneKeyPerCall(t *testing.T) {
 // and says how many attempts were made.
 func TestFinalErrorSaysAttempts(t *testing.T) {
 	e := newEnv(t, testdb.Targets()[0])
-	_, pc := appClient(t, e.addr, grpcint.WithMaxAttempts(3),
-		grpcint.WithBackoff(policy.Backoff{Initial: time.Millisecond, Max: 2 * time.Millisecond}))
+	_, pc := appClient(t, e.addr, keyed.WithMaxAttempts(3),
+		keyed.WithBackoff(policy.Backoff{Initial: time.Millisecond, Max: 2 * time.Millisecond}))
 	// No caller: UNAUTHENTICATED is not retried, and the error is the
 	// server's own.
 	_, err := pc.Deposit(context.Background(), deposit("x", 1))
@@ -260,8 +260,8 @@ func TestFinalErrorSaysAttempts(t *testing.T) {
 
 	// Nothing listens: UNAVAILABLE before sending is retried up to the
 	// bound, and the final error keeps its code and says so.
-	_, dead := appClient(t, "127.0.0.1:1", grpcint.WithMaxAttempts(3),
-		grpcint.WithBackoff(policy.Backoff{Initial: time.Millisecond, Max: 2 * time.Millisecond}))
+	_, dead := appClient(t, "127.0.0.1:1", keyed.WithMaxAttempts(3),
+		keyed.WithBackoff(policy.Backoff{Initial: time.Millisecond, Max: 2 * time.Millisecond}))
 	_, err = dead.GetDeposit(context.Background(), &walletpb.GetDepositRequest{DepositId: 1})
 	ci, _ := grpcint.CallInfoOf(err)
 	if status.Code(err) != codes.Unavailable || ci.Attempts != 3 || !strings.Contains(err.Error(), "after 3 attempts") ||
@@ -295,7 +295,7 @@ func TestNewServerFor(t *testing.T) {
 		t.Fatal(err)
 	}
 	tx := &keyedtest.Counting{Transactions: keyed.SQL(db, store)}
-	s, err := grpcint.NewServerFor(tx, cat, grpcint.CallerFromTrustedHeader(callerHeader), grpcint.WithClaimAtCommit(walletpb.DepositMethod))
+	s, err := grpcint.NewServerFor(tx, cat, grpcint.CallerFromTrustedHeader(callerHeader), keyed.WithClaimAtCommit(walletpb.DepositMethod))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,9 +4,9 @@ import (
 	"context"
 	"testing"
 
-	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
+	"github.com/opledger/opledger/keyed"
 )
 
 // keyedCallStatements is what a keyed unary call over loopback costs in
@@ -65,7 +65,7 @@ func TestKeyedCallStatements(t *testing.T) {
 				}
 				testdb.CheckStatements(t, path, c, biz, want[path])
 			}
-			atCommit := serve(t, db, tg.Dialect, table, biz, grpcint.WithClaimAtCommit(walletpb.DepositMethod))
+			atCommit := serve(t, db, tg.Dialect, table, biz, keyed.WithClaimAtCommit(walletpb.DepositMethod))
 			ctx = as(context.Background(), "alice", "count-key-2")
 			for _, path := range []string{"call at commit", "replay at commit"} {
 				c.Reset()

@@ -28,8 +28,8 @@ func (c *Client) StreamClientInterceptor() grpc.StreamClientInterceptor {
 			(p.Kind != policy.KindIdempotent && p.Kind != policy.KindNoSideEffects) {
 			return streamer(ctx, desc, cc, method, opts...)
 		}
-		if !c.cfg.fundBySuccess {
-			c.cfg.budget.Deposit()
+		if !c.cfg.FundBySuccess {
+			c.cfg.Budget.Deposit()
 		}
 		rs := &retryStream{c: c, p: p, ctx: ctx, desc: desc, cc: cc, method: method, streamer: streamer, opts: opts}
 		if err := rs.open(); err != nil {
@@ -133,8 +133,8 @@ func (s *retryStream) recv(m any) error {
 	for {
 		err := s.ClientStream.RecvMsg(m)
 		if err == nil {
-			if !s.received && s.c.cfg.fundBySuccess {
-				s.c.cfg.budget.Deposit()
+			if !s.received && s.c.cfg.FundBySuccess {
+				s.c.cfg.Budget.Deposit()
 			}
 			s.received = true
 			return nil
@@ -149,15 +149,15 @@ func (s *retryStream) recv(m any) error {
 			}
 			return s.stopped(err, string(d.Reason))
 		}
-		if s.attempts >= s.c.cfg.maxAttempts {
+		if s.attempts >= s.c.cfg.MaxAttempts {
 			return s.stopped(err, "max-attempts")
 		}
-		if !s.c.cfg.budget.TryWithdraw() {
+		if !s.c.cfg.Budget.TryWithdraw() {
 			s.c.c.refusals.Add(1)
 			s.c.obs.refused(s.ctx, s.method, "")
 			return s.stopped(err, "budget-exhausted")
 		}
-		if why := retry.Pause(s.ctx, s.c.cfg.backoff, &s.step, s.Trailer().Get(policy.PushbackHeader), nil); why != "" {
+		if why := retry.Pause(s.ctx, s.c.cfg.Backoff, &s.step, s.Trailer().Get(policy.PushbackHeader), nil); why != "" {
 			return s.stopped(err, why)
 		}
 		s.c.c.retries.Add(1)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/policy"
 )
 
@@ -79,8 +80,8 @@ func startFeed(t *testing.T, f *feed) (*grpcint.Client, *grpc.ClientConn) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := grpcint.NewClient(cat, policy.OwnerApplication, grpcint.WithMaxAttempts(4),
-		grpcint.WithBackoff(policy.Backoff{Initial: time.Millisecond, Max: 2 * time.Millisecond}))
+	c, err := grpcint.NewClient(cat, policy.OwnerApplication, keyed.WithMaxAttempts(4),
+		keyed.WithBackoff(policy.Backoff{Initial: time.Millisecond, Max: 2 * time.Millisecond}))
 	if err != nil {
 		t.Fatal(err)
 	}

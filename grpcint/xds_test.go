@@ -18,6 +18,7 @@ import (
 	"github.com/opledger/opledger/internal/testkit/wallet"
 	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
 	"github.com/opledger/opledger/internal/testkit/xdstest"
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/policy"
 )
 
@@ -82,15 +83,15 @@ func TestDialOptionsOnXDS(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		owner    policy.RetryOwner
-		opts     []grpcint.ClientOption
+		opts     []keyed.ClientOption
 		attempts []string // grpc-previous-rpc-attempts of each attempt
 		declared string
 	}{
-		{"mesh", policy.OwnerMesh, []grpcint.ClientOption{grpcint.WithTarget(target)}, []string{"", "1", "2", "3"}, "mesh;xds"},
+		{"mesh", policy.OwnerMesh, []keyed.ClientOption{grpcint.WithTarget(target)}, []string{"", "1", "2", "3"}, "mesh;xds"},
 		{"mesh without WithTarget", policy.OwnerMesh, nil, []string{""}, "mesh;xds"},
-		{"none", policy.OwnerNone, []grpcint.ClientOption{grpcint.WithTarget(target)}, []string{""}, "none;xds"},
-		{"application", policy.OwnerApplication, []grpcint.ClientOption{grpcint.WithTarget(target), grpcint.WithMaxAttempts(2),
-			grpcint.WithBackoff(policy.Backoff{Initial: time.Millisecond, Max: 2 * time.Millisecond})}, []string{"", ""}, "application;xds"},
+		{"none", policy.OwnerNone, []keyed.ClientOption{grpcint.WithTarget(target)}, []string{""}, "none;xds"},
+		{"application", policy.OwnerApplication, []keyed.ClientOption{grpcint.WithTarget(target), keyed.WithMaxAttempts(2),
+			keyed.WithBackoff(policy.Backoff{Initial: time.Millisecond, Max: 2 * time.Millisecond})}, []string{"", ""}, "application;xds"},
 	} {
 		rec.Reset(1 << 30)
 		decl.take()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/opledger/opledger/httpint"
 	"github.com/opledger/opledger/internal/testkit/testdb"
+	"github.com/opledger/opledger/keyed"
 )
 
 // BenchmarkPassThrough: a request to a route that is not keyed, straight
@@ -33,7 +34,7 @@ func BenchmarkPassThrough(b *testing.B) {
 // replay of a stored response.
 func BenchmarkKeyed(b *testing.B) {
 	tg := testdb.Targets()[0]
-	e := newEnv(b, testdb.NewEnv(b, tg.Name, tg.Dialect, tg.Open(b, 4)), nil, httpint.WithLockWait(10*time.Second))
+	e := newEnv(b, testdb.NewEnv(b, tg.Name, tg.Dialect, tg.Open(b, 4)), nil, keyed.WithLockWait(10*time.Second))
 	h := e.srv.Config.Handler
 	post := func(key string) int {
 		r := httptest.NewRequest(http.MethodPost, "/items", strings.NewReader("bench"))

@@ -53,14 +53,14 @@ var routes = []string{"POST /items", "PUT /orders/{id}"}
 
 // newEnv serves the test handler on te behind a middleware over the
 // ledger (wrapped by wrap, when not nil) with opts.
-func newEnv(t testing.TB, te *testdb.Env, wrap func(*ledger.Store) ledger.Ledger, opts ...httpint.Option) *env {
+func newEnv(t testing.TB, te *testdb.Env, wrap func(*ledger.Store) ledger.Ledger, opts ...keyed.ServerOption) *env {
 	t.Helper()
 	return newEnvFor(t, te, wrap, nil, opts...)
 }
 
 // newEnvFor is newEnv with the middleware on the transactions txOf
 // returns for the database and the ledger (httpint.New's when nil).
-func newEnvFor(t testing.TB, te *testdb.Env, wrap func(*ledger.Store) ledger.Ledger, txOf func(*sql.DB, ledger.Ledger) keyed.Transactions, opts ...httpint.Option) *env {
+func newEnvFor(t testing.TB, te *testdb.Env, wrap func(*ledger.Store) ledger.Ledger, txOf func(*sql.DB, ledger.Ledger) keyed.Transactions, opts ...keyed.ServerOption) *env {
 	t.Helper()
 	store, err := ledger.New(te.Dialect, ledger.WithTable(te.Table))
 	if err != nil {
@@ -282,11 +282,11 @@ func wantProblem(t testing.TB, r response, name, key string) httpint.Problem {
 }
 
 // sqliteEnv is an env on SQLite with a short lock wait.
-func sqliteEnv(t *testing.T, wrap func(*ledger.Store) ledger.Ledger, opts ...httpint.Option) *env {
+func sqliteEnv(t *testing.T, wrap func(*ledger.Store) ledger.Ledger, opts ...keyed.ServerOption) *env {
 	t.Helper()
 	tg := testdb.Targets()[0]
 	te := testdb.NewEnv(t, tg.Name, tg.Dialect, tg.Open(t, 8))
-	return newEnv(t, te, wrap, append([]httpint.Option{httpint.WithLockWait(300 * time.Millisecond)}, opts...)...)
+	return newEnv(t, te, wrap, append([]keyed.ServerOption{keyed.WithLockWait(300 * time.Millisecond)}, opts...)...)
 }
 
 // rawRequest is a POST /items as caller with body, without a key.

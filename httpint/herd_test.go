@@ -8,18 +8,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opledger/opledger/httpint"
 	"github.com/opledger/opledger/internal/testkit/testdb"
+	"github.com/opledger/opledger/keyed"
 )
 
 // herdTargets are SQLite, PostgreSQL through pgx and MariaDB (lib/pq adds
 // nothing HTTP-specific; the ledger's own herd runs through it).
-func herdTargets(t *testing.T, conns int, f func(t *testing.T, e *env), opts ...httpint.Option) {
+func herdTargets(t *testing.T, conns int, f func(t *testing.T, e *env), opts ...keyed.ServerOption) {
 	testdb.ForEachParallel(t, conns, func(t *testing.T, te *testdb.Env) {
 		if te.Name == "postgres/pq" {
 			t.Skip("lib/pq: covered by the ledger's and txmiddleware's herds")
 		}
-		f(t, newEnv(t, te, nil, append([]httpint.Option{httpint.WithLockWait(10 * time.Second)}, opts...)...))
+		f(t, newEnv(t, te, nil, append([]keyed.ServerOption{keyed.WithLockWait(10 * time.Second)}, opts...)...))
 	})
 }
 
@@ -37,9 +37,9 @@ func TestHerdClaimAtCommit(t *testing.T) { herd(t, 20, true) }
 
 func herd(t *testing.T, keys int, atCommit bool) {
 	const callers = 64
-	var opts []httpint.Option
+	var opts []keyed.ServerOption
 	if atCommit {
-		opts = append(opts, httpint.WithClaimAtCommit("POST /items"))
+		opts = append(opts, keyed.WithClaimAtCommit("POST /items"))
 	}
 	herdTargets(t, 16, func(t *testing.T, e *env) {
 		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)

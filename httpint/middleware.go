@@ -12,10 +12,9 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/keyedconf"
 	"github.com/opledger/opledger/internal/keyedcore"
 	"github.com/opledger/opledger/internal/methodname"
-	"github.com/opledger/opledger/internal/options"
-	"github.com/opledger/opledger/internal/telemetry"
 	"github.com/opledger/opledger/internal/txledger"
 	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
@@ -27,25 +26,6 @@ import (
 // body limit the ledger cannot store (see WithMaxResponseBody), a bad
 // option.
 var ErrInvalidConfig = errors.New("httpint: invalid configuration")
-
-// Stats are the counters of a Middleware.
-type Stats struct {
-	// Executed counts keyed requests whose handler ran and committed a
-	// stored response.
-	Executed int64
-	// Replayed counts keyed requests answered with a stored response.
-	Replayed int64
-	// Resolves counts resolve requests, whatever they found (and only
-	// here).
-	Resolves int64
-	// Refused counts keyed requests refused before the handler ran: no
-	// caller, no or a bad key, a body too large, a reused key, a request
-	// in progress.
-	Refused int64
-	// Failed counts keyed requests that committed nothing: a response
-	// that is not stored, storage trouble, an unknown commit.
-	Failed int64
-}
 
 // Middleware runs the handlers of keyed routes inside one transaction
 // with their ledger claim, stores their responses and replays them to
@@ -82,7 +62,7 @@ func (route) ServeHTTP(http.ResponseWriter, *http.Request) {}
 // fingerprint covers the method, path, query and body (see
 // WithFingerprintHeaders, WithBodyCanonicalizer). A configuration that
 // cannot work is an error wrapping ErrInvalidConfig.
-func New(db *sql.DB, l ledger.Ledger, caller CallerFunc, routes []string, opts ...Option) (*Middleware, error) {
+func New(db *sql.DB, l ledger.Ledger, caller CallerFunc, routes []string, opts ...keyed.ServerOption) (*Middleware, error) {
 	switch {
 	case db == nil:
 		return nil, fmt.Errorf("%w: nil database", ErrInvalidConfig)
@@ -98,7 +78,7 @@ func New(db *sql.DB, l ledger.Ledger, caller CallerFunc, routes []string, opts .
 // states its result limit (its ledger is a ledger.Store, or one of your
 // own with a MaxResultSize method), a response body limit it cannot store
 // is refused. Everything else is as for New.
-func NewFor(tx keyed.Transactions, caller CallerFunc, routes []string, opts ...Option) (*Middleware, error) {
+func NewFor(tx keyed.Transactions, caller CallerFunc, routes []string, opts ...keyed.ServerOption) (*Middleware, error) {
 	switch {
 	case tx == nil:
 		return nil, fmt.Errorf("%w: nil transactions", ErrInvalidConfig)
@@ -111,7 +91,8 @@ func NewFor(tx keyed.Transactions, caller CallerFunc, routes []string, opts ...O
 	}
 	m := &Middleware{dialect: tx.Dialect(), caller: caller, cfg: defaults(),
 		routes: http.NewServeMux(), methods: map[string]bool{}, allow: map[string]bool{}}
-	if err := options.Apply(&m.cfg, opts, func(o Option) options.Option[config] { return o.o }); err != nil {
+	shared := keyedconf.NewServer("httpint", &m.cfg, refuses)
+	if err := keyedconf.ApplyServer(&shared, opts); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	known := map[string]bool{}
@@ -131,16 +112,15 @@ func NewFor(tx keyed.Transactions, caller CallerFunc, routes []string, opts ...O
 	if m.cfg.setCookie {
 		m.allow["Set-Cookie"] = true
 	}
-	for _, op := range m.cfg.atCommit {
+	for _, op := range shared.AtCommit {
 		if !known[op] {
 			return nil, fmt.Errorf("%w: WithClaimAtCommit: %q is not one of the keyed routes", ErrInvalidConfig, op)
 		}
 	}
-	if m.cfg.tel != nil {
-		m.cfg.tel.Scope = telemetry.ScopePrefix + "httpint"
-	}
-	core, err := keyedcore.NewServer(tx, keyedcore.ServerConfig{Codec: codec{}, TxOptions: m.cfg.txOpts, LockWait: m.cfg.lockWait,
-		AtCommit: m.cfg.atCommit, KeyHeader: KeyHeader, KeyNoun: KeyHeader, Telemetry: m.cfg.tel, RetryOwner: m.cfg.retryOwner})
+	// Without a telemetry option the middleware records nothing of its own.
+	tel := keyedcore.TelemetryOf(shared.Telemetry, "httpint", nil)
+	core, err := keyedcore.NewServer(tx, keyedcore.ServerConfig{Codec: codec{}, TxOptions: shared.TxOptions, LockWait: shared.LockWait,
+		AtCommit: shared.AtCommit, KeyHeader: KeyHeader, KeyNoun: KeyHeader, Telemetry: tel, RetryOwner: shared.RetryOwner})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -173,7 +153,7 @@ func (m *Middleware) addRoute(op string) (err error) {
 }
 
 // Stats returns a snapshot of the counters.
-func (m *Middleware) Stats() Stats { return Stats(m.core.Stats()) }
+func (m *Middleware) Stats() keyed.Stats { return m.core.Stats() }
 
 // Handler returns next behind the middleware: the shape
 // func(http.Handler) http.Handler that routers take. For a keyed route it:
@@ -203,10 +183,10 @@ func (m *Middleware) Stats() Stats { return Stats(m.core.Stats()) }
 // retry headers: a retry by a client's own loop (Opledger-Attempt), by
 // the mesh (X-Envoy-Attempt-Count) or by a gRPC library's service config
 // (Grpc-Previous-Rpc-Attempts) counts in opledger.server.retries_by_layer
-// (with WithMeterProvider), and one by a layer that is not the client's
+// (with keyed.WithMeterProvider), and one by a layer that is not the client's
 // owner (the one it declares in Opledger-Retry-Owner, else
-// WithRetryOwner's) is a second owner, logged once per route and layer
-// (with WithLogger; see keyedcore.Server.Retries).
+// keyed.WithRetryOwner's) is a second owner, logged once per route and layer
+// (with keyed.WithLogger; see keyedcore.Server.Retries).
 func (m *Middleware) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, resolve := r.Header[ResolveHeader]

@@ -188,7 +188,7 @@ func TestFinalStatus(t *testing.T) {
 // answer is the kit's, not the handler's 500.
 func TestReportError(t *testing.T) {
 	t.Parallel()
-	e := sqliteEnv(t, nil, httpint.WithTxOptions(txmiddleware.WithMaxTxAttempts(3), txmiddleware.WithTxBackoff(time.Millisecond, time.Millisecond)))
+	e := sqliteEnv(t, nil, keyed.WithTxOptions(txmiddleware.WithMaxTxAttempts(3), txmiddleware.WithTxBackoff(time.Millisecond, time.Millisecond)))
 	var calls atomic.Int64
 	e.reportF = func() error {
 		calls.Add(1)
@@ -237,7 +237,11 @@ func TestNewRefuses(t *testing.T) {
 			_, err := httpint.New(db, store, caller, routes, httpint.WithBareKeys(), httpint.WithBareKeys())
 			return err
 		},
-		"zero option": func() error { _, err := httpint.New(db, store, caller, routes, httpint.Option{}); return err },
+		"nil option": func() error { _, err := httpint.New(db, store, caller, routes, nil); return err },
+		"an option it cannot honour": func() error {
+			_, err := httpint.New(db, store, caller, routes, keyed.WithInProgressPushback(time.Second))
+			return err
+		},
 		"negative limit": func() error {
 			_, err := httpint.New(db, store, caller, routes, httpint.WithMaxRequestBody(-1))
 			return err
@@ -247,15 +251,15 @@ func TestNewRefuses(t *testing.T) {
 			return err
 		},
 		"lock wait twice": func() error {
-			_, err := httpint.New(db, store, caller, routes, httpint.WithTxOptions(txmiddleware.WithLockWait(time.Second)))
+			_, err := httpint.New(db, store, caller, routes, keyed.WithTxOptions(txmiddleware.WithLockWait(time.Second)))
 			return err
 		},
 		"claim at commit, unknown route": func() error {
-			_, err := httpint.New(db, store, caller, routes, httpint.WithClaimAtCommit("POST /other"))
+			_, err := httpint.New(db, store, caller, routes, keyed.WithClaimAtCommit("POST /other"))
 			return err
 		},
 		"claim at commit, no route": func() error {
-			_, err := httpint.New(db, store, caller, routes, httpint.WithClaimAtCommit())
+			_, err := httpint.New(db, store, caller, routes, keyed.WithClaimAtCommit())
 			return err
 		},
 		"nil final": func() error {
@@ -349,7 +353,7 @@ func TestNewFor(t *testing.T) {
 	e := newEnvFor(t, te, nil, func(db *sql.DB, l ledger.Ledger) keyed.Transactions {
 		tx = &keyedtest.Counting{Transactions: keyed.SQL(db, l)}
 		return tx
-	}, httpint.WithClaimAtCommit("PUT /orders/{id}"))
+	}, keyed.WithClaimAtCommit("PUT /orders/{id}"))
 	if tx.Runners.Load() != 3 {
 		t.Fatalf("%d runners built; want the requests', the claim-at-commit routes' and the resolve probe's", tx.Runners.Load())
 	}

@@ -7,20 +7,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/opledger/opledger/internal/keyedcore"
+	"github.com/opledger/opledger/internal/keyedconf"
 	"github.com/opledger/opledger/internal/ledgerkit"
-	"github.com/opledger/opledger/internal/options"
-	"github.com/opledger/opledger/policy"
-	"github.com/opledger/opledger/txmiddleware"
+	"github.com/opledger/opledger/keyed"
 )
 
 // Defaults of the middleware's options.
 const (
-	// DefaultLockWait is how long a keyed request waits before its claim
-	// is decided (for a pooled connection, for BEGIN, for another request
-	// with the same key still in flight) before it answers 409 or 503
-	// (see WithLockWait).
-	DefaultLockWait = 2 * time.Second
 	// DefaultRetryAfter is the Retry-After sent with 409 and 503.
 	DefaultRetryAfter = time.Second
 	// DefaultMaxRequestBody is the largest request body of a keyed
@@ -63,16 +56,21 @@ func DefaultFinalStatus(status int) bool {
 	return status >= 400 && status < 500
 }
 
-// Option configures a Middleware; the With functions build them. Giving
-// the same option twice is an error.
-type Option struct{ o options.Option[config] }
+// option returns httpint's own option called name: a keyed.ServerOption
+// that only httpint's middleware honours.
+func option(name string, f func(*config) error) keyed.ServerOption {
+	return keyedconf.OwnServer("httpint", name, f)
+}
 
-func option(name string, f func(*config) error) Option { return Option{options.New(name, f)} }
+// refuses are the shared server options the middleware cannot honour.
+var refuses = map[string]string{
+	"WithErrorCodec":         "the middleware stores responses, not errors (see WithFinalStatus)",
+	"WithInProgressPushback": "the middleware sends Retry-After (see WithRetryAfter)",
+	"WithTypeResolver":       "the middleware stores no protobuf messages",
+}
 
+// config is the middleware's own settings, which its own options set.
 type config struct {
-	txOpts      []txmiddleware.Option
-	atCommit    []string
-	lockWait    time.Duration
 	retryAfter  time.Duration
 	maxRequest  int64
 	maxResponse int
@@ -82,71 +80,16 @@ type config struct {
 	fpHeaders   []string
 	canon       func([]byte) ([]byte, error)
 	bareKeys    bool
-	retryOwner  policy.RetryOwner    // WithRetryOwner's
-	tel         *keyedcore.Telemetry // the telemetry options'; nil: none
 }
 
 func defaults() config {
-	return config{lockWait: DefaultLockWait, retryAfter: DefaultRetryAfter, maxRequest: DefaultMaxRequestBody,
+	return config{retryAfter: DefaultRetryAfter, maxRequest: DefaultMaxRequestBody,
 		maxResponse: DefaultMaxResponseBody, final: DefaultFinalStatus, replay: DefaultReplayHeaders()}
-}
-
-// WithTxOptions passes options to the middleware's txmiddleware runner:
-// isolation, transaction attempts and backoff, a retry
-// hook. The lock-wait bound and the error codec are the middleware's own
-// (WithLockWait; the codec cannot be replaced); giving them here is an
-// error.
-func WithTxOptions(opts ...txmiddleware.Option) Option {
-	return option("WithTxOptions", func(c *config) error {
-		c.txOpts = append(c.txOpts, opts...)
-		return nil
-	})
-}
-
-// WithClaimAtCommit runs the named keyed routes (as given to New, "POST
-// /transfers") claim at commit (see txmiddleware.WithClaimAtCommit): the
-// handler first, then its response recorded as the last statement of its
-// transaction; a retry of a completed request, or a concurrent duplicate,
-// runs the handler and rolls it back before replaying. Choose it for short
-// handlers whose every effect is in the transaction and whose retries are
-// rare. A name that is not one of New's routes is an error, and so is a
-// ledger without Record (ledger.Store has it). The other keyed routes
-// claim first.
-func WithClaimAtCommit(routes ...string) Option {
-	return option("WithClaimAtCommit", func(c *config) error {
-		if len(routes) == 0 {
-			return errors.New("no route named")
-		}
-		c.atCommit = append([]string(nil), routes...)
-		return nil
-	})
-}
-
-// WithLockWait bounds how long a keyed request (and a resolve) waits
-// before its claim is decided (default DefaultLockWait): for a connection
-// of the pool, for BEGIN (on SQLite, for the database's single write
-// lock) and for another request with the same key that is still in
-// flight (see txmiddleware.WithLockWait). Past it the answer is 409
-// (operation-in-progress) when a request with the same key holds what it
-// waited for, and 503 (storage-busy) when the database was busy with
-// other keys (a full pool, another writer on SQLite); both with
-// Retry-After. Within it, the request gets the first one's stored
-// response as soon as that commits. The dialect must implement
-// dialects.LockWaiter; zero sets no bound (the database's own settings
-// and the request's context bound the wait).
-func WithLockWait(d time.Duration) Option {
-	return option("WithLockWait", func(c *config) error {
-		if d < 0 {
-			return errors.New("lock wait must not be negative")
-		}
-		c.lockWait = d
-		return nil
-	})
 }
 
 // WithRetryAfter sets the Retry-After of 409 and 503 answers (default
 // DefaultRetryAfter), rounded up to whole seconds, at least 1.
-func WithRetryAfter(d time.Duration) Option {
+func WithRetryAfter(d time.Duration) keyed.ServerOption {
 	return option("WithRetryAfter", func(c *config) error {
 		if d <= 0 {
 			return errors.New("retry-after must be positive")
@@ -159,7 +102,7 @@ func WithRetryAfter(d time.Duration) Option {
 // WithMaxRequestBody bounds a keyed request's body in bytes (default
 // DefaultMaxRequestBody). A larger body is answered 413 before anything
 // is claimed: the body is read whole to be fingerprinted.
-func WithMaxRequestBody(n int64) Option {
+func WithMaxRequestBody(n int64) keyed.ServerOption {
 	return option("WithMaxRequestBody", func(c *config) error {
 		if n < 0 {
 			return errors.New("request body limit must not be negative")
@@ -176,7 +119,7 @@ func WithMaxRequestBody(n int64) Option {
 // (ledger.WithMaxResultSize) must hold it and StoredHeaderRoom more: New
 // refuses a limit it cannot store, when the ledger states its limit
 // (ledger.Store, or a ledger of your own with a MaxResultSize method).
-func WithMaxResponseBody(n int) Option {
+func WithMaxResponseBody(n int) keyed.ServerOption {
 	return option("WithMaxResponseBody", func(c *config) error {
 		if n < 0 {
 			return errors.New("response body limit must not be negative")
@@ -192,7 +135,7 @@ func WithMaxResponseBody(n int) Option {
 // error status rolls everything back and stores nothing, so a retry runs
 // the handler again. Statuses below 400 are always stored with the
 // handler's writes.
-func WithFinalStatus(final func(status int) bool) Option {
+func WithFinalStatus(final func(status int) bool) keyed.ServerOption {
 	return option("WithFinalStatus", func(c *config) error {
 		if final == nil {
 			return errors.New("final-status function must not be nil")
@@ -206,7 +149,7 @@ func WithFinalStatus(final func(status int) bool) Option {
 // (default DefaultReplayHeaders()). The first response gets every header
 // the handler set; a replay only these. Set-Cookie is refused here: use
 // WithSetCookieReplay.
-func WithReplayHeaders(names ...string) Option {
+func WithReplayHeaders(names ...string) keyed.ServerOption {
 	return option("WithReplayHeaders", func(c *config) error {
 		out := make([]string, 0, len(names))
 		for _, n := range names {
@@ -228,7 +171,7 @@ func WithReplayHeaders(names ...string) Option {
 // Without it a replay never sets a cookie: a cookie is often a session
 // granted to whoever sent the first request, and a replay may reach a
 // different client of the same caller.
-func WithSetCookieReplay() Option {
+func WithSetCookieReplay() keyed.ServerOption {
 	return option("WithSetCookieReplay", func(c *config) error {
 		c.setCookie = true
 		return nil
@@ -239,7 +182,7 @@ func WithSetCookieReplay() Option {
 // default it holds the method, the path, the query and the body): a
 // request that differs from the first in one of them is a reused key
 // (422).
-func WithFingerprintHeaders(names ...string) Option {
+func WithFingerprintHeaders(names ...string) keyed.ServerOption {
 	return option("WithFingerprintHeaders", func(c *config) error {
 		for _, n := range names {
 			canon, err := headerName(n)
@@ -256,7 +199,7 @@ func WithFingerprintHeaders(names ...string) Option {
 // (not what the handler reads), for example CanonicalJSON, so that
 // encodings of the same document fingerprint alike. A body it refuses is
 // answered 400.
-func WithBodyCanonicalizer(canon func(body []byte) ([]byte, error)) Option {
+func WithBodyCanonicalizer(canon func(body []byte) ([]byte, error)) keyed.ServerOption {
 	return option("WithBodyCanonicalizer", func(c *config) error {
 		if canon == nil {
 			return errors.New("canonicaliser must not be nil")
@@ -270,7 +213,7 @@ func WithBodyCanonicalizer(canon func(body []byte) ([]byte, error)) Option {
 // structured-field string: a value without a leading double quote is the
 // key as it is, as clients written for Stripe's API send it. Quoted
 // values are parsed as strings either way, so "k" and k are one key.
-func WithBareKeys() Option {
+func WithBareKeys() keyed.ServerOption {
 	return option("WithBareKeys", func(c *config) error {
 		c.bareKeys = true
 		return nil

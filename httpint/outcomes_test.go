@@ -260,14 +260,14 @@ func TestOutcomeRows(t *testing.T) {
 		named(keyed.TxAborted.String()): func(t *testing.T) {
 			serialization := &ledger.DBError{Op: "claim", Class: dialects.ClassSerialization, Err: errors.New("could not serialize")}
 			e := sqliteEnv(t, func(s *ledger.Store) ledger.Ledger { return testdb.FaultyLedger{Store: s, ClaimErr: serialization} },
-				httpint.WithTxOptions(txmiddleware.WithMaxTxAttempts(2), txmiddleware.WithTxBackoff(time.Millisecond, time.Millisecond)))
+				keyed.WithTxOptions(txmiddleware.WithMaxTxAttempts(2), txmiddleware.WithTxBackoff(time.Millisecond, time.Millisecond)))
 			wantProblem(t, e.do(t, alice("k", "r")), keyed.TxAborted.String(), "")
 		},
 		named(keyed.StorageBusy.String()): func(t *testing.T) { testPoolOfOne(t, testdb.Targets()[0]) },
 		named(keyed.StorageUnavailable.String()): func(t *testing.T) {
 			conn := &ledger.DBError{Op: "claim", Class: dialects.ClassConnection, Err: errors.New("connection refused")}
 			e := sqliteEnv(t, func(s *ledger.Store) ledger.Ledger { return testdb.FaultyLedger{Store: s, ClaimErr: conn} },
-				httpint.WithTxOptions(txmiddleware.WithMaxTxAttempts(1)))
+				keyed.WithTxOptions(txmiddleware.WithMaxTxAttempts(1)))
 			wantProblem(t, e.do(t, alice("k", "r")), keyed.StorageUnavailable.String(), "")
 		},
 		named(keyed.CommitUnknown.String()): func(t *testing.T) { commitUnknown(t) },

@@ -24,7 +24,7 @@ func TestPoolOfOne(t *testing.T) {
 
 func testPoolOfOne(t *testing.T, tg testdb.Target) {
 	te := testdb.NewEnv(t, tg.Name, tg.Dialect, tg.Open(t, 1))
-	e := newEnv(t, te, nil, httpint.WithLockWait(300*time.Millisecond))
+	e := newEnv(t, te, nil, keyed.WithLockWait(300*time.Millisecond))
 	// A hang guard, far past the bound.
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

@@ -13,6 +13,7 @@ import (
 	"github.com/opledger/opledger/internal/harness/otelread"
 	"github.com/opledger/opledger/internal/keyedcore"
 	"github.com/opledger/opledger/internal/testkit/testdb"
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/policy"
 )
@@ -26,7 +27,7 @@ import (
 func TestRetryOwnerAtRunTime(t *testing.T) {
 	t.Parallel()
 	m, logs := otelread.NewMetrics(), otelread.NewLogs()
-	e := sqliteEnv(t, nil, httpint.WithRetryOwner(policy.OwnerNone), httpint.WithMeterProvider(m.Provider), httpint.WithLogger(logs.Logger))
+	e := sqliteEnv(t, nil, keyed.WithRetryOwner(policy.OwnerNone), keyed.WithMeterProvider(m.Provider), keyed.WithLogger(logs.Logger))
 	n := 0
 	send := func(method, path string, header ...string) {
 		t.Helper()
@@ -118,7 +119,7 @@ func TestRetryOwnerOption(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, o := range []policy.RetryOwner{0, 5} {
-		if _, err := httpint.New(te.DB, store, httpint.CallerFromTrustedHeader(callerHeader), routes, httpint.WithRetryOwner(o)); !errors.Is(err, httpint.ErrInvalidConfig) {
+		if _, err := httpint.New(te.DB, store, httpint.CallerFromTrustedHeader(callerHeader), routes, keyed.WithRetryOwner(o)); !errors.Is(err, httpint.ErrInvalidConfig) {
 			t.Errorf("WithRetryOwner(%d): %v, want ErrInvalidConfig", o, err)
 		}
 	}

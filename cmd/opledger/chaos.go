@@ -56,7 +56,7 @@ func defineChaosFlags(fs *flag.FlagSet) *chaosFlags {
 		callTimeout: fs.Duration("call-timeout", 30*time.Second, "deadline of each logical call"),
 		asJSON:      fs.Bool("json", false, "print the report as JSON"),
 		dsn:         fs.String("dsn", "", "run on this database instead of throw-away ones (never restarted: every replica is taken down for 1s instead; the run's table and ledger entries are removed at the end; default 1000 calls)"),
-		atCommit:    fs.Bool("claim-at-commit", false, "the replicas claim Transfer at commit (grpcint.WithClaimAtCommit): the work runs first, the completed entry is inserted last"),
+		atCommit:    fs.Bool("claim-at-commit", false, "the replicas claim Transfer at commit (keyed.WithClaimAtCommit): the work runs first, the completed entry is inserted last"),
 		breakKeys:   fs.Bool("break-keys", false, "break the service on purpose: the replicas give every attempt a fresh idempotency key, so retries duplicate; the run must fail (a check of the check)"),
 		strict:      fs.Bool("strict", false, "also fail (exit 1) when a database cannot be started, or a run injected less than asked: fewer replica kills than --kills, fewer database restarts than --db-restarts (server databases), fewer failovers than --failovers, no proxy cut (CI)"),
 		failover:    fs.Bool("failover", false, "run on a throw-away primary and standby instead (postgres: streaming replication; mariadb: semi-synchronous or asynchronous replication): mid-run the primary is SIGKILLed and the standby promoted, then the old primary rejoins as the new standby; --failovers times, once for each --replication mode and --drivers driver"),

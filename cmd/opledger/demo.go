@@ -9,11 +9,10 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/opledger/opledger/connectint"
 	"github.com/opledger/opledger/examples/payments"
 	"github.com/opledger/opledger/examples/payments/connectpay"
-	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/harness/otelread"
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/migrations"
 	"github.com/opledger/opledger/policy"
@@ -125,9 +124,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		Owner: owner, Transport: *transport, Calls: *calls, Concurrency: *concurrency, OutageCalls: *outage,
 		Faults: payments.FaultSettings{FailBeforeSend: 0.05, Delay: 0.05,
 			DropAfterCommit: *loss / 3, LoseAfterHeaders: *loss / 3, LoseAfterResponse: *loss / 3},
-		ClientOptions: []grpcint.ClientOption{
-			grpcint.WithBudget(budget), grpcint.WithBudgetFundedBySuccess(), grpcint.WithMaxAttempts(8),
-			grpcint.WithBackoff(policy.Backoff{Initial: 10 * time.Millisecond, Max: 200 * time.Millisecond}),
+		ClientOptions: []keyed.ClientOption{
+			keyed.WithBudget(budget), keyed.WithBudgetFundedBySuccess(), keyed.WithMaxAttempts(8),
+			keyed.WithBackoff(policy.Backoff{Initial: 10 * time.Millisecond, Max: 200 * time.Millisecond}),
 		},
 		HTTPClient: payments.HTTPClientSettings{Budget: budget, MaxAttempts: 8,
 			Backoff: policy.Backoff{Initial: 10 * time.Millisecond, Max: 200 * time.Millisecond}},
@@ -137,13 +136,13 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	// manual reader and printed after the report.
 	kitMetrics := otelread.NewMetrics()
 	sc.LedgerOptions = append(sc.LedgerOptions, ledger.WithMeterProvider(kitMetrics.Provider))
-	sc.ServerOptions = append(sc.ServerOptions, grpcint.WithServerMeterProvider(kitMetrics.Provider))
-	sc.ClientOptions = append(sc.ClientOptions, grpcint.WithClientMeterProvider(kitMetrics.Provider))
+	sc.ServerOptions = append(sc.ServerOptions, keyed.WithMeterProvider(kitMetrics.Provider))
+	sc.ClientOptions = append(sc.ClientOptions, keyed.WithMeterProvider(kitMetrics.Provider))
 	if *transport == payments.TransportConnect {
 		sc.Wire = connectpay.Wire{
-			ServerOptions: []connectint.ServerOption{connectint.WithServerMeterProvider(kitMetrics.Provider)},
-			ClientOptions: []connectint.ClientOption{connectint.WithBudget(budget), connectint.WithBudgetFundedBySuccess(),
-				connectint.WithMaxAttempts(8), connectint.WithBackoff(policy.Backoff{Initial: 10 * time.Millisecond, Max: 200 * time.Millisecond})},
+			ServerOptions: []keyed.ServerOption{keyed.WithMeterProvider(kitMetrics.Provider)},
+			ClientOptions: []keyed.ClientOption{keyed.WithBudget(budget), keyed.WithBudgetFundedBySuccess(),
+				keyed.WithMaxAttempts(8), keyed.WithBackoff(policy.Backoff{Initial: 10 * time.Millisecond, Max: 200 * time.Millisecond})},
 		}
 	}
 	fmt.Fprintf(stdout, "opledger demo: %d transfers on %s, loopback %s, retries owned by %s; %.0f%% of answers lost after commit (on the server, after the headers, after the response), 5%% failed before send, 5%% delayed; then %d transfers in a total outage\n",

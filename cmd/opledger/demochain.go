@@ -12,9 +12,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/opledger/opledger/examples/payments"
-	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/dialectkit"
 	"github.com/opledger/opledger/internal/migrationfs"
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/migrations"
 	"github.com/opledger/opledger/outbox"
 	"github.com/opledger/opledger/outbox/natsjs"
@@ -79,8 +79,8 @@ func setUpChain(ctx context.Context, sc *payments.Scenario, dsn, dir string, t t
 	sc.Chain = &payments.Chain{DB: fdb, Dialect: ft.dialect, LedgerTable: ledgerTable, Table: checks,
 		Faults: payments.FaultSettings{FailBeforeSend: 0.05, Delay: 0.05,
 			DropAfterCommit: loss / 3, LoseAfterHeaders: loss / 3, LoseAfterResponse: loss / 3},
-		ClientOptions: []grpcint.ClientOption{grpcint.WithBudget(budget), grpcint.WithBudgetFundedBySuccess(), grpcint.WithMaxAttempts(8),
-			grpcint.WithBackoff(policy.Backoff{Initial: 10 * time.Millisecond, Max: 200 * time.Millisecond})}}
+		ClientOptions: []keyed.ClientOption{keyed.WithBudget(budget), keyed.WithBudgetFundedBySuccess(), keyed.WithMaxAttempts(8),
+			keyed.WithBackoff(policy.Backoff{Initial: 10 * time.Millisecond, Max: 200 * time.Millisecond})}}
 	sc.Faults.FailTransaction = 0.1
 	sc.RefPrefix = fmt.Sprintf("chain-%d", run)
 	if to == "" {

@@ -79,7 +79,7 @@ func (f *lossyFront) seen(ref string) []string {
 
 // kitBackend serves the example payments service on tg behind the kit's
 // server (grpcint.NewServer on a real ledger), with front in front of it.
-func kitBackend(t *testing.T, tg testdb.Target, front grpc.UnaryServerInterceptor, opts ...grpcint.ServerOption) (addr string, rows func(ref string) int) {
+func kitBackend(t *testing.T, tg testdb.Target, front grpc.UnaryServerInterceptor, opts ...keyed.ServerOption) (addr string, rows func(ref string) int) {
 	t.Helper()
 	ctx := context.Background()
 	db := tg.Open(t, 8)
@@ -204,7 +204,7 @@ func TestXDSKitServer(t *testing.T) {
 			defer cancel()
 			m, logs := otelread.NewMetrics(), otelread.NewLogs()
 			front := &lossyFront{attempts: map[string][]string{}}
-			addr, rows := kitBackend(t, tg, front.interceptor(), grpcint.WithServerMeterProvider(m.Provider), grpcint.WithServerLogger(logs.Logger))
+			addr, rows := kitBackend(t, tg, front.interceptor(), keyed.WithMeterProvider(m.Provider), keyed.WithLogger(logs.Logger))
 			cp := xdstest.Start(t)
 			dir := t.TempDir()
 			desc := writeProtoFile(t, dir, paymentspb.File_payments_proto, "Payments")

@@ -152,7 +152,7 @@ func TestXDSRetriesMatchPolicyCheck(t *testing.T) {
 				}
 				wantApp := 1
 				if owner == "application" {
-					wantApp = 5 // grpcint.DefaultMaxAttempts: the kit retries a read and a keyed mutation with a ledger
+					wantApp = 5 // the kit client's default attempts: the kit retries a read and a keyed mutation with a ledger
 				}
 				if app != wantApp || m.Amplification != wantApp*observed[m.Method] {
 					t.Errorf("%s, owner %s: %s application %d, amplification %d", spelling.name, owner, m.Method, app, m.Amplification)

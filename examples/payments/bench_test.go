@@ -122,7 +122,7 @@ func BenchmarkTransfer(b *testing.B) {
 
 			// The same without the kit's per-transaction lock-wait bound
 			// (the database's own setting bounds the wait instead).
-			kit0, err := grpcint.NewServer(db, store, cat, caller, grpcint.WithLockWait(0))
+			kit0, err := grpcint.NewServer(db, store, cat, caller, keyed.WithLockWait(0))
 			if err != nil {
 				b.Fatal(err)
 			}

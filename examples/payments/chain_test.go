@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/examples/payments"
-	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/testkit/outboxtest"
 	"github.com/opledger/opledger/internal/testkit/testdb"
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/policy"
 )
 
@@ -46,9 +46,9 @@ func TestChain(t *testing.T) {
 				}
 				return b
 			}
-			opts := func() []grpcint.ClientOption {
-				return []grpcint.ClientOption{grpcint.WithBudget(budget()), grpcint.WithMaxAttempts(12),
-					grpcint.WithBackoff(policy.Backoff{Initial: 5 * time.Millisecond, Max: 50 * time.Millisecond})}
+			opts := func() []keyed.ClientOption {
+				return []keyed.ClientOption{keyed.WithBudget(budget()), keyed.WithMaxAttempts(12),
+					keyed.WithBackoff(policy.Backoff{Initial: 5 * time.Millisecond, Max: 50 * time.Millisecond})}
 			}
 			sc.ClientOptions = opts()
 			sc.Chain = &payments.Chain{DB: fdb, Dialect: tg.Dialect, LedgerTable: ftable, Table: ftable + "_checks",

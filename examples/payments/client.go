@@ -4,6 +4,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/opledger/opledger/grpcint"
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/policy"
 )
 
@@ -13,7 +14,7 @@ import (
 // backoff and resolve). extra holds the transport credentials and any
 // other dial options; they come after the kit's. Close the connection
 // when done; read the counters with the returned Client's Stats.
-func Dial(target string, owner policy.RetryOwner, kitOpts []grpcint.ClientOption, extra ...grpc.DialOption) (*grpc.ClientConn, *grpcint.Client, error) {
+func Dial(target string, owner policy.RetryOwner, kitOpts []keyed.ClientOption, extra ...grpc.DialOption) (*grpc.ClientConn, *grpcint.Client, error) {
 	cat, err := Catalog()
 	if err != nil {
 		return nil, nil, err

@@ -11,6 +11,7 @@ import (
 	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/testkit/outboxtest"
 	"github.com/opledger/opledger/internal/testkit/testdb"
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/policy"
 	"github.com/opledger/opledger/policy/serviceconfig"
 )
@@ -37,13 +38,13 @@ func pgxScenario(t *testing.T, calls int) payments.Scenario {
 // owners and both claim orders, and over HTTP; and one TransferCompleted
 // event per committed transfer through the outbox (pgxledger.Enqueue).
 func TestDefiniteOutcomesPgx(t *testing.T) {
-	appOptions := func(t *testing.T) []grpcint.ClientOption {
+	appOptions := func(t *testing.T) []keyed.ClientOption {
 		budget, err := policy.NewBudget(policy.BudgetSettings{Percent: 10, MinRetriesPerSecond: 100})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return []grpcint.ClientOption{grpcint.WithBudget(budget), grpcint.WithMaxAttempts(12),
-			grpcint.WithBackoff(policy.Backoff{Initial: 5 * time.Millisecond, Max: 50 * time.Millisecond})}
+		return []keyed.ClientOption{keyed.WithBudget(budget), keyed.WithMaxAttempts(12),
+			keyed.WithBackoff(policy.Backoff{Initial: 5 * time.Millisecond, Max: 50 * time.Millisecond})}
 	}
 	everyAnswer := func(t *testing.T, rep payments.Report) {
 		t.Helper()
@@ -72,7 +73,7 @@ func TestDefiniteOutcomesPgx(t *testing.T) {
 		t.Parallel()
 		sc := pgxScenario(t, 2000)
 		sc.Faults = lossAtThreePlaces(19)
-		sc.ServerOptions = []grpcint.ServerOption{grpcint.WithClaimAtCommit(paymentspb.TransferMethod)}
+		sc.ServerOptions = []keyed.ServerOption{keyed.WithClaimAtCommit(paymentspb.TransferMethod)}
 		sc.ClientOptions = appOptions(t)
 		rep := run(t, sc)
 		checkDefinite(t, rep)
@@ -83,10 +84,10 @@ func TestDefiniteOutcomesPgx(t *testing.T) {
 		sc := pgxScenario(t, 2000)
 		sc.Owner = policy.OwnerServiceConfig
 		sc.Faults = lossAtThreePlaces(23)
-		sc.ClientOptions = []grpcint.ClientOption{grpcint.WithRetrySettings(serviceconfig.RetrySettings{
+		sc.ClientOptions = []keyed.ClientOption{grpcint.WithRetrySettings(serviceconfig.RetrySettings{
 			MaxAttempts: 5, InitialBackoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond,
 			Throttling: &serviceconfig.RetryThrottling{MaxTokens: 1000, TokenRatio: 1},
-		}), grpcint.WithBackoff(policy.Backoff{Initial: 5 * time.Millisecond, Max: 50 * time.Millisecond})}
+		}), keyed.WithBackoff(policy.Backoff{Initial: 5 * time.Millisecond, Max: 50 * time.Millisecond})}
 		rep := run(t, sc)
 		checkDefinite(t, rep)
 		if rep.Replayed == 0 || rep.Resolved == 0 {

@@ -11,6 +11,7 @@ import (
 	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/sqlitedialect"
 	"github.com/opledger/opledger/internal/testkit/testdb"
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/policy"
 	"github.com/opledger/opledger/policy/serviceconfig"
 )
@@ -99,8 +100,8 @@ func TestDefiniteOutcomes(t *testing.T) {
 					t.Fatal(err)
 				}
 				sc.Faults = lossAtThreePlaces(7)
-				sc.ClientOptions = []grpcint.ClientOption{grpcint.WithBudget(budget), grpcint.WithMaxAttempts(12),
-					grpcint.WithBackoff(policy.Backoff{Initial: 5 * time.Millisecond, Max: 50 * time.Millisecond})}
+				sc.ClientOptions = []keyed.ClientOption{keyed.WithBudget(budget), keyed.WithMaxAttempts(12),
+					keyed.WithBackoff(policy.Backoff{Initial: 5 * time.Millisecond, Max: 50 * time.Millisecond})}
 				rep := run(t, sc)
 				checkDefinite(t, rep)
 				if rep.Failed != 0 || rep.Succeeded != rep.Calls {
@@ -115,10 +116,10 @@ func TestDefiniteOutcomes(t *testing.T) {
 				sc := scenario(t, tg, 2000)
 				sc.Owner = policy.OwnerServiceConfig
 				sc.Faults = lossAtThreePlaces(11)
-				sc.ClientOptions = []grpcint.ClientOption{grpcint.WithRetrySettings(serviceconfig.RetrySettings{
+				sc.ClientOptions = []keyed.ClientOption{grpcint.WithRetrySettings(serviceconfig.RetrySettings{
 					MaxAttempts: 5, InitialBackoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond,
 					Throttling: &serviceconfig.RetryThrottling{MaxTokens: 1000, TokenRatio: 1},
-				}), grpcint.WithBackoff(policy.Backoff{Initial: 5 * time.Millisecond, Max: 50 * time.Millisecond})}
+				}), keyed.WithBackoff(policy.Backoff{Initial: 5 * time.Millisecond, Max: 50 * time.Millisecond})}
 				rep := run(t, sc)
 				checkDefinite(t, rep)
 				if rep.Replayed == 0 {
@@ -141,7 +142,7 @@ func TestDefiniteOutcomes(t *testing.T) {
 
 // TestDefiniteOutcomesClaimAtCommit: the application-owner run of
 // TestDefiniteOutcomes, faults and all, with Transfer claimed at commit
-// (grpcint.WithClaimAtCommit): every call gets its answer, one effect per
+// (keyed.WithClaimAtCommit): every call gets its answer, one effect per
 // committed call, replays identical.
 func TestDefiniteOutcomesClaimAtCommit(t *testing.T) {
 	for _, tg := range e2eTargets() {
@@ -152,9 +153,9 @@ func TestDefiniteOutcomesClaimAtCommit(t *testing.T) {
 				t.Fatal(err)
 			}
 			sc.Faults = lossAtThreePlaces(13)
-			sc.ServerOptions = []grpcint.ServerOption{grpcint.WithClaimAtCommit(paymentspb.TransferMethod)}
-			sc.ClientOptions = []grpcint.ClientOption{grpcint.WithBudget(budget), grpcint.WithMaxAttempts(12),
-				grpcint.WithBackoff(policy.Backoff{Initial: 5 * time.Millisecond, Max: 50 * time.Millisecond})}
+			sc.ServerOptions = []keyed.ServerOption{keyed.WithClaimAtCommit(paymentspb.TransferMethod)}
+			sc.ClientOptions = []keyed.ClientOption{keyed.WithBudget(budget), keyed.WithMaxAttempts(12),
+				keyed.WithBackoff(policy.Backoff{Initial: 5 * time.Millisecond, Max: 50 * time.Millisecond})}
 			rep := run(t, sc)
 			checkDefinite(t, rep)
 			if rep.Failed != 0 || rep.Succeeded != rep.Calls {
@@ -191,8 +192,8 @@ func TestOutageAmplification(t *testing.T) {
 	}
 	sc.Faults = payments.FaultSettings{DropAfterCommit: 0.3, Seed: 3}
 	sc.OutagePause = time.Second
-	sc.ClientOptions = []grpcint.ClientOption{grpcint.WithBudget(budget), grpcint.WithBudgetFundedBySuccess(),
-		grpcint.WithBackoff(policy.Backoff{Initial: 5 * time.Millisecond, Max: 50 * time.Millisecond})}
+	sc.ClientOptions = []keyed.ClientOption{keyed.WithBudget(budget), keyed.WithBudgetFundedBySuccess(),
+		keyed.WithBackoff(policy.Backoff{Initial: 5 * time.Millisecond, Max: 50 * time.Millisecond})}
 	rep, err := sc.Run(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -230,8 +231,8 @@ func TestResendCatchesBrokenReplay(t *testing.T) {
 	sc := scenario(t, tg, 40)
 	sc.Dialect = brokenReplay{sqlitedialect.New()}
 	sc.Resends = 10
-	sc.ClientOptions = []grpcint.ClientOption{grpcint.WithMaxAttempts(2),
-		grpcint.WithBackoff(policy.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond})}
+	sc.ClientOptions = []keyed.ClientOption{keyed.WithMaxAttempts(2),
+		keyed.WithBackoff(policy.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond})}
 	rep := run(t, sc)
 	if rep.Succeeded != rep.Calls || rep.Duplicates != 0 || rep.Lost != 0 {
 		t.Fatalf("the faulty phase without faults: %d of %d succeeded, %d duplicates, %d lost", rep.Succeeded, rep.Calls, rep.Duplicates, rep.Lost)

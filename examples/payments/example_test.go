@@ -10,7 +10,7 @@ import (
 
 	"github.com/opledger/opledger/dialects/sqlite"
 	"github.com/opledger/opledger/examples/payments"
-	"github.com/opledger/opledger/grpcint"
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/migrations"
 	"github.com/opledger/opledger/policy"
 )
@@ -45,8 +45,8 @@ func Example() {
 	rep, err := payments.Scenario{
 		DB: db, Dialect: sqlite.New(), Calls: 200,
 		Faults: payments.FaultSettings{DropAfterCommit: 0.33},
-		ClientOptions: []grpcint.ClientOption{grpcint.WithBudget(budget), grpcint.WithMaxAttempts(12),
-			grpcint.WithBackoff(policy.Backoff{Initial: time.Millisecond, Max: 10 * time.Millisecond})},
+		ClientOptions: []keyed.ClientOption{keyed.WithBudget(budget), keyed.WithMaxAttempts(12),
+			keyed.WithBackoff(policy.Backoff{Initial: time.Millisecond, Max: 10 * time.Millisecond})},
 	}.Run(ctx)
 	if err != nil {
 		fmt.Println(err)

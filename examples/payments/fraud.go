@@ -13,6 +13,7 @@ import (
 	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/dialectkit"
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/policy"
 	"github.com/opledger/opledger/txmiddleware"
 )
@@ -96,12 +97,12 @@ func boolInt(b bool) int {
 // options and dial options; extra holds the transport credentials and the
 // payments service's own (grpc.WithPerRPCCredentials(BearerToken(token))
 // with the token the fraud service issued to FraudCaller).
-func DialFraud(target string, kitOpts []grpcint.ClientOption, extra ...grpc.DialOption) (*grpc.ClientConn, *grpcint.Client, error) {
+func DialFraud(target string, kitOpts []keyed.ClientOption, extra ...grpc.DialOption) (*grpc.ClientConn, *grpcint.Client, error) {
 	cat, err := Catalog()
 	if err != nil {
 		return nil, nil, err
 	}
-	client, err := grpcint.NewClient(cat, policy.OwnerApplication, append([]grpcint.ClientOption{grpcint.WithDownstreamKeys()}, kitOpts...)...)
+	client, err := grpcint.NewClient(cat, policy.OwnerApplication, append([]keyed.ClientOption{keyed.WithDownstreamKeys()}, kitOpts...)...)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -8,7 +8,6 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 
-	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/harness/otelread"
 	"github.com/opledger/opledger/internal/outcomes"
 	"github.com/opledger/opledger/internal/testkit/testdb"
@@ -44,10 +43,10 @@ func TestFullRunLogsNoKey(t *testing.T) {
 				return k
 			}
 			sc.LedgerOptions = []ledger.Option{ledger.WithMeterProvider(m.Provider), ledger.WithTracerProvider(sp.Provider)}
-			sc.ServerOptions = []grpcint.ServerOption{grpcint.WithServerMeterProvider(m.Provider),
-				grpcint.WithServerTracerProvider(sp.Provider), grpcint.WithServerLogger(logs.Logger)}
-			sc.ClientOptions = []grpcint.ClientOption{grpcint.WithClientMeterProvider(m.Provider),
-				grpcint.WithClientTracerProvider(sp.Provider), grpcint.WithClientLogger(logs.Logger)}
+			sc.ServerOptions = []keyed.ServerOption{keyed.WithMeterProvider(m.Provider),
+				keyed.WithTracerProvider(sp.Provider), keyed.WithLogger(logs.Logger)}
+			sc.ClientOptions = []keyed.ClientOption{keyed.WithMeterProvider(m.Provider),
+				keyed.WithTracerProvider(sp.Provider), keyed.WithLogger(logs.Logger)}
 			rep, err := sc.Run(context.Background())
 			if err != nil {
 				t.Fatal(err)

@@ -76,9 +76,9 @@ type Scenario struct {
 	// CallTimeout is each logical call's deadline (default 30s).
 	CallTimeout time.Duration
 	// ClientOptions are added to the kit's client options.
-	ClientOptions []grpcint.ClientOption
+	ClientOptions []keyed.ClientOption
 	// ServerOptions are added to the kit's server options.
-	ServerOptions []grpcint.ServerOption
+	ServerOptions []keyed.ServerOption
 	// LedgerOptions are added to the ledger's options (after its table).
 	LedgerOptions []ledger.Option
 	// NewKey returns each logical call's idempotency key (default
@@ -178,7 +178,7 @@ type Chain struct {
 	Faults FaultSettings
 	// ClientOptions are added to the payments service's client of the
 	// fraud service (DialFraud).
-	ClientOptions []grpcint.ClientOption
+	ClientOptions []keyed.ClientOption
 }
 
 // Report is what a Scenario run observed.
@@ -418,7 +418,7 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 		return Report{}, fmt.Errorf("payments: transport %q needs its Wire", sc.Transport)
 	}
 	kitServer, err := grpcint.NewServerFor(txs, cat, grpcint.CallerFromPrincipal(Principal),
-		append([]grpcint.ServerOption{grpcint.WithLockWait(sc.LockWait)}, sc.ServerOptions...)...)
+		append([]keyed.ServerOption{keyed.WithLockWait(sc.LockWait)}, sc.ServerOptions...)...)
 	if err != nil {
 		return Report{}, err
 	}
@@ -780,7 +780,7 @@ func (sc Scenario) startFraud(ctx context.Context) (func(), fraudChain, error) {
 	if err != nil {
 		return nil, fraudChain{}, err
 	}
-	kit, err := grpcint.NewServer(c.DB, store, cat, grpcint.CallerFromPrincipal(Principal), grpcint.WithLockWait(sc.LockWait))
+	kit, err := grpcint.NewServer(c.DB, store, cat, grpcint.CallerFromPrincipal(Principal), keyed.WithLockWait(sc.LockWait))
 	if err != nil {
 		return nil, fraudChain{}, err
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/httpint"
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/policy"
 )
 
@@ -43,7 +44,7 @@ func (w httpWire) Start(_ context.Context, env WireEnv) (WireConn, error) {
 		return nil, fmt.Errorf("payments: over HTTP the application owns the retries, not %s", env.Owner)
 	}
 	mw, err := httpint.NewFor(env.Transactions, httpint.CallerFromPrincipal(Principal), []string{TransferRoute},
-		httpint.WithLockWait(env.LockWait))
+		keyed.WithLockWait(env.LockWait))
 	if err != nil {
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/opledger/opledger/internal/keyedconf"
 	"github.com/opledger/opledger/internal/telemetry"
 	"github.com/opledger/opledger/internal/txrun"
 	"github.com/opledger/opledger/keyed"
@@ -59,6 +60,17 @@ type Telemetry struct {
 	// Method returns the attribute that names a call's method (gRPC's
 	// grpc.method); nil: opledger.method.
 	Method func(method string) attribute.KeyValue
+}
+
+// TelemetryOf is the Telemetry of a transport's server configured with
+// t (keyed's telemetry options; nil: none given, and nil returned), with
+// the transport's scope (its name) and method attribute.
+func TelemetryOf(t *keyedconf.Telemetry, transport string, method func(string) attribute.KeyValue) *Telemetry {
+	if t == nil {
+		return nil
+	}
+	return &Telemetry{MeterProvider: t.MeterProvider, TracerProvider: t.TracerProvider, Logger: t.Logger,
+		Scope: telemetry.ScopePrefix + transport, Method: method}
 }
 
 // observer holds a Server's instruments.

@@ -42,7 +42,7 @@ type ClientConfig struct {
 	// policy.OwnerApplication; connect-go has no service config).
 	Owner policy.RetryOwner
 	// KitOptions are the kit client's options: budget, backoff, attempts.
-	KitOptions []connectint.ClientOption
+	KitOptions []keyed.ClientOption
 	// RoundTripper, when not nil, wraps each protocol's HTTP transport:
 	// every attempt, resolve requests included, goes through what it
 	// returns (the scenario's client-side faults, a spread over

@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opledger/opledger/connectint"
 	"github.com/opledger/opledger/examples/payments"
 	"github.com/opledger/opledger/examples/payments/connectpay"
 	"github.com/opledger/opledger/internal/testkit/testdb"
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/policy"
 )
 
@@ -27,8 +27,8 @@ func scenario(t *testing.T, tg testdb.Target, calls int) payments.Scenario {
 	}
 	return payments.Scenario{DB: db, Dialect: tg.Dialect, LedgerTable: table, BusinessTable: biz, Calls: calls, Concurrency: 32,
 		Transport: payments.TransportConnect,
-		Wire: connectpay.Wire{ClientOptions: []connectint.ClientOption{connectint.WithBudget(budget), connectint.WithMaxAttempts(12),
-			connectint.WithBackoff(policy.Backoff{Initial: 5 * time.Millisecond, Max: 50 * time.Millisecond})}}}
+		Wire: connectpay.Wire{ClientOptions: []keyed.ClientOption{keyed.WithBudget(budget), keyed.WithMaxAttempts(12),
+			keyed.WithBackoff(policy.Backoff{Initial: 5 * time.Millisecond, Max: 50 * time.Millisecond})}}}
 }
 
 func run(t *testing.T, sc payments.Scenario) payments.Report {
@@ -101,8 +101,8 @@ func TestOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc.Wire = connectpay.Wire{ClientOptions: []connectint.ClientOption{connectint.WithBudget(budget), connectint.WithBudgetFundedBySuccess(),
-		connectint.WithBackoff(policy.Backoff{Initial: 5 * time.Millisecond, Max: 50 * time.Millisecond})}}
+	sc.Wire = connectpay.Wire{ClientOptions: []keyed.ClientOption{keyed.WithBudget(budget), keyed.WithBudgetFundedBySuccess(),
+		keyed.WithBackoff(policy.Backoff{Initial: 5 * time.Millisecond, Max: 50 * time.Millisecond})}}
 	sc.Faults = payments.FaultSettings{DropAfterCommit: 0.3, Seed: 3}
 	rep := run(t, sc)
 	if !rep.OK() {

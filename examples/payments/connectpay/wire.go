@@ -11,6 +11,7 @@ import (
 	"github.com/opledger/opledger/connectint"
 	"github.com/opledger/opledger/examples/payments"
 	"github.com/opledger/opledger/examples/payments/paymentspb"
+	"github.com/opledger/opledger/keyed"
 )
 
 // Wire runs payments.Scenario over connect-go (Scenario.Transport
@@ -25,9 +26,9 @@ import (
 type Wire struct {
 	// ServerOptions are added to the kit server's options (after the
 	// scenario's lock wait).
-	ServerOptions []connectint.ServerOption
+	ServerOptions []keyed.ServerOption
 	// ClientOptions are the kit client's options.
-	ClientOptions []connectint.ClientOption
+	ClientOptions []keyed.ClientOption
 	// Protocols are the protocols the calls alternate between (default
 	// Protocols: both).
 	Protocols []Protocol
@@ -36,7 +37,7 @@ type Wire struct {
 // Start serves env's service and dials it; see Wire.
 func (w Wire) Start(_ context.Context, env payments.WireEnv) (payments.WireConn, error) {
 	kit, err := connectint.NewServerFor(env.Transactions, env.Catalog, connectint.CallerFromPrincipal(payments.Principal),
-		append([]connectint.ServerOption{connectint.WithLockWait(env.LockWait)}, w.ServerOptions...)...)
+		append([]keyed.ServerOption{keyed.WithLockWait(env.LockWait)}, w.ServerOptions...)...)
 	if err != nil {
 		return nil, err
 	}

@@ -18,12 +18,12 @@ import (
 	"google.golang.org/grpc/resolver/manual"
 	"google.golang.org/grpc/status"
 
-	"github.com/opledger/opledger/connectint"
 	"github.com/opledger/opledger/examples/payments"
 	"github.com/opledger/opledger/examples/payments/connectpay"
 	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/harness/answers"
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/policy"
 )
 
@@ -88,8 +88,8 @@ func newGRPCClient(owner policy.RetryOwner, addrs []string, token string) (runCl
 	if err != nil {
 		return nil, err
 	}
-	client, err := grpcint.NewClient(cat, owner, grpcint.WithBudget(budget), grpcint.WithBudgetFundedBySuccess(),
-		grpcint.WithMaxAttempts(10), grpcint.WithBackoff(clientBackoff))
+	client, err := grpcint.NewClient(cat, owner, keyed.WithBudget(budget), keyed.WithBudgetFundedBySuccess(),
+		keyed.WithMaxAttempts(10), keyed.WithBackoff(clientBackoff))
 	if err != nil {
 		return nil, err
 	}
@@ -194,8 +194,8 @@ func newConnectClient(owner policy.RetryOwner, addrs []string, token string) (ru
 		return nil, err
 	}
 	client, err := connectpay.NewClient(connectpay.ClientConfig{BaseURL: "http://replicas", Token: token, Owner: owner,
-		KitOptions: []connectint.ClientOption{connectint.WithBudget(budget), connectint.WithBudgetFundedBySuccess(),
-			connectint.WithMaxAttempts(10), connectint.WithBackoff(clientBackoff)},
+		KitOptions: []keyed.ClientOption{keyed.WithBudget(budget), keyed.WithBudgetFundedBySuccess(),
+			keyed.WithMaxAttempts(10), keyed.WithBackoff(clientBackoff)},
 		RoundTripper: func(next http.RoundTripper) http.RoundTripper { return &roundRobin{next: next, addrs: addrs} }})
 	if err != nil {
 		return nil, err

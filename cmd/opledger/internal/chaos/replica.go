@@ -62,7 +62,7 @@ func (rs *ReplicaSettings) SetFlags(fs *flag.FlagSet) {
 	fs.IntVar(&rs.DieAfter, "die-after", 0, "SIGKILL itself after this many committed transfers, before the answer (0: never)")
 	fs.IntVar(&rs.MaxConns, "max-conns", 16, "the connection pool's size")
 	fs.StringVar(&rs.Driver, "driver", "", "pq: open a postgres:// DSN with lib/pq instead of pgx; pgx-native: serve on pipelined pgx transactions (pgxledger) on a pgx pool")
-	fs.BoolVar(&rs.ClaimAtCommit, "claim-at-commit", false, "claim Transfer at commit (grpcint.WithClaimAtCommit)")
+	fs.BoolVar(&rs.ClaimAtCommit, "claim-at-commit", false, "claim Transfer at commit (keyed.WithClaimAtCommit)")
 	fs.BoolVar(&rs.BreakKeys, "break-keys", false, "replace every request's idempotency key with a fresh one (a broken service: the run must find duplicates)")
 	fs.StringVar(&rs.CommitLog, "commit-log", "", "append a line (unix nanoseconds, reference, transfer id) to this file for every Transfer whose handler ran and committed, before the answer")
 	fs.StringVar(&rs.Caller, "caller", "", "the principal of the one client the replica accepts")
@@ -225,9 +225,9 @@ func (rc replicaConfig) grpcServer() (replicaServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := []grpcint.ServerOption{grpcint.WithLockWait(rc.lockWait)}
+	opts := []keyed.ServerOption{keyed.WithLockWait(rc.lockWait)}
 	if rc.atCommit {
-		opts = append(opts, grpcint.WithClaimAtCommit(paymentspb.TransferMethod))
+		opts = append(opts, keyed.WithClaimAtCommit(paymentspb.TransferMethod))
 	}
 	kit, err := grpcint.NewServerFor(rc.txs, cat, grpcint.CallerFromPrincipal(payments.Principal), opts...)
 	if err != nil {

@@ -28,9 +28,9 @@ func (rc replicaConfig) connectServer() (replicaServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := []connectint.ServerOption{connectint.WithLockWait(rc.lockWait)}
+	opts := []keyed.ServerOption{keyed.WithLockWait(rc.lockWait)}
 	if rc.atCommit {
-		opts = append(opts, connectint.WithClaimAtCommit(paymentspb.TransferMethod))
+		opts = append(opts, keyed.WithClaimAtCommit(paymentspb.TransferMethod))
 	}
 	kit, err := connectint.NewServerFor(rc.txs, cat, connectint.CallerFromPrincipal(payments.Principal), opts...)
 	if err != nil {
