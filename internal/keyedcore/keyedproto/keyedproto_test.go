@@ -38,7 +38,7 @@ func TestFingerprint(t *testing.T) {
 	a, err1 := keyedproto.Fingerprint(wrapperspb.String("x"))
 	b, err2 := keyedproto.Fingerprint(wrapperspb.String("x"))
 	c, _ := keyedproto.Fingerprint(wrapperspb.String("y"))
-	if err1 != nil || err2 != nil || a != b || a == c || a.IsZero() {
+	if err1 != nil || err2 != nil || a != b || a == c || a == (ledger.Fingerprint{}) {
 		t.Fatalf("%x %x %x", a, b, c)
 	}
 	if _, err := keyedproto.Fingerprint(42); err == nil {
