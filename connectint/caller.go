@@ -2,11 +2,11 @@ package connectint
 
 import (
 	"context"
-	"crypto/sha256"
 	"crypto/tls"
-	"encoding/hex"
 	"net/http"
 	"strings"
+
+	"github.com/opledger/opledger/internal/callerid"
 )
 
 // CallerFunc returns the fingerprint of the authenticated caller of an
@@ -40,12 +40,8 @@ func WithPeerTLS(next http.Handler) http.Handler {
 // WithPeerTLS.
 func CallerFromPeerCertificate() CallerFunc {
 	return func(ctx context.Context, _ http.Header) (string, bool) {
-		st, ok := ctx.Value(tlsKey{}).(*tls.ConnectionState)
-		if !ok || st == nil || len(st.VerifiedChains) == 0 || len(st.VerifiedChains[0]) == 0 {
-			return "", false
-		}
-		sum := sha256.Sum256(st.VerifiedChains[0][0].RawSubjectPublicKeyInfo)
-		return "spki-sha256:" + hex.EncodeToString(sum[:]), true
+		st, _ := ctx.Value(tlsKey{}).(*tls.ConnectionState)
+		return callerid.FromCertificate(st)
 	}
 }
 
@@ -58,11 +54,7 @@ func CallerFromPrincipal(principal func(ctx context.Context) (string, bool)) Cal
 		return nil
 	}
 	return func(ctx context.Context, _ http.Header) (string, bool) {
-		name, ok := principal(ctx)
-		if !ok || name == "" {
-			return "", false
-		}
-		return "principal:" + name, true
+		return callerid.FromPrincipal(principal(ctx))
 	}
 }
 
@@ -78,11 +70,7 @@ func CallerFromTrustedHeader(name string) CallerFunc {
 		return nil
 	}
 	return func(_ context.Context, h http.Header) (string, bool) {
-		v := h.Values(name)
-		if len(v) != 1 || v[0] == "" {
-			return "", false
-		}
-		return "header:" + v[0], true
+		return callerid.FromHeader(h.Values(name))
 	}
 }
 
@@ -90,14 +78,6 @@ func CallerFromTrustedHeader(name string) CallerFunc {
 // found. Nil functions are skipped.
 func FirstCaller(fs ...CallerFunc) CallerFunc {
 	return func(ctx context.Context, h http.Header) (string, bool) {
-		for _, f := range fs {
-			if f == nil {
-				continue
-			}
-			if c, ok := f(ctx, h); ok {
-				return c, true
-			}
-		}
-		return "", false
+		return callerid.First(fs, func(f CallerFunc) bool { return f == nil }, func(f CallerFunc) (string, bool) { return f(ctx, h) })
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/internal/testkit/wallet"
 	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/policy"
 )
 
@@ -212,7 +213,7 @@ func TestCrossTransportReplay(t *testing.T) {
 
 		// grpc-go talking to the connect server reads its reasons.
 		onConnect := grpcConn(t, x.connectURL[len("http://"):])
-		if _, err := onConnect.Deposit(grpcCtx(ctx, "alice", "c2g"), grpcDeposit("c2g", 7)); grpcint.ReasonOf(err) != grpcint.ReasonKeyReused {
+		if _, err := onConnect.Deposit(grpcCtx(ctx, "alice", "c2g"), grpcDeposit("c2g", 7)); grpcint.ReasonOf(err) != keyed.KeyReused.Row().Reason {
 			t.Fatalf("grpc-go on the connect server, key reused: %v (reason %q)", err, grpcint.ReasonOf(err))
 		}
 		if s, g := x.connectSrv.Stats(), x.grpcSrv.Stats(); s.Replayed == 0 || g.Replayed == 0 {

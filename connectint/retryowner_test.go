@@ -11,7 +11,6 @@ import (
 	"connectrpc.com/connect"
 	"go.opentelemetry.io/otel/attribute"
 
-	"github.com/opledger/opledger/connectint"
 	"github.com/opledger/opledger/internal/harness/otelread"
 	"github.com/opledger/opledger/internal/keyedcore"
 	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
@@ -81,7 +80,7 @@ func TestRetryOwnerAtRunTime(t *testing.T) {
 		if _, err := c.CallUnary(ctx, req); err != nil {
 			t.Fatalf("%s: %v", ref, err)
 		}
-		for _, h := range []string{connectint.RetryOwnerHeader, connectint.AttemptHeader} {
+		for _, h := range []string{keyedcore.HTTPRetryOwnerHeader, keyedcore.HTTPAttemptHeader} {
 			if v := req.Header().Values(h); len(v) > 0 {
 				t.Fatalf("%s: the request keeps %s %q after the call", ref, h, v)
 			}

@@ -61,7 +61,7 @@ func newError(c connect.Code, reason, msg string, meta map[string]string) *conne
 // outcomeError is the server's error for outcome o: the code and the
 // reason its rendering gives it.
 func outcomeError(o keyed.Outcome, msg string) *connect.Error {
-	c, _, own, _ := Rendering(o)
+	c, _, own, _ := rendering(o)
 	if own != "" {
 		c = connect.CodeInternal // an outcome the server never answers itself
 	}
@@ -172,13 +172,13 @@ func withCallInfo(err error, ci retry.Info) error {
 	return out
 }
 
-// Rendering returns how connect renders the outcome o: the code and
+// rendering returns how connect renders the outcome o: the code and
 // ErrorInfo reason of the kit's own error (own ""), or whose error or
 // answer the call ends with instead (the handler's, the context's,
 // connect-go's, the last attempt's), and whether grpc-retry-pushback-ms
 // comes with it. connect's codes are gRPC's, with the same numbers: the
 // rendering is keyed/keyedproto's.
-func Rendering(o keyed.Outcome) (code connect.Code, reason string, own string, pushback bool) {
+func rendering(o keyed.Outcome) (code connect.Code, reason string, own string, pushback bool) {
 	r := o.Row()
 	rr, _ := keyedproto.Render(o)
 	if rr.Own != "" {
@@ -221,7 +221,7 @@ func codeName(c connect.Code) string {
 
 // tableCells renders an outcome as docs/connect.md's table prints it.
 func tableCells(r keyed.Row) []string {
-	code, reason, own, pushback := Rendering(r.Outcome)
+	code, reason, own, pushback := rendering(r.Outcome)
 	c := own
 	if own == "" {
 		c = "`" + codeName(code) + "`"

@@ -2,13 +2,13 @@ package grpcint
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"strings"
 
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+
+	"github.com/opledger/opledger/internal/callerid"
 )
 
 // CallerFunc returns the fingerprint of the authenticated caller of an
@@ -31,11 +31,10 @@ func CallerFromPeerCertificate() CallerFunc {
 			return "", false
 		}
 		info, ok := p.AuthInfo.(credentials.TLSInfo)
-		if !ok || len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
+		if !ok {
 			return "", false
 		}
-		sum := sha256.Sum256(info.State.VerifiedChains[0][0].RawSubjectPublicKeyInfo)
-		return "spki-sha256:" + hex.EncodeToString(sum[:]), true
+		return callerid.FromCertificate(&info.State)
 	}
 }
 
@@ -49,11 +48,7 @@ func CallerFromPrincipal(principal func(ctx context.Context) (string, bool)) Cal
 		return nil
 	}
 	return func(ctx context.Context) (string, bool) {
-		name, ok := principal(ctx)
-		if !ok || name == "" {
-			return "", false
-		}
-		return "principal:" + name, true
+		return callerid.FromPrincipal(principal(ctx))
 	}
 }
 
@@ -73,11 +68,7 @@ func CallerFromTrustedHeader(header string) CallerFunc {
 		if !ok {
 			return "", false
 		}
-		v := md.Get(header)
-		if len(v) != 1 || v[0] == "" {
-			return "", false
-		}
-		return "header:" + v[0], true
+		return callerid.FromHeader(md.Get(header))
 	}
 }
 
@@ -85,14 +76,6 @@ func CallerFromTrustedHeader(header string) CallerFunc {
 // found. Nil functions are skipped.
 func FirstCaller(fs ...CallerFunc) CallerFunc {
 	return func(ctx context.Context) (string, bool) {
-		for _, f := range fs {
-			if f == nil {
-				continue
-			}
-			if c, ok := f(ctx); ok {
-				return c, true
-			}
-		}
-		return "", false
+		return callerid.First(fs, func(f CallerFunc) bool { return f == nil }, func(f CallerFunc) (string, bool) { return f(ctx) })
 	}
 }

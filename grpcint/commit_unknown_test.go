@@ -15,6 +15,7 @@ import (
 	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
+	"github.com/opledger/opledger/keyed"
 )
 
 // TestCommitOutcomeUnknown: the connection breaks while COMMIT is in
@@ -55,7 +56,7 @@ func commitOutcomeUnknown(t *testing.T, dsn, driver string) {
 	raw := e.conn
 	proxy.Arm()
 	_, err = walletpb.NewWalletClient(raw).Deposit(as(ctx, "alice", "cut-1"), deposit("cut-1", 7))
-	wantStatus(t, err, codes.Unavailable, grpcint.ReasonOutcomeUnknown)
+	wantStatus(t, err, codes.Unavailable, keyed.CommitUnknown.Row().Reason)
 	if proxy.Cuts() != 1 {
 		t.Fatalf("proxy cut %d connections, want 1", proxy.Cuts())
 	}

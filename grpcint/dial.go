@@ -190,6 +190,6 @@ func resolveAttempt(err error, trl metadata.MD) retry.Attempt {
 	if err == nil {
 		return retry.Attempt{}
 	}
-	return retry.Attempt{Err: err, Code: status.Code(err), Reason: string(ReasonOf(err)), ReplayedError: replayedError(err, trl),
+	return retry.Attempt{Err: err, Code: status.Code(err), Reason: ReasonOf(err), ReplayedError: replayedError(err, trl),
 		Pushback: trl.Get(policy.PushbackHeader)}
 }

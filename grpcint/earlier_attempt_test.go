@@ -27,7 +27,7 @@ import (
 
 // kitStatus is a status as the kit's server builds it: the code and an
 // ErrorInfo with the kit's domain and reason.
-func kitStatus(t *testing.T, c codes.Code, reason grpcint.Reason, msg string) error {
+func kitStatus(t *testing.T, c codes.Code, reason string, msg string) error {
 	t.Helper()
 	st, err := status.New(c, msg).WithDetails(&errdetails.ErrorInfo{Reason: string(reason), Domain: grpcint.ErrorDomain})
 	if err != nil {
@@ -77,9 +77,9 @@ func TestEarlierAttemptMayHaveCommitted(t *testing.T) {
 		first, later error
 	}{
 		{"lost then storage unavailable", status.Error(codes.Unavailable, "injected: the answer was lost after COMMIT"),
-			kitStatus(t, codes.Unavailable, grpcint.ReasonStorageUnavailable, "the operation ledger's database failed; nothing was committed; retry with the same idempotency key")},
-		{"in progress then not storable", kitStatus(t, codes.Aborted, grpcint.ReasonInProgress, "another attempt with this idempotency key is in progress"),
-			kitStatus(t, codes.Internal, grpcint.ReasonResultNotStorable, "the response cannot be stored in the operation ledger; nothing was committed")},
+			kitStatus(t, codes.Unavailable, keyed.StorageUnavailable.Row().Reason, "the operation ledger's database failed; nothing was committed; retry with the same idempotency key")},
+		{"in progress then not storable", kitStatus(t, codes.Aborted, keyed.InProgress.Row().Reason, "another attempt with this idempotency key is in progress"),
+			kitStatus(t, codes.Internal, keyed.NotStorable.Row().Reason, "the response cannot be stored in the operation ledger; nothing was committed")},
 	}
 	for _, row := range rows {
 		for _, owner := range []policy.RetryOwner{policy.OwnerApplication, policy.OwnerServiceConfig} {

@@ -12,13 +12,13 @@ import (
 	"github.com/opledger/opledger/policy"
 )
 
-// Mapping is one row of the kit's error map: a reason the kit puts in an
+// mapping is one row of the kit's error map: a reason the kit puts in an
 // ErrorInfo (domain [ErrorDomain]), the status code it always comes with,
 // what produces it, and what a client does next. The map is package
 // keyed's classification as gRPC renders it, one row per reason.
-type Mapping struct {
+type mapping struct {
 	// Reason is the ErrorInfo reason.
-	Reason Reason
+	Reason string
 	// Code is the status code that always comes with a server reason. An
 	// error with a client reason keeps the code of the attempt it ends
 	// with; Code is then codes.Unknown.
@@ -77,8 +77,8 @@ func codeOf(o keyed.Outcome) codes.Code {
 // errorMap derives the error map from the classification: one row per
 // reason, in the classification's order; two outcomes with one reason
 // (INVALID_KEYED_REQUEST) share a row, their causes joined.
-func errorMap() []Mapping {
-	var out []Mapping
+func errorMap() []mapping {
+	var out []mapping
 	at := map[string]int{}
 	for _, r := range keyed.Outcomes() {
 		if r.Reason == "" {
@@ -89,22 +89,17 @@ func errorMap() []Mapping {
 			continue
 		}
 		at[r.Reason] = len(out)
-		out = append(out, Mapping{Reason: Reason(r.Reason), Code: codeOf(r.Outcome), Side: string(r.Side), Cause: cause(r),
+		out = append(out, mapping{Reason: r.Reason, Code: codeOf(r.Outcome), Side: string(r.Side), Cause: cause(r),
 			Next: retry.Action(r.Next), Committed: string(r.Committed)})
 	}
 	return out
 }
 
-// ErrorMap returns the kit's error map, one row per reason, in a stable
-// order: package keyed's classification as gRPC renders it (docs/grpc.md
-// prints that, one row per outcome).
-func ErrorMap() []Mapping { return errorMap() }
-
-// Rendering returns how gRPC renders the outcome o: the status code and
+// rendering returns how gRPC renders the outcome o: the status code and
 // ErrorInfo reason of the kit's own status (own ""), or whose status the
 // call ends with instead (the handler's, the context's, grpc-go's, the
 // last attempt's), and whether grpc-retry-pushback-ms comes with it.
-func Rendering(o keyed.Outcome) (code codes.Code, reason Reason, own string, pushback bool) {
+func rendering(o keyed.Outcome) (code codes.Code, reason string, own string, pushback bool) {
 	r := o.Row()
 	rr, _ := keyedproto.Render(o)
 	if rr.Own != "" {
@@ -112,14 +107,14 @@ func Rendering(o keyed.Outcome) (code codes.Code, reason Reason, own string, pus
 		if g, ok := grpcOwn[o]; ok {
 			own = g
 		}
-		return codes.Unknown, Reason(r.Reason), own, false
+		return codes.Unknown, r.Reason, own, false
 	}
-	return codes.Code(rr.Code), Reason(r.Reason), "", r.Pushback
+	return codes.Code(rr.Code), r.Reason, "", r.Pushback
 }
 
 // tableCells renders an outcome as docs/grpc.md's table prints it.
 func tableCells(r keyed.Row) []string {
-	code, reason, own, pushback := Rendering(r.Outcome)
+	code, reason, own, pushback := rendering(r.Outcome)
 	c := own
 	if own == "" {
 		c = "`" + codeName(status.Error(code, "")) + "`"

@@ -52,7 +52,7 @@ func fastClient() []keyed.ClientOption {
 }
 
 // wantCallInfo checks the client's reading of a keyed call's error.
-func wantCallInfo(t *testing.T, err error, reason grpcint.Reason, next policy.Action) grpcint.CallInfo {
+func wantCallInfo(t *testing.T, err error, reason string, next policy.Action) grpcint.CallInfo {
 	t.Helper()
 	ci, ok := grpcint.CallInfoOf(err)
 	if !ok || ci.Reason != reason || ci.Next != next || grpcint.ReasonOf(err) != reason {
@@ -146,7 +146,7 @@ func TestOutcomeRows(t *testing.T) {
 			}
 			e, _, _ := sqliteEnv(t, nil, swap)
 			_, err := e.pc.Deposit(as(ctx, "alice", "k"), deposit("r", 1))
-			wantStatus(t, err, codes.InvalidArgument, grpcint.ReasonInvalidRequest)
+			wantStatus(t, err, codes.InvalidArgument, keyed.RequestUnreadable.Row().Reason)
 		},
 		keyed.RequestEnded: func(t *testing.T) {
 			answers, ended := make(chan error, 1), make(chan struct{})
@@ -185,27 +185,27 @@ func TestOutcomeRows(t *testing.T) {
 			e, _, _ := sqliteEnv(t, nil, nil)
 			_, pc := appClient(t, e.addr, fastClient()...)
 			_, err := pc.Deposit(as(ctx, "", "k"), deposit("r", 1))
-			wantStatus(t, err, codes.Unauthenticated, grpcint.ReasonNoCaller)
-			wantCallInfo(t, err, grpcint.ReasonNoCaller, policy.DoNotRetry)
+			wantStatus(t, err, codes.Unauthenticated, keyed.CallerMissing.Row().Reason)
+			wantCallInfo(t, err, keyed.CallerMissing.Row().Reason, policy.DoNotRetry)
 		},
 		keyed.KeyMissing: func(t *testing.T) {
 			e, _, _ := sqliteEnv(t, nil, nil)
 			_, err := e.pc.Deposit(as(ctx, "alice", ""), deposit("r", 1))
-			wantStatus(t, err, codes.InvalidArgument, grpcint.ReasonMissingKey)
+			wantStatus(t, err, codes.InvalidArgument, keyed.KeyMissing.Row().Reason)
 		},
 		keyed.KeyInvalid: func(t *testing.T) {
 			e, _, _ := sqliteEnv(t, nil, nil)
 			twice := metadata.AppendToOutgoingContext(as(ctx, "alice", "k1"), grpcint.KeyHeader, "k2")
 			_, err := e.pc.Deposit(twice, deposit("r", 1))
-			wantStatus(t, err, codes.InvalidArgument, grpcint.ReasonInvalidKey)
+			wantStatus(t, err, codes.InvalidArgument, keyed.KeyInvalid.Row().Reason)
 			_, pc := appClient(t, e.addr, fastClient()...)
 			_, err = pc.Deposit(as(ctx, "alice", strings.Repeat("k", 300)), deposit("r", 1))
-			wantCallInfo(t, err, grpcint.ReasonInvalidKey, policy.DoNotRetry)
+			wantCallInfo(t, err, keyed.KeyInvalid.Row().Reason, policy.DoNotRetry)
 		},
 		keyed.NotKeyed: func(t *testing.T) {
 			e, _, _ := sqliteEnv(t, nil, nil)
 			err := grpcint.Resolve(as(ctx, "alice", ""), e.conn, walletpb.GetDepositMethod, "k", &walletpb.GetDepositRequest{}, &walletpb.DepositReply{})
-			wantStatus(t, err, codes.InvalidArgument, grpcint.ReasonInvalidRequest)
+			wantStatus(t, err, codes.InvalidArgument, keyed.RequestUnreadable.Row().Reason)
 		},
 		keyed.KeyReused: func(t *testing.T) {
 			e, _, _ := sqliteEnv(t, nil, nil)
@@ -214,8 +214,8 @@ func TestOutcomeRows(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, err := pc.Deposit(as(ctx, "alice", "k"), deposit("r", 2))
-			wantStatus(t, err, codes.FailedPrecondition, grpcint.ReasonKeyReused)
-			wantCallInfo(t, err, grpcint.ReasonKeyReused, policy.DoNotRetry)
+			wantStatus(t, err, codes.FailedPrecondition, keyed.KeyReused.Row().Reason)
+			wantCallInfo(t, err, keyed.KeyReused.Row().Reason, policy.DoNotRetry)
 		},
 		keyed.InProgress: func(t *testing.T) {
 			e, _, _ := sqliteEnv(t, nil, nil)
@@ -223,7 +223,7 @@ func TestOutcomeRows(t *testing.T) {
 			go func() { _, err := e.pc.Deposit(as(ctx, "alice", "k"), deposit("block", 1)); done <- err }()
 			<-e.gate.entered
 			_, err := e.pc.Deposit(as(ctx, "alice", "k"), deposit("block", 1))
-			wantStatus(t, err, codes.Aborted, grpcint.ReasonInProgress)
+			wantStatus(t, err, codes.Aborted, keyed.InProgress.Row().Reason)
 			// The kit's client gets the same, retries with the same key after
 			// the pushback, and gets the answer once the first attempt ends.
 			c, pc := appClient(t, e.addr, keyed.WithMaxAttempts(50),
@@ -259,8 +259,8 @@ func TestOutcomeRows(t *testing.T) {
 			}
 			_, pc := appClient(t, e.addr, fastClient()...)
 			_, err = pc.Deposit(as(ctx, "alice", "k"), deposit("r", 1))
-			wantStatus(t, err, codes.FailedPrecondition, grpcint.ReasonIncomplete)
-			wantCallInfo(t, err, grpcint.ReasonIncomplete, policy.DoNotRetry)
+			wantStatus(t, err, codes.FailedPrecondition, keyed.Incomplete.Row().Reason)
+			wantCallInfo(t, err, keyed.Incomplete.Row().Reason, policy.DoNotRetry)
 		},
 		keyed.TxAborted: func(t *testing.T) {
 			serialization := &ledger.DBError{Op: "claim", Class: dialects.ClassSerialization, Err: errors.New("could not serialize")}
@@ -268,8 +268,8 @@ func TestOutcomeRows(t *testing.T) {
 				keyed.WithTxOptions(txmiddleware.WithMaxTxAttempts(2), txmiddleware.WithTxBackoff(time.Millisecond, time.Millisecond)))
 			_, pc := appClient(t, e.addr, fastClient()...)
 			_, err := pc.Deposit(as(ctx, "alice", "k"), deposit("r", 1))
-			wantStatus(t, err, codes.Aborted, grpcint.ReasonTransactionAborted)
-			ci := wantCallInfo(t, err, grpcint.ReasonTransactionAborted, policy.Retry)
+			wantStatus(t, err, codes.Aborted, keyed.TxAborted.Row().Reason)
+			ci := wantCallInfo(t, err, keyed.TxAborted.Row().Reason, policy.Retry)
 			if ci.Attempts != 3 || ci.Decision != "max-attempts" {
 				t.Errorf("CallInfo %+v: want 3 attempts (retried, nothing committed), max-attempts", ci)
 			}
@@ -280,8 +280,8 @@ func TestOutcomeRows(t *testing.T) {
 				keyed.WithTxOptions(txmiddleware.WithMaxTxAttempts(1)))
 			_, pc := appClient(t, e.addr, fastClient()...)
 			_, err := pc.Deposit(as(ctx, "alice", "k"), deposit("r", 1))
-			wantStatus(t, err, codes.Unavailable, grpcint.ReasonStorageUnavailable)
-			ci := wantCallInfo(t, err, grpcint.ReasonStorageUnavailable, policy.Retry)
+			wantStatus(t, err, codes.Unavailable, keyed.StorageUnavailable.Row().Reason)
+			ci := wantCallInfo(t, err, keyed.StorageUnavailable.Row().Reason, policy.Retry)
 			if ci.Resolves != 0 {
 				t.Errorf("CallInfo %+v: nothing committed, so no resolve is needed", ci)
 			}
@@ -297,8 +297,8 @@ func TestOutcomeRows(t *testing.T) {
 			}, nil)
 			_, pc := appClient(t, e.addr, fastClient()...)
 			_, err := pc.Deposit(as(ctx, "alice", "k"), deposit("r", 1))
-			wantStatus(t, err, codes.Internal, grpcint.ReasonLedgerMisuse)
-			wantCallInfo(t, err, grpcint.ReasonLedgerMisuse, policy.DoNotRetry)
+			wantStatus(t, err, codes.Internal, keyed.LedgerMisuse.Row().Reason)
+			wantCallInfo(t, err, keyed.LedgerMisuse.Row().Reason, policy.DoNotRetry)
 		},
 		keyed.ResultUnreadable: func(t *testing.T) {
 			e, _, _ := sqliteEnv(t, nil, nil, keyed.WithTypeResolver(new(protoregistry.Types)))
@@ -307,13 +307,13 @@ func TestOutcomeRows(t *testing.T) {
 			}
 			_, pc := appClient(t, e.addr, fastClient()...)
 			_, err := pc.Deposit(as(ctx, "alice", "k"), deposit("r", 1)) // a replay
-			wantStatus(t, err, codes.Internal, grpcint.ReasonResultUnreadable)
-			wantCallInfo(t, err, grpcint.ReasonResultUnreadable, policy.DoNotRetry)
+			wantStatus(t, err, codes.Internal, keyed.ResultUnreadable.Row().Reason)
+			wantCallInfo(t, err, keyed.ResultUnreadable.Row().Reason, policy.DoNotRetry)
 		},
 		keyed.NotFound: func(t *testing.T) {
 			e, _, _ := sqliteEnv(t, nil, nil)
 			err := grpcint.Resolve(as(ctx, "alice", ""), e.conn, walletpb.DepositMethod, "never-sent", &walletpb.DepositRequest{}, &walletpb.DepositReply{})
-			wantStatus(t, err, codes.NotFound, grpcint.ReasonNotFound)
+			wantStatus(t, err, codes.NotFound, keyed.NotFound.Row().Reason)
 		},
 		keyed.KeyedStream: testKeyedStreamRefused,
 		keyed.NotExecuted: func(t *testing.T) {
@@ -323,7 +323,7 @@ func TestOutcomeRows(t *testing.T) {
 			e, _, _ := sqliteEnv(t, nil, shed)
 			_, pc := appClient(t, e.addr, fastClient()...)
 			_, err := pc.Deposit(as(ctx, "alice", "k"), deposit("r", 1))
-			ci := wantCallInfo(t, err, grpcint.ReasonNotExecuted, policy.Retry)
+			ci := wantCallInfo(t, err, keyed.NotExecuted.Row().Reason, policy.Retry)
 			if ci.Attempts != 3 || ci.Resolves != 0 || status.Code(err) != codes.Unavailable {
 				t.Errorf("CallInfo %+v (%v): want 3 runs, no resolve", ci, err)
 			}
@@ -331,7 +331,7 @@ func TestOutcomeRows(t *testing.T) {
 		keyed.NotSent: func(t *testing.T) {
 			_, dead := appClient(t, "127.0.0.1:1", fastClient()...)
 			_, err := dead.Deposit(as(ctx, "alice", "k"), deposit("r", 1))
-			wantCallInfo(t, err, grpcint.ReasonNotSent, policy.Retry)
+			wantCallInfo(t, err, keyed.NotSent.Row().Reason, policy.Retry)
 		},
 		keyed.ServerAnswered: func(t *testing.T) {
 			e, _, _ := sqliteEnv(t, nil, nil)
@@ -340,7 +340,7 @@ func TestOutcomeRows(t *testing.T) {
 			if status.Code(err) != codes.InvalidArgument {
 				t.Fatalf("err %v", err)
 			}
-			wantCallInfo(t, err, grpcint.ReasonHandlerError, policy.DoNotRetry)
+			wantCallInfo(t, err, keyed.ServerAnswered.Row().Reason, policy.DoNotRetry)
 			_, again := pc.Deposit(as(ctx, "alice", "k"), deposit("r", 0))
 			if status.Code(again) != codes.InvalidArgument || e.server.Stats().Replayed != 1 {
 				t.Errorf("retry of a final error: %v, server %+v; want it replayed", again, e.server.Stats())
@@ -352,7 +352,7 @@ func TestOutcomeRows(t *testing.T) {
 			// outcome is unknown and carries the key.
 			mesh, pc := ownerClient(t, e.addr, policy.OwnerMesh)
 			_, err := pc.Deposit(as(ctx, "alice", "k-mesh"), deposit("r", 1))
-			ci := wantCallInfo(t, err, grpcint.ReasonCallOutcomeUnknown, policy.ResolveFirst)
+			ci := wantCallInfo(t, err, keyed.CallOutcomeUnknown.Row().Reason, policy.ResolveFirst)
 			if ci.Key != "k-mesh" || mesh.Stats().Ambiguous != 1 {
 				t.Errorf("CallInfo %+v, stats %+v: want the key and one ambiguous call", ci, mesh.Stats())
 			}
@@ -362,7 +362,7 @@ func TestOutcomeRows(t *testing.T) {
 			dctx, cancel := context.WithTimeout(as(ctx, "alice", "k-app"), 300*time.Millisecond)
 			defer cancel()
 			_, err = pc.Deposit(dctx, deposit("r2", 1))
-			ci = wantCallInfo(t, err, grpcint.ReasonCallOutcomeUnknown, policy.ResolveFirst)
+			ci = wantCallInfo(t, err, keyed.CallOutcomeUnknown.Row().Reason, policy.ResolveFirst)
 			if ci.Resolves == 0 || ci.Decision != "deadline" || app.Stats().Ambiguous != 1 {
 				t.Errorf("CallInfo %+v, stats %+v: want resolves until the deadline", ci, app.Stats())
 			}
@@ -384,8 +384,8 @@ func testNotStorable(t *testing.T) {
 	e := serveLedger(t, db, store, biz, nil)
 	_, pc := appClient(t, e.addr, fastClient()...)
 	_, err = pc.Deposit(as(ctx, "alice", "k"), deposit("a reference too long to store", 1))
-	wantStatus(t, err, codes.Internal, grpcint.ReasonResultNotStorable)
-	ci := wantCallInfo(t, err, grpcint.ReasonResultNotStorable, policy.DoNotRetry)
+	wantStatus(t, err, codes.Internal, keyed.NotStorable.Row().Reason)
+	ci := wantCallInfo(t, err, keyed.NotStorable.Row().Reason, policy.DoNotRetry)
 	if ci.Attempts != 1 || e.server.Stats().Executed != 0 {
 		t.Errorf("CallInfo %+v, server %+v: a result that cannot be stored is neither retried nor committed", ci, e.server.Stats())
 	}
@@ -414,7 +414,7 @@ func TestErrorMapIsTheDocTable(t *testing.T) {
 // TestErrorMap: the error map is the classification's reasons, each with
 // the code gRPC renders it with; the reasons are the core's.
 func TestErrorMap(t *testing.T) {
-	seen := map[grpcint.Reason]bool{}
+	seen := map[string]bool{}
 	for _, m := range grpcint.ErrorMap() {
 		o, ok := keyed.OfReason(string(m.Reason))
 		if !ok || seen[m.Reason] {
@@ -429,15 +429,15 @@ func TestErrorMap(t *testing.T) {
 		}
 	}
 	for _, r := range keyed.Outcomes() {
-		if r.Reason != "" && !seen[grpcint.Reason(r.Reason)] {
+		if r.Reason != "" && !seen[r.Reason] {
 			t.Errorf("reason %s of %s missing from the error map", r.Reason, r.Name)
 		}
 	}
-	for _, reason := range []grpcint.Reason{grpcint.ReasonMissingKey, grpcint.ReasonInvalidKey, grpcint.ReasonInvalidRequest,
-		grpcint.ReasonNoCaller, grpcint.ReasonKeyReused, grpcint.ReasonInProgress, grpcint.ReasonIncomplete,
-		grpcint.ReasonTransactionAborted, grpcint.ReasonStorageBusy, grpcint.ReasonStorageUnavailable, grpcint.ReasonOutcomeUnknown,
-		grpcint.ReasonResultNotStorable, grpcint.ReasonLedgerMisuse, grpcint.ReasonResultUnreadable, grpcint.ReasonNotFound,
-		grpcint.ReasonKeyedStream, grpcint.ReasonNotExecuted, grpcint.ReasonNotSent, grpcint.ReasonHandlerError, grpcint.ReasonCallOutcomeUnknown} {
+	for _, reason := range []string{keyed.KeyMissing.Row().Reason, keyed.KeyInvalid.Row().Reason, keyed.RequestUnreadable.Row().Reason,
+		keyed.CallerMissing.Row().Reason, keyed.KeyReused.Row().Reason, keyed.InProgress.Row().Reason, keyed.Incomplete.Row().Reason,
+		keyed.TxAborted.Row().Reason, keyed.StorageBusy.Row().Reason, keyed.StorageUnavailable.Row().Reason, keyed.CommitUnknown.Row().Reason,
+		keyed.NotStorable.Row().Reason, keyed.LedgerMisuse.Row().Reason, keyed.ResultUnreadable.Row().Reason, keyed.NotFound.Row().Reason,
+		keyed.KeyedStream.Row().Reason, keyed.NotExecuted.Row().Reason, keyed.NotSent.Row().Reason, keyed.ServerAnswered.Row().Reason, keyed.CallOutcomeUnknown.Row().Reason} {
 		if !seen[reason] {
 			t.Errorf("grpcint's reason %s is not the classification's", reason)
 		}

@@ -83,7 +83,7 @@ func (a *attemptEvidence) mayHaveCommitted(err error) bool {
 	if replayedError(err, trl) {
 		return true
 	}
-	if r, ok := retry.ServerRow(string(ReasonOf(err))); ok {
+	if r, ok := retry.ServerRow(ReasonOf(err)); ok {
 		return !r.Committed.Nothing()
 	}
 	return (a.sent.Load() || a.header.Load()) && retry.MayHaveRun(status.Code(err))

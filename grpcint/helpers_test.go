@@ -176,7 +176,7 @@ func deposit(ref string, amount int64) *walletpb.DepositRequest {
 	return &walletpb.DepositRequest{Account: "a", Amount: amount, Reference: ref}
 }
 
-func wantStatus(t *testing.T, err error, code codes.Code, reason grpcint.Reason) *status.Status {
+func wantStatus(t *testing.T, err error, code codes.Code, reason string) *status.Status {
 	t.Helper()
 	st := status.Convert(err)
 	if st.Code() != code {

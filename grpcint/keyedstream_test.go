@@ -14,6 +14,7 @@ import (
 	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/policy"
 )
 
@@ -68,15 +69,15 @@ func testKeyedStreamRefused(t *testing.T) {
 
 	_, pc := appClient(t, lis.Addr().String(), fastClient()...)
 	_, err = pc.Deposit(as(ctx, "alice", "k-stream"), deposit("r", 1))
-	wantStatus(t, err, codes.Unimplemented, grpcint.ReasonKeyedStream)
-	ci := wantCallInfo(t, err, grpcint.ReasonKeyedStream, policy.DoNotRetry)
+	wantStatus(t, err, codes.Unimplemented, keyed.KeyedStream.Row().Reason)
+	ci := wantCallInfo(t, err, keyed.KeyedStream.Row().Reason, policy.DoNotRetry)
 	if ci.Attempts != 1 {
 		t.Errorf("CallInfo %+v: a refusal of the server's configuration is not retried", ci)
 	}
 	// Without a key, as a client that knows nothing of the kit calls it.
 	_, raw := ownerClient(t, lis.Addr().String(), policy.OwnerNone)
 	_, err = raw.Deposit(as(ctx, "alice", ""), deposit("r", 1))
-	wantStatus(t, err, codes.Unimplemented, grpcint.ReasonKeyedStream)
+	wantStatus(t, err, codes.Unimplemented, keyed.KeyedStream.Row().Reason)
 	if n := svc.ran.Load(); n != 0 {
 		t.Errorf("the handler of a keyed method served as a stream ran %d times", n)
 	}

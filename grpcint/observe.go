@@ -164,7 +164,7 @@ func (o *clientObs) callDone(ctx context.Context, cc *grpc.ClientConn, method st
 	}
 	attrs := []attribute.KeyValue{grpcMethod(method), o.owner, telemetry.Outcome.String(outcome.String())}
 	if r := ReasonOf(err); err != nil && r != "" {
-		attrs = append(attrs, telemetry.Reason.String(string(r)))
+		attrs = append(attrs, telemetry.Reason.String(r))
 	}
 	o.calls.Add(ctx, 1, metric.WithAttributes(attrs...))
 }
@@ -172,7 +172,7 @@ func (o *clientObs) callDone(ctx context.Context, cc *grpc.ClientConn, method st
 // resolveOutcome is what a resolve request found, in package keyed's
 // classification.
 func resolveOutcome(err error, trl metadata.MD) keyed.Outcome {
-	r, kit := retry.ServerRow(string(ReasonOf(err)))
+	r, kit := retry.ServerRow(ReasonOf(err))
 	switch {
 	case err == nil || replayedError(err, trl):
 		return keyed.Replayed

@@ -92,7 +92,7 @@ func TestObservedCalls(t *testing.T) {
 				case err == nil:
 					seen["executed"]++
 				default:
-					seen["refused "+string(grpcint.ReasonOf(err))]++
+					seen["refused "+grpcint.ReasonOf(err)]++
 				}
 			}()
 		}
@@ -102,11 +102,11 @@ func TestObservedCalls(t *testing.T) {
 		}
 		// A key reuse and a call without a key.
 		_, err = e.pc.Deposit(as(ctx, "alice-secret", herdKey), deposit("herd", 999))
-		wantStatus(t, err, codes.FailedPrecondition, grpcint.ReasonKeyReused)
-		seen["refused "+string(grpcint.ReasonKeyReused)]++
+		wantStatus(t, err, codes.FailedPrecondition, keyed.KeyReused.Row().Reason)
+		seen["refused "+keyed.KeyReused.Row().Reason]++
 		_, err = e.pc.Deposit(as(ctx, "alice-secret", ""), deposit("nokey", 1))
-		wantStatus(t, err, codes.InvalidArgument, grpcint.ReasonMissingKey)
-		seen["refused "+string(grpcint.ReasonMissingKey)]++
+		wantStatus(t, err, codes.InvalidArgument, keyed.KeyMissing.Row().Reason)
+		seen["refused "+keyed.KeyMissing.Row().Reason]++
 
 		// A kit client whose transport loses the first answer of "lost"
 		// and fails the first attempt of "unsent" before sending it.
@@ -137,7 +137,7 @@ func TestObservedCalls(t *testing.T) {
 		never := newKey()
 		var reply walletpb.DepositReply
 		err = grpcint.Resolve(as(ctx, "alice-secret", ""), clientConn(t, client, e.addr), walletpb.DepositMethod, never, deposit("x", 1), &reply)
-		wantStatus(t, err, codes.NotFound, grpcint.ReasonNotFound)
+		wantStatus(t, err, codes.NotFound, keyed.NotFound.Row().Reason)
 
 		// A budget with nothing in it refuses the retry of "unsent".
 		empty, err := policy.NewBudget(policy.BudgetSettings{NoPercent: true, NoMinRetries: true})
@@ -147,7 +147,7 @@ func TestObservedCalls(t *testing.T) {
 		unsentOnce.Store(false)
 		_, pcEmpty := lossyClient(t, e.addr, policy.OwnerApplication, lossy, keyed.WithBudget(empty),
 			keyed.WithMeterProvider(m.Provider), keyed.WithLogger(logs.Logger))
-		if _, err := pcEmpty.Deposit(as(ctx, "alice-secret", newKey()), deposit("unsent", 7)); grpcint.ReasonOf(err) != grpcint.ReasonNotSent {
+		if _, err := pcEmpty.Deposit(as(ctx, "alice-secret", newKey()), deposit("unsent", 7)); grpcint.ReasonOf(err) != keyed.NotSent.Row().Reason {
 			t.Fatalf("budget refusal: %v", err)
 		}
 
@@ -196,7 +196,7 @@ func TestObservedCalls(t *testing.T) {
 			t.Errorf("server resolves replayed = %v, want 1", got)
 		}
 		if got := get("opledger.server.resolves", kv("opledger.outcome", "operation-not-found"), kv("opledger.outcome.kind", "not-found"),
-			kv("opledger.reason", string(grpcint.ReasonNotFound))); got != 1 {
+			kv("opledger.reason", keyed.NotFound.Row().Reason)); got != 1 {
 			t.Errorf("server resolves operation-not-found = %v, want 1", got)
 		}
 		// Client: one vocabulary with the server's.
@@ -272,7 +272,7 @@ func TestObservedCalls(t *testing.T) {
 		// Logs: one event per refusal, resolve and budget exhaustion.
 		for _, want := range []map[string]string{
 			{"msg": "opledger: claim refused", "outcome": "idempotency-key-reused", "method": walletpb.DepositMethod},
-			{"msg": "opledger: keyed call refused", "outcome": "idempotency-key-missing", "reason": string(grpcint.ReasonMissingKey)},
+			{"msg": "opledger: keyed call refused", "outcome": "idempotency-key-missing", "reason": keyed.KeyMissing.Row().Reason},
 			{"msg": "opledger: resolve", "outcome": "replayed", "owner": "application"},
 			{"msg": "opledger: resolve", "outcome": "operation-not-found", "owner": "application"},
 			{"msg": "opledger: retry budget exhausted", "decision": "budget-exhausted", "method": walletpb.DepositMethod},

@@ -43,7 +43,7 @@ func testPoolOfOne(t *testing.T, tg testdb.Target) {
 			// On a loaded machine even the first call can find its BEGIN
 			// slower than the bound: it is told STORAGE_BUSY, and sent again.
 			_, err := e.pc.Deposit(as(ctx, "alice", "k-stuck"), deposit("block", 1))
-			if grpcint.ReasonOf(err) != grpcint.ReasonStorageBusy {
+			if grpcint.ReasonOf(err) != keyed.StorageBusy.Row().Reason {
 				first <- err
 				return
 			}
@@ -60,12 +60,12 @@ func testPoolOfOne(t *testing.T, tg testdb.Target) {
 	defer cancel()
 	var trl metadata.MD
 	_, err = e.pc.Deposit(as(dctx, "alice", "k-stuck"), deposit("block", 1), grpc.Trailer(&trl))
-	wantStatus(t, err, codes.Aborted, grpcint.ReasonInProgress)
+	wantStatus(t, err, codes.Aborted, keyed.InProgress.Row().Reason)
 	if len(trl.Get(policy.PushbackHeader)) != 1 {
 		t.Errorf("in progress without pushback: trailer %v", trl)
 	}
 	_, err = e.pc.Deposit(as(dctx, "alice", "k-other"), deposit("other", 1), grpc.Trailer(&trl))
-	wantStatus(t, err, codes.Unavailable, grpcint.ReasonStorageBusy)
+	wantStatus(t, err, codes.Unavailable, keyed.StorageBusy.Row().Reason)
 	if len(trl.Get(policy.PushbackHeader)) != 1 {
 		t.Errorf("storage busy without pushback: trailer %v", trl)
 	}
@@ -73,12 +73,12 @@ func testPoolOfOne(t *testing.T, tg testdb.Target) {
 	// call is in progress.
 	resolveCtx := metadata.AppendToOutgoingContext(grpcint.WithKey(as(dctx, "alice", ""), "k-stuck"), grpcint.ResolveHeader, "1")
 	err = e.conn.Invoke(resolveCtx, walletpb.DepositMethod, deposit("block", 1), new(walletpb.DepositReply))
-	wantStatus(t, err, codes.Aborted, grpcint.ReasonInProgress)
+	wantStatus(t, err, codes.Aborted, keyed.InProgress.Row().Reason)
 	// The kit's client retries it after the pushback (nothing was
 	// committed), and says so when its attempts run out.
 	_, pc := appClient(t, e.addr, fastClient()...)
 	_, err = pc.Deposit(as(dctx, "alice", "k-other-2"), deposit("other", 1))
-	if ci := wantCallInfo(t, err, grpcint.ReasonStorageBusy, policy.Retry); ci.Attempts != 3 || ci.Resolves != 0 {
+	if ci := wantCallInfo(t, err, keyed.StorageBusy.Row().Reason, policy.Retry); ci.Attempts != 3 || ci.Resolves != 0 {
 		t.Errorf("CallInfo %+v: want 3 runs and no resolve", ci)
 	}
 	close(e.gate.release)

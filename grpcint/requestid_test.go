@@ -154,7 +154,7 @@ func TestRequestIDHerd(t *testing.T) {
 						var trl metadata.MD
 						got[w], errs[w] = e.oc.CreateOrder(actx, order(item, id, 3), grpc.Trailer(&trl))
 						replays[w] = len(trl.Get(grpcint.ReplayedHeader)) > 0 && trl.Get(grpcint.ReplayedHeader)[0] == "true"
-						if r := grpcint.ReasonOf(errs[w]); r != grpcint.ReasonInProgress && r != grpcint.ReasonStorageBusy {
+						if r := grpcint.ReasonOf(errs[w]); r != keyed.InProgress.Row().Reason && r != keyed.StorageBusy.Row().Reason {
 							return
 						}
 						busy.Add(1) // past the wait bound: again with the same request_id, as the answer says
@@ -223,17 +223,17 @@ func TestRequestIDOutcomes(t *testing.T) {
 	}
 	// A reused request_id with another request.
 	_, err = e.oc.CreateOrder(ctx, order("book", "rid-1", 3))
-	wantStatus(t, err, codes.FailedPrecondition, grpcint.ReasonKeyReused)
+	wantStatus(t, err, codes.FailedPrecondition, keyed.KeyReused.Row().Reason)
 	// Two different keys: refused before the handler.
 	runs := e.runs.Load()
 	_, err = e.oc.CreateOrder(grpcint.WithKey(ctx, "header-1"), order("pen", "rid-2", 1))
-	st := wantStatus(t, err, codes.InvalidArgument, grpcint.ReasonInvalidKey)
+	st := wantStatus(t, err, codes.InvalidArgument, keyed.KeyInvalid.Row().Reason)
 	if regexp.MustCompile(`header-1|rid-2`).MatchString(st.Message()) {
 		t.Errorf("the refusal shows a key: %q", st.Message())
 	}
 	// Neither key.
 	_, err = e.oc.CreateOrder(ctx, order("pen", "", 1))
-	wantStatus(t, err, codes.InvalidArgument, grpcint.ReasonMissingKey)
+	wantStatus(t, err, codes.InvalidArgument, keyed.KeyMissing.Row().Reason)
 	if e.runs.Load() != runs || e.te.BizRows(t, "pen") != 0 {
 		t.Errorf("a refused call ran the handler")
 	}
@@ -342,7 +342,7 @@ func TestRequestIDClient(t *testing.T) {
 	}
 	// WithKey and a different request_id: INVALID_ARGUMENT, one attempt.
 	_, err = oc.CreateOrder(grpcint.WithKey(ctx, "key-a"), order("conflict", "rid-b", 1))
-	wantStatus(t, err, codes.InvalidArgument, grpcint.ReasonInvalidKey)
+	wantStatus(t, err, codes.InvalidArgument, keyed.KeyInvalid.Row().Reason)
 	mu.Lock()
 	n := len(attempts["conflict"])
 	mu.Unlock()

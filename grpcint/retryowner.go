@@ -14,22 +14,6 @@ import (
 	"github.com/opledger/opledger/policy"
 )
 
-// Metadata keys of run-time retry detection (see docs/retry-ownership.md,
-// "Detecting a second owner at run time"). The server also reads
-// x-envoy-attempt-count (keyedcore.EnvoyAttemptCountHeader) and
-// grpc-previous-rpc-attempts (keyedcore.PreviousAttemptsHeader).
-const (
-	// RetryOwnerHeader is the channel's retry owner, which the client
-	// interceptors declare on every call: "application", "service-config",
-	// "mesh" or "none", with ";xds" on an xds:/// channel (see
-	// keyedcore.Declaration).
-	RetryOwnerHeader = keyedcore.RetryOwnerHeader
-	// AttemptHeader is the attempt number of the client's own retry loop
-	// (1 for the first), sent on every attempt when the application owns
-	// the channel's retries.
-	AttemptHeader = keyedcore.AttemptHeader
-)
-
 // WithTarget gives the client its channel's target, as passed to
 // grpc.NewClient. On an xds: target (proxyless gRPC, whose retry policy
 // comes from the control plane's RouteConfiguration):
@@ -64,7 +48,7 @@ func isXDS(target string) bool {
 // control plane's).
 func (c *Client) declare(ctx context.Context, cc *grpc.ClientConn) context.Context {
 	d := keyedcore.Declaration{Owner: c.owner, XDS: isXDS(c.own.target) || (cc != nil && isXDS(cc.Target()))}
-	return metadata.AppendToOutgoingContext(ctx, RetryOwnerHeader, d.String())
+	return metadata.AppendToOutgoingContext(ctx, keyedcore.RetryOwnerHeader, d.String())
 }
 
 // numbered returns an attempt's context with the loop's attempt number,
@@ -73,7 +57,7 @@ func (c *Client) numbered(ctx context.Context, attempt int) context.Context {
 	if c.owner != policy.OwnerApplication {
 		return ctx
 	}
-	return metadata.AppendToOutgoingContext(ctx, AttemptHeader, strconv.Itoa(attempt))
+	return metadata.AppendToOutgoingContext(ctx, keyedcore.AttemptHeader, strconv.Itoa(attempt))
 }
 
 // judgeRetries has the core judge the retry headers of a call of a
@@ -83,7 +67,7 @@ func (s *Server) judgeRetries(ctx context.Context, method string) {
 	if !ok {
 		return
 	}
-	h := keyedcore.RetryHeaders{Attempt: md[AttemptHeader], EnvoyAttempt: md[keyedcore.EnvoyAttemptCountHeader],
+	h := keyedcore.RetryHeaders{Attempt: md[keyedcore.AttemptHeader], EnvoyAttempt: md[keyedcore.EnvoyAttemptCountHeader],
 		PreviousAttempts: md[keyedcore.PreviousAttemptsHeader]}
 	if h.Attempt == nil && h.EnvoyAttempt == nil && h.PreviousAttempts == nil || len(md[ResolveHeader]) > 0 {
 		return
@@ -92,7 +76,7 @@ func (s *Server) judgeRetries(ctx context.Context, method string) {
 	if !known {
 		return
 	}
-	h.Owner = md[RetryOwnerHeader]
+	h.Owner = md[keyedcore.RetryOwnerHeader]
 	s.core.Retries(ctx, method, h, retrySafe(p))
 }
 

@@ -190,10 +190,10 @@ func TestRetryOwnerDeclared(t *testing.T) {
 			t.Fatal(err)
 		}
 		cc.Close()
-		if got := md.Get(grpcint.RetryOwnerHeader); len(got) != 1 || got[0] != tc.want {
+		if got := md.Get(keyedcore.RetryOwnerHeader); len(got) != 1 || got[0] != tc.want {
 			t.Errorf("%s on %s: declared %q, want %q", tc.owner, tc.target, got, tc.want)
 		}
-		if got := md.Get(grpcint.AttemptHeader); strings.Join(got, ",") != strings.Join(tc.attempt, ",") {
+		if got := md.Get(keyedcore.AttemptHeader); strings.Join(got, ",") != strings.Join(tc.attempt, ",") {
 			t.Errorf("%s: attempt header %q, want %q", tc.owner, got, tc.attempt)
 		}
 	}

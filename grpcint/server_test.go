@@ -53,18 +53,18 @@ func TestStatusCodes(t *testing.T) {
 				const secret = "secret-key-1"
 
 				_, err := e.pc.Deposit(as(ctx, "alice", ""), deposit("r1", 100))
-				wantStatus(t, err, codes.InvalidArgument, grpcint.ReasonMissingKey)
+				wantStatus(t, err, codes.InvalidArgument, keyed.KeyMissing.Row().Reason)
 
 				_, err = e.pc.Deposit(as(ctx, "", secret), deposit("r1", 100))
-				wantStatus(t, err, codes.Unauthenticated, grpcint.ReasonNoCaller)
+				wantStatus(t, err, codes.Unauthenticated, keyed.CallerMissing.Row().Reason)
 
 				_, err = e.pc.Deposit(as(ctx, "alice", strings.Repeat("k", 256)), deposit("r1", 100))
-				wantStatus(t, err, codes.InvalidArgument, grpcint.ReasonInvalidKey)
+				wantStatus(t, err, codes.InvalidArgument, keyed.KeyInvalid.Row().Reason)
 
 				// Resolve before anything ran: NOT_FOUND, safe to run.
 				var got walletpb.DepositReply
 				err = grpcint.Resolve(as(ctx, "alice", ""), e.conn, walletpb.DepositMethod, secret, &walletpb.DepositRequest{}, &got)
-				wantStatus(t, err, codes.NotFound, grpcint.ReasonNotFound)
+				wantStatus(t, err, codes.NotFound, keyed.NotFound.Row().Reason)
 
 				var trl metadata.MD
 				first, err := e.pc.Deposit(as(ctx, "alice", secret), deposit("r1", 100), grpc.Trailer(&trl))
@@ -88,7 +88,7 @@ func TestStatusCodes(t *testing.T) {
 				}
 				// Key reused for another request.
 				_, err = e.pc.Deposit(as(ctx, "alice", secret), deposit("r1", 101))
-				st := wantStatus(t, err, codes.FailedPrecondition, grpcint.ReasonKeyReused)
+				st := wantStatus(t, err, codes.FailedPrecondition, keyed.KeyReused.Row().Reason)
 				if strings.Contains(st.Message(), secret) {
 					t.Error("status message contains the raw key")
 				}
@@ -159,13 +159,13 @@ func TestInProgressAndResolve(t *testing.T) {
 			<-e.gate.entered
 			var trl metadata.MD
 			_, err := e.pc.Deposit(as(ctx, "alice", "k-block"), deposit("block", 5), grpc.Trailer(&trl))
-			wantStatus(t, err, codes.Aborted, grpcint.ReasonInProgress)
+			wantStatus(t, err, codes.Aborted, keyed.InProgress.Row().Reason)
 			if p := trl.Get(policy.PushbackHeader); len(p) != 1 || p[0] != "50" {
 				t.Errorf("pushback %v, want [50]", p)
 			}
 			var got walletpb.DepositReply
 			err = grpcint.Resolve(as(ctx, "alice", ""), e.conn, walletpb.DepositMethod, "k-block", &walletpb.DepositRequest{}, &got)
-			wantStatus(t, err, codes.Aborted, grpcint.ReasonInProgress)
+			wantStatus(t, err, codes.Aborted, keyed.InProgress.Row().Reason)
 			close(e.gate.release)
 			if err := <-done; err != nil {
 				t.Fatal(err)
@@ -203,7 +203,7 @@ func TestCallerIsolation(t *testing.T) {
 	}
 	var got walletpb.DepositReply
 	err = grpcint.Resolve(as(ctx, "dave", ""), e.conn, walletpb.DepositMethod, "shared-key", &walletpb.DepositRequest{}, &got)
-	wantStatus(t, err, codes.NotFound, grpcint.ReasonNotFound)
+	wantStatus(t, err, codes.NotFound, keyed.NotFound.Row().Reason)
 }
 
 // TestClientGeneratesOneKeyPerCall: without a key from the caller, the
@@ -233,7 +233,7 @@ func TestClientGeneratesOneKeyPerCall(t *testing.T) {
 	}
 	// A resolve of a method that is not keyed never runs it.
 	err = grpcint.Resolve(ctx, e.conn, walletpb.GetDepositMethod, "k", &walletpb.GetDepositRequest{DepositId: r1.GetDepositId()}, &walletpb.DepositReply{})
-	wantStatus(t, err, codes.InvalidArgument, grpcint.ReasonInvalidRequest)
+	wantStatus(t, err, codes.InvalidArgument, keyed.RequestUnreadable.Row().Reason)
 }
 
 // TestFinalErrorSaysAttempts: a call that fails for good keeps its code
@@ -245,7 +245,7 @@ func TestFinalErrorSaysAttempts(t *testing.T) {
 	// No caller: UNAUTHENTICATED is not retried, and the error is the
 	// server's own.
 	_, err := pc.Deposit(context.Background(), deposit("x", 1))
-	wantStatus(t, err, codes.Unauthenticated, grpcint.ReasonNoCaller)
+	wantStatus(t, err, codes.Unauthenticated, keyed.CallerMissing.Row().Reason)
 	if ci, ok := grpcint.CallInfoOf(err); !ok || ci.Attempts != 1 || ci.Next != policy.DoNotRetry || ci.Key == "" || ci.Resolves != 0 {
 		t.Errorf("CallInfo of a keyed call refused by the server: %+v %v; want 1 attempt, do-not-retry, the key", ci, ok)
 	}
@@ -265,7 +265,7 @@ func TestFinalErrorSaysAttempts(t *testing.T) {
 	_, err = dead.GetDeposit(context.Background(), &walletpb.GetDepositRequest{DepositId: 1})
 	ci, _ := grpcint.CallInfoOf(err)
 	if status.Code(err) != codes.Unavailable || ci.Attempts != 3 || !strings.Contains(err.Error(), "after 3 attempts") ||
-		ci.Reason != grpcint.ReasonNotSent || ci.Decision != "max-attempts" {
+		ci.Reason != keyed.NotSent.Row().Reason || ci.Decision != "max-attempts" {
 		t.Errorf("err %v (%+v), want UNAVAILABLE after 3 attempts, not sent, max-attempts", err, ci)
 	}
 	// The same for a keyed call: nothing was ever sent, so the error is
@@ -273,7 +273,7 @@ func TestFinalErrorSaysAttempts(t *testing.T) {
 	// key.
 	_, err = dead.Deposit(as(context.Background(), "alice", "k-dead"), deposit("dead", 1))
 	ci, _ = grpcint.CallInfoOf(err)
-	if status.Code(err) != codes.Unavailable || ci.Attempts != 3 || ci.Reason != grpcint.ReasonNotSent || ci.Next != policy.Retry || ci.Key != "k-dead" {
+	if status.Code(err) != codes.Unavailable || ci.Attempts != 3 || ci.Reason != keyed.NotSent.Row().Reason || ci.Next != policy.Retry || ci.Key != "k-dead" {
 		t.Errorf("keyed call to a dead address: %v (%+v), want 3 attempts, not sent, retry, key k-dead", err, ci)
 	}
 }
@@ -315,7 +315,7 @@ func TestNewServerFor(t *testing.T) {
 	if err := grpcint.Resolve(as(ctx, "alice", ""), e.conn, walletpb.DepositMethod, "k", &walletpb.DepositRequest{}, &reply); err != nil || reply.GetDepositId() != first.GetDepositId() {
 		t.Fatalf("resolve %v, %v", &reply, err)
 	}
-	if err := grpcint.Resolve(as(ctx, "alice", ""), e.conn, walletpb.DepositMethod, "never", &walletpb.DepositRequest{}, &reply); grpcint.ReasonOf(err) != grpcint.ReasonNotFound {
+	if err := grpcint.Resolve(as(ctx, "alice", ""), e.conn, walletpb.DepositMethod, "never", &walletpb.DepositRequest{}, &reply); grpcint.ReasonOf(err) != keyed.NotFound.Row().Reason {
 		t.Fatalf("resolve of a key never used: %v", err)
 	}
 	if n := tx.Runs.Load(); n != 3 { // two calls and the probe of the resolve that found nothing

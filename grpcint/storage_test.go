@@ -13,6 +13,7 @@ import (
 	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/testkit/wallet"
 	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/migrations"
 )
@@ -43,13 +44,13 @@ func TestStorageUnavailable(t *testing.T) {
 	}
 	db.Close() // the database goes away
 	_, err = pc.Deposit(as(ctx, "alice", "k2"), deposit("s2", 1))
-	wantStatus(t, err, codes.Unavailable, grpcint.ReasonStorageUnavailable)
+	wantStatus(t, err, codes.Unavailable, keyed.StorageUnavailable.Row().Reason)
 	// Resolve asks again while the database fails, until its context ends.
 	var got walletpb.DepositReply
 	rctx, cancel := context.WithTimeout(as(ctx, "alice", ""), 500*time.Millisecond)
 	defer cancel()
 	err = grpcint.Resolve(rctx, conn, walletpb.DepositMethod, "k1", &walletpb.DepositRequest{}, &got)
-	wantStatus(t, err, codes.Unavailable, grpcint.ReasonStorageUnavailable)
+	wantStatus(t, err, codes.Unavailable, keyed.StorageUnavailable.Row().Reason)
 	if resolves := e.server.Stats().Resolves; resolves < 2 {
 		t.Errorf("the server saw %d resolves; Resolve should have asked again while the database failed", resolves)
 	}

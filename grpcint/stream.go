@@ -108,7 +108,7 @@ func (s *retryStream) outcomeOf(err error) keyed.Outcome {
 	if ci, ok := CallInfoOf(err); ok && ci.Outcome != 0 {
 		return ci.Outcome
 	}
-	return retry.ReadingOf(retry.Attempt{Err: err, Code: status.Code(err), Reason: string(ReasonOf(err)),
+	return retry.ReadingOf(retry.Attempt{Err: err, Code: status.Code(err), Reason: ReasonOf(err),
 		Evidence: policy.Evidence{Sent: s.ev.sent.Load(), HeadersReceived: s.ev.header.Load(), MessageReceived: s.ev.message.Load()}})
 }
 

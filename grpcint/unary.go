@@ -50,7 +50,7 @@ func (u *unaryCall) Attempt(resolve, rerun bool) retry.Attempt {
 		u.c.obs.resolved(actx, span, u.method, u.key, err, trl)
 	}
 	return retry.Attempt{
-		Err: err, Code: status.Code(err), Reason: string(ReasonOf(err)),
+		Err: err, Code: status.Code(err), Reason: ReasonOf(err),
 		Replayed: err == nil && isReplayed(trl), ReplayedError: err != nil && replayedError(err, trl),
 		Evidence:                policy.Evidence{Sent: ev.sent.Load(), HeadersReceived: ev.header.Load(), MessageReceived: ev.message.Load()},
 		Pushback:                trl.Get(policy.PushbackHeader),

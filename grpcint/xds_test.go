@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/opledger/opledger/grpcint"
+	"github.com/opledger/opledger/internal/keyedcore"
 	"github.com/opledger/opledger/internal/testkit/wallet"
 	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
 	"github.com/opledger/opledger/internal/testkit/xdstest"
@@ -40,7 +41,7 @@ func (d *declarations) interceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		md, _ := metadata.FromIncomingContext(ctx)
 		d.mu.Lock()
-		d.got = append(d.got, md.Get(grpcint.RetryOwnerHeader)...)
+		d.got = append(d.got, md.Get(keyedcore.RetryOwnerHeader)...)
 		d.mu.Unlock()
 		return handler(ctx, req)
 	}

@@ -2,10 +2,10 @@ package httpint
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"net/http"
 	"strings"
+
+	"github.com/opledger/opledger/internal/callerid"
 )
 
 // CallerFunc returns the fingerprint of the authenticated caller of a
@@ -24,11 +24,7 @@ type CallerFunc func(r *http.Request) (caller string, ok bool)
 // tls.RequireAndVerifyClientCert.
 func CallerFromPeerCertificate() CallerFunc {
 	return func(r *http.Request) (string, bool) {
-		if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.VerifiedChains[0]) == 0 {
-			return "", false
-		}
-		sum := sha256.Sum256(r.TLS.VerifiedChains[0][0].RawSubjectPublicKeyInfo)
-		return "spki-sha256:" + hex.EncodeToString(sum[:]), true
+		return callerid.FromCertificate(r.TLS)
 	}
 }
 
@@ -42,11 +38,7 @@ func CallerFromPrincipal(principal func(ctx context.Context) (string, bool)) Cal
 		return nil
 	}
 	return func(r *http.Request) (string, bool) {
-		name, ok := principal(r.Context())
-		if !ok || name == "" {
-			return "", false
-		}
-		return "principal:" + name, true
+		return callerid.FromPrincipal(principal(r.Context()))
 	}
 }
 
@@ -62,11 +54,7 @@ func CallerFromTrustedHeader(name string) CallerFunc {
 		return nil
 	}
 	return func(r *http.Request) (string, bool) {
-		v := r.Header[name]
-		if len(v) != 1 || v[0] == "" {
-			return "", false
-		}
-		return "header:" + v[0], true
+		return callerid.FromHeader(r.Header[name])
 	}
 }
 
@@ -74,14 +62,6 @@ func CallerFromTrustedHeader(name string) CallerFunc {
 // found. Nil functions are skipped.
 func FirstCaller(fs ...CallerFunc) CallerFunc {
 	return func(r *http.Request) (string, bool) {
-		for _, f := range fs {
-			if f == nil {
-				continue
-			}
-			if c, ok := f(r); ok {
-				return c, true
-			}
-		}
-		return "", false
+		return callerid.First(fs, func(f CallerFunc) bool { return f == nil }, func(f CallerFunc) (string, bool) { return f(r) })
 	}
 }

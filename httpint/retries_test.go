@@ -53,7 +53,7 @@ func TestRetryOwnerAtRunTime(t *testing.T) {
 		}
 		return out
 	}
-	const owner, envoy, attempt, previous = httpint.RetryOwnerHeader, keyedcore.EnvoyAttemptCountHeader, httpint.AttemptHeader, keyedcore.PreviousAttemptsHeader
+	owner, envoy, attempt, previous := keyedcore.HTTPRetryOwnerHeader, keyedcore.EnvoyAttemptCountHeader, keyedcore.HTTPAttemptHeader, keyedcore.PreviousAttemptsHeader
 
 	send("POST", "/items", owner, "mesh", envoy, "2")
 	send("POST", "/items", owner, "application", attempt, "3")

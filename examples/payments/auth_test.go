@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/opledger/opledger/grpcint"
+	"github.com/opledger/opledger/keyed"
 )
 
 // TestTokens: a token authenticates the principal it was issued to and
@@ -109,7 +110,7 @@ func TestTokensInFront(t *testing.T) {
 		switch {
 		case c.want != "" && (err != nil || !ran || got != c.want):
 			t.Errorf("gRPC %s: %v, ran %v, principal %q", c.name, err, ran, got)
-		case c.want == "" && (ran || status.Code(err) != codes.Unauthenticated || grpcint.ReasonOf(err) != grpcint.ReasonNotExecuted):
+		case c.want == "" && (ran || status.Code(err) != codes.Unauthenticated || grpcint.ReasonOf(err) != keyed.NotExecuted.Row().Reason):
 			t.Errorf("gRPC %s: %v (reason %s), ran %v; want UNAUTHENTICATED, not executed", c.name, err, grpcint.ReasonOf(err), ran)
 		}
 	}

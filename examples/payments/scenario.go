@@ -452,7 +452,7 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 	}
 	classify := func(err error) (string, bool) {
 		ci, ok := grpcint.CallInfoOf(err)
-		return status.Code(err).String() + " " + string(grpcint.ReasonOf(err)) + " " + ci.Decision, ok && ci.Reason != grpcint.ReasonCallOutcomeUnknown
+		return status.Code(err).String() + " " + grpcint.ReasonOf(err) + " " + ci.Decision, ok && ci.Reason != keyed.CallOutcomeUnknown.Row().Reason
 	}
 	results, outage, err := sc.phases(ctx, &rep, faults, counts, classify, func(i int, prefix string) callResult {
 		req := transferRequest(i, prefix)
@@ -485,7 +485,7 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 		switch {
 		case err == nil:
 			return &stored, true, nil
-		case grpcint.ReasonOf(err) == grpcint.ReasonNotFound:
+		case grpcint.ReasonOf(err) == keyed.NotFound.Row().Reason:
 			return nil, false, nil
 		}
 		return nil, false, err

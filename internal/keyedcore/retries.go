@@ -3,6 +3,7 @@ package keyedcore
 import (
 	"errors"
 	"fmt"
+	"net/textproto"
 	"strconv"
 	"strings"
 
@@ -32,6 +33,22 @@ const (
 	// control plane's retry policy on an xds:/// channel.
 	PreviousAttemptsHeader = "grpc-previous-rpc-attempts"
 )
+
+// The canonical forms of the retry headers' names, as an HTTP header
+// (connect's, httpint's) holds them.
+var (
+	HTTPRetryOwnerHeader = textproto.CanonicalMIMEHeaderKey(RetryOwnerHeader)
+	HTTPAttemptHeader    = textproto.CanonicalMIMEHeaderKey(AttemptHeader)
+	httpEnvoyAttempt     = textproto.CanonicalMIMEHeaderKey(EnvoyAttemptCountHeader)
+	httpPreviousAttempts = textproto.CanonicalMIMEHeaderKey(PreviousAttemptsHeader)
+)
+
+// HTTPRetryHeaders reads the retry headers of an HTTP request's header
+// (an http.Header): every value of each, as RetryHeaders holds them.
+func HTTPRetryHeaders(h map[string][]string) RetryHeaders {
+	return RetryHeaders{Owner: h[HTTPRetryOwnerHeader], Attempt: h[HTTPAttemptHeader],
+		EnvoyAttempt: h[httpEnvoyAttempt], PreviousAttempts: h[httpPreviousAttempts]}
+}
 
 // ErrRetryHeader is wrapped by the errors of ParseDeclaration and
 // ParseAttemptCount: a retry header's value the kit does not read.

@@ -146,7 +146,7 @@ func (g *grpcClient) transfer(ctx context.Context, _ int, key string, req *payme
 
 func (g *grpcClient) classify(err error) (string, bool) {
 	ci, ok := grpcint.CallInfoOf(err)
-	return grpcLabel(err), ok && ci.Reason != grpcint.ReasonCallOutcomeUnknown
+	return grpcLabel(err), ok && ci.Reason != keyed.CallOutcomeUnknown.Row().Reason
 }
 
 // grpcLabel names a gRPC call's error: its code, the kit's reason and
@@ -162,7 +162,7 @@ func (g *grpcClient) resolve(ctx context.Context, key string) (*paymentspb.Trans
 	switch {
 	case err == nil:
 		return &stored, true, nil
-	case grpcint.ReasonOf(err) == grpcint.ReasonNotFound:
+	case grpcint.ReasonOf(err) == keyed.NotFound.Row().Reason:
 		return nil, false, nil
 	case unanswered(status.Code(err)):
 		return nil, false, err
