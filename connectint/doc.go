@@ -1,7 +1,10 @@
 // Package connectint is the kit for connect-go (connectrpc.com/connect v1):
 // a rendering of package keyed's core for services and clients built on
 // connect-go, which serves the Connect, gRPC and gRPC-Web protocols from
-// plain net/http handlers and never retries on its own.
+// plain net/http handlers and never retries on its own. Create the server
+// side with [NewServer] (or [NewServerFor] for a transaction API other
+// than database/sql) and the client side with [NewClient]; both take
+// package keyed's options (keyed.WithLockWait, keyed.WithMaxAttempts, …).
 //
 // The server side ([Server], its [Server.Interceptor]) runs each keyed
 // unary procedure of the method catalog inside one transaction with its
@@ -17,11 +20,11 @@
 // eligibility × evidence × status, a budget, backoff and the server's
 // pushback, resolve before running a call whose outcome is unknown again,
 // derived downstream keys, and a [CallInfo] on every error of a keyed
-// call (package keyed/retry's loop).
+// call (the same retry loop as grpcint's client).
 //
 // A procedure served by connect-go and the gRPC method of the same name
-// are one identity: its stored answers are package keyed/keyedproto's
-// forms, so a call made through grpc-go and retried through a connect
+// are one identity: its stored answers are in the protobuf forms
+// grpcint stores, so a call made through grpc-go and retried through a connect
 // client (or the other way round) replays, as long as both servers share
 // the ledger and fingerprint the caller alike.
 //

@@ -1,6 +1,11 @@
 // Package httpint makes keyed HTTP mutations safe to retry with the same
 // operation ledger as grpcint: a net/http middleware with the semantics
 // of the IETF HTTPAPI draft "The Idempotency-Key HTTP Header Field".
+// Create it with [New] (or [NewFor] for a transaction API other than
+// database/sql); it takes package keyed's server options
+// (keyed.WithLockWait, keyed.WithClaimAtCommit, keyed.WithRetryOwner, the
+// telemetry) with this package's own ([WithMaxRequestBody],
+// [WithReplayHeaders], …) in one list.
 //
 //	idem, err := httpint.New(db, store, httpint.CallerFromPrincipal(principalOf),
 //		[]string{"POST /transfers", "PUT /orders/{id}"})
