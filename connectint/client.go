@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/opledger/opledger/internal/keyedconf"
+	"github.com/opledger/opledger/internal/keyedcore"
 	"github.com/opledger/opledger/internal/keyedcore/keyedproto"
 	"github.com/opledger/opledger/internal/keyedcore/retry"
 	"github.com/opledger/opledger/keyed"
@@ -30,39 +31,13 @@ type keyCtx struct{}
 // call, so that [Resolve] can find the outcome after a restart). An
 // Idempotency-Key header set on the request does the same. Without either
 // the interceptor generates one key per logical call, which the error of
-// a keyed call carries (see [CallInfo]). The interceptor sets the key's
+// a keyed call carries (see keyed.CallInfo). The interceptor sets the key's
 // header on the request for the call's attempts and restores the header
 // the request came with when the call ends; it also puts the key in an
 // empty AIP-155 request_id of a keyed procedure's request (see
 // Client.Interceptor).
 func WithKey(ctx context.Context, key string) context.Context {
 	return context.WithValue(ctx, keyCtx{}, key)
-}
-
-// ClientStats are the counters of a Client, read with Client.Stats.
-type ClientStats struct {
-	// Calls is the number of logical calls through the interceptor.
-	Calls int64
-	// Attempts is the number of attempts it sent, resolves included.
-	Attempts int64
-	// Retries is the number of times the interceptor ran a call again.
-	Retries int64
-	// Resolves is the number of resolve requests sent through it.
-	Resolves int64
-	// Resolved is the number of calls whose outcome a resolve returned.
-	Resolved int64
-	// Replayed is the number of successful calls whose response was a
-	// stored outcome (the replay marker).
-	Replayed int64
-	// BudgetRefusals is the number of retries the budget refused.
-	BudgetRefusals int64
-	// Ambiguous is the number of keyed calls that returned an error whose
-	// outcome the client could not learn (CALL_OUTCOME_UNKNOWN).
-	Ambiguous int64
-}
-
-type counters struct {
-	calls, attempts, retries, resolves, resolved, replayed, refusals, ambiguous atomic.Int64
 }
 
 // clientRefuses are the shared client options connectint's client cannot
@@ -86,7 +61,7 @@ type Client struct {
 	owner   policy.RetryOwner
 	cfg     keyedconf.Client
 	loop    retry.Config
-	c       counters
+	c       keyedcore.ClientCounters
 }
 
 // NewClient returns a Client for a connect client whose retries belong to
@@ -129,13 +104,7 @@ func NewClient(catalog *policy.Catalog, owner policy.RetryOwner, opts ...keyed.C
 func (c *Client) Owner() policy.RetryOwner { return c.owner }
 
 // Stats returns a snapshot of the client's counters.
-func (c *Client) Stats() ClientStats {
-	return ClientStats{
-		Calls: c.c.calls.Load(), Attempts: c.c.attempts.Load(), Retries: c.c.retries.Load(),
-		Resolves: c.c.resolves.Load(), Resolved: c.c.resolved.Load(), Replayed: c.c.replayed.Load(),
-		BudgetRefusals: c.c.refusals.Load(), Ambiguous: c.c.ambiguous.Load(),
-	}
-}
+func (c *Client) Stats() keyed.ClientStats { return c.c.Stats() }
 
 func (c *Client) policyOf(procedure string) policy.MethodPolicy {
 	if p, ok := c.catalog.Lookup(procedure); ok {
@@ -172,7 +141,7 @@ func (c *Client) ClientOptions() []connect.ClientOption {
 // headers are restored when the call ends.
 //
 // A keyed call returns its result (original or replayed) or an error
-// with a definite CallInfo; only when the deadline (or the resolve
+// with a definite keyed.CallInfo; only when the deadline (or the resolve
 // window) ends before its outcome could be learned does it return
 // CALL_OUTCOME_UNKNOWN, with the key. A request carrying
 // Idempotency-Resolve (see [Resolve]) passes through.
@@ -194,13 +163,13 @@ func (i clientInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 			return next(ctx, req)
 		}
 		if req.Header().Get(ResolveHeader) != "" {
-			c.c.resolves.Add(1)
-			c.c.attempts.Add(1)
+			c.c.Resolves.Add(1)
+			c.c.Attempts.Add(1)
 			// Resolve sends one request again and again.
 			resp, _, err := send(ctx, next, req)
 			return resp, err
 		}
-		c.c.calls.Add(1)
+		c.c.Calls.Add(1)
 		defer c.declare(req.Header())()
 		p := c.policyOf(req.Spec().Procedure)
 		set, _ := ctx.Value(keyCtx{}).(string)
@@ -226,12 +195,12 @@ func (i clientInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		res := retry.Do(ctx, &c.loop, p, key, u)
 		if res.Err == nil {
 			if res.Success == "replayed" {
-				c.c.replayed.Add(1)
+				c.c.Replayed.Add(1)
 			}
 			return u.resp, nil
 		}
 		if res.Ambiguous() {
-			c.c.ambiguous.Add(1)
+			c.c.Ambiguous.Add(1)
 		}
 		if !res.Attach {
 			return nil, res.Err
@@ -355,12 +324,12 @@ func (u *unaryCall) Attempt(resolve, rerun bool) retry.Attempt {
 	h := u.req.Header()
 	if resolve {
 		h.Set(ResolveHeader, "1")
-		u.c.c.resolves.Add(1)
+		u.c.c.Resolves.Add(1)
 	} else {
 		u.runs++
 		u.c.numbered(h, u.runs)
 	}
-	u.c.c.attempts.Add(1)
+	u.c.c.Attempts.Add(1)
 	resp, ev, err := send(u.ctx, u.next, u.req)
 	h.Del(ResolveHeader)
 	// A client whose transport does not trace (no connection was asked
@@ -404,11 +373,11 @@ func wireCode(ctx context.Context, err error) codes.Code {
 func (u *unaryCall) Event(e retry.Event) {
 	switch e {
 	case retry.Retried:
-		u.c.c.retries.Add(1)
+		u.c.c.Retries.Add(1)
 	case retry.Resolved:
-		u.c.c.resolved.Add(1)
+		u.c.c.Resolved.Add(1)
 	case retry.BudgetRefused:
-		u.c.c.refusals.Add(1)
+		u.c.c.Refusals.Add(1)
 	}
 }
 

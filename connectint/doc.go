@@ -19,7 +19,7 @@
 // (filled into an empty AIP-155 request_id of a copy of the message),
 // eligibility × evidence × status, a budget, backoff and the server's
 // pushback, resolve before running a call whose outcome is unknown again,
-// derived downstream keys, and a [CallInfo] on every error of a keyed
+// derived downstream keys, and a keyed.CallInfo on every error of a keyed
 // call (the same retry loop as grpcint's client).
 //
 // A procedure served by connect-go and the gRPC method of the same name

@@ -243,7 +243,7 @@ func wantError(t *testing.T, err error, code connect.Code, reason string) *conne
 }
 
 // wantCallInfo checks the client's reading of a keyed call's error.
-func wantCallInfo(t *testing.T, err error, reason string, next policy.Action) connectint.CallInfo {
+func wantCallInfo(t *testing.T, err error, reason string, next policy.Action) keyed.CallInfo {
 	t.Helper()
 	ci, ok := connectint.CallInfoOf(err)
 	if !ok || ci.Reason != reason || ci.Next != next || connectint.ReasonOf(err) != reason {

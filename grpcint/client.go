@@ -3,12 +3,12 @@ package grpcint
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/opledger/opledger/internal/keyedconf"
+	"github.com/opledger/opledger/internal/keyedcore"
 	"github.com/opledger/opledger/internal/keyedcore/keyedproto"
 	"github.com/opledger/opledger/internal/keyedcore/retry"
 	"github.com/opledger/opledger/keyed"
@@ -21,7 +21,7 @@ import (
 // yourself (for example to persist it before the call, so that
 // [Resolve] can find the outcome after a restart). Without it the client
 // interceptor generates one key per logical call, which the error of a
-// keyed call carries (see [CallInfo]). The client interceptor also puts the
+// keyed call carries (see keyed.CallInfo). The client interceptor also puts the
 // key in an empty AIP-155 request_id of a keyed method's request (see
 // Client.UnaryClientInterceptor).
 func WithKey(ctx context.Context, key string) context.Context {
@@ -41,34 +41,6 @@ func keyOf(ctx context.Context) string {
 		return v[len(v)-1]
 	}
 	return ""
-}
-
-// ClientStats are the counters of a Client, read with Client.Stats.
-type ClientStats struct {
-	// Calls is the number of logical calls through the interceptor.
-	Calls int64
-	// Attempts is the number of attempts that reached the transport, as
-	// seen by the stats handler: the first attempt, retries and resolves,
-	// including grpc-go's own retries on a service-config-owned channel.
-	Attempts int64
-	// Retries is the number of times the interceptor ran a call again.
-	Retries int64
-	// Resolves is the number of resolve requests the interceptor sent.
-	Resolves int64
-	// Resolved is the number of calls whose outcome a resolve returned.
-	Resolved int64
-	// Replayed is the number of successful calls whose response was a
-	// stored outcome (response trailer idempotency-replayed).
-	Replayed int64
-	// BudgetRefusals is the number of retries the budget refused.
-	BudgetRefusals int64
-	// Ambiguous is the number of keyed calls that returned an error whose
-	// outcome the client could not learn (ReasonCallOutcomeUnknown).
-	Ambiguous int64
-}
-
-type counters struct {
-	calls, attempts, retries, resolves, resolved, replayed, refusals, ambiguous atomic.Int64
 }
 
 // clientOwn is grpcint's own client settings (WithTarget,
@@ -100,7 +72,7 @@ type Client struct {
 	cfg     keyedconf.Client
 	own     clientOwn
 	loop    retry.Config
-	c       counters
+	c       keyedcore.ClientCounters
 	obs     *clientObs
 }
 
@@ -149,13 +121,7 @@ func NewClient(catalog *policy.Catalog, owner policy.RetryOwner, opts ...keyed.C
 func (c *Client) Owner() policy.RetryOwner { return c.owner }
 
 // Stats returns a snapshot of the client's counters.
-func (c *Client) Stats() ClientStats {
-	return ClientStats{
-		Calls: c.c.calls.Load(), Attempts: c.c.attempts.Load(), Retries: c.c.retries.Load(),
-		Resolves: c.c.resolves.Load(), Resolved: c.c.resolved.Load(), Replayed: c.c.replayed.Load(),
-		BudgetRefusals: c.c.refusals.Load(), Ambiguous: c.c.ambiguous.Load(),
-	}
-}
+func (c *Client) Stats() keyed.ClientStats { return c.c.Stats() }
 
 func (c *Client) policyOf(method string) policy.MethodPolicy {
 	if p, ok := c.catalog.Lookup(method); ok {
@@ -211,7 +177,7 @@ func (c *Client) withKeyFor(ctx context.Context, p policy.MethodPolicy, req any)
 // that the kit's server can tell which layer retried it.
 //
 // For the application and service-config owners a keyed call returns its
-// result (original or replayed) or an error with a definite CallInfo;
+// result (original or replayed) or an error with a definite keyed.CallInfo;
 // only when the deadline (or the resolve window) ends before its outcome
 // could be learned does it return ReasonCallOutcomeUnknown, with the key.
 //
@@ -225,7 +191,7 @@ func (c *Client) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		if isResolve(ctx) {
 			// An application's own resolve request (Resolve): pass it on.
-			c.c.resolves.Add(1)
+			c.c.Resolves.Add(1)
 			key := keyOf(ctx)
 			ctx, span := c.obs.resolving(ctx, method, key)
 			var trl metadata.MD
@@ -233,7 +199,7 @@ func (c *Client) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 			c.obs.resolved(ctx, span, method, key, err, trl)
 			return err
 		}
-		c.c.calls.Add(1)
+		c.c.Calls.Add(1)
 		p := c.policyOf(method)
 		ctx = c.declare(ctx, cc)
 		ctx, key, req := c.withKeyFor(ctx, p, req)

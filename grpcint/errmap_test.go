@@ -52,7 +52,7 @@ func fastClient() []keyed.ClientOption {
 }
 
 // wantCallInfo checks the client's reading of a keyed call's error.
-func wantCallInfo(t *testing.T, err error, reason string, next policy.Action) grpcint.CallInfo {
+func wantCallInfo(t *testing.T, err error, reason string, next policy.Action) keyed.CallInfo {
 	t.Helper()
 	ci, ok := grpcint.CallInfoOf(err)
 	if !ok || ci.Reason != reason || ci.Next != next || grpcint.ReasonOf(err) != reason {

@@ -118,7 +118,7 @@ func (h *statsHandler) HandleRPC(ctx context.Context, s stats.RPCStats) {
 	a, _ := ctx.Value(attemptKey{}).(*attemptEvidence)
 	switch st := s.(type) {
 	case *stats.Begin:
-		h.c.attempts.Add(1)
+		h.c.Attempts.Add(1)
 		if ev != nil {
 			ev.begins.Add(1)
 			if st.IsTransparentRetryAttempt {

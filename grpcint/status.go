@@ -10,7 +10,6 @@ import (
 
 	"github.com/opledger/opledger/internal/keyedcore/retry"
 	"github.com/opledger/opledger/keyed"
-	"github.com/opledger/opledger/policy"
 )
 
 // Metadata keys the kit reads and writes. gRPC metadata keys are lower case.
@@ -80,7 +79,7 @@ func kitInfos(err error) []*errdetails.ErrorInfo {
 
 // ReasonOf returns the kit's ErrorInfo reason in err's status, or "" if
 // err carries none. For an error the client interceptor returned it is the
-// client's reading of the call (see [CallInfo]); for a status the server
+// client's reading of the call (see keyed.CallInfo); for a status the server
 // returned, the server's reason. The reasons are those of keyed's
 // outcomes (keyed.OfReason reads one back), stable between releases;
 // docs/grpc.md lists each with its status code.
@@ -92,45 +91,9 @@ func ReasonOf(err error) string {
 	return infos[len(infos)-1].GetReason()
 }
 
-// CallInfo is what the client interceptor adds to the error it returns
-// for a call it retried or resolved, and to every error of a keyed call.
-type CallInfo struct {
-	// Reason is the kit's reading of the call (as ReasonOf returns it).
-	Reason string
-	// Outcome is the same reading in package keyed's classification.
-	Outcome keyed.Outcome
-	// Next is what the caller can do: policy.Retry (nothing was
-	// committed: calling again with Key is safe), policy.ResolveFirst
-	// (the outcome is unknown: resolve with Key before anything else, see
-	// [Resolve]) or policy.DoNotRetry (the error is the answer).
-	Next policy.Action
-	// Key is the call's idempotency key ("" for a method that is not
-	// keyed). It is never part of the error's message.
-	Key string
-	// Attempts counts the attempts made, resolves included.
-	Attempts int
-	// Resolves counts the resolve requests among them.
-	Resolves int
-	// Decision says why the client stopped: a policy.DecisionReason
-	// ("code-not-retryable", …) or "budget-exhausted", "max-attempts",
-	// "deadline", "pushback-stop", "resolved", "canceled".
-	Decision string
-}
-
 // CallInfoOf returns what the client interceptor recorded in err, and
 // false when err did not come from it.
-func CallInfoOf(err error) (CallInfo, bool) {
-	infos := kitInfos(err)
-	for i := len(infos) - 1; i >= 0; i-- {
-		ri, ok := retry.InfoOf(infos[i].GetReason(), infos[i].GetMetadata())
-		if !ok {
-			continue
-		}
-		return CallInfo{Reason: infos[i].GetReason(), Outcome: ri.Outcome, Next: retry.Action(ri.Next), Key: ri.Key,
-			Attempts: ri.Attempts, Resolves: ri.Resolves, Decision: ri.Decision}, true
-	}
-	return CallInfo{}, false
-}
+func CallInfoOf(err error) (keyed.CallInfo, bool) { return retry.CallInfoOf(kitInfos(err)) }
 
 // withCallInfo returns err (its code and details, its message followed by
 // the attempt count and the decision) with the client's ErrorInfo

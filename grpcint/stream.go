@@ -21,7 +21,7 @@ import (
 // retried, and for the other owners streams pass through (counted).
 func (c *Client) StreamClientInterceptor() grpc.StreamClientInterceptor {
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-		c.c.calls.Add(1)
+		c.c.Calls.Add(1)
 		p := c.policyOf(method)
 		ctx = c.declare(ctx, cc)
 		if c.owner != policy.OwnerApplication || desc.ClientStreams || !desc.ServerStreams ||
@@ -153,14 +153,14 @@ func (s *retryStream) recv(m any) error {
 			return s.stopped(err, "max-attempts")
 		}
 		if !s.c.cfg.Budget.TryWithdraw() {
-			s.c.c.refusals.Add(1)
+			s.c.c.Refusals.Add(1)
 			s.c.obs.refused(s.ctx, s.method, "")
 			return s.stopped(err, "budget-exhausted")
 		}
 		if why := retry.Pause(s.ctx, s.c.cfg.Backoff, &s.step, s.Trailer().Get(policy.PushbackHeader), nil); why != "" {
 			return s.stopped(err, why)
 		}
-		s.c.c.retries.Add(1)
+		s.c.c.Retries.Add(1)
 		if oerr := s.open(); oerr != nil {
 			return oerr
 		}

@@ -38,7 +38,7 @@ func (u *unaryCall) Attempt(resolve, rerun bool) retry.Attempt {
 	if resolve {
 		actx = metadata.AppendToOutgoingContext(actx, ResolveHeader, "1")
 		actx, span = u.c.obs.resolving(actx, u.method, u.key)
-		u.c.c.resolves.Add(1)
+		u.c.c.Resolves.Add(1)
 	} else {
 		u.runs++
 		actx = u.c.numbered(actx, u.runs)
@@ -63,11 +63,11 @@ func (u *unaryCall) Attempt(resolve, rerun bool) retry.Attempt {
 func (u *unaryCall) Event(e retry.Event) {
 	switch e {
 	case retry.Retried:
-		u.c.c.retries.Add(1)
+		u.c.c.Retries.Add(1)
 	case retry.Resolved:
-		u.c.c.resolved.Add(1)
+		u.c.c.Resolved.Add(1)
 	case retry.BudgetRefused:
-		u.c.c.refusals.Add(1)
+		u.c.c.Refusals.Add(1)
 		u.c.obs.refused(u.ctx, u.method, u.key)
 	}
 }
@@ -78,12 +78,12 @@ func (u *unaryCall) run(p policy.MethodPolicy) error {
 	u.stats.outcome = res.Outcome()
 	if res.Err == nil {
 		if res.Success == "replayed" {
-			u.c.c.replayed.Add(1)
+			u.c.c.Replayed.Add(1)
 		}
 		return nil
 	}
 	if res.Ambiguous() {
-		u.c.c.ambiguous.Add(1)
+		u.c.c.Ambiguous.Add(1)
 	}
 	if !res.Attach {
 		return res.Err

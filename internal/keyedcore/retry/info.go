@@ -3,6 +3,8 @@ package retry
 import (
 	"strconv"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+
 	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/policy"
 )
@@ -90,4 +92,19 @@ func (i Info) Suffix() string {
 		}
 	}
 	return s + ": " + i.Decision + ")"
+}
+
+// CallInfoOf reads the CallInfo the client wrote among the kit's ErrorInfo
+// details of an error (the last one it wrote), and false when there is
+// none.
+func CallInfoOf(infos []*errdetails.ErrorInfo) (keyed.CallInfo, bool) {
+	for i := len(infos) - 1; i >= 0; i-- {
+		ri, ok := InfoOf(infos[i].GetReason(), infos[i].GetMetadata())
+		if !ok {
+			continue
+		}
+		return keyed.CallInfo{Reason: infos[i].GetReason(), Outcome: ri.Outcome, Next: Action(ri.Next), Key: ri.Key,
+			Attempts: ri.Attempts, Resolves: ri.Resolves, Decision: ri.Decision}, true
+	}
+	return keyed.CallInfo{}, false
 }
