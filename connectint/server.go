@@ -14,7 +14,6 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
-	"github.com/opledger/opledger/internal/keyedconf"
 	"github.com/opledger/opledger/internal/keyedcore"
 	"github.com/opledger/opledger/internal/keyedcore/keyedproto"
 	"github.com/opledger/opledger/internal/keyedtx"
@@ -41,13 +40,11 @@ type Server struct {
 // who calls; a keyed call without a caller is refused with
 // UNAUTHENTICATED. It is NewServerFor with keyed.SQL(db, l).
 func NewServer(db *sql.DB, l ledger.Ledger, catalog *policy.Catalog, caller CallerFunc, opts ...keyed.ServerOption) (*Server, error) {
-	switch {
-	case db == nil:
-		return nil, fmt.Errorf("%w: nil database", ErrInvalidConfig)
-	case l == nil:
-		return nil, fmt.Errorf("%w: nil ledger", ErrInvalidConfig)
+	tx, err := keyedcore.SQL(db, l)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	return NewServerFor(keyed.SQL(db, l), catalog, caller, opts...)
+	return NewServerFor(tx, catalog, caller, opts...)
 }
 
 // NewServerFor is NewServer on the transactions of tx, any transaction
@@ -57,37 +54,10 @@ func NewServer(db *sql.DB, l ledger.Ledger, catalog *policy.Catalog, caller Call
 // the catalog, pass through untouched. A configuration that cannot work is
 // an error wrapping ErrInvalidConfig.
 func NewServerFor(tx keyed.Transactions, catalog *policy.Catalog, caller CallerFunc, opts ...keyed.ServerOption) (*Server, error) {
-	switch {
-	case tx == nil:
-		return nil, fmt.Errorf("%w: nil transactions", ErrInvalidConfig)
-	case catalog == nil:
-		return nil, fmt.Errorf("%w: nil method catalog", ErrInvalidConfig)
-	case caller == nil:
-		return nil, fmt.Errorf("%w: nil caller function", ErrInvalidConfig)
-	}
-	cfg := keyedconf.NewServer("connectint", nil, nil)
-	cfg.Codec = ErrorCodec(DefaultFinalCodes()...)
-	if err := keyedconf.ApplyServer(&cfg, opts); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-	}
-	for _, p := range catalog.Methods() {
-		if p.Kind == policy.KindKeyed && p.Shape != policy.ShapeUnary {
-			return nil, fmt.Errorf("%w: keyed procedure %s is %s; only unary procedures can be keyed", ErrInvalidConfig, p.FullMethod, p.Shape)
-		}
-	}
-	for _, m := range cfg.AtCommit {
-		if p, ok := catalog.Lookup(m); !ok || p.Kind != policy.KindKeyed {
-			return nil, fmt.Errorf("%w: WithClaimAtCommit: %q is not a keyed procedure of the catalog", ErrInvalidConfig, m)
-		}
-	}
-	tel := cfg.Tel() // recorded with the global providers without the options
-	core, err := keyedcore.NewServer(tx, keyedcore.ServerConfig{
-		Codec: cfg.Codec, TxOptions: cfg.TxOptions, LockWait: cfg.LockWait, AtCommit: cfg.AtCommit,
+	core, cfg, err := keyedcore.NewRPCServer(tx, catalog, caller == nil, keyedcore.RPC{Transport: "connectint", Noun: "procedure",
+		Codec:     ErrorCodec(DefaultFinalCodes()...),
 		Answered:  func(err error) bool { var ce *connect.Error; return errors.As(err, &ce) },
-		KeyHeader: KeyHeader, KeyNoun: "idempotency key",
-		Telemetry:  keyedcore.TelemetryOf(&tel, "connectint", rpcMethod),
-		RetryOwner: cfg.RetryOwner,
-	})
+		KeyHeader: KeyHeader, Method: rpcMethod}, opts)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}

@@ -15,7 +15,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
-	"github.com/opledger/opledger/internal/keyedconf"
 	"github.com/opledger/opledger/internal/keyedcore"
 	"github.com/opledger/opledger/internal/keyedcore/keyedproto"
 	"github.com/opledger/opledger/internal/keyedtx"
@@ -54,13 +53,11 @@ type Server struct {
 // a nil argument, a keyed streaming method, a lock-wait bound on a dialect
 // without dialects.LockWaiter, a bad option.
 func NewServer(db *sql.DB, l ledger.Ledger, catalog *policy.Catalog, caller CallerFunc, opts ...keyed.ServerOption) (*Server, error) {
-	switch {
-	case db == nil:
-		return nil, fmt.Errorf("%w: nil database", ErrInvalidConfig)
-	case l == nil:
-		return nil, fmt.Errorf("%w: nil ledger", ErrInvalidConfig)
+	tx, err := keyedcore.SQL(db, l)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	return NewServerFor(keyed.SQL(db, l), catalog, caller, opts...)
+	return NewServerFor(tx, catalog, caller, opts...)
 }
 
 // NewServerFor is NewServer on the transactions of tx, any transaction
@@ -68,48 +65,17 @@ func NewServer(db *sql.DB, l ledger.Ledger, catalog *policy.Catalog, caller Call
 // another API's, whose handlers find their transaction with that API's
 // function. Everything else is as for NewServer.
 func NewServerFor(tx keyed.Transactions, catalog *policy.Catalog, caller CallerFunc, opts ...keyed.ServerOption) (*Server, error) {
-	switch {
-	case tx == nil:
-		return nil, fmt.Errorf("%w: nil transactions", ErrInvalidConfig)
-	case catalog == nil:
-		return nil, fmt.Errorf("%w: nil method catalog", ErrInvalidConfig)
-	case caller == nil:
-		return nil, fmt.Errorf("%w: nil caller function", ErrInvalidConfig)
-	case tx.Dialect() == nil:
-		return nil, fmt.Errorf("%w: the ledger has no dialect", ErrInvalidConfig)
-	}
-	cfg := keyedconf.NewServer("grpcint", nil, nil)
-	cfg.Codec = StatusCodec(DefaultFinalCodes()...)
-	if err := keyedconf.ApplyServer(&cfg, opts); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-	}
-	s := &Server{catalog: catalog, caller: caller, pushback: cfg.Pushback, types: cfg.Types}
-	for _, p := range catalog.Methods() {
-		if p.Kind != policy.KindKeyed {
-			continue
-		}
-		if p.Shape != policy.ShapeUnary {
-			return nil, fmt.Errorf("%w: keyed method %s is %s; only unary methods can be keyed", ErrInvalidConfig, p.FullMethod, p.Shape)
-		}
-		s.keyed = true
-	}
-	for _, m := range cfg.AtCommit {
-		if p, ok := catalog.Lookup(m); !ok || p.Kind != policy.KindKeyed {
-			return nil, fmt.Errorf("%w: WithClaimAtCommit: %q is not a keyed method of the catalog", ErrInvalidConfig, m)
-		}
-	}
-	tel := cfg.Tel() // recorded with the global providers without the options
-	core, err := keyedcore.NewServer(tx, keyedcore.ServerConfig{
-		Codec: cfg.Codec, TxOptions: cfg.TxOptions, LockWait: cfg.LockWait, AtCommit: cfg.AtCommit,
+	core, cfg, err := keyedcore.NewRPCServer(tx, catalog, caller == nil, keyedcore.RPC{Transport: "grpcint", Noun: "method",
+		Codec:     StatusCodec(DefaultFinalCodes()...),
 		Answered:  func(err error) bool { _, ok := status.FromError(err); return ok },
-		KeyHeader: KeyHeader, KeyNoun: "idempotency key",
-		Telemetry:  keyedcore.TelemetryOf(&tel, "grpcint", grpcMethod),
-		RetryOwner: cfg.RetryOwner,
-	})
+		KeyHeader: KeyHeader, Method: grpcMethod}, opts)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	s.core = core
+	s := &Server{catalog: catalog, caller: caller, pushback: cfg.Pushback, types: cfg.Types, core: core}
+	for _, p := range catalog.Methods() {
+		s.keyed = s.keyed || p.Kind == policy.KindKeyed
+	}
 	return s, nil
 }
 

@@ -63,13 +63,11 @@ func (route) ServeHTTP(http.ResponseWriter, *http.Request) {}
 // WithFingerprintHeaders, WithBodyCanonicalizer). A configuration that
 // cannot work is an error wrapping ErrInvalidConfig.
 func New(db *sql.DB, l ledger.Ledger, caller CallerFunc, routes []string, opts ...keyed.ServerOption) (*Middleware, error) {
-	switch {
-	case db == nil:
-		return nil, fmt.Errorf("%w: nil database", ErrInvalidConfig)
-	case l == nil:
-		return nil, fmt.Errorf("%w: nil ledger", ErrInvalidConfig)
+	tx, err := keyedcore.SQL(db, l)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	return NewFor(keyed.SQL(db, l), caller, routes, opts...)
+	return NewFor(tx, caller, routes, opts...)
 }
 
 // NewFor is New on the transactions of tx, any transaction API's (see

@@ -1,0 +1,86 @@
+package keyedcore
+
+import (
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"go.opentelemetry.io/otel/attribute"
+
+	"github.com/opledger/opledger/internal/keyedconf"
+	"github.com/opledger/opledger/keyed"
+	"github.com/opledger/opledger/ledger"
+	"github.com/opledger/opledger/policy"
+	"github.com/opledger/opledger/txmiddleware"
+)
+
+// SQL is keyed.SQL(db, l) for a transport's NewServer (New), which
+// refuses a nil database or ledger; the error is the transport's to wrap.
+func SQL(db *sql.DB, l ledger.Ledger) (keyed.Transactions, error) {
+	switch {
+	case db == nil:
+		return nil, errors.New("nil database")
+	case l == nil:
+		return nil, errors.New("nil ledger")
+	}
+	return keyed.SQL(db, l), nil
+}
+
+// RPC is what an RPC transport (grpcint, connectint) renders its server
+// with.
+type RPC struct {
+	// Transport is its name ("grpcint").
+	Transport string
+	// Noun names a method in its messages ("method", "procedure").
+	Noun string
+	// Codec is its default error codec.
+	Codec txmiddleware.ErrorCodec
+	// Answered reports an error of the handler's own (ServerConfig).
+	Answered func(error) bool
+	// KeyHeader names its key header in messages.
+	KeyHeader string
+	// Method is its method attribute.
+	Method func(string) attribute.KeyValue
+}
+
+// NewRPCServer is the common part of grpcint's and connectint's
+// NewServerFor: it refuses a nil argument (noCaller: the caller function
+// is nil), applies opts, refuses a keyed method of catalog that is not
+// unary and a WithClaimAtCommit name that is not a keyed method, and
+// builds the core, with the telemetry of the global providers when no
+// telemetry option was given. The error is the transport's to wrap with
+// its ErrInvalidConfig.
+func NewRPCServer(tx keyed.Transactions, catalog *policy.Catalog, noCaller bool, r RPC, opts []keyed.ServerOption) (*Server, keyedconf.Server, error) {
+	cfg := keyedconf.NewServer(r.Transport, nil, nil)
+	switch {
+	case tx == nil:
+		return nil, cfg, errors.New("nil transactions")
+	case catalog == nil:
+		return nil, cfg, errors.New("nil method catalog")
+	case noCaller:
+		return nil, cfg, errors.New("nil caller function")
+	case tx.Dialect() == nil:
+		return nil, cfg, errors.New("the ledger has no dialect")
+	}
+	cfg.Codec = r.Codec
+	if err := keyedconf.ApplyServer(&cfg, opts); err != nil {
+		return nil, cfg, err
+	}
+	for _, p := range catalog.Methods() {
+		if p.Kind == policy.KindKeyed && p.Shape != policy.ShapeUnary {
+			return nil, cfg, fmt.Errorf("keyed %s %s is %s; only unary %ss can be keyed", r.Noun, p.FullMethod, p.Shape, r.Noun)
+		}
+	}
+	for _, m := range cfg.AtCommit {
+		if p, ok := catalog.Lookup(m); !ok || p.Kind != policy.KindKeyed {
+			return nil, cfg, fmt.Errorf("WithClaimAtCommit: %q is not a keyed %s of the catalog", m, r.Noun)
+		}
+	}
+	tel := cfg.Tel() // recorded with the global providers without the options
+	core, err := NewServer(tx, ServerConfig{
+		Codec: cfg.Codec, TxOptions: cfg.TxOptions, LockWait: cfg.LockWait, AtCommit: cfg.AtCommit,
+		Answered: r.Answered, KeyHeader: r.KeyHeader, KeyNoun: "idempotency key",
+		Telemetry: TelemetryOf(&tel, r.Transport, r.Method), RetryOwner: cfg.RetryOwner,
+	})
+	return core, cfg, err
+}
