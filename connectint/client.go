@@ -60,7 +60,7 @@ type Client struct {
 	catalog *policy.Catalog
 	owner   policy.RetryOwner
 	cfg     keyedconf.Client
-	loop    retry.Config
+	loop    *retry.Config
 	c       keyedcore.ClientCounters
 }
 
@@ -88,15 +88,11 @@ func NewClient(catalog *policy.Catalog, owner policy.RetryOwner, opts ...keyed.C
 			return nil, fmt.Errorf("%w: keyed procedure %s is %s; only unary procedures can be keyed", ErrInvalidConfig, p.FullMethod, p.Shape)
 		}
 	}
-	if c.cfg.Budget == nil {
-		b, err := policy.NewBudget(policy.BudgetSettings{})
-		if err != nil {
-			return nil, err
-		}
-		c.cfg.Budget = b
+	loop, err := retry.ConfigOf(owner, &c.cfg)
+	if err != nil {
+		return nil, err
 	}
-	c.loop = retry.Config{Owner: owner, Budget: c.cfg.Budget, FundBySuccess: c.cfg.FundBySuccess, Backoff: c.cfg.Backoff,
-		MaxAttempts: c.cfg.MaxAttempts, ResolveWindow: c.cfg.ResolveWindow}
+	c.loop = loop
 	return c, nil
 }
 
@@ -107,10 +103,7 @@ func (c *Client) Owner() policy.RetryOwner { return c.owner }
 func (c *Client) Stats() keyed.ClientStats { return c.c.Stats() }
 
 func (c *Client) policyOf(procedure string) policy.MethodPolicy {
-	if p, ok := c.catalog.Lookup(procedure); ok {
-		return p
-	}
-	return policy.MethodPolicy{FullMethod: procedure, Kind: policy.KindNonIdempotent}
+	return retry.PolicyOf(c.catalog, procedure)
 }
 
 // ClientOptions returns the options that install the client's interceptor
@@ -192,7 +185,7 @@ func (i clientInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 			}()
 		}
 		u := &unaryCall{c: c, ctx: ctx, req: req, next: next}
-		res := retry.Do(ctx, &c.loop, p, key, u)
+		res := retry.Do(ctx, c.loop, p, key, u)
 		if res.Err == nil {
 			if res.Success == "replayed" {
 				c.c.Replayed.Add(1)
@@ -370,16 +363,7 @@ func wireCode(ctx context.Context, err error) codes.Code {
 }
 
 // Event counts what the loop did.
-func (u *unaryCall) Event(e retry.Event) {
-	switch e {
-	case retry.Retried:
-		u.c.c.Retries.Add(1)
-	case retry.Resolved:
-		u.c.c.Resolved.Add(1)
-	case retry.BudgetRefused:
-		u.c.c.Refusals.Add(1)
-	}
-}
+func (u *unaryCall) Event(e retry.Event) { u.c.c.Event(e) }
 
 // Resolve asks the server for the stored outcome of a keyed call without
 // running it, through call (a connect client's CallUnary, or a generated

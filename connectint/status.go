@@ -101,11 +101,7 @@ func kitInfos(err error) []*errdetails.ErrorInfo {
 // interceptor returned it is the client's reading of the call (see
 // keyed.CallInfo); for an error the server returned, the server's reason.
 func ReasonOf(err error) string {
-	infos := kitInfos(err)
-	if len(infos) == 0 {
-		return ""
-	}
-	return infos[len(infos)-1].GetReason()
+	return retry.LastReason(kitInfos(err))
 }
 
 // CallInfoOf returns what the client interceptor recorded in err, and

@@ -71,7 +71,7 @@ type Client struct {
 	owner   policy.RetryOwner
 	cfg     keyedconf.Client
 	own     clientOwn
-	loop    retry.Config
+	loop    *retry.Config
 	c       keyedcore.ClientCounters
 	obs     *clientObs
 }
@@ -104,15 +104,11 @@ func NewClient(catalog *policy.Catalog, owner policy.RetryOwner, opts ...keyed.C
 			return nil, err
 		}
 	}
-	if c.cfg.Budget == nil {
-		b, err := policy.NewBudget(policy.BudgetSettings{})
-		if err != nil {
-			return nil, err
-		}
-		c.cfg.Budget = b
+	loop, err := retry.ConfigOf(owner, &c.cfg)
+	if err != nil {
+		return nil, err
 	}
-	c.loop = retry.Config{Owner: owner, Budget: c.cfg.Budget, FundBySuccess: c.cfg.FundBySuccess, Backoff: c.cfg.Backoff,
-		MaxAttempts: c.cfg.MaxAttempts, ResolveWindow: c.cfg.ResolveWindow}
+	c.loop = loop
 	c.obs = newClientObs(c)
 	return c, nil
 }
@@ -124,10 +120,7 @@ func (c *Client) Owner() policy.RetryOwner { return c.owner }
 func (c *Client) Stats() keyed.ClientStats { return c.c.Stats() }
 
 func (c *Client) policyOf(method string) policy.MethodPolicy {
-	if p, ok := c.catalog.Lookup(method); ok {
-		return p
-	}
-	return policy.MethodPolicy{FullMethod: method, Kind: policy.KindNonIdempotent}
+	return retry.PolicyOf(c.catalog, method)
 }
 
 // withKeyFor returns ctx carrying an idempotency key when method is keyed:

@@ -84,11 +84,7 @@ func kitInfos(err error) []*errdetails.ErrorInfo {
 // outcomes (keyed.OfReason reads one back), stable between releases;
 // docs/grpc.md lists each with its status code.
 func ReasonOf(err error) string {
-	infos := kitInfos(err)
-	if len(infos) == 0 {
-		return ""
-	}
-	return infos[len(infos)-1].GetReason()
+	return retry.LastReason(kitInfos(err))
 }
 
 // CallInfoOf returns what the client interceptor recorded in err, and

@@ -61,20 +61,15 @@ func (u *unaryCall) Attempt(resolve, rerun bool) retry.Attempt {
 
 // Event counts what the loop did.
 func (u *unaryCall) Event(e retry.Event) {
-	switch e {
-	case retry.Retried:
-		u.c.c.Retries.Add(1)
-	case retry.Resolved:
-		u.c.c.Resolved.Add(1)
-	case retry.BudgetRefused:
-		u.c.c.Refusals.Add(1)
+	u.c.c.Event(e)
+	if e == retry.BudgetRefused {
 		u.c.obs.refused(u.ctx, u.method, u.key)
 	}
 }
 
 // run runs the call with the loop and renders its result.
 func (u *unaryCall) run(p policy.MethodPolicy) error {
-	res := retry.Do(u.ctx, &u.c.loop, p, u.key, u)
+	res := retry.Do(u.ctx, u.c.loop, p, u.key, u)
 	u.stats.outcome = res.Outcome()
 	if res.Err == nil {
 		if res.Success == "replayed" {

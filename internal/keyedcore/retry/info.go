@@ -108,3 +108,21 @@ func CallInfoOf(infos []*errdetails.ErrorInfo) (keyed.CallInfo, bool) {
 	}
 	return keyed.CallInfo{}, false
 }
+
+// LastReason is the reason of the last of the kit's ErrorInfo details of
+// an error, "" without one: the transports' ReasonOf.
+func LastReason(infos []*errdetails.ErrorInfo) string {
+	if len(infos) == 0 {
+		return ""
+	}
+	return infos[len(infos)-1].GetReason()
+}
+
+// PolicyOf is the catalog's policy of method, and for a method it does
+// not know that of a non-idempotent one: never retried.
+func PolicyOf(c *policy.Catalog, method string) policy.MethodPolicy {
+	if p, ok := c.Lookup(method); ok {
+		return p
+	}
+	return policy.MethodPolicy{FullMethod: method, Kind: policy.KindNonIdempotent}
+}

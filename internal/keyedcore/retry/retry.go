@@ -30,6 +30,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/opledger/opledger/internal/keyedconf"
 	"github.com/opledger/opledger/internal/wait"
 	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/policy"
@@ -690,4 +691,19 @@ func newUUID() string {
 	b[8] = b[8]&0x3f | 0x80
 	h := hex.EncodeToString(b[:])
 	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
+// ConfigOf is the loop's configuration for a client whose retries belong
+// to owner, from keyed's client options (c): a budget with policy's
+// defaults when none was given.
+func ConfigOf(owner policy.RetryOwner, c *keyedconf.Client) (*Config, error) {
+	if c.Budget == nil {
+		b, err := policy.NewBudget(policy.BudgetSettings{})
+		if err != nil {
+			return nil, err
+		}
+		c.Budget = b
+	}
+	return &Config{Owner: owner, Budget: c.Budget, FundBySuccess: c.FundBySuccess, Backoff: c.Backoff,
+		MaxAttempts: c.MaxAttempts, ResolveWindow: c.ResolveWindow}, nil
 }
