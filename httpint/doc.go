@@ -48,7 +48,7 @@
 // (422), never two operations.
 //
 // A stored response is a ledger.Result with Code the status, TypeName
-// ResponseTypeName and Response the allow-listed header fields (sorted by
+// "opledger.httpint.Response" and Response the allow-listed header fields (sorted by
 // name) and the body, length-prefixed: the same response always stores
 // the same bytes. See docs/http.md.
 package httpint

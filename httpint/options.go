@@ -12,14 +12,14 @@ import (
 	"github.com/opledger/opledger/keyed"
 )
 
+// The defaults of WithRetryAfter and WithMaxRequestBody.
+const (
+	defaultRetryAfter     = time.Second
+	defaultMaxRequestBody = 1 << 20
+)
+
 // Defaults of the middleware's options.
 const (
-	// DefaultRetryAfter is the Retry-After sent with 409 and 503.
-	DefaultRetryAfter = time.Second
-	// DefaultMaxRequestBody is the largest request body of a keyed
-	// request, in bytes; a larger one is answered 413 before anything is
-	// claimed.
-	DefaultMaxRequestBody = 1 << 20
 	// DefaultMaxResponseBody is the largest response body a keyed
 	// route's handler may write, in bytes; past it the request fails with
 	// 500 and nothing is stored. It is the ledger's default result limit
@@ -83,12 +83,12 @@ type config struct {
 }
 
 func defaults() config {
-	return config{retryAfter: DefaultRetryAfter, maxRequest: DefaultMaxRequestBody,
+	return config{retryAfter: defaultRetryAfter, maxRequest: defaultMaxRequestBody,
 		maxResponse: DefaultMaxResponseBody, final: DefaultFinalStatus, replay: DefaultReplayHeaders()}
 }
 
 // WithRetryAfter sets the Retry-After of 409 and 503 answers (default
-// DefaultRetryAfter), rounded up to whole seconds, at least 1.
+// 1 s), rounded up to whole seconds, at least 1.
 func WithRetryAfter(d time.Duration) keyed.ServerOption {
 	return option("WithRetryAfter", func(c *config) error {
 		if d <= 0 {
@@ -100,7 +100,7 @@ func WithRetryAfter(d time.Duration) keyed.ServerOption {
 }
 
 // WithMaxRequestBody bounds a keyed request's body in bytes (default
-// DefaultMaxRequestBody). A larger body is answered 413 before anything
+// 1 MiB). A larger body is answered 413 before anything
 // is claimed: the body is read whole to be fingerprinted.
 func WithMaxRequestBody(n int64) keyed.ServerOption {
 	return option("WithMaxRequestBody", func(c *config) error {

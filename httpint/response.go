@@ -29,10 +29,10 @@ const (
 	ReplayedHeader = "Idempotent-Replayed"
 )
 
-// ResponseTypeName is the ledger.Result.TypeName of a stored HTTP
+// responseTypeName is the ledger.Result.TypeName of a stored HTTP
 // response; its Code is the status and its Response the encoding of the
 // allow-listed headers and the body (see the package documentation).
-const ResponseTypeName = "opledger.httpint.Response"
+const responseTypeName = "opledger.httpint.Response"
 
 // ProblemContentType is the media type of the middleware's own error
 // responses (RFC 9457).
@@ -102,7 +102,7 @@ func encodeResponse(status int, h http.Header, allow map[string]bool, body []byt
 		}
 	}
 	b.Write(body)
-	return ledger.Result{Code: uint32(status), Response: b.Bytes(), TypeName: ResponseTypeName}
+	return ledger.Result{Code: uint32(status), Response: b.Bytes(), TypeName: responseTypeName}
 }
 
 func cmpStrings(a, b string) int {
@@ -128,7 +128,7 @@ type storedResponse struct {
 // decodeResponse reads what encodeResponse wrote; anything else is
 // errUnreadable.
 func decodeResponse(r ledger.Result) (storedResponse, error) {
-	if r.TypeName != ResponseTypeName || r.Code < 100 || r.Code > 999 || !bytes.HasPrefix(r.Response, storedMagic) {
+	if r.TypeName != responseTypeName || r.Code < 100 || r.Code > 999 || !bytes.HasPrefix(r.Response, storedMagic) {
 		return storedResponse{}, errUnreadable
 	}
 	rest := r.Response[len(storedMagic):]
