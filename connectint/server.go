@@ -40,11 +40,9 @@ type Server struct {
 // who calls; a keyed call without a caller is refused with
 // UNAUTHENTICATED. It is NewServerFor with keyed.SQL(db, l).
 func NewServer(db *sql.DB, l ledger.Ledger, catalog *policy.Catalog, caller CallerFunc, opts ...keyed.ServerOption) (*Server, error) {
-	tx, err := keyedcore.SQL(db, l)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-	}
-	return NewServerFor(tx, catalog, caller, opts...)
+	return keyedcore.ViaSQL(db, l, ErrInvalidConfig, func(tx keyed.Transactions) (*Server, error) {
+		return NewServerFor(tx, catalog, caller, opts...)
+	})
 }
 
 // NewServerFor is NewServer on the transactions of tx, any transaction

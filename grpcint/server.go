@@ -53,11 +53,9 @@ type Server struct {
 // a nil argument, a keyed streaming method, a lock-wait bound on a dialect
 // without dialects.LockWaiter, a bad option.
 func NewServer(db *sql.DB, l ledger.Ledger, catalog *policy.Catalog, caller CallerFunc, opts ...keyed.ServerOption) (*Server, error) {
-	tx, err := keyedcore.SQL(db, l)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-	}
-	return NewServerFor(tx, catalog, caller, opts...)
+	return keyedcore.ViaSQL(db, l, ErrInvalidConfig, func(tx keyed.Transactions) (*Server, error) {
+		return NewServerFor(tx, catalog, caller, opts...)
+	})
 }
 
 // NewServerFor is NewServer on the transactions of tx, any transaction

@@ -63,11 +63,9 @@ func (route) ServeHTTP(http.ResponseWriter, *http.Request) {}
 // WithFingerprintHeaders, WithBodyCanonicalizer). A configuration that
 // cannot work is an error wrapping ErrInvalidConfig.
 func New(db *sql.DB, l ledger.Ledger, caller CallerFunc, routes []string, opts ...keyed.ServerOption) (*Middleware, error) {
-	tx, err := keyedcore.SQL(db, l)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-	}
-	return NewFor(tx, caller, routes, opts...)
+	return keyedcore.ViaSQL(db, l, ErrInvalidConfig, func(tx keyed.Transactions) (*Middleware, error) {
+		return NewFor(tx, caller, routes, opts...)
+	})
 }
 
 // NewFor is New on the transactions of tx, any transaction API's (see

@@ -26,6 +26,18 @@ func SQL(db *sql.DB, l ledger.Ledger) (keyed.Transactions, error) {
 	return keyed.SQL(db, l), nil
 }
 
+// ViaSQL is a transport's NewServer (New) on database/sql: newFor (its
+// NewServerFor) on keyed.SQL(db, l), after refusing a nil database or
+// ledger with an error wrapping invalid (its ErrInvalidConfig).
+func ViaSQL[S any](db *sql.DB, l ledger.Ledger, invalid error, newFor func(keyed.Transactions) (S, error)) (S, error) {
+	tx, err := SQL(db, l)
+	if err != nil {
+		var zero S
+		return zero, fmt.Errorf("%w: %w", invalid, err)
+	}
+	return newFor(tx)
+}
+
 // RPC is what an RPC transport (grpcint, connectint) renders its server
 // with.
 type RPC struct {
