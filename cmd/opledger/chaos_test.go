@@ -12,8 +12,8 @@ import (
 	"testing"
 
 	"github.com/opledger/opledger/cmd/opledger/internal/chaos"
-	"github.com/opledger/opledger/internal/harness/throwaway"
 	"github.com/opledger/opledger/cmd/opledger/internal/timeline"
+	"github.com/opledger/opledger/internal/harness/throwaway"
 	"github.com/opledger/opledger/ledger"
 )
 

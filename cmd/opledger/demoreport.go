@@ -6,8 +6,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/opledger/opledger/examples/payments"
 	"github.com/opledger/opledger/cmd/opledger/internal/timeline"
+	"github.com/opledger/opledger/examples/payments"
 )
 
 // demoRecorder collects a demo run's events (payments.Scenario.OnEvent)

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/opledger/opledger/examples/payments"
 	"github.com/opledger/opledger/cmd/opledger/internal/timeline"
+	"github.com/opledger/opledger/examples/payments"
 )
 
 // TestDemoReport: demo --report draws the run; the picture parses and

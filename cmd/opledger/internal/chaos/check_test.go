@@ -8,9 +8,9 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/opledger/opledger/cmd/opledger/internal/timeline"
 	"github.com/opledger/opledger/examples/payments"
 	"github.com/opledger/opledger/examples/payments/paymentspb"
-	"github.com/opledger/opledger/cmd/opledger/internal/timeline"
 	"github.com/opledger/opledger/ledger"
 )
 

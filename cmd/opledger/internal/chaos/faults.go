@@ -10,8 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/opledger/opledger/internal/harness/faultproxy"
 	"github.com/opledger/opledger/cmd/opledger/internal/timeline"
+	"github.com/opledger/opledger/internal/harness/faultproxy"
 	"github.com/opledger/opledger/internal/wait"
 )
 

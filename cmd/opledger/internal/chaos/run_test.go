@@ -15,9 +15,9 @@ import (
 
 	_ "github.com/mattn/go-sqlite3" // driver "sqlite3"
 
+	"github.com/opledger/opledger/cmd/opledger/internal/timeline"
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/dialects/sqlite"
-	"github.com/opledger/opledger/cmd/opledger/internal/timeline"
 	"github.com/opledger/opledger/policy"
 )
 

@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/opledger/opledger/internal/harness/faultproxy"
 	"github.com/opledger/opledger/cmd/opledger/internal/timeline"
+	"github.com/opledger/opledger/internal/harness/faultproxy"
 )
 
 // faultLog records the faults of a run with their times, for the
