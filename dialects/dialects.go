@@ -59,11 +59,6 @@ type Queries struct {
 	// now. It must only match when the stored expires_at <= now, and must
 	// clear any stored result.
 	TakeOver string
-	// Reacquire is TakeOver under its old name; the ledger runs it when
-	// TakeOver is empty.
-	//
-	// Deprecated: set TakeOver. This field goes in the next minor release.
-	Reacquire string
 	// Complete stores the result of an acquired entry. Args: code,
 	// response, response_type, completed_at, id. It must only match a row
 	// whose completed_at IS NULL.

@@ -688,38 +688,3 @@ func TestOppositeOrderClaimsDeadlockIsRetryable(t *testing.T) {
 		}
 	})
 }
-
-// oldTakeOverDialect is a dialect written before Queries.TakeOver: it
-// sets only the deprecated Reacquire.
-type oldTakeOverDialect struct{ dialects.Dialect }
-
-func (d oldTakeOverDialect) Queries(table string) dialects.Queries {
-	q := d.Dialect.Queries(table)
-	q.Reacquire, q.TakeOver = q.TakeOver, ""
-	return q
-}
-
-// TestDeprecatedReacquireStillTakesOver: a dialect that sets only the
-// deprecated Queries.Reacquire still has an expired entry taken over.
-func TestDeprecatedReacquireStillTakesOver(t *testing.T) {
-	t.Parallel()
-	forEachTarget(t, 2, func(t *testing.T, e *env) {
-		t0 := time.Now()
-		d := oldTakeOverDialect{e.Dialect}
-		old, err := ledger.New(d, ledger.WithTable(e.Table), ledger.WithRetention(time.Hour), ledger.WithClock(func() time.Time { return t0 }))
-		if err != nil {
-			t.Fatal(err)
-		}
-		later, err := ledger.New(d, ledger.WithTable(e.Table), ledger.WithRetention(time.Hour), ledger.WithClock(func() time.Time { return t0.Add(2 * time.Hour) }))
-		if err != nil {
-			t.Fatal(err)
-		}
-		id := testdb.ID(t, "c", method, "old-dialect")
-		if c, err := claimOnce(t, e, old, id, fp("1"), "first"); err != nil || !c.Acquired() {
-			t.Fatalf("first claim: %v %v", c, err)
-		}
-		if c, err := claimOnce(t, e, later, id, fp("2"), "second"); err != nil || !c.Acquired() || !txledger.TookOver(c) {
-			t.Fatalf("claim after expiry: %+v %v; want a take-over", c, err)
-		}
-	}, "sqlite", "postgres")
-}

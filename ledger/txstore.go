@@ -79,7 +79,7 @@ func newTxStore[TX any](d dialects.Dialect, drv ledgerkit.Driver[TX], opts ...Op
 		err := fmt.Errorf("WithSweepLockWait: dialect %q cannot bound a lock wait (no dialects.LockWaiter)", d.Name())
 		return nil, &inputError{Field: "option", Reason: err.Error(), Err: err}
 	}
-	s.q = withTakeOver(d.Queries(s.table))
+	s.q = d.Queries(s.table)
 	s.oneStatement = c.oneStatement && s.q.Claim != ""
 	if rd, ok := d.(dialectkit.RecordQuerier); ok {
 		rq := rd.RecordQueries(s.table)
@@ -132,19 +132,10 @@ func (s *txStore[TX]) queries(wait time.Duration) (*dialects.Queries, error) {
 	if s.bounder != nil {
 		bound = func(table string, d time.Duration) (dialects.Queries, bool) {
 			q, ok := s.bounder.BoundedQueries(table, d)
-			return withTakeOver(q), ok
+			return q, ok
 		}
 	}
 	return boundedSQL(s.d.Name(), s.table, "claim", wait, &s.q, &s.bounded, bound)
-}
-
-// withTakeOver fills q.TakeOver from the deprecated q.Reacquire of a
-// dialect that still sets only the old field.
-func withTakeOver(q dialects.Queries) dialects.Queries {
-	if q.TakeOver == "" {
-		q.TakeOver = q.Reacquire
-	}
-	return q
 }
 
 // recordQueries returns the SQL of a Record bounded by wait (the
