@@ -39,7 +39,7 @@
 // the wait bound is 409 with Retry-After. Idempotency-Resolve: 1 asks for
 // the stored response without running the handler (404 when nothing was
 // committed). Every answer of the middleware's own is an RFC 9457 problem
-// with a stable type URI; Outcomes is the one table of them, and
+// with a stable type URI; Renderings is the one table of them, and
 // docs/http.md prints it.
 //
 // The identity of a keyed request is the caller, the route ("PUT

@@ -262,8 +262,8 @@ func (e *env) do(t testing.TB, q req) response {
 // key in it.
 func wantProblem(t testing.TB, r response, name, key string) httpint.Problem {
 	t.Helper()
-	var o httpint.Outcome
-	for _, x := range httpint.Outcomes() {
+	var o httpint.Rendering
+	for _, x := range httpint.Renderings() {
 		if x.Name == name {
 			o = x
 		}

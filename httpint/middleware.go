@@ -172,7 +172,7 @@ func (m *Middleware) Stats() keyed.Stats { return m.core.Stats() }
 //     flight past the wait bound with 409 and Retry-After.
 //
 // Every answer of the middleware's own is an RFC 9457 problem whose type
-// is in the outcome table (Outcomes). Requests to other routes pass
+// is in the outcome table (Renderings). Requests to other routes pass
 // through untouched, except a resolve, which never runs a handler (400).
 //
 // Before any of this, a keyed request (not a resolve) is judged by its

@@ -15,11 +15,11 @@ import (
 // outcome table in docs/http.md.
 const ProblemTypeBase = "https://github.com/opledger/opledger/blob/main/docs/http.md#"
 
-// Outcome is one row of the middleware's outcome table: what a keyed
+// Rendering is one row of the middleware's outcome table: what a keyed
 // request can end with, the status it is answered with, what it says
 // about the key's operation and what a client does next. The table is
 // package keyed's classification as HTTP renders it.
-type Outcome struct {
+type Rendering struct {
 	// Name is the outcome's stable name, the classification's. For a
 	// problem it is the end of the problem's type URI (see Type).
 	Name string
@@ -44,7 +44,7 @@ type Outcome struct {
 
 // Type returns the outcome's problem type URI, or "" for the handler's
 // own responses.
-func (o Outcome) Type() string {
+func (o Rendering) Type() string {
 	if o.Status == 0 {
 		return ""
 	}
@@ -98,24 +98,24 @@ var renderings = map[keyed.Outcome]rendering{
 
 // outcomeOf is the HTTP outcome of one of the classification's rows, and
 // false when HTTP never ends a request with it.
-func outcomeOf(r keyed.Row) (Outcome, bool) {
+func outcomeOf(r keyed.Row) (Rendering, bool) {
 	h, ok := renderings[r.Outcome]
 	if !ok || h.never != "" {
-		return Outcome{}, false
+		return Rendering{}, false
 	}
 	cause := r.Cause
 	if h.note != "" {
 		cause += "; in HTTP: " + h.note
 	}
-	return Outcome{Name: r.Name, Status: h.status, Title: h.title, Cause: cause, Committed: string(r.Committed),
+	return Rendering{Name: r.Name, Status: h.status, Title: h.title, Cause: cause, Committed: string(r.Committed),
 		Next: r.Next, RetryAfter: h.retryAfter}, true
 }
 
-// Outcomes returns the middleware's outcome table, one row per outcome it
+// Renderings returns the middleware's outcome table, one row per outcome it
 // can end a keyed request with, in a stable order (the classification's).
 // docs/http.md prints it with the outcomes it never ends one with.
-func Outcomes() []Outcome {
-	var out []Outcome
+func Renderings() []Rendering {
+	var out []Rendering
 	for _, r := range keyed.Outcomes() {
 		if o, ok := outcomeOf(r); ok {
 			out = append(out, o)
@@ -124,23 +124,23 @@ func Outcomes() []Outcome {
 	return out
 }
 
-// OutcomeOf returns the row whose problem type URI is typeURI, for a
+// RenderingOf returns the row whose problem type URI is typeURI, for a
 // client that read a problem+json body.
-func OutcomeOf(typeURI string) (Outcome, bool) {
-	for _, o := range Outcomes() {
+func RenderingOf(typeURI string) (Rendering, bool) {
+	for _, o := range Renderings() {
 		if o.Status != 0 && o.Type() == typeURI {
 			return o, true
 		}
 	}
-	return Outcome{}, false
+	return Rendering{}, false
 }
 
 // problemOf is the HTTP outcome of the classification's outcome o.
-func problemOf(o keyed.Outcome) Outcome {
+func problemOf(o keyed.Outcome) Rendering {
 	if out, ok := outcomeOf(o.Row()); ok && out.Status != 0 {
 		return out
 	}
-	return Outcome{Name: o.String(), Status: 500, Title: "Internal error", Committed: "unknown", Next: keyed.Stop}
+	return Rendering{Name: o.String(), Status: 500, Title: "Internal error", Committed: "unknown", Next: keyed.Stop}
 }
 
 // tableCells renders an outcome as docs/http.md's table prints it: each
@@ -150,7 +150,7 @@ func tableCells(r keyed.Row) []string {
 	o, ok := outcomeOf(r)
 	switch {
 	case !ok:
-		status, o = renderings[r.Outcome].never, Outcome{Cause: r.Cause, Committed: string(r.Committed), Next: r.Next}
+		status, o = renderings[r.Outcome].never, Rendering{Cause: r.Cause, Committed: string(r.Committed), Next: r.Next}
 	case o.Status != 0:
 		name = `<a id="` + o.Name + `"></a>` + name
 		status = strconv.Itoa(o.Status)

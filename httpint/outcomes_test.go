@@ -35,10 +35,10 @@ func named(name string) keyed.Outcome {
 // neverRendered: HTTP never ends a request with o, and its table says why.
 func neverRendered(t *testing.T, o keyed.Outcome) {
 	t.Helper()
-	if _, ok := httpint.OutcomeOf(httpint.ProblemTypeBase + o.String()); ok {
+	if _, ok := httpint.RenderingOf(httpint.ProblemTypeBase + o.String()); ok {
 		t.Errorf("%s is a problem of the middleware's", o)
 	}
-	for _, x := range httpint.Outcomes() {
+	for _, x := range httpint.Renderings() {
 		if x.Name == o.String() {
 			t.Errorf("%s is in the outcome table", o)
 		}
@@ -80,7 +80,7 @@ func TestOutcomeRows(t *testing.T) {
 			if err := json.NewDecoder(resp.Body).Decode(&p); err != nil {
 				t.Fatal(err)
 			}
-			o, ok := httpint.OutcomeOf(p.Type)
+			o, ok := httpint.RenderingOf(p.Type)
 			if resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "2" || !ok || o.Name != keyed.NotExecuted.String() ||
 				o.Next != keyed.Retry || o.Committed != "no" || p.Detail != "shedding load" {
 				t.Fatalf("%d Retry-After %q %+v: %+v", resp.StatusCode, resp.Header.Get("Retry-After"), p, o)
@@ -400,7 +400,7 @@ func TestOutcomeTable(t *testing.T) {
 		}
 	}
 	var got []string
-	for _, o := range httpint.Outcomes() {
+	for _, o := range httpint.Renderings() {
 		got = append(got, o.Name)
 		r := named(o.Name).Row()
 		if o.Committed != string(r.Committed) || o.Next != r.Next || (r.Pushback && !o.RetryAfter) || !strings.HasPrefix(o.Cause, r.Cause) ||
@@ -424,13 +424,13 @@ func TestOutcomeTable(t *testing.T) {
 }
 
 func TestOutcomeOf(t *testing.T) {
-	for _, o := range httpint.Outcomes() {
-		got, ok := httpint.OutcomeOf(o.Type())
+	for _, o := range httpint.Renderings() {
+		got, ok := httpint.RenderingOf(o.Type())
 		if ok != (o.Status != 0) || ok && got.Name != o.Name {
 			t.Errorf("OutcomeOf(%q) = %+v, %v", o.Type(), got, ok)
 		}
 	}
-	if _, ok := httpint.OutcomeOf("about:blank"); ok {
+	if _, ok := httpint.RenderingOf("about:blank"); ok {
 		t.Error("OutcomeOf(about:blank)")
 	}
 	for _, n := range []keyed.Next{keyed.Stop, keyed.Retry, keyed.Resolve, 0} {

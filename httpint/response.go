@@ -40,7 +40,7 @@ const ProblemContentType = "application/problem+json"
 
 // Problem is the body of the middleware's own error responses, an RFC
 // 9457 problem details object. Type is ProblemTypeBase followed by the
-// outcome's name (see Outcomes).
+// outcome's name (see Renderings).
 type Problem struct {
 	Type   string `json:"type"`
 	Title  string `json:"title"`

@@ -87,7 +87,7 @@ const (
 type HTTPError struct {
 	// Status is the last answer's status, 0 when there was none.
 	Status int
-	// Outcome is the middleware's outcome name (httpint.Outcomes), or
+	// Outcome is the middleware's outcome name (httpint.Renderings), or
 	// OutcomeHandler, OutcomeNotSent or OutcomeUnknown.
 	Outcome string
 	// Next is what the caller can do: Retry (nothing was committed),
@@ -266,7 +266,7 @@ func (c *HTTPClient) send(ctx context.Context, key string, body []byte, resolve 
 	}
 	var p httpint.Problem
 	if resp.Header.Get("Content-Type") == httpint.ProblemContentType && json.Unmarshal(b, &p) == nil {
-		if o, ok := httpint.OutcomeOf(p.Type); ok {
+		if o, ok := httpint.RenderingOf(p.Type); ok {
 			rd.outcome, rd.next = o.Name, o.Next
 			return rd
 		}
