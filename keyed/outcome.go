@@ -96,24 +96,24 @@ const (
 	SideClient Side = "client"
 )
 
-// Kind is the coarse class of a server outcome: the opledger.outcome.kind
+// OutcomeKind is the coarse class of a server outcome: the opledger.outcome.kind
 // of the servers' metrics (beside the outcome's name, their
 // opledger.outcome) and the counter of their Stats it counts in.
-type Kind string
+type OutcomeKind string
 
 const (
 	// KindExecuted: the handler ran and its answer committed.
-	KindExecuted Kind = "executed"
+	KindExecuted OutcomeKind = "executed"
 	// KindReplayed: a stored answer (for a resolve request too).
-	KindReplayed Kind = "replayed"
+	KindReplayed OutcomeKind = "replayed"
 	// KindRefused: refused without the handler running: before the claim,
 	// or by the ledger (key reused, in progress, incomplete).
-	KindRefused Kind = "refused"
+	KindRefused OutcomeKind = "refused"
 	// KindFailed: nothing was committed by this call (the handler's
 	// non-final error, storage trouble) or its commit is unknown.
-	KindFailed Kind = "failed"
+	KindFailed OutcomeKind = "failed"
 	// KindNotFound: a resolve found nothing committed.
-	KindNotFound Kind = "not-found"
+	KindNotFound OutcomeKind = "not-found"
 )
 
 // Committed says what an outcome tells about the key's operation.
@@ -181,7 +181,7 @@ type Row struct {
 	// Side says who produces it.
 	Side Side
 	// Kind is its class on the server ("" for a client outcome).
-	Kind Kind
+	Kind OutcomeKind
 	// Committed says what it tells about the key's operation.
 	Committed Committed
 	// Next is what the caller does after an attempt that ended with it.

@@ -112,7 +112,7 @@ func TestOneVocabulary(t *testing.T) {
 			t.Errorf("the runner's outcome %q is no server outcome of the classification", n)
 		}
 	}
-	kinds := map[keyed.Kind]bool{keyed.KindExecuted: true, keyed.KindReplayed: true, keyed.KindRefused: true, keyed.KindFailed: true, keyed.KindNotFound: true}
+	kinds := map[keyed.OutcomeKind]bool{keyed.KindExecuted: true, keyed.KindReplayed: true, keyed.KindRefused: true, keyed.KindFailed: true, keyed.KindNotFound: true}
 	for _, r := range keyed.Outcomes() {
 		if r.Side == keyed.SideServer && !kinds[r.Kind] {
 			t.Errorf("%s: kind %q", r.Name, r.Kind)

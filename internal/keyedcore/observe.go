@@ -158,7 +158,7 @@ func (o *observer) keyed(op callOp, key string) {
 
 // kindOf is the opledger.outcome.kind of an answer: its outcome's kind
 // (failed for one that has none).
-func kindOf(o keyed.Outcome) keyed.Kind {
+func kindOf(o keyed.Outcome) keyed.OutcomeKind {
 	if k := o.Row().Kind; k != "" {
 		return k
 	}
