@@ -12,26 +12,7 @@ import (
 // judgeRetries has the core judge the retry headers of a call of a
 // catalog procedure (resolve requests are not judged).
 func (s *Server) judgeRetries(ctx context.Context, proc string, h http.Header) {
-	rh := keyedcore.HTTPRetryHeaders(h)
-	if rh.Attempt == nil && rh.EnvoyAttempt == nil && rh.PreviousAttempts == nil || len(h[ResolveHeader]) > 0 {
-		return
-	}
-	p, known := s.catalog.Lookup(proc)
-	if !known {
-		return
-	}
-	s.core.Retries(ctx, proc, rh, retrySafe(p))
-}
-
-// retrySafe reports whether a layer may retry a procedure the kit's server
-// serves: no side effects, idempotent, or keyed (the server has the
-// ledger).
-func retrySafe(p policy.MethodPolicy) bool {
-	switch p.Kind {
-	case policy.KindNoSideEffects, policy.KindIdempotent, policy.KindKeyed:
-		return true
-	}
-	return false
+	s.core.RetriesOf(ctx, s.catalog, proc, keyedcore.HTTPRetryHeaders(h), len(h[ResolveHeader]) > 0)
 }
 
 // declare sets the client's owner on a request for the call and returns

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/opledger/opledger/internal/keyedcore"
 	"github.com/opledger/opledger/internal/keyedcore/keyedproto"
-	"github.com/opledger/opledger/internal/keyedtx"
 	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/policy"
@@ -27,11 +25,10 @@ import (
 // replays stored outcomes and answers resolve requests; a connect
 // rendering of package keyed's core. A Server is safe for concurrent use.
 type Server struct {
-	catalog  *policy.Catalog
-	caller   CallerFunc
-	pushback time.Duration
-	types    protoregistry.MessageTypeResolver
-	core     *keyedcore.Server
+	catalog *policy.Catalog
+	caller  CallerFunc
+	core    *keyedcore.Server
+	reply   keyedproto.Reply[connect.AnyResponse]
 }
 
 // NewServer returns the server side of the kit for the keyed procedures of
@@ -59,7 +56,7 @@ func NewServerFor(tx keyed.Transactions, catalog *policy.Catalog, caller CallerF
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	return &Server{catalog: catalog, caller: caller, pushback: cfg.Pushback, types: cfg.Types, core: core}, nil
+	return &Server{catalog: catalog, caller: caller, core: core, reply: reply(cfg.Types, cfg.Pushback)}, nil
 }
 
 // rpcMethod is the attribute naming a procedure: OpenTelemetry's
@@ -156,7 +153,8 @@ func (s *Server) keyedCall(ctx context.Context, req connect.AnyRequest, proc str
 	resolve := len(req.Header().Values(ResolveHeader)) > 0
 	ctx, call := s.core.Begin(ctx, proc, resolve)
 	var resp connect.AnyResponse
-	ans := s.serveKeyed(ctx, call, req, resolve, func(ctx context.Context) (ledger.Result, error) {
+	caller, ok := s.caller(ctx, req.Header())
+	ans := keyedproto.Serve(ctx, call, caller, ok, req.Header().Values(KeyHeader), req.Any(), resolve, keyedproto.Fingerprint, func(ctx context.Context) (ledger.Result, error) {
 		r, herr := next(ctx, req)
 		if herr != nil {
 			return ledger.Result{}, herr
@@ -172,7 +170,7 @@ func (s *Server) keyedCall(ctx context.Context, req connect.AnyRequest, proc str
 		}
 		return res, nil
 	})
-	out, err := s.render(ctx, &ans, resp)
+	out, err := s.reply.Answer(ctx, &ans, resp)
 	code := "ok"
 	if err != nil {
 		code = connect.CodeOf(err).String()
@@ -181,65 +179,36 @@ func (s *Server) keyedCall(ctx context.Context, req connect.AnyRequest, proc str
 	return out, err
 }
 
-// serveKeyed reads a keyed call and has the core run or resolve it.
-func (s *Server) serveKeyed(ctx context.Context, call *keyedcore.Call, req connect.AnyRequest, resolve bool, work keyedtx.Work) keyedcore.Answer {
-	caller, ok := s.caller(ctx, req.Header())
-	id, refusal := keyedproto.Identify(call, caller, ok, req.Header().Values(KeyHeader), req.Any(), resolve)
-	switch {
-	case refusal.Outcome != 0:
-		return refusal
-	case resolve:
-		return call.Resolve(ctx, id)
-	}
-	fp, err := keyedproto.Fingerprint(req.Any())
-	if err != nil {
-		return keyedcore.Answer{Outcome: keyed.RequestUnreadable, Err: err, Detail: "request cannot be fingerprinted"}
-	}
-	return call.Run(ctx, ledger.ClaimRequest{Identity: id, Fingerprint: fp}, work)
-}
-
-// render is the connect rendering of a keyed call's answer: resp (the
-// handler's response, for an executed call) or the stored answer, or the
-// error the rendering gives its outcome. A stored response that cannot be
-// decoded changes the answer's outcome to keyed.ResultUnreadable.
-func (s *Server) render(ctx context.Context, a *keyedcore.Answer, resp connect.AnyResponse) (connect.AnyResponse, error) {
-	switch a.Outcome {
-	case keyed.Executed:
-		if a.Err != nil {
-			return nil, a.Err // a recorded final error, as the handler returned it
-		}
-		return resp, nil
-	case keyed.Replayed:
-		if a.Result.Code != 0 {
+// reply is the connect rendering of a keyed call's answer (see
+// keyedproto.Reply.Answer): a replay is marked in the trailer, as grpcint
+// does (headers sent ahead of an error would make a replay lost on the way
+// back look delivered); a refusal is the error the rendering gives its
+// outcome, with the server's grpc-retry-pushback-ms when the outcome comes
+// with it.
+func reply(types protoregistry.MessageTypeResolver, pushback time.Duration) keyedproto.Reply[connect.AnyResponse] {
+	return keyedproto.Reply[connect.AnyResponse]{Types: types,
+		StoredError: func(c uint32, err error) error {
 			var ce *connect.Error
-			if !errors.As(a.Err, &ce) {
-				ce = connect.NewError(connect.Code(a.Result.Code), nil)
+			if !errors.As(err, &ce) {
+				ce = connect.NewError(connect.Code(c), nil)
 			}
-			// In the trailer, as grpcint does: headers sent ahead of an error
-			// would make a replay lost on the way back look delivered.
-			replayMarker(ce.Meta(), a.Result.Code)
-			return nil, ce
-		}
-		m, err := keyedproto.DecodeResponse(a.Result, s.types)
-		if err != nil {
-			*a = keyedcore.Answer{Outcome: keyed.ResultUnreadable, Err: err, Detail: strings.TrimPrefix(err.Error(), keyedproto.ErrUnreadable.Error()+": ")}
-			break
-		}
-		r := &replayedResponse{Response: connect.NewResponse(&struct{}{}), msg: m}
-		replayMarker(r.Trailer(), 0)
-		return r, nil
-	case keyed.NotStored:
-		return nil, a.Err
-	case keyed.RequestEnded:
-		if cerr := ctx.Err(); cerr != nil {
-			return nil, connect.NewError(contextCode(cerr), cerr)
-		}
+			replayMarker(ce.Meta(), c)
+			return ce
+		},
+		Stored: func(m proto.Message) connect.AnyResponse {
+			r := &replayedResponse{Response: connect.NewResponse(&struct{}{}), msg: m}
+			replayMarker(r.Trailer(), 0)
+			return r
+		},
+		Ended: func(err error) error { return connect.NewError(contextCode(err), err) },
+		Refusal: func(_ context.Context, a keyedcore.Answer) error {
+			err := outcomeError(a.Outcome, a.Detail)
+			if a.Row().Pushback {
+				err.Meta().Set(policy.PushbackHeader, strconv.FormatInt(pushback.Milliseconds(), 10))
+			}
+			return err
+		},
 	}
-	err := outcomeError(a.Outcome, a.Detail)
-	if a.Row().Pushback {
-		err.Meta().Set(policy.PushbackHeader, strconv.FormatInt(s.pushback.Milliseconds(), 10))
-	}
-	return nil, err
 }
 
 // replayedResponse is a stored response as connect-go's handler sends it:

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"connectrpc.com/connect"
+	"google.golang.org/genproto/googleapis/rpc/code"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
 	"github.com/opledger/opledger/internal/keyedcore/keyedproto"
@@ -60,7 +61,8 @@ func newError(c connect.Code, reason, msg string, meta map[string]string) *conne
 // outcomeError is the server's error for outcome o: the code and the
 // reason its rendering gives it.
 func outcomeError(o keyed.Outcome, msg string) *connect.Error {
-	c, _, own, _ := rendering(o)
+	rc, _, own, _ := dialect.Rendering(o)
+	c := connect.Code(rc)
 	if own != "" {
 		c = connect.CodeInternal // an outcome the server never answers itself
 	}
@@ -83,17 +85,13 @@ func kitInfos(err error) []*errdetails.ErrorInfo {
 	if !errors.As(err, &ce) {
 		return nil
 	}
-	var out []*errdetails.ErrorInfo
+	var details []any
 	for _, d := range ce.Details() {
-		v, derr := d.Value()
-		if derr != nil {
-			continue
-		}
-		if ei, ok := v.(*errdetails.ErrorInfo); ok && ei.GetDomain() == ErrorDomain {
-			out = append(out, ei)
+		if v, derr := d.Value(); derr == nil {
+			details = append(details, v)
 		}
 	}
-	return out
+	return retry.KitInfos(details, ErrorDomain)
 }
 
 // ReasonOf returns the kit's ErrorInfo reason in err (a *connect.Error,
@@ -133,46 +131,22 @@ func withCallInfo(err error, ci retry.Info) error {
 	return out
 }
 
-// rendering returns how connect renders the outcome o: the code and
-// ErrorInfo reason of the kit's own error (own ""), or whose error or
-// answer the call ends with instead (the handler's, the context's,
-// connect-go's, the last attempt's), and whether grpc-retry-pushback-ms
-// comes with it. connect's codes are gRPC's, with the same numbers: the
-// rendering is keyed/keyedproto's.
-func rendering(o keyed.Outcome) (code connect.Code, reason string, own string, pushback bool) {
-	r := o.Row()
-	rr, _ := keyedproto.Render(o)
-	if rr.Own != "" {
-		own = rr.Own
-		if c, ok := connectOwn[o]; ok {
-			own = c
-		}
-		return 0, r.Reason, own, false
-	}
-	return connect.Code(rr.Code), r.Reason, "", r.Pushback
-}
-
-// connectOwn says, in connect-go's terms, whose answer some outcomes end
-// with.
-var connectOwn = map[keyed.Outcome]string{
-	keyed.RequestTooLarge: "connect-go's RESOURCE_EXHAUSTED (connect.WithReadMaxBytes), before the interceptor",
-	keyed.HandlerPanic:    "none: the panic goes on to connect-go (connect.WithRecover recovers it)",
-	keyed.Replayed:        "the stored answer's, with Idempotency-Replayed and its code in the trailer",
-}
-
-// notes are what connect adds to a core outcome's cause.
-var notes = map[keyed.Outcome]string{
-	keyed.KeyMissing:  "the Idempotency-Key header",
-	keyed.KeyedStream: "a keyed procedure served by a streaming handler",
-	keyed.NotExecuted: "connectint.NotExecuted, from an interceptor in front of the kit's",
-}
-
-// cause is a core outcome's cause with connect's note.
-func cause(r keyed.Row) string {
-	if n := notes[r.Outcome]; n != "" {
-		return r.Cause + "; in connect: " + n
-	}
-	return r.Cause
+// dialect is connect's rendering of the core's outcomes: its notes, and
+// whose answer some outcomes end with in connect-go's terms. connect's
+// codes are gRPC's, with the same numbers: the rendering is
+// keyed/keyedproto's.
+var dialect = keyedproto.Dialect{Name: "connect",
+	Notes: map[keyed.Outcome]string{
+		keyed.KeyMissing:  "the Idempotency-Key header",
+		keyed.KeyedStream: "a keyed procedure served by a streaming handler",
+		keyed.NotExecuted: "connectint.NotExecuted, from an interceptor in front of the kit's",
+	},
+	Own: map[keyed.Outcome]string{
+		keyed.RequestTooLarge: "connect-go's RESOURCE_EXHAUSTED (connect.WithReadMaxBytes), before the interceptor",
+		keyed.HandlerPanic:    "none: the panic goes on to connect-go (connect.WithRecover recovers it)",
+		keyed.Replayed:        "the stored answer's, with Idempotency-Replayed and its code in the trailer",
+	},
+	CodeName: func(c code.Code) string { return codeName(connect.Code(c)) },
 }
 
 // codeName is the code's name as the gRPC spec writes it: NOT_FOUND.
@@ -181,21 +155,7 @@ func codeName(c connect.Code) string {
 }
 
 // tableCells renders an outcome as docs/connect.md's table prints it.
-func tableCells(r keyed.Row) []string {
-	code, reason, own, pushback := rendering(r.Outcome)
-	c := own
-	if own == "" {
-		c = "`" + codeName(code) + "`"
-		if pushback {
-			c += " + grpc-retry-pushback-ms"
-		}
-	}
-	rs := "—"
-	if reason != "" {
-		rs = "`" + reason + "`"
-	}
-	return []string{"`" + r.Name + "`", c, rs, string(r.Side), strings.ReplaceAll(cause(r), "|", "\\|"), string(r.Committed), r.Next.String()}
-}
+func tableCells(r keyed.Row) []string { return dialect.TableCells(r) }
 
 // replayMarker sets the replay marker of a stored answer with code c.
 func replayMarker(h http.Header, c uint32) {

@@ -1,8 +1,7 @@
 package grpcint
 
 import (
-	"strings"
-
+	"google.golang.org/genproto/googleapis/rpc/code"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -43,27 +42,24 @@ type mapping struct {
 	Committed string
 }
 
-// notes are what gRPC adds to a core outcome's cause.
-var notes = map[keyed.Outcome]string{
-	keyed.KeyMissing:  "the idempotency-key header",
-	keyed.KeyedStream: "see Server.CheckRegistered",
-	keyed.NotExecuted: "grpcint.NotExecuted, from an interceptor in front of the kit's",
-}
-
-// grpcOwn says, in grpc-go's terms, whose status some outcomes end with.
-var grpcOwn = map[keyed.Outcome]string{
-	keyed.RequestTooLarge: "grpc-go's RESOURCE_EXHAUSTED (MaxRecvMsgSize), before the interceptor",
-	keyed.HandlerPanic:    "none: the panic goes on to grpc-go, which does not recover it (an interceptor in front of the kit's may)",
-	keyed.Replayed:        "the stored answer's, with idempotency-replayed and its code in the trailer",
+// dialect is gRPC's rendering of the core's outcomes: its notes, and
+// whose status some outcomes end with in grpc-go's terms.
+var dialect = keyedproto.Dialect{Name: "gRPC",
+	Notes: map[keyed.Outcome]string{
+		keyed.KeyMissing:  "the idempotency-key header",
+		keyed.KeyedStream: "see Server.CheckRegistered",
+		keyed.NotExecuted: "grpcint.NotExecuted, from an interceptor in front of the kit's",
+	},
+	Own: map[keyed.Outcome]string{
+		keyed.RequestTooLarge: "grpc-go's RESOURCE_EXHAUSTED (MaxRecvMsgSize), before the interceptor",
+		keyed.HandlerPanic:    "none: the panic goes on to grpc-go, which does not recover it (an interceptor in front of the kit's may)",
+		keyed.Replayed:        "the stored answer's, with idempotency-replayed and its code in the trailer",
+	},
+	CodeName: func(c code.Code) string { return codeName(status.Error(codes.Code(c), "")) },
 }
 
 // cause is a core outcome's cause with gRPC's note.
-func cause(r keyed.Row) string {
-	if n := notes[r.Outcome]; n != "" {
-		return r.Cause + "; in gRPC: " + n
-	}
-	return r.Cause
-}
+func cause(r keyed.Row) string { return dialect.Cause(r) }
 
 // codeOf is the status code gRPC answers outcome o with when the status
 // is the kit's own; codes.Unknown for the others.
@@ -95,36 +91,5 @@ func errorMap() []mapping {
 	return out
 }
 
-// rendering returns how gRPC renders the outcome o: the status code and
-// ErrorInfo reason of the kit's own status (own ""), or whose status the
-// call ends with instead (the handler's, the context's, grpc-go's, the
-// last attempt's), and whether grpc-retry-pushback-ms comes with it.
-func rendering(o keyed.Outcome) (code codes.Code, reason string, own string, pushback bool) {
-	r := o.Row()
-	rr, _ := keyedproto.Render(o)
-	if rr.Own != "" {
-		own = rr.Own
-		if g, ok := grpcOwn[o]; ok {
-			own = g
-		}
-		return codes.Unknown, r.Reason, own, false
-	}
-	return codes.Code(rr.Code), r.Reason, "", r.Pushback
-}
-
 // tableCells renders an outcome as docs/grpc.md's table prints it.
-func tableCells(r keyed.Row) []string {
-	code, reason, own, pushback := rendering(r.Outcome)
-	c := own
-	if own == "" {
-		c = "`" + codeName(status.Error(code, "")) + "`"
-		if pushback {
-			c += " + grpc-retry-pushback-ms"
-		}
-	}
-	rs := "—"
-	if reason != "" {
-		rs = "`" + string(reason) + "`"
-	}
-	return []string{"`" + r.Name + "`", c, rs, string(r.Side), strings.ReplaceAll(cause(r), "|", "\\|"), string(r.Committed), r.Next.String()}
-}
+func tableCells(r keyed.Row) []string { return dialect.TableCells(r) }

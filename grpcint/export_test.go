@@ -1,5 +1,11 @@
 package grpcint
 
+import (
+	"google.golang.org/grpc/codes"
+
+	"github.com/opledger/opledger/keyed"
+)
+
 // TableCells renders an outcome as docs/grpc.md's table prints it.
 var TableCells = tableCells
 
@@ -10,4 +16,7 @@ var ErrorMap = errorMap
 type Mapping = mapping
 
 // Rendering is how gRPC renders an outcome.
-var Rendering = rendering
+func Rendering(o keyed.Outcome) (codes.Code, string, string, bool) {
+	c, reason, own, pushback := dialect.Rendering(o)
+	return codes.Code(c), reason, own, pushback
+}

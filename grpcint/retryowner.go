@@ -63,30 +63,8 @@ func (c *Client) numbered(ctx context.Context, attempt int) context.Context {
 // judgeRetries has the core judge the retry headers of a call of a
 // catalog method (resolve requests are not judged).
 func (s *Server) judgeRetries(ctx context.Context, method string) {
-	md, ok := metadata.FromIncomingContext(ctx)
-	if !ok {
-		return
-	}
-	h := keyedcore.RetryHeaders{Attempt: md[keyedcore.AttemptHeader], EnvoyAttempt: md[keyedcore.EnvoyAttemptCountHeader],
-		PreviousAttempts: md[keyedcore.PreviousAttemptsHeader]}
-	if h.Attempt == nil && h.EnvoyAttempt == nil && h.PreviousAttempts == nil || len(md[ResolveHeader]) > 0 {
-		return
-	}
-	p, known := s.catalog.Lookup(method)
-	if !known {
-		return
-	}
-	h.Owner = md[keyedcore.RetryOwnerHeader]
-	s.core.Retries(ctx, method, h, retrySafe(p))
-}
-
-// retrySafe reports whether a layer may retry a method the kit's server
-// serves: no side effects, idempotent, or keyed (the server has the
-// ledger).
-func retrySafe(p policy.MethodPolicy) bool {
-	switch p.Kind {
-	case policy.KindNoSideEffects, policy.KindIdempotent, policy.KindKeyed:
-		return true
-	}
-	return false
+	md, _ := metadata.FromIncomingContext(ctx)
+	h := keyedcore.RetryHeaders{Owner: md[keyedcore.RetryOwnerHeader], Attempt: md[keyedcore.AttemptHeader],
+		EnvoyAttempt: md[keyedcore.EnvoyAttemptCountHeader], PreviousAttempts: md[keyedcore.PreviousAttemptsHeader]}
+	s.core.RetriesOf(ctx, s.catalog, method, h, len(md[ResolveHeader]) > 0)
 }

@@ -6,18 +6,17 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	"github.com/opledger/opledger/internal/keyedcore"
 	"github.com/opledger/opledger/internal/keyedcore/keyedproto"
-	"github.com/opledger/opledger/internal/keyedtx"
 	"github.com/opledger/opledger/internal/methodname"
 	"github.com/opledger/opledger/internal/telemetry"
 	"github.com/opledger/opledger/keyed"
@@ -30,12 +29,11 @@ import (
 // outcomes and answers resolve requests; a gRPC rendering of package
 // keyed's core. A Server is safe for concurrent use.
 type Server struct {
-	catalog  *policy.Catalog
-	caller   CallerFunc
-	pushback time.Duration
-	types    protoregistry.MessageTypeResolver
-	core     *keyedcore.Server
-	keyed    bool
+	catalog *policy.Catalog
+	caller  CallerFunc
+	core    *keyedcore.Server
+	reply   keyedproto.Reply[any]
+	keyed   bool
 }
 
 // NewServer returns the server side of the kit for the keyed methods of
@@ -70,7 +68,7 @@ func NewServerFor(tx keyed.Transactions, catalog *policy.Catalog, caller CallerF
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	s := &Server{catalog: catalog, caller: caller, pushback: cfg.Pushback, types: cfg.Types, core: core}
+	s := &Server{catalog: catalog, caller: caller, core: core, reply: reply(cfg.Types, cfg.Pushback)}
 	for _, p := range catalog.Methods() {
 		s.keyed = s.keyed || p.Kind == policy.KindKeyed
 	}
@@ -230,7 +228,8 @@ func (s *Server) keyedCall(ctx context.Context, req any, method string, handler 
 	resolve := len(md.Get(ResolveHeader)) > 0
 	ctx, call := s.core.Begin(ctx, method, resolve)
 	var resp any
-	ans := s.serveKeyed(ctx, call, md, req, resolve, func(ctx context.Context) (ledger.Result, error) {
+	caller, ok := s.caller(ctx)
+	ans := keyedproto.Serve(ctx, call, caller, ok, md.Get(KeyHeader), req, resolve, RequestFingerprint, func(ctx context.Context) (ledger.Result, error) {
 		r, herr := handler(ctx, req)
 		if herr != nil {
 			return ledger.Result{}, herr
@@ -238,73 +237,38 @@ func (s *Server) keyedCall(ctx context.Context, req any, method string, handler 
 		resp = r
 		return encodeResponse(r)
 	})
-	out, err := s.render(ctx, &ans, resp)
+	out, err := s.reply.Answer(ctx, &ans, resp)
 	call.End(ctx, ans, telemetry.GRPCStatus.String(codeName(err)))
 	return out, err
 }
 
-// serveKeyed reads a keyed call and has the core run or resolve it.
-func (s *Server) serveKeyed(ctx context.Context, call *keyedcore.Call, md metadata.MD, req any, resolve bool, work keyedtx.Work) keyedcore.Answer {
-	caller, ok := s.caller(ctx)
-	id, refusal := keyedproto.Identify(call, caller, ok, md.Get(KeyHeader), req, resolve)
-	switch {
-	case refusal.Outcome != 0:
-		return refusal
-	case resolve:
-		return call.Resolve(ctx, id)
-	}
-	fp, err := RequestFingerprint(req)
-	if err != nil {
-		return keyedcore.Answer{Outcome: keyed.RequestUnreadable, Err: err, Detail: "request cannot be fingerprinted"}
-	}
-	return call.Run(ctx, ledger.ClaimRequest{Identity: id, Fingerprint: fp}, work)
-}
-
-// render is the gRPC rendering of a keyed call's answer: resp (the
-// handler's response, for an executed call) or the stored answer, or the
-// status the error map gives its outcome. A stored response that cannot be
-// decoded changes the answer's outcome to keyed.ResultUnreadable.
-func (s *Server) render(ctx context.Context, a *keyedcore.Answer, resp any) (any, error) {
-	switch a.Outcome {
-	case keyed.Executed:
-		if a.Err != nil {
-			return nil, a.Err // a recorded final error, as the handler returned it
-		}
-		return resp, nil
-	case keyed.Replayed:
-		// In the trailer, not the header: response headers sent ahead of an
-		// error would commit the call for grpc-go's retries (and for the
-		// kit's evidence), so a replay lost on the way back could not be
-		// retried.
-		_ = grpc.SetTrailer(ctx, metadata.Pairs(ReplayedHeader, "true", ReplayedCodeHeader, strconv.FormatUint(uint64(a.Result.Code), 10)))
-		if a.Result.Code != 0 {
-			if a.Err == nil {
-				return nil, status.Error(codes.Code(a.Result.Code), "")
+// reply is the gRPC rendering of a keyed call's answer (see
+// keyedproto.Reply.Answer): a replay is marked in the trailer, not the
+// header (response headers sent ahead of an error would commit the call
+// for grpc-go's retries, and for the kit's evidence, so a replay lost on
+// the way back could not be retried); a refusal is the status the error
+// map gives its outcome, with the server's grpc-retry-pushback-ms in the
+// trailer when the outcome comes with it.
+func reply(types protoregistry.MessageTypeResolver, pushback time.Duration) keyedproto.Reply[any] {
+	return keyedproto.Reply[any]{Types: types,
+		Replaying: func(ctx context.Context, c uint32) {
+			_ = grpc.SetTrailer(ctx, metadata.Pairs(ReplayedHeader, "true", ReplayedCodeHeader, strconv.FormatUint(uint64(c), 10)))
+		},
+		StoredError: func(c uint32, err error) error {
+			if err == nil {
+				return status.Error(codes.Code(c), "")
 			}
-			return nil, a.Err
-		}
-		m, err := keyedproto.DecodeResponse(a.Result, s.types)
-		if err != nil {
-			*a = keyedcore.Answer{Outcome: keyed.ResultUnreadable, Err: err, Detail: strings.TrimPrefix(err.Error(), keyedproto.ErrUnreadable.Error()+": ")}
-			break
-		}
-		return m, nil
-	case keyed.NotStored:
-		return nil, a.Err
-	case keyed.RequestEnded:
-		if cerr := ctx.Err(); cerr != nil {
-			return nil, status.FromContextError(cerr).Err()
-		}
+			return err
+		},
+		Stored: func(m proto.Message) any { return m },
+		Ended:  func(err error) error { return status.FromContextError(err).Err() },
+		Refusal: func(ctx context.Context, a keyedcore.Answer) error {
+			if a.Row().Pushback {
+				_ = grpc.SetTrailer(ctx, metadata.Pairs(policy.PushbackHeader, strconv.FormatInt(pushback.Milliseconds(), 10)))
+			}
+			return statusErr(a.Outcome, a.Detail)
+		},
 	}
-	if a.Row().Pushback {
-		s.setPushback(ctx)
-	}
-	return nil, statusErr(a.Outcome, a.Detail)
-}
-
-// setPushback sets the server's grpc-retry-pushback-ms in the trailer.
-func (s *Server) setPushback(ctx context.Context) {
-	_ = grpc.SetTrailer(ctx, metadata.Pairs(policy.PushbackHeader, strconv.FormatInt(s.pushback.Milliseconds(), 10)))
 }
 
 // encodeResponse is the stored form of a handler's response.

@@ -68,13 +68,7 @@ func kitInfos(err error) []*errdetails.ErrorInfo {
 	if !ok {
 		return nil
 	}
-	var out []*errdetails.ErrorInfo
-	for _, d := range st.Details() {
-		if ei, ok := d.(*errdetails.ErrorInfo); ok && ei.GetDomain() == ErrorDomain {
-			out = append(out, ei)
-		}
-	}
-	return out
+	return retry.KitInfos(st.Details(), ErrorDomain)
 }
 
 // ReasonOf returns the kit's ErrorInfo reason in err's status, or "" if

@@ -1,6 +1,7 @@
 package keyedcore
 
 import (
+	"context"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -95,4 +96,31 @@ func NewRPCServer(tx keyed.Transactions, catalog *policy.Catalog, noCaller bool,
 		Telemetry: TelemetryOf(&tel, r.Transport, r.Method), RetryOwner: cfg.RetryOwner,
 	})
 	return core, cfg, err
+}
+
+// RetriesOf is Retries for a call of an RPC transport's catalog: a resolve
+// request (which runs nothing), a call with no count header (every
+// layer's first attempt) and a method the catalog does not know are not
+// judged; a layer may retry a method whose kind is no side effects,
+// idempotent or keyed (the server has the ledger).
+func (s *Server) RetriesOf(ctx context.Context, catalog *policy.Catalog, method string, h RetryHeaders, resolve bool) {
+	if h.Attempt == nil && h.EnvoyAttempt == nil && h.PreviousAttempts == nil || resolve {
+		return
+	}
+	p, known := catalog.Lookup(method)
+	if !known {
+		return
+	}
+	s.Retries(ctx, method, h, retrySafe(p))
+}
+
+// retrySafe reports whether a layer may retry a method the kit's server
+// serves: no side effects, idempotent, or keyed (the server has the
+// ledger).
+func retrySafe(p policy.MethodPolicy) bool {
+	switch p.Kind {
+	case policy.KindNoSideEffects, policy.KindIdempotent, policy.KindKeyed:
+		return true
+	}
+	return false
 }

@@ -1,6 +1,8 @@
 package keyedproto
 
 import (
+	"strings"
+
 	"google.golang.org/genproto/googleapis/rpc/code"
 
 	"github.com/opledger/opledger/keyed"
@@ -56,4 +58,62 @@ var renderings = map[keyed.Outcome]Rendering{
 func Render(o keyed.Outcome) (Rendering, bool) {
 	r, ok := renderings[o]
 	return r, ok
+}
+
+// Dialect is what an RPC transport adds to the shared rendering: its name
+// in the causes' notes, its notes, whose status some outcomes end with in
+// its own terms, and how it writes a code's name in its docs' table.
+type Dialect struct {
+	// Name is the transport's in a cause's note ("; in Name: note").
+	Name string
+	// Notes are what the transport adds to some outcomes' causes.
+	Notes map[keyed.Outcome]string
+	// Own says, in the transport's terms, whose status some outcomes end
+	// with, instead of the table's Own.
+	Own map[keyed.Outcome]string
+	// CodeName is a code's name as the docs' table prints it.
+	CodeName func(code.Code) string
+}
+
+// Cause is a core outcome's cause with the dialect's note.
+func (d Dialect) Cause(r keyed.Row) string {
+	if n := d.Notes[r.Outcome]; n != "" {
+		return r.Cause + "; in " + d.Name + ": " + n
+	}
+	return r.Cause
+}
+
+// Rendering returns how the dialect renders the outcome o: the code and
+// ErrorInfo reason of the kit's own status (own ""), or whose status the
+// call ends with instead (the handler's, the context's, the transport's,
+// the last attempt's; the code is then code.Code_OK), and whether
+// grpc-retry-pushback-ms comes with it.
+func (d Dialect) Rendering(o keyed.Outcome) (c code.Code, reason string, own string, pushback bool) {
+	r := o.Row()
+	rr, _ := Render(o)
+	if rr.Own != "" {
+		own = rr.Own
+		if t, ok := d.Own[o]; ok {
+			own = t
+		}
+		return code.Code_OK, r.Reason, own, false
+	}
+	return rr.Code, r.Reason, "", r.Pushback
+}
+
+// TableCells renders an outcome as the transport's docs' table prints it.
+func (d Dialect) TableCells(r keyed.Row) []string {
+	c, reason, own, pushback := d.Rendering(r.Outcome)
+	cell := own
+	if own == "" {
+		cell = "`" + d.CodeName(c) + "`"
+		if pushback {
+			cell += " + grpc-retry-pushback-ms"
+		}
+	}
+	rs := "—"
+	if reason != "" {
+		rs = "`" + reason + "`"
+	}
+	return []string{"`" + r.Name + "`", cell, rs, string(r.Side), strings.ReplaceAll(d.Cause(r), "|", "\\|"), string(r.Committed), r.Next.String()}
 }

@@ -109,6 +109,18 @@ func CallInfoOf(infos []*errdetails.ErrorInfo) (keyed.CallInfo, bool) {
 	return keyed.CallInfo{}, false
 }
 
+// KitInfos returns the ErrorInfo details of domain among an error's
+// details, in order: the kit's, which ReasonOf and CallInfoOf read.
+func KitInfos(details []any, domain string) []*errdetails.ErrorInfo {
+	var out []*errdetails.ErrorInfo
+	for _, d := range details {
+		if ei, ok := d.(*errdetails.ErrorInfo); ok && ei.GetDomain() == domain {
+			out = append(out, ei)
+		}
+	}
+	return out
+}
+
 // LastReason is the reason of the last of the kit's ErrorInfo details of
 // an error, "" without one: the transports' ReasonOf.
 func LastReason(infos []*errdetails.ErrorInfo) string {
