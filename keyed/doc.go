@@ -11,6 +11,9 @@
 // statuses, problem types and Retry-After; connect codes and ErrorInfo
 // details), and their CallInfo, metrics, logs and documents use its names.
 //
-// The package imports neither gRPC nor net/http nor connect-go: the
-// transports import it. See docs/adr/0003-keyed-call-core.md.
+// The package imports neither grpc-go nor net/http nor connect-go: the
+// transports import it. Its client options take policy's retry owner,
+// budget and backoff, and policy names gRPC status codes, so grpc-go's
+// codes package is all of grpc-go it links. See
+// docs/adr/0003-keyed-call-core.md.
 package keyed
