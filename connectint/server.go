@@ -52,9 +52,9 @@ func NewServerFor(tx keyed.Transactions, catalog *policy.Catalog, caller CallerF
 	core, cfg, err := keyedcore.NewRPCServer(tx, catalog, caller == nil, keyedcore.RPC{Transport: "connectint", Noun: "procedure",
 		Codec:     ErrorCodec(DefaultFinalCodes()...),
 		Answered:  func(err error) bool { var ce *connect.Error; return errors.As(err, &ce) },
-		KeyHeader: KeyHeader, Method: rpcMethod}, opts)
+		KeyHeader: KeyHeader, Method: rpcMethod, Invalid: ErrInvalidConfig}, opts)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		return nil, err
 	}
 	return &Server{catalog: catalog, caller: caller, core: core, reply: reply(cfg.Types, cfg.Pushback)}, nil
 }

@@ -64,9 +64,9 @@ func NewServerFor(tx keyed.Transactions, catalog *policy.Catalog, caller CallerF
 	core, cfg, err := keyedcore.NewRPCServer(tx, catalog, caller == nil, keyedcore.RPC{Transport: "grpcint", Noun: "method",
 		Codec:     StatusCodec(DefaultFinalCodes()...),
 		Answered:  func(err error) bool { _, ok := status.FromError(err); return ok },
-		KeyHeader: KeyHeader, Method: grpcMethod}, opts)
+		KeyHeader: KeyHeader, Method: grpcMethod, Invalid: ErrInvalidConfig}, opts)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		return nil, err
 	}
 	s := &Server{catalog: catalog, caller: caller, core: core, reply: reply(cfg.Types, cfg.Pushback)}
 	for _, p := range catalog.Methods() {

@@ -54,6 +54,8 @@ type RPC struct {
 	KeyHeader string
 	// Method is its method attribute.
 	Method func(string) attribute.KeyValue
+	// Invalid is its ErrInvalidConfig, which NewRPCServer's errors wrap.
+	Invalid error
 }
 
 // NewRPCServer is the common part of grpcint's and connectint's
@@ -61,9 +63,18 @@ type RPC struct {
 // is nil), applies opts, refuses a keyed method of catalog that is not
 // unary and a WithClaimAtCommit name that is not a keyed method, and
 // builds the core, with the telemetry of the global providers when no
-// telemetry option was given. The error is the transport's to wrap with
-// its ErrInvalidConfig.
+// telemetry option was given. The error wraps the transport's
+// ErrInvalidConfig (r.Invalid).
 func NewRPCServer(tx keyed.Transactions, catalog *policy.Catalog, noCaller bool, r RPC, opts []keyed.ServerOption) (*Server, keyedconf.Server, error) {
+	core, cfg, err := newRPCServer(tx, catalog, noCaller, r, opts)
+	if err != nil {
+		return nil, cfg, fmt.Errorf("%w: %w", r.Invalid, err)
+	}
+	return core, cfg, nil
+}
+
+// newRPCServer is NewRPCServer before its error is wrapped.
+func newRPCServer(tx keyed.Transactions, catalog *policy.Catalog, noCaller bool, r RPC, opts []keyed.ServerOption) (*Server, keyedconf.Server, error) {
 	cfg := keyedconf.NewServer(r.Transport, nil, nil)
 	switch {
 	case tx == nil:
