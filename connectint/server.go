@@ -78,7 +78,7 @@ func (s *Server) Stats() keyed.Stats { return s.core.Stats() }
 //     different keys; see keyedproto.Identify) and the caller fingerprint
 //     (UNAUTHENTICATED without one);
 //  2. fingerprints the request (SHA-256 of its deterministic protobuf
-//     encoding, keyed/keyedproto's, as grpcint does);
+//     encoding, internal/keyedcore/keyedproto's, as grpcint does);
 //  3. for a resolve request (Idempotency-Resolve: 1) answers with the
 //     stored outcome, NOT_FOUND or ABORTED, without running the handler;
 //  4. otherwise runs the handler with the transaction in its context,

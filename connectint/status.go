@@ -134,7 +134,7 @@ func withCallInfo(err error, ci retry.Info) error {
 // dialect is connect's rendering of the core's outcomes: its notes, and
 // whose answer some outcomes end with in connect-go's terms. connect's
 // codes are gRPC's, with the same numbers: the rendering is
-// keyed/keyedproto's.
+// internal/keyedcore/keyedproto's.
 var dialect = keyedproto.Dialect{Name: "connect",
 	Notes: map[keyed.Outcome]string{
 		keyed.KeyMissing:  "the Idempotency-Key header",

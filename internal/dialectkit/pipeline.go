@@ -8,7 +8,7 @@ import "time"
 // Sent with COMMIT, a statement's outcome cannot be checked before the
 // COMMIT runs, so these forms fail, aborting the transaction, wherever the
 // ledger would otherwise have looked at what the statement did and not
-// committed: the ledger's pipelined Complete and Record (ledger.TxStore's
+// committed: the ledger's pipelined Complete and Record (internal/txledger's Store's
 // CompleteCommit and RecordCommit). The claim sent with BEGIN is the plain
 // [dialects.Queries.Insert], read back after a conflict with [dialects.Queries.Select].
 //

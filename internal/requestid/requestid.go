@@ -3,7 +3,7 @@
 // string, singular, and not a member of a real oneof (a proto3 optional
 // field, whose oneof is synthetic, counts). The descriptor catalogs
 // (policy, connectint) mark a mutation with one keyed; the protobuf
-// transports (keyed/keyedproto) read and fill it.
+// transports (internal/keyedcore/keyedproto) read and fill it.
 //
 // It keeps no state of its own: a descriptor's Fields().ByName is already
 // an index the protobuf runtime builds once per (immutable) descriptor and

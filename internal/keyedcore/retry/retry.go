@@ -665,7 +665,7 @@ func newKey(ctx context.Context, p policy.MethodPolicy, derive bool, fresh func(
 }
 
 // KeyForRequest is KeyFor for a call whose request message has an AIP-155
-// request_id field (keyed/keyedproto.RequestIDField), id its value ("" when
+// request_id field (internal/keyedcore/keyedproto.RequestIDField), id its value ("" when
 // empty): a non-empty id is the call's key when the caller set none, and
 // a new key is a random UUID (version 4, in its 36-character form), the
 // form AIP-155 recommends and many APIs require, instead of
