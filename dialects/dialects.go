@@ -31,7 +31,9 @@ type Dialect interface {
 // dialect chooses placeholder syntax and any locking clauses.
 type Queries struct {
 	// Insert claims an identity. Args: id, caller, method, request_fp,
-	// created_at, expires_at. A conflict on id must either affect zero rows
+	// created_at, expires_at, born_at (the key's birth in Unix
+	// microseconds, 0 when unknown: a column of its own, which a
+	// partitioned table is partitioned by). A conflict on id must either affect zero rows
 	// (ON CONFLICT DO NOTHING) or fail with an error classified as
 	// [ClassUniqueViolation] that leaves the transaction usable.
 	Insert string

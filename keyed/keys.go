@@ -2,15 +2,19 @@ package keyed
 
 import (
 	"context"
-	"crypto/rand"
 	"fmt"
+	"time"
 
+	"github.com/opledger/opledger/internal/keybirth"
 	"github.com/opledger/opledger/ledger"
 )
 
-// NewKey returns a fresh random idempotency key: 128 bits as 26 base32
-// characters.
-func NewKey() string { return rand.Text() }
+// NewKey returns a fresh idempotency key that carries its birth: a UUID of
+// version 7 (RFC 9562) in its 36-character form, 48 bits of the current
+// Unix time in milliseconds and 74 random bits. A ledger reads the birth
+// back (ledger.Identity's Birth) and refuses a retry of the key once it is
+// older than the ledger's window, instead of running the call again.
+func NewKey() string { return keybirth.New(time.Now()) }
 
 // DownstreamKey returns the idempotency key for a downstream call that a
 // keyed handler makes as step, a name the handler chooses ("charge",

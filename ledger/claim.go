@@ -23,16 +23,23 @@ import (
 //   - ErrInProgress: another open transaction held the identity past the
 //     transaction's lock timeout (or SQLite's busy timeout);
 //   - ErrIncomplete: the entry was committed without a result;
+//   - ErrKeyExpired, before any statement, when the key was born before
+//     the ledger's window (see WithRetention), or when its entry is past
+//     its retention and its key's birth is known (the entry outlived a
+//     shorter retention of before: it is not taken over);
 //   - an error matching ErrRetryable (serialization failure, deadlock):
 //     roll back and retry the whole transaction;
 //   - an error matching dialects.ErrUnsuitableTx, before any insert, when
 //     the dialect implements dialectkit.TxChecker and tx runs in a mode in
 //     which a claim is not safe (TiDB's optimistic transactions): its
 //     message names the setting to change;
-//   - ErrInvalid, a context error, sql.ErrTxDone, or another *DBError.
+//   - ErrInvalid (a key born more than the clock skew ahead of the
+//     ledger's clock: field "key"), a context error, sql.ErrTxDone, or
+//     another *DBError.
 //
-// An entry past its retention is taken over atomically: of many
-// concurrent claimants exactly one acquires it.
+// The entry of a key without a known birth that is past its retention is
+// taken over atomically: of many concurrent claimants exactly one
+// acquires it.
 func (s *Store) Claim(ctx context.Context, tx *sql.Tx, req ClaimRequest) (*Claim, error) {
 	return s.core.Claim(ctx, tx, req)
 }
@@ -60,8 +67,8 @@ func (s *txStore[TX]) claim(ctx context.Context, tx TX, req ClaimRequest) (*Clai
 	p := insertFirst[TX]{
 		op:     "claim",
 		insert: q.Insert,
-		args: func(created, expires int64) []any {
-			return []any{id, req.Identity.caller, req.Identity.method, fp, created, expires}
+		args: func(created, expires, born int64) []any {
+			return []any{id, req.Identity.caller, req.Identity.method, fp, created, expires, born}
 		},
 		takeOver: func(created, expires int64) (string, []any) {
 			return q.TakeOver, []any{fp, created, expires, id, created}
@@ -106,7 +113,7 @@ type insertFirst[TX any] struct {
 	// plain insert, used otherwise.
 	one, insert string
 	// args returns the insert's arguments for an attempt at created.
-	args func(created, expires int64) []any
+	args func(created, expires, born int64) []any
 	// takeOver is the statement that takes over an expired entry, and its
 	// arguments.
 	takeOver func(created, expires int64) (string, []any)
@@ -120,13 +127,16 @@ func (s *txStore[TX]) insertFirst(ctx context.Context, tx TX, req ClaimRequest, 
 	id := req.Identity.id[:]
 	for range maxClaimLoops {
 		now := s.now()
-		created, expires := micros(now), micros(now.Add(s.retention))
+		if err := s.window(p.op, req.Identity, micros(now)); err != nil {
+			return nil, err
+		}
+		created, expires, born := s.times(req.Identity, now)
 		var (
 			e     row
 			found bool
 		)
 		if p.one != "" {
-			inserted, got, ok, err := scanClaim(s.drv.QueryRow(ctx, tx, p.one, p.args(created, expires)...))
+			inserted, got, ok, err := scanClaim(s.drv.QueryRow(ctx, tx, p.one, p.args(created, expires, born)...))
 			if err != nil {
 				return nil, s.fail(ctx, p.op, err)
 			}
@@ -135,7 +145,7 @@ func (s *txStore[TX]) insertFirst(ctx context.Context, tx TX, req ClaimRequest, 
 			}
 			e, found = got, ok
 		} else {
-			n, err := s.drv.Exec(ctx, tx, p.insert, p.args(created, expires)...)
+			n, err := s.drv.Exec(ctx, tx, p.insert, p.args(created, expires, born)...)
 			switch {
 			case err != nil && s.d.Classify(err) != dialects.ClassUniqueViolation:
 				return nil, s.fail(ctx, p.op, err)
@@ -159,6 +169,9 @@ func (s *txStore[TX]) insertFirst(ctx context.Context, tx TX, req ClaimRequest, 
 			}
 		}
 		if e.expiresAt <= created {
+			if req.Identity.birth != 0 {
+				return nil, expiredEntry(p.op)
+			}
 			q, args := p.takeOver(created, expires)
 			n, err := s.drv.Exec(ctx, tx, q, args...)
 			if err != nil {
@@ -172,6 +185,15 @@ func (s *txStore[TX]) insertFirst(ctx context.Context, tx TX, req ClaimRequest, 
 		return existing(req, e)
 	}
 	return nil, fmt.Errorf("ledger: %s: entry changed under the %s %d times: %w", p.op, p.op, maxClaimLoops, ErrRetryable)
+}
+
+// expiredEntry is the error of a claim or a record that found the entry
+// of a key with a known birth past its retention, though the key is inside
+// the window: the entry outlived a shorter retention of before (its
+// expires_at was set by it). It is not taken over: the ledger would run a
+// key again that a ledger with that retention may have forgotten.
+func expiredEntry(op string) error {
+	return fmt.Errorf("ledger: %s: the key's entry is past the retention it was claimed with: %w", op, ErrKeyExpired)
 }
 
 // existing is the answer for a live entry e found where req wanted to

@@ -35,6 +35,17 @@ var (
 	// operation's outcome is unknown. It stays so until it expires.
 	ErrIncomplete = errors.New("ledger: operation was committed without a result")
 
+	// ErrKeyExpired means the key was born before the ledger's window (its
+	// retention minus the allowed clock skew: see WithRetention and
+	// WithClockSkew): the ledger no longer remembers it, so whether an
+	// operation with it ran is not known here. Claim and Record refuse it
+	// before writing anything, and Lookup answers it instead of
+	// ErrNotFound, which would tell the caller that running the call again
+	// is safe. Do not run the call again with this key. Only a key whose
+	// birth is known (Identity.Birth) can be refused so; a key without one
+	// is remembered for the retention from its claim.
+	ErrKeyExpired = errors.New("ledger: idempotency key expired: born before the ledger's window")
+
 	// ErrRetryable means the database aborted the transaction for a reason
 	// that a retry of the whole transaction may resolve: a serialization
 	// failure, a deadlock, or an entry that changed under the claim
@@ -55,7 +66,7 @@ var (
 // its field and reason for the kit's transports.
 type inputError struct {
 	// Field names the offending input: "caller", "method", "key",
-	// "fingerprint", "result", "tx", "table", "option", "name", "lock
+	// "first sent", "fingerprint", "result", "tx", "table", "option", "name", "lock
 	// wait".
 	Field string
 	// Reason says what is wrong, never echoing a key.

@@ -5,9 +5,11 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/opledger/opledger/internal/keybirth"
 	"github.com/opledger/opledger/internal/ledgerkit"
 	"github.com/opledger/opledger/internal/methodname"
 )
@@ -20,13 +22,19 @@ import (
 // another's write; without the method a key reused across operations
 // replays the wrong answer.
 //
+// An identity also knows when its key was born, where that can be read
+// (see [Identity.Birth]): the ledger refuses a key born before its window
+// instead of running it again (see [ErrKeyExpired]).
+//
 // The zero Identity is invalid; build one with [NewIdentity]. An Identity
 // holds no trace of the raw key besides its hash.
 type Identity struct {
-	caller  string
-	method  string
-	keyHash [32]byte
-	id      [32]byte
+	caller    string
+	method    string
+	keyHash   [32]byte
+	id        [32]byte
+	birth     int64 // Unix microseconds; 0 when unknown
+	firstSent bool  // birth came from WithFirstSent and is in id
 }
 
 // NewIdentity validates the three parts and returns the identity.
@@ -51,7 +59,53 @@ func NewIdentity(caller, method, key string) (Identity, error) {
 	if err := checkKey(key); err != nil {
 		return Identity{}, err
 	}
-	return newIdentity(caller, method, sha256.Sum256([]byte(key))), nil
+	id := newIdentity(caller, method, sha256.Sum256([]byte(key)))
+	if b, ok := keybirth.Birth(key); ok {
+		id.birth = b.UnixMicro()
+	}
+	return id, nil
+}
+
+// WithFirstSent returns the identity of a key that carries no birth of its
+// own, sent with the time its caller first sent it (a first-sent field or
+// header): t becomes the identity's birth, and part of the identity, so
+// that (key, first-sent) is one value. An attempt that sends the same key
+// with another first-sent time is another operation, as one with another
+// key is: every attempt of a call must send the first attempt's time. The
+// ledger could not refuse such an attempt instead: a partitioned ledger
+// places an entry by its birth, and two births of one key would meet in no
+// partition.
+//
+// When the key carries its own birth (a UUIDv7), t is ignored and i is
+// returned as it is: the key's birth cannot differ between attempts. t
+// must be after the Unix epoch; errors wrap [ErrInvalid] (field "first
+// sent").
+func (i Identity) WithFirstSent(t time.Time) (Identity, error) {
+	switch {
+	case i.IsZero():
+		return Identity{}, invalid("caller", "identity is zero; build it with NewIdentity")
+	case t.UnixMicro() <= 0:
+		return Identity{}, invalid("first sent", "must be after the Unix epoch")
+	case i.birth != 0:
+		return i, nil
+	}
+	out := i
+	out.birth = t.UnixMicro()
+	out.firstSent = true
+	out.id = digestFirstSent(i.caller, i.method, i.keyHash, out.birth)
+	return out, nil
+}
+
+// Birth returns when the identity's key was born, and whether that is
+// known: from the key itself (a UUIDv7) or from [Identity.WithFirstSent].
+// A key without a readable birth (a random string) has none: the ledger
+// then remembers it for its retention from its claim, and a late retry
+// past that runs again.
+func (i Identity) Birth() (time.Time, bool) {
+	if i.birth == 0 {
+		return time.Time{}, false
+	}
+	return time.UnixMicro(i.birth).UTC(), true
 }
 
 func newIdentity(caller, method string, keyHash [32]byte) Identity {
@@ -73,6 +127,27 @@ func digest(caller, method string, keyHash [32]byte) [32]byte {
 	binary.BigEndian.PutUint64(n[:], uint64(len(keyHash)))
 	h.Write(n[:])
 	h.Write(keyHash[:])
+	var out [32]byte
+	h.Sum(out[:0])
+	return out
+}
+
+// digestFirstSent is the primary key of an identity whose birth is a
+// first-sent time: the triple's encoding followed by the length-prefixed
+// birth, so that it never equals a triple's digest.
+func digestFirstSent(caller, method string, keyHash [32]byte, birth int64) [32]byte {
+	h := sha256.New()
+	var n [8]byte
+	h.Write([]byte("opledger/v1\x00"))
+	for _, part := range [][]byte{[]byte(caller), []byte(method), keyHash[:]} {
+		binary.BigEndian.PutUint64(n[:], uint64(len(part)))
+		h.Write(n[:])
+		h.Write(part)
+	}
+	binary.BigEndian.PutUint64(n[:], 8)
+	h.Write(n[:])
+	binary.BigEndian.PutUint64(n[:], uint64(birth))
+	h.Write(n[:])
 	var out [32]byte
 	h.Sum(out[:0])
 	return out

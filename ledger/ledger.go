@@ -209,6 +209,8 @@ type Option struct{ o options.Option[config] }
 type config struct {
 	table        string
 	retention    time.Duration
+	skew         time.Duration
+	skewSet      bool
 	maxResult    int
 	sweepWait    time.Duration
 	now          func() time.Time
@@ -230,8 +232,15 @@ func WithTable(name string) Option {
 	})}
 }
 
-// WithRetention sets how long an entry lives after it is claimed (default
-// 24h). Past it, a claim takes the entry over and Sweep deletes it.
+// WithRetention sets how long the ledger remembers a key (default 24h):
+// for a key whose birth is known (Identity.Birth), from its birth; for any
+// other, from its claim. Past it Sweep deletes the entry.
+//
+// A key whose birth is known is honoured for the window, the retention
+// minus the clock skew (WithClockSkew): a claim or a lookup of a key born
+// before it is refused with ErrKeyExpired, never run again. A key without
+// a known birth is not refused: past its retention, a claim takes its
+// entry over and runs the call again, and a lookup finds nothing.
 func WithRetention(d time.Duration) Option {
 	return Option{options.New("WithRetention", func(c *config) error {
 		if d <= 0 {
@@ -241,6 +250,27 @@ func WithRetention(d time.Duration) Option {
 		return nil
 	})}
 }
+
+// WithClockSkew sets how far the clocks of the ledger's callers and
+// servers may be apart (default a minute, or a tenth of the retention when
+// that is shorter): the ledger's window is the retention minus it, so that
+// a key is refused as expired (ErrKeyExpired) a skew before its entry can
+// be deleted; and a key born more than it ahead of the server's clock is
+// refused as invalid (ErrInvalid, field "key"). d must not be negative and
+// must be shorter than the retention.
+func WithClockSkew(d time.Duration) Option {
+	return Option{options.New("WithClockSkew", func(c *config) error {
+		if d < 0 {
+			return errors.New("clock skew must not be negative")
+		}
+		c.skew, c.skewSet = d, true
+		return nil
+	})}
+}
+
+// defaultSkew is the clock skew for retention r unless WithClockSkew says
+// otherwise: a minute, or a tenth of r when that is shorter.
+func defaultSkew(r time.Duration) time.Duration { return min(time.Minute, r/10) }
 
 // WithMaxResultSize bounds Result.Response in bytes (default 1 MiB).
 func WithMaxResultSize(n int) Option {

@@ -9,7 +9,10 @@ import (
 )
 
 // Lookup reads the committed entry for id without claiming or locking it.
-// It returns ErrNotFound when there is none or it has expired; an entry
+// It returns ErrKeyExpired, before any statement, for a key born before
+// the ledger's window (see WithRetention), and for a key with a known
+// birth whose entry is past its retention; ErrNotFound when there is none
+// or it has expired; an entry
 // committed without a result comes back with State Pending. An attempt
 // still in flight in another transaction is invisible to it.
 func (s *Store) Lookup(ctx context.Context, q Querier, id Identity) (*Entry, error) {
@@ -33,6 +36,9 @@ func (s *txStore[TX]) LookupWith(ctx context.Context, queryRow func(ctx context.
 	if id.IsZero() {
 		return nil, invalid("caller", "identity is zero; build it with NewIdentity")
 	}
+	if err := s.window("lookup", id, micros(s.now())); err != nil {
+		return nil, err
+	}
 	e, err := scanRow(queryRow(ctx, s.q.Lookup, id.id[:]))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, ErrNotFound
@@ -41,6 +47,9 @@ func (s *txStore[TX]) LookupWith(ctx context.Context, queryRow func(ctx context.
 		return nil, s.fail(ctx, "lookup", err)
 	}
 	if e.expiresAt <= micros(s.now()) {
+		if id.birth != 0 {
+			return nil, expiredEntry("lookup")
+		}
 		return nil, ErrNotFound
 	}
 	out := &Entry{

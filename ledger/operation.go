@@ -10,6 +10,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/opledger/opledger/internal/keybirth"
 	"github.com/opledger/opledger/internal/ledgerkit"
 )
 
@@ -71,16 +72,24 @@ var keyEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPad
 
 // DerivedKey returns the idempotency key of a downstream call that the
 // operation i makes as step (a name its handler chooses, such as
-// "charge"): "dk1-" followed by 52 base32 characters of
-// i.Derive("downstream-key", step). Every run and every retry of the
-// operation gets the same key for the same step, so a keyed downstream
-// replays instead of running twice; two steps, callers, methods or keys
-// never share one. It is a valid key for [NewIdentity] and for any system
-// that accepts printable ASCII keys of 56 characters.
+// "charge"), derived from i.Derive("downstream-key", step). Every run and
+// every retry of the operation gets the same key for the same step, so a
+// keyed downstream replays instead of running twice; two steps, callers,
+// methods or keys never share one.
+//
+// When i's key carries its birth ([Identity.Birth]), so does the derived
+// key: a UUIDv7 born when i's key was, so that a downstream ledger refuses
+// a late retry of the operation as i's ledger does, instead of running the
+// downstream call again. Otherwise it is "dk1-" followed by 52 base32
+// characters. Either is a valid key for [NewIdentity] and for any system
+// that accepts printable ASCII keys of 36 or 56 characters.
 func (i Identity) DerivedKey(step string) (string, error) {
 	d, err := i.Derive("downstream-key", step)
 	if err != nil {
 		return "", err
+	}
+	if b, ok := i.Birth(); ok {
+		return keybirth.Derived(b, d), nil
 	}
 	return ledgerkit.DerivedKeyPrefix + keyEncoding.EncodeToString(d[:]), nil
 }

@@ -76,8 +76,11 @@ func (s *txStore[TX]) beginClaim(ctx context.Context, p ledgerkit.Pipeline[TX], 
 	}
 	id, fp := req.Identity.id[:], req.Fingerprint[:]
 	now := s.now()
-	created, expires := micros(now), micros(now.Add(s.retention))
-	tx, n, err := p.BeginExec(ctx, q.Insert, id, req.Identity.caller, req.Identity.method, fp, created, expires)
+	if err := s.window("claim", req.Identity, micros(now)); err != nil {
+		return zero, nil, err
+	}
+	created, expires, born := s.times(req.Identity, now)
+	tx, n, err := p.BeginExec(ctx, q.Insert, id, req.Identity.caller, req.Identity.method, fp, created, expires, born)
 	if err != nil {
 		return zero, nil, s.fail(ctx, "claim", err)
 	}
@@ -230,13 +233,16 @@ func (s *txStore[TX]) recordCommit(ctx context.Context, p ledgerkit.Pipeline[TX]
 		return fail(err)
 	}
 	now := s.now()
-	created, expires := micros(now), micros(now.Add(s.retention))
+	if err := s.window("record", req.Identity, micros(now)); err != nil {
+		return fail(err)
+	}
+	created, expires, born := s.times(req.Identity, now)
 	resp := r.Response
 	if resp == nil {
 		resp = []byte{}
 	}
 	execErr, commitErr := p.ExecCommit(ctx, tx, pq.Record, req.Identity.id[:], req.Identity.caller, req.Identity.method,
-		req.Fingerprint[:], int64(r.Code), resp, r.TypeName, created, created, expires)
+		req.Fingerprint[:], int64(r.Code), resp, r.TypeName, created, created, expires, born)
 	switch {
 	case execErr == nil && commitErr != nil:
 		return nil, commitErr
@@ -277,6 +283,8 @@ func (s *txStore[TX]) recordConflict(ctx context.Context, p ledgerkit.Pipeline[T
 		return nil, fmt.Errorf("ledger: record: the conflicting entry is gone; run the unit again: %w", ErrRetryable)
 	case err != nil:
 		return nil, s.fail(ctx, "record", err)
+	case e.expiresAt <= created && req.Identity.birth != 0:
+		return nil, expiredEntry("record")
 	case e.expiresAt <= created:
 		if _, err := p.Exec(ctx, pq.DeleteExpired, id, created); err != nil {
 			return nil, s.fail(ctx, "record", err)

@@ -72,8 +72,8 @@ func (s *txStore[TX]) record(ctx context.Context, tx TX, req ClaimRequest, r Res
 	p := insertFirst[TX]{
 		op:     "record",
 		insert: rq.Insert,
-		args: func(created, expires int64) []any {
-			args := []any{id, req.Identity.caller, req.Identity.method, fp, int64(r.Code), resp, r.TypeName, created, created, expires}
+		args: func(created, expires, born int64) []any {
+			args := []any{id, req.Identity.caller, req.Identity.method, fp, int64(r.Code), resp, r.TypeName, created, created, expires, born}
 			if rq.TakesOver {
 				args = append(args, created)
 			}

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"errors"
+	"time"
 
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/internal/ledgerkit"
@@ -67,6 +68,9 @@ func (seam) InputError(err error) (field, reason string, ok bool) {
 
 // BoundsLockWait is s.boundsLockWait.
 func (seam) BoundsLockWait(s *Store) bool { return s.boundsLockWait() }
+
+// Window is s's retention and clock skew.
+func (seam) Window(s *Store) (retention, skew time.Duration) { return s.core.retention, s.core.skew }
 
 // MaxResultSize is s.maxResultSize.
 func (seam) MaxResultSize(s *Store) int { return s.maxResultSize() }

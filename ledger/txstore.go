@@ -29,6 +29,7 @@ type txStore[TX any] struct {
 	d         dialects.Dialect
 	table     string
 	retention time.Duration
+	skew      time.Duration // WithClockSkew
 	maxResult int
 	sweepWait time.Duration       // WithSweepLockWait
 	waiter    dialects.LockWaiter // the dialect's, when it has one
@@ -73,7 +74,14 @@ func newTxStore[TX any](d dialects.Dialect, drv ledgerkit.Driver[TX], opts ...Op
 	if err := options.Apply(&c, opts, func(o Option) options.Option[config] { return o.o }); err != nil {
 		return nil, &inputError{Field: "option", Reason: err.Error(), Err: err}
 	}
-	s := &txStore[TX]{drv: drv, d: d, table: c.table, retention: c.retention, maxResult: c.maxResult, sweepWait: c.sweepWait, now: c.now}
+	if !c.skewSet {
+		c.skew = defaultSkew(c.retention)
+	}
+	if c.skew >= c.retention {
+		err := fmt.Errorf("WithClockSkew: clock skew %v must be shorter than the retention %v", c.skew, c.retention)
+		return nil, &inputError{Field: "option", Reason: err.Error(), Err: err}
+	}
+	s := &txStore[TX]{drv: drv, d: d, table: c.table, retention: c.retention, skew: c.skew, maxResult: c.maxResult, sweepWait: c.sweepWait, now: c.now}
 	s.waiter, _ = d.(dialects.LockWaiter)
 	if s.sweepWait > 0 && s.waiter == nil {
 		err := fmt.Errorf("WithSweepLockWait: dialect %q cannot bound a lock wait (no dialects.LockWaiter)", d.Name())
@@ -118,6 +126,9 @@ func (s *txStore[TX]) MaxResultSize() int { return s.maxResult }
 // an API's sweep built on [txStore.SweepWith] bounds its statements to it
 // (package pgxledger's Sweep does).
 func (s *txStore[TX]) SweepLockWait() time.Duration { return s.sweepWait }
+
+// Window returns the store's retention and clock skew.
+func (s *txStore[TX]) Window() (retention, skew time.Duration) { return s.retention, s.skew }
 
 // BoundsLockWait reports whether Claim and Record honour
 // ClaimRequest.LockWait (see Store.boundsLockWait).
@@ -169,6 +180,37 @@ func boundedSQL[Q any](dialect, table, op string, wait time.Duration, plain *Q, 
 	}
 	v, _ := cache.LoadOrStore(wait, &q)
 	return v.(*Q), nil
+}
+
+// window refuses a claim, a record or a lookup (op) of id at now (Unix
+// microseconds) when id's key was born before the ledger's window (the
+// retention minus the clock skew): ErrKeyExpired; or more than the skew
+// after now: ErrInvalid, field "key". A key without a known birth passes.
+// It costs no statement.
+func (s *txStore[TX]) window(op string, id Identity, now int64) error {
+	if id.birth == 0 {
+		return nil
+	}
+	switch {
+	case id.birth < now-(s.retention-s.skew).Microseconds():
+		return fmt.Errorf("ledger: %s: key born at %s, before the window of %v (retention %v minus clock skew %v): %w",
+			op, fromMicros(id.birth).Format(time.RFC3339), s.retention-s.skew, s.retention, s.skew, ErrKeyExpired)
+	case id.birth > now+s.skew.Microseconds():
+		return invalid("key", fmt.Sprintf("born at %s, more than the allowed clock skew (%v) ahead of the server's clock", fromMicros(id.birth).Format(time.RFC3339), s.skew))
+	}
+	return nil
+}
+
+// times returns the created_at, expires_at and born_at of an entry of id
+// claimed at now: an entry lives for the retention from its key's birth,
+// when that is known, else from its claim. born_at is 0 for a key without
+// a known birth.
+func (s *txStore[TX]) times(id Identity, now time.Time) (created, expires, born int64) {
+	created = micros(now)
+	if id.birth != 0 {
+		return created, id.birth + s.retention.Microseconds(), id.birth
+	}
+	return created, micros(now.Add(s.retention)), 0
 }
 
 // checkTx runs the store's transaction check, when it has one.

@@ -51,6 +51,7 @@ func Example() {
 	// up 00001_create_operations.sql
 	// up 00002_create_outbox.sql
 	// up 00003_outbox_dead.sql
+	// up 00004_operations_born_at.sql
 	// second up: 0 <nil>
 }
 
@@ -72,4 +73,5 @@ func ExampleExport() {
 	// 00001_create_operations.sql
 	// 00002_create_outbox.sql
 	// 00003_outbox_dead.sql
+	// 00004_operations_born_at.sql
 }

@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/opledger/opledger/internal/methodname"
 )
@@ -103,6 +104,44 @@ type MethodPolicy struct {
 	// first outcome instead of running again. It is meaningful only for
 	// KindKeyed; a keyed method without it is never retried.
 	DurableLedger bool
+	// Retention, when positive, is how long a key of this keyed method is
+	// remembered from its birth, when shorter than the ledger's retention
+	// (a server refuses a longer one when it is built): a key born
+	// before its window (the retention minus the ledger's clock skew) is
+	// refused as expired. Zero means the ledger's retention.
+	Retention time.Duration
+	// UnknownBirth says what a server does with a key of this keyed
+	// method that carries no readable birth (a key that is not a UUIDv7,
+	// sent without a first-sent time): AcceptUnknownBirth (the zero value)
+	// or RefuseUnknownBirth.
+	UnknownBirth BirthPolicy
+}
+
+// BirthPolicy says what a server does with a key that carries no
+// readable birth: its ledger cannot refuse a late retry of such a key as
+// expired, so past the retention the call runs again.
+type BirthPolicy uint8
+
+const (
+	// AcceptUnknownBirth accepts such a key, as any other, and counts it
+	// (the servers' opledger.key.birth attribute reads "unknown"): past
+	// the ledger's retention, a retry of it runs again. The default, so
+	// that foreign clients that make random keys keep working.
+	AcceptUnknownBirth BirthPolicy = iota
+	// RefuseUnknownBirth refuses such a key as invalid, before anything
+	// runs: callers must send a UUIDv7 key or a first-sent time.
+	RefuseUnknownBirth
+)
+
+// String returns "accept" or "refuse".
+func (b BirthPolicy) String() string {
+	switch b {
+	case AcceptUnknownBirth:
+		return "accept"
+	case RefuseUnknownBirth:
+		return "refuse"
+	}
+	return fmt.Sprintf("BirthPolicy(%d)", uint8(b))
 }
 
 // Service returns the service part of FullMethod ("pkg.Service"), or "" if

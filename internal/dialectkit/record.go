@@ -19,12 +19,14 @@ type RecordQuerier interface {
 type RecordQueries struct {
 	// Insert inserts a completed entry. Args: id, caller, method,
 	// request_fp, code, response, response_type, created_at, completed_at,
-	// expires_at, and now when TakesOver is set. A conflict on id with a live entry must either
+	// expires_at, born_at, and now when TakesOver is set. A conflict on id with a live entry must either
 	// affect zero rows or fail with an error classified as
 	// [dialects.ClassUniqueViolation] that leaves the transaction usable. When
 	// TakesOver is set, a conflict with an entry whose expires_at <= now
-	// must replace it (every column but id, caller and method) and count
-	// as one affected row.
+	// must replace it (every column but id, caller, method and born_at)
+	// and count as one affected row, unless the inserted born_at is not 0
+	// (a key with a known birth is never taken over: the ledger refuses it
+	// as expired after reading the entry).
 	Insert string
 	// TakesOver says that Insert replaces an expired entry itself.
 	TakesOver bool

@@ -74,8 +74,8 @@ const columns = `request_fp, code, response, response_type, created_at, complete
 func (d Dialect) Queries(table string) dialects.Queries {
 	t := d.QuoteIdent(table)
 	return dialects.Queries{
-		Insert: `INSERT INTO ` + t + ` (id, caller, method, request_fp, created_at, expires_at) ` +
-			`VALUES (?, ?, ?, ?, ?, ?)`,
+		Insert: `INSERT INTO ` + t + ` (id, caller, method, request_fp, created_at, expires_at, born_at) ` +
+			`VALUES (?, ?, ?, ?, ?, ?, ?)`,
 		Select: `SELECT ` + columns + ` FROM ` + t + ` WHERE id = ? ` + d.readBackLock(),
 		TakeOver: `UPDATE ` + t + ` SET request_fp = ?, created_at = ?, expires_at = ?, ` +
 			`code = NULL, response = NULL, response_type = NULL, completed_at = NULL ` +
@@ -107,8 +107,8 @@ func (d Dialect) Queries(table string) dialects.Queries {
 func (d Dialect) RecordQueries(table string) dialectkit.RecordQueries {
 	t := d.QuoteIdent(table)
 	return dialectkit.RecordQueries{
-		Insert: `INSERT INTO ` + t + ` (id, caller, method, request_fp, code, response, response_type, created_at, completed_at, expires_at) ` +
-			`VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		Insert: `INSERT INTO ` + t + ` (id, caller, method, request_fp, code, response, response_type, created_at, completed_at, expires_at, born_at) ` +
+			`VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		TakeOver: `UPDATE ` + t + ` SET request_fp = ?, code = ?, response = ?, response_type = ?, ` +
 			`created_at = ?, completed_at = ?, expires_at = ? WHERE id = ? AND expires_at <= ?`,
 	}

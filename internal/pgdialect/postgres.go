@@ -43,7 +43,7 @@ func (d Dialect) Queries(table string) dialects.Queries {
 }
 
 // insertColumns is the column list of the claim's insert.
-const insertColumns = ` (id, caller, method, request_fp, created_at, expires_at) `
+const insertColumns = ` (id, caller, method, request_fp, created_at, expires_at, born_at) `
 
 // queries returns the ledger's SQL for table; lw, when not empty, is the
 // lock_timeout (in milliseconds) that the claim statements set for the
@@ -51,10 +51,10 @@ const insertColumns = ` (id, caller, method, request_fp, created_at, expires_at)
 func (d Dialect) queries(table, lw string) dialects.Queries {
 	t := d.QuoteIdent(table)
 	var with, from string
-	values := `VALUES ($1, $2, $3, $4, $5, $6)`
+	values := `VALUES ($1, $2, $3, $4, $5, $6, $7)`
 	if lw != "" {
 		with = lockWaitCTE(lw)
-		values, from = `SELECT $1, $2, $3, $4, $5, $6 FROM lw`, ` FROM lw`
+		values, from = `SELECT $1, $2, $3, $4, $5, $6, $7 FROM lw`, ` FROM lw`
 	}
 	claimWith := `WITH `
 	if lw != "" {
@@ -125,12 +125,12 @@ func (d Dialect) recordQueries(table, lw string) dialectkit.RecordQueries {
 // empty, is the lock_timeout (in milliseconds) it sets for the rest of
 // the transaction before it can wait.
 func (d Dialect) recordInsert(table, lw string, onConflict bool) string {
-	values := `VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
+	values := `VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`
 	with := ""
 	if lw != "" {
-		with, values = lockWaitCTE(lw), `SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10 FROM lw`
+		with, values = lockWaitCTE(lw), `SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11 FROM lw`
 	}
-	insert := with + `INSERT INTO ` + d.QuoteIdent(table) + ` (id, caller, method, request_fp, code, response, response_type, created_at, completed_at, expires_at) ` + values
+	insert := with + `INSERT INTO ` + d.QuoteIdent(table) + ` (id, caller, method, request_fp, code, response, response_type, created_at, completed_at, expires_at, born_at) ` + values
 	if onConflict {
 		insert += ` ON CONFLICT (id) DO NOTHING`
 	}

@@ -43,8 +43,8 @@ const columns = `request_fp, code, response, response_type, created_at, complete
 func (d Dialect) Queries(table string) dialects.Queries {
 	t := d.QuoteIdent(table)
 	return dialects.Queries{
-		Insert: `INSERT INTO ` + t + ` (id, caller, method, request_fp, created_at, expires_at) ` +
-			`VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
+		Insert: `INSERT INTO ` + t + ` (id, caller, method, request_fp, created_at, expires_at, born_at) ` +
+			`VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
 		Select: `SELECT ` + columns + ` FROM ` + t + ` WHERE id = ?`,
 		TakeOver: `UPDATE ` + t + ` SET request_fp = ?, created_at = ?, expires_at = ?, ` +
 			`code = NULL, response = NULL, response_type = NULL, completed_at = NULL ` +
@@ -67,12 +67,14 @@ func (d Dialect) Queries(table string) dialects.Queries {
 func (d Dialect) RecordQueries(table string) dialectkit.RecordQueries {
 	t := d.QuoteIdent(table)
 	return dialectkit.RecordQueries{
-		Insert: `INSERT INTO ` + t + ` (id, caller, method, request_fp, code, response, response_type, created_at, completed_at, expires_at) ` +
-			`VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET ` +
+		// A key with a known birth (born_at not 0) is never taken over:
+		// its entry past its retention is refused as expired.
+		Insert: `INSERT INTO ` + t + ` (id, caller, method, request_fp, code, response, response_type, created_at, completed_at, expires_at, born_at) ` +
+			`VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET ` +
 			`request_fp = excluded.request_fp, code = excluded.code, response = excluded.response, ` +
 			`response_type = excluded.response_type, created_at = excluded.created_at, ` +
 			`completed_at = excluded.completed_at, expires_at = excluded.expires_at ` +
-			`WHERE ` + t + `.expires_at <= ?`,
+			`WHERE ` + t + `.expires_at <= ? AND excluded.born_at = 0`,
 		TakesOver: true,
 		TakeOver: `UPDATE ` + t + ` SET request_fp = ?, code = ?, response = ?, response_type = ?, ` +
 			`created_at = ?, completed_at = ?, expires_at = ? WHERE id = ? AND expires_at <= ?`,

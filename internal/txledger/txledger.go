@@ -105,6 +105,7 @@ type hooks interface {
 	InputError(err error) (field, reason string, ok bool)
 	BoundsLockWait(s *ledger.Store) bool
 	MaxResultSize(s *ledger.Store) int
+	Window(s *ledger.Store) (retention, skew time.Duration)
 }
 
 // the is package ledger's hooks: set when package ledger was initialised,
@@ -117,6 +118,7 @@ type core interface {
 	Table() string
 	MaxResultSize() int
 	SweepLockWait() time.Duration
+	Window() (retention, skew time.Duration)
 	BoundsLockWait() bool
 	Pipelines() bool
 	Claim(ctx context.Context, tx any, req ledger.ClaimRequest) (*ledger.Claim, error)
@@ -185,6 +187,11 @@ func (s *Store[TX]) SweepLockWait() time.Duration { return s.c.SweepLockWait() }
 // BoundsLockWait reports whether Claim and Record honour
 // ClaimRequest.LockWait (see ledger.Store's BoundsLockWait).
 func (s *Store[TX]) BoundsLockWait() bool { return s.c.BoundsLockWait() }
+
+// Window returns the store's retention and clock skew
+// (ledger.WithRetention, ledger.WithClockSkew): a key born before the
+// retention minus the skew is refused as expired.
+func (s *Store[TX]) Window() (retention, skew time.Duration) { return s.c.Window() }
 
 // Pipelines reports whether BeginClaim, CompleteCommit and RecordCommit
 // send their statements with BEGIN and COMMIT (the store's dialect
@@ -402,6 +409,23 @@ func BoundsLockWait(l any) bool {
 	}
 	b, ok := l.(LockWaitBounder)
 	return ok && b.BoundsLockWait()
+}
+
+// Window returns the retention and the clock skew of ledger l, and
+// whether l states them: a *ledger.Store, a [Store], or any ledger with a
+// Window() (retention, skew time.Duration) method.
+func Window(l any) (retention, skew time.Duration, ok bool) {
+	if s, ok := l.(*ledger.Store); ok && s != nil {
+		r, k := the.Window(s)
+		return r, k, true
+	}
+	if w, ok := l.(interface {
+		Window() (retention, skew time.Duration)
+	}); ok {
+		r, k := w.Window()
+		return r, k, true
+	}
+	return 0, 0, false
 }
 
 // MaxResultSize returns the longest Result.Response ledger l stores, in

@@ -23,8 +23,6 @@ package retry
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"time"
 
@@ -667,9 +665,9 @@ func newKey(ctx context.Context, p policy.MethodPolicy, derive bool, fresh func(
 // KeyForRequest is KeyFor for a call whose request message has an AIP-155
 // request_id field (internal/keyedcore/keyedproto.RequestIDField), id its value ("" when
 // empty): a non-empty id is the call's key when the caller set none, and
-// a new key is a random UUID (version 4, in its 36-character form), the
-// form AIP-155 recommends and many APIs require, instead of
-// keyed.NewKey's. A derived key (derive) stays keyed.DownstreamKey's.
+// a new key is keyed.NewKey's, a UUID (version 7, in its 36-character
+// form: AIP-155 asks for a UUID, and this one carries its birth). A derived
+// key (derive) stays keyed.DownstreamKey's.
 func KeyForRequest(ctx context.Context, p policy.MethodPolicy, set, id string, derive bool) string {
 	switch {
 	case set != "":
@@ -679,18 +677,7 @@ func KeyForRequest(ctx context.Context, p policy.MethodPolicy, set, id string, d
 	case id != "":
 		return id
 	}
-	return newKey(ctx, p, derive, newUUID)
-}
-
-// newUUID returns a random UUID, version 4 (RFC 9562), in its
-// 36-character form.
-func newUUID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	h := hex.EncodeToString(b[:])
-	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+	return newKey(ctx, p, derive, keyed.NewKey)
 }
 
 // ConfigOf is the loop's configuration for a client whose retries belong

@@ -243,8 +243,8 @@ func TestKeyFor(t *testing.T) {
 
 // TestKeyForRequest: for a request with an AIP-155 request_id the
 // caller's key wins, then the request's own request_id, then (inside a
-// keyed call, with derive) the derived key, else a new random UUID
-// (version 4, 36 characters).
+// keyed call, with derive) the derived key, else a new UUID that carries
+// its birth (version 7, 36 characters).
 func TestKeyForRequest(t *testing.T) {
 	ctx := context.Background()
 	if k := retry.KeyForRequest(ctx, keyedMethod, "mine", "theirs", true); k != "mine" {
@@ -256,10 +256,10 @@ func TestKeyForRequest(t *testing.T) {
 	if k := retry.KeyForRequest(ctx, policy.MethodPolicy{Kind: policy.KindNonIdempotent}, "", "theirs", true); k != "" {
 		t.Errorf("not keyed: %q", k)
 	}
-	uuid := regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+	uuid := regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
 	a, b := retry.KeyForRequest(ctx, keyedMethod, "", "", true), retry.KeyForRequest(ctx, keyedMethod, "", "", true)
 	if !uuid.MatchString(a) || !uuid.MatchString(b) || a == b {
-		t.Errorf("new keys %q, %q; want two random UUIDs", a, b)
+		t.Errorf("new keys %q, %q; want two UUIDv7s", a, b)
 	}
 	id, err := ledger.NewIdentity("alice", "/pkg.S/Up", "upstream-key")
 	if err != nil {

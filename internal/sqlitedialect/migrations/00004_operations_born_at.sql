@@ -1,0 +1,11 @@
+-- opledger operation ledger, SQLite: the key's birth.
+-- born_at is when the entry's key was born, in Unix microseconds, read from
+-- the key (a UUIDv7) or from the first-sent time sent with it; 0 when the key
+-- carries no readable birth. The ledger refuses a key born before its window
+-- instead of running it again.
+
+-- +goose Up
+ALTER TABLE {{.Table}} ADD COLUMN born_at INTEGER NOT NULL DEFAULT 0;
+
+-- +goose Down
+ALTER TABLE {{.Table}} DROP COLUMN born_at;
