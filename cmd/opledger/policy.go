@@ -25,6 +25,8 @@ func init() {
 const policyUsage = `usage: opledger policy check --descriptors FILE [--owner OWNER] [--service-config FILE]
                              [--mesh FILE]... [--xds FILE]... [--istio] [--target TARGET] [--host HOST]...
                              [--keyed METHOD]... [--keyed-no-ledger METHOD]... [--json]
+                             [--retention D] [--clock-skew D] [--method-retention METHOD=D]...
+                             [--resolve-window D]
        opledger policy generate --mesh istio|linkerd|xds --descriptors FILE --host HOST [--namespace NS]
                              [--retries N] [--cluster CLUSTER] [--keyed METHOD]... [--keyed-no-ledger METHOD]...
 
@@ -33,8 +35,16 @@ FileDescriptorSet (protoc --descriptor_set_out, buf build -o) and the
 channel's retry owner: application, service-config (default), mesh or none.
 It prints one finding per line, each with how to fix it, then (with --mesh,
 --xds or --istio) the amplification per method: the product of the attempts
-of every layer that retries it. Exit status 1 if there is any finding, 2 on
-usage or I/O errors.
+of every layer that retries it. It also reports, as window-outlasts-retention,
+a keyed method (with a ledger) whose clients may go on sending one key for
+longer than the ledger honours it: the method's retention (--method-retention,
+else --retention) minus the clock skew. The clients' windows judged are the
+service config's retry policy of the method when the service config owns the
+retries (the waits its attempts and backoff allow; the attempts' own time is
+bounded by the call's deadline, not counted), and the kit client's resolve
+window (--resolve-window; with owner application and no flag, the kit's
+default of 30s). Exit status 1 if there is any finding, 2 on usage or I/O
+errors.
 
 What it reads:
   --service-config  a gRPC service config (JSON)
@@ -77,6 +87,16 @@ flags:
   --keyed METHOD            /pkg.Service/Method is a keyed mutation backed by a durable ledger (repeatable)
   --keyed-no-ledger METHOD  /pkg.Service/Method is a keyed mutation without a ledger (repeatable)
   --json                    print one JSON object instead of lines
+  --retention D             the ledger's retention, ledger.WithRetention (default 24h)
+  --clock-skew D            the ledger's clock skew, ledger.WithClockSkew (default 1m, or a tenth
+                            of --retention when that is shorter, as the ledger)
+  --method-retention METHOD=D
+                            a keyed method's own retention, policy.MethodPolicy.Retention (as
+                            /shop.v1.Orders/Create=6h; repeatable): at most --retention, longer
+                            than the clock skew; the method must be keyed (--keyed, AIP-155)
+  --resolve-window D        how long the clients resolve and retry one key: the kit client's
+                            keyed.WithResolveWindow or its deadline, or a queue's retries (Go
+                            code, so given here)
 
 generate writes, for a channel whose owner is the mesh, the mesh side as
 YAML on stdout: for istio a VirtualService (one route per method, retries
@@ -229,21 +249,28 @@ func runPolicyCheck(_ context.Context, args []string, stdout, stderr io.Writer) 
 	fs.Var(&meshFiles, "mesh", "")
 	fs.Var(&xdsFiles, "xds", "")
 	fs.Var(&hosts, "host", "")
+	wf := addWindowFlags(pf)
 	fail := usageFailer("check", stderr)
 	if code, done := pf.parse(args, stdout, fail); done {
 		return code
 	}
 	meshMode := len(meshFiles) > 0 || len(xdsFiles) > 0 || *istio
-	if *scPath == "" && !meshMode {
-		return fail("--service-config, --mesh, --xds or --istio is required")
+	if *scPath == "" && !meshMode && *wf.resolve == 0 {
+		return fail("--service-config, --mesh, --xds, --istio or --resolve-window is required")
+	}
+	lw, err := wf.window()
+	if err != nil {
+		return fail("%v", err)
 	}
 	var owner policy.RetryOwner
-	err := owner.UnmarshalText([]byte(*ownerName))
-	if err != nil {
+	if err := owner.UnmarshalText([]byte(*ownerName)); err != nil {
 		return fail("--owner: %v", err)
 	}
 	cat, err := pf.catalog()
 	if err != nil {
+		return fail("%v", err)
+	}
+	if cat, err = wf.applyRetentions(cat, lw); err != nil {
 		return fail("%v", err)
 	}
 	var scFindings []serviceconfig.Finding
@@ -281,15 +308,20 @@ func runPolicyCheck(_ context.Context, args []string, stdout, stderr io.Writer) 
 			return fail("%v", err)
 		}
 	}
-	n := len(scFindings)
+	windows, err := checkWindows(windowCheck{cat: cat, owner: owner, sc: sc, scPath: *scPath, resolve: *wf.resolve, ledger: lw})
+	if err != nil {
+		return fail("%v", err)
+	}
+	n := len(scFindings) + len(windows)
 	if rep != nil {
 		n += len(rep.Findings)
 	}
 	if *asJSON {
 		out := struct {
-			ServiceConfigFindings []jsonFinding `json:"serviceConfigFindings"`
+			ServiceConfigFindings []jsonFinding   `json:"serviceConfigFindings"`
+			WindowFindings        []windowFinding `json:"windowFindings"`
 			*mesh.Report
-		}{ServiceConfigFindings: []jsonFinding{}, Report: rep}
+		}{ServiceConfigFindings: []jsonFinding{}, WindowFindings: append([]windowFinding{}, windows...), Report: rep}
 		if rep == nil {
 			out.Report = &mesh.Report{Owner: owner, Target: *target, Findings: []mesh.Finding{}, Methods: []mesh.MethodReport{}}
 		}
@@ -309,6 +341,9 @@ func runPolicyCheck(_ context.Context, args []string, stdout, stderr io.Writer) 
 	} else {
 		for _, f := range scFindings {
 			fmt.Fprintf(stdout, "%s: %s\n", *scPath, f)
+		}
+		for _, f := range windows {
+			fmt.Fprintf(stdout, "%s: %s\n", f.File, f)
 		}
 		if rep != nil {
 			for _, f := range rep.Findings {
