@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"time"
 
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/internal/conformancekit"
@@ -178,5 +179,7 @@ func (s sqlLedger) Dialect() dialects.Dialect { return s.l.Dialect() }
 func (s sqlLedger) BoundsLockWait() bool {
 	return txledger.BoundsLockWait(s.l)
 }
+
+func (s sqlLedger) Window() (retention, skew time.Duration, ok bool) { return txledger.Window(s.l) }
 
 func (sqlLedger) Pipeline() suitePipeline { return nil }

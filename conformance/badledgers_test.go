@@ -41,6 +41,17 @@ type ownTxRecorder struct {
 	lookups
 }
 
+type birthBlindLedger struct {
+	badledgers.BirthBlind[*sql.Tx]
+	lookups
+}
+
+// Lookup answers ErrNotFound where the correct one refuses the key for its
+// birth.
+func (l birthBlindLedger) Lookup(ctx context.Context, q ledger.Querier, id ledger.Identity) (*ledger.Entry, error) {
+	return badledgers.Forget(l.lookups.Lookup(ctx, q, id))
+}
+
 // badTarget returns tg with its ledger replaced.
 func badTarget(tg conformance.Target, kind string) conformance.Target {
 	tg.Name += "/" + kind
@@ -62,6 +73,8 @@ func badTarget(tg conformance.Target, kind string) conformance.Target {
 			return ownTxLedger{badledgers.OwnTx[*sql.Tx]{Base: b}, lookups{s}}, nil
 		case "own-tx-record":
 			return ownTxRecorder{badledgers.OwnTxRecorder[*sql.Tx]{Base: b}, lookups{s}}, nil
+		case "birth-blind":
+			return birthBlindLedger{badledgers.BirthBlind[*sql.Tx]{Base: b}, lookups{s}}, nil
 		}
 		return nil, fmt.Errorf("unknown ledger %q", kind)
 	}

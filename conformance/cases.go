@@ -39,6 +39,14 @@ func caseList() []caseDef {
 			proves: "a claimant's connection killed mid-transaction, or its context cancelled between claim and Complete (or while waiting), leaves nothing half-written and no connection in use; the key can be acquired again"},
 		{name: "sweep-under-load", run: caseSweepUnderLoad,
 			proves: "Sweep running in a loop during a herd deletes only expired entries: every live entry, completed or in flight, survives"},
+		{name: "window-stale-key-refused", run: caseWindowStale,
+			proves: "a UUIDv7 key born before the window (retention minus clock skew) is refused with ledger.ErrKeyExpired by Claim, Record and the pipelined forms the ledger has, nothing written; a key whose entry committed is refused once the clock passes the window, to racing claimants, past the entry's retention and after a sweep: never acquired again (catches a ledger that runs an expired key again)"},
+		{name: "window-resolve-stale-key", run: caseWindowResolve,
+			proves: "Lookup of a key born before the window answers ledger.ErrKeyExpired, never ErrNotFound (which tells a caller that running the call again is safe): for a key never seen, and for a committed key past the window, past its retention and after a sweep deleted its entry"},
+		{name: "window-future-key-refused", run: caseWindowFuture,
+			proves: "a UUIDv7 key born more than the clock skew ahead of the ledger's clock is refused with ledger.ErrInvalid by every form and by Lookup, nothing written; one born within the skew is accepted and replayed"},
+		{name: "window-unknown-birth-policy", run: caseWindowUnknownBirth,
+			proves: "a key without a readable birth is accepted and replayed inside the retention and, as documented, taken over past it; sent with a first-sent time (Identity.WithFirstSent) it has a birth that is part of its identity (another first-sent time is another operation) and is refused with ledger.ErrKeyExpired past the window, by every form and by Lookup"},
 	}
 }
 

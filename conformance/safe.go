@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/ledger"
@@ -65,6 +66,17 @@ func (s safeLedger) recorder() bool { return s.l.Recorder() }
 // boundsLockWait reports whether the wrapped ledger honours
 // ClaimRequest.LockWait.
 func (s safeLedger) boundsLockWait() bool { return s.l.BoundsLockWait() }
+
+// window returns the wrapped ledger's retention and clock skew, and
+// whether it states them.
+func (s safeLedger) window() (retention, skew time.Duration, ok bool) {
+	defer func() {
+		if recover() != nil {
+			retention, skew, ok = 0, 0, false
+		}
+	}()
+	return s.l.Window()
+}
 
 // sweeper returns the wrapped ledger's Sweep, if it has one.
 func (s safeLedger) sweeper() (func(ctx context.Context, batch int) (int64, error), bool) {

@@ -170,6 +170,9 @@ type Ledger interface {
 	Sweeper() func(ctx context.Context, batch int) (int64, error)
 	Dialect() dialects.Dialect
 	BoundsLockWait() bool
+	// Window returns the ledger's retention and clock skew, and whether it
+	// states them (txledger.Window: a *ledger.Store, or a Window method).
+	Window() (retention, skew time.Duration, ok bool)
 	// Pipeline is nil without the pipelined forms.
 	Pipeline() Pipeline
 }
@@ -348,6 +351,10 @@ func (d *driverLedger[TX]) Dialect() dialects.Dialect { return d.l.Dialect() }
 
 func (d *driverLedger[TX]) BoundsLockWait() bool {
 	return txledger.BoundsLockWait(d.l)
+}
+
+func (d *driverLedger[TX]) Window() (retention, skew time.Duration, ok bool) {
+	return txledger.Window(d.l)
 }
 
 func (d *driverLedger[TX]) Pipeline() Pipeline {

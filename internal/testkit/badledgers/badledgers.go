@@ -51,6 +51,37 @@ func New[TX any](d dialects.Dialect, drv txledger.Driver[TX], txns Txns[TX], cfg
 	return &Base[TX]{D: d, Q: d.Queries(cfg.Table), Table: cfg.Table, Cfg: cfg, Drv: drv, Txns: txns, Store: s}, nil
 }
 
+// Window refuses id as the kit's ledger does, before any statement: a key
+// born before the window (the retention minus the clock skew, the correct
+// Store's) with ledger.ErrKeyExpired, one born more than the skew ahead of
+// the clock with ledger.ErrInvalid. A key without a known birth passes.
+func (b *Base[TX]) Window(id ledger.Identity) error {
+	birth, ok := id.Birth()
+	if !ok {
+		return nil
+	}
+	r, s := b.Store.Window()
+	now := b.Cfg.Clock()
+	switch {
+	case birth.Before(now.Add(-(r - s))):
+		return fmt.Errorf("badledgers: key born before the window: %w", ledger.ErrKeyExpired)
+	case birth.After(now.Add(s)):
+		return fmt.Errorf("badledgers: key born more than the clock skew ahead: %w", ledger.ErrInvalid)
+	}
+	return nil
+}
+
+// times returns the created_at, expires_at and born_at of an entry of id
+// claimed now, as the kit's ledger sets them: an entry lives for the
+// retention from its key's birth when that is known, else from its claim.
+func (b *Base[TX]) times(id ledger.Identity, now time.Time) (created, expires, born int64) {
+	created = now.UnixMicro()
+	if birth, ok := id.Birth(); ok {
+		return created, birth.Add(b.Cfg.Retention).UnixMicro(), birth.UnixMicro()
+	}
+	return created, now.Add(b.Cfg.Retention).UnixMicro(), 0
+}
+
 // Dialect returns the dialect the ledger was built for.
 func (b *Base[TX]) Dialect() dialects.Dialect { return b.D }
 
@@ -124,26 +155,31 @@ func (b *Base[TX]) Complete(ctx context.Context, tx TX, c *ledger.Claim, res led
 
 // Naive reads (a plain SELECT), then inserts if it found nothing: the
 // classic check-then-act race. It re-acquires an expired entry with an
-// UPDATE that does not check it is still expired.
+// UPDATE that does not check it is still expired. It honours the window
+// (Base.Window) as the kit's ledger does.
 type Naive[TX any] struct{ *Base[TX] }
 
 // Claim reads, then inserts.
 func (n Naive[TX]) Claim(ctx context.Context, tx TX, req ledger.ClaimRequest) (*ledger.Claim, error) {
-	now := n.Cfg.Clock()
-	created, expires := now.UnixMicro(), now.Add(n.Cfg.Retention).UnixMicro()
+	if err := n.Window(req.Identity); err != nil {
+		return nil, err
+	}
+	created, expires, born := n.times(req.Identity, n.Cfg.Clock())
 	idb := req.Identity.ID()
 	e, err := Read(n.Drv.QueryRow(ctx, tx, n.Q.Lookup, idb[:]))
 	t, p := n.D.QuoteIdent(n.Table), n.ph
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		ins := "INSERT INTO " + t + " (id, caller, method, request_fp, created_at, expires_at) VALUES (" +
-			p(1) + ", " + p(2) + ", " + p(3) + ", " + p(4) + ", " + p(5) + ", " + p(6) + ")"
-		if _, err := n.Drv.Exec(ctx, tx, ins, idb[:], req.Identity.Caller(), req.Identity.Method(), req.Fingerprint[:], created, expires); err != nil {
+		ins := "INSERT INTO " + t + " (id, caller, method, request_fp, created_at, expires_at, born_at) VALUES (" +
+			p(1) + ", " + p(2) + ", " + p(3) + ", " + p(4) + ", " + p(5) + ", " + p(6) + ", " + p(7) + ")"
+		if _, err := n.Drv.Exec(ctx, tx, ins, idb[:], req.Identity.Caller(), req.Identity.Method(), req.Fingerprint[:], created, expires, born); err != nil {
 			return nil, n.Fail("claim", err)
 		}
 		return txledger.NewAcquired(req.Identity, tx), nil
 	case err != nil:
 		return nil, n.Fail("claim", err)
+	case e.Expires <= created && born != 0:
+		return nil, fmt.Errorf("badledgers: the key's entry is past its retention: %w", ledger.ErrKeyExpired)
 	case e.Expires <= created:
 		upd := "UPDATE " + t + " SET request_fp = " + p(1) + ", created_at = " + p(2) + ", expires_at = " + p(3) +
 			", code = NULL, response = NULL, response_type = NULL, completed_at = NULL WHERE id = " + p(4)
@@ -227,6 +263,103 @@ func (o OwnTxRecorder[TX]) Record(ctx context.Context, tx TX, req ledger.ClaimRe
 		return txledger.NewRecorded(req.Identity, tx), nil
 	}
 	return c, nil
+}
+
+// BirthBlind is a correct ledger (the correct Store's claims, records and
+// completions) that ignores a key's birth wherever the Store refuses a key
+// for it: a key born before the window, or ahead of the clock, is claimed
+// as a key without a birth is (an entry past its retention taken over, a
+// fresh entry inserted where there is none, a live one replayed), and its
+// lookup answers ledger.ErrNotFound (see [Forget]): the ledger of before
+// the window, which runs an expired key again.
+type BirthBlind[TX any] struct{ *Base[TX] }
+
+// refusedForBirth reports whether err is the Store's refusal of a key for
+// its birth: ErrKeyExpired, or ErrInvalid for the field "key" (a birth
+// ahead of the clock: an identity's key is otherwise checked when it is
+// built).
+func refusedForBirth(err error) bool {
+	if errors.Is(err, ledger.ErrKeyExpired) {
+		return true
+	}
+	field, _, ok := txledger.InputError(err)
+	return ok && field == "key"
+}
+
+// Claim is the Store's, but claims a key the Store refuses for its birth
+// as if it had none.
+func (b BirthBlind[TX]) Claim(ctx context.Context, tx TX, req ledger.ClaimRequest) (*ledger.Claim, error) {
+	c, err := b.Store.Claim(ctx, tx, req)
+	if !refusedForBirth(err) {
+		return c, err
+	}
+	return b.claimBlind(ctx, tx, req)
+}
+
+// claimBlind claims req as a key without a birth: take over an expired
+// entry, else insert, else answer the live entry.
+func (b BirthBlind[TX]) claimBlind(ctx context.Context, tx TX, req ledger.ClaimRequest) (*ledger.Claim, error) {
+	idb := req.Identity.ID()
+	for range 3 {
+		now := b.Cfg.Clock()
+		created, expires := now.UnixMicro(), now.Add(b.Cfg.Retention).UnixMicro()
+		n, err := b.Drv.Exec(ctx, tx, b.Q.TakeOver, req.Fingerprint[:], created, expires, idb[:], created)
+		if err != nil {
+			return nil, b.Fail("claim", err)
+		}
+		if n == 1 {
+			return txledger.NewAcquired(req.Identity, tx), nil
+		}
+		n, err = b.Drv.Exec(ctx, tx, b.Q.Insert, idb[:], req.Identity.Caller(), req.Identity.Method(), req.Fingerprint[:], created, expires, int64(0))
+		switch {
+		case err == nil && n == 1:
+			return txledger.NewAcquired(req.Identity, tx), nil
+		case err != nil && b.D.Classify(err) != dialects.ClassUniqueViolation:
+			return nil, b.Fail("claim", err)
+		}
+		e, err := Read(b.Drv.QueryRow(ctx, tx, b.Q.Select, idb[:]))
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			continue
+		case err != nil:
+			return nil, b.Fail("claim", err)
+		case e.Expires <= created:
+			continue
+		}
+		return Outcome(e, req)
+	}
+	return nil, fmt.Errorf("badledgers: entry changed under the claim: %w", ledger.ErrRetryable)
+}
+
+// Complete is the correct one.
+func (b BirthBlind[TX]) Complete(ctx context.Context, tx TX, c *ledger.Claim, r ledger.Result) error {
+	return b.Base.Complete(ctx, tx, c, r)
+}
+
+// Record is the Store's, but records a key the Store refuses for its
+// birth as if it had none.
+func (b BirthBlind[TX]) Record(ctx context.Context, tx TX, req ledger.ClaimRequest, r ledger.Result) (*ledger.Claim, error) {
+	c, err := b.Store.Record(ctx, tx, req, r)
+	if !refusedForBirth(err) {
+		return c, err
+	}
+	c, err = b.claimBlind(ctx, tx, req)
+	if err != nil || !c.Acquired() {
+		return c, err
+	}
+	if err := b.Base.Complete(ctx, tx, c, r); err != nil {
+		return nil, err
+	}
+	return txledger.NewRecorded(req.Identity, tx), nil
+}
+
+// Forget is what a BirthBlind ledger's Lookup answers, given a correct
+// Lookup's answer: a refusal for the key's birth becomes ErrNotFound.
+func Forget(en *ledger.Entry, err error) (*ledger.Entry, error) {
+	if refusedForBirth(err) {
+		return nil, ledger.ErrNotFound
+	}
+	return en, err
 }
 
 // SQLTxns is Txns on a database/sql pool.
