@@ -154,7 +154,7 @@ func (s *Server) keyedCall(ctx context.Context, req connect.AnyRequest, proc str
 	ctx, call := s.core.Begin(ctx, proc, resolve)
 	var resp connect.AnyResponse
 	caller, ok := s.caller(ctx, req.Header())
-	ans := keyedproto.Serve(ctx, call, caller, ok, req.Header().Values(KeyHeader), req.Any(), resolve, keyedproto.Fingerprint, func(ctx context.Context) (ledger.Result, error) {
+	ans := keyedproto.Serve(ctx, call, caller, ok, req.Header().Values(KeyHeader), req.Header().Values(firstSentHeader), req.Any(), resolve, keyedproto.Fingerprint, func(ctx context.Context) (ledger.Result, error) {
 		r, herr := next(ctx, req)
 		if herr != nil {
 			return ledger.Result{}, herr
@@ -170,7 +170,18 @@ func (s *Server) keyedCall(ctx context.Context, req connect.AnyRequest, proc str
 		}
 		return res, nil
 	})
+	lifetime := ans.Lifetime
 	out, err := s.reply.Answer(ctx, &ans, resp)
+	if lifetime > 0 {
+		v := strconv.FormatInt(int64(lifetime/time.Second), 10)
+		var ce *connect.Error
+		switch {
+		case errors.As(err, &ce):
+			ce.Meta().Set(lifetimeHeader, v)
+		case err == nil && out != nil:
+			out.Trailer().Set(lifetimeHeader, v)
+		}
+	}
 	code := "ok"
 	if err != nil {
 		code = connect.CodeOf(err).String()

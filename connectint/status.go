@@ -36,6 +36,19 @@ const (
 	ReplayedCodeHeader = "Idempotency-Replayed-Code"
 )
 
+// The window's headers (keybirth.FirstSentHeader and
+// keyedcore.LifetimeHeader); docs/connect.md describes them.
+const (
+	// firstSentHeader carries, beside a key with no birth of its own (not
+	// a UUIDv7), the time its call was first sent: an IMF-fixdate. It is
+	// part of the identity: every attempt and resolve must send the same.
+	firstSentHeader = "Idempotency-Key-First-Sent"
+	// lifetimeHeader, in the trailer (an error's metadata) of an answer
+	// that reached the ledger, is how long a key of the procedure is
+	// honoured from its birth, in whole seconds.
+	lifetimeHeader = "Idempotency-Key-Lifetime"
+)
+
 // ErrorDomain is the ErrorInfo domain of every error detail the kit adds.
 // It is grpcint's, on purpose: a connect server of the kit and a gRPC one
 // answer the same errors, so that the kit's clients of either transport

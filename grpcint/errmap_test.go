@@ -435,15 +435,15 @@ func TestErrorMap(t *testing.T) {
 	}
 	for _, reason := range []string{keyed.KeyMissing.Row().Reason, keyed.KeyInvalid.Row().Reason, keyed.RequestUnreadable.Row().Reason,
 		keyed.CallerMissing.Row().Reason, keyed.KeyReused.Row().Reason, keyed.InProgress.Row().Reason, keyed.Incomplete.Row().Reason,
-		keyed.TxAborted.Row().Reason, keyed.StorageBusy.Row().Reason, keyed.StorageUnavailable.Row().Reason, keyed.CommitUnknown.Row().Reason,
+		keyed.KeyExpired.Row().Reason, keyed.TxAborted.Row().Reason, keyed.StorageBusy.Row().Reason, keyed.StorageUnavailable.Row().Reason, keyed.CommitUnknown.Row().Reason,
 		keyed.NotStorable.Row().Reason, keyed.LedgerMisuse.Row().Reason, keyed.ResultUnreadable.Row().Reason, keyed.NotFound.Row().Reason,
 		keyed.KeyedStream.Row().Reason, keyed.NotExecuted.Row().Reason, keyed.NotSent.Row().Reason, keyed.ServerAnswered.Row().Reason, keyed.CallOutcomeUnknown.Row().Reason} {
 		if !seen[reason] {
 			t.Errorf("grpcint's reason %s is not the classification's", reason)
 		}
 	}
-	if len(seen) != 20 {
-		t.Errorf("%d reasons in the error map, grpcint names 20", len(seen))
+	if len(seen) != 21 {
+		t.Errorf("%d reasons in the error map, grpcint names 21", len(seen))
 	}
 }
 

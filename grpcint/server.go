@@ -229,7 +229,7 @@ func (s *Server) keyedCall(ctx context.Context, req any, method string, handler 
 	ctx, call := s.core.Begin(ctx, method, resolve)
 	var resp any
 	caller, ok := s.caller(ctx)
-	ans := keyedproto.Serve(ctx, call, caller, ok, md.Get(KeyHeader), req, resolve, RequestFingerprint, func(ctx context.Context) (ledger.Result, error) {
+	ans := keyedproto.Serve(ctx, call, caller, ok, md.Get(KeyHeader), md.Get(firstSentHeader), req, resolve, RequestFingerprint, func(ctx context.Context) (ledger.Result, error) {
 		r, herr := handler(ctx, req)
 		if herr != nil {
 			return ledger.Result{}, herr
@@ -237,6 +237,9 @@ func (s *Server) keyedCall(ctx context.Context, req any, method string, handler 
 		resp = r
 		return encodeResponse(r)
 	})
+	if ans.Lifetime > 0 {
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(lifetimeHeader, strconv.FormatInt(int64(ans.Lifetime/time.Second), 10)))
+	}
 	out, err := s.reply.Answer(ctx, &ans, resp)
 	call.End(ctx, ans, telemetry.GRPCStatus.String(codeName(err)))
 	return out, err

@@ -31,6 +31,20 @@ const (
 	ReplayedCodeHeader = "idempotency-replayed-code"
 )
 
+// The window's metadata keys (keybirth.FirstSentHeader and
+// keyedcore.LifetimeHeader, in gRPC's lower case); docs/grpc.md describes
+// them.
+const (
+	// firstSentHeader carries, beside a key with no birth of its own (not
+	// a UUIDv7), the time its call was first sent: an IMF-fixdate. It is
+	// part of the identity: every attempt and resolve must send the same.
+	firstSentHeader = "idempotency-key-first-sent"
+	// lifetimeHeader, in the trailer of an answer that reached the
+	// ledger, is how long a key of the method is honoured from its birth,
+	// in whole seconds.
+	lifetimeHeader = "idempotency-key-lifetime"
+)
+
 // ErrorDomain is the ErrorInfo domain of every error detail the kit adds.
 const ErrorDomain = "opledger.grpcint"
 

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 
@@ -210,6 +212,9 @@ func (m *Middleware) keyed(w http.ResponseWriter, r *http.Request, op string, re
 	ctx, call := m.core.Begin(r.Context(), op, resolve)
 	r = r.WithContext(ctx)
 	ans, last := m.serve(call, r, resolve, next)
+	if ans.Lifetime > 0 {
+		w.Header().Set(lifetimeHeader, strconv.FormatInt(int64(ans.Lifetime/time.Second), 10))
+	}
 	status := m.render(w, &ans, last)
 	call.End(ctx, ans, httpStatus.Int(status))
 }
@@ -225,7 +230,7 @@ func (m *Middleware) serve(call *keyedcore.Call, r *http.Request, resolve bool, 
 	if m.cfg.bareKeys {
 		parse = parseBareKey
 	}
-	id, refusal := call.Identify(caller, ok, r.Header[KeyHeader], parse)
+	id, refusal := call.Identify(caller, ok, r.Header[KeyHeader], r.Header[firstSentHeader], parse)
 	switch {
 	case refusal.Outcome != 0:
 		return refusal, nil

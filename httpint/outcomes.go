@@ -80,6 +80,7 @@ var renderings = map[keyed.Outcome]rendering{
 	keyed.KeyReused:          {status: 422, title: "Idempotency-Key is already used", note: "the method, path, query, body or a header of WithFingerprintHeaders differ"},
 	keyed.InProgress:         {status: 409, title: "A request is outstanding for this Idempotency-Key", retryAfter: true, note: "keyed.WithLockWait"},
 	keyed.Incomplete:         {status: 500, title: "Operation has no result"},
+	keyed.KeyExpired:         {status: 422, title: "Idempotency-Key has expired", note: "the key's birth is its UUIDv7 time or its Idempotency-Key-First-Sent header; the key's lifetime is in Idempotency-Key-Lifetime"},
 	keyed.TxAborted:          {status: 503, title: "Transaction aborted", retryAfter: true},
 	keyed.StorageBusy:        {status: 503, title: "Storage busy", retryAfter: true, note: "keyed.WithLockWait"},
 	keyed.StorageUnavailable: {status: 503, title: "Storage unavailable", retryAfter: true, note: "the handler's own database error is one it reported with ReportError"},

@@ -29,6 +29,19 @@ const (
 	ReplayedHeader = "Idempotent-Replayed"
 )
 
+// The window's headers (keybirth.FirstSentHeader and
+// keyedcore.LifetimeHeader); docs/http.md describes them.
+const (
+	// firstSentHeader carries, beside a key with no birth of its own (not
+	// a UUIDv7), the time its request was first sent: an IMF-fixdate. It
+	// is part of the identity: every attempt and resolve must send the
+	// same.
+	firstSentHeader = "Idempotency-Key-First-Sent"
+	// lifetimeHeader, on an answer that reached the ledger, is how long a
+	// key of the route is honoured from its birth, in whole seconds.
+	lifetimeHeader = "Idempotency-Key-Lifetime"
+)
+
 // responseTypeName is the ledger.Result.TypeName of a stored HTTP
 // response; its Code is the status and its Response the encoding of the
 // allow-listed headers and the body (see the package documentation).

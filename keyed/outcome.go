@@ -29,7 +29,9 @@ const (
 	CallerMissing
 	// KeyMissing: a keyed method called without a key.
 	KeyMissing
-	// KeyInvalid: the key is malformed, empty, too long or sent twice.
+	// KeyInvalid: the key is malformed, empty, too long or sent twice,
+	// its first-sent time is malformed, it has no birth where its method
+	// needs one, or it was born in the future.
 	KeyInvalid
 	// RequestTooLarge: the request is over the transport's limit.
 	RequestTooLarge
@@ -46,6 +48,9 @@ const (
 	InProgress
 	// Incomplete: the key's entry was committed without a result.
 	Incomplete
+	// KeyExpired: the key was born before the ledger's window; the ledger
+	// no longer remembers it, and whether it ran is not known here.
+	KeyExpired
 	// TxAborted: serialization failures or deadlocks outlasted the
 	// transaction's attempts.
 	TxAborted
@@ -107,7 +112,7 @@ const (
 	// KindReplayed: a stored answer (for a resolve request too).
 	KindReplayed OutcomeKind = "replayed"
 	// KindRefused: refused without the handler running: before the claim,
-	// or by the ledger (key reused, in progress, incomplete).
+	// or by the ledger (key reused, in progress, incomplete, expired).
 	KindRefused OutcomeKind = "refused"
 	// KindFailed: nothing was committed by this call (the handler's
 	// non-final error, storage trouble) or its commit is unknown.
@@ -214,7 +219,7 @@ var table = [...]Row{
 	{KeyMissing, "idempotency-key-missing", "MISSING_IDEMPOTENCY_KEY", SideServer, KindRefused, CommittedNA, Stop, false,
 		"a keyed method called without an idempotency key"},
 	{KeyInvalid, "idempotency-key-invalid", "INVALID_IDEMPOTENCY_KEY", SideServer, KindRefused, CommittedNA, Stop, false,
-		"the key is not 1 to 255 bytes of printable ASCII, or is sent more than once"},
+		"the key is not 1 to 255 bytes of printable ASCII, or is sent more than once; or its first-sent time is not one IMF-fixdate; or it carries no birth (not a UUIDv7, no first-sent time) where the method's policy refuses such keys; or it was born more than the ledger's clock skew in the future"},
 	{RequestTooLarge, "request-too-large", "", SideServer, KindRefused, CommittedNA, Stop, false,
 		"the request is over the transport's size limit; refused before anything is claimed"},
 	{RequestUnreadable, "request-unreadable", "INVALID_KEYED_REQUEST", SideServer, KindRefused, CommittedNA, Stop, false,
@@ -229,6 +234,8 @@ var table = [...]Row{
 		"ledger.ErrInProgress: another attempt with the key holds it, or the connection or the write lock this one waited for, past the wait bound"},
 	{Incomplete, outcomes.Incomplete, "OPERATION_INCOMPLETE", SideServer, KindRefused, CommittedUnknown, Stop, false,
 		"ledger.ErrIncomplete: the key's entry was committed without a result, outside the kit"},
+	{KeyExpired, "idempotency-key-expired", "IDEMPOTENCY_KEY_EXPIRED", SideServer, KindRefused, CommittedUnknown, Stop, false,
+		"ledger.ErrKeyExpired: the key was born before the ledger's window (the method's retention minus the clock skew): the ledger no longer remembers it; whether it ran is not known here; do not run the call again with this key"},
 	{TxAborted, outcomes.TxAborted, "TRANSACTION_ABORTED", SideServer, KindFailed, CommittedNo, Retry, false,
 		"ledger.ErrRetryable: serialization failures or deadlocks outlasted the transaction's attempts; rolled back"},
 	{StorageBusy, outcomes.Busy, "STORAGE_BUSY", SideServer, KindFailed, CommittedNo, Retry, true,

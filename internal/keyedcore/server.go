@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/keybirth"
 	"github.com/opledger/opledger/internal/keyedtx"
 	"github.com/opledger/opledger/internal/txledger"
 	"github.com/opledger/opledger/keyed"
@@ -59,6 +60,42 @@ type ServerConfig struct {
 	// (a client that is not the kit's); "": such a request is judged by
 	// the method's kind. NewServer refuses an invalid owner.
 	RetryOwner policy.RetryOwner
+	// Catalog, when set, gives the keyed methods their window policy
+	// (policy.MethodPolicy's Retention and UnknownBirth); nil (httpint):
+	// every method has the ledger's retention and accepts a key without a
+	// birth.
+	Catalog *policy.Catalog
+}
+
+// LifetimeHeader is the response header (gRPC and connect: trailer
+// metadata) in which a keyed method's answers that reached the ledger
+// (executed, replayed, not found, and the ledger's refusals) tell how
+// long a key of the method is honoured from its birth: whole seconds, the
+// method's retention (or the ledger's) minus the ledger's clock skew.
+// gRPC metadata keys are its lower-case form.
+const LifetimeHeader = "Idempotency-Key-Lifetime"
+
+// BirthAttr is the attribute of opledger.server.calls that says where a
+// key's birth came from: [BirthKey], [BirthFirstSent] or [BirthUnknown].
+const BirthAttr = attribute.Key("opledger.key.birth")
+
+// The values of [BirthAttr].
+const (
+	// BirthKey: the key is a UUIDv7 and carries its birth.
+	BirthKey = "key"
+	// BirthFirstSent: the key carries none; the call sent a first-sent
+	// time (keybirth.FirstSentHeader).
+	BirthFirstSent = "first-sent"
+	// BirthUnknown: the key has no readable birth, and no first-sent time
+	// came with it: the ledger cannot refuse a late retry of it as expired.
+	BirthUnknown = "unknown"
+)
+
+// methodWindow is a keyed method's window policy.
+type methodWindow struct {
+	lifetime      time.Duration // retention minus skew, for LifetimeHeader; 0: not stated
+	own           bool          // a retention of its own, shorter than the ledger's: checked before the claim
+	refuseUnknown bool          // RefuseUnknownBirth
 }
 
 // Server is the transport-neutral server side of keyed calls: identity,
@@ -77,6 +114,8 @@ type Server struct {
 	noun     string
 	owner    policy.RetryOwner
 	obs      *observer
+	lifetime time.Duration // the ledger's retention minus its skew; 0 when it does not state them
+	methods  map[string]methodWindow
 
 	executed, replayed, resolves, refused, failed atomic.Int64
 }
@@ -103,6 +142,9 @@ func NewServer(tx keyedtx.Transactions, cfg ServerConfig) (*Server, error) {
 	if s.noun == "" {
 		s.noun = "Idempotency-Key"
 	}
+	if err := s.windows(tx, cfg.Catalog); err != nil {
+		return nil, err
+	}
 	base := append([]txmiddleware.Option(nil), cfg.TxOptions...)
 	if cfg.LockWait > 0 {
 		base = append(base, txmiddleware.WithLockWait(cfg.LockWait))
@@ -128,6 +170,51 @@ func NewServer(tx keyedtx.Transactions, cfg ServerConfig) (*Server, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// windows reads the ledger's window from tx (txledger.Window) and the
+// keyed methods' window policies from catalog. A method's retention
+// longer than the ledger's, not longer than the ledger's clock skew, or
+// given while the ledger does not state its window, is an error wrapping
+// txmiddleware.ErrInvalidConfig.
+func (s *Server) windows(tx keyedtx.Transactions, catalog *policy.Catalog) error {
+	retention, skew, stated := txledger.Window(tx)
+	if stated && retention > skew {
+		s.lifetime = retention - skew
+	}
+	if catalog == nil {
+		return nil
+	}
+	s.methods = map[string]methodWindow{}
+	for _, p := range catalog.Methods() {
+		if p.Kind != policy.KindKeyed {
+			continue
+		}
+		w := methodWindow{lifetime: s.lifetime, refuseUnknown: p.UnknownBirth == policy.RefuseUnknownBirth}
+		switch {
+		case p.Retention < 0:
+			return fmt.Errorf("%w: %s: negative retention %v", txmiddleware.ErrInvalidConfig, p.FullMethod, p.Retention)
+		case p.Retention == 0:
+		case !stated:
+			return fmt.Errorf("%w: %s: a retention of its own (%v), but the ledger does not state its window (a ledger.Store does, through keyed.SQL)", txmiddleware.ErrInvalidConfig, p.FullMethod, p.Retention)
+		case p.Retention > retention:
+			return fmt.Errorf("%w: %s: a retention of %v, longer than the ledger's %v (ledger.WithRetention): the ledger would forget its keys first", txmiddleware.ErrInvalidConfig, p.FullMethod, p.Retention, retention)
+		case p.Retention <= skew:
+			return fmt.Errorf("%w: %s: a retention of %v, not longer than the ledger's clock skew %v (ledger.WithClockSkew): no key could be honoured", txmiddleware.ErrInvalidConfig, p.FullMethod, p.Retention, skew)
+		default:
+			w.lifetime, w.own = p.Retention-skew, true
+		}
+		s.methods[p.FullMethod] = w
+	}
+	return nil
+}
+
+// window returns method's window policy.
+func (s *Server) window(method string) methodWindow {
+	if w, ok := s.methods[method]; ok {
+		return w
+	}
+	return methodWindow{lifetime: s.lifetime}
 }
 
 // Stats returns a snapshot of the counters.
@@ -163,6 +250,11 @@ type Answer struct {
 	// Detail is a message for the caller, without the key, for the
 	// outcomes the transport answers itself.
 	Detail string
+	// Lifetime, when positive, is how long a key of the method is
+	// honoured from its birth, for an answer that reached the ledger (or
+	// was refused by the method's window): the transport sends it in
+	// [LifetimeHeader], in whole seconds.
+	Lifetime time.Duration
 }
 
 // Row returns the row of the answer's outcome.
@@ -181,6 +273,7 @@ type Call struct {
 	method  string
 	resolve bool
 	key     string
+	birth   string // BirthAttr's value, once identified
 	op      callOp
 }
 
@@ -193,13 +286,18 @@ func (s *Server) Begin(ctx context.Context, method string, resolve bool) (contex
 }
 
 // Identify builds the call's identity from the caller fingerprint (ok
-// false: none), the call's method and the key values it carried (keys:
+// false: none), the call's method, the key values it carried (keys:
 // every value of the key's header; parse, when not nil, decodes the one
-// value into the key, its error a refusal with its message). On a refusal
-// it returns an Answer with the outcome (CallerMissing, KeyMissing,
-// KeyInvalid or RequestUnreadable) and a zero Identity; otherwise an
-// Answer with no outcome.
-func (c *Call) Identify(caller string, ok bool, keys []string, parse func(string) (string, error)) (ledger.Identity, Answer) {
+// value into the key, its error a refusal with its message) and the
+// values of its first-sent header (firstSent: keybirth.FirstSentHeader's,
+// an IMF-fixdate; for a key without a birth of its own it becomes the
+// key's birth and part of the identity, so a resolve must send the
+// call's). On a refusal it returns an Answer with the outcome
+// (CallerMissing, KeyMissing, KeyInvalid, RequestUnreadable, or
+// KeyExpired for a key born before the window of a method with a
+// retention of its own) and a zero Identity; otherwise an Answer with no
+// outcome.
+func (c *Call) Identify(caller string, ok bool, keys, firstSent []string, parse func(string) (string, error)) (ledger.Identity, Answer) {
 	s := c.s
 	if !ok || caller == "" {
 		return ledger.Identity{}, answer(keyed.CallerMissing, nil, "no authenticated caller for a keyed call")
@@ -231,7 +329,59 @@ func (c *Call) Identify(caller string, ok bool, keys []string, parse func(string
 		}
 		return ledger.Identity{}, answer(keyed.RequestUnreadable, err, "the operation's identity cannot be built")
 	}
+	return c.born(id, firstSent)
+}
+
+// born adds the call's first-sent time to id and applies the method's
+// window policy: a key without a birth where the method refuses one, and
+// a key born before the window of a method with a retention of its own,
+// are refused before the claim (the ledger's own window is the ledger's
+// to apply, with no statement).
+func (c *Call) born(id ledger.Identity, firstSent []string) (ledger.Identity, Answer) {
+	s := c.s
+	switch len(firstSent) {
+	case 0:
+	case 1:
+		t, err := keybirth.ParseFirstSent(firstSent[0])
+		if err == nil {
+			id, err = id.WithFirstSent(t)
+		}
+		if err != nil {
+			return ledger.Identity{}, answer(keyed.KeyInvalid, err, "the "+keybirth.FirstSentHeader+" header is invalid: "+err.Error())
+		}
+	default:
+		return ledger.Identity{}, answer(keyed.KeyInvalid, nil, "more than one "+keybirth.FirstSentHeader+" header")
+	}
+	w := s.window(c.method)
+	birth, known := id.Birth()
+	switch _, own := keybirth.Birth(c.key); {
+	case own:
+		c.birth = BirthKey
+	case known:
+		c.birth = BirthFirstSent
+	default:
+		c.birth = BirthUnknown
+		if w.refuseUnknown {
+			return ledger.Identity{}, answer(keyed.KeyInvalid, nil, c.method+" needs a UUIDv7 "+s.noun+" or an "+keybirth.FirstSentHeader+" header: its keys must carry their birth")
+		}
+	}
+	if known && w.own && birth.Before(time.Now().Add(-w.lifetime)) {
+		a := answer(keyed.KeyExpired, nil, "the "+s.noun+" was born before the method's window of "+w.lifetime.String()+"; whether a call with it ran is not known here; do not run the call again with it")
+		a.Lifetime = w.lifetime
+		return ledger.Identity{}, a
+	}
 	return id, Answer{}
+}
+
+// reached adds the method's lifetime to an answer that reached the
+// ledger: executed, replayed, not found, or one of the ledger's
+// refusals.
+func (c *Call) reached(a Answer) Answer {
+	switch a.Outcome {
+	case keyed.Executed, keyed.Replayed, keyed.NotFound, keyed.KeyReused, keyed.InProgress, keyed.Incomplete, keyed.KeyExpired:
+		a.Lifetime = c.s.window(c.method).lifetime
+	}
+	return a
 }
 
 // Run runs work in the ledger's transaction for req (claim first, or at
@@ -248,17 +398,19 @@ func (c *Call) Run(ctx context.Context, req ledger.ClaimRequest, work keyedtx.Wo
 	})
 	switch {
 	case out.Replayed:
-		return Answer{Outcome: keyed.Replayed, Result: out.Result, Err: err}
+		return c.reached(Answer{Outcome: keyed.Replayed, Result: out.Result, Err: err})
 	case out.Executed:
-		return Answer{Outcome: keyed.Executed, Result: out.Result, Err: err}
+		return c.reached(Answer{Outcome: keyed.Executed, Result: out.Result, Err: err})
 	}
-	return s.failure(ctx, err, workErr)
+	return c.reached(s.failure(ctx, err, workErr))
 }
 
 // failure classifies the error of a call that neither executed nor
 // replayed. workErr is the last run's error of the work, if it failed.
 func (s *Server) failure(ctx context.Context, err, workErr error) Answer {
 	switch {
+	case errors.Is(err, ledger.ErrKeyExpired):
+		return answer(keyed.KeyExpired, err, "the "+s.noun+" was born before the ledger's window; whether a call with it ran is not known here; do not run the call again with it")
 	case errors.Is(err, ledger.ErrKeyReused):
 		return answer(keyed.KeyReused, err, "the "+s.noun+" was already used for a different request")
 	case errors.Is(err, ledger.ErrInProgress):
@@ -284,12 +436,23 @@ func (s *Server) failure(ctx context.Context, err, workErr error) Answer {
 		if (s.answered != nil && s.answered(workErr)) || s.dialect.Classify(workErr) == dialects.ClassOther {
 			return Answer{Outcome: keyed.NotStored, Err: workErr}
 		}
+	case keyInput(err):
+		// A key born more than the clock skew ahead of the ledger's clock:
+		// the ledger refuses it at the claim.
+		return answer(keyed.KeyInvalid, err, "the "+s.noun+" was born in the future, past the allowed clock skew")
 	case errors.Is(err, ledger.ErrInvalid):
 		return answer(keyed.NotStorable, err, "the response cannot be stored in the operation ledger; nothing was committed")
 	case errors.Is(err, ledger.ErrNotAcquired):
 		return answer(keyed.LedgerMisuse, err, "the operation ledger refused to complete its own claim; nothing was committed")
 	}
 	return answer(keyed.StorageUnavailable, err, "the database failed; nothing was committed; retry with the same "+s.noun)
+}
+
+// keyInput reports whether err is the ledger's refusal of the key itself
+// (ledger.ErrInvalid, field "key").
+func keyInput(err error) bool {
+	field, _, ok := txledger.InputError(err)
+	return ok && field == "key"
 }
 
 // probeFingerprint is the resolve probe's: never a request's, so its claim
@@ -304,6 +467,10 @@ var errProbe = errors.New("keyed: resolve probe")
 // while an attempt with the key is still in flight past the wait bound,
 // or storage trouble.
 //
+// A key born before the window (the ledger's, or the method's own) is
+// answered KeyExpired, never NotFound: the ledger no longer knows whether
+// it ran.
+//
 // Nothing committed may still mean an attempt in flight, invisible to a
 // read: the resolve then probes with a claim of its own, always rolled
 // back, which waits for that attempt (up to the wait bound) and never
@@ -312,6 +479,11 @@ var errProbe = errors.New("keyed: resolve probe")
 // carries never matters, and a transport that has no request body to
 // fingerprint (HTTP) resolves alike.
 func (c *Call) Resolve(ctx context.Context, id ledger.Identity) Answer {
+	return c.reached(c.resolveAnswer(ctx, id))
+}
+
+// resolveAnswer is Resolve's answer before the lifetime is added.
+func (c *Call) resolveAnswer(ctx context.Context, id ledger.Identity) Answer {
 	s := c.s
 	r := s.runnerFor(id.Method())
 	e, err := r.Lookup(ctx, id)
@@ -369,6 +541,9 @@ func (s *Server) stored(r ledger.Result) Answer {
 // metrics.
 func (c *Call) End(ctx context.Context, a Answer, attrs ...attribute.KeyValue) {
 	c.s.count(c.resolve, a.Outcome)
+	if c.birth != "" && !c.resolve {
+		attrs = append(attrs, BirthAttr.String(c.birth))
+	}
 	c.s.obs.end(ctx, c.op, c.method, c.resolve, c.key, a, attrs)
 }
 

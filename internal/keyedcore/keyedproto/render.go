@@ -37,6 +37,7 @@ var renderings = map[keyed.Outcome]Rendering{
 	keyed.KeyReused:          {Code: code.Code_FAILED_PRECONDITION},
 	keyed.InProgress:         {Code: code.Code_ABORTED},
 	keyed.Incomplete:         {Code: code.Code_FAILED_PRECONDITION},
+	keyed.KeyExpired:         {Code: code.Code_FAILED_PRECONDITION},
 	keyed.TxAborted:          {Code: code.Code_ABORTED},
 	keyed.StorageBusy:        {Code: code.Code_UNAVAILABLE},
 	keyed.StorageUnavailable: {Code: code.Code_UNAVAILABLE},

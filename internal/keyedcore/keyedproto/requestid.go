@@ -68,9 +68,9 @@ func WithRequestID(req any, key string) any {
 //     whatever the request carries, since a resolve's request is not
 //     compared.
 //
-// Everything else (the caller, more than one key header, the key's form)
-// is call.Identify's.
-func Identify(call *keyedcore.Call, caller string, ok bool, keys []string, req any, resolve bool) (ledger.Identity, keyedcore.Answer) {
+// Everything else (the caller, more than one key header, the key's form,
+// the first-sent values firstSent) is call.Identify's.
+func Identify(call *keyedcore.Call, caller string, ok bool, keys, firstSent []string, req any, resolve bool) (ledger.Identity, keyedcore.Answer) {
 	id, has := RequestID(req)
 	switch {
 	case !has || !ok || caller == "" || len(keys) > 1 || (resolve && len(keys) > 0):
@@ -83,5 +83,5 @@ func Identify(call *keyedcore.Call, caller string, ok bool, keys []string, req a
 		return ledger.Identity{}, keyedcore.Answer{Outcome: keyed.KeyInvalid,
 			Detail: "the key header and the request's " + RequestIDField + " differ; send one key, or the same key in both"}
 	}
-	return call.Identify(caller, ok, keys, nil)
+	return call.Identify(caller, ok, keys, firstSent, nil)
 }

@@ -116,7 +116,7 @@ func TestIdentifyRequestID(t *testing.T) {
 		{"no field: the header's rules", "alice", nil, &aippb.CancelOrderRequest{}, false, "", keyed.KeyMissing},
 	} {
 		_, call := s.Begin(context.Background(), method, c.resolve)
-		id, ans := keyedproto.Identify(call, c.caller, c.caller != "", c.keys, c.req, c.resolve)
+		id, ans := keyedproto.Identify(call, c.caller, c.caller != "", c.keys, nil, c.req, c.resolve)
 		if ans.Outcome != c.outcome {
 			t.Errorf("%s: outcome %v (%s), want %v", c.name, ans.Outcome, ans.Detail, c.outcome)
 			continue

@@ -15,13 +15,14 @@ import (
 
 // Serve reads a keyed call of a protobuf transport and has the core run or
 // resolve it: the key (keys, the key header's values, or req's
-// request_id; see Identify) and the caller (caller, ok: the transport's
-// caller function's), then, unless the call is a resolve request, the
-// request's fingerprint (the transport's fingerprint function, whose
-// error is the answer's Err) and the run of work with the claim.
-func Serve(ctx context.Context, call *keyedcore.Call, caller string, ok bool, keys []string, req any, resolve bool,
+// request_id; see Identify), its first-sent values (firstSent) and the
+// caller (caller, ok: the transport's caller function's), then, unless
+// the call is a resolve request, the request's fingerprint (the
+// transport's fingerprint function, whose error is the answer's Err) and
+// the run of work with the claim.
+func Serve(ctx context.Context, call *keyedcore.Call, caller string, ok bool, keys, firstSent []string, req any, resolve bool,
 	fingerprint func(req any) (ledger.Fingerprint, error), work keyedtx.Work) keyedcore.Answer {
-	id, refusal := Identify(call, caller, ok, keys, req, resolve)
+	id, refusal := Identify(call, caller, ok, keys, firstSent, req, resolve)
 	switch {
 	case refusal.Outcome != 0:
 		return refusal
