@@ -360,7 +360,7 @@ func caseWindowFuture(e *env) {
 	e.mustWin(e.forms()[0], "a key born within the skew ahead", near, key, res)
 	replayed := e.replaysIn("a key born within the skew ahead", near, key, res)
 	e.lookupResult("of a key born within the skew ahead", near, res)
-	e.figure("skew %v: a key born %v ahead refused with ErrInvalid by %d of %d forms and Lookup, nothing written; one born %v ahead acquired, replayed by %d of %d forms",
+	e.figure("skew %v: a key born %v ahead refused with ErrInvalid: %d of %d answers (every form and Lookup), nothing written; one born %v ahead acquired, replayed by %d of %d forms",
 		s, s+time.Minute, refused, len(e.forms())+1, s/2, replayed, len(e.forms()))
 }
 
@@ -416,6 +416,6 @@ func caseWindowUnknownBirth(e *env) {
 	if n := e.bizRows(keyA); n != 1 {
 		e.t.Errorf("a key sent with its first-sent time: %d business rows; want 1", n)
 	}
-	e.figure("%s: a key without a birth replayed inside the retention, taken over past it (2 runs, as documented); with a first-sent time it is one with a birth (another first-sent time: another operation), refused past the window by %d of %d forms and Lookup",
+	e.figure("%s: a key without a birth replayed inside the retention, taken over past it (2 runs, as documented); with a first-sent time it is one with a birth (another first-sent time: another operation), refused with ErrKeyExpired past the window: %d of %d answers (every form and Lookup)",
 		e.windowNote(), refused, len(forms)+1)
 }

@@ -51,7 +51,7 @@ func TestConformanceDefaultSQLite(t *testing.T) {
 	if len(entries) != 0 {
 		t.Fatalf("the suite left files in the working directory: %v", entries)
 	}
-	if !strings.Contains(out, "(sqlite), 8 claimants, 5 keys") || !strings.Contains(out, "PASS: 14 passed, 0 failed, 1 skipped") {
+	if !strings.Contains(out, "(sqlite), 8 claimants, 5 keys") || !strings.Contains(out, "PASS: 18 passed, 0 failed, 1 skipped") {
 		t.Fatalf("header or summary missing:\n%s", out)
 	}
 	header := -1
@@ -88,7 +88,7 @@ func TestConformanceAtCommit(t *testing.T) {
 	if code != 0 || errs != "" {
 		t.Fatalf("exit %d, stderr %q, stdout:\n%s", code, errs, out)
 	}
-	if !strings.Contains(out, "(sqlite), 8 claimants, 5 keys, claim at commit") || !strings.Contains(out, "PASS: 13 passed, 0 failed, 2 skipped") {
+	if !strings.Contains(out, "(sqlite), 8 claimants, 5 keys, claim at commit") || !strings.Contains(out, "PASS: 17 passed, 0 failed, 2 skipped") {
 		t.Fatalf("header or summary missing:\n%s", out)
 	}
 }
@@ -110,6 +110,32 @@ func TestConformanceJSON(t *testing.T) {
 	if r := rep.Results[0]; r.Name != "herd/default" || r.Case != "herd" || r.Level != "default" || r.Verdict != "pass" ||
 		!strings.Contains(r.Figures, "4 claimants × 3 keys: 3 acquired, 9 replayed, 0 duplicates") {
 		t.Fatalf("herd result: %+v", r)
+	}
+}
+
+// TestConformanceJSONWindow: the window cases run and are reported by
+// name in the --json report, with their figures.
+func TestConformanceJSONWindow(t *testing.T) {
+	t.Setenv("OPLEDGER_DSN", "")
+	cases := []string{"window-stale-key-refused", "window-resolve-stale-key", "window-future-key-refused", "window-unknown-birth-policy"}
+	code, out, errs := runConformanceCmd(t, "--json", "--concurrency", "4", "--cases", strings.Join(cases, ","))
+	if code != 0 {
+		t.Fatalf("exit %d: %s\n%s", code, errs, out)
+	}
+	var rep conformanceJSON
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	if !rep.Passed || len(rep.Results) != len(cases) {
+		t.Fatalf("report: %+v", rep)
+	}
+	for i, r := range rep.Results {
+		if r.Name != cases[i] || r.Case != cases[i] || r.Level != "" || r.Verdict != "pass" || !strings.Contains(r.Figures, "ErrKeyExpired") && !strings.Contains(r.Figures, "ErrInvalid") {
+			t.Errorf("result %d: %+v, want %s passed with its figures", i, r, cases[i])
+		}
+	}
+	if f := rep.Results[0].Figures; !strings.Contains(f, "window 59m0s (retention 1h0m0s minus skew 1m0s") {
+		t.Errorf("window-stale-key-refused figures do not state the window: %q", f)
 	}
 }
 
