@@ -19,7 +19,7 @@ import (
 )
 
 func init() {
-	extraCommands["stats"] = command{"count the ledger's entries by state, the oldest pending entry's age, the table's size", runStats}
+	extraCommands["stats"] = command{"count the ledger's entries by state and by key birth, the oldest pending entry's age, the table's size, the window", runStats}
 	extraCommands["evict"] = command{"delete one ledger entry (by caller, method and key) so that its key can run again", runEvict}
 }
 
@@ -64,27 +64,44 @@ type stats struct {
 	SizeUnavailable   string    `json:"size_unavailable,omitempty"`
 	MeasuredAt        time.Time `json:"measured_at"`
 	QueryMilliseconds int64     `json:"query_milliseconds"`
+
+	// window is the ledger's window and the entries by key birth.
+	window
 }
 
-// readStats counts the entries in one scan of the table.
-func readStats(ctx context.Context, db *sql.DB, d dialects.Dialect, table string, now time.Time) (stats, error) {
+// readStats counts the entries in one scan of the table. The counts by
+// key birth ride on the same scan (one more SUM over born_at), so they cost
+// no second pass and need no index on born_at; a table the migration
+// 00004 has not reached (no born_at column) is reported without them.
+func readStats(ctx context.Context, db *sql.DB, d dialects.Dialect, table string, now time.Time, lw ledgerWindow) (stats, error) {
 	q := newLedgerSQL(d, table)
+	s := stats{Table: table, MeasuredAt: now.UTC(), window: newWindow(lw, now)}
+	born := ", COALESCE(SUM(CASE WHEN born_at <> 0 THEN 1 ELSE 0 END), 0)"
+	if !hasBornAt(ctx, db, q) {
+		born, s.BirthUnavailable = "", "the table has no born_at column: run opledger migrate up (migration 00004)"
+	}
 	p := q.ph(5)
 	query := fmt.Sprintf("SELECT COUNT(*), "+
 		"COALESCE(SUM(CASE WHEN expires_at <= %s THEN 1 ELSE 0 END), 0), "+
 		"COALESCE(SUM(CASE WHEN expires_at > %s AND completed_at IS NULL THEN 1 ELSE 0 END), 0), "+
 		"MIN(CASE WHEN expires_at > %s AND completed_at IS NULL THEN created_at END), "+
-		"COALESCE(SUM(CASE WHEN expires_at > %s AND expires_at <= %s THEN 1 ELSE 0 END), 0) FROM %s",
-		p[0], p[1], p[2], p[3], p[4], q.table)
+		"COALESCE(SUM(CASE WHEN expires_at > %s AND expires_at <= %s THEN 1 ELSE 0 END), 0)%s FROM %s",
+		p[0], p[1], p[2], p[3], p[4], born, q.table)
 	us := now.UnixMicro()
-	s := stats{Table: table, MeasuredAt: now.UTC()}
 	var oldest sql.NullInt64
+	dest := []any{&s.Entries, &s.Expired, &s.Pending, &oldest, &s.ExpiringNextHour}
+	var withBirth int64
+	if born != "" {
+		dest = append(dest, &withBirth)
+	}
 	start := time.Now()
-	if err := db.QueryRowContext(ctx, query, us, us, us, us, now.Add(time.Hour).UnixMicro()).
-		Scan(&s.Entries, &s.Expired, &s.Pending, &oldest, &s.ExpiringNextHour); err != nil {
+	if err := db.QueryRowContext(ctx, query, us, us, us, us, now.Add(time.Hour).UnixMicro()).Scan(dest...); err != nil {
 		return s, err
 	}
 	s.QueryMilliseconds = time.Since(start).Milliseconds()
+	if born != "" {
+		s.WithBirth, s.WithoutBirth = &withBirth, new(s.Entries-withBirth)
+	}
 	s.Completed = s.Entries - s.Expired - s.Pending
 	if oldest.Valid {
 		s.OldestPendingAt = time.UnixMicro(oldest.Int64).UTC()
@@ -111,6 +128,8 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	dsn := fs.String("dsn", "", "database (default $OPLEDGER_DSN, else the SQLite file opledger.db)")
 	table := fs.String("table", ledger.DefaultTable, "ledger table name")
 	asJSON := fs.Bool("json", false, "print the figures as one JSON object")
+	retention := fs.Duration("retention", 24*time.Hour, "the ledger's retention, as the servers' ledger.WithRetention")
+	skew := fs.Duration("clock-skew", -1, "the ledger's clock skew, as the servers' ledger.WithClockSkew (default 1m, or a tenth of --retention when shorter)")
 	if code, stop := parseFlags(fs, args, stdout); stop {
 		return code
 	}
@@ -120,12 +139,16 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if err := dialectkit.CheckTableName(*table); err != nil {
 		return fail(stderr, "stats", err)
 	}
+	lw, err := (&windowFlags{retention: retention, skew: skew, resolve: new(time.Duration(0))}).window()
+	if err != nil {
+		return fail(stderr, "stats", err)
+	}
 	db, t, err := openExisting(ctx, dsnFrom(*dsn))
 	if err != nil {
 		return fail(stderr, "stats", err)
 	}
 	defer db.Close()
-	s, err := readStats(ctx, db, t.dialect, *table, time.Now())
+	s, err := readStats(ctx, db, t.dialect, *table, time.Now(), lw)
 	if err != nil {
 		return fail(stderr, "stats", t.scrubErr(err))
 	}
@@ -159,6 +182,7 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 		fmt.Fprintf(tw, "size\ttable %s, indexes %s: %.0f bytes per entry%s\n", bytesIEC(s.TableBytes), bytesIEC(s.IndexBytes), s.BytesPerEntry, note)
 	}
+	s.window.print(tw, s.BirthUnavailable)
 	tw.Flush()
 	fmt.Fprintf(&b, "(one scan of the table: %d ms; entries still being claimed in open transactions are not visible)\n", s.QueryMilliseconds)
 	io.WriteString(stdout, b.String())
