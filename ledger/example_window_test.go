@@ -41,10 +41,11 @@ func ExampleWithClockSkew() {
 	}
 
 	now := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
-	l, err := ledger.New(sqlite.New(),
-		ledger.WithRetention(24*time.Hour), // how long a key is remembered from its birth
-		ledger.WithClockSkew(time.Minute),  // how far the clients' clocks may be off: the window is 23h59m
-		ledger.WithClock(func() time.Time { return now }))
+	opts := []ledger.Option{
+		ledger.WithRetention(24 * time.Hour), // how long a key is remembered from its birth
+		ledger.WithClockSkew(time.Minute),    // how far the clients' clocks may be off: the window is 23h59m
+	}
+	l, err := ledger.New(sqlite.New(), append(opts, ledger.WithClock(func() time.Time { return now }))...)
 	if err != nil {
 		log.Fatal(err)
 	}
