@@ -243,6 +243,7 @@ func TestOutcomeRows(t *testing.T) {
 			wantError(t, err, connect.CodeFailedPrecondition, "OPERATION_INCOMPLETE")
 			wantCallInfo(t, err, "OPERATION_INCOMPLETE", policy.DoNotRetry)
 		},
+		keyed.KeyExpired: func(t *testing.T) { testLateRetry(t, testdb.Targets()[0]) },
 		keyed.TxAborted: func(t *testing.T) {
 			serialization := &ledger.DBError{Op: "claim", Class: dialects.ClassSerialization, Err: errors.New("could not serialize")}
 			e, _ := sqliteEnv(t, func(s *ledger.Store) ledger.Ledger { return testdb.FaultyLedger{Store: s, ClaimErr: serialization} }, nil,

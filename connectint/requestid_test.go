@@ -24,7 +24,7 @@ import (
 	"github.com/opledger/opledger/txmiddleware"
 )
 
-var uuidForm = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+var uuidForm = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
 
 // ordersCatalog is the AIP-155 test service's catalog from connect Specs
 // of its descriptors: CreateOrder is keyed by its request_id, nothing else

@@ -262,6 +262,7 @@ func TestOutcomeRows(t *testing.T) {
 			wantStatus(t, err, codes.FailedPrecondition, keyed.Incomplete.Row().Reason)
 			wantCallInfo(t, err, keyed.Incomplete.Row().Reason, policy.DoNotRetry)
 		},
+		keyed.KeyExpired: func(t *testing.T) { testLateRetry(t, testdb.Targets()[0]) },
 		keyed.TxAborted: func(t *testing.T) {
 			serialization := &ledger.DBError{Op: "claim", Class: dialects.ClassSerialization, Err: errors.New("could not serialize")}
 			e, _, _ := sqliteEnv(t, func(s *ledger.Store) ledger.Ledger { return testdb.FaultyLedger{Store: s, ClaimErr: serialization} }, nil,

@@ -257,6 +257,7 @@ func TestOutcomeRows(t *testing.T) {
 			}
 			wantProblem(t, e.do(t, req{caller: "alice", key: "k", header: map[string]string{httpint.ResolveHeader: "1"}}), keyed.Incomplete.String(), "")
 		},
+		keyed.KeyExpired: func(t *testing.T) { testLateRetry(t, testdb.Targets()[0]) },
 		named(keyed.TxAborted.String()): func(t *testing.T) {
 			serialization := &ledger.DBError{Op: "claim", Class: dialects.ClassSerialization, Err: errors.New("could not serialize")}
 			e := sqliteEnv(t, func(s *ledger.Store) ledger.Ledger { return testdb.FaultyLedger{Store: s, ClaimErr: serialization} },

@@ -40,7 +40,7 @@ type windowEnv struct {
 	executed int
 }
 
-func newWindowEnv(t *testing.T) *windowEnv {
+func newWindowEnv(t testing.TB) *windowEnv {
 	t.Helper()
 	tg := testdb.Targets()[0]
 	db := tg.Open(t, 4)
@@ -334,4 +334,62 @@ func TestBirthAttribute(t *testing.T) {
 			break
 		}
 	}
+}
+
+// FuzzIdentifyWindow drives Identify with any key and first-sent values,
+// on a method with a retention of its own: it never panics, a refusal is
+// an invalid or expired key whose message does not hold the key, and an
+// identity's birth is the key's own, else the first-sent time.
+func FuzzIdentifyWindow(f *testing.F) {
+	e := newWindowEnv(f)
+	now := time.Now()
+	for _, seed := range []struct{ key, sent, second string }{
+		{"k", "", ""},
+		{"k", keybirth.FormatFirstSent(now), ""},
+		{"k", keybirth.FormatFirstSent(now.Add(-3 * time.Hour)), ""},
+		{keybirth.New(now), keybirth.FormatFirstSent(now), ""},
+		{keybirth.New(now.Add(-3 * time.Hour)), "", ""},
+		{"k", "Sun, 06 Dec 2026 12:00:00 GMT", "Sun, 06 Dec 2026 12:00:00 GMT"},
+		{"k", "Sun, 06 Dec 2026 12:00:00 UTC", ""},
+		{"", "x", ""},
+	} {
+		f.Add(seed.key, seed.sent, seed.second)
+	}
+	f.Fuzz(func(t *testing.T, key, sent, second string) {
+		var firstSent []string
+		if sent != "" {
+			firstSent = append(firstSent, sent)
+		}
+		if second != "" {
+			firstSent = append(firstSent, second)
+		}
+		_, call := e.s.Begin(context.Background(), shortMethod, false)
+		id, a := call.Identify("tenant-a", true, []string{key}, firstSent, nil)
+		if a.Outcome != 0 {
+			switch a.Outcome {
+			case keyed.KeyInvalid, keyed.KeyExpired:
+			default:
+				t.Fatalf("key %q, first-sent %q: %v", key, firstSent, a.Outcome)
+			}
+			if len(key) >= 8 && strings.Contains(a.Detail, key) {
+				t.Fatalf("the message holds the key: %q", a.Detail)
+			}
+			return
+		}
+		b, ok := id.Birth()
+		if own, has := keybirth.Birth(key); has {
+			if !ok || !b.Equal(own.UTC().Truncate(time.Microsecond)) && !b.Equal(own) {
+				t.Fatalf("key %q: birth %v, %v; want the key's %v", key, b, ok, own)
+			}
+			return
+		}
+		if len(firstSent) == 1 {
+			want, err := keybirth.ParseFirstSent(firstSent[0])
+			if err != nil || !ok || !b.Equal(want) {
+				t.Fatalf("first-sent %q: birth %v, %v (parse %v, %v)", firstSent[0], b, ok, want, err)
+			}
+		} else if ok {
+			t.Fatalf("key %q without first-sent has a birth %v", key, b)
+		}
+	})
 }

@@ -101,6 +101,15 @@ func TestLoop(t *testing.T) {
 			asked: "run resolve run", success: "ok"},
 		{name: "final refusal", answers: []retry.Attempt{sent(codes.FailedPrecondition, keyed.KeyReused)},
 			asked: "run", outcome: keyed.KeyReused, next: keyed.Stop, attach: true},
+		{name: "key expired: stop, no resolve", answers: []retry.Attempt{sent(codes.FailedPrecondition, keyed.KeyExpired)},
+			asked: "run", outcome: keyed.KeyExpired, next: keyed.Stop, attach: true},
+		{
+			// After an unknown outcome, a resolve that finds the key expired
+			// is the answer: nothing more is sent.
+			name:    "resolve finds the key expired",
+			answers: []retry.Attempt{sent(codes.Unavailable, keyed.CommitUnknown), sent(codes.FailedPrecondition, keyed.KeyExpired)},
+			asked:   "run resolve", outcome: keyed.KeyExpired, next: keyed.Stop, attach: true,
+		},
 		{name: "the server's own answer", answers: []retry.Attempt{sent(codes.InvalidArgument, 0)},
 			asked: "run", outcome: keyed.ServerAnswered, next: keyed.Stop, attach: true},
 		{name: "never sent", answers: []retry.Attempt{{Err: errAttempt, Code: codes.Unavailable}, {Err: errAttempt, Code: codes.Unavailable}, {Err: errAttempt, Code: codes.Unavailable}},
