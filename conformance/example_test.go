@@ -107,7 +107,8 @@ func ExampleTarget() {
 			if _, err := db.ExecContext(ctx, "CREATE TABLE "+q+" (id BLOB NOT NULL PRIMARY KEY, "+
 				"caller TEXT NOT NULL, method TEXT NOT NULL, request_fp BLOB NOT NULL, "+
 				"code INTEGER, response BLOB, response_type TEXT, "+
-				"created_at INTEGER NOT NULL, completed_at INTEGER, expires_at INTEGER NOT NULL) WITHOUT ROWID"); err != nil {
+				"created_at INTEGER NOT NULL, completed_at INTEGER, expires_at INTEGER NOT NULL, "+
+				"born_at INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID"); err != nil {
 				return nil, err
 			}
 			return func(ctx context.Context) error {

@@ -264,7 +264,7 @@ func TestBareDialect(t *testing.T) {
 		for _, stmt := range []string{
 			"CREATE TABLE " + q + " (id bytea PRIMARY KEY, caller text NOT NULL, method text NOT NULL, " +
 				"request_fp bytea NOT NULL, code integer, response bytea, response_type text, " +
-				"created_at bigint NOT NULL, completed_at bigint, expires_at bigint NOT NULL)",
+				"created_at bigint NOT NULL, completed_at bigint, expires_at bigint NOT NULL, born_at bigint NOT NULL DEFAULT 0)",
 			"CREATE INDEX " + d.QuoteIdent(table+"_expires_idx") + " ON " + q + " (expires_at)",
 		} {
 			if _, err := db.ExecContext(ctx, stmt); err != nil {
