@@ -248,6 +248,40 @@ func (e *env) sweepAll(id ledger.Identity) bool {
 	return true
 }
 
+// raceExpired releases claimants (up to 16) on id together, each through
+// one of forms in turn, and checks that every one is refused with
+// ErrKeyExpired; it returns how many were, and of how many.
+func (e *env) raceExpired(id ledger.Identity, key string, forms []string) (raced, claimants int) {
+	claimants = minInt(16, e.conc)
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		start = make(chan struct{})
+	)
+	for i := range claimants {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			f := forms[i%len(forms)]
+			c, won, err := e.unitIn(f, ledger.ClaimRequest{Identity: id, Fingerprint: fpOf(key)}, key, 300+i, resultFor(key, 300+i))
+			switch {
+			case won:
+				e.t.Errorf("past the window, claimant %d (%s): acquired again, the call ran twice", i, f)
+			case !errors.Is(err, ledger.ErrKeyExpired):
+				e.t.Errorf("past the window, claimant %d (%s): %v %v; want ErrKeyExpired", i, f, c, err)
+			default:
+				mu.Lock()
+				raced++
+				mu.Unlock()
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	return raced, claimants
+}
+
 func caseWindowStale(e *env) {
 	r, s, _ := e.window()
 	w := r - s
@@ -269,34 +303,7 @@ func caseWindowStale(e *env) {
 	e.mustWin(forms[0], "a fresh key", born, key, res)
 	e.replaysIn("inside the window", born, key, res)
 	e.clock.Advance(w + 2*time.Second)
-	claimants := minInt(16, e.conc)
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		start = make(chan struct{})
-		raced int
-	)
-	for i := range claimants {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			f := forms[i%len(forms)]
-			c, won, err := e.unitIn(f, ledger.ClaimRequest{Identity: born, Fingerprint: fpOf(key)}, key, 300+i, resultFor(key, 300+i))
-			switch {
-			case won:
-				e.t.Errorf("past the window, claimant %d (%s): acquired again, the call ran twice", i, f)
-			case !errors.Is(err, ledger.ErrKeyExpired):
-				e.t.Errorf("past the window, claimant %d (%s): %v %v; want ErrKeyExpired", i, f, c, err)
-			default:
-				mu.Lock()
-				raced++
-				mu.Unlock()
-			}
-		}()
-	}
-	close(start)
-	wg.Wait()
+	raced, claimants := e.raceExpired(born, key, forms)
 	// Past the entry's retention too, and after a sweep deleted it.
 	e.clock.Advance(s + time.Minute)
 	refused += e.refusedIn("past the entry's retention", born, key, ledger.ErrKeyExpired)
