@@ -215,3 +215,28 @@ func TestMethodWindow(t *testing.T) {
 		t.Errorf("%d deposits, want 1", e.rows(t, "m"))
 	}
 }
+
+// TestClientResolvesWithFirstSent: the kit's client sends the call's
+// first-sent metadata on its resolve too (it is part of the identity):
+// an answer lost after COMMIT is resolved to the committed one, never run
+// again.
+func TestClientResolvesWithFirstSent(t *testing.T) {
+	tg := testdb.Targets()[0]
+	db := tg.Open(t, 8)
+	table, biz := newTables(t, db, tg.Dialect)
+	store, err := ledger.New(tg.Dialect, ledger.WithTable(table))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := serveLedger(t, db, store, biz, loseFirstAnswer(), keyed.WithLockWait(300*time.Millisecond))
+	c, pc := appClient(t, e.addr, fastClient()...)
+	ctx := metadata.AppendToOutgoingContext(as(context.Background(), "alice", "random-key"),
+		firstSentMD, keybirth.FormatFirstSent(time.Now().Add(-time.Minute)))
+	if _, err := pc.Deposit(ctx, deposit("fs", 1)); err != nil {
+		ci, _ := grpcint.CallInfoOf(err)
+		t.Fatalf("%v (%+v): want the committed answer", err, ci)
+	}
+	if st := c.Stats(); st.Resolved != 1 || e.rows(t, "fs") != 1 {
+		t.Errorf("client stats %+v, %d deposits: want one resolved call, one deposit", st, e.rows(t, "fs"))
+	}
+}
