@@ -24,8 +24,10 @@ import (
 //   - opledger.server.calls, a counter of keyed calls by opledger.outcome
 //     (the outcome's [Row].Name: executed, replayed,
 //     idempotency-key-reused, …), opledger.outcome.kind (its [Kind]:
-//     executed, replayed, refused, failed) and opledger.reason (its
-//     [Row].Reason, when it has one);
+//     executed, replayed, refused, failed), opledger.reason (its
+//     [Row].Reason, when it has one) and, once the key was read,
+//     opledger.key.birth ([BirthAttr]: where the key's birth came from,
+//     key, first-sent or unknown);
 //   - opledger.server.resolves, a counter of resolve requests by the same
 //     attributes (replayed for a stored answer, operation-not-found of
 //     kind not-found, …);
