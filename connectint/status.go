@@ -11,6 +11,8 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/code"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
+	"github.com/opledger/opledger/internal/keybirth"
+	"github.com/opledger/opledger/internal/keyedcore"
 	"github.com/opledger/opledger/internal/keyedcore/keyedproto"
 	"github.com/opledger/opledger/internal/keyedcore/retry"
 	"github.com/opledger/opledger/keyed"
@@ -42,11 +44,11 @@ const (
 	// firstSentHeader carries, beside a key with no birth of its own (not
 	// a UUIDv7), the time its call was first sent: an IMF-fixdate. It is
 	// part of the identity: every attempt and resolve must send the same.
-	firstSentHeader = "Idempotency-Key-First-Sent"
+	firstSentHeader = keybirth.FirstSentHeader
 	// lifetimeHeader, in the trailer (an error's metadata) of an answer
 	// that reached the ledger, is how long a key of the procedure is
 	// honoured from its birth, in whole seconds.
-	lifetimeHeader = "Idempotency-Key-Lifetime"
+	lifetimeHeader = keyedcore.LifetimeHeader
 )
 
 // ErrorDomain is the ErrorInfo domain of every error detail the kit adds.

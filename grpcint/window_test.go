@@ -14,6 +14,7 @@ import (
 
 	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/keybirth"
+	"github.com/opledger/opledger/internal/keyedcore"
 	"github.com/opledger/opledger/internal/testkit/testdb"
 	"github.com/opledger/opledger/internal/testkit/wallet"
 	"github.com/opledger/opledger/internal/testkit/wallet/walletpb"
@@ -238,5 +239,13 @@ func TestClientResolvesWithFirstSent(t *testing.T) {
 	}
 	if st := c.Stats(); st.Resolved != 1 || e.rows(t, "fs") != 1 {
 		t.Errorf("client stats %+v, %d deposits: want one resolved call, one deposit", st, e.rows(t, "fs"))
+	}
+}
+
+// TestWindowMetadataKeys: grpcint's metadata keys are the window's
+// headers in gRPC's lower case.
+func TestWindowMetadataKeys(t *testing.T) {
+	if firstSentMD != strings.ToLower(keybirth.FirstSentHeader) || lifetimeMD != strings.ToLower(keyedcore.LifetimeHeader) {
+		t.Errorf("%s, %s: not %s, %s in lower case", firstSentMD, lifetimeMD, keybirth.FirstSentHeader, keyedcore.LifetimeHeader)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/opledger/opledger/internal/keybirth"
 	"github.com/opledger/opledger/internal/keyedcore"
 	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
@@ -36,10 +37,10 @@ const (
 	// a UUIDv7), the time its request was first sent: an IMF-fixdate. It
 	// is part of the identity: every attempt and resolve must send the
 	// same.
-	firstSentHeader = "Idempotency-Key-First-Sent"
+	firstSentHeader = keybirth.FirstSentHeader
 	// lifetimeHeader, on an answer that reached the ledger, is how long a
 	// key of the route is honoured from its birth, in whole seconds.
-	lifetimeHeader = "Idempotency-Key-Lifetime"
+	lifetimeHeader = keyedcore.LifetimeHeader
 )
 
 // responseTypeName is the ledger.Result.TypeName of a stored HTTP
