@@ -169,22 +169,34 @@ func (s *txStore[TX]) insertFirst(ctx context.Context, tx TX, req ClaimRequest, 
 			}
 		}
 		if e.expiresAt <= created {
-			if req.Identity.birth != 0 {
-				return nil, expiredEntry(p.op)
+			c, err := s.takeOver(ctx, tx, req, p, created, expires)
+			if c == nil && err == nil {
+				continue // another transaction took it over first: read again
 			}
-			q, args := p.takeOver(created, expires)
-			n, err := s.drv.Exec(ctx, tx, q, args...)
-			if err != nil {
-				return nil, s.fail(ctx, p.op, err)
-			}
-			if n == 1 {
-				return p.won(true), nil
-			}
-			continue // another transaction took it over first: read again
+			return c, err
 		}
 		return existing(req, e)
 	}
 	return nil, fmt.Errorf("ledger: %s: entry changed under the %s %d times: %w", p.op, p.op, maxClaimLoops, ErrRetryable)
+}
+
+// takeOver takes over the expired entry of req's identity for p: the
+// outcome when this transaction took it over, nil and nil when another
+// took it first (read it again), ErrKeyExpired for a key with a known
+// birth (never taken over), or the statement's failure.
+func (s *txStore[TX]) takeOver(ctx context.Context, tx TX, req ClaimRequest, p insertFirst[TX], created, expires int64) (*Claim, error) {
+	if req.Identity.birth != 0 {
+		return nil, expiredEntry(p.op)
+	}
+	q, args := p.takeOver(created, expires)
+	n, err := s.drv.Exec(ctx, tx, q, args...)
+	switch {
+	case err != nil:
+		return nil, s.fail(ctx, p.op, err)
+	case n == 1:
+		return p.won(true), nil
+	}
+	return nil, nil
 }
 
 // expiredEntry is the error of a claim or a record that found the entry
