@@ -1,0 +1,125 @@
+package doccheck_test
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"google.golang.org/genproto/googleapis/rpc/code"
+
+	"github.com/opledger/opledger/grpcint"
+	"github.com/opledger/opledger/httpint"
+	"github.com/opledger/opledger/internal/keybirth"
+	"github.com/opledger/opledger/internal/keyedcore"
+	"github.com/opledger/opledger/internal/keyedcore/keyedproto"
+	"github.com/opledger/opledger/internal/testkit/keyedtest"
+	"github.com/opledger/opledger/keyed"
+	"github.com/opledger/opledger/policy"
+)
+
+// protocolDoc is the wire protocol's page, for clients in any language.
+const protocolDoc = "../../../docs/protocol.md"
+
+// protocolCells renders an outcome as docs/protocol.md's table prints it:
+// the RPC rendering (gRPC's, and connect's, whose codes are the same)
+// beside httpint's.
+func protocolCells(r keyed.Row) []string {
+	rpc := "?"
+	if rr, ok := keyedproto.Render(r.Outcome); ok {
+		rpc = rr.Own
+		if rr.Own == "" {
+			rpc = "`" + code.Code_name[int32(rr.Code)] + "`"
+			if r.Pushback {
+				rpc += " + grpc-retry-pushback-ms"
+			}
+		}
+	}
+	reason := "—"
+	if r.Reason != "" {
+		reason = "`" + r.Reason + "`"
+	}
+	http := "—"
+	switch r.Outcome {
+	case keyed.Replayed:
+		http = "the stored response's, with Idempotent-Replayed"
+	case keyed.HandlerPanic:
+		http = "none: net/http aborts the response"
+	}
+	for _, h := range httpint.Renderings() {
+		if h.Name != r.Name {
+			continue
+		}
+		if http == "—" {
+			http = "the handler's"
+		}
+		if h.Status != 0 {
+			http = strconv.Itoa(h.Status)
+			if h.RetryAfter {
+				http += " + Retry-After"
+			}
+		}
+	}
+	return []string{"`" + r.Name + "`", string(r.Side), rpc, reason, http, string(r.Committed), r.Next.String()}
+}
+
+// TestProtocolOutcomeTable: the outcome table of docs/protocol.md is
+// package keyed's classification as the RPC transports and httpint render
+// it.
+func TestProtocolOutcomeTable(t *testing.T) {
+	keyedtest.WantTable(t, protocolDoc, "protocol-outcomes", "keyed.Outcomes() as keyedproto and httpint render them",
+		[]string{"outcome", "from", "gRPC, connect", "reason", "HTTP", "committed", "next"}, protocolCells)
+}
+
+// TestProtocolHeaders: docs/protocol.md's header table names every header
+// and metadata key the transports read and write, in the forms they use,
+// and every value of the owner declaration.
+func TestProtocolHeaders(t *testing.T) {
+	b, err := os.ReadFile(protocolDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	i, j := strings.Index(s, "<!-- protocol-headers:begin -->"), strings.Index(s, "<!-- protocol-headers:end -->")
+	if i < 0 || j < i {
+		t.Fatal("docs/protocol.md has no protocol-headers section")
+	}
+	section := s[i:j]
+	names := []string{
+		grpcint.KeyHeader, grpcint.ResolveHeader, grpcint.ReplayedHeader, grpcint.ReplayedCodeHeader,
+		httpint.KeyHeader, httpint.ResolveHeader, httpint.ReplayedHeader,
+		keybirth.FirstSentHeader, strings.ToLower(keybirth.FirstSentHeader),
+		keyedcore.LifetimeHeader, strings.ToLower(keyedcore.LifetimeHeader),
+		keyedcore.RetryOwnerHeader, keyedcore.HTTPRetryOwnerHeader, keyedcore.AttemptHeader, keyedcore.HTTPAttemptHeader,
+		keyedcore.EnvoyAttemptCountHeader, keyedcore.PreviousAttemptsHeader,
+		policy.PushbackHeader, "Retry-After", "grpc-status-details-bin", grpcint.ErrorDomain, httpint.ProblemTypeBase,
+		keyedproto.RequestIDField,
+	}
+	for _, o := range []policy.RetryOwner{policy.OwnerApplication, policy.OwnerServiceConfig, policy.OwnerMesh, policy.OwnerNone} {
+		names = append(names, o.String())
+	}
+	for _, n := range names {
+		if !strings.Contains(section, "`"+n+"`") {
+			t.Errorf("docs/protocol.md's header table does not name `%s`", n)
+		}
+	}
+	for _, n := range []string{"Grpc-Previous-Rpc-Attempts", "X-Envoy-Attempt-Count"} {
+		if !strings.Contains(section, "`"+n+"`") {
+			t.Errorf("docs/protocol.md's header table does not name HTTP's `%s`", n)
+		}
+	}
+}
+
+// TestProtocolLinked: every page that describes the kit's headers links
+// to docs/protocol.md.
+func TestProtocolLinked(t *testing.T) {
+	for _, page := range []string{"grpc.md", "connect.md", "http.md", "retry-ownership.md"} {
+		b, err := os.ReadFile("../../../docs/" + page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), "](protocol.md") {
+			t.Errorf("docs/%s does not link to protocol.md", page)
+		}
+	}
+}
