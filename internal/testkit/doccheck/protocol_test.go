@@ -5,12 +5,14 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/code"
 
 	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/httpint"
 	"github.com/opledger/opledger/internal/keybirth"
+	"github.com/opledger/opledger/internal/keyedconf"
 	"github.com/opledger/opledger/internal/keyedcore"
 	"github.com/opledger/opledger/internal/keyedcore/keyedproto"
 	"github.com/opledger/opledger/internal/testkit/keyedtest"
@@ -120,6 +122,30 @@ func TestProtocolLinked(t *testing.T) {
 		}
 		if !strings.Contains(string(b), "](protocol.md") {
 			t.Errorf("docs/%s does not link to protocol.md", page)
+		}
+	}
+}
+
+// TestProtocolBudget: the defaults docs/protocol.md's algorithm states are
+// the Go client's: its attempt bound, resolve window and backoff.
+func TestProtocolBudget(t *testing.T) {
+	b, err := os.ReadFile(protocolDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := strings.Join(strings.Fields(string(b)), " ")
+	low := policy.Backoff{Random: func() float64 { return 0 }}
+	want := map[string]bool{
+		"at most **" + strconv.Itoa(keyedconf.DefaultMaxAttempts) + " runs** per logical call":                 true,
+		"a call stops resolving " + strconv.Itoa(int(keyedconf.DefaultResolveWindow/time.Second)) + " s after": true,
+		"100 ms doubling to at most 1 s, ±20% jitter":                                                          low.Delay(1) == 80*time.Millisecond && low.Delay(2) == 160*time.Millisecond && low.Delay(30) == 800*time.Millisecond,
+	}
+	for text, holds := range want {
+		switch {
+		case !strings.Contains(doc, text):
+			t.Errorf("docs/protocol.md does not say %q", text)
+		case !holds:
+			t.Errorf("docs/protocol.md says %q, which the Go client's defaults no longer are", text)
 		}
 	}
 }
