@@ -193,7 +193,12 @@ func TestMethodWindow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := grpcint.NewServer(db, store, short, grpcint.CallerFromTrustedHeader(callerHeader))
+	// Through keyed.SQL (NewServerFor) the server learns the ledger's
+	// window as NewServer does: the same refusal of a longer retention.
+	if _, err := grpcint.NewServerFor(keyed.SQL(db, store), long, grpcint.CallerFromTrustedHeader(callerHeader)); !errors.Is(err, grpcint.ErrInvalidConfig) {
+		t.Fatalf("NewServerFor, a method retention longer than the ledger's: %v", err)
+	}
+	s, err := grpcint.NewServerFor(keyed.SQL(db, store), short, grpcint.CallerFromTrustedHeader(callerHeader))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -234,7 +234,7 @@ var table = [...]Row{
 		"ledger.ErrInProgress: another attempt with the key holds it, or the connection or the write lock this one waited for, past the wait bound"},
 	{Incomplete, outcomes.Incomplete, "OPERATION_INCOMPLETE", SideServer, KindRefused, CommittedUnknown, Stop, false,
 		"ledger.ErrIncomplete: the key's entry was committed without a result, outside the kit"},
-	{KeyExpired, "idempotency-key-expired", "IDEMPOTENCY_KEY_EXPIRED", SideServer, KindRefused, CommittedUnknown, Stop, false,
+	{KeyExpired, outcomes.KeyExpired, "IDEMPOTENCY_KEY_EXPIRED", SideServer, KindRefused, CommittedUnknown, Stop, false,
 		"ledger.ErrKeyExpired: the key was born before the ledger's window (the method's retention minus the clock skew): the ledger no longer remembers it; whether it ran is not known here; do not run the call again with this key"},
 	{TxAborted, outcomes.TxAborted, "TRANSACTION_ABORTED", SideServer, KindFailed, CommittedNo, Retry, false,
 		"ledger.ErrRetryable: serialization failures or deadlocks outlasted the transaction's attempts; rolled back"},

@@ -87,7 +87,7 @@ func TestRPCRenderingIsTotal(t *testing.T) {
 // runnerOutcomes are every opledger.outcome a txmiddleware runner's
 // metrics, span and log events can carry.
 var runnerOutcomes = []string{outcomes.Executed, outcomes.Replayed, outcomes.KeyReused,
-	outcomes.InProgress, outcomes.Busy, outcomes.Incomplete, outcomes.CommitUnknown,
+	outcomes.InProgress, outcomes.Busy, outcomes.Incomplete, outcomes.KeyExpired, outcomes.CommitUnknown,
 	outcomes.TxAborted, outcomes.RequestEnded, outcomes.Failed}
 
 // TestOneVocabulary: every name a metric of the kit's keyed calls can

@@ -25,7 +25,8 @@ import (
 //   - opledger.ledger.claims, a counter of claims by opledger.outcome
 //     (acquired, taken-over-expired, replayed, recorded,
 //     idempotency-key-reused, operation-in-progress, operation-incomplete,
-//     retryable, failed: the kit's one set of outcome names);
+//     idempotency-key-expired, retryable, failed: the kit's one set of
+//     outcome names);
 //   - opledger.ledger.claim.duration and
 //     opledger.ledger.complete.duration, histograms in seconds, with the
 //     outcome ("ok" or "failed" for Complete).
@@ -181,6 +182,8 @@ func claimOutcome(c *Claim, err error) string {
 		return outcomes.InProgress
 	case errors.Is(err, ErrIncomplete):
 		return outcomes.Incomplete
+	case errors.Is(err, ErrKeyExpired):
+		return outcomes.KeyExpired
 	case errors.Is(err, ErrRetryable):
 		return outcomes.Retryable
 	}

@@ -2,6 +2,7 @@ package pgxledger
 
 import (
 	"context"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -37,6 +38,16 @@ func (t transactions) MaxResultSize() int {
 		return 0
 	}
 	return t.s.core.MaxResultSize()
+}
+
+// LedgerWindow passes on the Store's retention and clock skew, so that a
+// server over these Transactions learns its window.
+func (t transactions) LedgerWindow() (retention, skew time.Duration, ok bool) {
+	if t.s == nil {
+		return 0, 0, false
+	}
+	r, k := t.s.core.Window()
+	return r, k, true
 }
 
 func (t transactions) NewRunner(opts ...txmiddleware.Option) (keyedtx.Runner, error) {

@@ -85,6 +85,10 @@ func TestTransactionsForHTTP(t *testing.T) {
 	}
 	if resp, _ := do("never", true); resp.StatusCode != 404 {
 		t.Errorf("resolve of a key never used: %s", resp.Status)
+	} else if got := resp.Header.Get("Idempotency-Key-Lifetime"); got != "86340" {
+		// The server learns the Store's window (24 h minus the default
+		// skew of a minute) through the Transactions.
+		t.Errorf("Idempotency-Key-Lifetime %q, want 86340", got)
 	}
 	if st := mw.Stats(); st.Executed != 1 || st.Replayed != 15 || st.Resolves != 2 {
 		t.Errorf("stats %+v", st)

@@ -16,7 +16,8 @@ import (
 //   - opledger.tx.duration, a histogram of the whole of Run in seconds
 //     (every attempt and the waits between them), by opledger.outcome
 //     (executed, replayed, idempotency-key-reused, operation-in-progress,
-//     storage-busy, operation-incomplete, commit-outcome-unknown,
+//     storage-busy, operation-incomplete, idempotency-key-expired,
+//     commit-outcome-unknown,
 //     transaction-aborted, request-ended, failed: the kit's one set of
 //     outcome names, which package keyed's table lists);
 //   - opledger.tx.attempts, a histogram of the attempts per Run;

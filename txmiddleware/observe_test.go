@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/opledger/opledger/internal/keybirth"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -109,6 +110,13 @@ func TestObservedRun(t *testing.T) {
 			t.Fatalf("take-over: %+v %v", out, err)
 		}
 		returned[outcomes.Executed]++
+		// A key born before the window (an hour's retention) is refused as
+		// expired, before anything runs.
+		stale := keybirth.New(t0.Add(-time.Hour))
+		if _, err := r.Run(ctx, req(t, stale), e.bizWork(stale, 96, &runs)); !errors.Is(err, ledger.ErrKeyExpired) {
+			t.Fatalf("a key born before the window: %v", err)
+		}
+		returned[outcomes.KeyExpired]++
 
 		points, err := m.Collect(ctx)
 		if err != nil {
@@ -149,8 +157,12 @@ func TestObservedRun(t *testing.T) {
 				t.Errorf("%d log events %v, want 1; log:\n%s", n, want, logs.Text())
 			}
 		}
-		if n := len(logs.Events()); n != 2 {
-			t.Errorf("%d log events, want 2:\n%s", n, logs.Text())
+		want := map[string]string{"msg": "opledger: claim refused", "outcome": outcomes.KeyExpired, "level": "INFO", "key_hash": shortKeyHash(stale)}
+		if n := logs.Count(want); n != 1 {
+			t.Errorf("%d log events %v, want 1; log:\n%s", n, want, logs.Text())
+		}
+		if n := len(logs.Events()); n != 3 {
+			t.Errorf("%d log events, want 3:\n%s", n, logs.Text())
 		}
 
 		// The runner's span is the caller's child and the ledger's parent.

@@ -9,6 +9,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/internal/txledger"
@@ -88,6 +89,12 @@ func (n maxResultSize) MaxResultSize() int { return int(n) }
 
 // ErrNoDialect is returned (wrapped) for a Transactions without a dialect.
 var ErrNoDialect = errors.New("keyed: no dialect")
+
+// LedgerWindow passes on the window of the ledger, when it states one
+// (txledger.Window), so that a server over these Transactions learns it.
+func (s sqlTransactions) LedgerWindow() (retention, skew time.Duration, ok bool) {
+	return txledger.Window(s.l)
+}
 
 func (s sqlTransactions) Dialect() dialects.Dialect {
 	if s.l == nil {

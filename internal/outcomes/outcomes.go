@@ -9,15 +9,16 @@ package outcomes
 // The outcomes of a keyed run, shared by the runner (txmiddleware) and
 // the keyed call's classification (keyed).
 const (
-	Executed      = "executed"               // the work ran and its result, or its final error, committed
-	Replayed      = "replayed"               // an earlier call's result was replayed
-	KeyReused     = "idempotency-key-reused" // ledger.ErrKeyReused
-	InProgress    = "operation-in-progress"  // ledger.ErrInProgress
-	Incomplete    = "operation-incomplete"   // ledger.ErrIncomplete
-	Busy          = "storage-busy"           // txmiddleware.ErrBusy
-	CommitUnknown = "commit-outcome-unknown" // txmiddleware.ErrCommitUnknown
-	TxAborted     = "transaction-aborted"    // transient failures outlasted the attempts
-	RequestEnded  = "request-ended"          // the context ended before COMMIT was sent
+	Executed      = "executed"                // the work ran and its result, or its final error, committed
+	Replayed      = "replayed"                // an earlier call's result was replayed
+	KeyReused     = "idempotency-key-reused"  // ledger.ErrKeyReused
+	InProgress    = "operation-in-progress"   // ledger.ErrInProgress
+	Incomplete    = "operation-incomplete"    // ledger.ErrIncomplete
+	KeyExpired    = "idempotency-key-expired" // ledger.ErrKeyExpired
+	Busy          = "storage-busy"            // txmiddleware.ErrBusy
+	CommitUnknown = "commit-outcome-unknown"  // txmiddleware.ErrCommitUnknown
+	TxAborted     = "transaction-aborted"     // transient failures outlasted the attempts
+	RequestEnded  = "request-ended"           // the context ended before COMMIT was sent
 	// Failed is any other error, for the ledger and the runner, which
 	// cannot tell them apart (error.type says which).
 	Failed = "failed"

@@ -412,12 +412,16 @@ func BoundsLockWait(l any) bool {
 }
 
 // Window returns the retention and the clock skew of ledger l, and
-// whether l states them: a *ledger.Store, a [Store], or any ledger with a
-// Window() (retention, skew time.Duration) method.
+// whether l states them: a *ledger.Store, a [Store], any ledger with a
+// Window() (retention, skew time.Duration) method, or a value that passes
+// on its ledger's ([WindowStater]: the kit's keyed Transactions).
 func Window(l any) (retention, skew time.Duration, ok bool) {
 	if s, ok := l.(*ledger.Store); ok && s != nil {
 		r, k := the.Window(s)
 		return r, k, true
+	}
+	if w, ok := l.(WindowStater); ok {
+		return w.LedgerWindow()
 	}
 	if w, ok := l.(interface {
 		Window() (retention, skew time.Duration)
@@ -426,6 +430,15 @@ func Window(l any) (retention, skew time.Duration, ok bool) {
 		return r, k, true
 	}
 	return 0, 0, false
+}
+
+// WindowStater is implemented by what holds a ledger and passes on its
+// window, when the ledger states one (package keyed's Transactions over
+// database/sql and over pgx): [Window] asks it.
+type WindowStater interface {
+	// LedgerWindow returns the ledger's retention and clock skew, and
+	// whether the ledger states them.
+	LedgerWindow() (retention, skew time.Duration, ok bool)
 }
 
 // MaxResultSize returns the longest Result.Response ledger l stores, in

@@ -86,6 +86,8 @@ func (o *observer) outcome(out Result, err error) string {
 		return outcomes.Busy
 	case errors.Is(err, ledger.ErrIncomplete):
 		return outcomes.Incomplete
+	case errors.Is(err, ledger.ErrKeyExpired):
+		return outcomes.KeyExpired
 	case errors.Is(err, ErrCommitUnknown):
 		return outcomes.CommitUnknown
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
@@ -142,7 +144,7 @@ func (o *observer) ran(ctx context.Context, p runOp, req ledger.ClaimRequest, ou
 	switch outcome {
 	case outcomes.KeyReused, outcomes.Incomplete:
 		level = slog.LevelWarn
-	case outcomes.InProgress, outcomes.Busy:
+	case outcomes.InProgress, outcomes.Busy, outcomes.KeyExpired:
 		level = slog.LevelInfo
 	case outcomes.CommitUnknown:
 		level, msg = slog.LevelError, "opledger: commit outcome unknown"
