@@ -2,8 +2,9 @@
 // ledger's table (and its outbox), sweeps expired entries, inspects
 // entries, relays the outbox to NATS JetStream, runs the concurrency
 // conformance suite against a database, checks retry ownership in a
-// service config, and runs a demo (with --chain: a chain of keyed services
-// and the outbox).
+// service config, runs a demo (with --chain: a chain of keyed services
+// and the outbox), and serves the example payments service on gRPC,
+// connect and HTTP for clients in any language (serve).
 //
 // Usage:
 //
@@ -111,7 +112,7 @@ func usage(w io.Writer, cmds map[string]command) {
 	}
 	b.WriteString("\nThe database: --dsn or OPLEDGER_DSN (postgres://…, mysql://…, tidb://…, user:pass@tcp(host:port)/db, sqlite:PATH or a file path).\n" +
 		"Default: the SQLite file opledger.db in the working directory (migrate, sweep, inspect, stats, evict, relay),\n" +
-		"or a temporary SQLite file (demo, conformance). chaos runs on throw-away databases unless given --dsn.\n" +
+		"or a temporary SQLite file (demo, conformance, serve). chaos runs on throw-away databases unless given --dsn.\n" +
 		"stats, inspect, sweep, evict, relay, migrate status and down refuse a SQLite file that does not exist (migrate up creates it).\n" +
 		"opledger CMD --help (or opledger help CMD) shows a command's flags. Exit codes: 0 success (and help),\n" +
 		"1 a failed check, 2 a usage or set-up error. No output repeats a password or token.\n")
