@@ -54,8 +54,8 @@ gracefully (calls in flight finish, within --grace).
 
 Three listeners, one per transport, on HOST (loopback by default):
   gRPC     PORT     grpc-go through grpcint, with server reflection (grpcurl needs no .proto)
-  connect  PORT+1   connect-go handlers through connectint: the Connect protocol (JSON or
-                    binary) over HTTP/1.1, and the gRPC and gRPC-Web protocols over h2c
+  connect  PORT+1   connect-go handlers through connectint, on HTTP/1.1 and h2c: the Connect
+                    protocol (JSON or binary), gRPC-Web, and gRPC over h2c (no reflection)
   HTTP     PORT+2   POST /transfers (JSON) through httpint
 With port 0 each listener takes a free port. The FIRST line of stdout names
 every endpoint, machine-readable, as key=value pairs separated by spaces:

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -135,7 +136,7 @@ func grpcTransfer(t *testing.T, s *served, key, ref string, resolve bool) (answe
 	t.Helper()
 	conn, err := grpc.NewClient(s.endpoints["grpc"], grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		t.Fatal(err)
+		return answer{}, err // no t.Fatal: checkGracefulStop calls this from a goroutine of its own
 	}
 	defer conn.Close()
 	md := metadata.Pairs("authorization", "Bearer "+s.token, "idempotency-key", key)
@@ -328,6 +329,7 @@ func TestServe(t *testing.T) {
 	defer db.Close()
 	checkTransports(t, s, db, "payments_transfers")
 	checkReflection(t, s)
+	checkOneIdentity(t, s)
 	db.Close()
 	s.stop(t)
 	<-s.copied
@@ -364,13 +366,14 @@ func TestServePostgres(t *testing.T) {
 			t.Logf("clean-up: %v", err)
 		}
 	})
-	s := startServe(t, "a-token-of-the-test", "--dsn", dsn, "--table", table, "--transfers-table", transfers)
+	s := startServe(t, "a-token-of-the-test", "--dsn", dsn, "--table", table, "--transfers-table", transfers, "--lock-wait", "30s")
 	if s.endpoints["token-file"] != "" {
 		t.Fatalf("a token file (%s) with the token given in $%s", s.endpoints["token-file"], serveTokenEnv)
 	}
 	checkTransports(t, s, db, transfers)
 	checkReflection(t, s)
-	s.stop(t)
+	checkOneIdentity(t, s)
+	checkGracefulStop(t, s, db, tg, transfers)
 	<-s.copied
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -430,4 +433,73 @@ func TestServeBadFlags(t *testing.T) {
 			t.Errorf("%v: exit %d, stdout %q, want 2 and nothing (stderr %q)", args, code, out.String(), errb.String())
 		}
 	}
+}
+
+// checkOneIdentity: gRPC (grpc-go) and connect serve one method to one
+// caller, so a key sent on one replays on the other, both ways.
+func checkOneIdentity(t *testing.T, s *served) {
+	t.Helper()
+	for _, order := range [][2]transport{{grpcTransfer, connectTransfer}, {connectTransfer, grpcTransfer}} {
+		key, ref := keyed.NewKey(), "serve-both-"+keyed.NewKey()
+		first, err := order[0](t, s, key, ref, false)
+		if err != nil || first.replayed {
+			t.Fatalf("first call: %+v, %v", first, err)
+		}
+		again, err := order[1](t, s, key, ref, false)
+		if err != nil || again != (answer{id: first.id, replayed: true}) {
+			t.Fatalf("the same key on the other transport: %+v, %v; want transfer %s, replayed", again, err, first.id)
+		}
+	}
+}
+
+// checkGracefulStop: a Transfer in flight when serve is interrupted (its
+// insert waiting, as PostgreSQL shows, for a lock the test holds on the
+// transfers' table) finishes with its answer once the lock is let go,
+// although serve stopped accepting connections at the interrupt; then
+// serve exits 0.
+func checkGracefulStop(t *testing.T, s *served, db *sql.DB, tg target, transfers string) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, "LOCK TABLE "+tg.dialect.QuoteIdent(transfers)+" IN EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	holder := testdb.SessionID(t, tg.dialect, tx)
+	var got answer
+	done := make(chan struct{})
+	ref := "serve-in-flight-" + keyed.NewKey()
+	go func() { got, err = grpcTransfer(t, s, keyed.NewKey(), ref, false); close(done) }()
+	testdb.WaitBlocked(t, db, tg.dialect, holder, 1, done)
+	s.cancel() // the interrupt
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c, derr := net.DialTimeout("tcp", s.endpoints["grpc"], time.Second)
+		if derr != nil {
+			break // the listener is closed: serve is stopping
+		}
+		c.Close()
+		if time.Now().After(deadline) {
+			t.Fatal("serve still accepts connections 20s after its interrupt")
+		}
+		select {
+		case <-done:
+			t.Fatalf("the call in flight returned before the lock was let go: %+v, %v", got, err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	if err != nil || got.id == "" || got.replayed {
+		t.Fatalf("the call in flight at the interrupt: %+v, %v; want its new transfer", got, err)
+	}
+	if n := countRef(t, db, transfers, ref); n != 1 {
+		t.Fatalf("%d rows for the call in flight, want 1", n)
+	}
+	s.stop(t)
 }
