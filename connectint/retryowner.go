@@ -10,9 +10,11 @@ import (
 )
 
 // judgeRetries has the core judge the retry headers of a call of a
-// catalog procedure (resolve requests are not judged).
-func (s *Server) judgeRetries(ctx context.Context, proc string, h http.Header) {
-	s.core.RetriesOf(ctx, s.catalog, proc, keyedcore.HTTPRetryHeaders(h), len(h[ResolveHeader]) > 0)
+// catalog procedure (unary resolve requests, and unary requests with a
+// malformed resolve header, are not judged; a stream's resolve header is
+// ignored).
+func (s *Server) judgeRetries(ctx context.Context, proc string, h http.Header, unary bool) {
+	s.core.RetriesOf(ctx, s.catalog, proc, keyedcore.HTTPRetryHeaders(h), unary && len(h.Values(ResolveHeader)) > 0)
 }
 
 // declare sets the client's owner on a request for the call and returns

@@ -79,8 +79,11 @@ func (s *Server) Stats() keyed.Stats { return s.core.Stats() }
 //     (UNAUTHENTICATED without one);
 //  2. fingerprints the request (SHA-256 of its deterministic protobuf
 //     encoding, internal/keyedcore/keyedproto's, as grpcint does);
-//  3. for a resolve request (Idempotency-Resolve: 1) answers with the
-//     stored outcome, NOT_FOUND or ABORTED, without running the handler;
+//  3. for a resolve request (Idempotency-Resolve: 1, or true in any
+//     case) answers with the stored outcome, NOT_FOUND or ABORTED, without
+//     running the handler; any other value of the header is refused
+//     (INVALID_ARGUMENT, INVALID_KEYED_REQUEST: request-unreadable) before
+//     the key is read;
 //  4. otherwise runs the handler with the transaction in its context,
 //     storing its response or its final error with the claim in the same
 //     transaction;
@@ -92,8 +95,11 @@ func (s *Server) Stats() keyed.Stats { return s.core.Stats() }
 // handler's *connect.Response: interceptors outside the kit's see it as a
 // connect.AnyResponse whose Any is the message. Other procedures pass
 // through, except a resolve request, which never runs a handler
-// (INVALID_ARGUMENT). A keyed procedure served by a streaming handler is
-// refused (UNIMPLEMENTED).
+// (INVALID_ARGUMENT, route-not-keyed), and a request with a malformed
+// resolve header (INVALID_ARGUMENT, request-unreadable). A keyed
+// procedure served by a streaming handler is refused (UNIMPLEMENTED); on
+// any other stream the resolve header is ignored (a resolve is a unary
+// request).
 //
 // Before any of this, a call of a catalog procedure (keyed or not; not a
 // resolve request) is judged by its retry headers: a retry by the kit's
@@ -115,11 +121,16 @@ func (i serverInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 			return next(ctx, req)
 		}
 		proc := req.Spec().Procedure
-		s.judgeRetries(ctx, proc, req.Header())
+		s.judgeRetries(ctx, proc, req.Header(), true)
 		if p, ok := s.catalog.Lookup(proc); ok && p.Kind == policy.KindKeyed {
 			return s.keyedCall(ctx, req, proc, next)
 		}
-		if len(req.Header().Values(ResolveHeader)) > 0 {
+		// A resolve must never run a handler, keyed or not, nor a request
+		// whose resolve header is malformed.
+		switch resolve, refusal := keyedcore.ParseResolve(req.Header().Values(ResolveHeader)); {
+		case refusal.Outcome != 0:
+			return nil, outcomeError(refusal.Outcome, proc+": "+refusal.Detail)
+		case resolve:
 			return nil, outcomeError(keyed.NotKeyed, proc+" is not a keyed procedure; there is nothing to resolve")
 		}
 		return next(ctx, req)
@@ -134,7 +145,7 @@ func (i serverInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFun
 	s := i.s
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
 		proc := conn.Spec().Procedure
-		s.judgeRetries(ctx, proc, conn.RequestHeader())
+		s.judgeRetries(ctx, proc, conn.RequestHeader(), false)
 		if p, ok := s.catalog.Lookup(proc); ok && p.Kind == policy.KindKeyed {
 			ctx, call := s.core.Begin(ctx, proc, false)
 			ans := keyedcore.Answer{Outcome: keyed.KeyedStream, Detail: proc + " is keyed in the method catalog but is served by a streaming handler, which the kit cannot protect; it is refused (serve it with connect.NewUnaryHandler)"}
@@ -142,16 +153,21 @@ func (i serverInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFun
 			call.End(ctx, ans, rpcCode.String(err.Code().String()))
 			return err
 		}
-		if len(conn.RequestHeader().Values(ResolveHeader)) > 0 {
-			return outcomeError(keyed.NotKeyed, proc+" is not a keyed procedure; there is nothing to resolve")
-		}
+		// A resolve is a unary request: a stream carrying the header (a
+		// tool that sends its headers to every call, server reflection
+		// included) is served as if it were absent.
 		return next(ctx, conn)
 	}
 }
 
 func (s *Server) keyedCall(ctx context.Context, req connect.AnyRequest, proc string, next connect.UnaryFunc) (connect.AnyResponse, error) {
-	resolve := len(req.Header().Values(ResolveHeader)) > 0
+	resolve, refusal := keyedcore.ParseResolve(req.Header().Values(ResolveHeader))
 	ctx, call := s.core.Begin(ctx, proc, resolve)
+	if refusal.Outcome != 0 {
+		err := outcomeError(refusal.Outcome, refusal.Detail)
+		call.End(ctx, refusal, rpcCode.String(err.Code().String()))
+		return nil, err
+	}
 	var resp connect.AnyResponse
 	caller, ok := s.caller(ctx, req.Header())
 	ans := keyedproto.Serve(ctx, call, caller, ok, req.Header().Values(KeyHeader), req.Header().Values(firstSentHeader), req.Any(), resolve, keyedproto.Fingerprint, func(ctx context.Context) (ledger.Result, error) {

@@ -26,8 +26,11 @@ const (
 	// KeyHeader carries the caller's idempotency key on a keyed call. The
 	// same key must be sent on every attempt of one logical call.
 	KeyHeader = "Idempotency-Key"
-	// ResolveHeader, set to "1" on a keyed call, asks the server for the
-	// stored outcome of the key instead of running the handler.
+	// ResolveHeader, set to "1" (or "true", in any case) on a unary keyed
+	// call, asks the server for the stored outcome of the key instead of
+	// running the handler. Any other value is refused (invalid_argument,
+	// INVALID_KEYED_REQUEST) without running anything; on a stream the
+	// header is ignored.
 	ResolveHeader = "Idempotency-Resolve"
 	// ReplayedHeader is set to "true" in the response trailer (for the
 	// Connect protocol's unary calls: the Trailer- headers, or the error's

@@ -18,7 +18,7 @@
 // gateway), the request fingerprint from the deterministic protobuf
 // encoding. A retry replays the stored response or final error, marked
 // with the trailer idempotency-replayed: true; a resolve request
-// (idempotency-resolve: 1) returns the stored outcome, NOT_FOUND or
+// (idempotency-resolve: 1 or true; any other value is refused) returns the stored outcome, NOT_FOUND or
 // ABORTED without running the handler. Every refusal has a distinct code
 // and an ErrorInfo detail with a stable reason ([ReasonOf]), the reason
 // of one of package keyed's outcomes.

@@ -61,10 +61,12 @@ func (c *Client) numbered(ctx context.Context, attempt int) context.Context {
 }
 
 // judgeRetries has the core judge the retry headers of a call of a
-// catalog method (resolve requests are not judged).
-func (s *Server) judgeRetries(ctx context.Context, method string) {
+// catalog method (unary resolve requests, and unary requests with a
+// malformed resolve header, are not judged; a stream's resolve header is
+// ignored).
+func (s *Server) judgeRetries(ctx context.Context, method string, unary bool) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	h := keyedcore.RetryHeaders{Owner: md[keyedcore.RetryOwnerHeader], Attempt: md[keyedcore.AttemptHeader],
 		EnvoyAttempt: md[keyedcore.EnvoyAttemptCountHeader], PreviousAttempts: md[keyedcore.PreviousAttemptsHeader]}
-	s.core.RetriesOf(ctx, s.catalog, method, h, len(md[ResolveHeader]) > 0)
+	s.core.RetriesOf(ctx, s.catalog, method, h, unary && len(md.Get(ResolveHeader)) > 0)
 }

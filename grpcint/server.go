@@ -89,13 +89,15 @@ func (s *Server) Stats() keyed.Stats { return s.core.Stats() }
 //     with no key, no caller and no ledger, the call is refused with
 //     UNIMPLEMENTED, reason ReasonKeyedStream. Server.CheckRegistered
 //     finds such a method at start-up;
-//   - a resolve request (INVALID_ARGUMENT, as for a unary method that is
-//     not keyed).
+//
+// A resolve is a unary request: the idempotency-resolve header on a stream
+// (a tool such as grpcurl -H sends its headers to every call, the server
+// reflection stream included) is ignored, and the stream served as if it
+// were absent.
 func (s *Server) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		ctx := ss.Context()
-		s.judgeRetries(ctx, info.FullMethod)
-		md, _ := metadata.FromIncomingContext(ctx)
+		s.judgeRetries(ctx, info.FullMethod, false)
 		if s.keyed {
 			if p, ok := s.catalog.Lookup(info.FullMethod); ok && p.Kind == policy.KindKeyed {
 				ctx, call := s.core.Begin(ctx, info.FullMethod, false)
@@ -105,9 +107,9 @@ func (s *Server) StreamServerInterceptor() grpc.StreamServerInterceptor {
 				return err
 			}
 		}
-		if len(md[ResolveHeader]) > 0 {
-			return statusErr(keyed.NotKeyed, info.FullMethod+" is not a keyed method; there is nothing to resolve")
-		}
+		// A resolve is a unary request: a stream carrying the header (a
+		// tool that sends its headers to every call, grpcurl -H to the
+		// reflection stream) is served as if it were absent.
 		return handler(srv, ss)
 	}
 }
@@ -184,8 +186,11 @@ func (s *Server) CheckRegistered(srv ServiceInfoProvider) error {
 //     different keys; see keyedproto.Identify) and the caller fingerprint
 //     (UNAUTHENTICATED without one);
 //  2. fingerprints the request (SHA-256 of its deterministic encoding);
-//  3. for a resolve request (idempotency-resolve: 1) answers with the
-//     stored outcome, NOT_FOUND or ABORTED, without running the handler;
+//  3. for a resolve request (idempotency-resolve: 1, or true in any
+//     case) answers with the stored outcome, NOT_FOUND or ABORTED, without
+//     running the handler; any other value of the header is refused
+//     (INVALID_ARGUMENT, INVALID_KEYED_REQUEST: request-unreadable) before
+//     the key is read;
 //  4. otherwise runs the handler inside txmiddleware, with the transaction
 //     reachable from the handler's context (txmiddleware.TxFromContext), storing its
 //     response (deterministic bytes and full message name) or its final
@@ -196,7 +201,8 @@ func (s *Server) CheckRegistered(srv ServiceInfoProvider) error {
 // Every refusal and failure carries an ErrorInfo with a stable reason,
 // its code as ErrorMap gives it.
 // Other methods pass through, except a resolve request, which never runs
-// a handler (INVALID_ARGUMENT).
+// a handler (INVALID_ARGUMENT, route-not-keyed), and a request with a
+// malformed resolve header (INVALID_ARGUMENT, request-unreadable).
 //
 // Before any of this, a call of a catalog method (keyed or not; not a
 // resolve request) is judged by its retry headers: a retry by grpc-go
@@ -209,14 +215,19 @@ func (s *Server) CheckRegistered(srv ServiceInfoProvider) error {
 // The stream interceptor judges streams alike.
 func (s *Server) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		s.judgeRetries(ctx, info.FullMethod)
+		s.judgeRetries(ctx, info.FullMethod, true)
 		if s.keyed {
 			if p, ok := s.catalog.Lookup(info.FullMethod); ok && p.Kind == policy.KindKeyed {
 				return s.keyedCall(ctx, req, info.FullMethod, handler)
 			}
 		}
-		// A resolve must never run a handler, keyed or not.
-		if md, ok := metadata.FromIncomingContext(ctx); ok && len(md[ResolveHeader]) > 0 {
+		// A resolve must never run a handler, keyed or not, nor a request
+		// whose resolve header is malformed.
+		md, _ := metadata.FromIncomingContext(ctx)
+		switch resolve, refusal := keyedcore.ParseResolve(md.Get(ResolveHeader)); {
+		case refusal.Outcome != 0:
+			return nil, statusErr(refusal.Outcome, info.FullMethod+": "+refusal.Detail)
+		case resolve:
 			return nil, statusErr(keyed.NotKeyed, info.FullMethod+" is not a keyed method; there is nothing to resolve")
 		}
 		return handler(ctx, req)
@@ -225,8 +236,13 @@ func (s *Server) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 
 func (s *Server) keyedCall(ctx context.Context, req any, method string, handler grpc.UnaryHandler) (any, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
-	resolve := len(md.Get(ResolveHeader)) > 0
+	resolve, refusal := keyedcore.ParseResolve(md.Get(ResolveHeader))
 	ctx, call := s.core.Begin(ctx, method, resolve)
+	if refusal.Outcome != 0 {
+		err := statusErr(refusal.Outcome, refusal.Detail)
+		call.End(ctx, refusal, telemetry.GRPCStatus.String(codeName(err)))
+		return nil, err
+	}
 	var resp any
 	caller, ok := s.caller(ctx)
 	ans := keyedproto.Serve(ctx, call, caller, ok, md.Get(KeyHeader), md.Get(firstSentHeader), req, resolve, RequestFingerprint, func(ctx context.Context) (ledger.Result, error) {
