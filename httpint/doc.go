@@ -34,11 +34,13 @@
 //
 // A retry with the same key gets the stored status, the allow-listed
 // headers (DefaultReplayHeaders; never Set-Cookie unless configured) and
-// the body, with Idempotent-Replayed: true. The same key with another
-// request is 422; a request while another with the key is in flight past
-// the wait bound is 409 with Retry-After. Idempotency-Resolve: 1 asks for
-// the stored response without running the handler (404 when nothing was
-// committed). Every answer of the middleware's own is an RFC 9457 problem
+// the body, with Idempotent-Replayed: true and Idempotency-Replayed: true
+// (Stripe's name, and the name of the gRPC and connect marker). The same
+// key with another request is 422; a request while another with the key
+// is in flight past the wait bound is 409 with Retry-After.
+// Idempotency-Resolve: 1 (or true) asks for the stored response without
+// running the handler (404 when nothing was committed); any other value
+// is 400. Every answer of the middleware's own is an RFC 9457 problem
 // with a stable type URI; Renderings is the one table of them, and
 // docs/http.md prints it.
 //

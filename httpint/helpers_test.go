@@ -184,7 +184,14 @@ type response struct {
 	body   string
 }
 
-func (r response) replayed() bool { return r.header.Get(httpint.ReplayedHeader) == "true" }
+// replayed reports whether the response carries the replay marker under
+// both its names, Stripe's and the one of gRPC's and connect's marker.
+func (r response) replayed() bool {
+	return r.header.Get(httpint.ReplayedHeader) == "true" && r.header.Get(replayedHeader) == "true"
+}
+
+// replayedHeader is the replay marker's name on every transport.
+const replayedHeader = "Idempotency-Replayed"
 
 // problem decodes a problem+json body.
 func (r response) problem(t testing.TB) httpint.Problem {

@@ -159,8 +159,10 @@ func (m *Middleware) Stats() keyed.Stats { return m.core.Stats() }
 //  1. identifies the caller (401 without one) and reads the
 //     Idempotency-Key header (400 when it is missing or not one
 //     structured-field string);
-//  2. for a resolve (Idempotency-Resolve: 1) answers with the stored
-//     response, 404 or 409, without running the handler;
+//  2. for a resolve (Idempotency-Resolve: 1, or true in any case)
+//     answers with the stored response, 404 or 409, without running the
+//     handler; any other value of the header is refused (400
+//     request-unreadable) before the key is read;
 //  3. reads the body, at most WithMaxRequestBody bytes (413 past it,
 //     before anything is claimed), and fingerprints the request;
 //  4. runs next inside txmiddleware, with the transaction reachable from
@@ -170,12 +172,15 @@ func (m *Middleware) Stats() keyed.Stats { return m.core.Stats() }
 //     WithFinalStatus);
 //  5. answers a retry whose first request completed with the stored
 //     status, headers (see WithReplayHeaders) and body, and
-//     Idempotent-Replayed: true; a reused key with 422, a request still in
+//     Idempotent-Replayed: true and Idempotency-Replayed: true (the name
+//     grpcint and connectint use); a reused key with 422, a request still in
 //     flight past the wait bound with 409 and Retry-After.
 //
 // Every answer of the middleware's own is an RFC 9457 problem whose type
 // is in the outcome table (Renderings). Requests to other routes pass
-// through untouched, except a resolve, which never runs a handler (400).
+// through untouched, except a resolve, which never runs a handler (400
+// route-not-keyed), and a request with a malformed Idempotency-Resolve
+// (400 request-unreadable).
 //
 // Before any of this, a keyed request (not a resolve) is judged by its
 // retry headers: a retry by a client's own loop (Opledger-Attempt), by
@@ -187,16 +192,19 @@ func (m *Middleware) Stats() keyed.Stats { return m.core.Stats() }
 // (with keyed.WithLogger; see keyedcore.Server.Retries).
 func (m *Middleware) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, resolve := r.Header[ResolveHeader]
-		if !m.methods[r.Method] && !resolve {
+		_, resolveSent := r.Header[ResolveHeader]
+		if !m.methods[r.Method] && !resolveSent {
 			next.ServeHTTP(w, r)
 			return
 		}
+		resolve, refusal := keyedcore.ParseResolve(r.Header[ResolveHeader])
 		h, _ := m.routes.Handler(r)
 		rt, isKeyed := h.(route)
 		switch {
 		case isKeyed:
-			m.keyed(w, r, rt.op, resolve, next)
+			m.keyed(w, r, rt.op, resolveSent, resolve, refusal, next)
+		case refusal.Outcome != 0:
+			writeProblem(w, refusal.Outcome, refusal.Detail, 0)
 		case resolve:
 			writeProblem(w, keyed.NotKeyed, r.Method+" "+r.URL.Path+" is not a keyed route; there is nothing to resolve", 0)
 		default:
@@ -205,13 +213,22 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 	})
 }
 
-func (m *Middleware) keyed(w http.ResponseWriter, r *http.Request, op string, resolve bool, next http.Handler) {
-	if !resolve {
+// keyed serves a request of a keyed route: resolveSent when it carries
+// the resolve header, resolve when its value asks for a resolve, refusal
+// (keyedcore.ParseResolve's) when the value is malformed.
+func (m *Middleware) keyed(w http.ResponseWriter, r *http.Request, op string, resolveSent, resolve bool, refusal keyedcore.Answer, next http.Handler) {
+	if !resolveSent {
 		m.judgeRetries(r.Context(), op, r.Header)
 	}
 	ctx, call := m.core.Begin(r.Context(), op, resolve)
 	r = r.WithContext(ctx)
-	ans, last := m.serve(call, r, resolve, next)
+	var ans keyedcore.Answer
+	var last *recorder
+	if refusal.Outcome != 0 {
+		ans = refusal
+	} else {
+		ans, last = m.serve(call, r, resolve, next)
+	}
 	if ans.Lifetime > 0 {
 		w.Header().Set(lifetimeHeader, strconv.FormatInt(int64(ans.Lifetime/time.Second), 10))
 	}

@@ -67,14 +67,14 @@ type rendering struct {
 // total).
 var renderings = map[keyed.Outcome]rendering{
 	keyed.Executed:           {note: "the handler answered with a status below 400, or with a final one (WithFinalStatus; by default 4xx but 401, 408, 425 and 429), stored with the claim"},
-	keyed.Replayed:           {note: "its stored status, allow-listed headers and body, with Idempotent-Replayed: true"},
+	keyed.Replayed:           {note: "its stored status, allow-listed headers and body, with Idempotent-Replayed: true and Idempotency-Replayed: true"},
 	keyed.NotStored:          {note: "a status that is not final (by default 5xx, 401, 408, 425, 429), sent as it is"},
 	keyed.HandlerPanic:       {note: "net/http aborts the response"},
 	keyed.CallerMissing:      {status: 401, title: "Caller not identified"},
 	keyed.KeyMissing:         {status: 400, title: "Idempotency-Key is missing", note: "the Idempotency-Key header"},
 	keyed.KeyInvalid:         {status: 400, title: "Idempotency-Key is invalid", note: "the header is one structured-field string; WithBareKeys also takes a bare value"},
 	keyed.RequestTooLarge:    {status: 413, title: "Request body too large", note: "WithMaxRequestBody, default 1 MiB"},
-	keyed.RequestUnreadable:  {status: 400, title: "Request cannot be fingerprinted", note: "the body cannot be read, or the body canonicaliser refused it"},
+	keyed.RequestUnreadable:  {status: 400, title: "Request cannot be read", note: "the body cannot be read, or the body canonicaliser refused it, or Idempotency-Resolve is not 1 or true"},
 	keyed.NotKeyed:           {status: 400, title: "Route is not keyed", note: "Idempotency-Resolve on a route that is not keyed"},
 	keyed.KeyedStream:        {never: "never: a keyed route's response is buffered whole (its ResponseWriter cannot flush, hijack or stream)"},
 	keyed.KeyReused:          {status: 422, title: "Idempotency-Key is already used", note: "the method, path, query, body or a header of WithFingerprintHeaders differ"},

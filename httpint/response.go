@@ -22,13 +22,23 @@ const (
 	// KeyHeader carries the client's idempotency key: a structured-field
 	// string, the same on every attempt of one logical request.
 	KeyHeader = "Idempotency-Key"
-	// ResolveHeader, set to "1" on a keyed request, asks for the stored
-	// response of the key instead of running the handler.
+	// ResolveHeader, set to "1" (or "true", in any case) on a keyed
+	// request, asks for the stored response of the key instead of running
+	// the handler. Any other value is refused (400 request-unreadable)
+	// without running anything.
 	ResolveHeader = "Idempotency-Resolve"
 	// ReplayedHeader is "true" on a response that is a stored one (a
-	// replay or a resolve), not a new execution.
+	// replay or a resolve), not a new execution. It is Stripe's name; the
+	// same response also carries Idempotency-Replayed: true, the name of
+	// grpcint's and connectint's marker, so that one name reads the marker
+	// on every transport.
 	ReplayedHeader = "Idempotent-Replayed"
 )
+
+// replayedHeader is the replay marker's name on every transport
+// (grpcint.ReplayedHeader, connectint.ReplayedHeader), sent beside
+// ReplayedHeader.
+const replayedHeader = "Idempotency-Replayed"
 
 // The window's headers (keybirth.FirstSentHeader and
 // keyedcore.LifetimeHeader); docs/http.md describes them.
@@ -201,6 +211,7 @@ func writeStored(w http.ResponseWriter, s storedResponse) {
 		h[name] = append([]string(nil), vs...)
 	}
 	h.Set(ReplayedHeader, "true")
+	h.Set(replayedHeader, "true")
 	h.Set("Content-Length", strconv.Itoa(len(s.body)))
 	w.WriteHeader(s.status)
 	_, _ = w.Write(s.body)

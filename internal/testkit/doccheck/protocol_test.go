@@ -44,7 +44,7 @@ func protocolCells(r keyed.Row) []string {
 	http := "—"
 	switch r.Outcome {
 	case keyed.Replayed:
-		http = "the stored response's, with Idempotent-Replayed"
+		http = "the stored response's, with Idempotency-Replayed and " + httpint.ReplayedHeader
 	case keyed.HandlerPanic:
 		http = "none: net/http aborts the response"
 	}
@@ -89,7 +89,7 @@ func TestProtocolHeaders(t *testing.T) {
 	section := s[i:j]
 	names := []string{
 		grpcint.KeyHeader, grpcint.ResolveHeader, grpcint.ReplayedHeader, grpcint.ReplayedCodeHeader,
-		httpint.KeyHeader, httpint.ResolveHeader, httpint.ReplayedHeader,
+		httpint.KeyHeader, httpint.ResolveHeader, httpint.ReplayedHeader, httpReplayedHeader,
 		keybirth.FirstSentHeader, strings.ToLower(keybirth.FirstSentHeader),
 		keyedcore.LifetimeHeader, strings.ToLower(keyedcore.LifetimeHeader),
 		keyedcore.RetryOwnerHeader, keyedcore.HTTPRetryOwnerHeader, keyedcore.AttemptHeader, keyedcore.HTTPAttemptHeader,
@@ -108,6 +108,45 @@ func TestProtocolHeaders(t *testing.T) {
 	for _, n := range []string{"Grpc-Previous-Rpc-Attempts", "X-Envoy-Attempt-Count"} {
 		if !strings.Contains(section, "`"+n+"`") {
 			t.Errorf("docs/protocol.md's header table does not name HTTP's `%s`", n)
+		}
+	}
+}
+
+// httpReplayedHeader is the replay marker httpint sends beside
+// httpint.ReplayedHeader: the name of grpcint's and connectint's marker
+// (connectint.ReplayedHeader; connectint is a module of its own).
+const httpReplayedHeader = "Idempotency-Replayed"
+
+// TestProtocolResolveValues: the header table gives the resolve header's
+// values as the transports read them (keyedcore.ParseResolve): 1 and true
+// resolve, 0 is refused, and a stream ignores it.
+func TestProtocolResolveValues(t *testing.T) {
+	b, err := os.ReadFile(protocolDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var row string
+	for line := range strings.Lines(string(b)) {
+		if strings.HasPrefix(line, "| resolve |") {
+			row = line
+		}
+	}
+	if row == "" {
+		t.Fatal("docs/protocol.md's header table has no resolve row")
+	}
+	for _, v := range []string{"1", "true", "TRUE"} {
+		if ok, refusal := keyedcore.ParseResolve([]string{v}); !ok || refusal.Outcome != 0 {
+			t.Errorf("ParseResolve(%q) is not a resolve", v)
+		}
+	}
+	for _, v := range []string{"0", ""} {
+		if ok, refusal := keyedcore.ParseResolve([]string{v}); ok || refusal.Outcome != keyed.RequestUnreadable {
+			t.Errorf("ParseResolve(%q) is not refused as %s", v, keyed.RequestUnreadable)
+		}
+	}
+	for _, want := range []string{"`1` or `true` (in any case)", "`0`", "`" + keyed.RequestUnreadable.String() + "`", "`" + keyed.RequestUnreadable.Row().Reason + "`", "streaming call", "ignored"} {
+		if !strings.Contains(row, want) {
+			t.Errorf("docs/protocol.md's resolve row does not say %s", want)
 		}
 	}
 }
