@@ -223,7 +223,7 @@ var table = [...]Row{
 	{RequestTooLarge, "request-too-large", "", SideServer, KindRefused, CommittedNA, Stop, false,
 		"the request is over the transport's size limit; refused before anything is claimed"},
 	{RequestUnreadable, "request-unreadable", "INVALID_KEYED_REQUEST", SideServer, KindRefused, CommittedNA, Stop, false,
-		"the request cannot be read or fingerprinted"},
+		"the request cannot be read or fingerprinted, or its resolve header has a value other than 1 or true"},
 	{NotKeyed, "route-not-keyed", "INVALID_KEYED_REQUEST", SideServer, KindRefused, CommittedNA, Stop, false,
 		"a resolve names a method that is not keyed: there is nothing to resolve, and the handler does not run"},
 	{KeyedStream, "keyed-method-served-as-stream", "KEYED_METHOD_SERVED_AS_STREAM", SideServer, KindRefused, CommittedNA, Stop, false,

@@ -82,11 +82,10 @@ Idempotency-Key (connect; on HTTP a structured-field string, in double quotes:
 Idempotency-Key: "KEY"); a UUIDv7 key carries its birth. The same key
 again replays the stored answer, marked idempotency-replayed: true (gRPC
 trailer), Trailer-Idempotency-Replayed: true (the Connect protocol over
-HTTP/1.1) or Idempotent-Replayed: true (HTTP). idempotency-resolve: 1 with the
-key asks for the stored answer without running anything (404 / NOT_FOUND:
-nothing was committed, sending the call again with the key is safe); with
-grpcurl send it with -rpc-header, not -H, which also goes to the reflection
-stream, where it is refused. docs/serve.md has the commands.
+HTTP/1.1) or Idempotency-Replayed: true (HTTP). idempotency-resolve: 1 with
+the key asks for the stored answer without running anything (404 / NOT_FOUND:
+nothing was committed, sending the call again with the key is safe); grpcurl
+can send it with -H or -rpc-header. docs/serve.md has the commands.
 `
 
 // serveFlags are serve's flags.
@@ -416,7 +415,7 @@ func printServeBanner(w io.Writer, lis [3]net.Listener, tokenFile string, app *s
 		body, lis[1].Addr(), paymentspb.TransferMethod)
 	fmt.Fprintf(&b, "  curl -i -H \"Authorization: Bearer $TOKEN\" -H \"Idempotency-Key: \\\"$KEY\\\"\" -H 'Content-Type: application/json' -d %s http://%s/transfers\n",
 		body, lis[2].Addr())
-	fmt.Fprintln(&b, "the same key again replays; idempotency-resolve: 1 asks for the stored answer without running anything (grpcurl: -rpc-header). Interrupt to stop.")
+	fmt.Fprintln(&b, "the same key again replays; idempotency-resolve: 1 asks for the stored answer without running anything (grpcurl: -H or -rpc-header). Interrupt to stop.")
 	if ip := net.ParseIP(hostOf(lis[0].Addr())); ip != nil && !ip.IsLoopback() {
 		fmt.Fprintln(&b, "warning: listening beyond loopback, without TLS: the bearer token crosses the network in clear")
 	}
