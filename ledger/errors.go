@@ -66,8 +66,8 @@ var (
 // its field and reason for the kit's transports.
 type inputError struct {
 	// Field names the offending input: "caller", "method", "key",
-	// "first sent", "fingerprint", "result", "tx", "table", "option", "name", "lock
-	// wait".
+	// "first sent", "fingerprint", "result", "tx", "table", "option",
+	// "name", "lock wait".
 	Field string
 	// Reason says what is wrong, never echoing a key.
 	Reason string

@@ -29,12 +29,11 @@ import (
 // The zero Identity is invalid; build one with [NewIdentity]. An Identity
 // holds no trace of the raw key besides its hash.
 type Identity struct {
-	caller    string
-	method    string
-	keyHash   [32]byte
-	id        [32]byte
-	birth     int64 // Unix microseconds; 0 when unknown
-	firstSent bool  // birth came from WithFirstSent and is in id
+	caller  string
+	method  string
+	keyHash [32]byte
+	id      [32]byte
+	birth   int64 // Unix microseconds; 0 when unknown
 }
 
 // NewIdentity validates the three parts and returns the identity.
@@ -72,9 +71,9 @@ func NewIdentity(caller, method, key string) (Identity, error) {
 // that (key, first-sent) is one value. An attempt that sends the same key
 // with another first-sent time is another operation, as one with another
 // key is: every attempt of a call must send the first attempt's time. The
-// ledger could not refuse such an attempt instead: a partitioned ledger
-// places an entry by its birth, and two births of one key would meet in no
-// partition.
+// ledger could not refuse such an attempt instead: a ledger partitioned by
+// birth would place the two attempts' entries in two partitions, where
+// neither sees the other.
 //
 // When the key carries its own birth (a UUIDv7), t is ignored and i is
 // returned as it is: the key's birth cannot differ between attempts. t
@@ -91,7 +90,6 @@ func (i Identity) WithFirstSent(t time.Time) (Identity, error) {
 	}
 	out := i
 	out.birth = t.UnixMicro()
-	out.firstSent = true
 	out.id = digestFirstSent(i.caller, i.method, i.keyHash, out.birth)
 	return out, nil
 }

@@ -465,7 +465,7 @@ func TookOver(c *ledger.Claim) bool { return the.TookOver(c) }
 // first six bytes (opledger.key_hash).
 func KeyHash(id ledger.Identity) [32]byte { return the.KeyHash(id) }
 
-// InputError returns the field ("caller", "method", "key",
+// InputError returns the field ("caller", "method", "key", "first sent",
 // "fingerprint", "result", "tx", "table", "option", "name", "lock wait")
 // and the reason of err, a ledger's error for bad input (matching
 // ledger.ErrInvalid), and whether err is one.
