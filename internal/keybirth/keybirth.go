@@ -17,7 +17,6 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
-	"net/http"
 	"time"
 )
 
@@ -110,6 +109,10 @@ func unhex(c byte) int {
 // "Sun, 06 Dec 2026 12:00:00 GMT"), as Azure's Repeatability-First-Sent.
 const FirstSentHeader = "Idempotency-Key-First-Sent"
 
+// imfFixdate is net/http's TimeFormat, RFC 9110's IMF-fixdate, written
+// out: the keyed core must not link net/http for a constant.
+const imfFixdate = "Mon, 02 Jan 2006 15:04:05 GMT"
+
 // ErrFirstSent is the error of a first-sent value that is not an
 // IMF-fixdate after the Unix epoch.
 var ErrFirstSent = errors.New("first-sent time must be an HTTP-date (IMF-fixdate), such as \"Sun, 06 Dec 2026 12:00:00 GMT\"")
@@ -117,10 +120,10 @@ var ErrFirstSent = errors.New("first-sent time must be an HTTP-date (IMF-fixdate
 // ParseFirstSent reads a first-sent header's value: an IMF-fixdate, at
 // most 29 bytes, after the Unix epoch. Errors are ErrFirstSent.
 func ParseFirstSent(v string) (time.Time, error) {
-	if len(v) != len(http.TimeFormat) {
+	if len(v) != len(imfFixdate) {
 		return time.Time{}, ErrFirstSent
 	}
-	t, err := time.Parse(http.TimeFormat, v)
+	t, err := time.Parse(imfFixdate, v)
 	if err != nil || t.Unix() <= 0 {
 		return time.Time{}, ErrFirstSent
 	}
@@ -129,7 +132,7 @@ func ParseFirstSent(v string) (time.Time, error) {
 
 // FormatFirstSent formats t as a first-sent header's value (an
 // IMF-fixdate, to the second).
-func FormatFirstSent(t time.Time) string { return t.UTC().Format(http.TimeFormat) }
+func FormatFirstSent(t time.Time) string { return t.UTC().Format(imfFixdate) }
 
 // Derived returns the UUIDv7 key born at birth whose other 74 bits are
 // taken from d: the same for the same inputs, and as readable as New's.

@@ -1,6 +1,7 @@
 package keybirth
 
 import (
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -102,4 +103,10 @@ func FuzzParseFirstSent(f *testing.F) {
 			t.Fatalf("round trip of %q: %v, %v", v, again, err)
 		}
 	})
+}
+
+func TestIMFFixdateIsHTTPTimeFormat(t *testing.T) {
+	if imfFixdate != http.TimeFormat {
+		t.Fatalf("imfFixdate %q, net/http's TimeFormat %q", imfFixdate, http.TimeFormat)
+	}
 }
