@@ -3,8 +3,9 @@
 // entries, relays the outbox to NATS JetStream, runs the concurrency
 // conformance suite against a database, checks retry ownership in a
 // service config, runs a demo (with --chain: a chain of keyed services
-// and the outbox), and serves the example payments service on gRPC,
-// connect and HTTP for clients in any language (serve).
+// and the outbox), serves the example payments service on gRPC,
+// connect and HTTP for clients in any language (serve), and checks a
+// deployed keyed endpoint's promises over the wire (probe).
 //
 // Usage:
 //

@@ -371,6 +371,7 @@ func TestProbeFakeServers(t *testing.T) {
 			if code := run(context.Background(), append([]string{"probe"}, args...), &out, io.Discard); code != 1 {
 				t.Fatalf("table: exit %d, want 1", code)
 			}
+			t.Log("\n" + out.String())
 			last := out.String()[strings.LastIndex(strings.TrimSpace(out.String()), "\n")+1:]
 			for _, n := range tc.broken {
 				if !strings.Contains(last, n) {
