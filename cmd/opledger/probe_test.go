@@ -3,13 +3,16 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,9 +20,16 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protodesc"
 	"google.golang.org/protobuf/types/descriptorpb"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/internal/keybirth"
@@ -110,24 +120,26 @@ func TestProbeServe(t *testing.T) {
 	}
 }
 
-// fakeMode is how a fake keyed HTTP server gets idempotency wrong.
+// fakeMode is how a fake keyed server gets idempotency wrong.
 type fakeMode int
 
 const (
-	fakeCorrect      fakeMode = iota // the control: check, run and record under one lock
+	fakeCorrect      fakeMode = iota // the control: claim, run, record; duplicates in progress
 	fakeNoLedger                     // runs every call
 	fakeRacy                         // reads, then runs, then inserts: a check-then-act race
 	fakeClaimOutside                 // records the key before the handler runs, outside its "transaction"
 )
 
-// fakeServer is a small keyed HTTP server, built on net/http alone,
-// that speaks the protocol's headers and problems (docs/protocol.md) and
-// gets one promise wrong by its mode.
+// fakeServer is the transport-neutral core of a small keyed server,
+// built without the kit, that speaks the protocol's outcomes
+// (docs/protocol.md) and gets one promise wrong by its mode; fakeHTTP
+// and fakeGRPC put it on net/http and on plain grpc-go.
 type fakeServer struct {
 	mode     fakeMode
+	render   func(id int64) []byte // a new transfer's answer, as the transport encodes it
 	mu       sync.Mutex
 	entries  map[string]*fakeEntry
-	arrived  map[string]chan struct{} // fakeRacy: closed when a second call reaches the key
+	arrived  map[string]chan struct{} // closed when a second call reaches the key
 	arrivals map[string]int
 	next     atomic.Int64
 	failed   atomic.Bool // fakeClaimOutside: the handler failed once already
@@ -138,6 +150,20 @@ type fakeEntry struct {
 	status  int
 	resp    []byte
 	pending bool // fakeCorrect: claimed, not yet recorded
+}
+
+// fakeAnswer is the core's answer; the transports render it.
+type fakeAnswer struct {
+	status   int    // HTTP's status: 2xx a success
+	outcome  string // the protocol's outcome name of a refusal, "" for none
+	body     []byte
+	replayed bool
+	lifetime bool // the answer reached the "ledger"
+	failed   bool // the handler failed: no outcome of the kit's
+}
+
+func newFakeServer(mode fakeMode, render func(int64) []byte) *fakeServer {
+	return &fakeServer{mode: mode, render: render, entries: map[string]*fakeEntry{}, arrived: map[string]chan struct{}{}, arrivals: map[string]int{}}
 }
 
 // arrive counts a call that reached key (f.mu held).
@@ -166,219 +192,380 @@ func (f *fakeServer) await(key string) {
 	}
 }
 
-func newFakeServer(t *testing.T, mode fakeMode) string {
-	f := &fakeServer{mode: mode, entries: map[string]*fakeEntry{}, arrived: map[string]chan struct{}{}, arrivals: map[string]int{}}
-	srv := httptest.NewServer(f)
-	t.Cleanup(srv.Close)
-	return srv.URL + "/transfers"
-}
-
-func problem(w http.ResponseWriter, status int, name string) {
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.WriteHeader(status)
-	fmt.Fprintf(w, `{"type":"https://github.com/opledger/opledger/blob/main/docs/http.md#%s","status":%d}`, name, status)
-}
-
 // execute is the business handler: a new transfer each time it runs.
-func (f *fakeServer) execute() *fakeEntry {
-	return &fakeEntry{status: http.StatusCreated, resp: []byte(`{"transfer_id":` + strconv.FormatInt(f.next.Add(1), 10) + `}`)}
+func (f *fakeServer) execute(req []byte) *fakeEntry {
+	return &fakeEntry{req: req, status: http.StatusCreated, resp: f.render(f.next.Add(1))}
 }
 
-func replay(w http.ResponseWriter, e *fakeEntry) {
-	w.Header().Set("Idempotency-Replayed", "true")
-	w.WriteHeader(e.status)
-	w.Write(e.resp)
+func refused(status int, outcome string, lifetime bool) fakeAnswer {
+	return fakeAnswer{status: status, outcome: outcome, lifetime: lifetime}
 }
 
-func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Header.Get("Authorization") != "Bearer fake" {
-		problem(w, 401, "caller-not-identified")
-		return
+func answered(e *fakeEntry, replayed bool) fakeAnswer {
+	return fakeAnswer{status: e.status, body: e.resp, replayed: replayed, lifetime: true}
+}
+
+// stored answers a key seen before: its replay, or key reuse.
+func stored(e *fakeEntry, req []byte) fakeAnswer {
+	if !bytes.Equal(e.req, req) {
+		return refused(422, "idempotency-key-reused", true)
 	}
-	raw := r.Header.Get("Idempotency-Key")
-	if raw == "" {
-		problem(w, 400, "idempotency-key-missing")
-		return
+	return answered(e, true)
+}
+
+// handle is one call: key ("" for none, already unquoted), the
+// request's bytes, and whether it is a resolve.
+func (f *fakeServer) handle(key string, req []byte, resolve bool) fakeAnswer {
+	switch {
+	case key == "":
+		return refused(400, "idempotency-key-missing", false)
+	case len(key) > 255:
+		return refused(400, "idempotency-key-invalid", false)
 	}
-	key, ok := strings.CutPrefix(raw, `"`)
-	key, ok2 := strings.CutSuffix(key, `"`)
-	if !ok || !ok2 || key == "" || len(key) > 255 {
-		problem(w, 400, "idempotency-key-invalid")
-		return
-	}
-	w.Header().Set("Idempotency-Key-Lifetime", "86340")
 	if birth, ok := keybirth.Birth(key); ok && birth.Before(time.Now().Add(-24*time.Hour)) {
-		problem(w, 422, "idempotency-key-expired")
-		return
+		return refused(422, "idempotency-key-expired", true)
 	}
-	body, _ := io.ReadAll(r.Body)
-	if r.Header.Get("Idempotency-Resolve") == "1" {
+	if resolve {
 		f.mu.Lock()
+		defer f.mu.Unlock()
 		e := f.entries[key]
-		f.mu.Unlock()
-		if e == nil || f.mode == fakeNoLedger {
-			problem(w, 404, "operation-not-found")
-			return
+		if e == nil || e.pending || f.mode == fakeNoLedger {
+			return refused(404, "operation-not-found", true)
 		}
-		replay(w, e)
-		return
-	}
-	// stored answers a key seen before: its replay, or key reuse.
-	stored := func(e *fakeEntry) {
-		if !bytes.Equal(e.req, body) {
-			problem(w, 422, "idempotency-key-reused")
-			return
-		}
-		replay(w, e)
+		return answered(e, true)
 	}
 	switch f.mode {
 	case fakeCorrect:
-		// Claim (a pending entry), run, record; a duplicate that finds
-		// the claim is told the call is in progress, with pushback.
-		f.mu.Lock()
-		f.arrive(key)
-		e := f.entries[key]
-		var copied fakeEntry
-		claimed, pending := false, false
-		switch {
-		case e == nil:
-			e, claimed = &fakeEntry{req: body, pending: true}, true
-			f.entries[key] = e
-		case e.pending:
-			pending = true
-		default:
-			copied = *e
-		}
-		f.mu.Unlock()
-		switch {
-		case pending:
-			w.Header().Set("Retry-After", "1")
-			problem(w, 409, "operation-in-progress")
-			return
-		case !claimed:
-			stored(&copied)
-			return
-		}
-		f.await(key)
-		done := f.execute()
-		f.mu.Lock()
-		e.status, e.resp, e.pending = done.status, done.resp, false
-		f.mu.Unlock()
-		w.WriteHeader(e.status)
-		w.Write(e.resp)
+		return f.claimRunRecord(key, req)
 	case fakeNoLedger:
-		e := f.execute()
-		w.WriteHeader(e.status)
-		w.Write(e.resp)
+		return answered(f.execute(req), false)
 	case fakeRacy:
 		f.mu.Lock()
 		f.arrive(key)
 		e := f.entries[key]
 		f.mu.Unlock()
 		if e != nil {
-			stored(e)
-			return
+			return stored(e, req)
 		}
 		f.await(key) // both duplicates read nothing before either inserts
-		e = f.execute()
-		e.req = body
+		e = f.execute(req)
 		f.mu.Lock()
 		f.entries[key] = e
 		f.mu.Unlock()
-		w.WriteHeader(e.status)
-		w.Write(e.resp)
-	case fakeClaimOutside:
+		return answered(e, false)
+	default: // fakeClaimOutside
 		f.mu.Lock()
 		e := f.entries[key]
 		if e == nil {
-			// The claim, committed on its own before the handler runs:
-			// an empty answer the handler's outcome may never replace.
-			f.entries[key] = &fakeEntry{req: body, status: http.StatusOK}
+			// The claim, committed on its own before the handler runs: an
+			// empty answer that the handler's failure leaves in place.
+			f.entries[key] = &fakeEntry{req: req, status: http.StatusOK}
 		}
 		f.mu.Unlock()
 		if e != nil {
-			stored(e)
-			return
+			return stored(e, req)
 		}
 		if !f.failed.Swap(true) {
-			http.Error(w, "the handler failed", http.StatusInternalServerError) // its transaction rolled back; the claim did not
-			return
+			return fakeAnswer{status: 500, failed: true} // its transaction rolled back; the claim did not
 		}
-		e = f.execute()
-		e.req = body
+		e = f.execute(req)
 		f.mu.Lock()
 		f.entries[key] = e
 		f.mu.Unlock()
-		w.WriteHeader(e.status)
-		w.Write(e.resp)
+		return answered(e, false)
 	}
+}
+
+// claimRunRecord is the correct order: claim (a pending entry), run,
+// record; a duplicate that finds the claim is told the call is in
+// progress, with pushback.
+func (f *fakeServer) claimRunRecord(key string, req []byte) fakeAnswer {
+	f.mu.Lock()
+	f.arrive(key)
+	e := f.entries[key]
+	switch {
+	case e == nil:
+		e = &fakeEntry{req: req, pending: true}
+		f.entries[key] = e
+	case e.pending:
+		f.mu.Unlock()
+		return refused(409, "operation-in-progress", true)
+	default:
+		defer f.mu.Unlock()
+		return stored(e, req)
+	}
+	f.mu.Unlock()
+	f.await(key)
+	done := f.execute(req)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	e.status, e.resp, e.pending = done.status, done.resp, false
+	return answered(e, false)
+}
+
+// fakeHTTP serves a fakeServer over net/http: POST, a JSON body, the key
+// a structured-field string, problems as RFC 9457.
+func fakeHTTP(t *testing.T, mode fakeMode) string {
+	f := newFakeServer(mode, func(id int64) []byte { return []byte(`{"transfer_id":` + strconv.FormatInt(id, 10) + `}`) })
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer fake" {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		key := r.Header.Get("Idempotency-Key")
+		if key != "" {
+			k, ok := strings.CutPrefix(key, `"`)
+			k, ok2 := strings.CutSuffix(k, `"`)
+			if key = k; !ok || !ok2 || k == "" {
+				key = strings.Repeat("x", 256) // not a structured-field string: invalid
+			}
+		}
+		body, _ := io.ReadAll(r.Body)
+		a := f.handle(key, body, r.Header.Get("Idempotency-Resolve") == "1")
+		if a.lifetime {
+			w.Header().Set("Idempotency-Key-Lifetime", "86340")
+		}
+		switch {
+		case a.failed:
+			http.Error(w, "the handler failed", a.status)
+		case a.outcome != "":
+			if a.status == 409 {
+				w.Header().Set("Retry-After", "1")
+			}
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(a.status)
+			fmt.Fprintf(w, `{"type":"https://github.com/opledger/opledger/blob/main/docs/http.md#%s","status":%d}`, a.outcome, a.status)
+		default:
+			if a.replayed {
+				w.Header().Set("Idempotency-Replayed", "true")
+			}
+			w.WriteHeader(a.status)
+			w.Write(a.body)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL + "/transfers"
+}
+
+// fakeConnect serves a fakeServer as the Connect protocol's unary JSON
+// on plain net/http: the raw key, a success's metadata in Trailer-
+// headers, an error as Connect's JSON error with the ErrorInfo detail.
+func fakeConnect(t *testing.T, mode fakeMode) string {
+	f := newFakeServer(mode, func(id int64) []byte { return []byte(`{"transferId":"` + strconv.FormatInt(id, 10) + `"}`) })
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if r.Header.Get("Authorization") != "Bearer fake" {
+			w.WriteHeader(http.StatusUnauthorized)
+			io.WriteString(w, `{"code":"unauthenticated"}`)
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		a := f.handle(r.Header.Get("Idempotency-Key"), body, r.Header.Get("Idempotency-Resolve") == "1")
+		prefix := ""
+		if a.outcome == "" && !a.failed {
+			prefix = "Trailer-" // a success's trailers
+		}
+		if a.lifetime {
+			w.Header().Set(prefix+"Idempotency-Key-Lifetime", "86340")
+		}
+		switch {
+		case a.failed:
+			w.WriteHeader(http.StatusInternalServerError)
+			io.WriteString(w, `{"code":"internal","message":"the handler failed"}`)
+		case a.outcome != "":
+			c := fakeGRPCReasons[a.outcome]
+			if a.status == 409 {
+				w.Header().Set("Grpc-Retry-Pushback-Ms", "200")
+			}
+			w.WriteHeader(a.status)
+			fmt.Fprintf(w, `{"code":%q,"details":[{"type":"google.rpc.ErrorInfo","value":%q}]}`,
+				codeName(c.code.String()), base64.RawStdEncoding.EncodeToString(errorInfo(c.reason)))
+		default:
+			if a.replayed {
+				w.Header().Set(prefix+"Idempotency-Replayed", "true")
+			}
+			w.WriteHeader(http.StatusOK)
+			w.Write(a.body)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// errorInfo is a google.rpc.ErrorInfo's bytes, built without its type.
+func errorInfo(reason string) []byte {
+	b := protowire.AppendTag(nil, 1, protowire.BytesType)
+	b = protowire.AppendString(b, reason)
+	b = protowire.AppendTag(b, 2, protowire.BytesType)
+	return protowire.AppendString(b, "fake")
+}
+
+// fakeGRPCReasons are the gRPC code and ErrorInfo reason of the
+// outcomes the fake refuses with.
+var fakeGRPCReasons = map[string]struct {
+	code   codes.Code
+	reason string
+}{
+	"idempotency-key-missing": {codes.InvalidArgument, "MISSING_IDEMPOTENCY_KEY"},
+	"idempotency-key-invalid": {codes.InvalidArgument, "INVALID_IDEMPOTENCY_KEY"},
+	"idempotency-key-expired": {codes.FailedPrecondition, "IDEMPOTENCY_KEY_EXPIRED"},
+	"idempotency-key-reused":  {codes.FailedPrecondition, "IDEMPOTENCY_KEY_REUSED"},
+	"operation-in-progress":   {codes.Aborted, "OPERATION_IN_PROGRESS"},
+	"operation-not-found":     {codes.NotFound, "OPERATION_NOT_FOUND"},
+}
+
+// fakePayments serves a fakeServer as the payments service on plain
+// grpc-go: metadata in, trailers and a google.rpc.Status with an
+// ErrorInfo (built by hand) out.
+type fakePayments struct {
+	f *fakeServer
+}
+
+func (fakePayments) GetTransfer(context.Context, *paymentspb.GetTransferRequest) (*paymentspb.TransferReply, error) {
+	return nil, status.Error(codes.Unimplemented, "not in the fake")
+}
+
+func (p fakePayments) Transfer(ctx context.Context, in *paymentspb.TransferRequest) (*paymentspb.TransferReply, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	first := func(k string) string {
+		if v := md.Get(k); len(v) > 0 {
+			return v[0]
+		}
+		return ""
+	}
+	if first("authorization") != "Bearer fake" {
+		return nil, status.Error(codes.Unauthenticated, "no token")
+	}
+	req, err := proto.MarshalOptions{Deterministic: true}.Marshal(in)
+	if err != nil {
+		return nil, err
+	}
+	a := p.f.handle(first("idempotency-key"), req, first("idempotency-resolve") == "1")
+	tr := metadata.MD{}
+	if a.lifetime {
+		tr.Set("idempotency-key-lifetime", "86340")
+	}
+	switch {
+	case a.failed:
+		grpc.SetTrailer(ctx, tr)
+		return nil, status.Error(codes.Internal, "the handler failed")
+	case a.outcome != "":
+		c := fakeGRPCReasons[a.outcome]
+		if a.status == 409 {
+			tr.Set("grpc-retry-pushback-ms", "200")
+		}
+		grpc.SetTrailer(ctx, tr)
+		st := status.New(c.code, a.outcome).Proto()
+		st.Details = append(st.Details, &anypb.Any{TypeUrl: "type.googleapis.com/google.rpc.ErrorInfo", Value: errorInfo(c.reason)})
+		return nil, status.ErrorProto(st)
+	}
+	if a.replayed {
+		tr.Set("idempotency-replayed", "true")
+	}
+	grpc.SetTrailer(ctx, tr)
+	out := &paymentspb.TransferReply{}
+	if err := proto.Unmarshal(a.body, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// fakeGRPC serves a fakeServer on plain grpc-go, with reflection.
+func fakeGRPC(t *testing.T, mode fakeMode) string {
+	f := newFakeServer(mode, func(id int64) []byte {
+		b, _ := proto.Marshal(&paymentspb.TransferReply{TransferId: id})
+		return b
+	})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	paymentspb.RegisterPaymentsServer(srv, fakePayments{f: f})
+	reflection.Register(srv)
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+	return lis.Addr().String()
 }
 
 // TestProbeFakeServers: the probe passes against a correct fake server
 // and fails, naming the broken promise, against one without a ledger,
 // one that reads before it inserts, and one that claims outside the
-// handler's transaction (HTTP fakes: the checks are the same on every
-// transport).
+// handler's transaction; each fake on plain HTTP and the Connect
+// protocol (net/http) and on plain grpc-go.
 func TestProbeFakeServers(t *testing.T) {
+	method := strings.TrimPrefix(paymentspb.TransferMethod, "/")
+	targets := map[string]func(t *testing.T, mode fakeMode) []string{
+		"http": func(t *testing.T, mode fakeMode) []string { return []string{"--http", fakeHTTP(t, mode)} },
+		"grpc": func(t *testing.T, mode fakeMode) []string {
+			return []string{"--grpc", fakeGRPC(t, mode), "--method", method}
+		},
+		"connect": func(t *testing.T, mode fakeMode) []string {
+			return []string{"--connect", fakeConnect(t, mode), "--method", method}
+		},
+	}
 	for _, tc := range []struct {
 		name   string
 		mode   fakeMode
 		broken []string // the checks that must fail; nil: every check passes
 	}{
 		{"correct", fakeCorrect, nil},
-		{"no-ledger", fakeNoLedger, []string{"replay-identical", "concurrent-duplicates"}},
+		{"no-ledger", fakeNoLedger, []string{"replay-identical", "key-reuse-refused", "concurrent-duplicates", "resolve-committed"}},
 		{"read-before-insert", fakeRacy, []string{"concurrent-duplicates"}},
 		{"claim-outside-transaction", fakeClaimOutside, []string{"executes-once"}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			u := newFakeServer(t, tc.mode)
-			args := []string{"--http", u, "--request", probeRequest, "--request2", probeRequest2, "--header", "Authorization: Bearer fake", "--concurrency", "8"}
-			code, rep, stderr := runProbeJSON(t, args...)
-			v := verdicts(rep)
-			if tc.broken == nil {
-				if code != 0 || !rep.Passed {
-					t.Fatalf("exit %d (stderr %q), want 0: %+v", code, stderr, rep.Checks)
+		for tname, target := range targets {
+			t.Run(tc.name+"/"+tname, func(t *testing.T) {
+				t.Parallel()
+				common := []string{"--request", probeRequest, "--request2", probeRequest2, "--header", "Authorization: Bearer fake", "--concurrency", "8"}
+				code, rep, stderr := runProbeJSON(t, append(target(t, tc.mode), common...)...)
+				checkFakeVerdicts(t, tc.mode, tc.broken, code, rep, stderr)
+				if tc.broken == nil {
+					return
 				}
-				// The duplicates that found the claim were told to wait, and
-				// got the replay after the pushback.
-				for _, c := range rep.Checks {
-					if c.Name == "concurrent-duplicates" && (!strings.HasPrefix(c.Detail, "1 ran") || strings.Contains(c.Detail, " 0 in progress")) {
-						t.Errorf("concurrent-duplicates: %q, want 1 ran and some in progress then replayed", c.Detail)
-					}
+				// The table names every broken promise (a fresh server: the
+				// claim-outside one fails its handler once).
+				var out bytes.Buffer
+				if code := run(context.Background(), append(append([]string{"probe"}, target(t, tc.mode)...), common...), &out, io.Discard); code != 1 {
+					t.Fatalf("table: exit %d, want 1", code)
 				}
-				return
-			}
-			if code != 1 || rep.Passed {
-				t.Fatalf("exit %d (stderr %q), want 1: %+v", code, stderr, rep.Checks)
-			}
-			for _, n := range tc.broken {
-				if v[n] != "fail" {
-					t.Errorf("%s: %s, want fail: %+v", n, v[n], rep.Checks)
+				t.Log("\n" + out.String())
+				last := out.String()[strings.LastIndex(strings.TrimSpace(out.String()), "\n")+1:]
+				want := "FAIL: broken promises: " + strings.Join(tc.broken, ", ")
+				if strings.TrimSpace(last) != want {
+					t.Errorf("the table's last line %q, want %q", last, want)
 				}
-			}
-			if tc.mode == fakeRacy {
-				for n, verdict := range v {
-					if n != "concurrent-duplicates" && verdict != "pass" {
-						t.Errorf("%s: %s, want pass (only the race is wrong)", n, verdict)
-					}
-				}
-			}
-			// The table names every broken promise (a fresh server: the
-			// claim-outside one fails its handler once).
-			args[1] = newFakeServer(t, tc.mode)
-			var out bytes.Buffer
-			if code := run(context.Background(), append([]string{"probe"}, args...), &out, io.Discard); code != 1 {
-				t.Fatalf("table: exit %d, want 1", code)
-			}
-			t.Log("\n" + out.String())
-			last := out.String()[strings.LastIndex(strings.TrimSpace(out.String()), "\n")+1:]
-			for _, n := range tc.broken {
-				if !strings.Contains(last, n) {
-					t.Errorf("the table's last line %q does not name %s", last, n)
-				}
-			}
-		})
+			})
+		}
+	}
+}
+
+// checkFakeVerdicts checks a --json report against a fake: exactly the
+// broken checks fail (nil: every check passes, and the correct fake's
+// duplicates were told to wait, then got the replay).
+func checkFakeVerdicts(t *testing.T, mode fakeMode, broken []string, code int, rep probeJSON, stderr string) {
+	t.Helper()
+	wantCode := 1
+	if broken == nil {
+		wantCode = 0
+	}
+	if code != wantCode || rep.Passed != (broken == nil) {
+		t.Fatalf("exit %d (stderr %q), want %d: %+v", code, stderr, wantCode, rep.Checks)
+	}
+	for _, c := range rep.Checks {
+		want := "pass"
+		switch {
+		case slices.Contains(broken, c.Name):
+			want = "fail"
+		case mode == fakeClaimOutside && slices.Contains([]string{"replay-identical", "key-reuse-refused", "resolve-committed"}, c.Name):
+			want = "skip" // executes-once did not succeed
+		}
+		if c.Verdict != want {
+			t.Errorf("%s: %s (%s), want %s", c.Name, c.Verdict, c.Detail, want)
+		}
+		if mode == fakeCorrect && c.Name == "concurrent-duplicates" && (!strings.HasPrefix(c.Detail, "1 ran") || strings.Contains(c.Detail, " 0 in progress")) {
+			t.Errorf("concurrent-duplicates: %q, want 1 ran and some in progress then replayed", c.Detail)
+		}
 	}
 }
 
