@@ -504,6 +504,9 @@ func (p *prober) run(ctx context.Context, report func(probeResult)) {
 		"lifetime-advertised": func() (string, []string) {
 			p.mu.Lock()
 			defer p.mu.Unlock()
+			if p.seen == 0 {
+				return "skip: no answer reached the ledger", nil
+			}
 			if len(p.ledgerd) > 0 {
 				return "", slices.Concat([]string{"answers without Idempotency-Key-Lifetime:"}, p.ledgerd)
 			}
