@@ -367,6 +367,9 @@ type prober struct {
 	n         int
 	timeout   time.Duration
 
+	k1    string      // the first key: executes-once, then replayed, reused and resolved
+	first probeAnswer // executes-once's answer
+
 	mu      sync.Mutex
 	ledgerd []string // the answers that reached the ledger without the lifetime header
 	seen    int      // how many answers reached the ledger
@@ -394,124 +397,18 @@ func (p *prober) reached(check string, a probeAnswer) {
 
 // run runs every check, in order, giving each row to report.
 func (p *prober) run(ctx context.Context, report func(probeResult)) {
-	now := time.Now()
-	k1 := keybirth.New(now)
-	var first probeAnswer
-	checks := map[string]func() (string, []string){
-		"executes-once": func() (string, []string) {
-			a := p.call(ctx, k1, p.req, false)
-			if a.retryable() {
-				// A failure the protocol retries with the same key: the
-				// retry must run the call, never replay what never was.
-				b := p.call(ctx, k1, p.req, false)
-				if b.replayed && !b.same(a) {
-					return "", []string{fmt.Sprintf("the first call failed (%s) and its retry with the same key replayed %s: an answer never given (a key claimed outside the handler's transaction?)", a, b)}
-				}
-				a = b
-			}
-			first = a
-			p.reached("executes-once", a)
-			switch {
-			case !a.ok:
-				return "", []string{"a new key: " + a.String()}
-			case a.replayed:
-				return "", []string{"a new key's first call carries the replay marker"}
-			}
-			return a.status, nil
-		},
-		"replay-identical": func() (string, []string) {
-			if !first.ok {
-				return "skip: executes-once did not succeed", nil
-			}
-			a := p.call(ctx, k1, p.req, false)
-			p.reached("replay-identical", a)
-			var msgs []string
-			if !a.replayed {
-				msgs = append(msgs, "the same key again, without the replay marker: "+a.String()+" (did it run again?)")
-			}
-			if !a.same(first) {
-				msgs = append(msgs, fmt.Sprintf("the same key again: %s, %d bytes, is not the first answer (%s, %d bytes) byte for byte", a, len(a.body), first, len(first.body)))
-			}
-			return "the stored answer, " + strconv.Itoa(len(a.body)) + " bytes, marked", msgs
-		},
-		"key-reuse-refused": func() (string, []string) {
-			switch {
-			case p.req2 == nil:
-				return "skip: no --request2", nil
-			case !first.ok:
-				return "skip: executes-once did not succeed", nil
-			}
-			a := p.call(ctx, k1, p.req2, false)
-			p.reached("key-reuse-refused", a)
-			if !a.is("IDEMPOTENCY_KEY_REUSED", "idempotency-key-reused") {
-				return "", []string{"the same key with another request: " + a.String() + ", want IDEMPOTENCY_KEY_REUSED / 422"}
-			}
-			return a.String(), nil
-		},
-		"missing-key-refused": func() (string, []string) {
-			a := p.call(ctx, "", p.req, false)
-			if !a.is("MISSING_IDEMPOTENCY_KEY", "idempotency-key-missing") {
-				return "", []string{"no key: " + a.String() + ", want MISSING_IDEMPOTENCY_KEY / 400"}
-			}
-			return a.String(), nil
-		},
-		"malformed-key-refused": func() (string, []string) {
-			a := p.call(ctx, strings.Repeat("k", 300), p.req, false)
-			if !a.is("INVALID_IDEMPOTENCY_KEY", "idempotency-key-invalid") {
-				return "", []string{"a 300-byte key: " + a.String() + ", want INVALID_IDEMPOTENCY_KEY / 400"}
-			}
-			return a.String(), nil
-		},
-		"concurrent-duplicates": func() (string, []string) { return p.concurrent(ctx) },
-		"resolve-committed": func() (string, []string) {
-			if !first.ok {
-				return "skip: executes-once did not succeed", nil
-			}
-			a := p.call(ctx, k1, nil, true)
-			p.reached("resolve-committed", a)
-			var msgs []string
-			if !a.replayed {
-				msgs = append(msgs, "a resolve of a committed key, without the replay marker: "+a.String())
-			}
-			if !a.same(first) {
-				msgs = append(msgs, fmt.Sprintf("a resolve of a committed key: %s, %d bytes, is not the first answer (%s, %d bytes) byte for byte", a, len(a.body), first, len(first.body)))
-			}
-			return "the stored answer, marked", msgs
-		},
-		"resolve-unknown": func() (string, []string) {
-			a := p.call(ctx, keybirth.New(time.Now()), nil, true)
-			p.reached("resolve-unknown", a)
-			if !a.is("OPERATION_NOT_FOUND", "operation-not-found") {
-				return "", []string{"a resolve of a never-used key: " + a.String() + ", want OPERATION_NOT_FOUND / 404"}
-			}
-			return a.String(), nil
-		},
-		"window-stale-key-refused": func() (string, []string) {
-			old := keybirth.New(time.Now().Add(-400 * 24 * time.Hour))
-			var msgs []string
-			a := p.call(ctx, old, p.req, false)
-			p.reached("window-stale-key-refused", a)
-			if !a.is("IDEMPOTENCY_KEY_EXPIRED", "idempotency-key-expired") {
-				msgs = append(msgs, "a key born 400 days ago: "+a.String()+", want IDEMPOTENCY_KEY_EXPIRED / 422 (it must never run)")
-			}
-			r := p.call(ctx, old, nil, true)
-			p.reached("window-stale-key-refused (resolve)", r)
-			if !r.is("IDEMPOTENCY_KEY_EXPIRED", "idempotency-key-expired") {
-				msgs = append(msgs, "a resolve of a key born 400 days ago: "+r.String()+", want IDEMPOTENCY_KEY_EXPIRED / 422 (never not-found)")
-			}
-			return a.String() + ", and its resolve", msgs
-		},
-		"lifetime-advertised": func() (string, []string) {
-			p.mu.Lock()
-			defer p.mu.Unlock()
-			if p.seen == 0 {
-				return "skip: no answer reached the ledger", nil
-			}
-			if len(p.ledgerd) > 0 {
-				return "", slices.Concat([]string{"answers without Idempotency-Key-Lifetime:"}, p.ledgerd)
-			}
-			return fmt.Sprintf("on %d answers", p.seen), nil
-		},
+	p.k1 = keybirth.New(time.Now())
+	checks := map[string]func(context.Context) (string, []string){
+		"executes-once":            p.executesOnce,
+		"replay-identical":         p.replayIdentical,
+		"key-reuse-refused":        p.keyReuseRefused,
+		"missing-key-refused":      p.missingKeyRefused,
+		"malformed-key-refused":    p.malformedKeyRefused,
+		"concurrent-duplicates":    p.concurrent,
+		"resolve-committed":        p.resolveCommitted,
+		"resolve-unknown":          p.resolveUnknown,
+		"window-stale-key-refused": p.windowStaleKeyRefused,
+		"lifetime-advertised":      p.lifetimeAdvertised,
 	}
 	for _, name := range probeCheckNames {
 		start := time.Now()
@@ -519,7 +416,7 @@ func (p *prober) run(ctx context.Context, report func(probeResult)) {
 		if err := ctx.Err(); err != nil {
 			msgs = []string{"interrupted: " + err.Error()}
 		} else {
-			detail, msgs = checks[name]()
+			detail, msgs = checks[name](ctx)
 		}
 		r := probeResult{Name: name, Verdict: "pass", DurationMS: time.Since(start).Milliseconds(), Detail: detail, Messages: msgs}
 		switch {
@@ -530,6 +427,137 @@ func (p *prober) run(ctx context.Context, report func(probeResult)) {
 		}
 		report(r)
 	}
+}
+
+// executesOnce is the check executes-once.
+func (p *prober) executesOnce(ctx context.Context) (string, []string) {
+	a := p.call(ctx, p.k1, p.req, false)
+	if a.retryable() {
+		// A failure the protocol retries with the same key: the
+		// retry must run the call, never replay what never was.
+		b := p.call(ctx, p.k1, p.req, false)
+		if b.replayed && !b.same(a) {
+			return "", []string{fmt.Sprintf("the first call failed (%s) and its retry with the same key replayed %s: an answer never given (a key claimed outside the handler's transaction?)", a, b)}
+		}
+		a = b
+	}
+	p.first = a
+	p.reached("executes-once", a)
+	switch {
+	case !a.ok:
+		return "", []string{"a new key: " + a.String()}
+	case a.replayed:
+		return "", []string{"a new key's first call carries the replay marker"}
+	}
+	return a.status, nil
+}
+
+// replayIdentical is the check replay-identical.
+func (p *prober) replayIdentical(ctx context.Context) (string, []string) {
+	if !p.first.ok {
+		return "skip: executes-once did not succeed", nil
+	}
+	a := p.call(ctx, p.k1, p.req, false)
+	p.reached("replay-identical", a)
+	var msgs []string
+	if !a.replayed {
+		msgs = append(msgs, "the same key again, without the replay marker: "+a.String()+" (did it run again?)")
+	}
+	if !a.same(p.first) {
+		msgs = append(msgs, fmt.Sprintf("the same key again: %s, %d bytes, is not the first answer (%s, %d bytes) byte for byte", a, len(a.body), p.first, len(p.first.body)))
+	}
+	return "the stored answer, " + strconv.Itoa(len(a.body)) + " bytes, marked", msgs
+}
+
+// keyReuseRefused is the check key-reuse-refused.
+func (p *prober) keyReuseRefused(ctx context.Context) (string, []string) {
+	switch {
+	case p.req2 == nil:
+		return "skip: no --request2", nil
+	case !p.first.ok:
+		return "skip: executes-once did not succeed", nil
+	}
+	a := p.call(ctx, p.k1, p.req2, false)
+	p.reached("key-reuse-refused", a)
+	if !a.is("IDEMPOTENCY_KEY_REUSED", "idempotency-key-reused") {
+		return "", []string{"the same key with another request: " + a.String() + ", want IDEMPOTENCY_KEY_REUSED / 422"}
+	}
+	return a.String(), nil
+}
+
+// missingKeyRefused is the check missing-key-refused.
+func (p *prober) missingKeyRefused(ctx context.Context) (string, []string) {
+	a := p.call(ctx, "", p.req, false)
+	if !a.is("MISSING_IDEMPOTENCY_KEY", "idempotency-key-missing") {
+		return "", []string{"no key: " + a.String() + ", want MISSING_IDEMPOTENCY_KEY / 400"}
+	}
+	return a.String(), nil
+}
+
+// malformedKeyRefused is the check malformed-key-refused.
+func (p *prober) malformedKeyRefused(ctx context.Context) (string, []string) {
+	a := p.call(ctx, strings.Repeat("k", 300), p.req, false)
+	if !a.is("INVALID_IDEMPOTENCY_KEY", "idempotency-key-invalid") {
+		return "", []string{"a 300-byte key: " + a.String() + ", want INVALID_IDEMPOTENCY_KEY / 400"}
+	}
+	return a.String(), nil
+}
+
+// resolveCommitted is the check resolve-committed.
+func (p *prober) resolveCommitted(ctx context.Context) (string, []string) {
+	if !p.first.ok {
+		return "skip: executes-once did not succeed", nil
+	}
+	a := p.call(ctx, p.k1, nil, true)
+	p.reached("resolve-committed", a)
+	var msgs []string
+	if !a.replayed {
+		msgs = append(msgs, "a resolve of a committed key, without the replay marker: "+a.String())
+	}
+	if !a.same(p.first) {
+		msgs = append(msgs, fmt.Sprintf("a resolve of a committed key: %s, %d bytes, is not the first answer (%s, %d bytes) byte for byte", a, len(a.body), p.first, len(p.first.body)))
+	}
+	return "the stored answer, marked", msgs
+}
+
+// resolveUnknown is the check resolve-unknown.
+func (p *prober) resolveUnknown(ctx context.Context) (string, []string) {
+	a := p.call(ctx, keybirth.New(time.Now()), nil, true)
+	p.reached("resolve-unknown", a)
+	if !a.is("OPERATION_NOT_FOUND", "operation-not-found") {
+		return "", []string{"a resolve of a never-used key: " + a.String() + ", want OPERATION_NOT_FOUND / 404"}
+	}
+	return a.String(), nil
+}
+
+// windowStaleKeyRefused is the check window-stale-key-refused.
+func (p *prober) windowStaleKeyRefused(ctx context.Context) (string, []string) {
+	old := keybirth.New(time.Now().Add(-400 * 24 * time.Hour))
+	var msgs []string
+	a := p.call(ctx, old, p.req, false)
+	p.reached("window-stale-key-refused", a)
+	if !a.is("IDEMPOTENCY_KEY_EXPIRED", "idempotency-key-expired") {
+		msgs = append(msgs, "a key born 400 days ago: "+a.String()+", want IDEMPOTENCY_KEY_EXPIRED / 422 (it must never run)")
+	}
+	r := p.call(ctx, old, nil, true)
+	p.reached("window-stale-key-refused (resolve)", r)
+	if !r.is("IDEMPOTENCY_KEY_EXPIRED", "idempotency-key-expired") {
+		msgs = append(msgs, "a resolve of a key born 400 days ago: "+r.String()+", want IDEMPOTENCY_KEY_EXPIRED / 422 (never not-found)")
+	}
+	return a.String() + ", and its resolve", msgs
+}
+
+// lifetimeAdvertised is the check lifetime-advertised.
+func (p *prober) lifetimeAdvertised(ctx context.Context) (string, []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.seen == 0 {
+		return "skip: no answer reached the ledger", nil
+	}
+	if len(p.ledgerd) > 0 {
+		return "", slices.Concat([]string{"answers without Idempotency-Key-Lifetime:"}, p.ledgerd)
+	}
+	return fmt.Sprintf("on %d answers", p.seen), nil
 }
 
 // concurrent is concurrent-duplicates: p.n calls at once on one new key.
