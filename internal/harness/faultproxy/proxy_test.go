@@ -219,6 +219,16 @@ func TestScheduleIsSeeded(t *testing.T) {
 			t.Fatalf("weights cut-only gave %v", f)
 		}
 	}
+	// FirstCut: the first fault is a cut, whatever the weights draw; the
+	// gaps and the later faults are the sequence's.
+	noCut := Schedule{Seed: 7, Latency: 1}
+	firstCut := noCut
+	firstCut.FirstCut = true
+	gn, fn := noCut.Sequence(10)
+	gc, fc := firstCut.Sequence(10)
+	if fn[0] == FaultCut || fc[0] != FaultCut || !slices.Equal(gn, gc) || !slices.Equal(fn[1:], fc[1:]) {
+		t.Fatalf("FirstCut: %v %v, without it %v %v", gc, fc, gn, fn)
+	}
 }
 
 func TestRunAppliesTheSchedule(t *testing.T) {

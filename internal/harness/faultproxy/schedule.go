@@ -51,6 +51,11 @@ type Schedule struct {
 	BlackholeFor time.Duration
 	// Observe, when not nil, is called with each fault as it is applied.
 	Observe func(Fault)
+	// FirstCut makes the first fault a cut, whatever the weights draw, so
+	// that a run longer than 3·Every/2 always has one (a chaos run judged
+	// on its faults must not pass or fail on whether its seed drew a cut
+	// before its calls ended).
+	FirstCut bool
 }
 
 func (s Schedule) withDefaults() Schedule {
@@ -81,6 +86,9 @@ func (s Schedule) Sequence(n int) ([]time.Duration, []Fault) {
 	gaps, faults := make([]time.Duration, n), make([]Fault, n)
 	for i := range n {
 		gaps[i], faults[i] = s.next(r)
+		if i == 0 && s.FirstCut {
+			faults[i] = FaultCut
+		}
 	}
 	return gaps, faults
 }
@@ -106,8 +114,11 @@ func (s Schedule) run(ctx context.Context, p *Proxy) error {
 			end.Stop()
 		}
 	}()
-	for {
+	for first := true; ; first = false {
 		gap, f := s.next(r)
+		if first && s.FirstCut {
+			f = FaultCut
+		}
 		t := time.NewTimer(gap)
 		select {
 		case <-ctx.Done():

@@ -55,7 +55,7 @@ func (r *run) runProxyFaults(fctx context.Context) (wait func()) {
 	var wg sync.WaitGroup
 	for i, rp := range r.rs.replicas {
 		wg.Go(func() {
-			_ = rp.proxy.Run(fctx, faultproxy.Schedule{Seed: r.s.Seed*131 + uint64(i), Every: proxyEvery, Cut: 2, Latency: 1, Blackhole: 1,
+			_ = rp.proxy.Run(fctx, faultproxy.Schedule{Seed: r.s.Seed*131 + uint64(i), Every: proxyEvery, Cut: 2, Latency: 1, Blackhole: 1, FirstCut: true,
 				LatencyBy: 10 * time.Millisecond, LatencyFor: 300 * time.Millisecond, BlackholeFor: 150 * time.Millisecond,
 				Observe: r.marks.observeProxy(rp.proxy, fmt.Sprintf("client → replica %d", i), 300*time.Millisecond, 150*time.Millisecond)})
 		})
@@ -66,7 +66,7 @@ func (r *run) runProxyFaults(fctx context.Context) (wait func()) {
 			where = fmt.Sprintf("replicas → database node %d", i)
 		}
 		wg.Go(func() {
-			_ = p.Run(fctx, faultproxy.Schedule{Seed: r.s.Seed*131 + 97 + uint64(i), Every: proxyEvery * 3 / 2, Cut: 3, Latency: 1, Blackhole: 1,
+			_ = p.Run(fctx, faultproxy.Schedule{Seed: r.s.Seed*131 + 97 + uint64(i), Every: proxyEvery * 3 / 2, Cut: 3, Latency: 1, Blackhole: 1, FirstCut: true,
 				LatencyBy: 5 * time.Millisecond, LatencyFor: 300 * time.Millisecond, BlackholeFor: 200 * time.Millisecond,
 				Observe: r.marks.observeProxy(p, where, 300*time.Millisecond, 200*time.Millisecond)})
 		})
