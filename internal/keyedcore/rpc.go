@@ -5,12 +5,10 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/opledger/opledger/internal/keyedconf"
-	"github.com/opledger/opledger/internal/txledger"
 	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/policy"
@@ -26,42 +24,7 @@ func SQL(db *sql.DB, l ledger.Ledger) (keyed.Transactions, error) {
 	case l == nil:
 		return nil, errors.New("nil ledger")
 	}
-	return windowed(keyed.SQL(db, l), l), nil
-}
-
-// windowed returns tx stating ledger l's window (txledger.Window), when l
-// states it and tx does not, keeping what else tx states (its result
-// limit).
-func windowed(tx keyed.Transactions, l ledger.Ledger) keyed.Transactions {
-	if _, _, ok := txledger.Window(tx); ok {
-		return tx
-	}
-	r, k, ok := txledger.Window(l)
-	if !ok {
-		return tx
-	}
-	w := window{r, k}
-	if rs, ok := tx.(txledger.ResultSizer); ok {
-		return sizedWindowTx{tx, rs, w}
-	}
-	return windowTx{tx, w}
-}
-
-// window is a ledger's retention and clock skew.
-type window struct{ retention, skew time.Duration }
-
-// Window returns the retention and the clock skew.
-func (w window) Window() (retention, skew time.Duration) { return w.retention, w.skew }
-
-type windowTx struct {
-	keyed.Transactions
-	window
-}
-
-type sizedWindowTx struct {
-	keyed.Transactions
-	txledger.ResultSizer
-	window
+	return keyed.SQL(db, l), nil
 }
 
 // ViaSQL is a transport's NewServer (New) on database/sql: newFor (its
