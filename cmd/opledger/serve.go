@@ -92,6 +92,8 @@ can send it with -H or -rpc-header. docs/serve.md has the commands.
 type serveFlags struct {
 	listen, dsn, table, transfers, caller, tokenSHA string
 	lockWait, grace                                 time.Duration
+	faults                                          float64 // test only: answers lost after commit
+	faultsSeed                                      uint64
 }
 
 func defineServeFlags(fs *flag.FlagSet) *serveFlags {
@@ -104,6 +106,8 @@ func defineServeFlags(fs *flag.FlagSet) *serveFlags {
 	fs.StringVar(&f.tokenSHA, "token-sha256", "", "the hex SHA-256 of the bearer token to accept (default: $"+serveTokenEnv+", else a random token written to token-file)")
 	fs.DurationVar(&f.lockWait, "lock-wait", 0, "the claim's lock-wait bound (default 2s, 10s on SQLite)")
 	fs.DurationVar(&f.grace, "grace", 10*time.Second, "how long calls in flight may take to finish once interrupted")
+	fs.Float64Var(&f.faults, "faults", 0, "for tests of clients only: the probability, 0 to 1, that a call's answer is lost after it committed (UNAVAILABLE / 503, as a proxy that lost it)")
+	fs.Uint64Var(&f.faultsSeed, "faults-seed", 0, "the seed of --faults (default random)")
 	return f
 }
 
@@ -136,7 +140,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return fail(stderr, "serve", err)
 	}
 	defer app.db.Close()
-	srv, err := newServeServers(app, tokens)
+	var faults *payments.Faults
+	if f.faults > 0 {
+		faults = payments.NewFaults(payments.FaultSettings{DropAfterCommit: f.faults, Seed: f.faultsSeed})
+	}
+	srv, err := newServeServers(app, tokens, faults)
 	if err != nil {
 		return fail(stderr, "serve", err)
 	}
@@ -168,6 +176,8 @@ func (f *serveFlags) check(fs *flag.FlagSet) ([3]string, error) {
 		return addrs, errors.New("--caller must not be empty")
 	case f.lockWait < 0 || f.grace < 0:
 		return addrs, errors.New("--lock-wait and --grace must not be negative")
+	case !(f.faults >= 0 && f.faults <= 1):
+		return addrs, errors.New("--faults must be 0 to 1")
 	}
 	host, p, err := net.SplitHostPort(f.listen)
 	if err != nil {
@@ -287,8 +297,9 @@ type serveServers struct {
 
 // newServeServers builds the three servers of app's service, each with
 // the tokens in front of the kit's keyed server, as the demo's
-// transports are built (examples/payments).
-func newServeServers(app *serveApp, tokens *payments.Tokens) (*serveServers, error) {
+// transports are built (examples/payments); faults, when not nil, lose
+// answers after commit on every transport.
+func newServeServers(app *serveApp, tokens *payments.Tokens, faults *payments.Faults) (*serveServers, error) {
 	cat, err := payments.Catalog()
 	if err != nil {
 		return nil, err
@@ -298,7 +309,11 @@ func newServeServers(app *serveApp, tokens *payments.Tokens) (*serveServers, err
 	if err != nil {
 		return nil, err
 	}
-	s := &serveServers{grpc: grpc.NewServer(grpc.ChainUnaryInterceptor(tokens.UnaryServerInterceptor(), g.UnaryServerInterceptor()),
+	unary := []grpc.UnaryServerInterceptor{tokens.UnaryServerInterceptor(), g.UnaryServerInterceptor()}
+	if faults != nil {
+		unary = append([]grpc.UnaryServerInterceptor{faults.UnaryServerInterceptor()}, unary...)
+	}
+	s := &serveServers{grpc: grpc.NewServer(grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(g.StreamServerInterceptor()))}
 	paymentspb.RegisterPaymentsServer(s.grpc, app.svc)
 	reflection.Register(s.grpc)
@@ -309,7 +324,11 @@ func newServeServers(app *serveApp, tokens *payments.Tokens) (*serveServers, err
 	if err != nil {
 		return nil, err
 	}
-	path, h := connectpay.NewHandler(app.svc, connect.WithInterceptors(connectpay.Authenticate(tokens), c.Interceptor()))
+	ics := []connect.Interceptor{connectpay.Authenticate(tokens), c.Interceptor()}
+	if faults != nil {
+		ics = append([]connect.Interceptor{connectpay.ServerFaults(faults)}, ics...)
+	}
+	path, h := connectpay.NewHandler(app.svc, connect.WithInterceptors(ics...))
 	mux := http.NewServeMux()
 	mux.Handle(path, h)
 	s.connect = connectpay.NewHTTPServer(mux)
@@ -317,7 +336,11 @@ func newServeServers(app *serveApp, tokens *payments.Tokens) (*serveServers, err
 	if err != nil {
 		return nil, err
 	}
-	s.http = &http.Server{Handler: tokens.HTTPMiddleware(mw.Handler(app.svc.HTTPHandler())),
+	var hh http.Handler = tokens.HTTPMiddleware(mw.Handler(app.svc.HTTPHandler()))
+	if faults != nil {
+		hh = faults.HTTPMiddleware(hh)
+	}
+	s.http = &http.Server{Handler: hh,
 		ReadHeaderTimeout: 10 * time.Second, ErrorLog: log.New(io.Discard, "", 0)}
 	return s, nil
 }
