@@ -113,21 +113,7 @@ func newIdentity(caller, method string, keyHash [32]byte) Identity {
 // digest is the compact primary key: SHA-256 over the length-prefixed
 // triple, so two different triples never produce the same input.
 func digest(caller, method string, keyHash [32]byte) [32]byte {
-	h := sha256.New()
-	var n [8]byte
-	h.Write([]byte("opledger/v1\x00"))
-	binary.BigEndian.PutUint64(n[:], uint64(len(caller)))
-	h.Write(n[:])
-	h.Write([]byte(caller))
-	binary.BigEndian.PutUint64(n[:], uint64(len(method)))
-	h.Write(n[:])
-	h.Write([]byte(method))
-	binary.BigEndian.PutUint64(n[:], uint64(len(keyHash)))
-	h.Write(n[:])
-	h.Write(keyHash[:])
-	var out [32]byte
-	h.Sum(out[:0])
-	return out
+	return ledgerkit.Digest(caller, method, keyHash)
 }
 
 // digestFirstSent is the primary key of an identity whose birth is a

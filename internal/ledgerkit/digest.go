@@ -1,0 +1,29 @@
+package ledgerkit
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+)
+
+// Digest is an entry's primary key: SHA-256 over the length-prefixed
+// (caller, method, key hash) triple, so two different triples never
+// produce the same input. keyHash is the SHA-256 of the raw key. Package
+// ledger's identities use it, and so does opledger console, which gets
+// only the key's hash from the page's form.
+func Digest(caller, method string, keyHash [32]byte) [32]byte {
+	h := sha256.New()
+	var n [8]byte
+	h.Write([]byte("opledger/v1\x00"))
+	binary.BigEndian.PutUint64(n[:], uint64(len(caller)))
+	h.Write(n[:])
+	h.Write([]byte(caller))
+	binary.BigEndian.PutUint64(n[:], uint64(len(method)))
+	h.Write(n[:])
+	h.Write([]byte(method))
+	binary.BigEndian.PutUint64(n[:], uint64(len(keyHash)))
+	h.Write(n[:])
+	h.Write(keyHash[:])
+	var out [32]byte
+	h.Sum(out[:0])
+	return out
+}
