@@ -90,10 +90,19 @@ export class KeyedCallError extends ConnectError {
   /** Resolves sent. */
   readonly resolves: number;
 
+  /**
+   * Reports whether v is a KeyedCallError (ConnectError's own check takes
+   * every ConnectError for one).
+   */
+  static override [Symbol.hasInstance](v: unknown): boolean {
+    return typeof v === "object" && v !== null && Object.prototype.isPrototypeOf.call(KeyedCallError.prototype, v);
+  }
+
   /** Wraps the last answer of a call, last, with its outcome. */
   constructor(last: ConnectError, info: CallInfo) {
+    // The name stays "ConnectError": connect's clients pass on only errors
+    // that ConnectError recognizes, by its name, and wrap any other.
     super(last.rawMessage, last.code, last.metadata, undefined, last.cause);
-    this.name = "KeyedCallError";
     this.details = last.details;
     this.outcome = info.outcome;
     this.key = info.key;
