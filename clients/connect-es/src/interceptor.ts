@@ -182,6 +182,12 @@ function replayed(h: Headers): boolean {
   return h.get(replayedHeader)?.toLowerCase() === "true";
 }
 
+/** The stored answer's code of a replay (idempotency-replayed-code), or -1. */
+function storedCode(h: Headers): number {
+  const v = h.get("idempotency-replayed-code");
+  return v !== null && /^[0-9]{1,2}$/.test(v) ? Number(v) : -1;
+}
+
 /** Pushback: undefined when absent, NaN when malformed (negative, not a number, sent twice). */
 function pushback(h: Headers): number | undefined {
   const v = h.get(pushbackHeader);
@@ -482,8 +488,8 @@ export function createKeyedInterceptor(options: KeyedClientOptions = {}): Interc
         return fail();
       }
       const row = kitRow(err);
-      if (replayed(err.metadata)) {
-        // A stored error: the call's answer.
+      if (replayed(err.metadata) && storedCode(err.metadata) === err.code) {
+        // A stored error (the marker, with the error's own code): the call's answer.
         unknown = false;
         last = err;
         lastRow = outcome("replayed");
