@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/descriptorpb"
 
+	"github.com/opledger/opledger/internal/keyedoption"
 	"github.com/opledger/opledger/internal/requestid"
 )
 
@@ -24,13 +25,23 @@ const maxDescriptorSetBytes = 64 << 20
 //
 // A method's kind comes from its idempotency_level option: NO_SIDE_EFFECTS
 // gives KindNoSideEffects, IDEMPOTENT gives KindIdempotent, and
-// IDEMPOTENCY_UNKNOWN or no option gives KindNonIdempotent, except for a
-// unary method whose request message has a request identifier as Google's
-// AIP-155 defines it (a top-level field `string request_id`, singular, not
-// in a oneof; see [KeyedByRequestID]): that mutation is KindKeyed with
-// DurableLedger set, since AIP-155 says that providing a request ID must
-// guarantee idempotency, which is the durable record's promise. Mark other
-// methods keyed with Catalog.WithKeyed; undo a mark with Catalog.With.
+// IDEMPOTENCY_UNKNOWN or no option gives KindNonIdempotent.
+//
+// A method is KindKeyed with DurableLedger set when its .proto declares
+// it so: with the method option (opledger.v1.keyed) of the published
+// package proto/opledger/v1, whose retention and refuse_unknown_birth
+// become the policy's Retention and UnknownBirth (the option is read
+// whether or not that Go package is linked); or, without the option, when
+// it is a non-idempotent unary method whose request message has a request
+// identifier as Google's AIP-155 defines it (a top-level field `string
+// request_id`, singular, not in a oneof; see [KeyedByRequestID]), since
+// AIP-155 says that providing a request ID must guarantee idempotency,
+// which is the durable record's promise. The option on a streaming or
+// read-only method is an error naming the method, and so is a key_field
+// other than request_id (the only field the kit's servers read a key
+// from), request_id where the request has no such field, or no key_field
+// where the request has one. Mark other methods keyed with
+// Catalog.WithKeyed; undo a mark with Catalog.With.
 func CatalogFromFiles(files *protoregistry.Files) (*Catalog, error) {
 	if files == nil {
 		return nil, fmt.Errorf("%w: nil file registry", errInvalidDescriptors)
@@ -107,8 +118,8 @@ func addFileMethods(m map[string]MethodPolicy, fd protoreflect.FileDescriptor) e
 				Kind:       kindOf(md),
 				Shape:      ShapeOf(md.IsStreamingClient(), md.IsStreamingServer()),
 			}
-			if KeyedByRequestID(md, p.Kind) {
-				p.Kind, p.DurableLedger = KindKeyed, true
+			if err := markKeyed(&p, md); err != nil {
+				return fmt.Errorf("%w: %w", errInvalidDescriptors, err)
 			}
 			if err := checkPolicy(p); err != nil {
 				return fmt.Errorf("%w: %w", errInvalidDescriptors, err)
@@ -118,6 +129,27 @@ func addFileMethods(m map[string]MethodPolicy, fd protoreflect.FileDescriptor) e
 			}
 			m[p.FullMethod] = p
 		}
+	}
+	return nil
+}
+
+// markKeyed makes p, the policy of md as its idempotency_level gives it,
+// a keyed mutation backed by a durable ledger when md declares it so: with
+// the (opledger.v1.keyed) option (and the option's retention and birth
+// policy), or with AIP-155's request_id ([KeyedByRequestID]). A misused
+// option is an error.
+func markKeyed(p *MethodPolicy, md protoreflect.MethodDescriptor) error {
+	opt, ok, err := keyedoption.Of(md, p.Kind == KindNoSideEffects)
+	switch {
+	case err != nil:
+		return err
+	case ok:
+		p.Kind, p.DurableLedger, p.Retention = KindKeyed, true, opt.Retention
+		if opt.RefuseUnknownBirth {
+			p.UnknownBirth = RefuseUnknownBirth
+		}
+	case KeyedByRequestID(md, p.Kind):
+		p.Kind, p.DurableLedger = KindKeyed, true
 	}
 	return nil
 }
@@ -142,7 +174,8 @@ func kindOf(md protoreflect.MethodDescriptor) Kind {
 // proto3 optional field counts). A method that reads or is idempotent
 // stays what its option says; a streaming method cannot be keyed. The
 // catalogs built from descriptors (CatalogFromFiles, and connectint's from
-// connect Specs) mark such methods keyed with it.
+// connect Specs) mark such methods keyed with it, and read the
+// (opledger.v1.keyed) option first.
 func KeyedByRequestID(md protoreflect.MethodDescriptor, k Kind) bool {
 	if md == nil || k != KindNonIdempotent || md.IsStreamingClient() || md.IsStreamingServer() {
 		return false

@@ -17,8 +17,9 @@
 //     code ([NewCatalog]) or from proto descriptors ([CatalogFromFiles],
 //     [CatalogFromDescriptorSet], [LoadDescriptorSetFile]) by reading the
 //     standard idempotency_level method option, and marks keyed the
-//     mutations whose request has Google's AIP-155 request_id
-//     ([KeyedByRequestID]).
+//     methods that carry the option (opledger.v1.keyed) of the published
+//     proto package proto/opledger/v1 and the mutations whose request has
+//     Google's AIP-155 request_id ([KeyedByRequestID]).
 //   - [Eligible] decides, from the method, the [Evidence] and the status
 //     code, whether to retry, not to retry (with a [DecisionReason]) or to
 //     resolve the outcome of a keyed mutation first.
