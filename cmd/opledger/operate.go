@@ -16,6 +16,8 @@ import (
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/internal/dialectkit"
 	"github.com/opledger/opledger/ledger"
+
+	"github.com/opledger/opledger/cmd/opledger/internal/console"
 )
 
 func init() {
@@ -190,18 +192,7 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 }
 
 // bytesIEC formats n bytes with a binary unit.
-func bytesIEC(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}
+func bytesIEC(n int64) string { return console.BytesIEC(n) }
 
 // listing is one entry as inspect lists it.
 type listing struct {
