@@ -11,6 +11,7 @@ import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient, createRouterTransport, type Interceptor } from "@connectrpc/connect";
 
 import { ErrorInfoSchema } from "../gen/google/rpc/error_details_pb.js";
+import { ErrorReason } from "../gen/opledger/v1/opledger_pb.js";
 import { Payments, TransferReplySchema } from "../gen/payments_pb.js";
 import { createKeyedInterceptor, KeyedCallError, outcomes, RetryBudget, type CallInfo, type OutcomeName } from "../src/index.js";
 
@@ -131,7 +132,7 @@ async function run(sc: Scenario): Promise<{ info: CallInfo | undefined; err: unk
             maxRuns: 3,
             backoff: { initialMs: 1, maxMs: 5 },
             budget: new RetryBudget({ percent: 10, minRetriesPerSecond: 1000 }),
-            resolveForMs: 200,
+            resolveForMs: 1500,
             onCallEnd: (i) => (info = i),
           }),
           ...(sc.notSent === true ? [refuse] : []),
@@ -196,4 +197,12 @@ test("the outcome table is docs/protocol.md's, which a Go test generates from ke
     outcomes.map((o) => ({ ...o })),
     fromDoc,
   );
+});
+
+test("the table's reasons are the published proto's ErrorReason values (proto/opledger/v1)", () => {
+  const published = Object.keys(ErrorReason)
+    .filter((k) => Number.isNaN(Number(k)) && k !== "ERROR_REASON_UNSPECIFIED")
+    .sort();
+  const ours = [...new Set(outcomes.filter((o) => o.reason !== "").map((o) => o.reason))].sort();
+  assert.deepEqual(ours, published);
 });
