@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/descriptorpb"
 
+	"github.com/opledger/opledger/internal/keyedoption"
 	"github.com/opledger/opledger/policy"
 )
 
@@ -18,12 +19,17 @@ import (
 // IdempotencyIdempotent policy.KindIdempotent, IdempotencyUnknown
 // policy.KindNonIdempotent). When IdempotencyLevel is unknown and Schema is
 // the procedure's protoreflect.MethodDescriptor, its idempotency_level
-// option decides. A non-idempotent unary procedure whose Schema's request
-// message has Google's AIP-155 request identifier (a top-level `string
-// request_id`; see policy.KeyedByRequestID) is policy.KindKeyed with
-// DurableLedger set, as policy.CatalogFromFiles reads it; mark other
-// procedures keyed with Catalog.WithKeyed. A malformed procedure name, or
-// one given twice, is an error.
+// option decides. A procedure whose Schema carries the method option
+// (opledger.v1.keyed) of proto/opledger/v1 is policy.KindKeyed with
+// DurableLedger set (and the option's Retention and UnknownBirth), and so
+// is, without the option, a non-idempotent unary procedure whose Schema's
+// request message has Google's AIP-155 request identifier (a top-level
+// `string request_id`; see policy.KeyedByRequestID), as
+// policy.CatalogFromFiles reads them; mark other procedures keyed with
+// Catalog.WithKeyed. A malformed procedure name, one given twice, or the
+// option misused (on a streaming or read-only procedure, or with a
+// key_field the request does not have as AIP-155's request_id) is an
+// error matching policy.ErrInvalidConfig.
 func CatalogFromSpecs(specs ...connect.Spec) (*policy.Catalog, error) {
 	return CatalogWithSpecs(nil, specs...)
 }
@@ -36,8 +42,10 @@ func CatalogWithSpecs(base *policy.Catalog, specs ...connect.Spec) (*policy.Cata
 	ps := make([]policy.MethodPolicy, 0, len(specs))
 	for _, s := range specs {
 		p := policy.MethodPolicy{FullMethod: s.Procedure, Kind: kindOf(s), Shape: shapeOf(s.StreamType)}
-		if md, ok := s.Schema.(protoreflect.MethodDescriptor); ok && p.Shape == policy.ShapeUnary && policy.KeyedByRequestID(md, p.Kind) {
-			p.Kind, p.DurableLedger = policy.KindKeyed, true
+		if md, ok := s.Schema.(protoreflect.MethodDescriptor); ok {
+			if err := markKeyed(&p, md); err != nil {
+				return nil, fmt.Errorf("connectint: catalog from specs: %w: %w", policy.ErrInvalidConfig, err)
+			}
 		}
 		if old, ok := base.Lookup(s.Procedure); ok && old.Kind == policy.KindKeyed && p.Kind != policy.KindNoSideEffects {
 			p.Kind, p.DurableLedger = policy.KindKeyed, old.DurableLedger
@@ -49,6 +57,28 @@ func CatalogWithSpecs(base *policy.Catalog, specs ...connect.Spec) (*policy.Cata
 		return nil, fmt.Errorf("connectint: catalog from specs: %w", err)
 	}
 	return c, nil
+}
+
+// markKeyed makes p, the policy of a procedure as its Spec gives it, a
+// keyed mutation backed by a durable ledger when its Schema md declares it
+// so, as policy.CatalogFromFiles reads a descriptor: with the
+// (opledger.v1.keyed) option, or with AIP-155's request_id.
+func markKeyed(p *policy.MethodPolicy, md protoreflect.MethodDescriptor) error {
+	opt, ok, err := keyedoption.Of(md, p.Kind == policy.KindNoSideEffects)
+	switch {
+	case err != nil:
+		return err
+	case ok && p.Shape != policy.ShapeUnary:
+		return fmt.Errorf("%w: procedure %s is served as a stream", keyedoption.ErrInvalid, p.FullMethod)
+	case ok:
+		p.Kind, p.DurableLedger, p.Retention = policy.KindKeyed, true, opt.Retention
+		if opt.RefuseUnknownBirth {
+			p.UnknownBirth = policy.RefuseUnknownBirth
+		}
+	case p.Shape == policy.ShapeUnary && policy.KeyedByRequestID(md, p.Kind):
+		p.Kind, p.DurableLedger = policy.KindKeyed, true
+	}
+	return nil
 }
 
 // ServiceSpecs returns the Specs of every method of a service, as
