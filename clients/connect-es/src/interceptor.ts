@@ -226,6 +226,20 @@ function sleep(ms: number, signal: AbortSignal): Promise<boolean> {
   });
 }
 
+/** Codes a retry will not change (the Go kit's policy.Eligible, rule 5). */
+const finalCodes = new Set([
+  Code.Canceled,
+  Code.InvalidArgument,
+  Code.NotFound,
+  Code.AlreadyExists,
+  Code.PermissionDenied,
+  Code.FailedPrecondition,
+  Code.OutOfRange,
+  Code.Unimplemented,
+  Code.DataLoss,
+  Code.Unauthenticated,
+]);
+
 /** Codes that say nothing of whether a sent request ran. */
 const unknownResolve = new Set([Code.DeadlineExceeded, Code.Unavailable]);
 const unknownRetry = new Set([Code.Unknown, Code.Internal, Code.Aborted, Code.ResourceExhausted]);
@@ -310,7 +324,8 @@ export function createKeyedInterceptor(options: KeyedClientOptions = {}): Interc
     let action: "run" | "resolve" = "run";
 
     const markUnknown = (): void => {
-      if (!unknown) {
+      // A read (an idempotent method) has nothing to resolve: it runs again.
+      if (!unknown && k.kind === "keyed") {
         unknown = true;
         unknownSince = Date.now();
       }
@@ -421,6 +436,9 @@ export function createKeyedInterceptor(options: KeyedClientOptions = {}): Interc
         let nothing: boolean; // the failure says nothing was committed by it
         if (lastRow !== undefined) {
           step = lastRow.next;
+          if (step === "retry" && finalCodes.has(err.code)) {
+            step = "stop"; // refused before it ran, with a code a retry will not change (UNAUTHENTICATED)
+          }
           nothing = lastRow.committed === "no" || lastRow.committed === "n/a";
           if ((step === "retry" && lastRow.committed === "unknown") || step === "resolve") {
             markUnknown();
@@ -445,9 +463,6 @@ export function createKeyedInterceptor(options: KeyedClientOptions = {}): Interc
         }
         if (k.kind === "idempotent" && step === "resolve") {
           step = "retry"; // nothing to resolve: a read runs again
-        }
-        if (k.kind !== "keyed") {
-          unknown = false;
         }
         if (step === "stop" && nothing && unknown) {
           step = "resolve"; // step 6: an earlier attempt may have committed
