@@ -124,7 +124,6 @@ type insertFirst[TX any] struct {
 
 // insertFirst runs p for req in tx: read back with sel after a conflict.
 func (s *txStore[TX]) insertFirst(ctx context.Context, tx TX, req ClaimRequest, sel string, p insertFirst[TX]) (*Claim, error) {
-	id := req.Identity.id[:]
 	for range maxClaimLoops {
 		now := s.now()
 		if err := s.window(p.op, req.Identity, micros(now)); err != nil {
@@ -160,7 +159,7 @@ func (s *txStore[TX]) insertFirst(ctx context.Context, tx TX, req ClaimRequest, 
 				s.afterConflict()
 			}
 			var err error
-			e, err = scanRow(s.drv.QueryRow(ctx, tx, sel, id))
+			e, err = scanRow(s.drv.QueryRow(ctx, tx, sel, s.readArgs(req.Identity)...))
 			if errors.Is(err, sql.ErrNoRows) {
 				continue // deleted between the conflict and the read: insert again
 			}

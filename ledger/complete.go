@@ -73,7 +73,11 @@ func (s *txStore[TX]) completeArgs(c *Claim, r Result) []any {
 	if resp == nil {
 		resp = []byte{}
 	}
-	return []any{int64(r.Code), resp, r.TypeName, micros(s.now()), c.Identity.id[:]}
+	args := []any{int64(r.Code), resp, r.TypeName, micros(s.now()), c.Identity.id[:]}
+	if s.byBirth != nil {
+		args = append(args, c.Identity.birth)
+	}
+	return args
 }
 
 func (s *txStore[TX]) complete(ctx context.Context, tx TX, c *Claim, r Result) error {

@@ -91,7 +91,7 @@ func (s *txStore[TX]) beginClaim(ctx context.Context, p ledgerkit.Pipeline[TX], 
 	if s.afterConflict != nil {
 		s.afterConflict()
 	}
-	e, err := scanRow(p.QueryRollback(ctx, tx, q.Select, id))
+	e, err := scanRow(p.QueryRollback(ctx, tx, q.Select, s.readArgs(req.Identity)...))
 	switch {
 	case errors.Is(err, sql.ErrNoRows) || err == nil && e.expiresAt <= created:
 		// Gone or expired: claim as Claim does, which takes it over.
@@ -277,7 +277,7 @@ func (s *txStore[TX]) recordConflict(ctx context.Context, p ledgerkit.Pipeline[T
 		s.afterConflict()
 	}
 	id := req.Identity.id[:]
-	e, err := scanRow(p.RollbackQuery(ctx, tx, s.q.Select, id))
+	e, err := scanRow(p.RollbackQuery(ctx, tx, s.q.Select, s.readArgs(req.Identity)...))
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return nil, fmt.Errorf("ledger: record: the conflicting entry is gone; run the unit again: %w", ErrRetryable)

@@ -172,7 +172,7 @@ func TestPostgresSingleStatementCTEMissesWinner(t *testing.T) {
 		}
 		tbl := e.Dialect.QuoteIdent(e.Table)
 		cte := `WITH ins AS (INSERT INTO ` + tbl + ` (id, caller, method, request_fp, created_at, expires_at)
-			VALUES ($1, 'tenant-a', $2, $3, 0, 9223372036854775807) ON CONFLICT (id) DO NOTHING RETURNING request_fp)
+			VALUES ($1, 'tenant-a', $2, $3, 0, 9223372036854775807) ON CONFLICT DO NOTHING RETURNING request_fp)
 			SELECT request_fp FROM ins UNION ALL SELECT request_fp FROM ` + tbl + ` WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM ins)`
 		rows := make(chan int, 1)
 		returned := make(chan struct{})

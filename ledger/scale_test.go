@@ -56,7 +56,7 @@ FROM (SELECT i, 'principal:svc-' || (i %% 64) AS c,
              (ARRAY['/pay.v1.Payments/Transfer','/pay.v1.Payments/Refund','/pay.v1.Payments/Capture','/pay.v1.Payments/Authorize'])[i %% 4 + 1] AS m,
              $3::bigint - ($4::bigint - i) * (86400000000 / $4::bigint) AS cr
       FROM generate_series($1::bigint, $2::bigint) AS i) AS g
-ON CONFLICT (id) DO NOTHING`,
+ON CONFLICT DO NOTHING`,
 	"mysql": `INSERT IGNORE INTO %[1]s (id, caller, method, request_fp, code, response, response_type, created_at, completed_at, expires_at)
 SELECT UNHEX(SHA2(CONCAT('opledger/v1', CHAR(0),
         UNHEX(LPAD(HEX(LENGTH(c)), 16, '0')), c,

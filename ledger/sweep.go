@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/opledger/opledger/internal/dialectkit"
 	"github.com/opledger/opledger/internal/ledgerkit"
 	"github.com/opledger/opledger/internal/options"
 )
@@ -119,6 +120,13 @@ func (s *Store) Sweep(ctx context.Context, db Execer, batch int) (int64, error) 
 	if _, ok := db.(*sql.DB); s.core.sweepWait > 0 && !ok {
 		return 0, invalid("tx", "WithSweepLockWait needs Sweep on a *sql.DB (each batch begins a bounded transaction)")
 	}
+	if pt, ok := s.core.d.(dialectkit.Partitioner); ok {
+		if pdb, ok := partitionDB(db); ok {
+			if n, handled, err := s.sweepPartitioned(ctx, pt, pdb, batch); handled {
+				return n, err
+			}
+		}
+	}
 	var (
 		total    int64
 		cutoff   time.Time
@@ -156,6 +164,19 @@ func (s *Store) Sweep(ctx context.Context, db Execer, batch int) (int64, error) 
 			return total, s.held(ctx, db, cutoff, nil, len(skipped))
 		}
 	}
+}
+
+// partitionDB returns db as the handle a dialectkit.Partitioner runs on,
+// when it is a *sql.DB or a *sql.Conn (partitions are never created or
+// dropped inside a caller's transaction).
+func partitionDB(db Execer) (dialectkit.DB, bool) {
+	switch h := db.(type) {
+	case *sql.DB:
+		return h, true
+	case *sql.Conn:
+		return h, true
+	}
+	return nil, false
 }
 
 // held is Sweep's report (see [txStore.held]), counting through db when

@@ -53,6 +53,10 @@ type txStore[TX any] struct {
 	// on a conflict only, Select.
 	oneStatement bool
 
+	// byBirth is the dialect's BirthQueries, when it has them: Select,
+	// Complete and Lookup then take the key's birth last (see readArgs).
+	byBirth *dialectkit.BirthQueries
+
 	// afterConflict, when set (by tests only), runs between a conflicting
 	// insert and the read that follows it.
 	afterConflict func()
@@ -88,6 +92,11 @@ func newTxStore[TX any](d dialects.Dialect, drv ledgerkit.Driver[TX], opts ...Op
 		return nil, &inputError{Field: "option", Reason: err.Error(), Err: err}
 	}
 	s.q = d.Queries(s.table)
+	if br, ok := d.(dialectkit.BirthReader); ok {
+		bq := br.BirthQueries(s.table)
+		s.q.Select, s.q.Complete, s.q.Lookup = bq.Select, bq.Complete, bq.Lookup
+		s.byBirth = &bq
+	}
 	s.oneStatement = c.oneStatement && s.q.Claim != ""
 	if rd, ok := d.(dialectkit.RecordQuerier); ok {
 		rq := rd.RecordQueries(s.table)
@@ -143,6 +152,9 @@ func (s *txStore[TX]) queries(wait time.Duration) (*dialects.Queries, error) {
 	if s.bounder != nil {
 		bound = func(table string, d time.Duration) (dialects.Queries, bool) {
 			q, ok := s.bounder.BoundedQueries(table, d)
+			if s.byBirth != nil {
+				q.Select, q.Complete, q.Lookup = s.byBirth.Select, s.byBirth.Complete, s.byBirth.Lookup
+			}
 			return q, ok
 		}
 	}
@@ -265,4 +277,13 @@ func sameTx(a, b any) bool {
 		return false
 	}
 	return a == b
+}
+
+// readArgs are the arguments of Select and Lookup for id: its digest,
+// and its birth when the dialect reads by birth (dialectkit.BirthReader).
+func (s *txStore[TX]) readArgs(id Identity) []any {
+	if s.byBirth != nil {
+		return []any{id.id[:], id.birth}
+	}
+	return []any{id.id[:]}
 }

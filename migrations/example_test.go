@@ -52,6 +52,7 @@ func Example() {
 	// up 00002_create_outbox.sql
 	// up 00003_outbox_dead.sql
 	// up 00004_operations_born_at.sql
+	// up 00005_operations_partitioned.sql
 	// second up: 0 <nil>
 }
 
@@ -74,4 +75,5 @@ func ExampleExport() {
 	// 00002_create_outbox.sql
 	// 00003_outbox_dead.sql
 	// 00004_operations_born_at.sql
+	// 00005_operations_partitioned.sql
 }

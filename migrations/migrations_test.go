@@ -88,8 +88,8 @@ func TestUpDownCycle(t *testing.T) {
 				t.Fatalf("pending before up: %v %v", pending, err)
 			}
 			rs, err := m.Up(ctx)
-			if err != nil || len(rs) != 4 || rs[0].Direction != "up" || rs[0].Version != 1 || rs[0].Name != "00001_create_operations.sql" ||
-				rs[1].Version != 2 || rs[1].Name != "00002_create_outbox.sql" || rs[2].Version != 3 || rs[2].Name != "00003_outbox_dead.sql" || rs[3].Name != "00004_operations_born_at.sql" {
+			if err != nil || len(rs) != 5 || rs[0].Direction != "up" || rs[0].Version != 1 || rs[0].Name != "00001_create_operations.sql" ||
+				rs[1].Version != 2 || rs[1].Name != "00002_create_outbox.sql" || rs[2].Version != 3 || rs[2].Name != "00003_outbox_dead.sql" || rs[3].Name != "00004_operations_born_at.sql" || rs[4].Name != "00005_operations_partitioned.sql" {
 				t.Fatalf("up: %+v %v", rs, err)
 			}
 			if count(rows) != 0 {
@@ -114,11 +114,11 @@ func TestUpDownCycle(t *testing.T) {
 				t.Fatalf("pending after up: %v %v", pending, err)
 			}
 			st, err := m.Status(ctx)
-			if err != nil || len(st) != 4 || !st[0].Applied || st[0].Name != "00001_create_operations.sql" || st[0].AppliedAt.IsZero() || !st[1].Applied {
+			if err != nil || len(st) != 5 || !st[0].Applied || st[0].Name != "00001_create_operations.sql" || st[0].AppliedAt.IsZero() || !st[1].Applied {
 				t.Fatalf("status: %+v %v", st, err)
 			}
 			rs, err = m.Down(ctx)
-			if err != nil || len(rs) != 4 || rs[0].Direction != "down" {
+			if err != nil || len(rs) != 5 || rs[0].Direction != "down" {
 				t.Fatalf("down: %+v %v", rs, err)
 			}
 			if _, err := db.ExecContext(ctx, rows); err == nil {
@@ -161,7 +161,7 @@ func TestFilesAndExport(t *testing.T) {
 	}
 	dir := t.TempDir()
 	paths, err := migrations.Export(dir, postgres.New(), "ops")
-	if err != nil || len(paths) != 4 || paths[0] != filepath.Join(dir, "00001_create_operations.sql") || paths[1] != filepath.Join(dir, "00002_create_outbox.sql") ||
+	if err != nil || len(paths) != 5 || paths[0] != filepath.Join(dir, "00001_create_operations.sql") || paths[1] != filepath.Join(dir, "00002_create_outbox.sql") ||
 		paths[2] != filepath.Join(dir, "00003_outbox_dead.sql") {
 		t.Fatalf("export: %v %v", paths, err)
 	}

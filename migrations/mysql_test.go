@@ -92,8 +92,8 @@ func TestMySQLSchemaAndLock(t *testing.T) {
 		}
 		total += r.n
 	}
-	if total != 4 { // 00001 to 00004, each applied once
-		t.Fatalf("two Ups applied %d migrations in all, want 4", total)
+	if total != 5 { // 00001 to 00005, each applied once
+		t.Fatalf("two Ups applied %d migrations in all, want 5", total)
 	}
 	if err := db.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?)", lockName).Scan(&got); err != nil || got.Valid {
 		t.Fatalf("lock still held after Up: %v %v", got, err)
@@ -124,7 +124,7 @@ func TestMySQLSchemaAndLock(t *testing.T) {
 		}
 		total += applied[i]
 	}
-	if total != 4 { // 00001 to 00004, each applied once
+	if total != 5 { // 00001 to 00005, each applied once
 		t.Fatalf("concurrent Ups applied %v, want each of the three migrations once in all", applied)
 	}
 	if err := db.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?)", lockName).Scan(&got); err != nil || got.Valid {

@@ -123,7 +123,7 @@ func TestTransactionPoolingOneServerConnection(t *testing.T) {
 	if err := direct.QueryRowContext(ctx, "SELECT count(*) FROM opl_one_db_version WHERE version_id > 0 AND is_applied").Scan(&applied); err != nil {
 		t.Fatal(err)
 	}
-	if applied != 4 {
-		t.Fatalf("%d migrations recorded as applied, want 4 (each once)", applied)
+	if applied != 5 {
+		t.Fatalf("%d migrations recorded as applied, want 5 (each once)", applied)
 	}
 }

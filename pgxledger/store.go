@@ -17,6 +17,7 @@ import (
 
 	"github.com/opledger/opledger/dialects/postgres"
 	"github.com/opledger/opledger/internal/dialectkit"
+	"github.com/opledger/opledger/internal/pgdialect"
 	"github.com/opledger/opledger/internal/pgxkit"
 	"github.com/opledger/opledger/internal/txledger"
 	"github.com/opledger/opledger/ledger"
@@ -119,7 +120,7 @@ func New(opts ...ledger.Option) (*Store, error) {
 	return &Store{
 		core:   core,
 		closed: pgx.FailedBatchResults(b, pgx.ErrTxClosed).Tx(),
-		always: []string{postgres.New().Queries(core.Table()).Select, "commit", "rollback"},
+		always: []string{pgdialect.New().BirthQueries(core.Table()).Select, "commit", "rollback"},
 	}, nil
 }
 

@@ -20,7 +20,8 @@ const notPending = "opledger: entry not pending"
 // (rounded up to milliseconds) for the rest of the transaction, as
 // [Dialect.BoundedRecordQueries] does, when wait is positive.
 //
-// Complete is the plain completion in a data-modifying CTE whose outer
+// Complete is the completion of [Dialect.BirthQueries] (born_at its last
+// argument) in a data-modifying CTE whose outer
 // query counts the rows it completed and, unless there was exactly one,
 // casts a message to an integer: the statement fails with SQLSTATE 22P02
 // and a message that starts "opledger: entry not pending", and the COMMIT
@@ -38,7 +39,7 @@ func (d Dialect) PipelineQueries(table string, wait time.Duration) (dialectkit.P
 	}
 	t := d.QuoteIdent(table)
 	return dialectkit.PipelineQueries{
-		Complete: `WITH done AS (` + d.queries(table, "").Complete + ` RETURNING 1) ` +
+		Complete: `WITH done AS (` + d.BirthQueries(table).Complete + ` RETURNING 1) ` +
 			`SELECT CASE WHEN count(*) = 1 THEN 1 ELSE ('` + notPending + ` (' || count(*) || ' rows)')::int END FROM done`,
 		Record:        d.recordInsert(table, lw, false),
 		DeleteExpired: `DELETE FROM ` + t + ` WHERE id = $1 AND expires_at <= $2`,

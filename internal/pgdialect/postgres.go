@@ -19,6 +19,7 @@ type Dialect struct{}
 var (
 	_ dialects.Dialect         = Dialect{}
 	_ dialectkit.RecordQuerier = Dialect{}
+	_ dialectkit.BirthReader   = Dialect{}
 )
 
 // New returns the PostgreSQL dialect.
@@ -37,9 +38,26 @@ func (Dialect) QuoteIdent(name string) string {
 
 const columns = `request_fp, code, response, response_type, created_at, completed_at, expires_at`
 
-// Queries returns the ledger's SQL for table.
+// Queries returns the ledger's SQL for table. Its inserts end in ON
+// CONFLICT DO NOTHING without a conflict target: the primary key of a
+// table partitioned by born_at is (id, born_at), and no unique index
+// covers id alone (born_at comes from the key's identity, so the two are
+// unique together exactly when id is).
 func (d Dialect) Queries(table string) dialects.Queries {
 	return d.queries(table, "")
+}
+
+// BirthQueries returns Select, Complete and Lookup with born_at in their
+// WHERE (see [dialectkit.BirthReader]): on a table partitioned by born_at
+// each reads one partition.
+func (d Dialect) BirthQueries(table string) dialectkit.BirthQueries {
+	t := d.QuoteIdent(table)
+	return dialectkit.BirthQueries{
+		Select: `SELECT ` + columns + ` FROM ` + t + ` WHERE id = $1 AND born_at = $2`,
+		Complete: `UPDATE ` + t + ` SET code = $1, response = $2, response_type = $3, completed_at = $4 ` +
+			`WHERE id = $5 AND born_at = $6 AND completed_at IS NULL`,
+		Lookup: `SELECT ` + columns + ` FROM ` + t + ` WHERE id = $1 AND born_at = $2`,
+	}
 }
 
 // insertColumns is the column list of the claim's insert.
@@ -61,16 +79,16 @@ func (d Dialect) queries(table, lw string) dialects.Queries {
 		claimWith = with + `, `
 	}
 	return dialects.Queries{
-		Insert: with + `INSERT INTO ` + t + insertColumns + values + ` ON CONFLICT (id) DO NOTHING`,
+		Insert: with + `INSERT INTO ` + t + insertColumns + values + ` ON CONFLICT DO NOTHING`,
 		// The outer query reads the statement's snapshot, taken before the
 		// insert: it shows an entry committed before the statement began,
 		// and not one whose claimant the insert waited for. It reads only
 		// after a conflict: NOT EXISTS (SELECT 1 FROM ins) is a one-time
 		// filter above the index scan, so an acquisition reads nothing
 		// (and takes no SIRead lock under SERIALIZABLE).
-		Claim: claimWith + `ins AS (INSERT INTO ` + t + insertColumns + values + ` ON CONFLICT (id) DO NOTHING RETURNING 1) ` +
+		Claim: claimWith + `ins AS (INSERT INTO ` + t + insertColumns + values + ` ON CONFLICT DO NOTHING RETURNING 1) ` +
 			`SELECT EXISTS (SELECT 1 FROM ins), e.request_fp, e.code, e.response, e.response_type, e.created_at, e.completed_at, e.expires_at ` +
-			`FROM (SELECT 1) AS one LEFT JOIN (SELECT * FROM ` + t + ` WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM ins)) AS e ON true`,
+			`FROM (SELECT 1) AS one LEFT JOIN (SELECT * FROM ` + t + ` WHERE id = $1 AND born_at = $7 AND NOT EXISTS (SELECT 1 FROM ins)) AS e ON true`,
 		Select: `SELECT ` + columns + ` FROM ` + t + ` WHERE id = $1`,
 		TakeOver: with + `UPDATE ` + t + ` SET request_fp = $1, created_at = $2, expires_at = $3, ` +
 			`code = NULL, response = NULL, response_type = NULL, completed_at = NULL` + from + ` ` +
@@ -87,7 +105,7 @@ func (d Dialect) queries(table, lw string) dialects.Queries {
 }
 
 // RecordQueries returns the SQL of the ledger's Record for table: INSERT
-// … ON CONFLICT (id) DO NOTHING of the completed entry; on a conflict the
+// … ON CONFLICT DO NOTHING of the completed entry; on a conflict the
 // ledger reads the existing entry with a separate SELECT; and TakeOver for
 // an expired entry. A duplicate still uncommitted in another transaction
 // makes the insert wait; under READ COMMITTED it then inserts nothing and
@@ -120,7 +138,7 @@ func (d Dialect) recordQueries(table, lw string) dialectkit.RecordQueries {
 	}
 }
 
-// recordInsert is the insert of a completed entry: ON CONFLICT (id) DO
+// recordInsert is the insert of a completed entry: ON CONFLICT DO
 // NOTHING when onConflict is set, else failing on a conflict; lw, when not
 // empty, is the lock_timeout (in milliseconds) it sets for the rest of
 // the transaction before it can wait.
@@ -132,7 +150,7 @@ func (d Dialect) recordInsert(table, lw string, onConflict bool) string {
 	}
 	insert := with + `INSERT INTO ` + d.QuoteIdent(table) + ` (id, caller, method, request_fp, code, response, response_type, created_at, completed_at, expires_at, born_at) ` + values
 	if onConflict {
-		insert += ` ON CONFLICT (id) DO NOTHING`
+		insert += ` ON CONFLICT DO NOTHING`
 	}
 	return insert
 }

@@ -36,7 +36,7 @@ func TestMigrationsFiles(t *testing.T) {
 		t.Fatalf("migrations %+v", m)
 	}
 	names, err := fs.Glob(m.FS, "*.sql")
-	if err != nil || len(names) != 4 || names[0] != "00001_create_operations.sql" || names[1] != "00002_create_outbox.sql" || names[2] != "00003_outbox_dead.sql" || names[3] != "00004_operations_born_at.sql" {
+	if err != nil || len(names) != 5 || names[0] != "00001_create_operations.sql" || names[1] != "00002_create_outbox.sql" || names[2] != "00003_outbox_dead.sql" || names[3] != "00004_operations_born_at.sql" || names[4] != "00005_operations_partitioned.sql" {
 		t.Fatalf("files %v %v", names, err)
 	}
 	// One advisory lock (the kit's id) for every table; each Migrator gets

@@ -73,7 +73,10 @@ func TablesLike(t testing.TB, db *sql.DB, d dialects.Dialect, prefix string) []s
 	case "sqlite3":
 		q = `SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE ? ESCAPE '\'`
 	case "postgres":
-		q = `SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND tablename LIKE $1`
+		// Tables and partitioned tables, not their partitions (dropped
+		// with them).
+		q = `SELECT relname FROM pg_class WHERE relnamespace = current_schema()::regnamespace ` +
+			`AND relkind IN ('r', 'p') AND NOT relispartition AND relname LIKE $1`
 	case "mysql":
 		q = `SELECT table_name FROM information_schema.TABLES WHERE table_schema = DATABASE() AND table_name LIKE ?`
 	default:

@@ -1,0 +1,133 @@
+package dialectkit
+
+import (
+	"context"
+	"database/sql"
+	"sort"
+	"time"
+)
+
+// BirthReader is implemented by dialects whose ledger table can be
+// partitioned by the key's birth (born_at): their reads and completion by
+// id also name born_at, so that a partitioned table is read in the one
+// partition that can hold the entry instead of in every partition. The
+// ledger then runs BirthQueries' statements in place of
+// [dialects.Queries]' Select, Complete and Lookup (and of the bounded
+// forms' Select), with the key's birth (Unix microseconds, 0 when
+// unknown) as one more argument, the last; a dialect that also
+// implements [Pipeliner] takes it last in PipelineQueries' Complete too.
+//
+// It is optional: check for it with a type assertion.
+type BirthReader interface {
+	// BirthQueries returns the statements for the given (already
+	// validated, unquoted) table.
+	BirthQueries(table string) BirthQueries
+}
+
+// BirthQueries are [dialects.Queries]' Select, Complete and Lookup with
+// born_at = the key's birth added to their WHERE: the same arguments, and
+// born_at last. Every attempt of one key carries the same birth (it is
+// part of the key's identity), so the entry's born_at always equals it.
+type BirthQueries struct {
+	Select   string
+	Complete string
+	Lookup   string
+}
+
+// Partitioner is implemented by dialects that can keep a ledger table
+// partitioned by a range of born_at (a bucket of birth times): Store.Sweep
+// drops a bucket whole once every key it can hold is refused as expired,
+// and creates the coming buckets ahead of time. The dialect owns the SQL;
+// the ledger decides what to create and drop. Every method reads or
+// changes the catalog through db, outside any transaction of the
+// caller's.
+type Partitioner interface {
+	// Partitions lists table's partitions, in the order of their ranges;
+	// ok is false when the table is not partitioned by born_at (then the
+	// ledger sweeps it with DELETE only).
+	Partitions(ctx context.Context, db DB, table string) (parts []Partition, ok bool, err error)
+	// CreatePartition adds the bucket [from, to) (Unix microseconds) to
+	// table, named after suffix ("pYYYYMMDD": PostgreSQL's table is
+	// "<table>_<suffix>", MySQL's partition "<suffix>"). A database whose
+	// ranges have only an upper bound (MySQL) adds it after the last
+	// bucket, from there to to. created is false, with a nil error, when the
+	// bucket could not be added because rows already in the table's
+	// catch-all partition fall in it (they are swept by DELETE; the bucket
+	// is tried again by a later sweep).
+	CreatePartition(ctx context.Context, db DB, table, suffix string, from, to int64) (created bool, err error)
+	// DropPartition removes the bucket p and its rows from table, waiting
+	// (bounded) for the transactions that still use it; a partition that
+	// is gone already (another sweep dropped it) is no error.
+	DropPartition(ctx context.Context, db DB, table string, p Partition) error
+	// SweepPartition deletes at most batch expired entries (expires_at <=
+	// now) from p, a partition swept by DELETE (born_at 0, the catch-all),
+	// skipping those other transactions hold where the database can;
+	// it returns how many it deleted.
+	SweepPartition(ctx context.Context, db DB, table string, p Partition, now int64, batch int) (int64, error)
+	// ExpiredIn counts the expired entries left in p (expires_at <= now):
+	// after SweepPartition, those other transactions held.
+	ExpiredIn(ctx context.Context, db DB, table string, p Partition, now int64) (int64, error)
+}
+
+// PartitionKind says what a partition of a ledger table holds.
+type PartitionKind int
+
+// The kinds of partition.
+const (
+	// Bucket holds the keys born in [From, To): dropped whole.
+	Bucket PartitionKind = iota + 1
+	// Unborn holds the entries of keys without a known birth (born_at 0):
+	// swept by DELETE.
+	Unborn
+	// CatchAll holds the entries whose bucket did not exist when they were
+	// claimed (PostgreSQL's DEFAULT partition, MySQL's MAXVALUE one):
+	// swept by DELETE, and kept empty by creating buckets ahead.
+	CatchAll
+)
+
+// Partition is one partition of a ledger table.
+type Partition struct {
+	// Name is the partition's name (PostgreSQL: its table's; MySQL: the
+	// partition's).
+	Name string
+	Kind PartitionKind
+	// From and To bound a Bucket's births (Unix microseconds), From
+	// included, To not. For MySQL, whose ranges have only an upper bound,
+	// From is the previous partition's To.
+	From, To int64
+	// Rows is the catalog's estimate of its rows (-1 when unknown).
+	Rows int64
+}
+
+// DB is what a Partitioner runs its statements on: *sql.DB and
+// *sql.Conn (never a transaction: PostgreSQL detaches a partition
+// concurrently only outside one).
+type DB interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// PartitionWidth is the bucket width of a ledger table whose buckets
+// cannot tell (no bucket yet): a day.
+const PartitionWidth = 24 * time.Hour
+
+// SortPartitions orders parts by range: the partition of unknown births
+// first, the buckets by From, the catch-all last.
+func SortPartitions(parts []Partition) {
+	rank := func(p Partition) int {
+		switch p.Kind {
+		case Unborn:
+			return 0
+		case Bucket:
+			return 1
+		}
+		return 2
+	}
+	sort.SliceStable(parts, func(i, j int) bool {
+		ri, rj := rank(parts[i]), rank(parts[j])
+		if ri != rj {
+			return ri < rj
+		}
+		return parts[i].From < parts[j].From
+	})
+}
