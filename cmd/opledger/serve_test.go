@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -24,6 +25,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/descriptorpb"
 
 	"github.com/opledger/opledger/examples/payments/paymentspb"
 	"github.com/opledger/opledger/internal/testkit/testdb"
@@ -303,7 +306,46 @@ func checkReflection(t *testing.T, s *served) {
 	if !strings.Contains(strings.Join(names, " "), paymentspb.ServiceName) {
 		t.Fatalf("reflection lists %v, not %s", names, paymentspb.ServiceName)
 	}
+	// The protos a client in another language needs to read the kit's
+	// errors and its keyed methods: google.rpc's Status and ErrorInfo, and
+	// opledger.v1's option.
+	for symbol, file := range map[string]string{
+		"google.rpc.ErrorInfo": "google/rpc/error_details.proto",
+		"google.rpc.Status":    "google/rpc/status.proto",
+		"opledger.v1.Keyed":    "opledger/v1/opledger.proto",
+		"opledger.v1.keyed":    "opledger/v1/opledger.proto",
+	} {
+		if got := reflectedFiles(t, stream, symbol); !slices.Contains(got, file) {
+			t.Errorf("reflection answers %v for the file of %s, not %s", got, symbol, file)
+		}
+	}
 	_ = stream.CloseSend()
+}
+
+// reflectedFiles asks reflection for the file that defines symbol and
+// returns the names of the files of its answer.
+func reflectedFiles(t *testing.T, stream reflectionpb.ServerReflection_ServerReflectionInfoClient, symbol string) []string {
+	t.Helper()
+	if err := stream.Send(&reflectionpb.ServerReflectionRequest{
+		MessageRequest: &reflectionpb.ServerReflectionRequest_FileContainingSymbol{FileContainingSymbol: symbol}}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := res.GetErrorResponse(); e != nil {
+		t.Fatalf("reflection of %s: %s", symbol, e.GetErrorMessage())
+	}
+	var names []string
+	for _, b := range res.GetFileDescriptorResponse().GetFileDescriptorProto() {
+		var fd descriptorpb.FileDescriptorProto
+		if err := proto.Unmarshal(b, &fd); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, fd.GetName())
+	}
+	return names
 }
 
 // TestServe: serve on its default database (a temporary SQLite file)

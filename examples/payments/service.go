@@ -31,22 +31,15 @@ const DefaultTable = "payments_transfers"
 const TransferCompletedTopic = "payments.transfers.completed"
 
 // Catalog returns the method catalog of the Payments and Fraud services,
-// read from their descriptors (GetTransfer is NO_SIDE_EFFECTS there), with
-// Transfer and Fraud.Check marked as keyed mutations backed by a durable
-// ledger.
+// read from their descriptors alone: GetTransfer is NO_SIDE_EFFECTS there,
+// and Transfer and Fraud.Check carry the (opledger.v1.keyed) option, which
+// makes them keyed mutations backed by a durable ledger.
 func Catalog() (*policy.Catalog, error) {
 	files := new(protoregistry.Files)
 	if err := files.RegisterFile(paymentspb.File_payments_proto); err != nil {
 		return nil, err
 	}
-	c, err := policy.CatalogFromFiles(files)
-	if err != nil {
-		return nil, err
-	}
-	if c, err = c.WithKeyed(paymentspb.TransferMethod, true); err != nil {
-		return nil, err
-	}
-	return c.WithKeyed(paymentspb.FraudCheckMethod, true)
+	return policy.CatalogFromFiles(files)
 }
 
 // Service implements paymentspb.PaymentsServer over a SQL table.

@@ -6,4 +6,4 @@
 // building needs no protoc.
 package paymentspb
 
-//go:generate protoc --proto_path=. --go_out=. --go_opt=paths=source_relative payments.proto
+//go:generate protoc --proto_path=. --proto_path=../../../proto --go_out=. --go_opt=paths=source_relative payments.proto

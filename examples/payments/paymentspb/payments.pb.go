@@ -11,6 +11,7 @@
 package paymentspb
 
 import (
+	_ "github.com/opledger/opledger/proto/opledger/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -438,7 +439,7 @@ var File_payments_proto protoreflect.FileDescriptor
 
 const file_payments_proto_rawDesc = "" +
 	"\n" +
-	"\x0epayments.proto\x12\x1dopledger.examples.payments.v1\"\x94\x01\n" +
+	"\x0epayments.proto\x12\x1dopledger.examples.payments.v1\x1a\x1aopledger/v1/opledger.proto\"\x94\x01\n" +
 	"\x0fTransferRequest\x12!\n" +
 	"\ffrom_account\x18\x01 \x01(\tR\vfromAccount\x12\x1d\n" +
 	"\n" +
@@ -474,12 +475,12 @@ const file_payments_proto_rawDesc = "" +
 	"to_account\x18\x03 \x01(\tR\ttoAccount\x12!\n" +
 	"\famount_cents\x18\x04 \x01(\x03R\vamountCents\x12\x1c\n" +
 	"\treference\x18\x05 \x01(\tR\treference\x12$\n" +
-	"\x0efraud_check_id\x18\x06 \x01(\x03R\ffraudCheckId2\xe9\x01\n" +
-	"\bPayments\x12h\n" +
-	"\bTransfer\x12..opledger.examples.payments.v1.TransferRequest\x1a,.opledger.examples.payments.v1.TransferReply\x12s\n" +
-	"\vGetTransfer\x121.opledger.examples.payments.v1.GetTransferRequest\x1a,.opledger.examples.payments.v1.TransferReply\"\x03\x90\x02\x012r\n" +
-	"\x05Fraud\x12i\n" +
-	"\x05Check\x120.opledger.examples.payments.v1.FraudCheckRequest\x1a..opledger.examples.payments.v1.FraudCheckReplyB;Z9github.com/opledger/opledger/examples/payments/paymentspbb\x06proto3"
+	"\x0efraud_check_id\x18\x06 \x01(\x03R\ffraudCheckId2\xef\x01\n" +
+	"\bPayments\x12n\n" +
+	"\bTransfer\x12..opledger.examples.payments.v1.TransferRequest\x1a,.opledger.examples.payments.v1.TransferReply\"\x04\x9a\xfd\x18\x00\x12s\n" +
+	"\vGetTransfer\x121.opledger.examples.payments.v1.GetTransferRequest\x1a,.opledger.examples.payments.v1.TransferReply\"\x03\x90\x02\x012x\n" +
+	"\x05Fraud\x12o\n" +
+	"\x05Check\x120.opledger.examples.payments.v1.FraudCheckRequest\x1a..opledger.examples.payments.v1.FraudCheckReply\"\x04\x9a\xfd\x18\x00B;Z9github.com/opledger/opledger/examples/payments/paymentspbb\x06proto3"
 
 var (
 	file_payments_proto_rawDescOnce sync.Once
