@@ -12,17 +12,22 @@ const root = "../../.."
 
 // goFiles returns every .go file of the module, each as its normalised
 // lines.
-func goFiles(t *testing.T) map[string][]string {
+func goFiles(t *testing.T) map[string][]string { return sourceFiles(t, ".go", false) }
+
+// sourceFiles returns every file of the repository whose name ends with
+// suffix, each as its normalised lines; under testdata/ too when
+// testdata is set.
+func sourceFiles(t *testing.T, suffix string, testdata bool) map[string][]string {
 	t.Helper()
 	out := map[string][]string{}
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		if d.IsDir() && (d.Name() == ".git" || d.Name() == "testdata") {
+		if d.IsDir() && (d.Name() == ".git" || d.Name() == "node_modules" || !testdata && d.Name() == "testdata") {
 			return filepath.SkipDir
 		}
-		if !d.IsDir() && strings.HasSuffix(p, ".go") {
+		if !d.IsDir() && strings.HasSuffix(p, suffix) {
 			b, err := os.ReadFile(p)
 			if err != nil {
 				return err
@@ -51,12 +56,16 @@ func normalise(src string) []string {
 
 // snippets returns the ```go blocks of a markdown file with the line each
 // starts on.
-func snippets(src string) (blocks []string, lines []int) {
+func snippets(src string) (blocks []string, lines []int) { return fenced(src, "go") }
+
+// fenced returns the ``` blocks of language lang of a markdown file with
+// the line each starts on.
+func fenced(src, lang string) (blocks []string, lines []int) {
 	var cur []string
 	in := false
 	for i, l := range strings.Split(src, "\n") {
 		switch t := strings.TrimSpace(l); {
-		case !in && t == "```go":
+		case !in && t == "```"+lang:
 			in, cur = true, nil
 			lines = append(lines, i+1)
 		case in && t == "```":
