@@ -469,6 +469,8 @@ func TestServeBadFlags(t *testing.T) {
 		{"serve", "--grace", "-1s"},
 		{"serve", "--token-sha256", "abc"},
 		{"serve", "--dsn", "nosuch://x"},
+		{"serve", "--faults", "2"},
+		{"serve", "--faults", "-0.1"},
 	} {
 		var out, errb bytes.Buffer
 		if code := run(context.Background(), args, &out, &errb); code != 2 || out.Len() != 0 {
