@@ -54,7 +54,7 @@ func TestRetryOwnerAtRunTime(t *testing.T) {
 			t.Fatal(err)
 		}
 		out := map[string]float64{}
-		for _, p := range otelread.Select(ps, "opledger.server.retries_by_layer", attribute.String("rpc.method", walletpb.DepositMethod)) {
+		for _, p := range otelread.Select(ps, "opledger.server.retries_by_layer", attribute.String("opledger.method", walletpb.DepositMethod)) {
 			out[p.Attr("opledger.retry.layer")+" "+p.Attr("opledger.retry.second_owner")+" "+p.Attr("opledger.owner")] += p.Value
 		}
 		return out
@@ -128,5 +128,19 @@ func TestRetryOwnerAtRunTime(t *testing.T) {
 	}
 	if strings.Join(got, "\n") != strings.Join(wantEvents, "\n") {
 		t.Fatalf("second-owner events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(wantEvents, "\n"))
+	}
+	// One method key on every transport: opledger.method, the full
+	// procedure, on the calls too; never rpc.method or grpc.method.
+	ps, err := m.Collect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range ps {
+		if p.Attr("rpc.method") != "" || p.Attr("grpc.method") != "" || p.Attr("opledger.method") != walletpb.DepositMethod {
+			t.Errorf("%s: want opledger.method %s and no other method attribute", p, walletpb.DepositMethod)
+		}
+	}
+	if n := otelread.Sum(ps, "opledger.server.calls", attribute.String("opledger.method", walletpb.DepositMethod)); n == 0 {
+		t.Errorf("no opledger.server.calls with opledger.method %s", walletpb.DepositMethod)
 	}
 }

@@ -9,12 +9,12 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"go.opentelemetry.io/otel/attribute"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	"github.com/opledger/opledger/internal/keyedcore"
 	"github.com/opledger/opledger/internal/keyedcore/keyedproto"
+	"github.com/opledger/opledger/internal/telemetry"
 	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/policy"
@@ -52,19 +52,12 @@ func NewServerFor(tx keyed.Transactions, catalog *policy.Catalog, caller CallerF
 	core, cfg, err := keyedcore.NewRPCServer(tx, catalog, caller == nil, keyedcore.RPC{Transport: "connectint", Noun: "procedure",
 		Codec:     ErrorCodec(DefaultFinalCodes()...),
 		Answered:  func(err error) bool { var ce *connect.Error; return errors.As(err, &ce) },
-		KeyHeader: KeyHeader, Method: rpcMethod, Invalid: ErrInvalidConfig}, opts)
+		KeyHeader: KeyHeader, Invalid: ErrInvalidConfig}, opts)
 	if err != nil {
 		return nil, err
 	}
 	return &Server{catalog: catalog, caller: caller, core: core, reply: reply(cfg.Types, cfg.Pushback)}, nil
 }
-
-// rpcMethod is the attribute naming a procedure: OpenTelemetry's
-// rpc.method ("/pkg.Service/Method", as connect-go's own instrumentation
-// names it in full).
-func rpcMethod(m string) attribute.KeyValue { return attribute.String("rpc.method", m) }
-
-var rpcCode = attribute.Key("rpc.connect_rpc.error_code")
 
 // Stats returns a snapshot of the server's counters.
 func (s *Server) Stats() keyed.Stats { return s.core.Stats() }
@@ -150,7 +143,7 @@ func (i serverInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFun
 			ctx, call := s.core.Begin(ctx, proc, false)
 			ans := keyedcore.Answer{Outcome: keyed.KeyedStream, Detail: proc + " is keyed in the method catalog but is served by a streaming handler, which the kit cannot protect; it is refused (serve it with connect.NewUnaryHandler)"}
 			err := outcomeError(ans.Outcome, ans.Detail)
-			call.End(ctx, ans, rpcCode.String(err.Code().String()))
+			call.End(ctx, ans, telemetry.ConnectCode.String(err.Code().String()))
 			return err
 		}
 		// A resolve is a unary request: a stream carrying the header (a
@@ -165,7 +158,7 @@ func (s *Server) keyedCall(ctx context.Context, req connect.AnyRequest, proc str
 	ctx, call := s.core.Begin(ctx, proc, resolve)
 	if refusal.Outcome != 0 {
 		err := outcomeError(refusal.Outcome, refusal.Detail)
-		call.End(ctx, refusal, rpcCode.String(err.Code().String()))
+		call.End(ctx, refusal, telemetry.ConnectCode.String(err.Code().String()))
 		return nil, err
 	}
 	var resp connect.AnyResponse
@@ -202,7 +195,7 @@ func (s *Server) keyedCall(ctx context.Context, req connect.AnyRequest, proc str
 	if err != nil {
 		code = connect.CodeOf(err).String()
 	}
-	call.End(ctx, ans, rpcCode.String(code))
+	call.End(ctx, ans, telemetry.ConnectCode.String(code))
 	return out, err
 }
 

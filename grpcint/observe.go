@@ -22,9 +22,10 @@ import (
 	"github.com/opledger/opledger/keyed"
 )
 
-// grpcMethod is gRFC A66's grpc.method: the full method without its
-// leading slash.
-func grpcMethod(fullMethod string) attribute.KeyValue {
+// a96Method is gRFC A66's grpc.method, which only A96's histograms carry
+// (beside opledger.method, which every instrument, span and log event of
+// the kit's carries): the full method without its leading slash.
+func a96Method(fullMethod string) attribute.KeyValue {
 	return telemetry.GRPCMethod.String(strings.TrimPrefix(fullMethod, "/"))
 }
 
@@ -147,7 +148,7 @@ func (o *clientObs) callDone(ctx context.Context, cc *grpc.ClientConn, method st
 	if !o.retryDelay.Enabled(ctx) && !o.calls.Enabled(ctx) && !o.retries.Enabled(ctx) && !o.transparent.Enabled(ctx) {
 		return
 	}
-	a96 := metric.WithAttributeSet(attribute.NewSet(grpcMethod(method), telemetry.GRPCTarget.String(target)))
+	a96 := metric.WithAttributeSet(attribute.NewSet(a96Method(method), telemetry.GRPCTarget.String(target), telemetry.Method.String(method)))
 	if s.retries > 0 {
 		o.retries.Record(ctx, int64(s.retries), a96)
 	}
@@ -162,7 +163,7 @@ func (o *clientObs) callDone(ctx context.Context, cc *grpc.ClientConn, method st
 			outcome = keyed.ServerAnswered
 		}
 	}
-	attrs := []attribute.KeyValue{grpcMethod(method), o.owner, telemetry.Outcome.String(outcome.String())}
+	attrs := []attribute.KeyValue{telemetry.Method.String(method), o.owner, telemetry.Outcome.String(outcome.String())}
 	if r := ReasonOf(err); err != nil && r != "" {
 		attrs = append(attrs, telemetry.Reason.String(r))
 	}
@@ -188,7 +189,7 @@ func resolveOutcome(err error, trl metadata.MD) keyed.Outcome {
 func (o *clientObs) resolving(ctx context.Context, method, key string) (context.Context, trace.Span) {
 	ctx, span := o.tracer.Start(ctx, "opledger.resolve", trace.WithSpanKind(trace.SpanKindInternal))
 	if span.IsRecording() {
-		span.SetAttributes(grpcMethod(method), o.owner, telemetry.KeyHash.String(telemetry.KeyHashOf(key)))
+		span.SetAttributes(telemetry.Method.String(method), o.owner, telemetry.KeyHash.String(telemetry.KeyHashOf(key)))
 	}
 	return ctx, span
 }
@@ -198,7 +199,7 @@ func (o *clientObs) resolved(ctx context.Context, span trace.Span, method, key s
 	found := resolveOutcome(err, trl)
 	outcome := found.String()
 	if o.resolves.Enabled(ctx) {
-		o.resolves.Add(ctx, 1, metric.WithAttributes(grpcMethod(method), o.owner, telemetry.Outcome.String(outcome)))
+		o.resolves.Add(ctx, 1, metric.WithAttributes(telemetry.Method.String(method), o.owner, telemetry.Outcome.String(outcome)))
 	}
 	if span.IsRecording() {
 		span.SetAttributes(telemetry.Outcome.String(outcome))
@@ -208,7 +209,7 @@ func (o *clientObs) resolved(ctx context.Context, span trace.Span, method, key s
 	}
 	span.End()
 	if o.log.Enabled(ctx, slog.LevelInfo) {
-		o.log.LogAttrs(ctx, slog.LevelInfo, "opledger: resolve", slog.String("method", method), slog.String("owner", o.owner.Value.AsString()),
+		o.log.LogAttrs(ctx, slog.LevelInfo, "opledger: resolve", slog.String(telemetry.LogMethod, method), slog.String("owner", o.owner.Value.AsString()),
 			slog.String("outcome", outcome), slog.String("key_hash", telemetry.KeyHashOf(key)))
 	}
 }
@@ -216,10 +217,10 @@ func (o *clientObs) resolved(ctx context.Context, span trace.Span, method, key s
 // refused records a retry the budget refused.
 func (o *clientObs) refused(ctx context.Context, method, key string) {
 	if o.refusals.Enabled(ctx) {
-		o.refusals.Add(ctx, 1, metric.WithAttributes(grpcMethod(method), o.owner))
+		o.refusals.Add(ctx, 1, metric.WithAttributes(telemetry.Method.String(method), o.owner))
 	}
 	if o.log.Enabled(ctx, slog.LevelWarn) {
-		attrs := []slog.Attr{slog.String("method", method), slog.String("owner", o.owner.Value.AsString()), slog.String("decision", "budget-exhausted")}
+		attrs := []slog.Attr{slog.String(telemetry.LogMethod, method), slog.String("owner", o.owner.Value.AsString()), slog.String("decision", "budget-exhausted")}
 		if key != "" {
 			attrs = append(attrs, slog.String("key_hash", telemetry.KeyHashOf(key)))
 		}

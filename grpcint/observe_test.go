@@ -32,7 +32,8 @@ import (
 
 func kv(k, v string) attribute.KeyValue { return attribute.String(k, v) }
 
-// depositMethod is the grpc.method of Deposit: the full method without its slash.
+// depositMethod is A96's grpc.method of Deposit: the full method without
+// its slash.
 var depositMethod = strings.TrimPrefix(walletpb.DepositMethod, "/")
 
 // TestObservedCalls runs, on every database, a herd of 16 raw calls with
@@ -178,7 +179,7 @@ func TestObservedCalls(t *testing.T) {
 		// kit client's four calls executed.
 		for what, n := range seen {
 			kind, reason, _ := strings.Cut(what, " ")
-			match := []attribute.KeyValue{kv("grpc.method", depositMethod), kv("opledger.outcome.kind", kind)}
+			match := []attribute.KeyValue{kv("opledger.method", walletpb.DepositMethod), kv("opledger.outcome.kind", kind)}
 			if o, ok := keyed.OfReason(reason); ok {
 				match = append(match, kv("opledger.outcome", o.String())) // the outcome's name beside its kind
 			}
@@ -216,12 +217,28 @@ func TestObservedCalls(t *testing.T) {
 		if got := get("opledger.client.calls", kv("opledger.outcome", "executed"), kv("opledger.owner", "service-config")); got != 1 {
 			t.Errorf("client calls executed on the service-config channel = %v, want 1", got)
 		}
-		if got := get("opledger.client.budget.refusals", kv("grpc.method", depositMethod)); got != 1 {
+		if got := get("opledger.client.budget.refusals", kv("opledger.method", walletpb.DepositMethod)); got != 1 {
 			t.Errorf("budget refusals = %v, want 1", got)
 		}
 		// A96: "unsent" was retried once by the kit, "sc-retry" once by
 		// grpc-go; "lost" had a resolve, which is no retry.
-		retries := otelread.Select(points, "grpc.client.call.retries", kv("grpc.method", depositMethod))
+		// One method key: opledger.method, the full method, on every
+		// instrument that names one; A96's histograms also carry A96's
+		// grpc.method (without the slash), and nothing else does.
+		for _, p := range points {
+			gm, om := p.Attr("grpc.method"), p.Attr("opledger.method")
+			switch {
+			case p.Attr("rpc.method") != "":
+				t.Errorf("%s carries rpc.method", p)
+			case strings.HasPrefix(p.Name, "grpc.client.call.") && (gm == "" || om != "/"+gm):
+				t.Errorf("%s: want grpc.method and opledger.method of one method", p)
+			case !strings.HasPrefix(p.Name, "grpc.client.call.") && gm != "":
+				t.Errorf("%s carries grpc.method", p)
+			case p.Name != "opledger.client.budget.balance" && p.Name != "opledger.ledger.complete.duration" && om == "":
+				t.Errorf("%s carries no opledger.method", p)
+			}
+		}
+		retries := otelread.Select(points, "grpc.client.call.retries", kv("grpc.method", depositMethod), kv("opledger.method", walletpb.DepositMethod))
 		if got := get("grpc.client.call.retries"); got != 2 || otelread.HistSum(points, "grpc.client.call.retries") != 2 ||
 			len(retries) == 0 || retries[0].Attr("grpc.target") == "" {
 			t.Errorf("grpc.client.call.retries: %v, want two calls with one retry each, with grpc.target", retries)
@@ -261,6 +278,23 @@ func TestObservedCalls(t *testing.T) {
 				}
 			}
 			return n
+		}
+		for _, s := range spans {
+			if !strings.HasPrefix(s.Name, "opledger.") {
+				continue
+			}
+			m := ""
+			for _, a := range s.Attributes {
+				switch a.Key {
+				case "grpc.method", "rpc.method":
+					t.Errorf("span %s carries %s", s.Name, a.Key)
+				case "opledger.method":
+					m = a.Value.AsString()
+				}
+			}
+			if m != walletpb.DepositMethod && s.Name != "opledger.complete" {
+				t.Errorf("span %s: opledger.method %q, want %s", s.Name, m, walletpb.DepositMethod)
+			}
 		}
 		for _, c := range [][2]string{{"opledger.keyed_call", "rpc-server"}, {"opledger.tx", "opledger.keyed_call"},
 			{"opledger.claim", "opledger.tx"}, {"opledger.resolve", "caller"}, {"opledger.resolve", "rpc-server"}} {

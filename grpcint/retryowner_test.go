@@ -54,7 +54,7 @@ func retryPoints(t *testing.T, m *otelread.Metrics) map[string]float64 {
 		t.Fatal(err)
 	}
 	out := map[string]float64{}
-	for _, p := range otelread.Select(points, retriesByLayer, attribute.String("grpc.method", depositMethod)) {
+	for _, p := range otelread.Select(points, retriesByLayer, attribute.String("opledger.method", walletpb.DepositMethod)) {
 		out[p.Attr("opledger.retry.layer")+" "+p.Attr("opledger.retry.second_owner")+" "+p.Attr("opledger.owner")] += p.Value
 	}
 	return out

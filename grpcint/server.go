@@ -64,7 +64,7 @@ func NewServerFor(tx keyed.Transactions, catalog *policy.Catalog, caller CallerF
 	core, cfg, err := keyedcore.NewRPCServer(tx, catalog, caller == nil, keyedcore.RPC{Transport: "grpcint", Noun: "method",
 		Codec:     StatusCodec(DefaultFinalCodes()...),
 		Answered:  func(err error) bool { _, ok := status.FromError(err); return ok },
-		KeyHeader: KeyHeader, Method: grpcMethod, Invalid: ErrInvalidConfig}, opts)
+		KeyHeader: KeyHeader, Invalid: ErrInvalidConfig}, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -11,12 +11,11 @@ import (
 	"strconv"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
-
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/internal/keyedconf"
 	"github.com/opledger/opledger/internal/keyedcore"
 	"github.com/opledger/opledger/internal/methodname"
+	"github.com/opledger/opledger/internal/telemetry"
 	"github.com/opledger/opledger/internal/txledger"
 	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
@@ -116,7 +115,7 @@ func NewFor(tx keyed.Transactions, caller CallerFunc, routes []string, opts ...k
 		}
 	}
 	// Without a telemetry option the middleware records nothing of its own.
-	tel := keyedcore.TelemetryOf(shared.Telemetry, "httpint", nil)
+	tel := keyedcore.TelemetryOf(shared.Telemetry, "httpint")
 	core, err := keyedcore.NewServer(tx, keyedcore.ServerConfig{Codec: codec{}, TxOptions: shared.TxOptions, LockWait: shared.LockWait,
 		AtCommit: shared.AtCommit, KeyHeader: KeyHeader, KeyNoun: KeyHeader, Telemetry: tel, RetryOwner: shared.RetryOwner})
 	if err != nil {
@@ -233,11 +232,8 @@ func (m *Middleware) keyed(w http.ResponseWriter, r *http.Request, op string, re
 		w.Header().Set(lifetimeHeader, strconv.FormatInt(int64(ans.Lifetime/time.Second), 10))
 	}
 	status := m.render(w, &ans, last)
-	call.End(ctx, ans, httpStatus.Int(status))
+	call.End(ctx, ans, telemetry.HTTPStatus.Int(status))
 }
-
-// httpStatus is OpenTelemetry's attribute of a response's status.
-const httpStatus = attribute.Key("http.response.status_code")
 
 // serve reads a keyed request and has the core run or resolve it. last is
 // the last run's recorded response, nil when the handler did not run.

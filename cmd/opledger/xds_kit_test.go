@@ -125,7 +125,7 @@ func secondOwners(t *testing.T, m *otelread.Metrics) map[string]float64 {
 		t.Fatal(err)
 	}
 	out := map[string]float64{}
-	for _, p := range otelread.Select(ps, "opledger.server.retries_by_layer", attribute.String("grpc.method", strings.TrimPrefix(xdsTransfer, "/"))) {
+	for _, p := range otelread.Select(ps, "opledger.server.retries_by_layer", attribute.String("opledger.method", xdsTransfer)) {
 		out[p.Attr("opledger.retry.layer")+" "+p.Attr("opledger.retry.second_owner")+" "+p.Attr("opledger.owner")] += p.Value
 	}
 	return out

@@ -45,8 +45,10 @@ import (
 //     the method, the layer, the owner, where it comes from, the header
 //     and the attempt (see [Server.Retries]).
 //
-// Each carries the method's attribute and the transport's attributes of
-// its rendering (see [Call.End]); never a key, a caller, a request or a
+// Each carries opledger.method, the full method as the ledger stores it
+// (on every transport: /pkg.Service/Method, or an HTTP route's "POST
+// /path/{id}"; a log event's method field holds the same), and the
+// transport's attributes of its rendering (see [Call.End]); never a key, a caller, a request or a
 // response. The runners get the same providers and logger (the resolve
 // probe only the tracer provider).
 type Telemetry struct {
@@ -59,20 +61,17 @@ type Telemetry struct {
 	// Scope is the instrumentation scope's name (the transport's import
 	// path).
 	Scope string
-	// Method returns the attribute that names a call's method (gRPC's
-	// grpc.method); nil: opledger.method.
-	Method func(method string) attribute.KeyValue
 }
 
 // TelemetryOf is the Telemetry of a transport's server configured with
 // t (keyed's telemetry options; nil: none given, and nil returned), with
-// the transport's scope (its name) and method attribute.
-func TelemetryOf(t *keyedconf.Telemetry, transport string, method func(string) attribute.KeyValue) *Telemetry {
+// the transport's scope (its name).
+func TelemetryOf(t *keyedconf.Telemetry, transport string) *Telemetry {
 	if t == nil {
 		return nil
 	}
 	return &Telemetry{MeterProvider: t.MeterProvider, TracerProvider: t.TracerProvider, Logger: t.Logger,
-		Scope: telemetry.ScopePrefix + transport, Method: method}
+		Scope: telemetry.ScopePrefix + transport}
 }
 
 // observer holds a Server's instruments.
@@ -83,7 +82,6 @@ type observer struct {
 	calls    metric.Int64Counter
 	resolves metric.Int64Counter
 	retries  metric.Int64Counter
-	method   func(string) attribute.KeyValue
 	// logged holds the method and layer pairs whose second owner was
 	// logged (see retried).
 	logged sync.Map
@@ -96,14 +94,11 @@ func newObserver(tel *Telemetry) *observer {
 		lg *slog.Logger
 	)
 	scope := telemetry.ScopePrefix + "keyed"
-	o := &observer{tel: tel, method: telemetry.Method.String}
+	o := &observer{tel: tel}
 	if tel != nil {
 		mp, tp, lg = telemetry.MeterProvider(tel.MeterProvider), telemetry.TracerProvider(tel.TracerProvider), tel.Logger
 		if tel.Scope != "" {
 			scope = tel.Scope
-		}
-		if tel.Method != nil {
-			o.method = tel.Method
 		}
 	}
 	m := mp.Meter(scope)
@@ -146,7 +141,7 @@ func (o *observer) begin(ctx context.Context, method string, resolve bool) (cont
 	}
 	ctx, span := o.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindInternal))
 	if span.IsRecording() {
-		span.SetAttributes(o.method(method))
+		span.SetAttributes(telemetry.Method.String(method))
 	}
 	return ctx, callOp{span: span}
 }
@@ -171,7 +166,7 @@ func kindOf(o keyed.Outcome) keyed.OutcomeKind {
 func (o *observer) end(ctx context.Context, op callOp, method string, resolve bool, key string, a Answer, extra []attribute.KeyValue) {
 	row := a.Row()
 	outcome, kind := a.Outcome.String(), kindOf(a.Outcome)
-	attrs := append([]attribute.KeyValue{o.method(method), telemetry.Outcome.String(outcome), telemetry.OutcomeKind.String(string(kind))}, extra...)
+	attrs := append([]attribute.KeyValue{telemetry.Method.String(method), telemetry.Outcome.String(outcome), telemetry.OutcomeKind.String(string(kind))}, extra...)
 	if row.Reason != "" {
 		attrs = append(attrs, telemetry.Reason.String(row.Reason))
 	}
@@ -199,7 +194,7 @@ func (o *observer) end(ctx context.Context, op callOp, method string, resolve bo
 		return
 	}
 	if o.log.Enabled(ctx, slog.LevelInfo) {
-		la := []slog.Attr{slog.String("method", method), slog.String("outcome", outcome)}
+		la := []slog.Attr{slog.String(telemetry.LogMethod, method), slog.String("outcome", outcome)}
 		if row.Reason != "" {
 			la = append(la, slog.String("reason", row.Reason))
 		}

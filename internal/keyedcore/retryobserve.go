@@ -48,7 +48,7 @@ func (o *observer) retried(ctx context.Context, method string, j RetryJudgement)
 	}
 	for _, r := range j.Retries {
 		if o.retries.Enabled(ctx) {
-			attrs := []attribute.KeyValue{o.method(method), telemetry.RetryLayer.String(string(r.Layer)),
+			attrs := []attribute.KeyValue{telemetry.Method.String(method), telemetry.RetryLayer.String(string(r.Layer)),
 				telemetry.SecondOwner.Bool(r.SecondOwner)}
 			if owner != "" {
 				attrs = append(attrs, telemetry.Owner.String(owner))
@@ -66,7 +66,7 @@ func (o *observer) retried(ctx context.Context, method string, j RetryJudgement)
 			against = "unknown"
 		}
 		o.log.LogAttrs(ctx, slog.LevelWarn, "opledger: second retry owner",
-			slog.String("method", method), slog.String("layer", string(r.Layer)), slog.String("owner", against),
+			slog.String(telemetry.LogMethod, method), slog.String("layer", string(r.Layer)), slog.String("owner", against),
 			slog.String("owner_from", string(j.From)), slog.String("header", r.Header), slog.Int("attempt", r.Attempt))
 	}
 }

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 
-	"go.opentelemetry.io/otel/attribute"
-
 	"github.com/opledger/opledger/internal/keyedconf"
 	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
@@ -52,8 +50,6 @@ type RPC struct {
 	Answered func(error) bool
 	// KeyHeader names its key header in messages.
 	KeyHeader string
-	// Method is its method attribute.
-	Method func(string) attribute.KeyValue
 	// Invalid is its ErrInvalidConfig, which NewRPCServer's errors wrap.
 	Invalid error
 }
@@ -104,7 +100,7 @@ func newRPCServer(tx keyed.Transactions, catalog *policy.Catalog, noCaller bool,
 	core, err := NewServer(tx, ServerConfig{
 		Codec: cfg.Codec, TxOptions: cfg.TxOptions, LockWait: cfg.LockWait, AtCommit: cfg.AtCommit,
 		Answered: r.Answered, KeyHeader: r.KeyHeader, KeyNoun: "idempotency key",
-		Telemetry: TelemetryOf(&tel, r.Transport, r.Method), RetryOwner: cfg.RetryOwner, Catalog: catalog,
+		Telemetry: TelemetryOf(&tel, r.Transport), RetryOwner: cfg.RetryOwner, Catalog: catalog,
 	})
 	return core, cfg, err
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/internal/keybirth"
 	"github.com/opledger/opledger/internal/keyedtx"
+	"github.com/opledger/opledger/internal/telemetry"
 	"github.com/opledger/opledger/internal/txledger"
 	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
@@ -77,7 +78,7 @@ const LifetimeHeader = "Idempotency-Key-Lifetime"
 
 // BirthAttr is the attribute of opledger.server.calls that says where a
 // key's birth came from: [BirthKey], [BirthFirstSent] or [BirthUnknown].
-const BirthAttr = attribute.Key("opledger.key.birth")
+const BirthAttr = telemetry.KeyBirth
 
 // The values of [BirthAttr].
 const (

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
@@ -63,8 +62,7 @@ func newWindowEnv(t testing.TB) *windowEnv {
 	}
 	reader := sdkmetric.NewManualReader()
 	s, err := keyedcore.NewServer(tx, keyedcore.ServerConfig{Catalog: cat,
-		Telemetry: &keyedcore.Telemetry{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), Scope: "test",
-			Method: func(m string) attribute.KeyValue { return attribute.String("rpc.method", m) }}})
+		Telemetry: &keyedcore.Telemetry{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), Scope: "test"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,9 +23,19 @@ import (
 // package's import path follows it.
 const ScopePrefix = "github.com/opledger/opledger/"
 
-// Attribute keys. The db.* and error.type keys are OpenTelemetry's
-// semantic conventions; grpc.method, grpc.target and grpc.status are
-// gRFC A66's; the opledger.* keys are the kit's own.
+// Attribute keys. The db.*, error.type, http.response.status_code and
+// rpc.connect_rpc.error_code keys are OpenTelemetry's semantic
+// conventions; grpc.method, grpc.target and grpc.status are gRFC A66's;
+// the opledger.* keys are the kit's own.
+//
+// One key names a method on every transport: opledger.method, the full
+// method as the ledger stores it ("/pkg.Service/Method" for gRPC and
+// connect, "POST /path/{id}" for an HTTP route), on every instrument, span
+// and log event (whose field is [LogMethod]) of the kit's, so that one
+// query covers the three transports and the ledger's and runner's
+// instruments. grpc.method (without the leading slash) is only on gRFC
+// A96's client histograms, beside opledger.method, because A96 defines
+// them with it.
 const (
 	DBSystemName     = attribute.Key("db.system.name")
 	DBCollectionName = attribute.Key("db.collection.name")
@@ -34,6 +44,8 @@ const (
 	GRPCMethod       = attribute.Key("grpc.method")
 	GRPCTarget       = attribute.Key("grpc.target")
 	GRPCStatus       = attribute.Key("grpc.status")
+	ConnectCode      = attribute.Key("rpc.connect_rpc.error_code")
+	HTTPStatus       = attribute.Key("http.response.status_code")
 	Method           = attribute.Key("opledger.method")
 	Outcome          = attribute.Key("opledger.outcome")
 	OutcomeKind      = attribute.Key("opledger.outcome.kind")
@@ -41,9 +53,14 @@ const (
 	Owner            = attribute.Key("opledger.owner")
 	Attempts         = attribute.Key("opledger.attempts")
 	KeyHash          = attribute.Key("opledger.key_hash")
+	KeyBirth         = attribute.Key("opledger.key.birth")
 	RetryLayer       = attribute.Key("opledger.retry.layer")
 	SecondOwner      = attribute.Key("opledger.retry.second_owner")
 )
+
+// LogMethod is the field of a log event that names its method: the value
+// of [Method] (the full method as the ledger stores it).
+const LogMethod = "method"
 
 // Histogram boundaries.
 var (

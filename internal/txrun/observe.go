@@ -152,7 +152,7 @@ func (o *observer) ran(ctx context.Context, p runOp, req ledger.ClaimRequest, ou
 		return
 	}
 	if o.log.Enabled(ctx, level) {
-		o.log.LogAttrs(ctx, level, msg, slog.String("method", method), slog.String("outcome", outcome),
+		o.log.LogAttrs(ctx, level, msg, slog.String(telemetry.LogMethod, method), slog.String("outcome", outcome),
 			slog.String("key_hash", telemetry.ShortHash(txledger.KeyHash(req.Identity))), slog.Int("attempts", out.Attempts))
 	}
 }
@@ -160,7 +160,7 @@ func (o *observer) ran(ctx context.Context, p runOp, req ledger.ClaimRequest, ou
 // claimed logs a claim that took over an expired entry.
 func (o *observer) claimed(ctx context.Context, req ledger.ClaimRequest, c *ledger.Claim) {
 	if txledger.TookOver(c) && o.log.Enabled(ctx, slog.LevelInfo) {
-		o.log.LogAttrs(ctx, slog.LevelInfo, "opledger: expired entry taken over", slog.String("method", req.Identity.Method()),
+		o.log.LogAttrs(ctx, slog.LevelInfo, "opledger: expired entry taken over", slog.String(telemetry.LogMethod, req.Identity.Method()),
 			slog.String("outcome", outcomes.TakenOver), slog.String("key_hash", telemetry.ShortHash(txledger.KeyHash(req.Identity))))
 	}
 }
