@@ -232,6 +232,10 @@ func TestConsole(t *testing.T) {
 				}
 			}
 
+			if family == "postgres" && !strings.Contains(body, "Partitioned by the key&#39;s birth") {
+				t.Errorf("the ledger page lists no partitions of PostgreSQL's partitioned ledger:\n%s", body)
+			}
+
 			// Find by caller, method and the key's SHA-256 (what the
 			// page's script sends), and by digest.
 			_, body = consoleGet(t, ts, "/find")

@@ -110,12 +110,12 @@ func (v LedgerView) Window() time.Duration { return v.Retention - v.ClockSkew }
 
 // Partition is one partition of a partitioned ledger.
 type Partition struct {
-	Name       string
-	From, To   time.Time
-	Entries    Count
-	Bytes      int64
-	Droppable  bool
-	DropReason string
+	Name string
+	// Bound is the database's own statement of the keys' births it
+	// holds (PostgreSQL: FOR VALUES FROM (…) TO (…), or DEFAULT).
+	Bound   string
+	Entries Count
+	Bytes   int64
 }
 
 // Session is a database session holding an open transaction.
