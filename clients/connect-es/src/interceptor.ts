@@ -79,6 +79,12 @@ export interface KeyedClientOptions {
  * committed and what to do next. A call whose outcome is unknown ends with
  * the outcome `call-outcome-unknown` and its key, to be resolved later with
  * {@link withKey}: never "failed".
+ *
+ * The interceptor ends a call a little before its deadline, so that the
+ * call gets this error; a call cancelled by its own abort signal gets
+ * connect's `CANCELLED` error instead (connect-es replaces the error of a
+ * call whose signal aborted), and {@link KeyedClientOptions.onCallEnd} is
+ * then the one that gets the outcome and the key.
  */
 export class KeyedCallError extends ConnectError {
   /** The outcome: what was committed and what to do next. */
@@ -226,6 +232,9 @@ function sleep(ms: number, signal: AbortSignal): Promise<boolean> {
   });
 }
 
+/** How long before the call's deadline the interceptor ends it, in milliseconds. */
+const deadlineMargin = 25;
+
 /** Codes a retry will not change (the Go kit's policy.Eligible, rule 5). */
 const finalCodes = new Set([
   Code.Canceled,
@@ -291,8 +300,35 @@ export function createKeyedInterceptor(options: KeyedClientOptions = {}): Interc
     }
     const procedure = `/${req.service.typeName}/${req.method.name}`;
     const start = Date.now();
-    const deadline = deadlineOf(req.header, start);
+    // The call ends a little before its deadline: when connect's own timer
+    // fires first, connect replaces the call's error with its own
+    // DEADLINE_EXCEEDED, and the outcome would be lost.
+    const given = deadlineOf(req.header, start);
+    const deadline = given === undefined ? undefined : given - deadlineMargin;
     const signal = req.signal;
+    let timedOut = false;
+    // attemptSignal is the signal of one attempt or resolve: the call's,
+    // and aborted at the deadline.
+    const attemptSignal = (): { signal: AbortSignal; done: () => void } => {
+      if (deadline === undefined) {
+        return { signal, done: () => {} };
+      }
+      const c = new AbortController();
+      const abort = (): void => c.abort(signal.reason);
+      const t = setTimeout(() => {
+        timedOut = true;
+        c.abort(new ConnectError("opledger: the call's deadline", Code.DeadlineExceeded));
+      }, Math.max(0, deadline - Date.now()));
+      signal.addEventListener("abort", abort);
+      return {
+        signal: c.signal,
+        done: () => {
+          clearTimeout(t);
+          signal.removeEventListener("abort", abort);
+        },
+      };
+    };
+    const ended = (): boolean => signal.aborted || timedOut;
 
     // Step 1: the key, once per logical call.
     let message = req.message;
@@ -418,7 +454,8 @@ export function createKeyedInterceptor(options: KeyedClientOptions = {}): Interc
         runs++;
         let sent = true;
         try {
-          const res = (await next({ ...req, message, header: headersFor(false), contextValues: req.contextValues })) as UnaryResponse;
+          const a = attemptSignal();
+          const res = (await next({ ...req, message, header: headersFor(false), signal: a.signal }).finally(a.done)) as UnaryResponse;
           end(outcome(replayed(res.trailer) || replayed(res.header) ? "replayed" : "executed"));
           return res;
         } catch (e) {
@@ -428,7 +465,7 @@ export function createKeyedInterceptor(options: KeyedClientOptions = {}): Interc
           everSent ||= sent;
           lastRow = kitRow(err);
         }
-        if (signal.aborted) {
+        if (ended()) {
           return fail();
         }
         const err = lastRun;
@@ -488,18 +525,20 @@ export function createKeyedInterceptor(options: KeyedClientOptions = {}): Interc
       resolves++;
       let err: ConnectError;
       try {
+        const a = attemptSignal();
         const res = (await next({
           ...req,
           message: create(req.method.input as DescMessage),
           header: headersFor(true),
-        })) as UnaryResponse;
+          signal: a.signal,
+        }).finally(a.done)) as UnaryResponse;
         unknown = false;
         end(outcome("replayed"));
         return res;
       } catch (e) {
         err = ConnectError.from(e);
       }
-      if (signal.aborted) {
+      if (ended()) {
         return fail();
       }
       const row = kitRow(err);
