@@ -447,7 +447,7 @@ export function createKeyedInterceptor(options: KeyedClientOptions = {}): Interc
     };
 
     for (;;) {
-      if (k.kind === "keyed" && unknown && deadline === undefined && Date.now() >= unknownSince + resolveFor) {
+      if (ended() || (unknown && deadline === undefined && Date.now() >= unknownSince + resolveFor)) {
         return fail();
       }
       if (action === "run") {
