@@ -28,6 +28,10 @@ export class RetryBudget {
   private sum = 0;
 
   /**
+   * Returns a budget with the given settings.
+   *
+   * @param settings - the window, the percent and the floor; defaults as the Go kit's.
+   * @param now - the clock, in milliseconds; default `Date.now` (tests give their own).
    * @throws RangeError when a setting is out of its range.
    */
   constructor(settings: RetryBudgetSettings = {}, private readonly now: () => number = Date.now) {
