@@ -2,8 +2,11 @@ package connectint
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strconv"
+
+	"connectrpc.com/connect"
 
 	"github.com/opledger/opledger/internal/keyedcore"
 	"github.com/opledger/opledger/policy"
@@ -12,9 +15,26 @@ import (
 // judgeRetries has the core judge the retry headers of a call of a
 // catalog procedure (unary resolve requests, and unary requests with a
 // malformed resolve header, are not judged; a stream's resolve header is
-// ignored).
-func (s *Server) judgeRetries(ctx context.Context, proc string, h http.Header, unary bool) {
-	s.core.RetriesOf(ctx, s.catalog, proc, keyedcore.HTTPRetryHeaders(h), unary && len(h.Values(ResolveHeader)) > 0)
+// ignored). It returns the value of keyedcore.SecondOwnerHeader: the
+// layers that are second owners, "" when there is none.
+func (s *Server) judgeRetries(ctx context.Context, proc string, h http.Header, unary bool) string {
+	return s.core.RetriesOf(ctx, s.catalog, proc, keyedcore.HTTPRetryHeaders(h), unary && len(h.Values(ResolveHeader)) > 0).SecondOwners()
+}
+
+// secondOwner names the second owners (v, when not "") in an answer's
+// metadata: an error's (which connect sends as headers or trailers, as
+// its protocol does) or a response's trailer.
+func secondOwner(v string, out connect.AnyResponse, err error) {
+	if v == "" {
+		return
+	}
+	var ce *connect.Error
+	switch {
+	case errors.As(err, &ce):
+		ce.Meta().Set(keyedcore.HTTPSecondOwner, v)
+	case err == nil && out != nil:
+		out.Trailer().Set(keyedcore.HTTPSecondOwner, v)
+	}
 }
 
 // declare sets the client's owner on a request for the call and returns

@@ -71,14 +71,25 @@ func TestRetryOwnerAtRunTime(t *testing.T) {
 			}
 		}
 	}
+	// send makes a call with header and checks the answer's trailer
+	// naming the second owners: want's, "" for none (a ref starting
+	// with the layer's name and "-second" wants that layer).
 	send := func(c *connect.Client[walletpb.DepositRequest, walletpb.DepositReply], ref string, header ...string) {
 		t.Helper()
 		req := request("alice", keyed.NewKey(), ref, 1)
 		for i := 0; i+1 < len(header); i += 2 {
 			req.Header().Set(header[i], header[i+1])
 		}
-		if _, err := c.CallUnary(ctx, req); err != nil {
+		res, err := c.CallUnary(ctx, req)
+		if err != nil {
 			t.Fatalf("%s: %v", ref, err)
+		}
+		want, _, _ := strings.Cut(ref, "-second")
+		if want == ref {
+			want = ""
+		}
+		if got := res.Trailer().Get(keyedcore.HTTPSecondOwner); got != want {
+			t.Errorf("%s: trailer %s %q, want %q", ref, keyedcore.HTTPSecondOwner, got, want)
 		}
 		for _, h := range []string{keyedcore.HTTPRetryOwnerHeader, keyedcore.HTTPAttemptHeader} {
 			if v := req.Header().Values(h); len(v) > 0 {
@@ -104,15 +115,15 @@ func TestRetryOwnerAtRunTime(t *testing.T) {
 	// response, so grpc-go reads every answer as committed. Its retries
 	// of attempts that got no answer carry the header as set here.)
 	_, declared := e.kitClient(t, policy.OwnerApplication, "grpc", fastClient()...)
-	send(declared, "sc-1", keyedcore.PreviousAttemptsHeader, "1")
-	send(declared, "sc-2", keyedcore.PreviousAttemptsHeader, "2")
+	send(declared, "service-config-second-1", keyedcore.PreviousAttemptsHeader, "1")
+	send(declared, "service-config-second-2", keyedcore.PreviousAttemptsHeader, "2")
 	// A mesh retry under the owner application, on every protocol, and an
 	// undeclared retry by a service config (the server's owner is mesh).
 	for _, protocol := range protocols {
 		_, c := e.kitClient(t, policy.OwnerApplication, protocol, fastClient()...)
-		send(c, "envoy-"+protocol, keyedcore.EnvoyAttemptCountHeader, "2")
+		send(c, "mesh-second-"+protocol, keyedcore.EnvoyAttemptCountHeader, "2")
 	}
-	send(e.client("grpc"), "undeclared-sc", keyedcore.PreviousAttemptsHeader, "1")
+	send(e.client("grpc"), "service-config-second-undeclared", keyedcore.PreviousAttemptsHeader, "1")
 	want(map[string]float64{"application false application": 1, "mesh false mesh": 2,
 		"service-config true application": 2, "mesh true application": 3, "service-config true mesh": 1})
 

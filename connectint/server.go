@@ -102,7 +102,10 @@ func (s *Server) Stats() keyed.Stats { return s.core.Stats() }
 // layer that is not the client's owner (the one it declares in
 // Opledger-Retry-Owner, else keyed.WithRetryOwner's, else judged by the
 // procedure's kind) is a second owner, logged once per procedure and
-// layer (see keyedcore.Server.Retries).
+// layer (see keyedcore.Server.Retries), and named in the answer's
+// Opledger-Second-Retry-Owner (the layers, "service-config", "mesh",
+// comma-separated; a trailer, or an error's metadata), so that a client
+// sees it too.
 func (s *Server) Interceptor() connect.Interceptor { return serverInterceptor{s} }
 
 type serverInterceptor struct{ s *Server }
@@ -114,20 +117,27 @@ func (i serverInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 			return next(ctx, req)
 		}
 		proc := req.Spec().Procedure
-		s.judgeRetries(ctx, proc, req.Header(), true)
-		if p, ok := s.catalog.Lookup(proc); ok && p.Kind == policy.KindKeyed {
-			return s.keyedCall(ctx, req, proc, next)
-		}
-		// A resolve must never run a handler, keyed or not, nor a request
-		// whose resolve header is malformed.
-		switch resolve, refusal := keyedcore.ParseResolve(req.Header().Values(ResolveHeader)); {
-		case refusal.Outcome != 0:
-			return nil, outcomeError(refusal.Outcome, proc+": "+refusal.Detail)
-		case resolve:
-			return nil, outcomeError(keyed.NotKeyed, proc+" is not a keyed procedure; there is nothing to resolve")
-		}
-		return next(ctx, req)
+		second := s.judgeRetries(ctx, proc, req.Header(), true)
+		out, err := s.unary(ctx, req, proc, next)
+		secondOwner(second, out, err)
+		return out, err
 	}
+}
+
+// unary serves a unary call.
+func (s *Server) unary(ctx context.Context, req connect.AnyRequest, proc string, next connect.UnaryFunc) (connect.AnyResponse, error) {
+	if p, ok := s.catalog.Lookup(proc); ok && p.Kind == policy.KindKeyed {
+		return s.keyedCall(ctx, req, proc, next)
+	}
+	// A resolve must never run a handler, keyed or not, nor a request
+	// whose resolve header is malformed.
+	switch resolve, refusal := keyedcore.ParseResolve(req.Header().Values(ResolveHeader)); {
+	case refusal.Outcome != 0:
+		return nil, outcomeError(refusal.Outcome, proc+": "+refusal.Detail)
+	case resolve:
+		return nil, outcomeError(keyed.NotKeyed, proc+" is not a keyed procedure; there is nothing to resolve")
+	}
+	return next(ctx, req)
 }
 
 func (serverInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
@@ -138,7 +148,9 @@ func (i serverInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFun
 	s := i.s
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
 		proc := conn.Spec().Procedure
-		s.judgeRetries(ctx, proc, conn.RequestHeader(), false)
+		if v := s.judgeRetries(ctx, proc, conn.RequestHeader(), false); v != "" {
+			conn.ResponseTrailer().Set(keyedcore.HTTPSecondOwner, v)
+		}
 		if p, ok := s.catalog.Lookup(proc); ok && p.Kind == policy.KindKeyed {
 			ctx, call := s.core.Begin(ctx, proc, false)
 			ans := keyedcore.Answer{Outcome: keyed.KeyedStream, Detail: proc + " is keyed in the method catalog but is served by a streaming handler, which the kit cannot protect; it is refused (serve it with connect.NewUnaryHandler)"}

@@ -63,10 +63,14 @@ func (c *Client) numbered(ctx context.Context, attempt int) context.Context {
 // judgeRetries has the core judge the retry headers of a call of a
 // catalog method (unary resolve requests, and unary requests with a
 // malformed resolve header, are not judged; a stream's resolve header is
-// ignored).
-func (s *Server) judgeRetries(ctx context.Context, method string, unary bool) {
+// ignored). It returns the trailer that names the layers that are second
+// owners (keyedcore.SecondOwnerHeader), nil when there is none.
+func (s *Server) judgeRetries(ctx context.Context, method string, unary bool) metadata.MD {
 	md, _ := metadata.FromIncomingContext(ctx)
 	h := keyedcore.RetryHeaders{Owner: md[keyedcore.RetryOwnerHeader], Attempt: md[keyedcore.AttemptHeader],
 		EnvoyAttempt: md[keyedcore.EnvoyAttemptCountHeader], PreviousAttempts: md[keyedcore.PreviousAttemptsHeader]}
-	s.core.RetriesOf(ctx, s.catalog, method, h, unary && len(md.Get(ResolveHeader)) > 0)
+	if v := s.core.RetriesOf(ctx, s.catalog, method, h, unary && len(md.Get(ResolveHeader)) > 0).SecondOwners(); v != "" {
+		return metadata.Pairs(keyedcore.SecondOwnerHeader, v)
+	}
+	return nil
 }

@@ -96,10 +96,16 @@ func TestRetryOwnerAtRunTime(t *testing.T) {
 	envoy := func(ctx context.Context, n string) context.Context {
 		return metadata.AppendToOutgoingContext(ctx, keyedcore.EnvoyAttemptCountHeader, n)
 	}
-	call := func(pc walletpb.WalletClient, ctx context.Context, ref string) {
+	// call makes a call and checks the answer's trailer naming the
+	// second owners (want: its value, "" for none).
+	call := func(pc walletpb.WalletClient, ctx context.Context, ref string, want ...string) {
 		t.Helper()
-		if _, err := pc.Deposit(as(ctx, "alice", keyed.NewKey()), deposit(ref, 1)); err != nil {
+		var tr metadata.MD
+		if _, err := pc.Deposit(as(ctx, "alice", keyed.NewKey()), deposit(ref, 1), grpc.Trailer(&tr)); err != nil {
 			t.Fatalf("%s: %v", ref, err)
+		}
+		if got := strings.Join(tr.Get(keyedcore.SecondOwnerHeader), ","); got != strings.Join(want, ",") {
+			t.Errorf("%s: trailer %s %q, want %q", ref, keyedcore.SecondOwnerHeader, got, want)
 		}
 	}
 
@@ -127,12 +133,12 @@ func TestRetryOwnerAtRunTime(t *testing.T) {
 	}
 	t.Cleanup(func() { conn.Close() })
 	twice := walletpb.NewWalletClient(conn)
-	call(twice, ctx, "fail-first-1")
-	call(twice, ctx, "fail-first-2")
+	call(twice, ctx, "fail-first-1", "service-config")
+	call(twice, ctx, "fail-first-2", "service-config")
 	// A mesh retry under the owner application, and under no declaration
 	// (a client that is not the kit's: the server's owner, service-config).
-	call(app, envoy(ctx, "2"), "envoy")
-	call(e.pc, envoy(ctx, "3"), "undeclared")
+	call(app, envoy(ctx, "2"), "envoy", "mesh")
+	call(e.pc, envoy(ctx, "3"), "undeclared", "mesh")
 	wantPoints(t, retryPoints(t, m), map[string]float64{
 		"service-config false service-config": 1, "mesh false mesh": 1, "application false application": 1,
 		"service-config true application": 2, "mesh true application": 1, "mesh true service-config": 1})

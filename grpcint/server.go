@@ -97,7 +97,9 @@ func (s *Server) Stats() keyed.Stats { return s.core.Stats() }
 func (s *Server) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		ctx := ss.Context()
-		s.judgeRetries(ctx, info.FullMethod, false)
+		if tr := s.judgeRetries(ctx, info.FullMethod, false); tr != nil {
+			ss.SetTrailer(tr)
+		}
 		if s.keyed {
 			if p, ok := s.catalog.Lookup(info.FullMethod); ok && p.Kind == policy.KindKeyed {
 				ctx, call := s.core.Begin(ctx, info.FullMethod, false)
@@ -211,11 +213,15 @@ func (s *Server) CheckRegistered(srv ServiceInfoProvider) error {
 // opledger.server.retries_by_layer, and one by a layer that is not the
 // channel's owner (the one its client declares in opledger-retry-owner,
 // else keyed.WithRetryOwner's, else judged by the method's kind) is a second
-// owner, logged once per method and layer (see keyedcore.Server.Retries).
-// The stream interceptor judges streams alike.
+// owner, logged once per method and layer (see keyedcore.Server.Retries),
+// and named in the answer's trailer opledger-second-retry-owner (the
+// layers, "service-config", "mesh", comma-separated), so that a client
+// sees it too. The stream interceptor judges streams alike.
 func (s *Server) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		s.judgeRetries(ctx, info.FullMethod, true)
+		if tr := s.judgeRetries(ctx, info.FullMethod, true); tr != nil {
+			_ = grpc.SetTrailer(ctx, tr)
+		}
 		if s.keyed {
 			if p, ok := s.catalog.Lookup(info.FullMethod); ok && p.Kind == policy.KindKeyed {
 				return s.keyedCall(ctx, req, info.FullMethod, handler)

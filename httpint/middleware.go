@@ -188,7 +188,9 @@ func (m *Middleware) Stats() keyed.Stats { return m.core.Stats() }
 // (with keyed.WithMeterProvider), and one by a layer that is not the client's
 // owner (the one it declares in Opledger-Retry-Owner, else
 // keyed.WithRetryOwner's) is a second owner, logged once per route and layer
-// (with keyed.WithLogger; see keyedcore.Server.Retries).
+// (with keyed.WithLogger; see keyedcore.Server.Retries) and named in the
+// response's Opledger-Second-Retry-Owner (the layers, "service-config",
+// "mesh", comma-separated), so that a client sees it too.
 func (m *Middleware) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, resolveSent := r.Header[ResolveHeader]
@@ -217,7 +219,7 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 // (keyedcore.ParseResolve's) when the value is malformed.
 func (m *Middleware) keyed(w http.ResponseWriter, r *http.Request, op string, resolveSent, resolve bool, refusal keyedcore.Answer, next http.Handler) {
 	if !resolveSent {
-		m.judgeRetries(r.Context(), op, r.Header)
+		m.judgeRetries(r.Context(), w, op, r.Header)
 	}
 	ctx, call := m.core.Begin(r.Context(), op, resolve)
 	r = r.WithContext(ctx)

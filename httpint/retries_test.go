@@ -29,6 +29,9 @@ func TestRetryOwnerAtRunTime(t *testing.T) {
 	m, logs := otelread.NewMetrics(), otelread.NewLogs()
 	e := sqliteEnv(t, nil, keyed.WithRetryOwner(policy.OwnerNone), keyed.WithMeterProvider(m.Provider), keyed.WithLogger(logs.Logger))
 	n := 0
+	// send sends a request with header (pairs; an odd last element is
+	// the Opledger-Second-Retry-Owner the answer must carry, none
+	// without it).
 	send := func(method, path string, header ...string) {
 		t.Helper()
 		n++
@@ -36,9 +39,16 @@ func TestRetryOwnerAtRunTime(t *testing.T) {
 		for i := 0; i+1 < len(header); i += 2 {
 			h[header[i]] = header[i+1]
 		}
+		want := ""
+		if len(header)%2 == 1 {
+			want = header[len(header)-1]
+		}
 		r := e.do(t, req{method: method, path: path, caller: "alice", key: "k" + string(rune('a'+n)), body: "r" + string(rune('a'+n)), header: h})
 		if r.status >= 300 {
 			t.Fatalf("%s %s: %d %s", method, path, r.status, r.body)
+		}
+		if got := strings.Join(r.header.Values(keyedcore.HTTPSecondOwner), ","); got != want {
+			t.Errorf("%s %s %v: %s %q, want %q", method, path, header, keyedcore.HTTPSecondOwner, got, want)
 		}
 	}
 	points := func() map[string]float64 {
@@ -61,15 +71,15 @@ func TestRetryOwnerAtRunTime(t *testing.T) {
 	if logs.Count(map[string]string{"msg": "opledger: second retry owner"}) != 0 {
 		t.Fatalf("second-owner events with the owners' own retries:\n%s", logs.Text())
 	}
-	send("POST", "/items", owner, "application", envoy, "2")
-	send("POST", "/items", owner, "application", envoy, "3")
-	send("POST", "/items", owner, "application", previous, "1")
-	send("PUT", "/orders/7", owner, "application", envoy, "2")
-	send("POST", "/items", envoy, "2") // undeclared: the middleware's owner, none
+	send("POST", "/items", owner, "application", envoy, "2", "mesh")
+	send("POST", "/items", owner, "application", envoy, "3", "mesh")
+	send("POST", "/items", owner, "application", previous, "1", "service-config")
+	send("PUT", "/orders/7", owner, "application", envoy, "2", "mesh")
+	send("POST", "/items", envoy, "2", "mesh") // undeclared: the middleware's owner, none
 	send("GET", "/items", owner, "application", envoy, "2")
 	resolve := e.do(t, req{caller: "alice", key: "kb", header: map[string]string{httpint.ResolveHeader: "1", envoy: "2"}})
-	if resolve.status != http.StatusCreated || !resolve.replayed() {
-		t.Fatalf("resolve: %d %s", resolve.status, resolve.body)
+	if resolve.status != http.StatusCreated || !resolve.replayed() || resolve.header.Get(keyedcore.HTTPSecondOwner) != "" {
+		t.Fatalf("resolve (never judged): %d %s %v", resolve.status, resolve.body, resolve.header)
 	}
 	want := map[string]float64{
 		"POST /items mesh false mesh": 1, "POST /items application false application": 1,

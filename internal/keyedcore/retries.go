@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/textproto"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -32,6 +33,12 @@ const (
 	// attempt: the retries of the channel's service config, or of the
 	// control plane's retry policy on an xds:/// channel.
 	PreviousAttemptsHeader = "grpc-previous-rpc-attempts"
+	// SecondOwnerHeader is the response header (a trailer on gRPC and
+	// connect) a server sends on the answer to a request that a layer
+	// other than the channel's owner retried: the layers that are second
+	// owners ([RetryJudgement.SecondOwners]), so that a client, or opledger
+	// probe, sees what the server's metric counts.
+	SecondOwnerHeader = "opledger-second-retry-owner"
 )
 
 // The canonical forms of the retry headers' names, as an HTTP header
@@ -39,6 +46,7 @@ const (
 var (
 	HTTPRetryOwnerHeader = textproto.CanonicalMIMEHeaderKey(RetryOwnerHeader)
 	HTTPAttemptHeader    = textproto.CanonicalMIMEHeaderKey(AttemptHeader)
+	HTTPSecondOwner      = textproto.CanonicalMIMEHeaderKey(SecondOwnerHeader)
 	httpEnvoyAttempt     = textproto.CanonicalMIMEHeaderKey(EnvoyAttemptCountHeader)
 	httpPreviousAttempts = textproto.CanonicalMIMEHeaderKey(PreviousAttemptsHeader)
 )
@@ -243,6 +251,20 @@ func (j RetryJudgement) SecondOwner() bool {
 		}
 	}
 	return false
+}
+
+// SecondOwners is the value of [SecondOwnerHeader]: the layers that
+// retried the request and are not the channel's owner, in the order of
+// Retries, comma-separated ("service-config", "service-config, mesh");
+// "" when there is none.
+func (j RetryJudgement) SecondOwners() string {
+	var ls []string
+	for _, r := range j.Retries {
+		if r.SecondOwner && !slices.Contains(ls, string(r.Layer)) {
+			ls = append(ls, string(r.Layer))
+		}
+	}
+	return strings.Join(ls, ", ")
 }
 
 // JudgeRetries judges a request's retry headers against its channel's

@@ -3,6 +3,7 @@ package keyedcore_test
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -128,8 +129,20 @@ func TestJudgeRetries(t *testing.T) {
 		{"unreadable counts are absent", keyedcore.RetryHeaders{Owner: vals("none"), Attempt: vals("two"), PreviousAttempts: vals("-1")}, 0, true,
 			"none/declared"},
 	} {
-		if got := judged(keyedcore.JudgeRetries(tc.h, tc.configured, tc.safe)); got != tc.want {
+		j := keyedcore.JudgeRetries(tc.h, tc.configured, tc.safe)
+		if got := judged(j); got != tc.want {
 			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
+		}
+		// The answer's header names each second owner's layer once, in
+		// order.
+		var second []string
+		for _, f := range strings.Fields(tc.want)[1:] {
+			if l, _, _ := strings.Cut(f, ":"); strings.HasSuffix(f, "!") && !slices.Contains(second, l) {
+				second = append(second, l)
+			}
+		}
+		if got := j.SecondOwners(); got != strings.Join(second, ", ") {
+			t.Errorf("%s: SecondOwners %q, want %q", tc.name, got, strings.Join(second, ", "))
 		}
 	}
 }

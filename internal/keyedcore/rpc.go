@@ -109,16 +109,18 @@ func newRPCServer(tx keyed.Transactions, catalog *policy.Catalog, noCaller bool,
 // request (which runs nothing), a call with no count header (every
 // layer's first attempt) and a method the catalog does not know are not
 // judged; a layer may retry a method whose kind is no side effects,
-// idempotent or keyed (the server has the ledger).
-func (s *Server) RetriesOf(ctx context.Context, catalog *policy.Catalog, method string, h RetryHeaders, resolve bool) {
+// idempotent or keyed (the server has the ledger). It returns the
+// judgement (empty when none was made), whose SecondOwners the transport
+// sends in SecondOwnerHeader.
+func (s *Server) RetriesOf(ctx context.Context, catalog *policy.Catalog, method string, h RetryHeaders, resolve bool) RetryJudgement {
 	if h.Attempt == nil && h.EnvoyAttempt == nil && h.PreviousAttempts == nil || resolve {
-		return
+		return RetryJudgement{}
 	}
 	p, known := catalog.Lookup(method)
 	if !known {
-		return
+		return RetryJudgement{}
 	}
-	s.Retries(ctx, method, h, retrySafe(p))
+	return s.Retries(ctx, method, h, retrySafe(p))
 }
 
 // retrySafe reports whether a layer may retry a method the kit's server

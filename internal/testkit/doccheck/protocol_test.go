@@ -93,7 +93,7 @@ func TestProtocolHeaders(t *testing.T) {
 		keybirth.FirstSentHeader, strings.ToLower(keybirth.FirstSentHeader),
 		keyedcore.LifetimeHeader, strings.ToLower(keyedcore.LifetimeHeader),
 		keyedcore.RetryOwnerHeader, keyedcore.HTTPRetryOwnerHeader, keyedcore.AttemptHeader, keyedcore.HTTPAttemptHeader,
-		keyedcore.EnvoyAttemptCountHeader, keyedcore.PreviousAttemptsHeader,
+		keyedcore.EnvoyAttemptCountHeader, keyedcore.PreviousAttemptsHeader, keyedcore.SecondOwnerHeader, keyedcore.HTTPSecondOwner,
 		policy.PushbackHeader, "Retry-After", "grpc-status-details-bin", grpcint.ErrorDomain, httpint.ProblemTypeBase,
 		keyedproto.RequestIDField,
 	}
