@@ -20,10 +20,10 @@ import (
 const (
 	// consoleCountCap is the most rows a page counts; past it the page
 	// says "at least" (or shows the database's estimate).
-	consoleCountCap = 100_000
+	consoleCountCap = 10_000
 	// consolePendingScan is how many of the oldest live entries the
 	// overview reads, along the expires_at index, to find pending ones.
-	consolePendingScan = 20_000
+	consolePendingScan = 2_000
 	// consoleGrowthWindow is the span of claims the growth is measured on.
 	consoleGrowthWindow = 10 * time.Minute
 	// consoleListed is how many pending entries, keys or dead messages a
@@ -84,20 +84,19 @@ func (b *consoleBackend) estimateRows(ctx context.Context, table string) (n int6
 	return int64(f), source, true
 }
 
-// countRows is the table's rows: counted up to consoleCountCap, then the
-// database's estimate.
+// countRows is the table's rows: the database's estimate when it has one
+// past consoleCountCap, else counted up to consoleCountCap.
 func (b *consoleBackend) countRows(ctx context.Context, table, quoted string) (console.Count, error) {
+	if n, src, ok := b.estimateRows(ctx, table); ok && n > consoleCountCap {
+		return console.Count{N: n, Estimated: true, Source: src}, nil
+	}
 	c, err := b.boundedCount(ctx, quoted)
 	if err != nil {
 		return c, err
 	}
 	c.Source = "counted"
-	if !c.AtLeast {
-		return c, nil
-	}
-	c.Source = fmt.Sprintf("more than %d: not counted on page load", consoleCountCap)
-	if n, src, ok := b.estimateRows(ctx, table); ok && n > c.N {
-		c = console.Count{N: n, Estimated: true, Source: src}
+	if c.AtLeast {
+		c.Source = fmt.Sprintf("more than %d, and the database has no estimate (ANALYZE makes one): not counted on page load", consoleCountCap)
 	}
 	return c, nil
 }

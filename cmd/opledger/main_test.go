@@ -11,7 +11,7 @@ import (
 	"github.com/opledger/opledger/internal/testkit/testdb"
 )
 
-func runCmd(t *testing.T, args ...string) (code int, stdout, stderr string) {
+func runCmd(t testing.TB, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errb bytes.Buffer
 	code = run(context.Background(), args, &out, &errb)

@@ -21,7 +21,7 @@ const opMethod = "/pay.v1.Payments/Transfer"
 // operatorTargets are the databases the operator commands are tested on:
 // a SQLite file always, PostgreSQL and MySQL when their variables are
 // set. Each gets its own ledger table.
-func operatorTargets(t *testing.T) map[string]string {
+func operatorTargets(t testing.TB) map[string]string {
 	t.Helper()
 	out := map[string]string{"sqlite": "sqlite:" + filepath.Join(t.TempDir(), "ops.db")}
 	for family, env := range map[string]string{"postgres": testdb.EnvPostgres, "mysql": testdb.EnvMySQL} {
@@ -41,7 +41,7 @@ type opEnv struct {
 	tg         target
 }
 
-func newOpEnv(t *testing.T, family, dsn string) *opEnv {
+func newOpEnv(t testing.TB, family, dsn string) *opEnv {
 	t.Helper()
 	testdb.Reserve(t, family, 4)
 	table := fmt.Sprintf("opl_cmd_%s_%d", family, time.Now().UnixNano()%1_000_000_000)
