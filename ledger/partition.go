@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/opledger/opledger/internal/dialectkit"
@@ -55,24 +56,16 @@ func (s *Store) sweepPartitioned(ctx context.Context, pt dialectkit.Partitioner,
 		if p.Kind == dialectkit.Bucket {
 			continue
 		}
-		for {
-			if err := ctx.Err(); err != nil {
-				return n, true, err
-			}
-			k, err := pt.SweepPartition(ctx, db, s.core.table, p, micros(s.core.now()), batch)
-			if err != nil {
-				return n, true, s.core.fail(ctx, "sweep", err)
-			}
-			n += k
-			if k < int64(batch) {
-				break
-			}
+		q := pt.SweepQueries(s.core.table, p)
+		k, err := s.deleteSweep(ctx, db, batch, &q)
+		n += k
+		var h *HeldError
+		switch {
+		case errors.As(err, &h) && h.Err == nil:
+			held += h.Held
+		case err != nil:
+			return n, true, err
 		}
-		left, err := pt.ExpiredIn(ctx, db, s.core.table, p, micros(s.core.now()))
-		if err != nil {
-			return n, true, s.core.fail(ctx, "sweep", err)
-		}
-		held += left
 	}
 	if held > 0 {
 		return n, true, &HeldError{Held: held}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/internal/dialectkit"
 	"github.com/opledger/opledger/internal/ledgerkit"
 	"github.com/opledger/opledger/internal/options"
@@ -127,6 +128,14 @@ func (s *Store) Sweep(ctx context.Context, db Execer, batch int) (int64, error) 
 			}
 		}
 	}
+	return s.deleteSweep(ctx, db, batch, &s.core.q)
+}
+
+// deleteSweep is Sweep's DELETE, in batches, with q's Sweep (and, after a
+// held entry, SweepScan and SweepOne one by one): of the whole table, or of
+// one partition of a partitioned table (dialectkit.Partitioner's
+// SweepQueries).
+func (s *Store) deleteSweep(ctx context.Context, db Execer, batch int, q *dialects.Queries) (int64, error) {
 	var (
 		total    int64
 		cutoff   time.Time
@@ -139,29 +148,29 @@ func (s *Store) Sweep(ctx context.Context, db Execer, batch int) (int64, error) 
 		}
 		cutoff = s.core.now()
 		if !oneByOne {
-			n, err := s.sweepBatch(ctx, db, batch, cutoff)
+			n, err := s.sweepBatch(ctx, q, db, batch, cutoff)
 			total += n
 			switch {
 			case err == nil && n < int64(batch):
-				return total, s.held(ctx, db, cutoff, nil, len(skipped))
+				return total, s.held(ctx, q, db, cutoff, nil, len(skipped))
 			case err == nil:
 				continue
 			case !errors.Is(err, ErrInProgress) || ctx.Err() != nil:
 				return total, err
-			case s.core.q.SweepScan == "" || s.core.q.SweepOne == "":
-				return total, s.held(ctx, db, cutoff, err, 0)
+			case q.SweepScan == "" || q.SweepOne == "":
+				return total, s.held(ctx, q, db, cutoff, err, 0)
 			}
 			// A held entry: go on one by one for the rest of this sweep (a
 			// batch would meet the same entry again).
 			oneByOne = true
 		}
-		n, more, err := s.sweepEach(ctx, db, batch, cutoff, skipped)
+		n, more, err := s.sweepEach(ctx, q, db, batch, cutoff, skipped)
 		total += n
 		if err != nil {
 			return total, err
 		}
 		if !more {
-			return total, s.held(ctx, db, cutoff, nil, len(skipped))
+			return total, s.held(ctx, q, db, cutoff, nil, len(skipped))
 		}
 	}
 }
@@ -181,32 +190,32 @@ func partitionDB(db Execer) (dialectkit.DB, bool) {
 
 // held is Sweep's report (see [txStore.held]), counting through db when
 // it can read.
-func (s *Store) held(ctx context.Context, db Execer, cutoff time.Time, stop error, skipped int) error {
+func (s *Store) held(ctx context.Context, q *dialects.Queries, db Execer, cutoff time.Time, stop error, skipped int) error {
 	var queryRow func(ctx context.Context, query string, args ...any) ledgerkit.Row
 	if q, ok := db.(rowQuerier); ok {
 		queryRow = func(ctx context.Context, query string, args ...any) ledgerkit.Row {
 			return q.QueryRowContext(ctx, query, args...)
 		}
 	}
-	return s.core.held(ctx, queryRow, cutoff, stop, skipped)
+	return s.core.held(ctx, q, queryRow, cutoff, stop, skipped)
 }
 
 // held is a sweep's report: a *HeldError when expired entries are left at
 // cutoff (counted with the dialect's CountExpired when it has one and
 // queryRow is not nil, else the skipped count), stop when nothing tells,
 // else nil.
-func (s *txStore[TX]) held(ctx context.Context, queryRow func(ctx context.Context, query string, args ...any) ledgerkit.Row, cutoff time.Time, stop error, skipped int) error {
+func (s *txStore[TX]) held(ctx context.Context, q *dialects.Queries, queryRow func(ctx context.Context, query string, args ...any) ledgerkit.Row, cutoff time.Time, stop error, skipped int) error {
 	n := int64(skipped)
-	counted := queryRow != nil && s.q.CountExpired != ""
+	counted := queryRow != nil && q.CountExpired != ""
 	if counted {
-		if err := queryRow(ctx, s.q.CountExpired, micros(cutoff)).Scan(&n); err != nil {
+		if err := queryRow(ctx, q.CountExpired, micros(cutoff)).Scan(&n); err != nil {
 			return s.fail(ctx, "sweep", err)
 		}
 	}
 	switch {
 	case n > 0:
 		return &HeldError{Held: n, Err: stop}
-	case s.q.CountExpired == "":
+	case q.CountExpired == "":
 		return stop
 	}
 	return nil
@@ -246,11 +255,11 @@ func (s *txStore[TX]) SweepWith(ctx context.Context, exec func(ctx context.Conte
 			if !errors.Is(err, ErrInProgress) || ctx.Err() != nil {
 				return total, err
 			}
-			return total, s.held(ctx, queryRow, cutoff, err, 0)
+			return total, s.held(ctx, &s.q, queryRow, cutoff, err, 0)
 		}
 		total += n
 		if n < int64(batch) {
-			return total, s.held(ctx, queryRow, cutoff, nil, 0)
+			return total, s.held(ctx, &s.q, queryRow, cutoff, nil, 0)
 		}
 	}
 }
@@ -276,7 +285,7 @@ func (s *Store) sweepTx(ctx context.Context, b beginner) (*sql.Tx, func(), error
 // sweepBatch deletes one batch: in a transaction of its own when the
 // sweep has a lock wait or the dialect a TxChecker and db can begin one,
 // else in one statement.
-func (s *Store) sweepBatch(ctx context.Context, db Execer, batch int, cutoff time.Time) (int64, error) {
+func (s *Store) sweepBatch(ctx context.Context, q *dialects.Queries, db Execer, batch int, cutoff time.Time) (int64, error) {
 	b, ok := db.(beginner)
 	if !ok || (s.checker == nil && s.core.sweepWait == 0) {
 		if tx, isTx := db.(*sql.Tx); isTx {
@@ -284,7 +293,7 @@ func (s *Store) sweepBatch(ctx context.Context, db Execer, batch int, cutoff tim
 				return 0, err
 			}
 		}
-		return s.sweepExec(ctx, db, batch, cutoff)
+		return s.sweepExec(ctx, q, db, batch, cutoff)
 	}
 	tx, release, err := s.sweepTx(ctx, b)
 	defer release()
@@ -295,7 +304,7 @@ func (s *Store) sweepBatch(ctx context.Context, db Execer, batch int, cutoff tim
 	if err := s.check(ctx, "sweep", tx); err != nil {
 		return 0, err
 	}
-	n, err := s.sweepExec(ctx, tx, batch, cutoff)
+	n, err := s.sweepExec(ctx, q, tx, batch, cutoff)
 	if err != nil {
 		return 0, err
 	}
@@ -305,8 +314,8 @@ func (s *Store) sweepBatch(ctx context.Context, db Execer, batch int, cutoff tim
 	return n, nil
 }
 
-func (s *Store) sweepExec(ctx context.Context, db Execer, batch int, cutoff time.Time) (int64, error) {
-	res, err := db.ExecContext(ctx, s.core.q.Sweep, micros(cutoff), batch)
+func (s *Store) sweepExec(ctx context.Context, q *dialects.Queries, db Execer, batch int, cutoff time.Time) (int64, error) {
+	res, err := db.ExecContext(ctx, q.Sweep, micros(cutoff), batch)
 	if err != nil {
 		return 0, s.core.fail(ctx, "sweep", err)
 	}
@@ -321,13 +330,13 @@ func (s *Store) sweepExec(ctx context.Context, db Execer, batch int, cutoff time
 // then SweepOne each, in one transaction), skipping those in skipped and
 // adding to it those that wait past the bound or lose a deadlock. It
 // reports whether more entries may be left to sweep.
-func (s *Store) sweepEach(ctx context.Context, db Execer, batch int, cutoff time.Time, skipped map[string]bool) (n int64, more bool, err error) {
-	q, ok := db.(rowQuerier)
+func (s *Store) sweepEach(ctx context.Context, q *dialects.Queries, db Execer, batch int, cutoff time.Time, skipped map[string]bool) (n int64, more bool, err error) {
+	rq, ok := db.(rowQuerier)
 	if !ok {
 		return 0, false, invalid("tx", "the sweep cannot read through this database handle")
 	}
 	limit := batch + len(skipped)
-	ids, listed, err := s.sweepScan(ctx, q, limit, cutoff, skipped)
+	ids, listed, err := s.sweepScan(ctx, q, rq, limit, cutoff, skipped)
 	if err != nil || len(ids) == 0 {
 		return 0, false, err
 	}
@@ -348,7 +357,7 @@ func (s *Store) sweepEach(ctx context.Context, db Execer, batch int, cutoff time
 	if err := s.check(ctx, "sweep", tx); err != nil {
 		return 0, false, err
 	}
-	n, progress, again, err := s.sweepIDs(ctx, tx, ids, cutoff, skipped)
+	n, progress, again, err := s.sweepIDs(ctx, q, tx, ids, cutoff, skipped)
 	if err != nil || again {
 		return 0, again, err
 	}
@@ -366,9 +375,9 @@ func (s *Store) sweepEach(ctx context.Context, db Execer, batch int, cutoff time
 // skipped those that wait past the bound or lose a deadlock. progress
 // says it deleted or skipped one; again, that a deadlock or write conflict
 // rolled tx back, so that the caller sweeps the rest again.
-func (s *Store) sweepIDs(ctx context.Context, tx *sql.Tx, ids [][]byte, cutoff time.Time, skipped map[string]bool) (n int64, progress, again bool, err error) {
+func (s *Store) sweepIDs(ctx context.Context, q *dialects.Queries, tx *sql.Tx, ids [][]byte, cutoff time.Time, skipped map[string]bool) (n int64, progress, again bool, err error) {
 	for _, id := range ids {
-		res, err := tx.ExecContext(ctx, s.core.q.SweepOne, id, micros(cutoff))
+		res, err := tx.ExecContext(ctx, q.SweepOne, id, micros(cutoff))
 		if err == nil {
 			k, _ := res.RowsAffected()
 			n += k
@@ -398,8 +407,8 @@ func (s *Store) sweepIDs(ctx context.Context, tx *sql.Tx, ids [][]byte, cutoff t
 
 // sweepScan lists at most limit expired entries, oldest first, and
 // returns their ids but those in skip, and how many it listed.
-func (s *Store) sweepScan(ctx context.Context, q rowQuerier, limit int, cutoff time.Time, skip map[string]bool) (ids [][]byte, listed int, err error) {
-	rows, err := q.QueryContext(ctx, s.core.q.SweepScan, micros(cutoff), limit)
+func (s *Store) sweepScan(ctx context.Context, q *dialects.Queries, rq rowQuerier, limit int, cutoff time.Time, skip map[string]bool) (ids [][]byte, listed int, err error) {
+	rows, err := rq.QueryContext(ctx, q.SweepScan, micros(cutoff), limit)
 	if err != nil {
 		return nil, 0, s.core.fail(ctx, "sweep", err)
 	}

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"sort"
 	"time"
+
+	"github.com/opledger/opledger/dialects"
 )
 
 // BirthReader is implemented by dialects whose ledger table can be
@@ -59,14 +61,11 @@ type Partitioner interface {
 	// (bounded) for the transactions that still use it; a partition that
 	// is gone already (another sweep dropped it) is no error.
 	DropPartition(ctx context.Context, db DB, table string, p Partition) error
-	// SweepPartition deletes at most batch expired entries (expires_at <=
-	// now) from p, a partition swept by DELETE (born_at 0, the catch-all),
-	// skipping those other transactions hold where the database can;
-	// it returns how many it deleted.
-	SweepPartition(ctx context.Context, db DB, table string, p Partition, now int64, batch int) (int64, error)
-	// ExpiredIn counts the expired entries left in p (expires_at <= now):
-	// after SweepPartition, those other transactions held.
-	ExpiredIn(ctx context.Context, db DB, table string, p Partition, now int64) (int64, error)
+	// SweepQueries returns the statements that sweep partition p (born_at
+	// 0, or the catch-all) by DELETE, as [dialects.Queries]' Sweep,
+	// CountExpired, SweepScan and SweepOne do for a whole table, with the
+	// same arguments; the other fields are empty.
+	SweepQueries(table string, p Partition) dialects.Queries
 }
 
 // PartitionKind says what a partition of a ledger table holds.

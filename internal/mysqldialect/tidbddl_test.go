@@ -529,6 +529,12 @@ func (c *ddlChecker) check(stmt string) (findings []string) {
 		idx := p.name()
 		p.kw("ON")
 		return c.alter(p.name(), []alterSpec{{op: "drop-index", index: idx}})
+	case p.kw("SET"), p.kw("PREPARE"), p.kw("EXECUTE"), p.kw("DEALLOCATE"):
+		// A session variable or a prepared statement: 00005 builds its
+		// DDL (the partitioned table, made only when the table is empty)
+		// as a string, which this model does not follow. TiDB runs it:
+		// see the migrations' tests on TiDB.
+		return nil
 	}
 	panic(parseError("statement " + p.peek().text))
 }

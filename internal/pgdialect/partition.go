@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 
+	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/internal/dialectkit"
 )
 
@@ -167,30 +168,9 @@ func (d Dialect) ddl(ctx context.Context, db dialectkit.DB, stmt string) error {
 	return tx.Commit()
 }
 
-// SweepPartition deletes at most batch expired entries of p, skipping
-// those other transactions hold (SKIP LOCKED).
-func (d Dialect) SweepPartition(ctx context.Context, db dialectkit.DB, table string, p dialectkit.Partition, now int64, batch int) (int64, error) {
-	t := d.QuoteIdent(p.Name)
-	res, err := db.ExecContext(ctx, `DELETE FROM `+t+` WHERE ctid IN (SELECT ctid FROM `+t+
-		` WHERE expires_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)`, now, batch)
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
-}
-
-// ExpiredIn counts p's expired entries.
-func (d Dialect) ExpiredIn(ctx context.Context, db dialectkit.DB, table string, p dialectkit.Partition, now int64) (int64, error) {
-	rows, err := db.QueryContext(ctx, `SELECT count(*) FROM `+d.QuoteIdent(p.Name)+` WHERE expires_at <= $1`, now)
-	if err != nil {
-		return 0, err
-	}
-	defer rows.Close()
-	var n int64
-	if rows.Next() {
-		if err := rows.Scan(&n); err != nil {
-			return 0, err
-		}
-	}
-	return n, rows.Err()
+// SweepQueries returns the DELETE sweep of partition p, which it names
+// directly: [Dialect.Queries]' Sweep (SKIP LOCKED) and CountExpired.
+func (d Dialect) SweepQueries(table string, p dialectkit.Partition) dialects.Queries {
+	q := d.Queries(p.Name)
+	return dialects.Queries{Sweep: q.Sweep, CountExpired: q.CountExpired}
 }
