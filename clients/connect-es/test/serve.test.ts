@@ -48,8 +48,14 @@ after(async () => {
   await plain?.stop();
 });
 
-test("64 concurrent calls per key on 50 keys, over Connect, gRPC and gRPC-Web: one transfer per key, every call answered with it", async () => {
-  const clients = Object.values(nodeTransports).map((m) => client(plain, m, options()));
+test("64 concurrent calls per key on 50 keys, over Connect, gRPC and gRPC-Web: one transfer per key, every call answered with it", async (t) => {
+  const ends = new Map<string, number>();
+  let runs = 0;
+  const count = (i: CallInfo): void => {
+    runs += i.runs;
+    ends.set(i.outcome.name, (ends.get(i.outcome.name) ?? 0) + 1);
+  };
+  const clients = Object.values(nodeTransports).map((m) => client(plain, m, options({ onCallEnd: count })));
   const keys = Array.from({ length: 50 }, () => newKey());
   const answers = new Map<number, Set<bigint>>();
   await pool(50, 10, async (k) => {
@@ -73,6 +79,8 @@ test("64 concurrent calls per key on 50 keys, over Connect, gRPC and gRPC-Web: o
     assert.equal(ids.length, 1, `key ${k}: ${ids.length} transfers`);
     assert.deepEqual([...answers.get(k)!], [ids[0]!], `key ${k}: every call's answer is the one transfer`);
   }
+  t.diagnostic(`herd: ${JSON.stringify(Object.fromEntries(ends))}, ${runs} runs (a run beyond a call's first met the key in progress)`);
+  assert.deepEqual(Object.fromEntries(ends), { executed: 50, replayed: 50 * 63 }, "one execution per key, every other call a replay");
 });
 
 test("a key reused for another request is idempotency-key-reused; the same request again replays", async () => {
