@@ -45,15 +45,18 @@ func (d Dialect) Partitions(ctx context.Context, db dialectkit.DB, table string)
 	for rows.Next() {
 		var (
 			p     dialectkit.Partition
-			bound string
+			bound sql.NullString
 		)
 		if err := rows.Scan(&p.Name, &bound, &p.Rows); err != nil {
 			return nil, false, err
 		}
+		if !bound.Valid {
+			continue // being detached or dropped by another sweep
+		}
 		if p.Rows < 0 {
 			p.Rows = -1
 		}
-		if err := parseBound(&p, bound); err != nil {
+		if err := parseBound(&p, bound.String); err != nil {
 			return nil, false, fmt.Errorf("postgres: partition %s: %w", p.Name, err)
 		}
 		parts = append(parts, p)
