@@ -69,6 +69,11 @@ type stats struct {
 
 	// window is the ledger's window and the entries by key birth.
 	window
+
+	// Partitions are the table's partitions by key birth, when it is
+	// partitioned (from the catalog: no scan).
+	Partitions            []partitionStat `json:"partitions,omitempty"`
+	PartitionsUnavailable string          `json:"partitions_unavailable,omitempty"`
 }
 
 // readStats counts the entries in one scan of the table. The counts by
@@ -122,6 +127,11 @@ func readStats(ctx context.Context, db *sql.DB, d dialects.Dialect, table string
 	} else {
 		s.SizeUnavailable = "the dialect cannot measure its tables (no dialectkit.Sizer)"
 	}
+	parts, err := readPartitions(ctx, db, d, table, lw)
+	if err != nil {
+		s.PartitionsUnavailable = oneLine(err)
+	}
+	s.Partitions = parts
 	return s, nil
 }
 
@@ -185,6 +195,7 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(tw, "size\ttable %s, indexes %s: %.0f bytes per entry%s\n", bytesIEC(s.TableBytes), bytesIEC(s.IndexBytes), s.BytesPerEntry, note)
 	}
 	s.window.print(tw, s.BirthUnavailable)
+	printPartitions(tw, s.Partitions, s.PartitionsUnavailable)
 	tw.Flush()
 	fmt.Fprintf(&b, "(one scan of the table: %d ms; entries still being claimed in open transactions are not visible)\n", s.QueryMilliseconds)
 	io.WriteString(stdout, b.String())
