@@ -61,9 +61,13 @@ Checks, in this order:
   resolve-unknown           a resolve of a never-used key: OPERATION_NOT_FOUND / 404
   window-stale-key-refused  a key born 400 days ago: IDEMPOTENCY_KEY_EXPIRED / 422, for
                             the call and for its resolve
+  second-owner-detected     a new key declaring the owner application, with
+                            grpc-previous-rpc-attempts: 1 (a gRPC library's retry): the
+                            answer names service-config in opledger-second-retry-owner;
+                            the same key declaring service-config (the owner's own retry)
+                            and executes-once's call (no retry): no such header
   lifetime-advertised       Idempotency-Key-Lifetime on every answer above that reached
                             the ledger
-Not checked: whether a second retry layer is detected (the server's metrics say).
 
 Prints a table (CHECK, VERDICT, DURATION, DETAIL) or, with --json, one JSON
 report. Exits 0 when every check passed (or skipped), 1 when any failed (each
@@ -138,7 +142,8 @@ type probeResult struct {
 // probeCheckNames are the checks, in the order they run.
 var probeCheckNames = []string{
 	"executes-once", "replay-identical", "key-reuse-refused", "missing-key-refused", "malformed-key-refused",
-	"concurrent-duplicates", "resolve-committed", "resolve-unknown", "window-stale-key-refused", "lifetime-advertised",
+	"concurrent-duplicates", "resolve-committed", "resolve-unknown", "window-stale-key-refused", "second-owner-detected",
+	"lifetime-advertised",
 }
 
 // runProbe implements "opledger probe".
@@ -299,8 +304,9 @@ type probeTransport interface {
 	// encode turns a JSON request into the bytes call sends.
 	encode(jsonReq string) ([]byte, error)
 	// call sends body with key ("" for none), as a resolve when resolve
-	// is set (then body is not sent).
-	call(ctx context.Context, key string, body []byte, resolve bool) probeAnswer
+	// is set (then body is not sent), with the headers extra beside
+	// --header's.
+	call(ctx context.Context, key string, body []byte, resolve bool, extra headerFlags) probeAnswer
 	close()
 }
 
@@ -315,6 +321,7 @@ type probeAnswer struct {
 	lifetime bool   // Idempotency-Key-Lifetime present
 	pushback time.Duration
 	hasPush  bool
+	second   string // opledger-second-retry-owner: the layers the server saw retry without owning the channel
 }
 
 // is reports whether a ended with the outcome whose gRPC reason is
@@ -376,9 +383,14 @@ type prober struct {
 }
 
 func (p *prober) call(ctx context.Context, key string, body []byte, resolve bool) probeAnswer {
+	return p.callWith(ctx, key, body, resolve, nil)
+}
+
+// callWith is call with the headers extra.
+func (p *prober) callWith(ctx context.Context, key string, body []byte, resolve bool, extra headerFlags) probeAnswer {
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
-	return p.tr.call(ctx, key, body, resolve)
+	return p.tr.call(ctx, key, body, resolve, extra)
 }
 
 // reached notes an answer that reached the ledger, for
@@ -408,6 +420,7 @@ func (p *prober) run(ctx context.Context, report func(probeResult)) {
 		"resolve-committed":        p.resolveCommitted,
 		"resolve-unknown":          p.resolveUnknown,
 		"window-stale-key-refused": p.windowStaleKeyRefused,
+		"second-owner-detected":    p.secondOwnerDetected,
 		"lifetime-advertised":      p.lifetimeAdvertised,
 	}
 	for _, name := range probeCheckNames {
@@ -545,6 +558,42 @@ func (p *prober) windowStaleKeyRefused(ctx context.Context) (string, []string) {
 		msgs = append(msgs, "a resolve of a key born 400 days ago: "+r.String()+", want IDEMPOTENCY_KEY_EXPIRED / 422 (never not-found)")
 	}
 	return a.String() + ", and its resolve", msgs
+}
+
+// The headers of second-owner-detected (docs/protocol.md): the owner
+// declaration and a gRPC library's count of earlier attempts, and the
+// answer's header that names the second owners.
+const (
+	probeOwnerHeader    = "Opledger-Retry-Owner"
+	probePreviousHeader = "Grpc-Previous-Rpc-Attempts"
+	probeSecondHeader   = "Opledger-Second-Retry-Owner"
+)
+
+// secondOwnerDetected is the check second-owner-detected: a retry by a
+// gRPC library's retry policy (grpc-previous-rpc-attempts) of a client
+// that declares the owner application is a second owner, which the
+// answer names; the same retry declared by its owner, service-config,
+// and a call no layer retried are not.
+func (p *prober) secondOwnerDetected(ctx context.Context) (string, []string) {
+	key := keybirth.New(time.Now())
+	a := p.callWith(ctx, key, p.req, false, headerFlags{{probeOwnerHeader, "application"}, {probePreviousHeader, "1"}})
+	p.reached("second-owner-detected", a)
+	if a.err != nil {
+		return "", []string{"a retry by a second owner: " + a.String()}
+	}
+	var msgs []string
+	if !slices.ContainsFunc(strings.Split(a.second, ","), func(l string) bool { return strings.TrimSpace(l) == "service-config" }) {
+		msgs = append(msgs, fmt.Sprintf("a call declaring the owner application, with %s: 1 (a gRPC library's retry): %s %q, want service-config (the second owner is not detected)", strings.ToLower(probePreviousHeader), strings.ToLower(probeSecondHeader), a.second))
+	}
+	b := p.callWith(ctx, key, p.req, false, headerFlags{{probeOwnerHeader, "service-config"}, {probePreviousHeader, "2"}})
+	p.reached("second-owner-detected (owner's own retry)", b)
+	if b.err == nil && b.second != "" {
+		msgs = append(msgs, fmt.Sprintf("the owner's own retry (declaring service-config, with %s: 2): %s %q, want none", strings.ToLower(probePreviousHeader), strings.ToLower(probeSecondHeader), b.second))
+	}
+	if p.first.second != "" {
+		msgs = append(msgs, fmt.Sprintf("executes-once's call, which no layer retried: %s %q, want none", strings.ToLower(probeSecondHeader), p.first.second))
+	}
+	return "service-config named, not the owner's own retry", msgs
 }
 
 // lifetimeAdvertised is the check lifetime-advertised.

@@ -28,6 +28,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protodesc"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/descriptorpb"
 	"google.golang.org/protobuf/types/known/anypb"
 
@@ -70,8 +71,19 @@ func TestProbeServe(t *testing.T) {
 	auth := "Authorization: Bearer " + token
 	common := []string{"--request", probeRequest, "--request2", probeRequest2, "--header", auth, "--concurrency", "6"}
 
-	// A descriptor set of the payments' protos, as protoc -o writes it.
-	set := &descriptorpb.FileDescriptorSet{File: []*descriptorpb.FileDescriptorProto{protodesc.ToFileDescriptorProto(paymentspb.File_payments_proto)}}
+	// A descriptor set of the payments' protos and their imports, as
+	// protoc --include_imports -o writes it.
+	set := &descriptorpb.FileDescriptorSet{}
+	var add func(fd protoreflect.FileDescriptor)
+	add = func(fd protoreflect.FileDescriptor) {
+		for i := range fd.Imports().Len() {
+			add(fd.Imports().Get(i).FileDescriptor)
+		}
+		if !slices.ContainsFunc(set.File, func(f *descriptorpb.FileDescriptorProto) bool { return f.GetName() == fd.Path() }) {
+			set.File = append(set.File, protodesc.ToFileDescriptorProto(fd))
+		}
+	}
+	add(paymentspb.File_payments_proto)
 	b, err := proto.Marshal(set)
 	if err != nil {
 		t.Fatal(err)
@@ -128,6 +140,7 @@ const (
 	fakeNoLedger                     // runs every call
 	fakeRacy                         // reads, then runs, then inserts: a check-then-act race
 	fakeClaimOutside                 // records the key before the handler runs, outside its "transaction"
+	fakeNoRetryJudge                 // a correct ledger, but it never names a second retry owner in its answers
 )
 
 // fakeServer is the transport-neutral core of a small keyed server,
@@ -235,7 +248,7 @@ func (f *fakeServer) handle(key string, req []byte, resolve bool) fakeAnswer {
 		return answered(e, true)
 	}
 	switch f.mode {
-	case fakeCorrect:
+	case fakeCorrect, fakeNoRetryJudge:
 		return f.claimRunRecord(key, req)
 	case fakeNoLedger:
 		return answered(f.execute(req), false)
@@ -303,6 +316,21 @@ func (f *fakeServer) claimRunRecord(key string, req []byte) fakeAnswer {
 	return answered(e, false)
 }
 
+// secondOwner is the fake's judgement of a request's retry headers (get
+// reads one): service-config when a gRPC library retried it
+// (grpc-previous-rpc-attempts over 0) under a client that declares
+// another owner; "" otherwise, and always with fakeNoRetryJudge.
+func (f *fakeServer) secondOwner(get func(string) string) string {
+	n, err := strconv.Atoi(get("grpc-previous-rpc-attempts"))
+	if f.mode == fakeNoRetryJudge || err != nil || n < 1 {
+		return ""
+	}
+	if o := get("opledger-retry-owner"); o != "" && o != "service-config" {
+		return "service-config"
+	}
+	return ""
+}
+
 // fakeHTTP serves a fakeServer over net/http: POST, a JSON body, the key
 // a structured-field string, problems as RFC 9457.
 func fakeHTTP(t *testing.T, mode fakeMode) string {
@@ -324,6 +352,9 @@ func fakeHTTP(t *testing.T, mode fakeMode) string {
 		a := f.handle(key, body, r.Header.Get("Idempotency-Resolve") == "1")
 		if a.lifetime {
 			w.Header().Set("Idempotency-Key-Lifetime", "86340")
+		}
+		if v := f.secondOwner(r.Header.Get); v != "" {
+			w.Header().Set("Opledger-Second-Retry-Owner", v)
 		}
 		switch {
 		case a.failed:
@@ -367,6 +398,9 @@ func fakeConnect(t *testing.T, mode fakeMode) string {
 		}
 		if a.lifetime {
 			w.Header().Set(prefix+"Idempotency-Key-Lifetime", "86340")
+		}
+		if v := f.secondOwner(r.Header.Get); v != "" {
+			w.Header().Set(prefix+"Opledger-Second-Retry-Owner", v)
 		}
 		switch {
 		case a.failed:
@@ -445,6 +479,9 @@ func (p fakePayments) Transfer(ctx context.Context, in *paymentspb.TransferReque
 	if a.lifetime {
 		tr.Set("idempotency-key-lifetime", "86340")
 	}
+	if v := p.f.secondOwner(first); v != "" {
+		tr.Set("opledger-second-retry-owner", v)
+	}
 	switch {
 	case a.failed:
 		grpc.SetTrailer(ctx, tr)
@@ -490,8 +527,9 @@ func fakeGRPC(t *testing.T, mode fakeMode) string {
 
 // TestProbeFakeServers: the probe passes against a correct fake server
 // and fails, naming the broken promise, against one without a ledger,
-// one that reads before it inserts, and one that claims outside the
-// handler's transaction; each fake on plain HTTP and the Connect
+// one that reads before it inserts, one that claims outside the
+// handler's transaction, and one that never names a second retry owner
+// in its answers; each fake on plain HTTP and the Connect
 // protocol (net/http) and on plain grpc-go.
 func TestProbeFakeServers(t *testing.T) {
 	method := strings.TrimPrefix(paymentspb.TransferMethod, "/")
@@ -513,6 +551,7 @@ func TestProbeFakeServers(t *testing.T) {
 		{"no-ledger", fakeNoLedger, []string{"replay-identical", "key-reuse-refused", "concurrent-duplicates", "resolve-committed"}},
 		{"read-before-insert", fakeRacy, []string{"concurrent-duplicates"}},
 		{"claim-outside-transaction", fakeClaimOutside, []string{"executes-once"}},
+		{"no-second-owner", fakeNoRetryJudge, []string{"second-owner-detected"}},
 	} {
 		for tname, target := range targets {
 			t.Run(tc.name+"/"+tname, func(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -62,7 +63,7 @@ func (p *httpProbe) encode(req string) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-func (p *httpProbe) call(ctx context.Context, key string, body []byte, resolve bool) probeAnswer {
+func (p *httpProbe) call(ctx context.Context, key string, body []byte, resolve bool, extra headerFlags) probeAnswer {
 	if resolve {
 		body = nil
 		if p.connect {
@@ -73,7 +74,7 @@ func (p *httpProbe) call(ctx context.Context, key string, body []byte, resolve b
 	if err != nil {
 		return probeAnswer{err: err}
 	}
-	for _, kv := range p.headers {
+	for _, kv := range slices.Concat(p.headers, extra) {
 		req.Header.Add(kv[0], kv[1])
 	}
 	if body != nil {
@@ -107,7 +108,7 @@ func (p *httpProbe) call(ctx context.Context, key string, body []byte, resolve b
 	}
 	a := probeAnswer{ok: res.StatusCode/100 == 2, status: strconv.Itoa(res.StatusCode), body: b,
 		replayed: strings.EqualFold(get("Idempotency-Replayed"), "true") || strings.EqualFold(h.Get("Idempotent-Replayed"), "true"),
-		lifetime: get("Idempotency-Key-Lifetime") != ""}
+		lifetime: get("Idempotency-Key-Lifetime") != "", second: get(probeSecondHeader)}
 	if p.connect {
 		if v := get("Grpc-Retry-Pushback-Ms"); v != "" {
 			ms, err := strconv.ParseInt(v, 10, 64)
@@ -246,8 +247,11 @@ func (p *grpcProbe) encode(req string) ([]byte, error) {
 	return proto.MarshalOptions{Deterministic: true}.Marshal(m)
 }
 
-func (p *grpcProbe) call(ctx context.Context, key string, body []byte, resolve bool) probeAnswer {
+func (p *grpcProbe) call(ctx context.Context, key string, body []byte, resolve bool, extra headerFlags) probeAnswer {
 	md := p.md.Copy()
+	for _, kv := range extra {
+		md.Append(strings.ToLower(kv[0]), kv[1])
+	}
 	if key != "" {
 		md.Set("idempotency-key", key)
 	}
@@ -268,7 +272,8 @@ func (p *grpcProbe) call(ctx context.Context, key string, body []byte, resolve b
 		return ""
 	}
 	a := probeAnswer{ok: err == nil, status: "OK", body: *out,
-		replayed: get("idempotency-replayed") == "true", lifetime: get("idempotency-key-lifetime") != ""}
+		replayed: get("idempotency-replayed") == "true", lifetime: get("idempotency-key-lifetime") != "",
+		second: get(strings.ToLower(probeSecondHeader))}
 	if v := get("grpc-retry-pushback-ms"); v != "" {
 		ms, perr := strconv.ParseInt(v, 10, 64)
 		a.hasPush, a.pushback = perr == nil && ms >= 0, time.Duration(ms)*time.Millisecond
