@@ -185,9 +185,20 @@ func TestXDSRetriesMatchPolicyCheck(t *testing.T) {
 // of a channel to that service.
 func writeProtoFile(t *testing.T, dir string, fd protoreflect.FileDescriptor, keep string) string {
 	t.Helper()
-	if fd.Imports().Len() != 0 {
-		t.Fatalf("%s has imports", fd.Path())
+	// Its imports first (payments.proto imports opledger/v1/opledger.proto
+	// for the keyed option), as protoc --include_imports writes them.
+	var set descriptorpb.FileDescriptorSet
+	var imports func(fd protoreflect.FileDescriptor)
+	imports = func(fd protoreflect.FileDescriptor) {
+		for i := range fd.Imports().Len() {
+			imp := fd.Imports().Get(i).FileDescriptor
+			imports(imp)
+			if !slices.ContainsFunc(set.File, func(f *descriptorpb.FileDescriptorProto) bool { return f.GetName() == imp.Path() }) {
+				set.File = append(set.File, protodesc.ToFileDescriptorProto(imp))
+			}
+		}
 	}
+	imports(fd)
 	fdp := protodesc.ToFileDescriptorProto(fd)
 	var services []*descriptorpb.ServiceDescriptorProto
 	for _, s := range fdp.GetService() {
@@ -196,7 +207,8 @@ func writeProtoFile(t *testing.T, dir string, fd protoreflect.FileDescriptor, ke
 		}
 	}
 	fdp.Service = services
-	b, err := proto.Marshal(&descriptorpb.FileDescriptorSet{File: []*descriptorpb.FileDescriptorProto{fdp}})
+	set.File = append(set.File, fdp)
+	b, err := proto.Marshal(&set)
 	if err != nil {
 		t.Fatal(err)
 	}
