@@ -126,6 +126,18 @@ func TestRetryOwnerAtRunTime(t *testing.T) {
 	send(e.client("grpc"), "service-config-second-undeclared", keyedcore.PreviousAttemptsHeader, "1")
 	want(map[string]float64{"application false application": 1, "mesh false mesh": 2,
 		"service-config true application": 2, "mesh true application": 3, "service-config true mesh": 1})
+	// A refusal names the second owner too, in the error's metadata, on
+	// every protocol.
+	for _, protocol := range protocols {
+		req := request("alice", "", "no-key-"+protocol, 1)
+		req.Header().Set(keyedcore.HTTPRetryOwnerHeader, "application")
+		req.Header().Set(keyedcore.PreviousAttemptsHeader, "1")
+		_, err := e.client(protocol).CallUnary(ctx, req)
+		ce := wantError(t, err, connect.CodeInvalidArgument, keyed.KeyMissing.Row().Reason)
+		if got := ce.Meta().Get(keyedcore.HTTPSecondOwner); got != "service-config" {
+			t.Errorf("%s: a refusal's %s %q, want service-config", protocol, keyedcore.HTTPSecondOwner, got)
+		}
+	}
 
 	var got []string
 	for _, ev := range logs.Events() {

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/opledger/opledger/grpcint"
 	"github.com/opledger/opledger/internal/harness/otelread"
@@ -139,9 +140,18 @@ func TestRetryOwnerAtRunTime(t *testing.T) {
 	// (a client that is not the kit's: the server's owner, service-config).
 	call(app, envoy(ctx, "2"), "envoy", "mesh")
 	call(e.pc, envoy(ctx, "3"), "undeclared", "mesh")
+	// A refusal (no key) names the second owner in its trailer too.
+	var tr metadata.MD
+	rctx := metadata.AppendToOutgoingContext(as(ctx, "alice", ""), keyedcore.RetryOwnerHeader, "application", keyedcore.EnvoyAttemptCountHeader, "2")
+	if _, err := e.pc.Deposit(rctx, deposit("no-key", 1), grpc.Trailer(&tr)); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("no key: %v", err)
+	}
+	if got := strings.Join(tr.Get(keyedcore.SecondOwnerHeader), ","); got != "mesh" {
+		t.Errorf("a refusal's trailer %s %q, want mesh", keyedcore.SecondOwnerHeader, got)
+	}
 	wantPoints(t, retryPoints(t, m), map[string]float64{
 		"service-config false service-config": 1, "mesh false mesh": 1, "application false application": 1,
-		"service-config true application": 2, "mesh true application": 1, "mesh true service-config": 1})
+		"service-config true application": 2, "mesh true application": 2, "mesh true service-config": 1})
 
 	// One event per method and layer: the second grpc-go retry and the
 	// undeclared mesh retry are counted, not logged again.
