@@ -4,8 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -20,10 +22,10 @@ import (
 const (
 	// consoleCountCap is the most rows a page counts; past it the page
 	// says "at least" (or shows the database's estimate).
-	consoleCountCap = 10_000
+	consoleCountCap = 1_000
 	// consolePendingScan is how many of the oldest live entries the
 	// overview reads, along the expires_at index, to find pending ones.
-	consolePendingScan = 2_000
+	consolePendingScan = 1_000
 	// consoleGrowthWindow is the span of claims the growth is measured on.
 	consoleGrowthWindow = 10 * time.Minute
 	// consoleListed is how many pending entries, keys or dead messages a
@@ -44,16 +46,70 @@ type consoleBackend struct {
 var _ console.Backend = (*consoleBackend)(nil)
 
 // boundedCount counts the rows of from (a table and its WHERE), reading
-// at most consoleCountCap+1 of them.
+// at most consoleCountCap+1 of them; past that, it takes the planner's
+// estimate of the rows (EXPLAIN) where the database gives one.
 func (b *consoleBackend) boundedCount(ctx context.Context, from string, args ...any) (console.Count, error) {
 	var n int64
 	err := b.db.QueryRowContext(ctx, fmt.Sprintf("SELECT COUNT(*) FROM (SELECT 1 AS one FROM %s LIMIT %d) s", from, consoleCountCap+1), args...).Scan(&n)
-	c := console.Count{N: n}
-	if n > consoleCountCap {
-		c.N, c.AtLeast = consoleCountCap, true
+	if err != nil || n <= consoleCountCap {
+		return console.Count{N: n}, err
 	}
-	return c, err
+	if est, ok := b.explainRows(ctx, "SELECT 1 FROM "+from, args...); ok && est > consoleCountCap {
+		return console.Count{N: est, Estimated: true}, nil
+	}
+	return console.Count{N: consoleCountCap, AtLeast: true}, nil
 }
+
+// explainRows is the planner's estimate of the rows query returns:
+// PostgreSQL's EXPLAIN (FORMAT JSON) "Plan Rows", MySQL's and MariaDB's
+// EXPLAIN rows (from index dives). SQLite gives none.
+func (b *consoleBackend) explainRows(ctx context.Context, query string, args ...any) (int64, bool) {
+	switch b.t.dialect.Name() {
+	case "postgres":
+		var plan string
+		if err := b.db.QueryRowContext(ctx, "EXPLAIN (FORMAT JSON) "+query, args...).Scan(&plan); err != nil {
+			return 0, false
+		}
+		var p []struct {
+			Plan struct {
+				Rows float64 `json:"Plan Rows"`
+			}
+		}
+		if json.Unmarshal([]byte(plan), &p) != nil || len(p) != 1 {
+			return 0, false
+		}
+		return int64(p[0].Plan.Rows), true
+	case "mysql":
+		rows, err := b.db.QueryContext(ctx, "EXPLAIN "+query, args...)
+		if err != nil {
+			return 0, false
+		}
+		defer rows.Close()
+		cols, err := rows.Columns()
+		if err != nil || !rows.Next() {
+			return 0, false
+		}
+		vals := make([]sql.RawBytes, len(cols))
+		dest := make([]any, len(cols))
+		for i := range vals {
+			dest[i] = &vals[i]
+		}
+		if rows.Scan(dest...) != nil {
+			return 0, false
+		}
+		for i, c := range cols {
+			if strings.EqualFold(c, "rows") {
+				n, err := strconv.ParseInt(string(vals[i]), 10, 64)
+				return n, err == nil
+			}
+		}
+	}
+	return 0, false
+}
+
+// pgLeaves selects, in pg_class c, the tables that hold the rows of the
+// table $1 (quoted): itself, or the leaves of its partition tree.
+const pgLeaves = "c.relkind = 'r' AND (c.oid = to_regclass($1) OR c.oid IN (SELECT relid FROM pg_partition_tree(to_regclass($1))))"
 
 // estimateRows is the database's own estimate of table's rows: what its
 // planner uses, refreshed by ANALYZE (and autovacuum, and InnoDB's
@@ -67,8 +123,8 @@ func (b *consoleBackend) estimateRows(ctx context.Context, table string) (n int6
 	case "postgres":
 		// Summed over the partitions of a partitioned table (a table
 		// that is not is its own one leaf).
-		query, source = "SELECT COALESCE(SUM(c.reltuples) FILTER (WHERE c.reltuples > 0), -1) FROM pg_partition_tree(to_regclass($1)) p "+
-			"JOIN pg_class c ON c.oid = p.relid WHERE p.isleaf", "pg_class.reltuples (the planner's estimate), summed over the partitions"
+		query, source = "SELECT COALESCE(SUM(c.reltuples) FILTER (WHERE c.reltuples > 0), -1) FROM pg_class c WHERE "+pgLeaves,
+			"pg_class.reltuples (the planner's estimate), summed over the partitions"
 		table = b.t.dialect.QuoteIdent(table)
 	case "mysql", "tidb":
 		query, source = "SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?",
@@ -121,9 +177,15 @@ func (b *consoleBackend) Ledger(ctx context.Context, now time.Time) (console.Led
 	if v.Expired, err = b.boundedCount(ctx, b.q.table+" WHERE expires_at <= "+p, us); err != nil {
 		return v, b.t.scrubErr(err)
 	}
-	v.Expired.Source = "a range of the expires_at index"
+	v.Expired.Source = "a range of the expires_at index" + estimated(v.Expired)
+	// One aggregate a statement: SQLite reads MIN or MAX from the index's
+	// end only when it is the statement's one aggregate (both in one
+	// statement scan the table).
 	var minExp, maxExp sql.NullInt64
-	if err := b.db.QueryRowContext(ctx, "SELECT MIN(expires_at), MAX(expires_at) FROM "+b.q.table).Scan(&minExp, &maxExp); err != nil {
+	if err := b.db.QueryRowContext(ctx, "SELECT MIN(expires_at) FROM "+b.q.table).Scan(&minExp); err != nil {
+		return v, b.t.scrubErr(err)
+	}
+	if err := b.db.QueryRowContext(ctx, "SELECT MAX(expires_at) FROM "+b.q.table).Scan(&maxExp); err != nil {
 		return v, b.t.scrubErr(err)
 	}
 	if minExp.Valid && minExp.Int64 <= us {
@@ -136,7 +198,8 @@ func (b *consoleBackend) Ledger(ctx context.Context, now time.Time) (console.Led
 			return v, b.t.scrubErr(err)
 		}
 	}
-	v.Growth.Source = "A range of the expires_at index, ending at the newest entry's expiry: with one retention for every method, the entries claimed in that span."
+	v.Growth.Source = "A range of the expires_at index, ending at the newest entry's expiry: with one retention for every method, " +
+		"the entries claimed in that span" + estimated(v.Growth) + "."
 	if err := b.pending(ctx, &v, us); err != nil {
 		return v, b.t.scrubErr(err)
 	}
@@ -144,6 +207,14 @@ func (b *consoleBackend) Ledger(ctx context.Context, now time.Time) (console.Led
 	b.sessions(ctx, &v)
 	b.partitions(ctx, &v)
 	return v, nil
+}
+
+// estimated says how a range count past the page's bound was had.
+func estimated(c console.Count) string {
+	if c.Estimated {
+		return fmt.Sprintf(" (past %d rows: the planner's estimate, EXPLAIN)", consoleCountCap)
+	}
+	return ""
 }
 
 // pending reads the oldest live entries along the expires_at index and
@@ -185,8 +256,8 @@ func (b *consoleBackend) size(ctx context.Context, v *console.LedgerView) {
 	switch {
 	case b.t.dialect.Name() == "postgres":
 		// pg_table_size of a partitioned table is 0: sum its leaves.
-		err := b.db.QueryRowContext(ctx, "SELECT COALESCE(SUM(pg_table_size(relid)), 0), COALESCE(SUM(pg_indexes_size(relid)), 0) "+
-			"FROM pg_partition_tree(to_regclass($1)) WHERE isleaf", b.q.table).Scan(&v.TableBytes, &v.IndexBytes)
+		err := b.db.QueryRowContext(ctx, "SELECT COALESCE(SUM(pg_table_size(c.oid)), 0), COALESCE(SUM(pg_indexes_size(c.oid)), 0) "+
+			"FROM pg_class c WHERE "+pgLeaves, b.q.table).Scan(&v.TableBytes, &v.IndexBytes)
 		if err != nil {
 			v.SizeUnavailable = oneLine(b.t.scrubErr(err))
 		}
