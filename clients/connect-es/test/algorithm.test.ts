@@ -45,7 +45,6 @@ function fake(answer: (n: number, resolve: boolean) => ConnectError | undefined,
       transport: {
         interceptors: [
           createKeyedInterceptor({
-            keyedMethods: ["/opledger.examples.payments.v1.Payments/Transfer"],
             backoff: { initialMs: 1, maxMs: 5 },
             budget: new RetryBudget({ percent: 10 }),
             ...opts,

@@ -10,7 +10,9 @@ export async function pay(baseUrl: string, token: string): Promise<string> {
     httpVersion: "1.1",
     interceptors: [
       // First, so that it is the outermost: it owns the calls' retries.
-      createKeyedInterceptor({ keyedMethods: ["opledger.examples.payments.v1.Payments/Transfer"] }),
+      // Transfer is keyed in payments.proto (option (opledger.v1.keyed)),
+      // which the generated descriptor carries: nothing to list here.
+      createKeyedInterceptor(),
       (next) => (req) => {
         req.header.set("authorization", `Bearer ${token}`);
         return next(req);

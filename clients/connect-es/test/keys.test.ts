@@ -1,14 +1,17 @@
 // Keys, derived keys, and which methods the interceptor owns: the kit's
-// option in the .proto, a key field, idempotent reads, plain methods.
+// option in the .proto, keyedMethods, a key field, idempotent reads, plain
+// methods.
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { create } from "@bufbuild/protobuf";
+import { create, hasOption } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient, createRouterTransport } from "@connectrpc/connect";
 
 import { ErrorInfoSchema } from "../gen/google/rpc/error_details_pb.js";
 import { KeyedTest, PutReplySchema } from "../gen/keyedtest_pb.js";
+import { keyed } from "../gen/opledger/v1/opledger_pb.js";
+import { Fraud, Payments } from "../gen/payments_pb.js";
 import { createKeyedInterceptor, downstreamKey, keyBirth, newKey, RetryBudget, withKey } from "../src/index.js";
 
 test("newKey makes a UUIDv7 that carries its birth, read back by keyBirth as the Go kit reads it", () => {
@@ -36,7 +39,7 @@ test("downstreamKey is deterministic, per key and step, and keeps the upstream's
   await assert.rejects(downstreamKey(up, ""), TypeError);
 });
 
-function fakeKeyedTest(failFirst: Code) {
+function fakeKeyedTest(failFirst: Code, keyedMethods: string[] = []) {
   const seen: { method: string; key: string | null; requestId: string; resolve: boolean }[] = [];
   const counts = new Map<string, number>();
   const handle = (method: string) => (req: { requestId: string; value: string }, ctx: { requestHeader: Headers }) => {
@@ -60,7 +63,7 @@ function fakeKeyedTest(failFirst: Code) {
     },
     {
       transport: {
-        interceptors: [createKeyedInterceptor({ backoff: { initialMs: 1, maxMs: 2 }, budget: new RetryBudget({ percent: 10 }) })],
+        interceptors: [createKeyedInterceptor({ keyedMethods, backoff: { initialMs: 1, maxMs: 2 }, budget: new RetryBudget({ percent: 10 }) })],
       },
     },
   );
@@ -106,6 +109,28 @@ test("an idempotent read is retried without a key; a plain method is never retri
   );
   await assert.rejects(client.plain({ value: "p" }), (e: unknown) => e instanceof ConnectError && e.code === Code.Unavailable);
   assert.equal(seen.filter((s) => s.method === "plain").length, 1);
+});
+
+test("keyedMethods makes a method without the option keyed: one key, resolve before it runs again", async () => {
+  const { client, seen } = fakeKeyedTest(Code.Unavailable, ["/opledger.clienttest.v1.KeyedTest/Plain"]);
+  await client.plain({ value: "p" });
+  assert.deepEqual(
+    seen.map((s) => [s.method, s.resolve]),
+    [
+      ["plain", false],
+      ["plain", true],
+      ["plain", false],
+    ],
+  );
+  assert.ok(keyBirth(seen[0]!.key ?? "") !== undefined, "a UUIDv7 key");
+  assert.equal(new Set(seen.map((s) => s.key)).size, 1);
+});
+
+test("the generated descriptors carry the kit's option: Payments.Transfer and Fraud.Check are keyed, GetTransfer is not", () => {
+  assert.ok(hasOption(Payments.method.transfer, keyed));
+  assert.ok(hasOption(Fraud.method.check, keyed));
+  assert.equal(hasOption(Payments.method.getTransfer, keyed), false);
+  assert.equal(hasOption(KeyedTest.method.plain, keyed), false);
 });
 
 test("a lost answer of a keyed method is resolved before it runs again, with the same key", async () => {

@@ -128,7 +128,6 @@ async function run(sc: Scenario): Promise<{ info: CallInfo | undefined; err: unk
       transport: {
         interceptors: [
           createKeyedInterceptor({
-            keyedMethods: ["opledger.examples.payments.v1.Payments/Transfer"],
             maxRuns: 3,
             backoff: { initialMs: 1, maxMs: 5 },
             budget: new RetryBudget({ percent: 10, minRetriesPerSecond: 1000 }),

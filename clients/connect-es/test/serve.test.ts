@@ -13,8 +13,6 @@ import { Payments } from "../gen/payments_pb.js";
 import { createKeyedInterceptor, KeyedCallError, newKey, RetryBudget, withKey, type CallInfo, type KeyedClientOptions } from "../src/index.js";
 import { pool, startServe, type Serve } from "./serve.js";
 
-const transfer = "opledger.examples.payments.v1.Payments/Transfer";
-
 type Make = (s: Serve, interceptors: Interceptor[]) => Transport;
 
 /** The connect-node transports, one per protocol. */
@@ -26,7 +24,6 @@ const nodeTransports: Record<string, Make> = {
 
 function options(extra: Partial<KeyedClientOptions> = {}): KeyedClientOptions {
   return {
-    keyedMethods: [transfer],
     maxRuns: 12,
     backoff: { initialMs: 5, maxMs: 50 },
     budget: new RetryBudget({ percent: 10, minRetriesPerSecond: 1000 }),

@@ -15,7 +15,6 @@ const transport = createConnectTransport({
   baseUrl: window.location.origin,
   interceptors: [
     createKeyedInterceptor({
-      keyedMethods: ["opledger.examples.payments.v1.Payments/Transfer"],
       maxRuns: 8,
       backoff: { initialMs: 10, maxMs: 100 },
       onCallEnd: (info) => ends.set(info.key, info),
