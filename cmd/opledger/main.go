@@ -5,7 +5,9 @@
 // service config, runs a demo (with --chain: a chain of keyed services
 // and the outbox), serves the example payments service on gRPC,
 // connect and HTTP for clients in any language (serve), and checks a
-// deployed keyed endpoint's promises over the wire (probe).
+// deployed keyed endpoint's promises over the wire (probe), and serves an
+// operator's web page over the ledger, the outbox and the window
+// (console).
 //
 // Usage:
 //
@@ -112,9 +114,9 @@ func usage(w io.Writer, cmds map[string]command) {
 		fmt.Fprintf(&b, "  %-12s %s\n", n, cmds[n].summary)
 	}
 	b.WriteString("\nThe database: --dsn or OPLEDGER_DSN (postgres://…, mysql://…, tidb://…, user:pass@tcp(host:port)/db, sqlite:PATH or a file path).\n" +
-		"Default: the SQLite file opledger.db in the working directory (migrate, sweep, inspect, stats, evict, relay),\n" +
+		"Default: the SQLite file opledger.db in the working directory (migrate, sweep, inspect, stats, evict, relay, console),\n" +
 		"or a temporary SQLite file (demo, conformance, serve). chaos runs on throw-away databases unless given --dsn.\n" +
-		"stats, inspect, sweep, evict, relay, migrate status and down refuse a SQLite file that does not exist (migrate up creates it).\n" +
+		"stats, inspect, sweep, evict, relay, console, migrate status and down refuse a SQLite file that does not exist (migrate up creates it).\n" +
 		"opledger CMD --help (or opledger help CMD) shows a command's flags. Exit codes: 0 success (and help),\n" +
 		"1 a failed check, 2 a usage or set-up error. No output repeats a password or token.\n")
 	io.WriteString(w, b.String())
