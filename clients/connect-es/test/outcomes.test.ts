@@ -18,7 +18,7 @@ import { createKeyedInterceptor, KeyedCallError, outcomes, RetryBudget, type Cal
 /** An answer of the fake server: a reply (maybe marked replayed) or an error. */
 type Answer =
   | { ok: true; replayed?: boolean }
-  | { code: Code; reason?: string; pushbackMs?: number; replayed?: boolean };
+  | { code: Code; reason?: string; pushbackMs?: number; replayed?: boolean; replayedCode?: number };
 
 const ok: Answer = { ok: true };
 const stored: Answer = { ok: true, replayed: true };
@@ -45,7 +45,7 @@ function reasonError(a: Exclude<Answer, { ok: true }>): ConnectError {
   }
   if (a.replayed === true) {
     md.set("idempotency-replayed", "true");
-    md.set("idempotency-replayed-code", String(a.code));
+    md.set("idempotency-replayed-code", String(a.replayedCode ?? a.code));
   }
   const details = a.reason === undefined ? [] : [{ desc: ErrorInfoSchema, value: { reason: a.reason, domain: "opledger.grpcint" } }];
   return new ConnectError("fake: " + (a.reason ?? Code[a.code]), a.code, md, details);
@@ -174,6 +174,48 @@ for (const row of outcomes) {
     }
   });
 }
+
+test("a replay marker whose code is not the error's is no stored answer: the resolve is sent again", async () => {
+  // A fault after the kit set the marker (a proxy's status, a response that
+  // failed to send) ends the resolve with another code than the stored one.
+  const got = await run({
+    runs: [{ code: Code.Unavailable }],
+    resolves: [{ code: Code.Unavailable, replayed: true, replayedCode: Code.InvalidArgument }, { code: Code.InvalidArgument, replayed: true }],
+    want: "replayed",
+    wantRuns: 1,
+    wantResolves: 2,
+  });
+  assert.equal(got.resolves, 2, "resolves the server saw");
+  assert.equal(got.runs, 1);
+  assert.ok(got.err instanceof KeyedCallError, `want a KeyedCallError, got ${String(got.err)}`);
+  assert.equal(got.err.code, Code.InvalidArgument, "the stored error is the answer");
+  assert.equal(got.err.outcome.name, "replayed");
+});
+
+for (const code of [Code.Unauthenticated, Code.PermissionDenied, Code.InvalidArgument, Code.FailedPrecondition]) {
+  test(`request-not-executed with ${Code[code]}, a code a retry cannot change, stops (as policy.Eligible would)`, async () => {
+    const got = await run({ runs: [{ code, reason: "REQUEST_NOT_EXECUTED" }, ok], want: "request-not-executed", wantRuns: 1, wantResolves: 0 });
+    assert.equal(got.runs, 1, "runs the server saw");
+    assert.equal(got.resolves, 0);
+    assert.ok(got.err instanceof KeyedCallError, `want a KeyedCallError, got ${String(got.err)}`);
+    assert.equal(got.err.outcome.name, "request-not-executed");
+    assert.equal(got.err.code, code);
+  });
+}
+
+test("request-not-executed with a final code after an attempt that may have committed resolves (step 6)", async () => {
+  const got = await run({
+    runs: [{ code: Code.Aborted, reason: "OPERATION_IN_PROGRESS", pushbackMs: 5 }, { code: Code.PermissionDenied, reason: "REQUEST_NOT_EXECUTED" }],
+    resolves: [stored],
+    want: "replayed",
+    wantRuns: 2,
+    wantResolves: 1,
+  });
+  assert.equal(got.err, undefined, `want the stored answer, got ${String(got.err)}`);
+  assert.equal(got.runs, 2);
+  assert.equal(got.resolves, 1);
+  assert.equal(got.info?.outcome.name, "replayed");
+});
 
 test("the outcome table is docs/protocol.md's, which a Go test generates from keyed.Outcomes()", () => {
   const doc = readFileSync(new URL("../../../../docs/protocol.md", import.meta.url), "utf8");
