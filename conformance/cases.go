@@ -47,6 +47,8 @@ func caseList() []caseDef {
 			proves: "a UUIDv7 key born more than the clock skew ahead of the ledger's clock is refused with ledger.ErrInvalid by every form and by Lookup, nothing written; one born within the skew is accepted and replayed"},
 		{name: "window-unknown-birth-policy", run: caseWindowUnknownBirth,
 			proves: "a key without a readable birth is accepted and replayed inside the retention and, as documented, taken over past it; sent with a first-sent time (Identity.WithFirstSent) it has a birth that is part of its identity (another first-sent time is another operation) and is refused with ledger.ErrKeyExpired past the window, by every form and by Lookup"},
+		{name: "window-partition-drop-under-claims", run: caseWindowPartitionDrop,
+			proves: "on a table partitioned by the key's birth: claimants (every form) on keys born on both sides of a bucket boundary, and on fresh keys, while an injected clock crosses the keys' window edges and the lower bucket's drop time and Sweep creates and drops partitions in a loop: at most one effect per key, every answer an acquisition, a replay of the committed result or ErrKeyExpired (after the key's edge only), no commit lost but with its dropped bucket, and afterwards every key refused (skipped on a table that is not partitioned)"},
 	}
 }
 

@@ -39,7 +39,7 @@ func docSQL(t *testing.T, marker string) string {
 
 // unpartition turns the env's (new, partitioned) table back into the
 // layout of a table created before migration 00005, with 00005's Down.
-func unpartition(t *testing.T, e *env) {
+func unpartition(t testing.TB, e *env) {
 	t.Helper()
 	files, err := migrationfs.Files(e.Dialect, e.Table)
 	if err != nil {

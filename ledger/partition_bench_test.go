@@ -1,0 +1,264 @@
+package ledger_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/opledger/opledger/internal/keybirth"
+	"github.com/opledger/opledger/internal/testkit/testdb"
+	"github.com/opledger/opledger/ledger"
+)
+
+// envPartitionRows gates BenchmarkPartitionDrop: the number of entries
+// its tables hold (10,000,000 in the recorded figures). Without it the
+// benchmark skips, so CI never loads them.
+const envPartitionRows = "OPLEDGER_PARTITION_ROWS"
+
+// partitionLoadSQL fills a ledger table with entries lo..hi ($1, $2) of
+// n ($3) whose births spread evenly over the two days from $4 (Unix µs):
+// half in the bucket of the day before the load, half in the load's day.
+// The ids are digests of the entry's number: no claim replays them.
+var partitionLoadSQL = map[string]string{
+	"postgres": `INSERT INTO %[1]s (id, caller, method, request_fp, code, response, response_type, created_at, completed_at, expires_at, born_at)
+SELECT sha256(int8send(i)), 'principal:svc-' || (i %% 64), '/pay.v1.Payments/Transfer', sha256(int8send(-i)), 0,
+       substring(sha256(int8send(i + 1)) || sha256(int8send(i + 2)) from 1 for 48), 'pay.v1.TransferReply',
+       b, b + 2000, b + 86400000000, b
+FROM (SELECT i, $4::bigint + i * (172800000000 / $3::bigint) AS b FROM generate_series($1::bigint, $2::bigint) AS i) AS g`,
+	"mysql": `INSERT INTO %[1]s (id, caller, method, request_fp, code, response, response_type, created_at, completed_at, expires_at, born_at)
+SELECT UNHEX(SHA2(CONCAT('e', i), 256)), CONCAT('principal:svc-', i %% 64), '/pay.v1.Payments/Transfer', UNHEX(SHA2(CONCAT('f', i), 256)), 0,
+       LEFT(UNHEX(CONCAT(SHA2(CONCAT('r', i), 256), SHA2(CONCAT('s', i), 256))), 48), 'pay.v1.TransferReply',
+       b, b + 2000, b + 86400000000, b
+FROM (SELECT i, ? + i * (172800000000 DIV ?) AS b FROM (SELECT ? + a.n * 10000 + c.n * 100 + d.n AS i
+      FROM seq100 a, seq100 c, seq100 d WHERE ? + a.n * 10000 + c.n * 100 + d.n <= ?) s) g`,
+}
+
+// BenchmarkPartitionDrop measures retention by partition on a table of
+// OPLEDGER_PARTITION_ROWS entries born over two days (a day's bucket of
+// half of them droppable), against an unpartitioned table of the same
+// entries, 8 workers claiming new UUIDv7 keys (Claim, Complete, COMMIT)
+// throughout, in one run:
+//
+//	claims/s partitioned     claims on the partitioned table, nothing else running (2 × 5 s)
+//	claims/s unpartitioned   the same on the unpartitioned table (migration 00005's Down),
+//	                         alternating with the partitioned runs
+//	drop s                   Store.Sweep with a clock past the older bucket's drop time: it
+//	                         drops that bucket (half the entries) and creates the coming ones
+//	claims/s during drop     claims completed while that Sweep ran, per second of it
+//
+// It runs once whatever b.N; the tables are dropped at the end.
+//
+//	OPLEDGER_PARTITION_ROWS=10000000 go test -run '^$' -bench BenchmarkPartitionDrop -benchtime 1x -timeout 2h ./ledger/
+func BenchmarkPartitionDrop(b *testing.B) {
+	v := os.Getenv(envPartitionRows)
+	if v == "" {
+		b.Skipf("set %s (10000000 for the recorded figures) to load the tables", envPartitionRows)
+	}
+	rows, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || rows < 1000 {
+		b.Fatalf("%s=%q: want a number of entries of at least 1000", envPartitionRows, v)
+	}
+	for _, tg := range scaleTargets() {
+		if tg.Name != "postgres/pgx" && os.Getenv("OPLEDGER_PARTITION_MYSQL") == "" && tg.Name == "mysql" {
+			continue // MariaDB's load of 10M takes long: opt in
+		}
+		b.Run(tg.Name, func(b *testing.B) {
+			ctx := context.Background()
+			db := tg.Open(b, 12)
+			family := "postgres"
+			if tg.Dialect.Name() != "postgres" {
+				family = "mysql"
+			}
+			day := 24 * time.Hour
+			t0 := time.Now().UTC().Truncate(day).Add(-day)
+			part := testdb.NewTable(b, db, tg.Dialect)
+			l, err := ledger.New(tg.Dialect, ledger.WithTable(part))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := l.Sweep(ctx, db, 1000); err != nil {
+				b.Fatal(err)
+			}
+			start := time.Now()
+			loadPartition(b, db, tg, family, part, rows, t0)
+			b.Logf("%s: loaded %d entries in %v", tg.Name, rows, time.Since(start).Round(time.Second))
+			unpart := testdb.NewTable(b, db, tg.Dialect)
+			unpartition(b, &env{Env: &testdb.Env{DB: db, Dialect: tg.Dialect, Table: unpart}})
+			start = time.Now()
+			if _, err := db.ExecContext(ctx, "INSERT INTO "+tg.Dialect.QuoteIdent(unpart)+" SELECT * FROM "+tg.Dialect.QuoteIdent(part)); err != nil {
+				b.Fatal(err)
+			}
+			b.Logf("%s: copied them to the unpartitioned table in %v", tg.Name, time.Since(start).Round(time.Second))
+			analyze := "ANALYZE "
+			if family == "mysql" {
+				analyze = "ANALYZE TABLE "
+			}
+			for _, t := range []string{part, unpart} {
+				if _, err := db.ExecContext(ctx, analyze+tg.Dialect.QuoteIdent(t)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			lu, err := ledger.New(tg.Dialect, ledger.WithTable(unpart))
+			if err != nil {
+				b.Fatal(err)
+			}
+			// Alternately, twice each, so that neither table has the
+			// warmer cache or the quieter machine.
+			const period = 10 * time.Second
+			var rateP, rateU float64
+			for range 2 {
+				p, _ := claimFor(b, db, l, period/2, nil)
+				u, _ := claimFor(b, db, lu, period/2, nil)
+				rateP, rateU = rateP+p/2, rateU+u/2
+			}
+			// The drop: a clock past the older bucket's drop time (its end,
+			// t0 + a day, plus the retention and the skew).
+			sweeper, err := ledger.New(tg.Dialect, ledger.WithTable(part), ledger.WithClock(func() time.Time { return time.Now().Add(day + 2*time.Minute) }))
+			if err != nil {
+				b.Fatal(err)
+			}
+			var dropTook time.Duration
+			var dropped int64
+			rateAll, during := claimFor(b, db, l, period, func() (time.Duration, error) {
+				time.Sleep(3 * time.Second)
+				s := time.Now()
+				n, err := sweeper.Sweep(ctx, db, 1000)
+				dropTook, dropped = time.Since(s), n
+				if errors.Is(err, ledger.ErrInProgress) {
+					err = nil // entries held by claims, left for the next sweep
+				}
+				return dropTook, err
+			})
+			b.ReportMetric(rateP, "claims/s-partitioned")
+			b.ReportMetric(rateU, "claims/s-unpartitioned")
+			b.ReportMetric(rateP/rateU, "partitioned/unpartitioned")
+			b.ReportMetric(dropTook.Seconds(), "drop-s")
+			b.ReportMetric(during, "claims/s-during-drop")
+			b.ReportMetric(during/rateP, "during-drop/without")
+			b.Logf("%s, %d entries: claims %.0f/s partitioned, %.0f/s unpartitioned (%.3f×); drop of a day's bucket (~%d entries) %v, claims during it %.0f/s (%.3f× without), over the whole 10 s with it %.0f/s",
+				tg.Name, rows, rateP, rateU, rateP/rateU, dropped, dropTook.Round(time.Millisecond), during, during/rateP, rateAll)
+		})
+	}
+}
+
+// loadPartition fills table with rows entries born over the two days
+// from t0, in chunks of a million.
+func loadPartition(b *testing.B, db *sql.DB, tg testdb.Target, family, table string, rows int64, t0 time.Time) {
+	b.Helper()
+	ctx := context.Background()
+	q := fmt.Sprintf(partitionLoadSQL[family], tg.Dialect.QuoteIdent(table))
+	if family == "mysql" {
+		if _, err := db.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS seq100 (n INT PRIMARY KEY)"); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := db.ExecContext(ctx, "INSERT IGNORE INTO seq100 WITH RECURSIVE s(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM s WHERE n < 99) SELECT n FROM s"); err != nil {
+			b.Fatal(err)
+		}
+	}
+	const chunk = 1_000_000
+	for lo := int64(1); lo <= rows; lo += chunk {
+		hi := min(lo+chunk-1, rows)
+		var err error
+		if family == "mysql" {
+			_, err = db.ExecContext(ctx, q, t0.UnixMicro(), rows, lo, lo, hi)
+		} else {
+			_, err = db.ExecContext(ctx, q, lo, hi, rows, t0.UnixMicro())
+		}
+		if err != nil {
+			b.Fatalf("load %d..%d: %v", lo, hi, err)
+		}
+	}
+}
+
+// claimFor runs 8 workers claiming new UUIDv7 keys (Claim, Complete,
+// COMMIT each) on l for period and returns their rate; with during set,
+// it also runs it once meanwhile and returns the rate of the claims that
+// completed while it ran.
+func claimFor(b *testing.B, db *sql.DB, l *ledger.Store, period time.Duration, during func() (time.Duration, error)) (all, inside float64) {
+	b.Helper()
+	ctx := context.Background()
+	var (
+		n      atomic.Int64
+		mu     sync.Mutex
+		ends   []time.Time
+		wg     sync.WaitGroup
+		stop   = make(chan struct{})
+	)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine []time.Time
+			for {
+				select {
+				case <-stop:
+					mu.Lock()
+					ends = append(ends, mine...)
+					mu.Unlock()
+					return
+				default:
+				}
+				id, err := ledger.NewIdentity("principal:svc-bench", "/pay.v1.Payments/Transfer", keybirth.New(time.Now()))
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				err = inTx(db, func(tx *sql.Tx) error {
+					c, err := l.Claim(ctx, tx, ledger.ClaimRequest{Identity: id, Fingerprint: fp("bench")})
+					if err != nil {
+						return err
+					}
+					return l.Complete(ctx, tx, c, ledger.Result{Response: benchResponse, TypeName: "pay.v1.TransferReply"})
+				})
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				n.Add(1)
+				mine = append(mine, time.Now())
+			}
+		}()
+	}
+	start := time.Now()
+	var from, to time.Time
+	var derr error
+	done := make(chan struct{})
+	if during != nil {
+		go func() {
+			defer close(done)
+			took, err := during()
+			to = time.Now()
+			from = to.Add(-took)
+			derr = err
+		}()
+	} else {
+		close(done)
+	}
+	time.Sleep(period)
+	close(stop)
+	wg.Wait()
+	elapsed := time.Since(start)
+	<-done
+	if derr != nil {
+		b.Fatalf("during: %v", derr)
+	}
+	if during != nil {
+		sort.Slice(ends, func(i, j int) bool { return ends[i].Before(ends[j]) })
+		k := 0
+		for _, e := range ends {
+			if !e.Before(from) && !e.After(to) {
+				k++
+			}
+		}
+		inside = float64(k) / to.Sub(from).Seconds()
+	}
+	return float64(n.Load()) / elapsed.Seconds(), inside
+}
