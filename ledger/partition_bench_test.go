@@ -186,11 +186,11 @@ func claimFor(b *testing.B, db *sql.DB, l *ledger.Store, period time.Duration, d
 	b.Helper()
 	ctx := context.Background()
 	var (
-		n      atomic.Int64
-		mu     sync.Mutex
-		ends   []time.Time
-		wg     sync.WaitGroup
-		stop   = make(chan struct{})
+		n    atomic.Int64
+		mu   sync.Mutex
+		ends []time.Time
+		wg   sync.WaitGroup
+		stop = make(chan struct{})
 	)
 	for range 8 {
 		wg.Add(1)
