@@ -111,6 +111,17 @@ func (e *HeldError) Is(target error) bool { return target == ErrInProgress }
 // that waits past the bound. Whatever was left held, Sweep returns with
 // the entries it deleted and a *HeldError (matching ErrInProgress) that
 // counts the expired entries still there.
+//
+// On a table partitioned by the key's birth (PostgreSQL, MySQL and
+// MariaDB: the migrations partition a new table), given a *sql.DB or a
+// *sql.Conn, Sweep drops each bucket of births whole once its end plus
+// the retention plus the clock skew has passed (every key it can hold is
+// then refused as expired), creates the buckets of the coming births
+// ahead of time, and deletes as above only in the partitions of keys
+// without a known birth and of births without a bucket; an expired entry
+// of a key with a birth stays until its bucket is dropped. The entries of
+// a dropped bucket count in the total as the database's catalog
+// estimates them. See docs/operations.md.
 func (s *Store) Sweep(ctx context.Context, db Execer, batch int) (int64, error) {
 	if db == nil {
 		return 0, invalid("tx", "database must not be nil")
