@@ -372,6 +372,19 @@ func TestOutcomeRows(t *testing.T) {
 			if ci.Attempts != 3 || ci.Resolves != 0 || connect.CodeOf(err) != connect.CodeUnavailable {
 				t.Errorf("CallInfo %+v (%v): want 3 runs, no resolve", ci, err)
 			}
+			// With a code another attempt will not change, the client stops.
+			deny := front(func(connect.UnaryFunc) connect.UnaryFunc {
+				return func(context.Context, connect.AnyRequest) (connect.AnyResponse, error) {
+					return nil, connectint.NotExecuted(connect.CodeUnauthenticated, "bad token")
+				}
+			})
+			e, _ = sqliteEnv(t, nil, deny)
+			_, c = e.kitClient(t, policy.OwnerApplication, "connect", fastClient()...)
+			_, err = c.CallUnary(ctx, request("alice", "k", "r", 1))
+			ci = wantCallInfo(t, err, "REQUEST_NOT_EXECUTED", policy.Retry)
+			if ci.Attempts != 1 || ci.Resolves != 0 || connect.CodeOf(err) != connect.CodeUnauthenticated {
+				t.Errorf("CallInfo %+v (%v): want 1 run, no resolve", ci, err)
+			}
 		},
 		keyed.NotSent: func(t *testing.T) {
 			kit, err := connectint.NewClient(catalog(t), policy.OwnerApplication, fastClient()...)

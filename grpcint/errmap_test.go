@@ -328,6 +328,17 @@ func TestOutcomeRows(t *testing.T) {
 			if ci.Attempts != 3 || ci.Resolves != 0 || status.Code(err) != codes.Unavailable {
 				t.Errorf("CallInfo %+v (%v): want 3 runs, no resolve", ci, err)
 			}
+			// With a code another attempt will not change, the client stops.
+			deny := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+				return nil, grpcint.NotExecuted(codes.Unauthenticated, "bad token")
+			}
+			e, _, _ = sqliteEnv(t, nil, deny)
+			_, pc = appClient(t, e.addr, fastClient()...)
+			_, err = pc.Deposit(as(ctx, "alice", "k"), deposit("r", 1))
+			ci = wantCallInfo(t, err, keyed.NotExecuted.Row().Reason, policy.Retry)
+			if ci.Attempts != 1 || ci.Resolves != 0 || status.Code(err) != codes.Unauthenticated {
+				t.Errorf("CallInfo %+v (%v): want 1 run, no resolve", ci, err)
+			}
 		},
 		keyed.NotSent: func(t *testing.T) {
 			_, dead := appClient(t, "127.0.0.1:1", fastClient()...)

@@ -423,6 +423,17 @@ func MayHaveRun(c codes.Code) bool {
 	return false
 }
 
+// retryableCode reports whether a refusal with c may go otherwise on
+// another attempt: the codes policy.Eligible retries or resolves.
+func retryableCode(c codes.Code) bool {
+	switch c {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Unknown, codes.Internal,
+		codes.Aborted, codes.ResourceExhausted:
+		return true
+	}
+	return false
+}
+
 func (u *call) markUnknown() {
 	if !u.unknown {
 		u.unknown, u.unknownAt = true, time.Now()
@@ -451,6 +462,12 @@ func (u *call) readRun(a Attempt) (next, string) {
 		case keyed.Retry:
 			if r.Committed == keyed.CommittedUnknown && sent {
 				u.markUnknown() // another attempt in flight may commit
+			}
+			if r.Outcome == keyed.NotExecuted && !retryableCode(a.Code) {
+				// Something in front of the kit refused the call with a
+				// code another attempt will not change (a bad token's
+				// UNAUTHENTICATED): nothing ran, and nothing will.
+				return stop, r.Reason
 			}
 			return runAgain, r.Reason
 		case keyed.Resolve:

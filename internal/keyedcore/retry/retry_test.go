@@ -110,6 +110,22 @@ func TestLoop(t *testing.T) {
 			answers: []retry.Attempt{sent(codes.Unavailable, keyed.CommitUnknown), sent(codes.FailedPrecondition, keyed.KeyExpired)},
 			asked:   "run resolve", outcome: keyed.KeyExpired, next: keyed.Stop, attach: true,
 		},
+		{name: "not executed, retried", answers: []retry.Attempt{sent(codes.Unavailable, keyed.NotExecuted), ok},
+			asked: "run run", success: "ok"},
+		{
+			// A refusal in front of the kit with a final code (a bad
+			// token) is not retried: another attempt would be refused too.
+			name:    "not executed with a final code: stop",
+			answers: []retry.Attempt{sent(codes.Unauthenticated, keyed.NotExecuted)},
+			asked:   "run", outcome: keyed.NotExecuted, next: keyed.Retry, attach: true,
+		},
+		{
+			// Step 6: an earlier run may have committed, so the final
+			// refusal of the last run is not the call's answer.
+			name:    "not executed with a final code after a run in progress: resolve",
+			answers: []retry.Attempt{sent(codes.Aborted, keyed.InProgress), sent(codes.PermissionDenied, keyed.NotExecuted), ok},
+			asked:   "run run resolve", success: "resolved",
+		},
 		{name: "the server's own answer", answers: []retry.Attempt{sent(codes.InvalidArgument, 0)},
 			asked: "run", outcome: keyed.ServerAnswered, next: keyed.Stop, attach: true},
 		{name: "never sent", answers: []retry.Attempt{{Err: errAttempt, Code: codes.Unavailable}, {Err: errAttempt, Code: codes.Unavailable}, {Err: errAttempt, Code: codes.Unavailable}},
