@@ -41,15 +41,31 @@ EXECUTE opledger_stmt;
 DEALLOCATE PREPARE opledger_stmt;
 
 -- +goose Down
-SET @opledger_sql := IF((SELECT COUNT(*) FROM information_schema.PARTITIONS WHERE TABLE_SCHEMA = DATABASE()
-         AND TABLE_NAME = REPLACE('{{.Table}}', '`', '') AND PARTITION_NAME IS NOT NULL) > 0,
-    'ALTER TABLE {{.Table}} REMOVE PARTITIONING', 'DO 0');
+-- A partitioned table is made again without partitions, its entries kept:
+-- renamed aside, created as 00001 and 00004 left it (TiDB cannot drop a
+-- clustered primary key in place), filled, and the partitioned one dropped.
+SET @opledger_move := (SELECT COUNT(*) FROM information_schema.PARTITIONS WHERE TABLE_SCHEMA = DATABASE()
+         AND TABLE_NAME = REPLACE('{{.Table}}', '`', '') AND PARTITION_NAME IS NOT NULL) > 0;
+SET @opledger_sql := IF(@opledger_move, 'RENAME TABLE {{.Table}} TO {{.Ident "partitioned"}}', 'DO 0');
 PREPARE opledger_stmt FROM @opledger_sql;
 EXECUTE opledger_stmt;
 DEALLOCATE PREPARE opledger_stmt;
-SET @opledger_sql := IF((SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE()
-         AND TABLE_NAME = REPLACE('{{.Table}}', '`', '') AND INDEX_NAME = 'PRIMARY') = 2,
-    'ALTER TABLE {{.Table}} DROP PRIMARY KEY, ADD PRIMARY KEY (id)', 'DO 0');
+SET @opledger_sql := IF(@opledger_move, CONCAT('CREATE TABLE {{.Table}} (',
+    'id BINARY(32) NOT NULL, caller VARBINARY(512) NOT NULL, method VARBINARY(512) NOT NULL, ',
+    'request_fp BINARY(32) NOT NULL, code INT UNSIGNED NULL, response LONGBLOB NULL, ',
+    'response_type VARCHAR(512) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL, ',
+    'created_at BIGINT NOT NULL, completed_at BIGINT NULL, expires_at BIGINT NOT NULL, ',
+    'born_at BIGINT NOT NULL DEFAULT 0, ',
+    'PRIMARY KEY (id), KEY {{.Ident "expires_idx"}} (expires_at)',
+    ') ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin'), 'DO 0');
+PREPARE opledger_stmt FROM @opledger_sql;
+EXECUTE opledger_stmt;
+DEALLOCATE PREPARE opledger_stmt;
+SET @opledger_sql := IF(@opledger_move, 'INSERT INTO {{.Table}} SELECT * FROM {{.Ident "partitioned"}}', 'DO 0');
+PREPARE opledger_stmt FROM @opledger_sql;
+EXECUTE opledger_stmt;
+DEALLOCATE PREPARE opledger_stmt;
+SET @opledger_sql := IF(@opledger_move, 'DROP TABLE {{.Ident "partitioned"}}', 'DO 0');
 PREPARE opledger_stmt FROM @opledger_sql;
 EXECUTE opledger_stmt;
 DEALLOCATE PREPARE opledger_stmt;
