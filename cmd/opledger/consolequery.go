@@ -46,11 +46,13 @@ type consoleBackend struct {
 var _ console.Backend = (*consoleBackend)(nil)
 
 // boundedCount counts the rows of from (a table and its WHERE), reading
-// at most consoleCountCap+1 of them; past that, it takes the planner's
-// estimate of the rows (EXPLAIN) where the database gives one.
-func (b *consoleBackend) boundedCount(ctx context.Context, from string, args ...any) (console.Count, error) {
+// at most consoleCountCap+1 of them in the order of orderBy (an indexed
+// column, so that the read follows the index: a planner that expects
+// many matches would otherwise scan the table); past that, it takes the
+// planner's estimate of the rows (EXPLAIN) where the database gives one.
+func (b *consoleBackend) boundedCount(ctx context.Context, from, orderBy string, args ...any) (console.Count, error) {
 	var n int64
-	err := b.db.QueryRowContext(ctx, fmt.Sprintf("SELECT COUNT(*) FROM (SELECT 1 AS one FROM %s LIMIT %d) s", from, consoleCountCap+1), args...).Scan(&n)
+	err := b.db.QueryRowContext(ctx, fmt.Sprintf("SELECT COUNT(*) FROM (SELECT 1 AS one FROM %s ORDER BY %s LIMIT %d) s", from, orderBy, consoleCountCap+1), args...).Scan(&n)
 	if err != nil || n <= consoleCountCap {
 		return console.Count{N: n}, err
 	}
@@ -145,11 +147,11 @@ func (b *consoleBackend) estimateRows(ctx context.Context, table string) (n int6
 
 // countRows is the table's rows: the database's estimate when it has one
 // past consoleCountCap, else counted up to consoleCountCap.
-func (b *consoleBackend) countRows(ctx context.Context, table, quoted string) (console.Count, error) {
+func (b *consoleBackend) countRows(ctx context.Context, table, quoted, orderBy string) (console.Count, error) {
 	if n, src, ok := b.estimateRows(ctx, table); ok && n > consoleCountCap {
 		return console.Count{N: n, Estimated: true, Source: src}, nil
 	}
-	c, err := b.boundedCount(ctx, quoted)
+	c, err := b.boundedCount(ctx, quoted, orderBy)
 	if err != nil {
 		return c, err
 	}
@@ -171,13 +173,13 @@ func (b *consoleBackend) Ledger(ctx context.Context, now time.Time) (console.Led
 	w := newWindow(b.lw, now)
 	v.RefusedBornBefore = w.RefusedBornUntil
 	var err error
-	if v.Entries, err = b.countRows(ctx, b.table, b.q.table); err != nil {
+	if v.Entries, err = b.countRows(ctx, b.table, b.q.table, "expires_at"); err != nil {
 		return v, b.t.scrubErr(err)
 	}
 	// Expired: a range of the expires_at index; its minimum is the
 	// index's first key.
 	p := b.t.dialect.Placeholder(1)
-	if v.Expired, err = b.boundedCount(ctx, b.q.table+" WHERE expires_at <= "+p, us); err != nil {
+	if v.Expired, err = b.boundedCount(ctx, b.q.table+" WHERE expires_at <= "+p, "expires_at", us); err != nil {
 		return v, b.t.scrubErr(err)
 	}
 	v.Expired.Source = "a range of the expires_at index" + estimated(v.Expired)
@@ -197,7 +199,7 @@ func (b *consoleBackend) Ledger(ctx context.Context, now time.Time) (console.Led
 	// Growth: entries whose expiry is within the window before the
 	// newest one's; with one retention, those claimed in that window.
 	if maxExp.Valid {
-		if v.Growth, err = b.boundedCount(ctx, b.q.table+" WHERE expires_at > "+p, maxExp.Int64-consoleGrowthWindow.Microseconds()); err != nil {
+		if v.Growth, err = b.boundedCount(ctx, b.q.table+" WHERE expires_at > "+p, "expires_at DESC", maxExp.Int64-consoleGrowthWindow.Microseconds()); err != nil {
 			return v, b.t.scrubErr(err)
 		}
 	}
@@ -403,7 +405,7 @@ func (b *consoleBackend) Outbox(ctx context.Context, now time.Time) (console.Out
 	v := console.OutboxView{Table: name}
 	qt := b.t.dialect.QuoteIdent(name)
 	var err error
-	if v.Messages, err = b.countRows(ctx, name, qt); err != nil {
+	if v.Messages, err = b.countRows(ctx, name, qt, "seq"); err != nil {
 		v.Unavailable = "the outbox cannot be read (opledger migrate up creates it): " + oneLine(b.t.scrubErr(err))
 		return v, nil
 	}
