@@ -98,6 +98,9 @@ func sqlStatements(src string) []string {
 func TestMovePartitionedDocumented(t *testing.T) {
 	t.Parallel()
 	forEachTarget(t, 4, func(t *testing.T, e *env) {
+		if e.Dialect.Name() == "tidb" {
+			t.Skip("TiDB cannot change a clustered primary key: docs/operations.md moves its table by copying into a new one")
+		}
 		ctx := context.Background()
 		unpartition(t, e)
 		born := testdb.ID(t, "tenant-a", method, keybirth.New(time.Now()))

@@ -90,8 +90,10 @@ func TestWindowLateRetry(t *testing.T) {
 		}
 		if partitioned {
 			c.Add(26 * time.Hour) // past a day's bucket, the retention and the skew
-			if n, err := l.Sweep(ctx, e.DB, 100); err != nil || n != 1 {
-				t.Fatalf("sweep after the bucket's end: %d %v, want the born key's entry dropped", n, err)
+			// (The count of a dropped bucket is the catalog's estimate:
+			// TiDB's may be 0; what counts is that the entry is gone.)
+			if n, err := l.Sweep(ctx, e.DB, 100); err != nil || e.rowsOf(t, born) != 0 {
+				t.Fatalf("sweep after the bucket's end: %d %v, %d rows of the born key; want its entry dropped", n, err, e.rowsOf(t, born))
 			}
 		}
 		if _, err := l.Lookup(ctx, e.DB, born); !errors.Is(err, ledger.ErrKeyExpired) {
