@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -47,6 +48,25 @@ type boundaryAnswer struct {
 	before, after time.Time
 }
 
+// dropRun is one run of caseWindowPartitionDrop: the keys on both sides
+// of the boundary, the fresh keys, and every claimant's answer.
+type dropRun struct {
+	e        *env
+	sw       func(ctx context.Context, batch int) (int64, error)
+	r, s     time.Duration
+	here     dialectkit.Partition // the bucket below the boundary
+	boundary time.Time
+	ids      []ledger.Identity
+	births   []time.Time
+	names    []string
+	forms    []string
+	answers  []boundaryAnswer
+	fresh    []ledger.Identity
+	sweeps   int
+}
+
+const dropKeys, dropGap = 8, 2 * time.Millisecond
+
 func caseWindowPartitionDrop(e *env) {
 	parts := e.partitions()
 	if parts == nil {
@@ -58,65 +78,66 @@ func caseWindowPartitionDrop(e *env) {
 		e.t.Skipf("the ledger has no Sweep: nothing creates or drops its partitions")
 		return
 	}
-	r, s, _ := e.window()
+	d := &dropRun{e: e, sw: sw, forms: e.forms()}
+	d.r, d.s, _ = e.window()
+	d.setUp(parts)
+	d.herd()
+	won, replayed, expired := d.checkKeys()
+	freshWon := d.checkFresh()
+	if won == 0 || expired == 0 {
+		e.t.Errorf("the herd never straddled the edges: %d acquired, %d expired", won, expired)
+	}
+	e.figure("%s; %d claimants (forms %v) on %d keys born on both sides of the bucket boundary %v and %d fresh keys, while %d sweeps created and dropped partitions: %d acquired, %d replayed, %d ErrKeyExpired, %d fresh keys committed; the bucket below dropped, 0 duplicates",
+		e.windowNote(), len(d.answers), d.forms, dropKeys, d.boundary.UTC().Format(time.RFC3339), len(d.fresh)/4, d.sweeps, won, replayed, expired, freshWon)
+}
+
+// setUp finds the bucket of now and its end, the boundary, and makes
+// keys born on both sides of it.
+func (d *dropRun) setUp(parts []dialectkit.Partition) {
+	e := d.e
 	here, ok := bucketOf(parts, e.clock.Now())
 	if !ok {
-		if _, err := sw(e.ctx, 100); err != nil && !errors.Is(err, ledger.ErrInProgress) {
+		if _, err := d.sw(e.ctx, 100); err != nil && !errors.Is(err, ledger.ErrInProgress) {
 			e.t.Fatalf("Sweep: %v", err)
 		}
 		if here, ok = bucketOf(e.partitions(), e.clock.Now()); !ok {
 			e.t.Fatalf("no bucket holds the births of now, even after a Sweep (which creates them ahead)")
 		}
 	}
-	boundary := time.UnixMicro(here.To)
-	const keys, gap = 8, 2 * time.Millisecond
-	ids := make([]ledger.Identity, keys)
-	births := make([]time.Time, keys)
-	names := make([]string, keys)
-	for k := range keys {
-		births[k] = boundary.Add(time.Duration(k-keys/2)*gap + gap/2) // half below the boundary, half above
-		ids[k] = e.bornID(births[k])
-		births[k], _ = ids[k].Birth()
-		names[k] = fmt.Sprintf("partition-drop-%d", k)
+	d.here, d.boundary = here, time.UnixMicro(here.To)
+	for k := range dropKeys {
+		birth := d.boundary.Add(time.Duration(k-dropKeys/2)*dropGap + dropGap/2) // half below the boundary, half above
+		id := e.bornID(birth)
+		birth, _ = id.Birth()
+		d.ids, d.births = append(d.ids, id), append(d.births, birth)
+		d.names = append(d.names, fmt.Sprintf("partition-drop-%d", k))
 	}
-	// The clock sweeps from before the keys' window edges (birth +
-	// retention - skew) to past the lower bucket's drop time (boundary +
-	// retention + skew) during the herd.
-	e.clock.Advance(boundary.Add(r - s - 20*time.Millisecond).Sub(e.clock.Now()))
+}
+
+// herd runs the claimants in two waves while a sweeper loops, the clock
+// sweeping from before the keys' window edges (birth + retention - skew)
+// to past the lower bucket's drop time (boundary + retention + skew),
+// then sweeps once more past it and checks the bucket is gone.
+func (d *dropRun) herd() {
+	e := d.e
+	e.clock.Advance(d.boundary.Add(d.r - d.s - 20*time.Millisecond).Sub(e.clock.Now()))
 	claimants := e.conc
 	// The first wave alone moves the clock past every edge (40 ms), both
 	// waves past the drop time.
-	step := max(80*time.Millisecond, 2*s+80*time.Millisecond) / time.Duration(claimants)
-	forms := e.forms()
-	answers := make([]boundaryAnswer, claimants)
-	fresh := make([]ledger.Identity, claimants)
+	step := max(80*time.Millisecond, 2*d.s+80*time.Millisecond) / time.Duration(claimants)
+	d.answers, d.fresh = make([]boundaryAnswer, claimants), make([]ledger.Identity, claimants)
 	var (
 		wg, first   sync.WaitGroup
 		start, stop = make(chan struct{}), make(chan struct{})
 		second      = make(chan struct{})
 		swept       = make(chan error, 1)
-		sweeps      int
 	)
 	// Two waves: the second starts once the first has moved the clock
 	// past every key's edge (claims may all pass the window check before
 	// any returns, and then none would be refused).
 	first.Add(claimants / 2)
 	go func() { first.Wait(); close(second) }()
-	go func() {
-		for {
-			select {
-			case <-stop:
-				swept <- nil
-				return
-			default:
-			}
-			if _, err := sw(e.ctx, 100); err != nil && !errors.Is(err, ledger.ErrInProgress) && !errors.Is(err, ledger.ErrRetryable) {
-				swept <- err
-				return
-			}
-			sweeps++
-		}
-	}()
+	go d.sweepLoop(stop, swept)
 	for w := range claimants {
 		wg.Add(1)
 		go func() {
@@ -125,22 +146,7 @@ func caseWindowPartitionDrop(e *env) {
 			if w >= claimants/2 {
 				<-second
 			}
-			k := w % keys
-			id, key := ids[k], names[k]
-			if w%4 == 3 {
-				// A fresh key born now, in the bucket above the boundary:
-				// claims commit there while the one below is dropped.
-				id, key = e.bornID(e.clock.Now()), fmt.Sprintf("partition-drop-fresh-%d", w)
-				fresh[w] = id
-			}
-			a := &answers[w]
-			a.before = e.clock.Now()
-			c, won, err := e.unitIn(forms[w%len(forms)], ledger.ClaimRequest{Identity: id, Fingerprint: fpOf(key)}, key, w, resultFor(key, w))
-			a.after = e.clock.Now()
-			a.won, a.err = won, err
-			if c != nil && c.Outcome == ledger.Replay {
-				a.result = c.Result
-			}
+			d.attempt(w)
 			e.clock.Advance(step)
 			if w < claimants/2 {
 				first.Done()
@@ -149,8 +155,8 @@ func caseWindowPartitionDrop(e *env) {
 	}
 	close(start)
 	wg.Wait()
-	e.clock.Advance(boundary.Add(r + s + time.Second).Sub(e.clock.Now())) // past the drop time, whatever the herd reached
-	if _, err := sw(e.ctx, 100); err != nil && !errors.Is(err, ledger.ErrInProgress) {
+	e.clock.Advance(d.boundary.Add(d.r + d.s + time.Second).Sub(e.clock.Now())) // past the drop time, whatever the herd reached
+	if _, err := d.sw(e.ctx, 100); err != nil && !errors.Is(err, ledger.ErrInProgress) {
 		e.t.Errorf("Sweep after the herd: %v", err)
 	}
 	close(stop)
@@ -158,89 +164,139 @@ func caseWindowPartitionDrop(e *env) {
 		e.t.Errorf("Sweep during the herd: %v", err)
 	}
 	for _, p := range e.partitions() {
-		if p.Kind == dialectkit.Bucket && p.To == here.To {
-			e.t.Errorf("bucket %s (births before %v) still there past its drop time", p.Name, boundary.UTC())
+		if p.Kind == dialectkit.Bucket && p.To == d.here.To {
+			e.t.Errorf("bucket %s (births before %v) still there past its drop time", p.Name, d.boundary.UTC())
 		}
 	}
+}
 
-	var won, replayed, expired int
-	for k := range keys {
-		edge := births[k].Add(r - s)
-		var winner *boundaryAnswer
-		n := 0
-		for w := k; w < claimants; w += keys {
-			if a := &answers[w]; w%4 != 3 && a.won {
-				n++
-				winner = a
-			}
+// sweepLoop sweeps until stop, counting the sweeps; it sends the error
+// that ended it (nil at stop).
+func (d *dropRun) sweepLoop(stop <-chan struct{}, swept chan<- error) {
+	for {
+		select {
+		case <-stop:
+			swept <- nil
+			return
+		default:
 		}
-		if n > 1 {
-			e.t.Errorf("key born %v: %d acquisitions; want at most one", births[k], n)
+		if _, err := d.sw(d.e.ctx, 100); err != nil && !errors.Is(err, ledger.ErrInProgress) && !errors.Is(err, ledger.ErrRetryable) {
+			swept <- err
+			return
 		}
-		if got := e.bizRows(names[k]); got != n {
-			e.t.Errorf("key born %v: %d business rows for %d acquisitions", births[k], got, n)
-		}
-		rows := e.rowsOf(ids[k])
-		switch {
-		case births[k].Before(boundary) && rows != 0:
-			e.t.Errorf("key born %v, below the boundary: %d ledger rows after its bucket was dropped", births[k], rows)
-		case !births[k].Before(boundary) && rows != n:
-			e.t.Errorf("key born %v, above the boundary: %d ledger rows for %d acquisitions (a commit lost)", births[k], rows, n)
-		}
-		for w := k; w < claimants; w += keys {
-			a := answers[w]
-			if w%4 == 3 {
-				continue
-			}
-			switch {
-			case a.err != nil && !errors.Is(a.err, ledger.ErrKeyExpired):
-				e.t.Errorf("key born %v, claimant %d: %v; want the committed result or ErrKeyExpired", births[k], w, a.err)
-			case a.err != nil:
-				expired++
-				if !a.after.After(edge) {
-					e.t.Errorf("key born %v, claimant %d: ErrKeyExpired at %v, before its edge %v", births[k], w, a.after, edge)
-				}
-			case a.before.After(edge):
-				e.t.Errorf("key born %v, claimant %d: answered %v at %v, after its edge %v (the key ran, or replayed, past the window)", births[k], w, a.won, a.before, edge)
-			case a.won:
-				won++
-			case winner == nil || !sameResult(a.result, resultFor(names[k], workerOf(winner, answers))):
-				e.t.Errorf("key born %v, claimant %d: replayed %q; want the committed result", births[k], w, a.result.Response)
-			default:
-				replayed++
-			}
-		}
-		e.refusedIn(fmt.Sprintf("key born %v, after the drop", births[k]), ids[k], names[k], ledger.ErrKeyExpired)
-		e.lookupIs(fmt.Sprintf("of the key born %v, after the drop", births[k]), ids[k], ledger.ErrKeyExpired)
+		d.sweeps++
 	}
-	var freshWon int
-	for w, id := range fresh {
+}
+
+// attempt is claimant w's unit: on a key by the boundary, or (one in
+// four) on a fresh key born now, in the bucket above, so that claims
+// commit there while the one below is dropped.
+func (d *dropRun) attempt(w int) {
+	e := d.e
+	k := w % dropKeys
+	id, key := d.ids[k], d.names[k]
+	if w%4 == 3 {
+		id, key = e.bornID(e.clock.Now()), fmt.Sprintf("partition-drop-fresh-%d", w)
+		d.fresh[w] = id
+	}
+	a := &d.answers[w]
+	a.before = e.clock.Now()
+	c, won, err := e.unitIn(d.forms[w%len(d.forms)], ledger.ClaimRequest{Identity: id, Fingerprint: fpOf(key)}, key, w, resultFor(key, w))
+	a.after = e.clock.Now()
+	a.won, a.err = won, err
+	if c != nil && c.Outcome == ledger.Replay {
+		a.result = c.Result
+	}
+}
+
+// checkKeys checks the keys by the boundary: at most one effect each,
+// every answer true, the entry there unless its bucket was dropped, and
+// afterwards refused by every form and by Lookup.
+func (d *dropRun) checkKeys() (won, replayed, expired int) {
+	e := d.e
+	for k := range dropKeys {
+		winner, n := d.winner(k)
+		if n > 1 {
+			e.t.Errorf("key born %v: %d acquisitions; want at most one", d.births[k], n)
+		}
+		if got := e.bizRows(d.names[k]); got != n {
+			e.t.Errorf("key born %v: %d business rows for %d acquisitions", d.births[k], got, n)
+		}
+		rows := e.rowsOf(d.ids[k])
+		switch below := d.births[k].Before(d.boundary); {
+		case below && rows != 0:
+			e.t.Errorf("key born %v, below the boundary: %d ledger rows after its bucket was dropped", d.births[k], rows)
+		case !below && rows != n:
+			e.t.Errorf("key born %v, above the boundary: %d ledger rows for %d acquisitions (a commit lost)", d.births[k], rows, n)
+		}
+		w, r, x := d.checkAnswers(k, winner)
+		won, replayed, expired = won+w, replayed+r, expired+x
+		e.refusedIn(fmt.Sprintf("key born %v, after the drop", d.births[k]), d.ids[k], d.names[k], ledger.ErrKeyExpired)
+		e.lookupIs(fmt.Sprintf("of the key born %v, after the drop", d.births[k]), d.ids[k], ledger.ErrKeyExpired)
+	}
+	return won, replayed, expired
+}
+
+// winner returns the claimant that acquired key k (-1: none) and how
+// many did.
+func (d *dropRun) winner(k int) (winner, n int) {
+	winner = -1
+	for w := k; w < len(d.answers); w += dropKeys {
+		if w%4 != 3 && d.answers[w].won {
+			n++
+			winner = w
+		}
+	}
+	return winner, n
+}
+
+// checkAnswers checks every answer for key k: an acquisition or a replay
+// of the winner's result before the key's edge, ErrKeyExpired after it.
+func (d *dropRun) checkAnswers(k, winner int) (won, replayed, expired int) {
+	e := d.e
+	edge := d.births[k].Add(d.r - d.s)
+	for w := k; w < len(d.answers); w += dropKeys {
+		a := d.answers[w]
+		if w%4 == 3 {
+			continue
+		}
+		switch {
+		case a.err != nil && !errors.Is(a.err, ledger.ErrKeyExpired):
+			e.t.Errorf("key born %v, claimant %d: %v; want the committed result or ErrKeyExpired", d.births[k], w, a.err)
+		case a.err != nil:
+			expired++
+			if !a.after.After(edge) {
+				e.t.Errorf("key born %v, claimant %d: ErrKeyExpired at %v, before its edge %v", d.births[k], w, a.after, edge)
+			}
+		case a.before.After(edge):
+			e.t.Errorf("key born %v, claimant %d: answered %v at %v, after its edge %v (the key ran, or replayed, past the window)", d.births[k], w, a.won, a.before, edge)
+		case a.won:
+			won++
+		case winner < 0 || !sameResult(a.result, resultFor(d.names[k], winner)):
+			e.t.Errorf("key born %v, claimant %d: replayed %q; want the committed result", d.births[k], w, a.result.Response)
+		default:
+			replayed++
+		}
+	}
+	return won, replayed, expired
+}
+
+// checkFresh checks that every fresh key was acquired and its entry kept.
+func (d *dropRun) checkFresh() (committed int) {
+	e := d.e
+	for w, id := range d.fresh {
 		if id.IsZero() {
 			continue
 		}
-		a := answers[w]
+		a := d.answers[w]
 		switch {
 		case a.err != nil || !a.won:
 			e.t.Errorf("fresh key of claimant %d: won=%v %v; want it acquired and committed", w, a.won, a.err)
 		case e.rowsOf(id) != 1:
 			e.t.Errorf("fresh key of claimant %d: %d ledger rows after the drop; want its entry (a commit lost)", w, e.rowsOf(id))
 		default:
-			freshWon++
+			committed++
 		}
 	}
-	if won == 0 || expired == 0 {
-		e.t.Errorf("the herd never straddled the edges: %d acquired, %d expired", won, expired)
-	}
-	e.figure("%s; %d claimants (forms %v) on %d keys born on both sides of the bucket boundary %v and %d fresh keys, while %d sweeps created and dropped partitions: %d acquired, %d replayed, %d ErrKeyExpired, %d fresh keys committed; the bucket below dropped, 0 duplicates",
-		e.windowNote(), claimants, forms, keys, boundary.UTC().Format(time.RFC3339), len(fresh)/4, sweeps, won, replayed, expired, freshWon)
-}
-
-// workerOf returns the claimant whose answer a is.
-func workerOf(a *boundaryAnswer, answers []boundaryAnswer) int {
-	for w := range answers {
-		if &answers[w] == a {
-			return w
-		}
-	}
-	return -1
+	return committed
 }
