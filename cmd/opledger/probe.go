@@ -35,7 +35,9 @@ Targets (exactly one):
   --grpc HOST:PORT   a gRPC server (plaintext); --method pkg.Svc/Method; the
                      request type is read with the server's reflection, or from
                      --descriptors FILE (a FileDescriptorSet: protoc -o FILE
-                     --include_imports, buf build -o FILE)
+                     --include_imports, buf build -o FILE). Without --method,
+                     the one method of the served services (or of FILE's) that
+                     carries the option (opledger.v1.keyed); several: name one
   --connect URL      a connect-go server: the Connect protocol, JSON codec, POST
                      to URL/pkg.Svc/Method
   --http URL         an HTTP route: POST to URL, with the JSON body; the key is
@@ -157,7 +159,7 @@ func runProbe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&f.grpc, "grpc", "", "HOST:PORT of a gRPC server (plaintext)")
 	fs.StringVar(&f.connect, "connect", "", "base URL of a connect server (Connect protocol, JSON)")
 	fs.StringVar(&f.http, "http", "", "URL of an HTTP route (POST, JSON body)")
-	fs.StringVar(&f.method, "method", "", "the keyed method, pkg.Svc/Method (gRPC and connect)")
+	fs.StringVar(&f.method, "method", "", "the keyed method, pkg.Svc/Method (connect; gRPC: by default the one with the option (opledger.v1.keyed))")
 	fs.StringVar(&f.descriptors, "descriptors", "", "a FileDescriptorSet file with the method's types (gRPC; default: the server's reflection)")
 	fs.StringVar(&f.request, "request", "", "the sample request, JSON")
 	fs.StringVar(&f.request2, "request2", "", "another request, JSON, for key-reuse-refused")
@@ -259,13 +261,13 @@ func (f *probeFlags) transport(ctx context.Context, fs *flag.FlagSet) (probeTran
 		return nil, errors.New("--timeout must be positive")
 	case f.http != "" && (f.method != "" || f.descriptors != ""):
 		return nil, errors.New("--method and --descriptors are for --grpc and --connect; --http names the route's URL")
-	case f.http == "" && f.method == "":
-		return nil, errors.New("--method pkg.Svc/Method is required with --grpc and --connect")
+	case f.connect != "" && f.method == "":
+		return nil, errors.New("--method pkg.Svc/Method is required with --connect")
 	case f.descriptors != "" && f.grpc == "":
 		return nil, errors.New("--descriptors is for --grpc")
 	}
 	method := strings.TrimPrefix(f.method, "/")
-	if f.http == "" {
+	if f.http == "" && method != "" {
 		svc, m, ok := strings.Cut(method, "/")
 		if !ok || svc == "" || m == "" || strings.Contains(m, "/") {
 			return nil, fmt.Errorf("--method %q: want pkg.Svc/Method", f.method)
@@ -285,7 +287,15 @@ func (f *probeFlags) transport(ctx context.Context, fs *flag.FlagSet) (probeTran
 		}
 		return newHTTPProbe(strings.TrimSuffix(u, "/")+"/"+method, f.headers, true), nil
 	default:
-		return newGRPCProbe(ctx, f.grpc, method, f.descriptors, f.headers, f.timeout)
+		p, err := newGRPCProbe(ctx, f.grpc, method, f.descriptors, f.headers, f.timeout)
+		if p == nil {
+			return nil, err
+		}
+		if err == nil && method == "" {
+			// The method that carries the (opledger.v1.keyed) option.
+			f.method = strings.TrimPrefix(p.method, "/")
+		}
+		return p, err
 	}
 }
 

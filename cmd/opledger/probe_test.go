@@ -71,32 +71,13 @@ func TestProbeServe(t *testing.T) {
 	auth := "Authorization: Bearer " + token
 	common := []string{"--request", probeRequest, "--request2", probeRequest2, "--header", auth, "--concurrency", "6"}
 
-	// A descriptor set of the payments' protos and their imports, as
-	// protoc --include_imports -o writes it.
-	set := &descriptorpb.FileDescriptorSet{}
-	var add func(fd protoreflect.FileDescriptor)
-	add = func(fd protoreflect.FileDescriptor) {
-		for i := range fd.Imports().Len() {
-			add(fd.Imports().Get(i).FileDescriptor)
-		}
-		if !slices.ContainsFunc(set.File, func(f *descriptorpb.FileDescriptorProto) bool { return f.GetName() == fd.Path() }) {
-			set.File = append(set.File, protodesc.ToFileDescriptorProto(fd))
-		}
-	}
-	add(paymentspb.File_payments_proto)
-	b, err := proto.Marshal(set)
-	if err != nil {
-		t.Fatal(err)
-	}
-	descs := filepath.Join(t.TempDir(), "payments.pb")
-	if err := os.WriteFile(descs, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	_, descs := paymentsDescriptorSet(t)
 	for _, tc := range []struct {
 		name string
 		args []string
 	}{
 		{"grpc-reflection", []string{"--grpc", s.endpoints["grpc"], "--method", method}},
+		{"grpc-reflection-keyed-option", []string{"--grpc", s.endpoints["grpc"]}},
 		{"grpc-descriptors", []string{"--grpc", s.endpoints["grpc"], "--method", "/" + method, "--descriptors", descs}},
 		{"connect", []string{"--connect", s.endpoints["connect"], "--method", method}},
 		{"http", []string{"--http", s.endpoints["http"] + "/transfers"}},
@@ -105,6 +86,9 @@ func TestProbeServe(t *testing.T) {
 			code, rep, stderr := runProbeJSON(t, append(tc.args, common...)...)
 			if code != 0 || !rep.Passed {
 				t.Fatalf("exit %d, stderr %q, report %+v", code, stderr, rep)
+			}
+			if tc.args[0] != "--http" && strings.TrimPrefix(rep.Method, "/") != method {
+				t.Errorf("the report's method %q, want %q", rep.Method, method)
 			}
 			if len(rep.Checks) != len(probeCheckNames) {
 				t.Fatalf("%d checks, want %d", len(rep.Checks), len(probeCheckNames))
@@ -129,6 +113,76 @@ func TestProbeServe(t *testing.T) {
 	}
 	if strings.Contains(out.String()+errb.String(), token) {
 		t.Errorf("the output shows the token:\n%s", out.String())
+	}
+}
+
+// paymentsDescriptorSet is a descriptor set of the payments' protos and
+// their imports, as protoc --include_imports -o writes it, and the file it
+// is written to.
+func paymentsDescriptorSet(t *testing.T) (*descriptorpb.FileDescriptorSet, string) {
+	set := &descriptorpb.FileDescriptorSet{}
+	var add func(fd protoreflect.FileDescriptor)
+	add = func(fd protoreflect.FileDescriptor) {
+		for i := range fd.Imports().Len() {
+			add(fd.Imports().Get(i).FileDescriptor)
+		}
+		if !slices.ContainsFunc(set.File, func(f *descriptorpb.FileDescriptorProto) bool { return f.GetName() == fd.Path() }) {
+			set.File = append(set.File, protodesc.ToFileDescriptorProto(fd))
+		}
+	}
+	add(paymentspb.File_payments_proto)
+	b, err := proto.Marshal(set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	descs := filepath.Join(t.TempDir(), "payments.pb")
+	if err := os.WriteFile(descs, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return set, descs
+}
+
+// TestProbeMethodFromOption: without --method, a gRPC probe takes the
+// one method that carries the option (opledger.v1.keyed), among the
+// services the server's reflection lists (TestProbeServe runs it against
+// serve) or every service of --descriptors; several are refused, each
+// named, and so is none.
+func TestProbeMethodFromOption(t *testing.T) {
+	set, descs := paymentsDescriptorSet(t)
+	files, err := protodesc.NewFiles(set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	transfer := strings.TrimPrefix(paymentspb.TransferMethod, "/")
+	for _, tc := range []struct {
+		served  []string
+		want    string
+		wantErr []string
+	}{
+		{served: []string{"grpc.reflection.v1.ServerReflection", "opledger.examples.payments.v1.Payments"}, want: transfer},
+		{served: []string{"opledger.examples.payments.v1.Fraud"}, want: "opledger.examples.payments.v1.Fraud/Check"},
+		{served: nil, wantErr: []string{"2 methods of --descriptors", "opledger.examples.payments.v1.Fraud/Check, " + transfer}},
+		{served: []string{"grpc.reflection.v1.ServerReflection"}, wantErr: []string{"no method of the server's reflection carries"}},
+	} {
+		got, err := keyedMethodOf(files, tc.served)
+		if got != tc.want || (err == nil) != (tc.wantErr == nil) {
+			t.Errorf("%q: %q, %v; want %q", tc.served, got, err, tc.want)
+			continue
+		}
+		for _, w := range tc.wantErr {
+			if !strings.Contains(err.Error(), w) || !strings.HasPrefix(err.Error(), "--method is required") {
+				t.Errorf("%q: %v, want it to say %q", tc.served, err, w)
+			}
+		}
+	}
+
+	// The command: payments.proto's descriptors declare two keyed methods
+	// (Payments.Transfer and Fraud.Check): a usage error naming both, and
+	// nothing sent (no server listens on the target).
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"probe", "--grpc", "127.0.0.1:1", "--descriptors", descs, "--request", "{}"}, &out, &errb)
+	if code != 2 || !strings.Contains(errb.String(), "opledger.examples.payments.v1.Fraud/Check, "+transfer) {
+		t.Errorf("exit %d, stderr %q: want 2 naming both keyed methods", code, errb.String())
 	}
 }
 

@@ -28,6 +28,8 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/descriptorpb"
 	"google.golang.org/protobuf/types/dynamicpb"
+
+	"github.com/opledger/opledger/internal/keyedoption"
 )
 
 // probeMaxBody bounds a response probe reads.
@@ -202,11 +204,12 @@ func newGRPCProbe(ctx context.Context, addr, method, descriptors string, h heade
 		p.md.Append(strings.ToLower(kv[0]), kv[1])
 	}
 	var files *protoregistry.Files
+	var served []string // the services reflection lists; nil: every service of the files
 	if descriptors != "" {
 		files, err = readDescriptorSet(descriptors)
 	} else {
 		rctx, cancel := context.WithTimeout(metadata.NewOutgoingContext(ctx, p.md), timeout)
-		files, err = reflectFiles(rctx, conn, method[:strings.IndexByte(method, '/')])
+		files, served, err = reflectFiles(rctx, conn, method)
 		cancel()
 		if err != nil {
 			err = fmt.Errorf("reading the server's reflection (or give --descriptors): %w", err)
@@ -214,6 +217,12 @@ func newGRPCProbe(ctx context.Context, addr, method, descriptors string, h heade
 	}
 	if err != nil {
 		return p, err
+	}
+	if method == "" {
+		if method, err = keyedMethodOf(files, served); err != nil {
+			return p, err
+		}
+		p.method = "/" + method
 	}
 	svc, m, _ := strings.Cut(method, "/")
 	d, err := files.FindDescriptorByName(protoreflect.FullName(svc))
@@ -349,19 +358,87 @@ func readDescriptorSet(path string) (*protoregistry.Files, error) {
 
 // reflectFiles reads, with the server's reflection (v1), the file that
 // defines service and every file it imports.
-func reflectFiles(ctx context.Context, conn *grpc.ClientConn, service string) (*protoregistry.Files, error) {
+// reflectFiles reads, with the server's reflection, the files that
+// define the service of method (pkg.Svc/Method) and their imports; with
+// method "", those of every service the server lists, and the list.
+func reflectFiles(ctx context.Context, conn *grpc.ClientConn, method string) (*protoregistry.Files, []string, error) {
 	stream, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(ctx, grpc.ForceCodec(protoCodec{}))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer stream.CloseSend()
+	var services []string
+	if method == "" {
+		if err := stream.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
+			return nil, nil, err
+		}
+		res, err := stream.Recv()
+		if err != nil {
+			return nil, nil, err
+		}
+		if e := res.GetErrorResponse(); e != nil {
+			return nil, nil, errors.New(e.GetErrorMessage())
+		}
+		for _, s := range res.GetListServicesResponse().GetService() {
+			services = append(services, s.GetName())
+		}
+	} else {
+		services = []string{method[:strings.IndexByte(method, '/')]}
+	}
 	have := map[string]bool{}
 	var set descriptorpb.FileDescriptorSet
-	req := &reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_FileContainingSymbol{FileContainingSymbol: service}}
-	if err := askFiles(stream, req, have, &set); err != nil {
-		return nil, err
+	for _, svc := range services {
+		req := &reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_FileContainingSymbol{FileContainingSymbol: svc}}
+		if err := askFiles(stream, req, have, &set); err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", svc, err)
+		}
 	}
-	return protodesc.NewFiles(&set)
+	files, err := protodesc.NewFiles(&set)
+	return files, services, err
+}
+
+// keyedMethodOf is the one method (pkg.Svc/Method) of files that carries
+// the (opledger.v1.keyed) option, among the services named by served
+// (nil: every service of files). No such method, or several, is an
+// error that says to give --method (and names the several).
+func keyedMethodOf(files *protoregistry.Files, served []string) (string, error) {
+	var keyed []string
+	var misused []error
+	files.RangeFiles(func(fd protoreflect.FileDescriptor) bool {
+		for i := range fd.Services().Len() {
+			sd := fd.Services().Get(i)
+			if served != nil && !slices.Contains(served, string(sd.FullName())) {
+				continue
+			}
+			for j := range sd.Methods().Len() {
+				md := sd.Methods().Get(j)
+				opts, _ := md.Options().(*descriptorpb.MethodOptions)
+				_, ok, err := keyedoption.Of(md, opts.GetIdempotencyLevel() == descriptorpb.MethodOptions_NO_SIDE_EFFECTS)
+				switch {
+				case err != nil:
+					misused = append(misused, err)
+				case ok:
+					keyed = append(keyed, string(sd.FullName())+"/"+string(md.Name()))
+				}
+			}
+		}
+		return true
+	})
+	slices.Sort(keyed)
+	from := "the server's reflection"
+	if served == nil {
+		from = "--descriptors"
+	}
+	switch {
+	case len(keyed) == 1:
+		return keyed[0], nil
+	case len(keyed) > 1:
+		return "", fmt.Errorf("--method is required: %d methods of %s carry the (opledger.v1.keyed) option: %s", len(keyed), from, strings.Join(keyed, ", "))
+	case len(misused) > 0:
+		return "", fmt.Errorf("--method is required: no method of %s carries a valid (opledger.v1.keyed) option: %w", from, errors.Join(misused...))
+	default:
+		return "", fmt.Errorf("--method is required: no method of %s carries the (opledger.v1.keyed) option", from)
+	}
 }
 
 // askFiles sends req, adds the files of its answer to set and,
