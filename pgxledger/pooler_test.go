@@ -66,7 +66,7 @@ func TestPgBouncerStatementErrors(t *testing.T) {
 	t.Parallel()
 	p := poolertest.New(t)
 	d := pgdialect.New()
-	q, rq := d.Queries(p.Table), d.RecordQueries(p.Table)
+	q, rq, bq := d.Queries(p.Table), d.RecordQueries(p.Table), d.BirthQueries(p.Table)
 	pq, _ := d.PipelineQueries(p.Table, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -137,14 +137,14 @@ func TestPgBouncerStatementErrors(t *testing.T) {
 		after  func(t *testing.T, s *pgxledger.Store, key string)
 	}{
 		{"claim", []string{q.Insert}, claimComplete, nil},
-		{"complete", []string{q.Complete}, claimComplete, nil},
+		{"complete", []string{bq.Complete}, claimComplete, nil},
 		{"record", []string{rq.Insert}, record, nil},
 		{"pipelined claim", []string{q.Insert}, pipelinedFirst, nil},
 		{"pipelined complete", []string{pq.Complete}, pipelinedFirst, notCommitted},
 		{"COMMIT claim first", []string{"commit"}, pipelinedFirst, notCommitted},
 		{"pipelined record", []string{pq.Record}, pipelinedAtCommit, notCommitted},
 		{"COMMIT at commit", []string{"commit"}, pipelinedAtCommit, notCommitted},
-		{"lookup", []string{q.Lookup}, func(t *testing.T, pool *pgxpool.Pool, s *pgxledger.Store, key string) error {
+		{"lookup", []string{bq.Lookup}, func(t *testing.T, pool *pgxpool.Pool, s *pgxledger.Store, key string) error {
 			_, err := s.Lookup(ctx, pool, req(t, key).Identity)
 			if errors.Is(err, ledger.ErrNotFound) {
 				err = nil
@@ -233,7 +233,7 @@ func TestPgBouncerStatementErrors(t *testing.T) {
 		if _, err := r.Lookup(ctx, req(t, "runner-lookup").Identity); !errors.Is(err, ledger.ErrNotFound) {
 			t.Fatalf("warm-up: %v", err)
 		}
-		p.Forget(t, q.Lookup)
+		p.Forget(t, pgdialect.New().BirthQueries(p.Table).Lookup)
 		_, err = r.Lookup(ctx, req(t, "runner-lookup").Identity)
 		poolertest.Want(t, err, "26000")
 	})
