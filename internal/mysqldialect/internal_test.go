@@ -96,7 +96,8 @@ func TestTiDBSessionSQL(t *testing.T) {
 
 // TestMigrationLockRetries: the migration lock asks GET_LOCK again after a
 // transient lock error (TiDB's "pessimistic lock retry limit reached"
-// under contention, which arrives instead of 0), within its bound; any
+// under contention and its unknown error "lock wait timeout" while the
+// holder runs DDL, which arrive instead of 0), within its bound; any
 // other error ends it at once; a bound that passes with the error still
 // coming names it. (The GET_LOCK itself, waiting, granted and timed out,
 // runs against MariaDB in TestMigrationLock.)
@@ -105,6 +106,9 @@ func TestMigrationLockRetries(t *testing.T) {
 	copy(retryLimit.SQLState[:], "HY000")
 	if !lockContention(retryLimit) || !lockContention(fmt.Errorf("x: %w", retryLimit)) {
 		t.Fatal("TiDB's lock retry limit is not a lock conflict")
+	}
+	if waitTimeout := (&gomysql.MySQLError{Number: 1105, Message: "lock wait timeout"}); !lockContention(waitTimeout) {
+		t.Fatal("TiDB's GET_LOCK timing out with an unknown error is not a lock conflict")
 	}
 	for _, err := range []error{
 		&gomysql.MySQLError{Number: 1105, Message: "some other unknown error"},

@@ -4,10 +4,13 @@ import (
 	"context"
 	"database/sql"
 	"embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
 	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/opledger/opledger/dialects"
 )
@@ -67,11 +70,31 @@ func newMySQLLocker(table string) mysqlLocker {
 // contention TiDB answers "pessimistic lock retry limit reached" instead
 // of 0) is asked again, within the same bound.
 func (l mysqlLocker) SessionLock(ctx context.Context, conn *sql.Conn) error {
+	query := "SELECT GET_LOCK(" + l.literal() + ", 1)"
 	return l.wait(ctx, func(ctx context.Context) (sql.NullInt64, error) {
 		var got sql.NullInt64
-		err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, 1)", l.name).Scan(&got)
+		err := conn.QueryRowContext(ctx, query).Scan(&got)
 		return got, err
 	})
+}
+
+// literal returns the lock's name as an SQL expression of its exact
+// bytes, whatever the session's sql_mode: the lock's statements are sent
+// whole, without arguments, so that the driver sends them as plain
+// queries, never as prepared statements.
+//
+// TiDB folds GET_LOCK and RELEASE_LOCK of constant arguments while it
+// plans the statement, and it plans a prepared statement again when
+// another session's DDL changed the schema since it was prepared (as
+// concurrent migrations do): the function then runs twice. A
+// RELEASE_LOCK run twice releases the lock and answers 0, "not held"
+// (seen as "migration unlock ...: the lock was not held by this
+// session" once migration 00005 made TiDB's migrations run DDL while
+// others waited for the lock), and a GET_LOCK run twice takes the lock
+// twice, so that one RELEASE_LOCK would leave it held. A plain query is
+// planned once.
+func (l mysqlLocker) literal() string {
+	return "CONVERT(X'" + hex.EncodeToString([]byte(l.name)) + "' USING utf8mb4)"
 }
 
 // wait is SessionLock's loop over getLock, one GET_LOCK each.
@@ -112,19 +135,28 @@ func (l mysqlLocker) wait(ctx context.Context, getLock func(context.Context) (sq
 // lockContention reports whether err, from GET_LOCK, is a lock conflict
 // that a later GET_LOCK may not meet: one the dialect classifies as a
 // serialization failure (TiDB's "pessimistic lock retry limit reached",
-// its write conflicts), a deadlock or a lock wait timeout.
+// its write conflicts), a deadlock or a lock wait timeout, or TiDB's
+// GET_LOCK timing out with an unknown error ("lock wait timeout", code
+// 1105, not 1205) instead of answering 0, as it does when the holder runs
+// DDL while it waits.
 func lockContention(err error) bool {
 	switch (Dialect{}).Classify(err) {
 	case dialects.ClassSerialization, dialects.ClassDeadlock, dialects.ClassLockTimeout:
 		return true
 	}
-	return false
+	var me *gomysql.MySQLError
+	return errors.As(err, &me) && me != nil && me.Number == erUnknownError && me.Message == tidbLockWaitTimeout
 }
 
-// SessionUnlock releases the named lock on conn.
+// tidbLockWaitTimeout is the message of the unknown error (1105) TiDB's
+// GET_LOCK answers when its wait times out while the schema changes.
+const tidbLockWaitTimeout = "lock wait timeout"
+
+// SessionUnlock releases the named lock on conn, as a plain query (see
+// [mysqlLocker.literal]).
 func (l mysqlLocker) SessionUnlock(ctx context.Context, conn *sql.Conn) error {
 	var released sql.NullInt64
-	if err := conn.QueryRowContext(ctx, "SELECT RELEASE_LOCK(?)", l.name).Scan(&released); err != nil {
+	if err := conn.QueryRowContext(ctx, "SELECT RELEASE_LOCK("+l.literal()+")").Scan(&released); err != nil {
 		return fmt.Errorf("migration unlock %q: %w", l.name, err)
 	}
 	if !released.Valid || released.Int64 != 1 {

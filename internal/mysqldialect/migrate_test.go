@@ -6,9 +6,11 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/opledger/opledger/internal/mysqldialect"
 	"github.com/opledger/opledger/internal/testkit/testdb"
 )
 
@@ -20,13 +22,8 @@ import (
 // for any holder and whose process list shows no "User lock" wait, the
 // lock is checked as held, not by whom, and the waits are not checked.
 func TestMigrationLock(t *testing.T) {
-	testdb.Parallel(t, "mysql", 4)
-	d := testdb.MySQLDialect(t)
-	db := testdb.OpenMySQL(nil)(t, 4)
+	d, db, table := migrationLockTest(t, "opl_mlock_")
 	ctx := context.Background()
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	table := "opl_mlock_" + hex.EncodeToString(b[:])
 	name := "opledger:" + table
 	lock := d.Migrations().Lock(table)
 	owner := func() sql.NullInt64 {
@@ -123,4 +120,73 @@ func TestMigrationLock(t *testing.T) {
 	if id := owner(); id.Valid {
 		t.Fatalf("lock still held by %d after the unlock", id.Int64)
 	}
+}
+
+// TestMigrationLockAcrossDDL: sessions that take the migration lock in
+// turn, each running DDL while the others wait for it (as concurrent
+// migrations do), each release it exactly once: SessionUnlock succeeds,
+// a second SessionUnlock finds it no longer held (it was not taken
+// twice), and the lock is free at the end. On TiDB, which plans a
+// prepared statement again after another session's DDL and folds
+// GET_LOCK and RELEASE_LOCK while planning, the lock's statements as
+// prepared statements ran twice: RELEASE_LOCK released the lock and
+// answered 0.
+func TestMigrationLockAcrossDDL(t *testing.T) {
+	d, db, table := migrationLockTest(t, "opl_mlockddl_")
+	ctx := context.Background()
+	scratch := d.QuoteIdent(table)
+	t.Cleanup(func() { db.Exec("DROP TABLE IF EXISTS " + scratch) })
+	lock := d.Migrations().Lock(table)
+	const sessions, rounds = 4, 3
+	errs := make(chan error, sessions)
+	for range sessions {
+		go func() {
+			errs <- func() error {
+				c, err := db.Conn(ctx)
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				for round := range rounds {
+					if err := lock.SessionLock(ctx, c); err != nil {
+						return err
+					}
+					for _, ddl := range []string{"DROP TABLE IF EXISTS " + scratch, "CREATE TABLE " + scratch + " (a INT PRIMARY KEY)"} {
+						if _, err := c.ExecContext(ctx, ddl); err != nil {
+							return err
+						}
+					}
+					if err := lock.SessionUnlock(ctx, c); err != nil {
+						return fmt.Errorf("round %d: %w", round, err)
+					}
+					if err := lock.SessionUnlock(ctx, c); err == nil {
+						return fmt.Errorf("round %d: the lock was still held after its release (taken twice)", round)
+					}
+				}
+				return nil
+			}()
+		}()
+	}
+	var all []error
+	for range sessions {
+		all = append(all, <-errs)
+	}
+	if err := errors.Join(all...); err != nil {
+		t.Fatal(err)
+	}
+	var id sql.NullInt64
+	if err := db.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?)", "opledger:"+table).Scan(&id); err != nil || id.Valid {
+		t.Fatalf("after every session released it, IS_USED_LOCK = %v, %v; want NULL", id, err)
+	}
+}
+
+// migrationLockTest starts a migration lock test on the MySQL target: its
+// dialect, a pool of four connections and a new table name that begins
+// with prefix.
+func migrationLockTest(t *testing.T, prefix string) (mysqldialect.Dialect, *sql.DB, string) {
+	t.Helper()
+	testdb.Parallel(t, "mysql", 4)
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return testdb.MySQLDialect(t), testdb.OpenMySQL(nil)(t, 4), prefix + hex.EncodeToString(b[:])
 }
