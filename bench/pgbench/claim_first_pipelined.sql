@@ -6,7 +6,7 @@
 \set amt random(1, 100000)
 \startpipeline
 BEGIN;
-INSERT INTO opl_pgbench (id, caller, method, request_fp, created_at, expires_at) VALUES (sha256(int8send(:k::bigint)), 'svc-a', '/pay.v1.Payments/Create', sha256('x'::bytea), (extract(epoch FROM now()) * 1000000)::bigint, (extract(epoch FROM now() + interval '24 hours') * 1000000)::bigint) ON CONFLICT (id) DO NOTHING;
+INSERT INTO opl_pgbench (id, caller, method, request_fp, created_at, expires_at) VALUES (sha256(int8send(:k::bigint)), 'svc-a', '/pay.v1.Payments/Create', sha256('x'::bytea), (extract(epoch FROM now()) * 1000000)::bigint, (extract(epoch FROM now() + interval '24 hours') * 1000000)::bigint) ON CONFLICT DO NOTHING;
 \endpipeline
 INSERT INTO opl_pgbench_biz (account, amount) VALUES ('acct', :amt);
 \startpipeline

@@ -6,7 +6,7 @@
 // SQLState() string: lib/pq (v1.10.6 and later) and pgx's stdlib driver.
 // It imports no driver.
 //
-// The claim is INSERT … ON CONFLICT (id) DO NOTHING; after a conflict
+// The claim is INSERT … ON CONFLICT DO NOTHING; after a conflict
 // only, the ledger reads the existing entry with a plain SELECT, which
 // under READ COMMITTED sees a concurrent claimant's row once it has
 // committed (the insert waits for it). Under REPEATABLE READ and
