@@ -122,8 +122,10 @@ func (d *dropRun) herd() {
 	e := d.e
 	e.clock.Advance(d.boundary.Add(d.r - d.s - 20*time.Millisecond).Sub(e.clock.Now()))
 	claimants := e.conc
-	// The first wave alone moves the clock past every edge (40 ms), both
-	// waves past the drop time.
+	// Both waves' steps move the clock past the drop time; the first wave
+	// holds the clock still (every claim sees it before every key's edge,
+	// however slow the claims: a pooler, a loaded machine), and its steps
+	// are taken at once when it ends, past every edge (40 ms).
 	step := max(80*time.Millisecond, 2*d.s+80*time.Millisecond) / time.Duration(claimants)
 	d.answers, d.fresh = make([]boundaryAnswer, claimants), make([]ledger.Identity, claimants)
 	var (
@@ -132,11 +134,15 @@ func (d *dropRun) herd() {
 		second      = make(chan struct{})
 		swept       = make(chan error, 1)
 	)
-	// Two waves: the second starts once the first has moved the clock
-	// past every key's edge (claims may all pass the window check before
-	// any returns, and then none would be refused).
+	// Two waves: the second starts once the first has ended and the clock
+	// has moved past every key's edge, so that both the claims inside the
+	// window and the refusals past it are met on every run.
 	first.Add(claimants / 2)
-	go func() { first.Wait(); close(second) }()
+	go func() {
+		first.Wait()
+		e.clock.Advance(time.Duration(claimants/2)*step + 40*time.Millisecond)
+		close(second)
+	}()
 	go d.sweepLoop(stop, swept)
 	for w := range claimants {
 		wg.Add(1)
@@ -147,10 +153,11 @@ func (d *dropRun) herd() {
 				<-second
 			}
 			d.attempt(w)
-			e.clock.Advance(step)
 			if w < claimants/2 {
 				first.Done()
+				return
 			}
+			e.clock.Advance(step)
 		}()
 	}
 	close(start)
