@@ -120,12 +120,16 @@ func (d *dropRun) setUp(parts []dialectkit.Partition) {
 // then sweeps once more past it and checks the bucket is gone.
 func (d *dropRun) herd() {
 	e := d.e
-	e.clock.Advance(d.boundary.Add(d.r - d.s - 20*time.Millisecond).Sub(e.clock.Now()))
+	// The clock is real time plus an offset: the first wave starts well
+	// before every key's edge (birth + retention - skew), so that however
+	// slow its claims are (a pooler, a loaded machine) they all meet the
+	// keys inside the window.
+	const lead = 30 * time.Second
+	e.clock.Advance(d.boundary.Add(d.r - d.s - lead).Sub(e.clock.Now()))
 	claimants := e.conc
-	// Both waves' steps move the clock past the drop time; the first wave
-	// holds the clock still (every claim sees it before every key's edge,
-	// however slow the claims: a pooler, a loaded machine), and its steps
-	// are taken at once when it ends, past every edge (40 ms).
+	// The second wave's steps move the clock towards the drop time, which
+	// the final move passes; the first wave moves it only at its end,
+	// past every edge.
 	step := max(80*time.Millisecond, 2*d.s+80*time.Millisecond) / time.Duration(claimants)
 	d.answers, d.fresh = make([]boundaryAnswer, claimants), make([]ledger.Identity, claimants)
 	var (
@@ -140,7 +144,9 @@ func (d *dropRun) herd() {
 	first.Add(claimants / 2)
 	go func() {
 		first.Wait()
-		e.clock.Advance(time.Duration(claimants/2)*step + 40*time.Millisecond)
+		if past := d.boundary.Add(d.r - d.s + 40*time.Millisecond).Sub(e.clock.Now()); past > 0 {
+			e.clock.Advance(past) // past every key's edge (the latest is 7 ms after the boundary's)
+		}
 		close(second)
 	}()
 	go d.sweepLoop(stop, swept)
