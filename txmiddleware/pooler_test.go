@@ -36,7 +36,9 @@ func TestPgBouncerRunnerPaths(t *testing.T) {
 	t.Parallel()
 	p := poolertest.New(t)
 	d := pgdialect.New()
-	q, rq := d.Queries(p.Table), d.RecordQueries(p.Table)
+	// The table is partitioned by birth (migration 00005): the ledger
+	// completes and looks up an entry by (id, born_at).
+	q, rq, bq := d.Queries(p.Table), d.RecordQueries(p.Table), d.BirthQueries(p.Table)
 	obq := d.OutboxQueries(outbox.TableFor(p.Table))
 	ob, err := outbox.New(d, outbox.WithTable(outbox.TableFor(p.Table)))
 	if err != nil {
@@ -81,12 +83,12 @@ func TestPgBouncerRunnerPaths(t *testing.T) {
 		call   func(r *txmiddleware.Runner, key string) error
 	}{
 		{"claim", q.Insert, nil, run},
-		{"complete", q.Complete, nil, run},
+		{"complete", bq.Complete, nil, run},
 		{"enqueue", obq.Insert, nil, run},
 		{"work", check, nil, run},
 		{"record at commit", rq.Insert, atCommit, run},
 		{"enqueue at commit", obq.Insert, atCommit, run},
-		{"lookup", q.Lookup, nil, lookup},
+		{"lookup", bq.Lookup, nil, lookup},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p.Reset(t)
