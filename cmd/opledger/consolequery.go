@@ -259,13 +259,6 @@ func entryRow(l listing, now time.Time) console.EntryRow {
 func (b *consoleBackend) size(ctx context.Context, v *console.LedgerView) {
 	sz, ok := b.t.dialect.(dialectkit.Sizer)
 	switch {
-	case b.t.dialect.Name() == "postgres":
-		// pg_table_size of a partitioned table is 0: sum its leaves.
-		err := b.db.QueryRowContext(ctx, "SELECT COALESCE(SUM(pg_table_size(c.oid)), 0), COALESCE(SUM(pg_indexes_size(c.oid)), 0) "+
-			"FROM "+pgLeaves, b.q.table).Scan(&v.TableBytes, &v.IndexBytes)
-		if err != nil {
-			v.SizeUnavailable = oneLine(b.t.scrubErr(err))
-		}
 	case b.t.dialect.Name() == "sqlite" && v.Entries.N > consoleCountCap:
 		var pages, pageSize int64
 		err := b.db.QueryRowContext(ctx, "SELECT page_count, page_size FROM pragma_page_count(), pragma_page_size()").Scan(&pages, &pageSize)
