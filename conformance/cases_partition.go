@@ -168,6 +168,13 @@ func (d *dropRun) herd() {
 	}
 	close(start)
 	wg.Wait()
+	d.afterHerd(stop, swept)
+}
+
+// afterHerd moves the clock past the drop time, sweeps once more, stops
+// the sweep loop and checks that the boundary's bucket is gone.
+func (d *dropRun) afterHerd(stop chan<- struct{}, swept <-chan error) {
+	e := d.e
 	e.clock.Advance(d.boundary.Add(d.r + d.s + time.Second).Sub(e.clock.Now())) // past the drop time, whatever the herd reached
 	if _, err := d.sw(e.ctx, 100); err != nil && !errors.Is(err, ledger.ErrInProgress) {
 		e.t.Errorf("Sweep after the herd: %v", err)
