@@ -1,76 +1,276 @@
 package main
 
 import (
+	"context"
+	"database/sql"
 	"encoding/json"
-	"io/fs"
+	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/opledger/opledger/connectint"
+	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/examples/payments"
+	"github.com/opledger/opledger/examples/payments/paymentspb"
+	"github.com/opledger/opledger/grpcint"
+	"github.com/opledger/opledger/httpint"
+	"github.com/opledger/opledger/internal/testkit/testdb"
+	"github.com/opledger/opledger/internal/testkit/xdstest"
+	"github.com/opledger/opledger/keyed"
+	"github.com/opledger/opledger/ledger"
+	"github.com/opledger/opledger/outbox"
+	"github.com/opledger/opledger/policy"
 )
 
-// kitInstruments reads, from the kit's Go source (every module of the
-// repository), the instruments it registers and the attribute keys of
-// internal/telemetry, and returns the names the Prometheus exporter
-// writes for them: a counter's name_total, a histogram's
-// name[_seconds]_bucket, _sum and _count, a gauge's name; and the labels.
-func kitInstruments(t *testing.T, root string) (metrics, labels map[string]bool) {
+// kitInstruments runs the kit's parts on SQLite with an OpenTelemetry SDK
+// meter provider (see kitRun) and returns the names the Prometheus
+// exporter writes for the instruments they created (promName) and the
+// labels of the points they recorded: each attribute key with its dots
+// as underscores, and le, the buckets' label.
+func kitInstruments(t *testing.T) (metrics, labels map[string]bool) {
 	t.Helper()
-	inst := regexp.MustCompile(`(Int64|Float64)(Counter|Histogram|ObservableGauge|Gauge|UpDownCounter|ObservableCounter)\(\s*"([a-z0-9_.]+)"`)
-	unit := regexp.MustCompile(`WithUnit\("([^"]*)"\)`)
-	key := regexp.MustCompile(`attribute\.Key\("([a-z0-9_.]+)"\)`)
+	created, points := kitRun(t)
 	metrics, labels = map[string]bool{}, map[string]bool{"le": true}
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+	for _, inst := range created {
+		names, err := promName(inst)
 		if err != nil {
-			return err
+			t.Fatal(err)
 		}
-		if d.IsDir() && path != root && (d.Name() == "node_modules" || d.Name() == "testdata" || strings.HasPrefix(d.Name(), ".")) {
-			return filepath.SkipDir
+		for _, n := range names {
+			metrics[n] = true
 		}
-		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		src, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		for _, ix := range inst.FindAllStringSubmatchIndex(string(src), -1) {
-			m := []string{"", string(src[ix[2]:ix[3]]), string(src[ix[4]:ix[5]]), string(src[ix[6]:ix[7]])}
-			// The unit is among the options that follow, before the
-			// next instrument's name.
-			tail := string(src[ix[1]:min(ix[1]+300, len(src))])
-			if next := inst.FindStringIndex(tail); next != nil {
-				tail = tail[:next[0]]
-			}
-			name := strings.ReplaceAll(m[3], ".", "_")
-			u := unit.FindStringSubmatch(tail)
-			switch m[2] {
-			case "Counter", "ObservableCounter":
-				metrics[name+"_total"] = true
-			case "Histogram":
-				if u != nil && u[1] == "s" {
-					name += "_seconds"
+	}
+	for _, sm := range points.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			for _, set := range pointAttrs(m.Data) {
+				for _, kv := range set.ToSlice() {
+					labels[promLabel.Replace(string(kv.Key))] = true
 				}
-				metrics[name+"_bucket"], metrics[name+"_sum"], metrics[name+"_count"] = true, true, true
-			default:
-				metrics[name] = true
 			}
 		}
-		if filepath.Base(filepath.Dir(path)) == "telemetry" {
-			for _, m := range key.FindAllStringSubmatch(string(src), -1) {
-				labels[strings.ReplaceAll(m[1], ".", "_")] = true
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 	return metrics, labels
 }
+
+// promLabel is the exporter's translation of an OpenTelemetry name: dots
+// (and dashes) become underscores.
+var promLabel = strings.NewReplacer(".", "_", "-", "_")
+
+// promUnits are the units the exporter turns into a suffix; a unit in
+// braces (an annotation: {call}, {retry}) adds none.
+var promUnits = map[string]string{"s": "_seconds", "ms": "_milliseconds", "By": "_bytes"}
+
+// promName returns the names the Prometheus exporter writes for inst: its
+// name with underscores, the unit's suffix, then _total for a counter and
+// _bucket, _sum and _count for a histogram (a gauge and an up-down
+// counter add nothing). A unit it does not know fails, rather than guess.
+func promName(inst sdkmetric.Instrument) ([]string, error) {
+	name := promLabel.Replace(inst.Name)
+	switch u := inst.Unit; {
+	case u == "" || strings.HasPrefix(u, "{") && strings.HasSuffix(u, "}"):
+	case promUnits[u] != "":
+		name += promUnits[u]
+	default:
+		return nil, fmt.Errorf("%s: unit %q has no Prometheus suffix here: add the exporter's to promUnits", inst.Name, u)
+	}
+	switch inst.Kind {
+	case sdkmetric.InstrumentKindCounter, sdkmetric.InstrumentKindObservableCounter:
+		return []string{name + "_total"}, nil
+	case sdkmetric.InstrumentKindHistogram:
+		return []string{name + "_bucket", name + "_sum", name + "_count"}, nil
+	}
+	return []string{name}, nil
+}
+
+// pointAttrs returns the attribute sets of a metric's points.
+func pointAttrs(data metricdata.Aggregation) []attribute.Set {
+	var out []attribute.Set
+	switch d := data.(type) {
+	case metricdata.Sum[int64]:
+		for _, p := range d.DataPoints {
+			out = append(out, p.Attributes)
+		}
+	case metricdata.Gauge[int64]:
+		for _, p := range d.DataPoints {
+			out = append(out, p.Attributes)
+		}
+	case metricdata.Histogram[int64]:
+		for _, p := range d.DataPoints {
+			out = append(out, p.Attributes)
+		}
+	case metricdata.Histogram[float64]:
+		for _, p := range d.DataPoints {
+			out = append(out, p.Attributes)
+		}
+	}
+	return out
+}
+
+// kitRun builds the kit's servers (grpcint's, serving the example
+// payments service; httpint's and connectint's), a grpcint client, an
+// outbox relay and ledgers on SQLite, all with one SDK meter provider whose
+// view notes every instrument as it is created (they all are, at
+// construction), and exercises them: an executed Transfer, the same key
+// with another request (a refusal with its reason), a Transfer whose
+// first attempt is refused before it runs (the client's retry, seen by
+// the server's retries_by_layer) and a claim on a table that does not
+// exist (a database error's error.type and db.response.status_code). It
+// returns the instruments created and the points collected.
+func kitRun(t *testing.T) ([]sdkmetric.Instrument, metricdata.ResourceMetrics) {
+	t.Helper()
+	ctx := context.Background()
+	var (
+		mu      sync.Mutex
+		created []sdkmetric.Instrument
+	)
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader), sdkmetric.WithView(func(i sdkmetric.Instrument) (sdkmetric.Stream, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		created = append(created, i)
+		return sdkmetric.Stream{}, false
+	}))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	tg := testdb.Targets()[0]
+	db := tg.Open(t, 4)
+	table := testdb.NewTable(t, db, tg.Dialect)
+	store, err := ledger.New(tg.Dialect, ledger.WithTable(table), ledger.WithMeterProvider(mp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kitOthers(t, db, tg.Dialect, store, table, mp)
+	pc := kitPayments(t, db, tg, store, mp)
+	key := keyed.NewKey()
+	send := func(ref, key string, cents int64) error {
+		ctx := grpcint.WithKey(metadata.AppendToOutgoingContext(ctx, xdsCaller, "alice"), key)
+		_, err := pc.Transfer(ctx, &paymentspb.TransferRequest{FromAccount: "a", ToAccount: "b", AmountCents: cents, Reference: ref})
+		return err
+	}
+	if err := send("once", key, 5); err != nil {
+		t.Fatalf("Transfer: %v", err)
+	}
+	if err := send("reused", key, 6); grpcint.ReasonOf(err) != keyed.KeyReused.Row().Reason {
+		t.Fatalf("the key with another request: %v, want %s", err, keyed.KeyReused.Row().Reason)
+	}
+	if err := send("retry", keyed.NewKey(), 7); err != nil {
+		t.Fatalf("Transfer retried: %v", err)
+	}
+	missing, err := ledger.New(tg.Dialect, ledger.WithTable(table+"_missing"), ledger.WithMeterProvider(mp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := testdb.ID(t, "alice", paymentspb.TransferMethod, keyed.NewKey())
+	if err := testdb.InTx(ctx, db, func(tx *sql.Tx) error {
+		_, err := missing.Claim(ctx, tx, ledger.ClaimRequest{Identity: id, Fingerprint: ledger.FingerprintOf([]byte("x"))})
+		return err
+	}); err == nil {
+		t.Fatal("a claim on a table that does not exist succeeded")
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(ctx, &rm); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return append([]sdkmetric.Instrument(nil), created...), rm
+}
+
+// kitPayments serves the example payments service behind grpcint's server
+// on store, with a front that refuses the first attempt of the reference
+// "retry" before it runs, and returns a client through grpcint's client
+// (the application owns its retries), all measured into mp.
+func kitPayments(t *testing.T, db *sql.DB, tg testdb.Target, store ledger.Ledger, mp metric.MeterProvider) paymentspb.PaymentsClient {
+	t.Helper()
+	cat, err := payments.Catalog()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kit, err := grpcint.NewServer(db, store, cat, grpcint.CallerFromTrustedHeader(xdsCaller), keyed.WithMeterProvider(mp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	biz := fmt.Sprintf("opledger_dash_transfers_%d", time.Now().UnixNano()%1_000_000_000)
+	if err := payments.CreateTable(context.Background(), db, tg.Dialect, biz); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = payments.DropTable(context.Background(), db, tg.Dialect, biz) })
+	svc, err := payments.NewService(db, tg.Dialect, biz)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refused atomic.Bool
+	front := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if r, ok := req.(*paymentspb.TransferRequest); ok && r.GetReference() == "retry" && refused.CompareAndSwap(false, true) {
+			return nil, grpcint.NotExecuted(codes.Unavailable, "injected: not now")
+		}
+		return handler(ctx, req)
+	}
+	addr := xdstest.Backend(t, func(s *grpc.Server) { paymentspb.RegisterPaymentsServer(s, svc) },
+		grpc.ChainUnaryInterceptor(front, kit.UnaryServerInterceptor()))
+	client, err := grpcint.NewClient(cat, policy.OwnerApplication, keyed.WithMeterProvider(mp),
+		keyed.WithBackoff(policy.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dopts, err := client.DialOptions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(addr, append(dopts, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return paymentspb.NewPaymentsClient(conn)
+}
+
+// kitOthers builds the parts whose instruments the calls above do not
+// reach: httpint's and connectint's servers and an outbox relay, measured
+// into mp. Their instruments are created at construction.
+func kitOthers(t *testing.T, db *sql.DB, d dialects.Dialect, store ledger.Ledger, table string, mp metric.MeterProvider) {
+	t.Helper()
+	caller := func(*http.Request) (string, bool) { return "alice", true }
+	if _, err := httpint.New(db, store, caller, []string{"POST /transfers"}, keyed.WithMeterProvider(mp)); err != nil {
+		t.Fatal(err)
+	}
+	cat, err := payments.Catalog()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := connectint.NewServer(db, store, cat, connectint.CallerFromTrustedHeader(xdsCaller), keyed.WithMeterProvider(mp)); err != nil {
+		t.Fatal(err)
+	}
+	ob, err := outbox.New(d, outbox.WithTable(outbox.TableFor(table)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := outbox.NewRelay(db, ob, nopPublisher{}, outbox.WithMeterProvider(mp)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// nopPublisher acknowledges every message.
+type nopPublisher struct{}
+
+func (nopPublisher) Publish(context.Context, outbox.Envelope) error { return nil }
 
 var (
 	promMatchers = regexp.MustCompile(`\{([^}]*)\}`)
@@ -149,17 +349,17 @@ func dashboardExprs(t *testing.T, root string) (exprs map[string][]string, templ
 
 // TestDashboardsUseKitMetrics: every metric and label the Prometheus alert
 // rules (deploy/prometheus/opledger-rules.yml) and the Grafana dashboard
-// (deploy/grafana/opledger.json) name is one the kit registers: the
-// instruments created in its source, with the exporter's suffixes, and
-// the attribute keys of internal/telemetry. The queries docs/operations.md
-// names are in them. With promtool installed (Debian's prometheus
-// package), promtool check rules accepts the rules.
+// (deploy/grafana/opledger.json) name is one the kit emits: the
+// instruments its servers, client, relay and ledger create when they run
+// with an SDK meter provider, named as the Prometheus exporter names
+// them, and the attributes of the points they record (kitInstruments).
+// The queries docs/operations.md names are in them. With promtool
+// installed (Debian's prometheus package), promtool check rules accepts
+// the rules.
 func TestDashboardsUseKitMetrics(t *testing.T) {
 	root := filepath.Join("..", "..")
-	metrics, labels := kitInstruments(t, root)
-	if !metrics["opledger_server_calls_total"] || !metrics["opledger_ledger_claim_duration_seconds_bucket"] || !labels["opledger_method"] {
-		t.Fatalf("the source scan missed the kit's instruments: %v %v", keys(metrics), keys(labels))
-	}
+	metrics, labels := kitInstruments(t)
+	t.Logf("the kit emits %v\nwith labels %v", keys(metrics), keys(labels))
 	exprs, templ := dashboardExprs(t, root)
 	used := map[string]bool{}
 	for where, list := range exprs {
