@@ -44,6 +44,12 @@
 // with a stable type URI; Renderings is the one table of them, and
 // docs/http.md prints it.
 //
+// A key is honoured for the ledger's window from its birth (its UUIDv7
+// time, or the Idempotency-Key-First-Sent header), and a key born before
+// it is refused as expired (422); WithRouteWindow gives a route a shorter
+// window of its own, or has it refuse keys that carry no birth, as a
+// grpcint or connectint method's catalog policy does.
+//
 // The identity of a keyed request is the caller, the route ("PUT
 // /orders/{id}", not the path) and the SHA-256 of the key, so a key on
 // /orders/1 and /orders/2 is one operation with two different requests

@@ -74,7 +74,9 @@ func New(db *sql.DB, l ledger.Ledger, caller CallerFunc, routes []string, opts .
 // handlers find their transaction with that API's function. When tx
 // states its result limit (its ledger is a ledger.Store, or one of your
 // own with a MaxResultSize method), a response body limit it cannot store
-// is refused. Everything else is as for New.
+// is refused; a route's retention of its own (WithRouteWindow) needs tx to
+// state the ledger's window (keyed.SQL with a ledger.Store does).
+// Everything else is as for New.
 func NewFor(tx keyed.Transactions, caller CallerFunc, routes []string, opts ...keyed.ServerOption) (*Middleware, error) {
 	switch {
 	case tx == nil:
@@ -109,20 +111,35 @@ func NewFor(tx keyed.Transactions, caller CallerFunc, routes []string, opts ...k
 	if m.cfg.setCookie {
 		m.allow["Set-Cookie"] = true
 	}
-	for _, op := range shared.AtCommit {
-		if !known[op] {
-			return nil, fmt.Errorf("%w: WithClaimAtCommit: %q is not one of the keyed routes", ErrInvalidConfig, op)
-		}
+	if err := m.namedRoutes(known, shared.AtCommit); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	// Without a telemetry option the middleware records nothing of its own.
 	tel := keyedcore.TelemetryOf(shared.Telemetry, "httpint")
 	core, err := keyedcore.NewServer(tx, keyedcore.ServerConfig{Codec: codec{}, TxOptions: shared.TxOptions, LockWait: shared.LockWait,
-		AtCommit: shared.AtCommit, KeyHeader: KeyHeader, KeyNoun: KeyHeader, Telemetry: tel, RetryOwner: shared.RetryOwner})
+		AtCommit: shared.AtCommit, KeyHeader: KeyHeader, KeyNoun: KeyHeader, Telemetry: tel, RetryOwner: shared.RetryOwner,
+		Windows: m.cfg.windows})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	m.core = core
 	return m, nil
+}
+
+// namedRoutes checks that the routes the options name (atCommit,
+// keyed.WithClaimAtCommit's, and WithRouteWindow's) are keyed routes.
+func (m *Middleware) namedRoutes(known map[string]bool, atCommit []string) error {
+	for _, op := range atCommit {
+		if !known[op] {
+			return fmt.Errorf("WithClaimAtCommit: %q is not one of the keyed routes", op)
+		}
+	}
+	for _, p := range m.cfg.windows {
+		if !known[p.FullMethod] {
+			return fmt.Errorf("WithRouteWindow: %q is not one of the keyed routes", p.FullMethod)
+		}
+	}
+	return nil
 }
 
 // addRoute checks op as an identity's method and registers it in the

@@ -10,6 +10,7 @@ import (
 	"github.com/opledger/opledger/internal/keyedconf"
 	"github.com/opledger/opledger/internal/ledgerkit"
 	"github.com/opledger/opledger/keyed"
+	"github.com/opledger/opledger/policy"
 )
 
 // The defaults of WithRetryAfter and WithMaxRequestBody.
@@ -80,6 +81,7 @@ type config struct {
 	fpHeaders   []string
 	canon       func([]byte) ([]byte, error)
 	bareKeys    bool
+	windows     []policy.MethodPolicy // WithRouteWindow's, FullMethod the route
 }
 
 func defaults() config {
@@ -216,6 +218,36 @@ func WithBodyCanonicalizer(canon func(body []byte) ([]byte, error)) keyed.Server
 func WithBareKeys() keyed.ServerOption {
 	return option("WithBareKeys", func(c *config) error {
 		c.bareKeys = true
+		return nil
+	})
+}
+
+// WithRouteWindow gives one keyed route, as given to New ("POST
+// /transfers"), the window policy that grpcint's and connectint's keyed
+// methods take from their catalog (policy.MethodPolicy's Retention and
+// UnknownBirth). A positive retention, shorter than the ledger's
+// (ledger.WithRetention), is how long the route's keys are honoured from
+// their birth: a key born before the route's window (the retention less
+// the ledger's clock skew) is answered 422 idempotency-key-expired
+// without running the handler, and a resolve of it too, and the route's
+// answers carry that lifetime in Idempotency-Key-Lifetime; zero keeps the
+// ledger's. policy.RefuseUnknownBirth answers a key that carries no birth
+// (not a UUIDv7, and sent without Idempotency-Key-First-Sent) 400
+// idempotency-key-invalid before anything runs; policy.AcceptUnknownBirth
+// accepts it, as every route does without the option. Give it once per
+// route. New refuses a route that is not keyed, and a retention longer
+// than the ledger's, not longer than its clock skew, or given while the
+// ledger does not state its window (a ledger.Store does).
+func WithRouteWindow(route string, retention time.Duration, unknownBirth policy.BirthPolicy) keyed.ServerOption {
+	return option(fmt.Sprintf("WithRouteWindow(%q)", route), func(c *config) error {
+		switch {
+		case retention < 0:
+			return fmt.Errorf("negative retention %v", retention)
+		case unknownBirth > policy.RefuseUnknownBirth:
+			return fmt.Errorf("unknown birth policy %v", unknownBirth)
+		}
+		c.windows = append(c.windows, policy.MethodPolicy{FullMethod: route, Kind: policy.KindKeyed,
+			Retention: retention, UnknownBirth: unknownBirth})
 		return nil
 	})
 }

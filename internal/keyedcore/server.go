@@ -64,8 +64,13 @@ type ServerConfig struct {
 	// Catalog, when set, gives the keyed methods their window policy
 	// (policy.MethodPolicy's Retention and UnknownBirth); nil (httpint):
 	// every method has the ledger's retention and accepts a key without a
-	// birth.
+	// birth, but for Windows'.
 	Catalog *policy.Catalog
+	// Windows are window policies of methods named outside a catalog
+	// (httpint's routes, "POST /transfers"): of each, only FullMethod,
+	// Retention and UnknownBirth are read, and its Kind is taken to be
+	// keyed. A method both here and keyed in Catalog is an error.
+	Windows []policy.MethodPolicy
 }
 
 // LifetimeHeader is the response header (gRPC and connect: trailer
@@ -143,7 +148,7 @@ func NewServer(tx keyedtx.Transactions, cfg ServerConfig) (*Server, error) {
 	if s.noun == "" {
 		s.noun = "Idempotency-Key"
 	}
-	if err := s.windows(tx, cfg.Catalog); err != nil {
+	if err := s.windows(tx, cfg); err != nil {
 		return nil, err
 	}
 	base := append([]txmiddleware.Option(nil), cfg.TxOptions...)
@@ -174,22 +179,28 @@ func NewServer(tx keyedtx.Transactions, cfg ServerConfig) (*Server, error) {
 }
 
 // windows reads the ledger's window from tx (txledger.Window) and the
-// keyed methods' window policies from catalog. A method's retention
-// longer than the ledger's, not longer than the ledger's clock skew, or
-// given while the ledger does not state its window, is an error wrapping
-// txmiddleware.ErrInvalidConfig.
-func (s *Server) windows(tx keyedtx.Transactions, catalog *policy.Catalog) error {
+// keyed methods' window policies from cfg's Catalog and Windows. A
+// method's retention longer than the ledger's, not longer than the
+// ledger's clock skew, or given while the ledger does not state its
+// window, is an error wrapping txmiddleware.ErrInvalidConfig.
+func (s *Server) windows(tx keyedtx.Transactions, cfg ServerConfig) error {
 	retention, skew, stated := txledger.Window(tx)
 	if stated && retention > skew {
 		s.lifetime = retention - skew
 	}
-	if catalog == nil {
+	policies := append([]policy.MethodPolicy(nil), cfg.Windows...)
+	for _, p := range cfg.Catalog.Methods() {
+		if p.Kind == policy.KindKeyed {
+			policies = append(policies, p)
+		}
+	}
+	if len(policies) == 0 {
 		return nil
 	}
 	s.methods = map[string]methodWindow{}
-	for _, p := range catalog.Methods() {
-		if p.Kind != policy.KindKeyed {
-			continue
+	for _, p := range policies {
+		if _, dup := s.methods[p.FullMethod]; dup {
+			return fmt.Errorf("%w: %s: two window policies", txmiddleware.ErrInvalidConfig, p.FullMethod)
 		}
 		w := methodWindow{lifetime: s.lifetime, refuseUnknown: p.UnknownBirth == policy.RefuseUnknownBirth}
 		switch {
@@ -367,7 +378,7 @@ func (c *Call) born(id ledger.Identity, firstSent []string) (ledger.Identity, An
 		}
 	}
 	if known && w.own && birth.Before(time.Now().Add(-w.lifetime)) {
-		a := answer(keyed.KeyExpired, nil, "the "+s.noun+" was born before the method's window of "+w.lifetime.String()+"; whether a call with it ran is not known here; do not run the call again with it")
+		a := answer(keyed.KeyExpired, nil, "the "+s.noun+" was born before the window of "+c.method+" ("+w.lifetime.String()+"); whether a call with it ran is not known here; do not run the call again with it")
 		a.Lifetime = w.lifetime
 		return ledger.Identity{}, a
 	}
