@@ -2,7 +2,6 @@ package ledger
 
 import (
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"strings"
 	"time"
@@ -120,21 +119,7 @@ func digest(caller, method string, keyHash [32]byte) [32]byte {
 // first-sent time: the triple's encoding followed by the length-prefixed
 // birth, so that it never equals a triple's digest.
 func digestFirstSent(caller, method string, keyHash [32]byte, birth int64) [32]byte {
-	h := sha256.New()
-	var n [8]byte
-	h.Write([]byte("opledger/v1\x00"))
-	for _, part := range [][]byte{[]byte(caller), []byte(method), keyHash[:]} {
-		binary.BigEndian.PutUint64(n[:], uint64(len(part)))
-		h.Write(n[:])
-		h.Write(part)
-	}
-	binary.BigEndian.PutUint64(n[:], 8)
-	h.Write(n[:])
-	binary.BigEndian.PutUint64(n[:], uint64(birth))
-	h.Write(n[:])
-	var out [32]byte
-	h.Sum(out[:0])
-	return out
+	return ledgerkit.DigestFirstSent(caller, method, keyHash, birth)
 }
 
 // Caller returns the caller fingerprint.

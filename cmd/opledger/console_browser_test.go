@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -21,6 +22,7 @@ import (
 	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/opledger/opledger/internal/testkit/testdb"
+	"github.com/opledger/opledger/keyed"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/outbox"
 	"github.com/opledger/opledger/txmiddleware"
@@ -183,6 +185,10 @@ func TestConsoleBrowser(t *testing.T) {
 			e := &opEnv{dsn: dsn, table: ledger.DefaultTable, db: db, tg: tg}
 			now := time.Now()
 			found := e.put(t, now.Add(-time.Minute), "tenant-browser", opMethod, "browser-key-1", false)
+			sent := now.Add(-10 * time.Minute).Truncate(time.Second)
+			foundSent := e.putFirstSent(t, now.Add(-time.Minute), "tenant-browser", opMethod, "browser-key-sent", sent)
+			v7Key := keyed.NewKey() // a UUIDv7: it carries its birth
+			foundV7 := e.put(t, now, "tenant-browser", opMethod, v7Key, false)
 			hs := putHostile(t, e, outbox.TableFor(e.table), now)
 
 			// A message the broker refuses: the relay sets it aside (dead).
@@ -285,6 +291,17 @@ func TestConsoleBrowser(t *testing.T) {
 				chromedp.SendKeys(chromedp.CSS("#key"), "browser-key-1"), chromedp.Click(chromedp.CSS("#find-by-key")),
 				chromedp.WaitVisible(chromedp.CSS("#entry-id")), notPwned("the find page"), shot("console-find.png"))
 			entryID := text("#entry-id")
+			findSent := func(what, key string) string {
+				t.Helper()
+				do(what, chromedp.Navigate(base+"/find"), chromedp.WaitVisible(chromedp.CSS("#find-key")),
+					chromedp.SendKeys(chromedp.CSS("#caller"), "tenant-browser"), chromedp.SendKeys(chromedp.CSS("#method"), opMethod),
+					chromedp.SendKeys(chromedp.CSS("#key"), key), chromedp.SendKeys(chromedp.CSS("#first_sent"), sent.UTC().Format(http.TimeFormat)),
+					chromedp.Click(chromedp.CSS("#find-by-key")), chromedp.WaitVisible(chromedp.CSS("#entry-id")))
+				return text("#entry-id")
+			}
+			sentID := findSent("find by key and first-sent time", "browser-key-sent")
+			v7ID := findSent("find by a UUIDv7 key with a first-sent time", v7Key)
+			do("the first-sent time ignored", chromedp.WaitVisible(chromedp.CSS("#first-sent-ignored")))
 
 			do("a hostile entry", chromedp.Navigate(base+"/entry?id="+hs.entryIDs[1]), chromedp.WaitVisible(chromedp.CSS("#entry-caller")),
 				notPwned("a hostile entry's page"))
@@ -303,6 +320,12 @@ func TestConsoleBrowser(t *testing.T) {
 			}
 			if entryID != hex.EncodeToString(id[:]) {
 				t.Errorf("found entry %q, want %x", entryID, id)
+			}
+			if want := foundSent.ID(); sentID != hex.EncodeToString(want[:]) {
+				t.Errorf("found entry %q by key and first-sent time, want %x", sentID, want)
+			}
+			if want := foundV7.ID(); v7ID != hex.EncodeToString(want[:]) {
+				t.Errorf("found entry %q by a UUIDv7 key and a first-sent time, want %x (the key's own birth)", v7ID, want)
 			}
 			if entryCaller != consoleHostile[1] {
 				t.Errorf("a hostile caller shows as %q, want the text %q", entryCaller, consoleHostile[1])

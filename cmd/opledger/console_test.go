@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/outbox"
 
 	"github.com/opledger/opledger/cmd/opledger/internal/console"
@@ -257,6 +258,7 @@ func TestConsole(t *testing.T) {
 				"Sec-Fetch-Site", "cross-site"); code != http.StatusForbidden {
 				t.Errorf("find from another site = %d, want 403", code)
 			}
+			consoleFindFirstSent(t, e, ts, csrf, now, done)
 			for i, hid := range hs.entryIDs {
 				code, body = consoleGet(t, ts, "/entry?id="+hid)
 				if code != http.StatusOK || !strings.Contains(body, "more bytes") || (i == 3 && !strings.Contains(body, `\x1b[31mred`)) {
@@ -328,6 +330,80 @@ func TestConsole(t *testing.T) {
 			}
 		})
 	}
+}
+
+// consoleFindFirstSent: an entry claimed with a key without a birth and a
+// first-sent time (ledger.Identity.WithFirstSent) is found with the key's
+// hash and that time as the header carried it, not without it nor with
+// another time; a malformed time is refused; a first-sent time with a key
+// the page says carries its own birth is ignored, as the servers ignore it
+// (done is an entry claimed without one).
+func consoleFindFirstSent(t *testing.T, e *opEnv, ts *httptest.Server, csrf string, now time.Time, done ledger.Identity) {
+	t.Helper()
+	sent := now.Add(-10 * time.Minute).Truncate(time.Second)
+	id := e.putFirstSent(t, now.Add(-5*time.Minute), "tenant-a", opMethod, "console-key-sent", sent)
+	if _, ok := id.Birth(); !ok {
+		t.Fatal("an identity with a first-sent time has no birth")
+	}
+	kh := sha256.Sum256([]byte("console-key-sent"))
+	find := func(firstSent, born string) (int, string) {
+		t.Helper()
+		return consolePost(t, ts, "/find", url.Values{"csrf": {csrf}, "caller": {"tenant-a"}, "method": {opMethod},
+			"key_sha256": {hex.EncodeToString(kh[:])}, "first_sent": {firstSent}, "key_born": {born}})
+	}
+	want := id.ID()
+	code, body := find(sent.UTC().Format(http.TimeFormat), "")
+	if code != http.StatusOK || !strings.Contains(body, hex.EncodeToString(want[:])) || !strings.Contains(body, `id="entry-state">completed<`) {
+		t.Errorf("find by key and first-sent time = %d, want the entry %x:\n%s", code, want, body)
+	}
+	if code, body = find("", ""); code != http.StatusNotFound {
+		t.Errorf("find by key without its first-sent time = %d, want 404:\n%s", code, body)
+	}
+	if code, body = find(sent.Add(time.Second).UTC().Format(http.TimeFormat), ""); code != http.StatusNotFound || !strings.Contains(body, "this very value") {
+		t.Errorf("find by key with another first-sent time = %d, want 404:\n%s", code, body)
+	}
+	if code, body = find("yesterday <script>", ""); code != http.StatusBadRequest || !strings.Contains(body, "IMF-fixdate") || strings.Contains(body, "<script>") {
+		t.Errorf("find with a malformed first-sent time = %d, want 400:\n%s", code, body)
+	}
+	dh, dk := done.ID(), sha256.Sum256([]byte("console-key-done"))
+	code, body = consolePost(t, ts, "/find", url.Values{"csrf": {csrf}, "caller": {"tenant-a"}, "method": {opMethod},
+		"key_sha256": {hex.EncodeToString(dk[:])}, "first_sent": {sent.UTC().Format(http.TimeFormat)}, "key_born": {"1"}})
+	if code != http.StatusOK || !strings.Contains(body, hex.EncodeToString(dh[:])) || !strings.Contains(body, `id="first-sent-ignored"`) {
+		t.Errorf("find with a first-sent time for a key that carries its birth = %d, want the entry without it and a note:\n%s", code, body)
+	}
+}
+
+// putFirstSent is put (completed) for the key sent with a first-sent time.
+func (e *opEnv) putFirstSent(t *testing.T, at time.Time, caller, method, key string, sent time.Time) ledger.Identity {
+	t.Helper()
+	l, err := ledger.New(e.tg.dialect, ledger.WithTable(e.table), ledger.WithClock(func() time.Time { return at }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := ledger.NewIdentity(caller, method, key)
+	if err == nil {
+		id, err = id.WithFirstSent(sent)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	tx, err := e.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	c, err := l.Claim(ctx, tx, ledger.ClaimRequest{Identity: id, Fingerprint: ledger.FingerprintOf([]byte(key))})
+	if err == nil {
+		err = l.Complete(ctx, tx, c, ledger.Result{Response: []byte("ok-" + key), TypeName: "pay.v1.TransferReply"})
+	}
+	if err == nil {
+		err = tx.Commit()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
 }
 
 // TestConsoleFlags: a non-loopback address needs --allow-remote; actions

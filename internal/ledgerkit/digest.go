@@ -27,3 +27,26 @@ func Digest(caller, method string, keyHash [32]byte) [32]byte {
 	h.Sum(out[:0])
 	return out
 }
+
+// DigestFirstSent is the primary key of an identity whose birth is a
+// first-sent time (ledger.Identity.WithFirstSent): the triple's encoding
+// followed by the length-prefixed birth (Unix microseconds), so that it
+// never equals a triple's digest. opledger console computes it from the
+// find form's first-sent time, as the servers do from the header.
+func DigestFirstSent(caller, method string, keyHash [32]byte, birth int64) [32]byte {
+	h := sha256.New()
+	var n [8]byte
+	h.Write([]byte("opledger/v1\x00"))
+	for _, part := range [][]byte{[]byte(caller), []byte(method), keyHash[:]} {
+		binary.BigEndian.PutUint64(n[:], uint64(len(part)))
+		h.Write(n[:])
+		h.Write(part)
+	}
+	binary.BigEndian.PutUint64(n[:], 8)
+	h.Write(n[:])
+	binary.BigEndian.PutUint64(n[:], uint64(birth))
+	h.Write(n[:])
+	var out [32]byte
+	h.Sum(out[:0])
+	return out
+}

@@ -27,6 +27,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/opledger/opledger/internal/keybirth"
 	"github.com/opledger/opledger/internal/ledgerkit"
 	"github.com/opledger/opledger/ledger"
 	"github.com/opledger/opledger/outbox"
@@ -207,9 +208,12 @@ func (s *Server) outbox(w http.ResponseWriter, r *http.Request) {
 
 // findForm is the find page's form as given back.
 type findForm struct {
-	Caller, Method, ID string
-	Searched           bool
-	Entry              *Entry
+	Caller, Method, FirstSent, ID string
+	// FirstSentIgnored: a first-sent time was given with a key that
+	// carries its own birth (a UUIDv7), which the servers ignore too.
+	FirstSentIgnored bool
+	Searched         bool
+	Entry            *Entry
 }
 
 func (s *Server) find(w http.ResponseWriter, r *http.Request) {
@@ -218,12 +222,14 @@ func (s *Server) find(w http.ResponseWriter, r *http.Request) {
 
 // findByKey finds the entry of caller, method and the key's SHA-256
 // (key_sha256, 64 hex digits), which the page's script computed in the
-// browser: the raw key never reaches the server.
+// browser: the raw key never reaches the server. A first-sent time
+// (first_sent) is part of the identity of a key without a birth of its
+// own; the script says whether the key has one (key_born).
 func (s *Server) findByKey(w http.ResponseWriter, r *http.Request) {
 	if !s.checkCSRF(w, r) {
 		return
 	}
-	f := findForm{Caller: r.PostFormValue("caller"), Method: r.PostFormValue("method")}
+	f := findForm{Caller: r.PostFormValue("caller"), Method: r.PostFormValue("method"), FirstSent: strings.TrimSpace(r.PostFormValue("first_sent"))}
 	if r.PostForm.Has("key") {
 		s.fail(w, "Find an entry", http.StatusBadRequest, errors.New("refused: the form sent a raw key; the page hashes the key in the browser (its script did not run)"))
 		return
@@ -239,8 +245,32 @@ func (s *Server) findByKey(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, "Find an entry", http.StatusBadRequest, err)
 		return
 	}
-	id := ledgerkit.Digest(f.Caller, f.Method, [32]byte(kh))
+	id, err := f.digest([32]byte(kh), r.PostFormValue("key_born") == "1")
+	if err != nil {
+		s.fail(w, "Find an entry", http.StatusBadRequest, err)
+		return
+	}
 	s.showEntry(w, r, f, id)
+}
+
+// digest returns the entry id of the form's caller and method and the
+// key's hash, as the servers compute it: with the first-sent time, when
+// one was given for a key that carries no birth of its own
+// (ledger.Identity.WithFirstSent, from the header's value as
+// keybirth.ParseFirstSent reads it); without it otherwise.
+func (f *findForm) digest(keyHash [32]byte, keyBorn bool) ([32]byte, error) {
+	switch {
+	case f.FirstSent == "":
+		return ledgerkit.Digest(f.Caller, f.Method, keyHash), nil
+	case keyBorn:
+		f.FirstSentIgnored = true
+		return ledgerkit.Digest(f.Caller, f.Method, keyHash), nil
+	}
+	t, err := keybirth.ParseFirstSent(f.FirstSent)
+	if err != nil {
+		return [32]byte{}, fmt.Errorf("first sent: %w", err)
+	}
+	return ledgerkit.DigestFirstSent(f.Caller, f.Method, keyHash, t.UnixMicro()), nil
 }
 
 func (s *Server) entryByID(w http.ResponseWriter, r *http.Request) {
