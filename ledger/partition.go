@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/internal/dialectkit"
 )
 
@@ -14,24 +15,38 @@ import (
 const bucketsAhead = 2
 
 // sweepPartitioned is Sweep on a table partitioned by born_at (see
-// dialectkit.Partitioner): it drops each bucket once every key it can hold
-// is refused as expired (its end plus the retention plus the clock skew
-// has passed: see droppableAt), creates the buckets of the births to come,
-// and deletes the expired entries of the partitions that hold keys without
-// a known birth or without a bucket yet, batch by batch. handled is false
-// when the table is not partitioned (Sweep then deletes as it always
-// did). Expired entries that other transactions held are reported as a
-// *HeldError, as Sweep reports them. The entries a dropped bucket held count in n as the catalog
-// estimates them, or exactly when it has no estimate.
+// [txStore.sweepPartitioned]), deleting in the partitions of keys without
+// a known birth or a bucket with Sweep's batches (deleteSweep) on db.
 func (s *Store) sweepPartitioned(ctx context.Context, pt dialectkit.Partitioner, db dialectkit.DB, batch int) (n int64, handled bool, err error) {
-	parts, ok, err := pt.Partitions(ctx, db, s.core.table)
+	return s.core.sweepPartitioned(ctx, pt, db, func(ctx context.Context, q *dialects.Queries) (int64, error) {
+		return s.deleteSweep(ctx, db, batch, q)
+	})
+}
+
+// sweepPartitioned is a sweep on a table partitioned by born_at (see
+// dialectkit.Partitioner), whose catalog it reads and changes through db:
+// it drops each bucket once every key it can hold is refused as expired
+// (its end plus the retention plus the clock skew has passed: see
+// droppableAt), creates the buckets of the births to come, and deletes
+// the expired entries of the partitions that hold keys without a known
+// birth or without a bucket yet with del, given each partition's
+// statements (the Partitioner's SweepQueries). handled is false when the
+// table is not partitioned (the caller then deletes as it always did).
+// The expired entries that other transactions held, as del reports them
+// (a *HeldError without Err), are summed in one *HeldError, as Sweep
+// reports them. The entries a dropped bucket held count in n as the
+// catalog estimates them, or exactly when it has no estimate.
+// [Store.Sweep] and [txStore.SweepWith] (package pgxledger's Sweep) are
+// built on it.
+func (s *txStore[TX]) sweepPartitioned(ctx context.Context, pt dialectkit.Partitioner, db dialectkit.DB, del func(ctx context.Context, q *dialects.Queries) (int64, error)) (n int64, handled bool, err error) {
+	parts, ok, err := pt.Partitions(ctx, db, s.table)
 	if err != nil {
-		return 0, true, s.core.fail(ctx, "sweep", err)
+		return 0, true, s.fail(ctx, "sweep", err)
 	}
 	if !ok {
 		return 0, false, nil
 	}
-	now := s.core.now()
+	now := s.now()
 	width := bucketWidth(parts)
 	var kept []dialectkit.Partition
 	for _, p := range parts {
@@ -41,10 +56,10 @@ func (s *Store) sweepPartitioned(ctx context.Context, pt dialectkit.Partitioner,
 		}
 		rows := p.Rows
 		if rows < 0 {
-			rows = countRows(ctx, db, s.core.d.QuoteIdent(p.Name))
+			rows = countRows(ctx, db, s.d.QuoteIdent(p.Name))
 		}
-		if err := pt.DropPartition(ctx, db, s.core.table, p); err != nil {
-			return n, true, s.core.fail(ctx, "sweep", err)
+		if err := pt.DropPartition(ctx, db, s.table, p); err != nil {
+			return n, true, s.fail(ctx, "sweep", err)
 		}
 		n += max(rows, 0)
 	}
@@ -56,8 +71,8 @@ func (s *Store) sweepPartitioned(ctx context.Context, pt dialectkit.Partitioner,
 		if p.Kind == dialectkit.Bucket {
 			continue
 		}
-		q := pt.SweepQueries(s.core.table, p)
-		k, err := s.deleteSweep(ctx, db, batch, &q)
+		q := pt.SweepQueries(s.table, p)
+		k, err := del(ctx, &q)
 		n += k
 		var h *HeldError
 		switch {
@@ -81,24 +96,21 @@ func (s *txStore[TX]) droppableAt(p dialectkit.Partition) time.Time {
 	return fromMicros(p.To).Add(s.retention + s.skew)
 }
 
-// droppableAt is [txStore.droppableAt] for the Store.
-func (s *Store) droppableAt(p dialectkit.Partition) time.Time { return s.core.droppableAt(p) }
-
 // createAhead creates the buckets, width wide and aligned to the Unix
 // epoch, that births from a retention ago to bucketsAhead buckets past the
 // clock skew fall in, where no bucket covers them yet; a bucket already
 // droppable is not created.
-func (s *Store) createAhead(ctx context.Context, pt dialectkit.Partitioner, db dialectkit.DB, parts []dialectkit.Partition, now time.Time, width time.Duration) error {
+func (s *txStore[TX]) createAhead(ctx context.Context, pt dialectkit.Partitioner, db dialectkit.DB, parts []dialectkit.Partition, now time.Time, width time.Duration) error {
 	w := width.Microseconds()
-	start := floorTo(micros(now.Add(-s.core.retention)), w)
-	end := micros(now.Add(s.core.skew)) + bucketsAhead*w
+	start := floorTo(micros(now.Add(-s.retention)), w)
+	end := micros(now.Add(s.skew)) + bucketsAhead*w
 	for a := start; a < end; a += w {
 		if covered(parts, a, a+w) || !s.droppableAt(dialectkit.Partition{To: a + w}).After(now) {
 			continue
 		}
-		created, err := pt.CreatePartition(ctx, db, s.core.table, bucketSuffix(a, width), a, a+w)
+		created, err := pt.CreatePartition(ctx, db, s.table, bucketSuffix(a, width), a, a+w)
 		if err != nil {
-			return s.core.fail(ctx, "sweep", err)
+			return s.fail(ctx, "sweep", err)
 		}
 		if created {
 			parts = append(parts, dialectkit.Partition{Kind: dialectkit.Bucket, From: a, To: a + w})

@@ -247,30 +247,53 @@ func (s *txStore[TX]) held(ctx context.Context, q *dialects.Queries, queryRow fu
 // (ErrInProgress) stops the sweep with such a report too. It does not go
 // on entry by entry (dialects.Queries' SweepScan), which only
 // [Store.Sweep] does.
-func (s *txStore[TX]) SweepWith(ctx context.Context, exec func(ctx context.Context, query string, args ...any) (int64, error), queryRow func(ctx context.Context, query string, args ...any) ledgerkit.Row, batch int) (int64, error) {
+//
+// When parts is not nil and the dialect is a dialectkit.Partitioner, a
+// table partitioned by born_at is swept as Store.Sweep sweeps it (see
+// [txStore.sweepPartitioned]): its buckets are dropped and created
+// through parts (a *sql.DB or a *sql.Conn on the same database, which
+// runs statements outside any transaction), and exec and queryRow delete
+// and count only in the partitions of keys without a known birth or a
+// bucket. With parts nil, or on a table not partitioned that way, exec
+// deletes in the whole table.
+func (s *txStore[TX]) SweepWith(ctx context.Context, exec func(ctx context.Context, query string, args ...any) (int64, error), queryRow func(ctx context.Context, query string, args ...any) ledgerkit.Row, parts dialectkit.DB, batch int) (int64, error) {
 	if exec == nil {
 		return 0, invalid("tx", "database must not be nil")
 	}
 	if batch <= 0 {
 		return 0, invalid("option", "batch must be positive")
 	}
+	if pt, ok := s.d.(dialectkit.Partitioner); ok && parts != nil {
+		n, handled, err := s.sweepPartitioned(ctx, pt, parts, func(ctx context.Context, q *dialects.Queries) (int64, error) {
+			return s.sweepWith(ctx, q, exec, queryRow, batch)
+		})
+		if handled {
+			return n, err
+		}
+	}
+	return s.sweepWith(ctx, &s.q, exec, queryRow, batch)
+}
+
+// sweepWith is SweepWith's DELETE, in batches, with q's Sweep: of the
+// whole table, or of one partition of a partitioned table.
+func (s *txStore[TX]) sweepWith(ctx context.Context, q *dialects.Queries, exec func(ctx context.Context, query string, args ...any) (int64, error), queryRow func(ctx context.Context, query string, args ...any) ledgerkit.Row, batch int) (int64, error) {
 	var total int64
 	for {
 		if err := ctx.Err(); err != nil {
 			return total, err
 		}
 		cutoff := s.now()
-		n, err := exec(ctx, s.q.Sweep, micros(cutoff), batch)
+		n, err := exec(ctx, q.Sweep, micros(cutoff), batch)
 		if err != nil {
 			err = s.fail(ctx, "sweep", err)
 			if !errors.Is(err, ErrInProgress) || ctx.Err() != nil {
 				return total, err
 			}
-			return total, s.held(ctx, &s.q, queryRow, cutoff, err, 0)
+			return total, s.held(ctx, q, queryRow, cutoff, err, 0)
 		}
 		total += n
 		if n < int64(batch) {
-			return total, s.held(ctx, &s.q, queryRow, cutoff, nil, 0)
+			return total, s.held(ctx, q, queryRow, cutoff, nil, 0)
 		}
 	}
 }

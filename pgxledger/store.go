@@ -3,6 +3,7 @@ package pgxledger
 import (
 	"context"
 	"crypto/sha256"
+	"database/sql"
 	"encoding/hex"
 	"fmt"
 	"reflect"
@@ -14,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/opledger/opledger/dialects/postgres"
 	"github.com/opledger/opledger/internal/dialectkit"
@@ -31,7 +33,9 @@ type Querier interface {
 
 // Execer is what Sweep deletes through: *pgxpool.Pool, *pgxpool.Conn and
 // *pgx.Conn (each batch an autocommit statement), or a pgx.Tx (the
-// batches commit with it).
+// batches commit with it). On a table partitioned by birth, Sweep creates
+// and drops the buckets through a *pgxpool.Pool only (see
+// [Store.Sweep]).
 type Execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
@@ -171,32 +175,30 @@ func (s *Store) Lookup(ctx context.Context, q Querier, id ledger.Identity) (*led
 // lock_timeout), so db must be able to begin one outside the caller's
 // transactions: a *pgxpool.Pool, *pgxpool.Conn or *pgx.Conn, not a
 // pgx.Tx.
+//
+// On a table partitioned by the key's birth (the migrations partition a
+// new table), given a *pgxpool.Pool, Sweep does what [ledger.Store.Sweep]
+// does there, by the same code: it drops each bucket of births whole once
+// its end plus the retention plus the clock skew has passed, creates the
+// buckets of the coming births ahead of time, and deletes as above only
+// in the partitions of keys without a known birth and of births without
+// a bucket; the entries of a dropped bucket count in the total as the
+// catalog estimates them. It changes the partitions through a
+// database/sql handle over the pool (stdlib.OpenDBFromPool: its
+// statements take the pool's connections, outside any transaction, and
+// it is closed before Sweep returns, leaving the pool open). Given a
+// pgx.Tx it deletes expired entries in every partition, as
+// ledger.Store's Sweep does in a *sql.Tx, and creates and drops none.
+// Given a *pgx.Conn or a *pgxpool.Conn, which cannot lend themselves to
+// database/sql, a partitioned table is refused with an error matching
+// ledger.ErrInvalid (it costs one query to tell): pass the pool.
 func (s *Store) Sweep(ctx context.Context, db Execer, batch int) (int64, error) {
 	if isNil(db) {
-		return s.core.SweepWith(ctx, nil, nil, batch)
+		return s.core.SweepWith(ctx, nil, nil, nil, batch)
 	}
-	exec := func(ctx context.Context, query string, args ...any) (int64, error) {
-		tag, err := db.Exec(ctx, query, args...)
-		return tag.RowsAffected(), err
-	}
-	if wait := s.core.SweepLockWait(); wait > 0 {
-		b, ok := db.(beginner)
-		if _, isTx := db.(pgx.Tx); !ok || isTx {
-			return 0, fmt.Errorf("pgxledger: sweep: WithSweepLockWait needs Sweep on a pool or a connection (each batch begins a bounded transaction): %w", ledger.ErrInvalid)
-		}
-		// lock_timeout's unit, rounded up.
-		set := "SET LOCAL lock_timeout = " + strconv.FormatInt(int64((wait+time.Millisecond-1)/time.Millisecond), 10)
-		exec = func(ctx context.Context, query string, args ...any) (n int64, err error) {
-			err = pgx.BeginFunc(ctx, b, func(tx pgx.Tx) error {
-				if _, err := tx.Exec(ctx, set); err != nil {
-					return err
-				}
-				tag, err := tx.Exec(ctx, query, args...)
-				n = tag.RowsAffected()
-				return err
-			})
-			return n, err
-		}
+	exec, err := s.sweepExec(db)
+	if err != nil {
+		return 0, err
 	}
 	var queryRow func(ctx context.Context, query string, args ...any) txledger.Row
 	if q, ok := db.(Querier); ok {
@@ -204,7 +206,84 @@ func (s *Store) Sweep(ctx context.Context, db Execer, batch int) (int64, error) 
 			return q.QueryRow(ctx, query, args...)
 		}
 	}
-	return s.core.SweepWith(ctx, exec, queryRow, batch)
+	var parts *sql.DB
+	if batch > 0 { // else SweepWith refuses it, touching nothing
+		if parts, err = s.partitionDB(ctx, db); err != nil {
+			return 0, err
+		}
+	}
+	if parts == nil {
+		return s.core.SweepWith(ctx, exec, queryRow, nil, batch)
+	}
+	defer parts.Close()
+	return s.core.SweepWith(ctx, exec, queryRow, parts, batch)
+}
+
+// sweepExec returns the function Sweep deletes a batch with on db: one
+// statement, or, with ledger.WithSweepLockWait, a transaction of its own
+// begun on db that bounds its lock waits (db must then be a pool or a
+// connection).
+func (s *Store) sweepExec(db Execer) (func(ctx context.Context, query string, args ...any) (int64, error), error) {
+	wait := s.core.SweepLockWait()
+	if wait <= 0 {
+		return func(ctx context.Context, query string, args ...any) (int64, error) {
+			tag, err := db.Exec(ctx, query, args...)
+			return tag.RowsAffected(), err
+		}, nil
+	}
+	b, ok := db.(beginner)
+	if _, isTx := db.(pgx.Tx); !ok || isTx {
+		return nil, fmt.Errorf("pgxledger: sweep: WithSweepLockWait needs Sweep on a pool or a connection (each batch begins a bounded transaction): %w", ledger.ErrInvalid)
+	}
+	// lock_timeout's unit, rounded up.
+	set := "SET LOCAL lock_timeout = " + strconv.FormatInt(int64((wait+time.Millisecond-1)/time.Millisecond), 10)
+	return func(ctx context.Context, query string, args ...any) (n int64, err error) {
+		err = pgx.BeginFunc(ctx, b, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, set); err != nil {
+				return err
+			}
+			tag, err := tx.Exec(ctx, query, args...)
+			n = tag.RowsAffected()
+			return err
+		})
+		return n, err
+	}, nil
+}
+
+// partitionedSQL tells whether the table ($1, its quoted name) is
+// partitioned.
+const partitionedSQL = `SELECT EXISTS (SELECT 1 FROM pg_partitioned_table WHERE partrelid = to_regclass($1))`
+
+// partitionDB returns the database/sql handle Sweep creates and drops a
+// partitioned table's buckets through (the caller closes it): for a pool,
+// a *sql.DB over it, whose Close closes none of the pool's connections
+// and leaves the pool open. It returns nil for a pgx.Tx (the sweep deletes
+// in the whole table, as ledger.Store's does in a *sql.Tx) and for
+// another handle on a table that is not partitioned; another handle (a
+// *pgx.Conn, a *pgxpool.Conn) on a partitioned table is an error matching
+// ledger.ErrInvalid.
+func (s *Store) partitionDB(ctx context.Context, db Execer) (*sql.DB, error) {
+	switch h := db.(type) {
+	case *pgxpool.Pool:
+		return stdlib.OpenDBFromPool(h), nil
+	case pgx.Tx:
+		return nil, nil
+	}
+	q, ok := db.(Querier)
+	if !ok {
+		return nil, nil
+	}
+	var partitioned bool
+	if err := q.QueryRow(ctx, partitionedSQL, s.core.Dialect().QuoteIdent(s.core.Table())).Scan(&partitioned); err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			return nil, fmt.Errorf("ledger: sweep: %w (%w)", cerr, err)
+		}
+		return nil, txledger.NewDBError(s.core.Dialect(), "sweep", err)
+	}
+	if partitioned {
+		return nil, fmt.Errorf("pgxledger: sweep: the ledger's table %s is partitioned by birth, and its partitions are created and dropped through a *pgxpool.Pool (a %T cannot lend itself to database/sql): pass the pool: %w", s.core.Table(), db, ledger.ErrInvalid)
+	}
+	return nil, nil
 }
 
 // beginner is what a bounded Sweep begins each batch's transaction on:

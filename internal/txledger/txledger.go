@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/opledger/opledger/dialects"
+	"github.com/opledger/opledger/internal/dialectkit"
 	"github.com/opledger/opledger/internal/ledgerkit"
 	"github.com/opledger/opledger/ledger"
 )
@@ -128,7 +129,7 @@ type core interface {
 	CompleteCommit(ctx context.Context, p ledgerkit.Pipeline[any], tx any, c *ledger.Claim, r ledger.Result) error
 	RecordCommit(ctx context.Context, p ledgerkit.Pipeline[any], tx any, req ledger.ClaimRequest, r ledger.Result) (*ledger.Claim, error)
 	LookupWith(ctx context.Context, queryRow func(ctx context.Context, query string, args ...any) ledgerkit.Row, id ledger.Identity) (*ledger.Entry, error)
-	SweepWith(ctx context.Context, exec func(ctx context.Context, query string, args ...any) (int64, error), queryRow func(ctx context.Context, query string, args ...any) ledgerkit.Row, batch int) (int64, error)
+	SweepWith(ctx context.Context, exec func(ctx context.Context, query string, args ...any) (int64, error), queryRow func(ctx context.Context, query string, args ...any) ledgerkit.Row, parts dialectkit.DB, batch int) (int64, error)
 }
 
 // Store is the kit's ledger over transactions of type TX, whose
@@ -302,8 +303,17 @@ func (s *Store[TX]) LookupWith(ctx context.Context, queryRow func(ctx context.Co
 // queryRow is not nil, the entries left because other transactions held
 // them are reported as ledger.Store's Sweep reports them: a
 // *ledger.HeldError, matching ledger.ErrInProgress.
-func (s *Store[TX]) SweepWith(ctx context.Context, exec func(ctx context.Context, query string, args ...any) (int64, error), queryRow func(ctx context.Context, query string, args ...any) Row, batch int) (int64, error) {
-	return s.c.SweepWith(ctx, exec, queryRow, batch)
+//
+// When parts is not nil (a *sql.DB or a *sql.Conn on the same database,
+// which runs statements outside any transaction) and the dialect
+// implements dialectkit.Partitioner, a table partitioned by born_at is
+// swept as ledger.Store's Sweep sweeps it, by the same code: its buckets
+// are dropped and created through parts, and exec and queryRow delete
+// and count only in the partitions of keys without a known birth or a
+// bucket. With parts nil, or on a table not partitioned that way, exec
+// deletes in the whole table.
+func (s *Store[TX]) SweepWith(ctx context.Context, exec func(ctx context.Context, query string, args ...any) (int64, error), queryRow func(ctx context.Context, query string, args ...any) Row, parts dialectkit.DB, batch int) (int64, error) {
+	return s.c.SweepWith(ctx, exec, queryRow, parts, batch)
 }
 
 // NewAcquired returns the claim of a ledger over transactions of type TX

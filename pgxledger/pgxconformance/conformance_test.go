@@ -40,7 +40,7 @@ func TestStore(t *testing.T) {
 	for _, tg := range forms(pgxconformance.NewTarget("postgres/pgx-native", pool, db)) {
 		t.Run(tg.Name, func(t *testing.T) {
 			start := time.Now()
-			conformance.Run(t, tg, conformance.WithKeys(keys(t)), casesButPartitionDrop())
+			conformance.Run(t, tg, conformance.WithKeys(keys(t)))
 			t.Logf("suite took %v", time.Since(start).Round(time.Millisecond))
 		})
 	}
@@ -151,22 +151,6 @@ func TestStorePgBouncer(t *testing.T) {
 	pool := testdb.OpenPgx(t, testdb.PgxConfigDSN(t, pb.DSN()+"&default_query_exec_mode=exec", conformance.DefaultConcurrency+4, nil))
 	db := testdb.SQLDB(t, pool)
 	for _, tg := range forms(pgxconformance.NewTarget("pgbouncer/pgx-native", pool, db)) {
-		t.Run(tg.Name, func(t *testing.T) { conformance.Run(t, tg, conformance.WithKeys(10), casesButPartitionDrop()) })
+		t.Run(tg.Name, func(t *testing.T) { conformance.Run(t, tg, conformance.WithKeys(10)) })
 	}
-}
-
-// casesButPartitionDrop selects every case but
-// window-partition-drop-under-claims: pgxledger's Sweep still deletes
-// rows on a table partitioned by birth instead of dropping and creating
-// its buckets as ledger.Store.Sweep does (issue 39, left to do), so the
-// case's checks that a bucket is dropped, and nothing else deleted, do not
-// hold for it yet.
-func casesButPartitionDrop() conformance.Option {
-	var names []string
-	for _, c := range conformance.Cases() {
-		if c.Name != "window-partition-drop-under-claims" {
-			names = append(names, c.Name)
-		}
-	}
-	return conformance.WithCases(names...)
 }
