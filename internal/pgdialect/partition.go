@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"strings"
 
 	"github.com/opledger/opledger/dialects"
 	"github.com/opledger/opledger/internal/dialectkit"
@@ -116,14 +117,20 @@ const (
 	maxBound int64 = 1<<63 - 1
 )
 
-// CreatePartition creates the bucket [from, to) as a partition of table
-// named "<table>_<suffix>", in a transaction whose lock waits end after two seconds.
-// Rows of the DEFAULT partition in its range (SQLSTATE 23514), a bucket
+// CreatePartition creates the bucket [from, to) of table, a table named
+// "<table>_<suffix>" made like it and attached as its partition, in a
+// transaction whose lock waits end after two seconds. ATTACH PARTITION
+// takes only a SHARE UPDATE EXCLUSIVE lock on table, which claims do not
+// conflict with (CREATE TABLE … PARTITION OF would take ACCESS EXCLUSIVE
+// and wait for, then block, every claim). Rows of a DEFAULT partition in
+// its range (SQLSTATE 23514; a table of an earlier layout), a bucket
 // another sweep created meanwhile (42P07) or one that overlaps another
 // (42P17) leave it uncreated, without an error.
 func (d Dialect) CreatePartition(ctx context.Context, db dialectkit.DB, table, suffix string, from, to int64) (bool, error) {
-	err := d.ddl(ctx, db, `CREATE TABLE `+d.QuoteIdent(table+"_"+suffix)+` PARTITION OF `+d.QuoteIdent(table)+
-		` FOR VALUES FROM (`+strconv.FormatInt(from, 10)+`) TO (`+strconv.FormatInt(to, 10)+`)`)
+	t, p := d.QuoteIdent(table), d.QuoteIdent(table+"_"+suffix)
+	err := d.ddl(ctx, db,
+		`CREATE TABLE `+p+` (LIKE `+t+` INCLUDING DEFAULTS INCLUDING CONSTRAINTS)`,
+		`ALTER TABLE `+t+` ATTACH PARTITION `+p+` FOR VALUES FROM (`+strconv.FormatInt(from, 10)+`) TO (`+strconv.FormatInt(to, 10)+`)`)
 	var s sqlStater
 	if errors.As(err, &s) {
 		switch s.SQLState() {
@@ -134,23 +141,119 @@ func (d Dialect) CreatePartition(ctx context.Context, db dialectkit.DB, table, s
 	return err == nil, err
 }
 
-// DropPartition drops p, which detaches it from table, in a transaction
-// whose lock waits end after two seconds. (DETACH PARTITION CONCURRENTLY,
-// which would not take the table's ACCESS EXCLUSIVE lock, is refused on a
-// table with a DEFAULT partition; the lock is held for the drop alone,
-// which unlinks the files at commit.)
+// detachSQL lists the partitions of a table ($1, its quoted name) whose
+// detach is pending (a DETACH … CONCURRENTLY interrupted between its two
+// transactions), and tells whether the table has a DEFAULT partition and
+// whether the server can detach concurrently (PostgreSQL 14 and later).
+// inhdetachpending is read through to_jsonb so that the query also runs
+// on servers older than the column.
+const detachSQL = `SELECT coalesce((SELECT string_agg(c.relname, ',')
+  FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+  WHERE i.inhparent = to_regclass($1) AND coalesce((to_jsonb(i) ->> 'inhdetachpending')::boolean, false)), ''),
+  coalesce((SELECT partdefid <> 0 FROM pg_partitioned_table WHERE partrelid = to_regclass($1)), false),
+  current_setting('server_version_num')::int >= 140000`
+
+// DropPartition drops bucket p of table. On PostgreSQL 14 and later, for
+// a table without a DEFAULT partition (the layout of the migrations), it
+// detaches p with DETACH PARTITION … CONCURRENTLY, which takes only SHARE
+// UPDATE EXCLUSIVE locks on table and waits for the transactions that
+// still use it without blocking new claims, and then drops the detached
+// table, which no claim reaches any more. A table has at most one detach
+// pending: one left by an interrupted sweep, or by a sweep running now,
+// is finished first (FINALIZE) and its table dropped. Otherwise (a
+// DEFAULT partition, an older server) it drops p in a transaction whose
+// lock waits end after two seconds, which takes table's ACCESS EXCLUSIVE
+// lock for the drop alone. A partition another sweep detached or dropped
+// meanwhile is no error.
 func (d Dialect) DropPartition(ctx context.Context, db dialectkit.DB, table string, p dialectkit.Partition) error {
-	err := d.ddl(ctx, db, `DROP TABLE `+d.QuoteIdent(p.Name))
+	t := d.QuoteIdent(table)
+	for range 3 {
+		var (
+			pending                string
+			hasDefault, concurrent bool
+		)
+		if err := queryRow(ctx, db, detachSQL, []any{t}, &pending, &hasDefault, &concurrent); err != nil {
+			return err
+		}
+		if hasDefault || !concurrent {
+			return gone(d.ddl(ctx, db, `DROP TABLE `+d.QuoteIdent(p.Name)))
+		}
+		done, err := d.finalize(ctx, db, t, pending, p.Name)
+		if err != nil || done {
+			return err
+		}
+		_, err = db.ExecContext(ctx, `ALTER TABLE `+t+` DETACH PARTITION `+d.QuoteIdent(p.Name)+` CONCURRENTLY`)
+		var s sqlStater
+		if errors.As(err, &s) && s.SQLState() == "55000" {
+			continue // another sweep's detach became pending meanwhile: finish it first
+		}
+		if err != nil {
+			return gone(err)
+		}
+		return d.dropDetached(ctx, db, p.Name)
+	}
+	return fmt.Errorf("postgres: partition %s: other sweeps kept a detach pending; the next sweep drops it", p.Name)
+}
+
+// finalize finishes the detach of each partition named in pending (a
+// comma-separated list) and drops its table; done reports whether name
+// was one of them.
+func (d Dialect) finalize(ctx context.Context, db dialectkit.DB, quotedTable, pending, name string) (done bool, err error) {
+	for _, q := range strings.Split(pending, ",") {
+		if q == "" {
+			continue
+		}
+		if _, err := db.ExecContext(ctx, `ALTER TABLE `+quotedTable+` DETACH PARTITION `+d.QuoteIdent(q)+` FINALIZE`); gone(err) != nil {
+			return false, err
+		}
+		if err := d.dropDetached(ctx, db, q); err != nil {
+			return false, err
+		}
+		done = done || q == name
+	}
+	return done, nil
+}
+
+// dropDetached drops the table of a detached partition, if it is still
+// there.
+func (d Dialect) dropDetached(ctx context.Context, db dialectkit.DB, name string) error {
+	_, err := db.ExecContext(ctx, `DROP TABLE IF EXISTS `+d.QuoteIdent(name))
+	return err
+}
+
+// gone returns nil for an error that says the partition is not there any
+// more (42P01, undefined table; 42P16, not a partition of the table:
+// another sweep detached or dropped it meanwhile), and err otherwise.
+func gone(err error) error {
 	var s sqlStater
-	if errors.As(err, &s) && s.SQLState() == "42P01" {
-		return nil // dropped by another sweep meanwhile
+	if errors.As(err, &s) && (s.SQLState() == "42P01" || s.SQLState() == "42P16") {
+		return nil
 	}
 	return err
 }
 
-// ddl runs stmt in a transaction of its own with lock_timeout set. db is
+// queryRow scans query's one row into dest.
+func queryRow(ctx context.Context, db dialectkit.DB, query string, args []any, dest ...any) error {
+	rows, err := db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return sql.ErrNoRows
+	}
+	if err := rows.Scan(dest...); err != nil {
+		return err
+	}
+	return rows.Close()
+}
+
+// ddl runs stmts in a transaction of its own with lock_timeout set. db is
 // a *sql.DB or a *sql.Conn.
-func (d Dialect) ddl(ctx context.Context, db dialectkit.DB, stmt string) error {
+func (d Dialect) ddl(ctx context.Context, db dialectkit.DB, stmts ...string) error {
 	b, ok := db.(interface {
 		BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
 	})
@@ -165,8 +268,10 @@ func (d Dialect) ddl(ctx context.Context, db dialectkit.DB, stmt string) error {
 	if _, err := tx.ExecContext(ctx, "SET LOCAL lock_timeout = '"+ddlLockWait+"'"); err != nil {
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, stmt); err != nil {
-		return err
+	for _, stmt := range stmts {
+		if _, err := tx.ExecContext(ctx, stmt); err != nil {
+			return err
+		}
 	}
 	return tx.Commit()
 }

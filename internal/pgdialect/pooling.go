@@ -17,9 +17,24 @@ var (
 	_ dialectkit.ErrorExplainer = Dialect{}
 )
 
-// ExplainError is ExplainPooling: the ledger and txmiddleware report a
-// driver error that a transaction pooler causes as ErrStatementPooling.
-func (Dialect) ExplainError(err error) error { return ExplainPooling(err) }
+// ExplainError is ExplainPooling (the ledger and txmiddleware report a
+// driver error that a transaction pooler causes as ErrStatementPooling),
+// and names the sweep in the error of a claim whose birth no partition of
+// a table partitioned by birth holds (SQLSTATE 23514, "no partition of
+// relation … found for row").
+func (Dialect) ExplainError(err error) error { return explainNoBucket(ExplainPooling(err)) }
+
+// explainNoBucket wraps err, when it is PostgreSQL's "no partition of
+// relation … found for row", with what it means for the ledger and what
+// to do; it returns err otherwise.
+func explainNoBucket(err error) error {
+	var s sqlStater
+	if err == nil || !errors.As(err, &s) || s.SQLState() != "23514" || !strings.Contains(err.Error(), "no partition of relation") {
+		return err
+	}
+	return fmt.Errorf("postgres: the ledger table is partitioned by the keys' birth and has no bucket for this key's: "+
+		"run Store.Sweep (opledger sweep) at least once a day, which creates the coming buckets ahead (docs/operations.md): %w", err)
+}
 
 var (
 	// ErrStatementPooling is matched (errors.Is) by the error of
