@@ -108,7 +108,15 @@ func pointAttrs(data metricdata.Aggregation) []attribute.Set {
 		for _, p := range d.DataPoints {
 			out = append(out, p.Attributes)
 		}
+	case metricdata.Sum[float64]:
+		for _, p := range d.DataPoints {
+			out = append(out, p.Attributes)
+		}
 	case metricdata.Gauge[int64]:
+		for _, p := range d.DataPoints {
+			out = append(out, p.Attributes)
+		}
+	case metricdata.Gauge[float64]:
 		for _, p := range d.DataPoints {
 			out = append(out, p.Attributes)
 		}
