@@ -128,9 +128,15 @@ const (
 // (42P17) leave it uncreated, without an error.
 func (d Dialect) CreatePartition(ctx context.Context, db dialectkit.DB, table, suffix string, from, to int64) (bool, error) {
 	t, p := d.QuoteIdent(table), d.QuoteIdent(table+"_"+suffix)
-	err := d.ddl(ctx, db,
-		`CREATE TABLE `+p+` (LIKE `+t+` INCLUDING DEFAULTS INCLUDING CONSTRAINTS)`,
-		`ALTER TABLE `+t+` ATTACH PARTITION `+p+` FOR VALUES FROM (`+strconv.FormatInt(from, 10)+`) TO (`+strconv.FormatInt(to, 10)+`)`)
+	var err error
+	for range ddlAttempts {
+		err = d.ddl(ctx, db,
+			`CREATE TABLE `+p+` (LIKE `+t+` INCLUDING DEFAULTS INCLUDING CONSTRAINTS)`,
+			`ALTER TABLE `+t+` ATTACH PARTITION `+p+` FOR VALUES FROM (`+strconv.FormatInt(from, 10)+`) TO (`+strconv.FormatInt(to, 10)+`)`)
+		if !deadlocked(err) {
+			break
+		}
+	}
 	var s sqlStater
 	if errors.As(err, &s) {
 		switch s.SQLState() {
@@ -167,7 +173,7 @@ const detachSQL = `SELECT coalesce((SELECT string_agg(c.relname, ',')
 // meanwhile is no error.
 func (d Dialect) DropPartition(ctx context.Context, db dialectkit.DB, table string, p dialectkit.Partition) error {
 	t := d.QuoteIdent(table)
-	for range 3 {
+	for range ddlAttempts {
 		var (
 			pending                string
 			hasDefault, concurrent bool
@@ -179,13 +185,16 @@ func (d Dialect) DropPartition(ctx context.Context, db dialectkit.DB, table stri
 			return gone(d.ddl(ctx, db, `DROP TABLE `+d.QuoteIdent(p.Name)))
 		}
 		done, err := d.finalize(ctx, db, t, pending, p.Name)
+		if deadlocked(err) {
+			continue
+		}
 		if err != nil || done {
 			return err
 		}
 		_, err = db.ExecContext(ctx, `ALTER TABLE `+t+` DETACH PARTITION `+d.QuoteIdent(p.Name)+` CONCURRENTLY`)
 		var s sqlStater
-		if errors.As(err, &s) && s.SQLState() == "55000" {
-			continue // another sweep's detach became pending meanwhile: finish it first
+		if errors.As(err, &s) && s.SQLState() == "55000" || deadlocked(err) {
+			continue // another sweep's detach is pending, or crossed this one: finish it first
 		}
 		if err != nil {
 			return gone(err)
@@ -193,6 +202,21 @@ func (d Dialect) DropPartition(ctx context.Context, db dialectkit.DB, table stri
 		return d.dropDetached(ctx, db, p.Name)
 	}
 	return fmt.Errorf("postgres: partition %s: other sweeps kept a detach pending; the next sweep drops it", p.Name)
+}
+
+// ddlAttempts bounds how often a partition's creation or drop is tried
+// again after it crossed another sweep's (a deadlock, or another detach
+// pending).
+const ddlAttempts = 5
+
+// deadlocked reports whether err is PostgreSQL's "deadlock detected"
+// (40P01). Two sweeps that change the partitions of one table at once
+// can deadlock (a concurrent detach waits, holding its session's lock on
+// the table, for the transactions that use it, and one of them waits for
+// that lock); the one PostgreSQL rolled back tries again.
+func deadlocked(err error) bool {
+	var s sqlStater
+	return errors.As(err, &s) && s.SQLState() == "40P01"
 }
 
 // finalize finishes the detach of each partition named in pending (a
