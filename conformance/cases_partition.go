@@ -29,17 +29,6 @@ func (e *env) partitions() []dialectkit.Partition {
 	return parts
 }
 
-// bucketOf returns the bucket of parts that holds births at t.
-func bucketOf(parts []dialectkit.Partition, t time.Time) (dialectkit.Partition, bool) {
-	us := t.UnixMicro()
-	for _, p := range parts {
-		if p.Kind == dialectkit.Bucket && p.From <= us && us < p.To {
-			return p, true
-		}
-	}
-	return dialectkit.Partition{}, false
-}
-
 // boundaryAnswer is one attempt of caseWindowPartitionDrop.
 type boundaryAnswer struct {
 	won           bool
@@ -95,12 +84,12 @@ func caseWindowPartitionDrop(e *env) {
 // keys born on both sides of it.
 func (d *dropRun) setUp(parts []dialectkit.Partition) {
 	e := d.e
-	here, ok := bucketOf(parts, e.clock.Now())
+	here, ok := dialectkit.BucketOf(parts, e.clock.Now())
 	if !ok {
 		if _, err := d.sw(e.ctx, 100); err != nil && !errors.Is(err, ledger.ErrInProgress) {
 			e.t.Fatalf("Sweep: %v", err)
 		}
-		if here, ok = bucketOf(e.partitions(), e.clock.Now()); !ok {
+		if here, ok = dialectkit.BucketOf(e.partitions(), e.clock.Now()); !ok {
 			e.t.Fatalf("no bucket holds the births of now, even after a Sweep (which creates them ahead)")
 		}
 	}

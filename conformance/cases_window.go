@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/opledger/opledger/internal/dialectkit"
 	"github.com/opledger/opledger/internal/keybirth"
 	"github.com/opledger/opledger/ledger"
 )
@@ -248,7 +249,7 @@ func (e *env) sweepAll(id ledger.Identity) bool {
 		// once the bucket's end plus the retention plus the skew has
 		// passed: move the clock there.
 		if birth, ok := id.Birth(); ok {
-			if p, ok := bucketOf(e.partitions(), birth); ok {
+			if p, ok := dialectkit.BucketOf(e.partitions(), birth); ok {
 				r, s, _ := e.window()
 				if at := time.UnixMicro(p.To).Add(r + s + time.Second); at.After(e.clock.Now()) {
 					e.clock.Advance(at.Sub(e.clock.Now()))

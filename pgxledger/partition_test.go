@@ -27,15 +27,20 @@ func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now
 
 func (c *clock) Add(d time.Duration) { c.mu.Lock(); c.now = c.now.Add(d); c.mu.Unlock() }
 
-// bucketOf returns the bucket of parts that holds births at t.
-func bucketOf(parts []dialectkit.Partition, t time.Time) (dialectkit.Partition, bool) {
-	us := t.UnixMicro()
-	for _, p := range parts {
-		if p.Kind == dialectkit.Bucket && p.From <= us && us < p.To {
-			return p, true
-		}
+// twoEntries returns a Store on e's table (retention an hour, clock skew
+// a minute) with an injected clock at the real time, after claiming and
+// completing through it a key born now (born) and a key without a birth.
+func (e *env) twoEntries(t *testing.T) (*pgxledger.Store, *clock, ledger.Identity) {
+	t.Helper()
+	c := &clock{now: time.Now()}
+	s, err := pgxledger.New(ledger.WithTable(e.table), ledger.WithRetention(time.Hour), ledger.WithClockSkew(time.Minute), ledger.WithClock(c.Now))
+	if err != nil {
+		t.Fatal(err)
 	}
-	return dialectkit.Partition{}, false
+	born := testdb.ID(t, "svc-a", "/pay.v1.Payments/Create", keybirth.New(c.Now()))
+	e.claimDone(t, s, ledger.ClaimRequest{Identity: born, Fingerprint: ledger.FingerprintOf([]byte("born"))})
+	e.claimDone(t, s, req(t, "no-birth"))
+	return s, c, born
 }
 
 // claimDone claims and completes req through s on e's pool, claim first
@@ -68,16 +73,9 @@ func TestSweepPartitioned(t *testing.T) {
 		t.Fatalf("the migrations' table %s is not partitioned by birth", e.table)
 	}
 	ctx := context.Background()
-	c := &clock{now: time.Now()}
-	s, err := pgxledger.New(ledger.WithTable(e.table), ledger.WithRetention(time.Hour), ledger.WithClockSkew(time.Minute), ledger.WithClock(c.Now))
-	if err != nil {
-		t.Fatal(err)
-	}
-	born := testdb.ID(t, "svc-a", "/pay.v1.Payments/Create", keybirth.New(c.Now()))
-	e.claimDone(t, s, ledger.ClaimRequest{Identity: born, Fingerprint: ledger.FingerprintOf([]byte("born"))})
-	e.claimDone(t, s, req(t, "no-birth"))
+	s, c, born := e.twoEntries(t)
 	birth, _ := born.Birth()
-	here, ok := bucketOf(testdb.Partitions(t, e.db, d, e.table), birth)
+	here, ok := dialectkit.BucketOf(testdb.Partitions(t, e.db, d, e.table), birth)
 	if !ok {
 		t.Fatalf("no bucket holds the births of now")
 	}
@@ -98,7 +96,7 @@ func TestSweepPartitioned(t *testing.T) {
 	// Three days on: the bucket is dropped, the coming ones created.
 	c.Add(72 * time.Hour)
 	ahead := c.Now().Add(48 * time.Hour)
-	if _, ok := bucketOf(testdb.Partitions(t, e.db, d, e.table), ahead); ok {
+	if _, ok := dialectkit.BucketOf(testdb.Partitions(t, e.db, d, e.table), ahead); ok {
 		t.Fatalf("a bucket of the births of %v exists before the sweep", ahead)
 	}
 	n, err := s.Sweep(ctx, e.pool, 10)
@@ -115,7 +113,7 @@ func TestSweepPartitioned(t *testing.T) {
 		t.Fatalf("the born key's entry is still there")
 	}
 	for _, at := range []time.Time{c.Now(), ahead} {
-		if _, ok := bucketOf(parts, at); !ok {
+		if _, ok := dialectkit.BucketOf(parts, at); !ok {
 			t.Fatalf("no bucket of the births of %v after the sweep: %+v", at, parts)
 		}
 	}
@@ -140,14 +138,7 @@ func TestSweepPartitionedHandles(t *testing.T) {
 	e := newEnv(t, 2)
 	d := postgres.New()
 	ctx := context.Background()
-	c := &clock{now: time.Now()}
-	s, err := pgxledger.New(ledger.WithTable(e.table), ledger.WithRetention(time.Hour), ledger.WithClockSkew(time.Minute), ledger.WithClock(c.Now))
-	if err != nil {
-		t.Fatal(err)
-	}
-	born := testdb.ID(t, "svc-a", "/pay.v1.Payments/Create", keybirth.New(c.Now()))
-	e.claimDone(t, s, ledger.ClaimRequest{Identity: born, Fingerprint: ledger.FingerprintOf([]byte("born"))})
-	e.claimDone(t, s, req(t, "no-birth"))
+	s, c, _ := e.twoEntries(t)
 	c.Add(72 * time.Hour) // past the bucket's drop time, and a bucket ahead missing
 	before := testdb.Partitions(t, e.db, d, e.table)
 

@@ -110,6 +110,17 @@ type DB interface {
 // cannot tell (no bucket yet): a day.
 const PartitionWidth = 24 * time.Hour
 
+// BucketOf returns the bucket of parts that holds births at t.
+func BucketOf(parts []Partition, t time.Time) (Partition, bool) {
+	us := t.UnixMicro()
+	for _, p := range parts {
+		if p.Kind == Bucket && p.From <= us && us < p.To {
+			return p, true
+		}
+	}
+	return Partition{}, false
+}
+
 // SortPartitions orders parts by range: the partition of unknown births
 // first, the buckets by From, the catch-all last.
 func SortPartitions(parts []Partition) {
