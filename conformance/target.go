@@ -250,7 +250,8 @@ func (tg *Target) undoScratch(ctx context.Context, down []string) {
 
 // scratchSQL returns the statements of every migration's Up section in
 // order and of every Down section in reverse order. It returns nil
-// statements when a file needs goose's own parser (StatementBegin blocks).
+// statements when a file must run outside a transaction (goose's NO
+// TRANSACTION annotation), which only goose's runner honours.
 func scratchSQL(d dialects.Dialect, table string) (up, down []string, err error) {
 	fsys, err := migrationfs.Files(d, table)
 	if err != nil {
@@ -267,7 +268,7 @@ func scratchSQL(d dialects.Dialect, table string) (up, down []string, err error)
 			return nil, nil, err
 		}
 		src := string(b)
-		if strings.Contains(src, "+goose StatementBegin") || strings.Contains(src, "+goose NO TRANSACTION") {
+		if strings.Contains(src, "+goose NO TRANSACTION") {
 			return nil, nil, nil
 		}
 		_, rest, ok := strings.Cut(src, "-- +goose Up")
@@ -282,18 +283,33 @@ func scratchSQL(d dialects.Dialect, table string) (up, down []string, err error)
 }
 
 // statements splits SQL into statements at semicolons that end a line,
-// dropping comment lines.
+// dropping comment lines; text between goose's StatementBegin and
+// StatementEnd annotations (a DO block, say) is one statement, as goose
+// reads it.
 func statements(src string) []string {
 	var out []string
 	var cur strings.Builder
+	block := false
 	for _, line := range strings.Split(src, "\n") {
 		trimmed := strings.TrimSpace(line)
+		switch trimmed {
+		case "-- +goose StatementBegin":
+			block = true
+			continue
+		case "-- +goose StatementEnd":
+			block = false
+			if s := strings.TrimSpace(cur.String()); s != "" {
+				out = append(out, s)
+			}
+			cur.Reset()
+			continue
+		}
 		if trimmed == "" || strings.HasPrefix(trimmed, "--") {
 			continue
 		}
 		cur.WriteString(line)
 		cur.WriteString("\n")
-		if strings.HasSuffix(trimmed, ";") {
+		if !block && strings.HasSuffix(trimmed, ";") {
 			out = append(out, strings.TrimSpace(cur.String()))
 			cur.Reset()
 		}
