@@ -217,6 +217,7 @@ type config struct {
 	mp           metric.MeterProvider
 	tp           trace.TracerProvider
 	oneStatement bool
+	bucketWidth  time.Duration
 }
 
 // WithTable sets the ledger's table (default "opledger_operations"): a
@@ -271,6 +272,28 @@ func WithClockSkew(d time.Duration) Option {
 // defaultSkew is the clock skew for retention r unless WithClockSkew says
 // otherwise: a minute, or a tenth of r when that is shorter.
 func defaultSkew(r time.Duration) time.Duration { return min(time.Minute, r/10) }
+
+// WithBucketWidth sets the width of the buckets Sweep creates on a table
+// partitioned by the keys' birth (PostgreSQL, MySQL/MariaDB/TiDB; see
+// docs/operations.md): each bucket holds the keys born in d, and is
+// dropped whole. Without it the sweep goes on with the width of the
+// table's newest bucket (a day, as the migrations create them). A
+// narrower bucket makes each drop shorter (it removes d's worth of
+// entries), at the cost of more partitions. New buckets take the width
+// after the ones that exist, so a table changes width gradually, without
+// a migration. d must divide a day, or be a whole number of days, and be
+// at least a minute. Sweep then creates buckets ahead for a day or two
+// buckets, whichever is longer, so it must run at least that often.
+func WithBucketWidth(d time.Duration) Option {
+	return Option{options.New("WithBucketWidth", func(c *config) error {
+		day := 24 * time.Hour
+		if d < time.Minute || (day%d != 0 && d%day != 0) {
+			return fmt.Errorf("bucket width %v must be at least a minute and divide a day or be a whole number of days", d)
+		}
+		c.bucketWidth = d
+		return nil
+	})}
+}
 
 // WithMaxResultSize bounds Result.Response in bytes (default 1 MiB).
 func WithMaxResultSize(n int) Option {

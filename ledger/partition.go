@@ -2,7 +2,9 @@ package ledger
 
 import (
 	"context"
+	"database/sql"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/opledger/opledger/dialects"
@@ -10,9 +12,15 @@ import (
 )
 
 // bucketsAhead is how many buckets past the clock skew a sweep creates
-// ahead of time: a sweep may then be missed for a bucket's width without
-// a claim landing in the catch-all partition.
+// ahead of time, at least (see aheadAtLeast): a sweep may then be missed
+// for a bucket's width without a claim failing for lack of its bucket
+// (PostgreSQL) or landing in the catch-all partition (MySQL).
 const bucketsAhead = 2
+
+// aheadAtLeast is how far past the clock skew a sweep creates buckets
+// ahead of time whatever their width: with narrow buckets, a sweep may
+// still be missed for most of a day.
+const aheadAtLeast = 24 * time.Hour
 
 // sweepPartitioned is Sweep on a table partitioned by born_at (see
 // [txStore.sweepPartitioned]), deleting in the partitions of keys without
@@ -27,7 +35,8 @@ func (s *Store) sweepPartitioned(ctx context.Context, pt dialectkit.Partitioner,
 // dialectkit.Partitioner), whose catalog it reads and changes through db:
 // it drops each bucket once every key it can hold is refused as expired
 // (its end plus the retention plus the clock skew has passed: see
-// droppableAt), creates the buckets of the births to come, and deletes
+// droppableAt) and its entries' own retention has passed too (see
+// keptLonger), creates the buckets of the births to come, and deletes
 // the expired entries of the partitions that hold keys without a known
 // birth or without a bucket yet with del, given each partition's
 // statements (the Partitioner's SweepQueries). handled is false when the
@@ -47,10 +56,17 @@ func (s *txStore[TX]) sweepPartitioned(ctx context.Context, pt dialectkit.Partit
 		return 0, false, nil
 	}
 	now := s.now()
-	width := bucketWidth(parts)
+	width := s.width
+	if width == 0 {
+		width = bucketWidth(parts)
+	}
 	var kept []dialectkit.Partition
 	for _, p := range parts {
-		if p.Kind != dialectkit.Bucket || s.droppableAt(p).After(now) {
+		drop, err := s.dropNow(ctx, db, p, now)
+		if err != nil {
+			return n, true, s.fail(ctx, "sweep", err)
+		}
+		if !drop {
 			kept = append(kept, p)
 			continue
 		}
@@ -88,6 +104,49 @@ func (s *txStore[TX]) sweepPartitioned(ctx context.Context, pt dialectkit.Partit
 	return n, true, nil
 }
 
+// dropNow reports whether p is a bucket to drop at now: droppableAt has
+// passed, and so has the retention its entries were written with.
+func (s *txStore[TX]) dropNow(ctx context.Context, db dialectkit.DB, p dialectkit.Partition, now time.Time) (bool, error) {
+	if p.Kind != dialectkit.Bucket || s.droppableAt(p).After(now) {
+		return false, nil
+	}
+	longer, err := s.keptLonger(ctx, db, p)
+	if err != nil {
+		return false, err
+	}
+	return !fromMicros(p.To).Add(longer + s.skew).After(now), nil
+}
+
+// retentionSample is how many of a bucket's entries keptLonger reads.
+const retentionSample = 64
+
+// keptLonger returns the longest retention (expires_at - born_at) among a
+// sample of bucket p's entries: the retention of the servers that wrote
+// them, which a sweeper configured with a shorter one (an `opledger
+// sweep` left at its default, a retention lengthened since) must honour
+// before it drops the bucket, or it would forget keys those servers still
+// promise to remember. The read is bounded (retentionSample entries, by
+// the partition's range of born_at, which both databases prune to p).
+func (s *txStore[TX]) keptLonger(ctx context.Context, db dialectkit.DB, p dialectkit.Partition) (time.Duration, error) {
+	q := fmt.Sprintf("SELECT MAX(expires_at - born_at) FROM (SELECT expires_at, born_at FROM %s WHERE born_at >= %d AND born_at < %d LIMIT %d) s",
+		s.d.QuoteIdent(s.table), max(p.From, 1), p.To, retentionSample)
+	rows, err := db.QueryContext(ctx, q)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	var longest sql.NullInt64
+	if rows.Next() {
+		if err := rows.Scan(&longest); err != nil {
+			return 0, err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	return time.Duration(longest.Int64) * time.Microsecond, nil
+}
+
 // droppableAt is when bucket p may be dropped: once its end plus the
 // retention plus the clock skew has passed, every key it can hold (born
 // before its end) is refused as expired by every server whose clock is
@@ -97,45 +156,69 @@ func (s *txStore[TX]) droppableAt(p dialectkit.Partition) time.Time {
 }
 
 // createAhead creates the buckets, width wide and aligned to the Unix
-// epoch, that births from a retention ago to bucketsAhead buckets past the
-// clock skew fall in, where no bucket covers them yet; a bucket already
-// droppable is not created.
+// epoch, that births from a retention ago to bucketsAhead buckets (or
+// aheadAtLeast, whichever is longer) past the clock skew fall in, where
+// no bucket covers them yet; a bucket already droppable is not created.
+// Where buckets of another width exist (a table whose width changes), a
+// bucket starts at the end of the one before and ends at the next
+// boundary of width or at the start of the next bucket.
 func (s *txStore[TX]) createAhead(ctx context.Context, pt dialectkit.Partitioner, db dialectkit.DB, parts []dialectkit.Partition, now time.Time, width time.Duration) error {
 	w := width.Microseconds()
 	start := floorTo(micros(now.Add(-s.retention)), w)
-	end := micros(now.Add(s.skew)) + bucketsAhead*w
-	for a := start; a < end; a += w {
-		if covered(parts, a, a+w) || !s.droppableAt(dialectkit.Partition{To: a + w}).After(now) {
+	end := micros(now.Add(s.skew)) + max(bucketsAhead*w, aheadAtLeast.Microseconds())
+	for a := start; a < end; {
+		if c, ok := coveringEnd(parts, a); ok {
+			a = c // go on from the covering bucket's end
 			continue
 		}
-		created, err := pt.CreatePartition(ctx, db, s.table, bucketSuffix(a, width), a, a+w)
+		b := nextStart(parts, a, floorTo(a, w)+w) // the next boundary of width, or of a bucket
+		if !s.droppableAt(dialectkit.Partition{To: b}).After(now) {
+			a = b
+			continue
+		}
+		created, err := pt.CreatePartition(ctx, db, s.table, bucketSuffix(a, width), a, b)
 		if err != nil {
 			return s.fail(ctx, "sweep", err)
 		}
 		if created {
-			parts = append(parts, dialectkit.Partition{Kind: dialectkit.Bucket, From: a, To: a + w})
+			parts = append(parts, dialectkit.Partition{Kind: dialectkit.Bucket, From: a, To: b})
 		}
+		a = b
 	}
 	return nil
 }
 
-// covered reports whether a bucket of parts overlaps [from, to).
-func covered(parts []dialectkit.Partition, from, to int64) bool {
+// coveringEnd returns the end of the bucket of parts that holds births at
+// us, if one does.
+func coveringEnd(parts []dialectkit.Partition, us int64) (int64, bool) {
 	for _, p := range parts {
-		if p.Kind == dialectkit.Bucket && p.From < to && from < p.To {
-			return true
+		if p.Kind == dialectkit.Bucket && p.From <= us && us < p.To {
+			return p.To, true
 		}
 	}
-	return false
+	return 0, false
 }
 
-// bucketWidth is the width of parts' last bucket, or a day when there is
-// none: the table's creator chose it (the migrations a day).
+// nextStart returns the earliest start of a bucket of parts in (from,
+// to), or to when none starts there: a bucket created from from ends there.
+func nextStart(parts []dialectkit.Partition, from, to int64) int64 {
+	for _, p := range parts {
+		if p.Kind == dialectkit.Bucket && from < p.From && p.From < to {
+			to = p.From
+		}
+	}
+	return to
+}
+
+// bucketWidth is the width of parts' last bucket whose width divides a
+// day or is whole days, or a day when there is none: the table's creator
+// chose it (the migrations a day), or WithBucketWidth since.
 func bucketWidth(parts []dialectkit.Partition) time.Duration {
 	for i := len(parts) - 1; i >= 0; i-- {
 		p := parts[i]
-		if p.Kind == dialectkit.Bucket && p.To > p.From && p.From > 1 {
-			return time.Duration(p.To-p.From) * time.Microsecond
+		w := time.Duration(p.To-p.From) * time.Microsecond
+		if p.Kind == dialectkit.Bucket && p.To > p.From && p.From > 1 && (24*time.Hour%w == 0 || w%(24*time.Hour) == 0) {
+			return w // a bucket made short by a change of width is not one
 		}
 	}
 	return dialectkit.PartitionWidth
@@ -151,10 +234,11 @@ func floorTo(us, w int64) int64 {
 }
 
 // bucketSuffix names the bucket starting at from (Unix microseconds, UTC):
-// pYYYYMMDD for a bucket of whole days, pYYYYMMDDtHHMMSS otherwise.
+// pYYYYMMDD for a bucket of whole days that starts at a midnight,
+// pYYYYMMDDtHHMMSS otherwise.
 func bucketSuffix(from int64, width time.Duration) string {
 	t := fromMicros(from)
-	if width%(24*time.Hour) == 0 {
+	if width%(24*time.Hour) == 0 && t.Equal(t.Truncate(24*time.Hour)) {
 		return "p" + t.Format("20060102")
 	}
 	return "p" + t.Format("20060102t150405")

@@ -32,6 +32,7 @@ type txStore[TX any] struct {
 	skew      time.Duration // WithClockSkew
 	maxResult int
 	sweepWait time.Duration       // WithSweepLockWait
+	width     time.Duration       // WithBucketWidth; 0: the table's
 	waiter    dialects.LockWaiter // the dialect's, when it has one
 	now       func() time.Time
 	q         dialects.Queries
@@ -85,7 +86,7 @@ func newTxStore[TX any](d dialects.Dialect, drv ledgerkit.Driver[TX], opts ...Op
 		err := fmt.Errorf("WithClockSkew: clock skew %v must be shorter than the retention %v", c.skew, c.retention)
 		return nil, &inputError{Field: "option", Reason: err.Error(), Err: err}
 	}
-	s := &txStore[TX]{drv: drv, d: d, table: c.table, retention: c.retention, skew: c.skew, maxResult: c.maxResult, sweepWait: c.sweepWait, now: c.now}
+	s := &txStore[TX]{drv: drv, d: d, table: c.table, retention: c.retention, skew: c.skew, maxResult: c.maxResult, sweepWait: c.sweepWait, width: c.bucketWidth, now: c.now}
 	s.waiter, _ = d.(dialects.LockWaiter)
 	if s.sweepWait > 0 && s.waiter == nil {
 		err := fmt.Errorf("WithSweepLockWait: dialect %q cannot bound a lock wait (no dialects.LockWaiter)", d.Name())

@@ -82,6 +82,7 @@ func TestErrorsAreOneLine(t *testing.T) {
 		{"inspect", "--caller", "", "--method", "/a.B/C", "--key", "k"},
 		{"migrate", "export", "--dialect", "oracle", "--dir", "out"},
 		{"sweep", "--lock-wait", "-1s"},
+		{"sweep", "--bucket-width", "-1h"},
 	}
 	for _, args := range cases {
 		code, _, errs := runCmd(t, args...)

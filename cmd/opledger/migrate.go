@@ -186,12 +186,15 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	batch := fs.Int("batch", 1000, "entries deleted per statement (each statement commits on its own)")
 	maxDuration := fs.Duration("max-duration", 0, "stop after this long, leaving the rest for the next run (0: until no expired entry is left)")
 	lockWait := fs.Duration("lock-wait", defaultSweepLockWait, "longest wait for an entry another transaction holds, which is then skipped (0: the database's own bound)")
+	width := fs.Duration("bucket-width", 0, "on a table partitioned by birth, the width of the buckets to create, as ledger.WithBucketWidth (0: the table's newest bucket's)")
 	if code, stop := parseFlags(fs, args, stdout); stop {
 		return code
 	}
 	switch {
 	case fs.NArg() > 0:
 		return fail(stderr, "sweep", unexpectedArg(fs))
+	case *width < 0:
+		return fail(stderr, "sweep", errors.New("--bucket-width must not be negative"))
 	case *batch < 1 || *batch > 1_000_000:
 		return fail(stderr, "sweep", errors.New("--batch must be 1 to 1000000"))
 	case *maxDuration < 0:
@@ -207,6 +210,9 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	lopts := []ledger.Option{ledger.WithTable(*table)}
 	if *lockWait > 0 {
 		lopts = append(lopts, ledger.WithSweepLockWait(*lockWait))
+	}
+	if *width > 0 {
+		lopts = append(lopts, ledger.WithBucketWidth(*width))
 	}
 	l, err := ledger.New(t.dialect, lopts...)
 	if err != nil {

@@ -180,6 +180,11 @@ func TestOperatorCommands(t *testing.T) {
 				t.Errorf("second evict: %d %q", code, out)
 			}
 
+			// A bucket width the ledger refuses is a usage error.
+			if code, _, errs := runCmd(t, "sweep", "--dsn", dsn, "--table", e.table, "--bucket-width", "7m"); code != 2 || !strings.Contains(errs, "bucket width 7m0s must") {
+				t.Errorf("sweep --bucket-width 7m: %d %q, want exit 2 naming the width", code, errs)
+			}
+
 			// A bounded sweep that has no time at all stops at once; then an
 			// unbounded one in batches of 2, with plain progress lines.
 			code, out, errs = runCmd(t, "sweep", "--dsn", dsn, "--table", e.table, "--max-duration", "1ns")
