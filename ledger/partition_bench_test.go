@@ -173,8 +173,9 @@ func BenchmarkPartitionDrop(b *testing.B) {
 					rateU += r / 2
 				}
 			}
-			// The drop: a clock past the older bucket's drop time (its end,
-			// t0 + a day, plus the retention and the skew).
+			// The drop: a clock past the oldest bucket's drop time (its end,
+			// t0 + the width, plus the retention and the skew), before the
+			// next one's.
 			dropAt := t0.Add(width + day + 2*time.Minute)
 			sweeper, err := ledger.New(tg.Dialect, ledger.WithTable(part), ledger.WithClock(func() time.Time { return dropAt }))
 			if err != nil {
