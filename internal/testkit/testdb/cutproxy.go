@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // CutProxy forwards TCP to a database server. Armed, it forwards the next
@@ -41,8 +42,24 @@ func NewCutProxy(t testing.TB, target string) *CutProxy {
 func (p *CutProxy) Addr() string { return p.lis.Addr().String() }
 
 // Arm makes the proxy cut the connection that sends the next COMMIT,
-// after forwarding it.
-func (p *CutProxy) Arm() { p.ArmFunc(func(forward func() <-chan struct{}) { forward() }) }
+// after forwarding it and once the server has answered it (dropping the
+// answer), or after armAnswerWait without an answer: so the commit is
+// done, and visible to other sessions, when the client learns its
+// connection broke (cut at once, the server could still be executing it
+// when a test reads what it committed).
+func (p *CutProxy) Arm() {
+	p.ArmFunc(func(forward func() <-chan struct{}) {
+		t := time.NewTimer(armAnswerWait)
+		defer t.Stop()
+		select {
+		case <-forward():
+		case <-t.C:
+		}
+	})
+}
+
+// armAnswerWait bounds Arm's wait for the server's answer to the COMMIT.
+const armAnswerWait = 10 * time.Second
 
 // ArmFunc makes the proxy stop at the next client chunk containing COMMIT
 // and call hit, then cut that connection. From the moment it stops, no
