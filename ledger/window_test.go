@@ -36,7 +36,10 @@ func TestWindowLateRetry(t *testing.T) {
 	t.Parallel()
 	forEachTarget(t, 4, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		c := &clock{now: time.Now()}
+		// An hour into today (UTC), whenever the test runs: the sweeps
+		// below, two hours on, must come before the key's bucket (today's)
+		// can be dropped, at its end plus the retention and the skew.
+		c := &clock{now: time.Now().UTC().Truncate(24 * time.Hour).Add(time.Hour)}
 		l := e.store(t, ledger.WithRetention(time.Hour), ledger.WithClockSkew(time.Minute), ledger.WithClock(c.Now))
 
 		born := testdb.ID(t, "tenant-a", method, keybirth.New(c.Now()))

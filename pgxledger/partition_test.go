@@ -28,11 +28,13 @@ func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now
 func (c *clock) Add(d time.Duration) { c.mu.Lock(); c.now = c.now.Add(d); c.mu.Unlock() }
 
 // twoEntries returns a Store on e's table (retention an hour, clock skew
-// a minute) with an injected clock at the real time, after claiming and
-// completing through it a key born now (born) and a key without a birth.
+// a minute) with an injected clock an hour into today (UTC), whenever the
+// test runs (so that a few hours on, today's bucket is not yet droppable),
+// after claiming and completing through it a key born then (born) and a
+// key without a birth.
 func (e *env) twoEntries(t *testing.T) (*pgxledger.Store, *clock, ledger.Identity) {
 	t.Helper()
-	c := &clock{now: time.Now()}
+	c := &clock{now: time.Now().UTC().Truncate(24 * time.Hour).Add(time.Hour)}
 	s, err := pgxledger.New(ledger.WithTable(e.table), ledger.WithRetention(time.Hour), ledger.WithClockSkew(time.Minute), ledger.WithClock(c.Now))
 	if err != nil {
 		t.Fatal(err)
