@@ -130,18 +130,8 @@ const retentionSample = 64
 func (s *txStore[TX]) keptLonger(ctx context.Context, db dialectkit.DB, p dialectkit.Partition) (time.Duration, error) {
 	q := fmt.Sprintf("SELECT MAX(expires_at - born_at) FROM (SELECT expires_at, born_at FROM %s WHERE born_at >= %d AND born_at < %d LIMIT %d) s",
 		s.d.QuoteIdent(s.table), max(p.From, 1), p.To, retentionSample)
-	rows, err := db.QueryContext(ctx, q)
+	longest, err := queryInt(ctx, db, q)
 	if err != nil {
-		return 0, err
-	}
-	defer rows.Close()
-	var longest sql.NullInt64
-	if rows.Next() {
-		if err := rows.Scan(&longest); err != nil {
-			return 0, err
-		}
-	}
-	if err := rows.Err(); err != nil {
 		return 0, err
 	}
 	return time.Duration(longest.Int64) * time.Microsecond, nil
@@ -246,14 +236,25 @@ func bucketSuffix(from int64, width time.Duration) string {
 
 // countRows counts the rows of the quoted table, -1 when it cannot.
 func countRows(ctx context.Context, db dialectkit.DB, quoted string) int64 {
-	rows, err := db.QueryContext(ctx, "SELECT count(*) FROM "+quoted)
-	if err != nil {
+	n, err := queryInt(ctx, db, "SELECT count(*) FROM "+quoted)
+	if err != nil || !n.Valid {
 		return -1
 	}
-	defer rows.Close()
-	var n int64 = -1
-	if rows.Next() {
-		_ = rows.Scan(&n)
+	return n.Int64
+}
+
+// queryInt runs q, which returns one integer (or NULL), on db.
+func queryInt(ctx context.Context, db dialectkit.DB, q string) (sql.NullInt64, error) {
+	var n sql.NullInt64
+	rows, err := db.QueryContext(ctx, q)
+	if err != nil {
+		return n, err
 	}
-	return n
+	defer rows.Close()
+	if rows.Next() {
+		if err := rows.Scan(&n); err != nil {
+			return n, err
+		}
+	}
+	return n, rows.Err()
 }

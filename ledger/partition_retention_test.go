@@ -3,7 +3,6 @@ package ledger_test
 import (
 	"context"
 	"errors"
-	"strconv"
 	"testing"
 	"time"
 
@@ -33,19 +32,8 @@ func TestPartitionDropHonoursWrittenRetention(t *testing.T) {
 		birth := today.Add(-12 * time.Hour) // yesterday: in the oldest bucket
 		writer := e.store(t, ledger.WithRetention(long))
 		id := testdb.ID(t, "tenant-a", method, keybirth.New(birth))
-		tx, err := e.DB.BeginTx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := writer.Claim(ctx, tx, ledger.ClaimRequest{Identity: id, Fingerprint: fp("kept three days")})
-		if err != nil || c.Outcome != ledger.Acquired {
+		if c, err := claimOnce(t, e, writer, id, fp("kept three days"), "done"); err != nil || !c.Acquired() {
 			t.Fatalf("claim: %+v, %v", c, err)
-		}
-		if err := writer.Complete(ctx, tx, c, ledger.Result{Response: []byte("done")}); err != nil {
-			t.Fatal(err)
-		}
-		if err := tx.Commit(); err != nil {
-			t.Fatal(err)
 		}
 		bucket, ok := dialectkit.BucketOf(testdb.Partitions(t, e.DB, e.Dialect, e.Table), birth)
 		if !ok {
@@ -126,24 +114,16 @@ func TestBucketWidth(t *testing.T) {
 			t.Fatalf("%d hourly buckets reach %v past the clock, want at least a day", hourly, ahead)
 		}
 		birth := time.UnixMicro(last).Add(90 * time.Minute)
+		if p, ok := dialectkit.BucketOf(testdb.Partitions(t, e.DB, e.Dialect, e.Table), birth); !ok || p.To-p.From != time.Hour.Microseconds() {
+			t.Fatalf("the bucket of a birth after the daily ones: %+v (found: %v), want an hour's", p, ok)
+		}
 		born := e.store(t, ledger.WithBucketWidth(time.Hour), ledger.WithClock(func() time.Time { return birth }))
 		id := testdb.ID(t, "tenant-a", method, keybirth.New(birth))
-		tx, err := e.DB.BeginTx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx.Rollback()
-		c, err := born.Claim(ctx, tx, ledger.ClaimRequest{Identity: id, Fingerprint: fp("hourly")})
-		if err != nil || c.Outcome != ledger.Acquired {
+		if c, err := claimOnce(t, e, born, id, fp("hourly"), "done"); err != nil || !c.Acquired() {
 			t.Fatalf("claim of a key born in an hourly bucket: %+v, %v", c, err)
 		}
-		if err := tx.Commit(); err != nil {
-			t.Fatal(err)
-		}
-		var n int
-		q := "SELECT count(*) FROM " + e.Dialect.QuoteIdent(e.Table) + " WHERE born_at >= " + strconv.FormatInt(birth.Add(-30*time.Minute).UnixMicro(), 10) + " AND born_at < " + strconv.FormatInt(birth.Add(30*time.Minute).UnixMicro(), 10)
-		if err := e.DB.QueryRowContext(ctx, q).Scan(&n); err != nil || n != 1 {
-			t.Fatalf("entries in the hourly bucket: %d, %v; want 1", n, err)
+		if n := e.rowsOf(t, id); n != 1 {
+			t.Fatalf("%d entries of the key, want 1", n)
 		}
 	}, "postgres", "mysql")
 }
