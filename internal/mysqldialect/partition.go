@@ -136,15 +136,157 @@ func created(err error) (bool, error) {
 	return err == nil, err
 }
 
-// DropPartition drops bucket p (ALTER TABLE … DROP PARTITION), which
-// waits for the transactions that hold the table.
+// DropPartition removes bucket p and its rows. On MariaDB it moves the
+// partition out into a table of its own first (ALTER TABLE … CONVERT
+// PARTITION … TO TABLE <table>_<p>_dropping, a change of metadata), then
+// drops that table: claims wait on the ledger table's metadata lock only
+// for the change of metadata, not while InnoDB removes the partition's
+// file (which DROP PARTITION does under that lock, about 0.3 s per
+// million entries). A table of that name that a sweep which died between
+// the two statements left behind is dropped first. Where CONVERT
+// PARTITION is refused (MySQL, MariaDB before 10.7) or the name would be
+// too long, it drops the partition (ALTER TABLE … DROP PARTITION), as it
+// does on TiDB, whose DROP PARTITION changes metadata only and removes
+// the rows in the background. Either waits for the transactions that
+// hold the table.
 func (d Dialect) DropPartition(ctx context.Context, db dialectkit.DB, table string, p dialectkit.Partition) error {
+	if gone := droppingName(table, p.Name); !d.tidb && len(gone) <= maxIdent {
+		if done, err := d.moveOutAndDrop(ctx, db, table, p.Name, gone); done || err != nil {
+			return err
+		}
+	}
 	_, err := db.ExecContext(ctx, `ALTER TABLE `+d.QuoteIdent(table)+` DROP PARTITION `+d.QuoteIdent(p.Name))
 	var me *gomysql.MySQLError
 	if errors.As(err, &me) && me.Number == erDropPartitionNotExist {
 		return nil
 	}
 	return err
+}
+
+// moveOutAndDrop moves partition out of table into a table named gone
+// (CONVERT PARTITION) and drops that; done is false, with a nil error,
+// when the server does not know CONVERT PARTITION (the caller then drops
+// the partition).
+func (d Dialect) moveOutAndDrop(ctx context.Context, db dialectkit.DB, table, partition, gone string) (done bool, err error) {
+	if err := d.dropLeftovers(ctx, db, table); err != nil {
+		return false, err
+	}
+	for range convertAttempts {
+		_, err := db.ExecContext(ctx, `ALTER TABLE `+d.QuoteIdent(table)+` CONVERT PARTITION `+d.QuoteIdent(partition)+` TO TABLE `+d.QuoteIdent(gone))
+		var me *gomysql.MySQLError
+		switch {
+		case err == nil:
+			_, err = db.ExecContext(ctx, `DROP TABLE IF EXISTS `+d.QuoteIdent(gone))
+			return true, err
+		case !errors.As(err, &me):
+			return false, err
+		case me.Number == erDropPartitionNotExist:
+			return true, nil // another sweep moved or dropped it
+		case me.Number == erParse || me.Number == erNotSupportedYet:
+			return false, nil
+		case me.Number != erTableExists:
+			return false, err
+		}
+		// Another sweep moved the bucket out and is dropping it, or left
+		// it behind: drop that table, then try again (the bucket is then
+		// gone, or this sweep moves it out).
+		if _, err := db.ExecContext(ctx, `DROP TABLE IF EXISTS `+d.QuoteIdent(gone)); err != nil {
+			return false, err
+		}
+	}
+	return false, nil
+}
+
+// MySQL error numbers of moving a bucket out (erNotSupportedYet, 1235,
+// is in explain.go).
+const (
+	erParse       = 1064 // ER_PARSE_ERROR: MySQL and MariaDB before 10.7 know no CONVERT PARTITION
+	erTableExists = 1050 // ER_TABLE_EXISTS_ERROR: the table to move it into is there
+)
+
+// convertAttempts bounds how often DropPartition moves a bucket out after
+// it found the table to move it into taken (by another sweep's drop).
+const convertAttempts = 3
+
+// maxIdent is the longest table name MySQL and MariaDB take.
+const maxIdent = 64
+
+// droppingSuffix ends the name of the table a bucket is moved into before
+// it is dropped (see [Dialect.DropPartition]).
+const droppingSuffix = "_dropping"
+
+// droppingName is the table bucket partition is moved into before it is
+// dropped.
+func droppingName(table, partition string) string {
+	return table + "_" + partition + droppingSuffix
+}
+
+// leftoversSQL lists the tables of the current database whose names are
+// like ? followed by anything and droppingSuffix: a superset of the names
+// of leftovers (a "_" in the table's name matches any character), which
+// the caller narrows with isDroppingName.
+const leftoversSQL = `SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() ` +
+	`AND TABLE_NAME LIKE CONCAT(?, '%', '` + droppingSuffix + `')`
+
+// dropLeftovers drops the tables that sweeps which died between moving a
+// bucket out of table and dropping it left behind: each holds the entries
+// of a bucket past its drop time, nothing else. Only names that are table,
+// a bucket's name and droppingSuffix are dropped.
+func (d Dialect) dropLeftovers(ctx context.Context, db dialectkit.DB, table string) error {
+	rows, err := db.QueryContext(ctx, leftoversSQL, table+"_")
+	if err != nil {
+		return err
+	}
+	var names []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			rows.Close()
+			return err
+		}
+		if isDroppingName(table, name) {
+			names = append(names, name)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, name := range names {
+		if _, err := db.ExecContext(ctx, `DROP TABLE IF EXISTS `+d.QuoteIdent(name)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// isDroppingName reports whether name is droppingName(table, b) for a
+// bucket's name b: "p" and digits, with a "t" and digits after them for
+// buckets narrower than a day. Case is ignored (a server with
+// lower_case_table_names lists names in lower case).
+func isDroppingName(table, name string) bool {
+	b, ok := strings.CutPrefix(strings.ToLower(name), strings.ToLower(table)+"_p")
+	if !ok {
+		return false
+	}
+	if b, ok = strings.CutSuffix(b, droppingSuffix); !ok || b == "" {
+		return false
+	}
+	date, tod, timed := strings.Cut(b, "t")
+	return digits(date) && (!timed || digits(tod))
+}
+
+// digits reports whether s is one or more ASCII digits.
+func digits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // inPartition is the condition that reads partition p alone: its range of
