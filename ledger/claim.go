@@ -159,7 +159,7 @@ func (s *txStore[TX]) insertFirst(ctx context.Context, tx TX, req ClaimRequest, 
 				s.afterConflict()
 			}
 			var err error
-			e, err = scanRow(s.drv.QueryRow(ctx, tx, sel, s.readArgs(req.Identity)...))
+			e, err = scanRow(s.drv.QueryRow(ctx, tx, s.byHour(sel, req.Identity.birth), s.readArgs(req.Identity)...))
 			if errors.Is(err, sql.ErrNoRows) {
 				continue // deleted between the conflict and the read: insert again
 			}

@@ -84,7 +84,7 @@ func (s *txStore[TX]) complete(ctx context.Context, tx TX, c *Claim, r Result) e
 	if err := s.mine(tx, c, r); err != nil {
 		return err
 	}
-	n, err := s.drv.Exec(ctx, tx, s.q.Complete, s.completeArgs(c, r)...)
+	n, err := s.drv.Exec(ctx, tx, s.byHour(s.q.Complete, c.Identity.birth), s.completeArgs(c, r)...)
 	if err != nil {
 		return s.fail(ctx, "complete", err)
 	}

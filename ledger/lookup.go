@@ -39,7 +39,7 @@ func (s *txStore[TX]) LookupWith(ctx context.Context, queryRow func(ctx context.
 	if err := s.window("lookup", id, micros(s.now())); err != nil {
 		return nil, err
 	}
-	e, err := scanRow(queryRow(ctx, s.q.Lookup, s.readArgs(id)...))
+	e, err := scanRow(queryRow(ctx, s.byHour(s.q.Lookup, id.birth), s.readArgs(id)...))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, ErrNotFound
 	}

@@ -280,6 +280,16 @@ func sameTx(a, b any) bool {
 	return a == b
 }
 
+// byHour returns q, a BirthQueries statement run for a key born at born,
+// ended with the hour of born's range of born_at when the dialect asks
+// for it (dialectkit.BirthQueries.PruneByHour).
+func (s *txStore[TX]) byHour(q string, born int64) string {
+	if s.byBirth == nil || !s.byBirth.PruneByHour {
+		return q
+	}
+	return q + dialectkit.HourOfBirth(born)
+}
+
 // readArgs are the arguments of Select and Lookup for id: its digest,
 // and its birth when the dialect reads by birth (dialectkit.BirthReader).
 func (s *txStore[TX]) readArgs(id Identity) []any {

@@ -3,7 +3,9 @@ package dialectkit
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/opledger/opledger/dialects"
@@ -34,6 +36,29 @@ type BirthQueries struct {
 	Select   string
 	Complete string
 	Lookup   string
+	// PruneByHour, when set, has the ledger end Select, Complete and
+	// Lookup (each of which ends in its WHERE) with HourOfBirth's range
+	// of born_at as literals where it runs them on their own (not in the
+	// pipelined forms, whose statements are prepared ahead): the plan a
+	// driver's prepared statement caches then names the one or two
+	// partitions of that hour instead of every partition, which
+	// PostgreSQL would lock at each execution of a generic plan.
+	PruneByHour bool
+}
+
+// HourOfBirth returns the condition on born_at, as literals, of the hour
+// of births that holds born (Unix microseconds; the partition of unknown
+// births for 0): " AND born_at >= lo AND born_at < hi".
+func HourOfBirth(born int64) string {
+	if born == 0 {
+		return " AND born_at = 0"
+	}
+	const hour = int64(time.Hour / time.Microsecond)
+	lo := born - born%hour
+	if born%hour < 0 {
+		lo -= hour
+	}
+	return " AND born_at >= " + strconv.FormatInt(lo, 10) + " AND born_at < " + strconv.FormatInt(lo+hour, 10)
 }
 
 // Partitioner is implemented by dialects that can keep a ledger table
@@ -140,4 +165,34 @@ func SortPartitions(parts []Partition) {
 		}
 		return parts[i].From < parts[j].From
 	})
+}
+
+// RetentionSample is how many of a bucket's entries WrittenRetention
+// reads.
+const RetentionSample = 64
+
+// WrittenRetention returns the longest retention (expires_at - born_at)
+// among a sample of bucket p's entries of table (quoted), 0 when it is
+// empty: the retention of the servers that wrote them, which a sweep
+// configured with a shorter one must honour before it drops the bucket.
+// The read is bounded (RetentionSample entries, by the partition's range
+// of born_at, which PostgreSQL and MySQL prune to p).
+func WrittenRetention(ctx context.Context, db DB, quotedTable string, p Partition) (time.Duration, error) {
+	q := fmt.Sprintf("SELECT MAX(expires_at - born_at) FROM (SELECT expires_at, born_at FROM %s WHERE born_at >= %d AND born_at < %d LIMIT %d) s",
+		quotedTable, max(p.From, 1), p.To, RetentionSample)
+	var longest sql.NullInt64
+	rows, err := db.QueryContext(ctx, q)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	if rows.Next() {
+		if err := rows.Scan(&longest); err != nil {
+			return 0, err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	return time.Duration(longest.Int64) * time.Microsecond, nil
 }

@@ -132,3 +132,22 @@ func TestTraitsLevelsBegin(t *testing.T) {
 		}
 	})
 }
+
+// TestHourOfBirth: the hour of births that holds a birth, as literals;
+// the partition of unknown births for 0; births before 1970 floor too.
+func TestHourOfBirth(t *testing.T) {
+	const h = int64(3600000000)
+	for born, want := range map[int64]string{
+		0:       " AND born_at = 0",
+		1:       " AND born_at >= 0 AND born_at < 3600000000",
+		h - 1:   " AND born_at >= 0 AND born_at < 3600000000",
+		h:       " AND born_at >= 3600000000 AND born_at < 7200000000",
+		5*h + 7: " AND born_at >= 18000000000 AND born_at < 21600000000",
+		-1:      " AND born_at >= -3600000000 AND born_at < 0",
+		-h:      " AND born_at >= -3600000000 AND born_at < 0",
+	} {
+		if got := dialectkit.HourOfBirth(born); got != want {
+			t.Errorf("HourOfBirth(%d) = %q, want %q", born, got, want)
+		}
+	}
+}
