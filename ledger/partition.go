@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/opledger/opledger/dialects"
@@ -110,31 +109,37 @@ func (s *txStore[TX]) dropNow(ctx context.Context, db dialectkit.DB, p dialectki
 	if p.Kind != dialectkit.Bucket || s.droppableAt(p).After(now) {
 		return false, nil
 	}
-	longer, err := s.keptLonger(ctx, db, p)
+	var (
+		longer time.Duration
+		err    error
+	)
+	for range sampleAttempts {
+		// Another sweep detaching p concurrently (PostgreSQL) waits for
+		// this read's snapshot while it holds the partition's lock that
+		// the read waits for: PostgreSQL fails one of the two as a
+		// deadlock. The detach tries itself again; so does the read.
+		if longer, err = s.keptLonger(ctx, db, p); err == nil || s.d.Classify(err) != dialects.ClassDeadlock {
+			break
+		}
+	}
 	if err != nil {
 		return false, err
 	}
 	return !fromMicros(p.To).Add(longer + s.skew).After(now), nil
 }
 
-// retentionSample is how many of a bucket's entries keptLonger reads.
-const retentionSample = 64
+// sampleAttempts bounds how often dropNow reads a bucket's sample after
+// a deadlock with another sweep.
+const sampleAttempts = 3
 
-// keptLonger returns the longest retention (expires_at - born_at) among a
-// sample of bucket p's entries: the retention of the servers that wrote
-// them, which a sweeper configured with a shorter one (an `opledger
+// keptLonger returns the retention bucket p's entries were written with
+// (see dialectkit.WrittenRetention): the retention of the servers that
+// wrote them, which a sweeper configured with a shorter one (an `opledger
 // sweep` left at its default, a retention lengthened since) must honour
 // before it drops the bucket, or it would forget keys those servers still
-// promise to remember. The read is bounded (retentionSample entries, by
-// the partition's range of born_at, which both databases prune to p).
+// promise to remember.
 func (s *txStore[TX]) keptLonger(ctx context.Context, db dialectkit.DB, p dialectkit.Partition) (time.Duration, error) {
-	q := fmt.Sprintf("SELECT MAX(expires_at - born_at) FROM (SELECT expires_at, born_at FROM %s WHERE born_at >= %d AND born_at < %d LIMIT %d) s",
-		s.d.QuoteIdent(s.table), max(p.From, 1), p.To, retentionSample)
-	longest, err := queryInt(ctx, db, q)
-	if err != nil {
-		return 0, err
-	}
-	return time.Duration(longest.Int64) * time.Microsecond, nil
+	return dialectkit.WrittenRetention(ctx, db, s.d.QuoteIdent(s.table), p)
 }
 
 // droppableAt is when bucket p may be dropped: once its end plus the
@@ -236,25 +241,14 @@ func bucketSuffix(from int64, width time.Duration) string {
 
 // countRows counts the rows of the quoted table, -1 when it cannot.
 func countRows(ctx context.Context, db dialectkit.DB, quoted string) int64 {
-	n, err := queryInt(ctx, db, "SELECT count(*) FROM "+quoted)
-	if err != nil || !n.Valid {
+	rows, err := db.QueryContext(ctx, "SELECT count(*) FROM "+quoted)
+	if err != nil {
+		return -1
+	}
+	defer rows.Close()
+	var n sql.NullInt64
+	if !rows.Next() || rows.Scan(&n) != nil || !n.Valid {
 		return -1
 	}
 	return n.Int64
-}
-
-// queryInt runs q, which returns one integer (or NULL), on db.
-func queryInt(ctx context.Context, db dialectkit.DB, q string) (sql.NullInt64, error) {
-	var n sql.NullInt64
-	rows, err := db.QueryContext(ctx, q)
-	if err != nil {
-		return n, err
-	}
-	defer rows.Close()
-	if rows.Next() {
-		if err := rows.Scan(&n); err != nil {
-			return n, err
-		}
-	}
-	return n, rows.Err()
 }

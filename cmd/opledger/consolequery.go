@@ -306,8 +306,8 @@ func (b *consoleBackend) partitions(ctx context.Context, v *console.LedgerView) 
 		v.Partitions = append(v.Partitions, p)
 	}
 	if rows.Err() == nil && len(v.Partitions) > 0 {
-		v.PartitionsNote = "Partitioned by the key's birth (born_at): opledger sweep drops a day's partition once every key it can hold is refused " +
-			"as expired. Entries are pg_class.reltuples (the planner's estimate; 0 before the first ANALYZE)."
+		v.PartitionsNote = "Partitioned by the key's birth (born_at): opledger sweep drops a bucket (a partition of a day's births, or of its width) once every key it can hold " +
+			"is refused as expired and the retention its entries were written with has passed (opledger stats shows when). Entries are pg_class.reltuples (the planner's estimate; 0 before the first ANALYZE)."
 	}
 }
 

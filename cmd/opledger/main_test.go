@@ -83,6 +83,8 @@ func TestErrorsAreOneLine(t *testing.T) {
 		{"migrate", "export", "--dialect", "oracle", "--dir", "out"},
 		{"sweep", "--lock-wait", "-1s"},
 		{"sweep", "--bucket-width", "-1h"},
+		{"sweep", "--retention", "0s"},
+		{"sweep", "--retention", "1h", "--clock-skew", "1h"},
 	}
 	for _, args := range cases {
 		code, _, errs := runCmd(t, args...)

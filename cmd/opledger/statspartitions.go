@@ -26,8 +26,13 @@ type partitionStat struct {
 	RowsEstimate int64 `json:"rows_estimate"`
 	// DroppableAt is when the sweep drops a bucket: its end plus the
 	// retention plus the clock skew, once every key it can hold is
-	// refused as expired.
+	// refused as expired; the retention is the longer of --retention and
+	// the one its entries were written with (WrittenRetention).
 	DroppableAt *time.Time `json:"droppable_at,omitempty"`
+	// WrittenRetention is the longest retention among a sample of the
+	// bucket's entries (expires_at - born_at), as the sweep reads it
+	// before a drop; empty for an empty bucket.
+	WrittenRetention string `json:"written_retention,omitempty"`
 }
 
 // readPartitions lists table's partitions by born_at from the catalog;
@@ -51,7 +56,14 @@ func readPartitions(ctx context.Context, db *sql.DB, d dialects.Dialect, table s
 				ps.BornFrom = new(time.UnixMicro(p.From).UTC())
 			}
 			ps.BornBefore = new(time.UnixMicro(p.To).UTC())
-			ps.DroppableAt = new(time.UnixMicro(p.To).UTC().Add(lw.retention + lw.skew))
+			written, err := dialectkit.WrittenRetention(ctx, db, d.QuoteIdent(table), p)
+			if err != nil {
+				return nil, err
+			}
+			if written > 0 {
+				ps.WrittenRetention = written.String()
+			}
+			ps.DroppableAt = new(time.UnixMicro(p.To).UTC().Add(max(lw.retention, written) + lw.skew))
 		case dialectkit.Unborn:
 			ps.Kind = "unborn"
 		default:
@@ -84,7 +96,11 @@ func printPartitions(tw io.Writer, parts []partitionStat, unavailable string) {
 			if p.BornFrom != nil {
 				born = p.BornFrom.Format(time.RFC3339) + " to " + p.BornBefore.Format(time.RFC3339)
 			}
-			fmt.Fprintf(tw, "  %s\tbucket: born %s, %s, droppable at %s\n", p.Name, born, rows, p.DroppableAt.Format(time.RFC3339))
+			kept := ""
+			if p.WrittenRetention != "" {
+				kept = ", written to be kept " + p.WrittenRetention
+			}
+			fmt.Fprintf(tw, "  %s\tbucket: born %s, %s%s, droppable at %s\n", p.Name, born, rows, kept, p.DroppableAt.Format(time.RFC3339))
 		case "unborn":
 			fmt.Fprintf(tw, "  %s\tkeys without a known birth, %s\n", p.Name, rows)
 		default:
