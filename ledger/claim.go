@@ -80,7 +80,7 @@ func (s *txStore[TX]) claim(ctx context.Context, tx TX, req ClaimRequest) (*Clai
 		},
 	}
 	if s.oneStatement {
-		p.one = q.Claim
+		p.one = s.claimByHour(q.Claim, req.Identity.birth)
 	}
 	return s.insertFirst(ctx, tx, req, q.Select, p)
 }

@@ -199,7 +199,8 @@ func TestPartitionDropMovesOut(t *testing.T) {
 // partitioned table lock the one partition of the key's birth, not every
 // partition: PostgreSQL locks each partition a generic plan names at each
 // execution, which cost claims on the partitioned table about a third of
-// their rate. The statements name their hour of birth as literals.
+// their rate. The statements name their hour of birth as literals; the
+// one-statement claim (WithOneStatementClaim) too.
 func TestGenericPlansLockOnePartition(t *testing.T) {
 	t.Parallel()
 	forEachPartitioned(t, 2, func(t *testing.T, e *env) {
@@ -207,8 +208,11 @@ func TestGenericPlansLockOnePartition(t *testing.T) {
 		if n := len(testdb.Partitions(t, e.DB, e.Dialect, e.Table)); n < 3 {
 			t.Fatalf("%d partitions: want several for the test to mean something", n)
 		}
+		one, err := ledger.New(e.Dialect, ledger.WithTable(e.Table), ledger.WithOneStatementClaim())
+		if err != nil {
+			t.Fatal(err)
+		}
 		born := time.Now().Add(-time.Minute)
-		id := testdb.ID(t, "tenant-a", method, keybirth.New(born))
 		locked := func(tx *sql.Tx) int {
 			t.Helper()
 			var n int
@@ -218,33 +222,40 @@ func TestGenericPlansLockOnePartition(t *testing.T) {
 			}
 			return n
 		}
-		for round, step := range []string{"claim and complete", "replay", "lookup"} {
-			tx, err := e.DB.BeginTx(ctx, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := tx.ExecContext(ctx, "SET LOCAL plan_cache_mode = force_generic_plan"); err != nil {
-				t.Fatal(err)
-			}
-			switch round {
-			case 0, 1:
-				c, err := e.l.Claim(ctx, tx, ledger.ClaimRequest{Identity: id, Fingerprint: fp("generic")})
-				if err == nil && c.Acquired() {
-					err = e.l.Complete(ctx, tx, c, ledger.Result{Response: []byte("done")})
+		for _, form := range []struct {
+			name string
+			l    *ledger.Store
+		}{{"", e.l}, {"OneStatement", one}} {
+			id := testdb.ID(t, "tenant-a", method+form.name, keybirth.New(born))
+			for round, step := range []string{"claim and complete", "replay", "lookup"} {
+				step = form.name + " " + step
+				tx, err := e.DB.BeginTx(ctx, nil)
+				if err != nil {
+					t.Fatal(err)
 				}
-				if err != nil || c.Acquired() != (round == 0) {
-					t.Fatalf("%s: %+v, %v", step, c, err)
+				if _, err := tx.ExecContext(ctx, "SET LOCAL plan_cache_mode = force_generic_plan"); err != nil {
+					t.Fatal(err)
 				}
-			case 2:
-				if _, err := e.l.Lookup(ctx, tx, id); err != nil {
-					t.Fatalf("%s: %v", step, err)
+				switch round {
+				case 0, 1:
+					c, err := form.l.Claim(ctx, tx, ledger.ClaimRequest{Identity: id, Fingerprint: fp("generic")})
+					if err == nil && c.Acquired() {
+						err = form.l.Complete(ctx, tx, c, ledger.Result{Response: []byte("done")})
+					}
+					if err != nil || c.Acquired() != (round == 0) {
+						t.Fatalf("%s: %+v, %v", step, c, err)
+					}
+				case 2:
+					if _, err := form.l.Lookup(ctx, tx, id); err != nil {
+						t.Fatalf("%s: %v", step, err)
+					}
 				}
-			}
-			if n := locked(tx); n != 1 {
-				t.Errorf("%s under generic plans locked %d partitions, want the key's alone", step, n)
-			}
-			if err := tx.Commit(); err != nil {
-				t.Fatal(err)
+				if n := locked(tx); n != 1 {
+					t.Errorf("%s under generic plans locked %d partitions, want the key's alone", step, n)
+				}
+				if err := tx.Commit(); err != nil {
+					t.Fatal(err)
+				}
 			}
 		}
 	}, "postgres")

@@ -166,7 +166,7 @@ func (s *txStore[TX]) completeCommit(ctx context.Context, p ledgerkit.Pipeline[T
 		return p.Commit(ctx, tx)
 	}
 	pq, _ := s.pipelineQueries(0)
-	execErr, commitErr := p.ExecCommit(ctx, tx, pq.Complete, s.completeArgs(c, r)...)
+	execErr, commitErr := p.ExecCommit(ctx, tx, s.pipelinedComplete(pq, c.Identity.birth), s.completeArgs(c, r)...)
 	if execErr != nil {
 		_ = p.Rollback(ctx, tx)
 		if s.piper.NotPending(execErr) {

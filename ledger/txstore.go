@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync"
 	"time"
 
@@ -288,6 +289,31 @@ func (s *txStore[TX]) byHour(q string, born int64) string {
 		return q
 	}
 	return q + dialectkit.HourOfBirth(born)
+}
+
+// claimByHour returns the one-statement claim q for a key born at born,
+// with the hour of its birth after its read's WHERE when the dialect
+// prunes by hour (see byHour).
+func (s *txStore[TX]) claimByHour(q string, born int64) string {
+	if s.byBirth == nil || !s.byBirth.PruneByHour || s.byBirth.ClaimHour == "" {
+		return q
+	}
+	i := strings.Index(q, s.byBirth.ClaimHour)
+	if i < 0 {
+		return q
+	}
+	i += len(s.byBirth.ClaimHour)
+	return q[:i] + dialectkit.HourOfBirth(born) + q[i:]
+}
+
+// pipelinedComplete returns pq's completion for a key born at born, with
+// the hour of its birth where the completion's WHERE ends when the
+// dialect prunes by hour (see byHour).
+func (s *txStore[TX]) pipelinedComplete(pq *dialectkit.PipelineQueries, born int64) string {
+	if s.byBirth == nil || !s.byBirth.PruneByHour || pq.CompleteHour <= 0 || pq.CompleteHour > len(pq.Complete) {
+		return pq.Complete
+	}
+	return pq.Complete[:pq.CompleteHour] + dialectkit.HourOfBirth(born) + pq.Complete[pq.CompleteHour:]
 }
 
 // readArgs are the arguments of Select and Lookup for id: its digest,

@@ -194,3 +194,67 @@ func TestSweepPartitionedHandles(t *testing.T) {
 		t.Fatalf("sweep of a table not partitioned on a *pgx.Conn: %d %v, want 1", n, err)
 	}
 }
+
+// TestCompletionsWaitOnNoOtherBucket: under generic plans (what pgx's
+// cached prepared statements run after five executions), a claim and its
+// completion, pipelined or one statement at a time, lock the key's bucket
+// alone: with another bucket locked exclusively (as a drop's detach or a
+// drop does), both finish well within a lock timeout. Without the hour of
+// the key's birth in the completion, its generic plan would lock every
+// partition and wait.
+func TestCompletionsWaitOnNoOtherBucket(t *testing.T) {
+	testdb.Parallel(t, "postgres", 2)
+	cfg := testdb.PgxConfig(t, "", 1, nil)
+	cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+	cfg.ConnConfig.RuntimeParams["lock_timeout"] = "2s"
+	e := newEnvOn(t, testdb.OpenPgx(t, cfg), nil)
+	d := postgres.New()
+	ctx := context.Background()
+	here, ok := dialectkit.BucketOf(testdb.Partitions(t, e.db, d, e.table), time.Now())
+	if !ok {
+		t.Fatalf("no bucket holds the births of now")
+	}
+	var other string
+	for _, p := range testdb.Partitions(t, e.db, d, e.table) {
+		if p.Kind == dialectkit.Bucket && p.Name != here.Name {
+			other = p.Name
+			break
+		}
+	}
+	if other == "" {
+		t.Fatalf("one bucket only: want another to lock")
+	}
+	locker := testdb.OpenPgx(t, testdb.PgxConfig(t, "", 1, nil))
+	held, err := locker.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Rollback(ctx)
+	if _, err := held.Exec(ctx, "LOCK TABLE "+d.QuoteIdent(other)+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		r := ledger.ClaimRequest{
+			Identity:    testdb.ID(t, "svc-a", "/pay.v1.Payments/Create", keybirth.New(time.Now())),
+			Fingerprint: ledger.FingerprintOf([]byte("pipelined")),
+		}
+		e.claimDone(t, e.s, r)
+
+		r.Identity = testdb.ID(t, "svc-a", "/pay.v1.Payments/Create", keybirth.New(time.Now()))
+		tx, err := e.pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := e.s.Claim(ctx, tx, r)
+		if err == nil && c.Acquired() {
+			err = e.s.Complete(ctx, tx, c, result("done"))
+		}
+		if err != nil || !c.Acquired() {
+			_ = tx.Rollback(ctx)
+			t.Fatalf("round %d: one statement at a time, with bucket %s locked: %+v %v", i, other, c, err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -45,9 +46,12 @@ func (t *ptx) stmt(ctx context.Context, query string) (string, error) {
 
 // stmt returns what to queue for query on conn: with prepare set, the
 // name it is prepared under on conn (preparing it on first use: a round
-// trip, once per connection), else the text itself.
+// trip, once per connection), else the text itself. The completion of a
+// given hour of birth (Store.hourly) is queued as text: with prepare set,
+// pgx's statement cache prepares it on first use, a round trip once per
+// connection and hour, and bounds how many such texts a connection keeps.
 func (s *Store) stmt(ctx context.Context, conn *pgx.Conn, prepare bool, query string) (string, error) {
-	if !prepare {
+	if !prepare || s.hourly != "" && strings.HasPrefix(query, s.hourly) {
 		return query, nil
 	}
 	name := s.name(query)

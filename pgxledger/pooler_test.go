@@ -69,6 +69,9 @@ func TestPgBouncerStatementErrors(t *testing.T) {
 	d := pgdialect.New()
 	q, rq, bq := d.Queries(p.Table), d.RecordQueries(p.Table), d.BirthQueries(p.Table)
 	pq, _ := d.PipelineQueries(p.Table, 0)
+	// The pipelined completion of a key without a birth, as the ledger
+	// sends it: with the hour of its birth where its WHERE ends.
+	pqComplete := pq.Complete[:pq.CompleteHour] + dialectkit.HourOfBirth(0) + pq.Complete[pq.CompleteHour:]
 	// The table is partitioned by birth (migration 00005): Sweep on the
 	// pool deletes from the partition of keys without a birth by its own
 	// name.
@@ -145,7 +148,7 @@ func TestPgBouncerStatementErrors(t *testing.T) {
 		{"complete", []string{bq.Complete + dialectkit.HourOfBirth(0)}, claimComplete, nil},
 		{"record", []string{rq.Insert}, record, nil},
 		{"pipelined claim", []string{q.Insert}, pipelinedFirst, nil},
-		{"pipelined complete", []string{pq.Complete}, pipelinedFirst, notCommitted},
+		{"pipelined complete", []string{pqComplete}, pipelinedFirst, notCommitted},
 		{"COMMIT claim first", []string{"commit"}, pipelinedFirst, notCommitted},
 		{"pipelined record", []string{pq.Record}, pipelinedAtCommit, notCommitted},
 		{"COMMIT at commit", []string{"commit"}, pipelinedAtCommit, notCommitted},

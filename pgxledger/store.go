@@ -73,6 +73,11 @@ type Store struct {
 	// transaction is aborted (the entry's read-back, COMMIT and ROLLBACK),
 	// when nothing but a ROLLBACK can be prepared.
 	always []string
+	// hourly starts the pipelined completion up to the hour of the key's
+	// birth it ends its WHERE with (see dialectkit.BirthQueries.PruneByHour):
+	// a text per hour, which goes to pgx's own statement cache, bounded
+	// and deallocating what it evicts, instead of a name of the Store's.
+	hourly string
 	// prepares records, per pool, whether its connections cache prepared
 	// statements (pgx.QueryExecModeCacheStatement, the default).
 	prepares sync.Map // *pgxpool.Pool → bool
@@ -121,11 +126,16 @@ func New(opts ...ledger.Option) (*Store, error) {
 	}
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{})
-	return &Store{
+	d := pgdialect.New()
+	s := &Store{
 		core:   core,
 		closed: pgx.FailedBatchResults(b, pgx.ErrTxClosed).Tx(),
-		always: []string{pgdialect.New().BirthQueries(core.Table()).Select, "commit", "rollback"},
-	}, nil
+		always: []string{d.BirthQueries(core.Table()).Select, "commit", "rollback"},
+	}
+	if pq, ok := d.PipelineQueries(core.Table(), 0); ok && d.BirthQueries(core.Table()).PruneByHour && pq.CompleteHour > 0 {
+		s.hourly = pq.Complete[:pq.CompleteHour] + " AND born_at "
+	}
+	return s, nil
 }
 
 // Claim claims req.Identity inside tx, the caller's transaction, in one

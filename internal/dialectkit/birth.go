@@ -38,12 +38,18 @@ type BirthQueries struct {
 	Lookup   string
 	// PruneByHour, when set, has the ledger end Select, Complete and
 	// Lookup (each of which ends in its WHERE) with HourOfBirth's range
-	// of born_at as literals where it runs them on their own (not in the
-	// pipelined forms, whose statements are prepared ahead): the plan a
-	// driver's prepared statement caches then names the one or two
-	// partitions of that hour instead of every partition, which
-	// PostgreSQL would lock at each execution of a generic plan.
+	// of born_at as literals, and put it into the pipelined completion
+	// too (PipelineQueries.CompleteHour): the plan a driver's prepared
+	// statement caches then names the one or two partitions of that hour
+	// instead of every partition, which PostgreSQL would lock at each
+	// execution of a generic plan. The read-back after a pipelined
+	// conflict keeps the plain Select: it is prepared ahead, before the
+	// transaction it reads after can abort.
 	PruneByHour bool
+	// ClaimHour, when PruneByHour is set, is the text of the one-statement
+	// claim ([dialects.Queries].Claim) after which the ledger puts
+	// HourOfBirth's range: the end of the WHERE of its read of the entry.
+	ClaimHour string
 }
 
 // HourOfBirth returns the condition on born_at, as literals, of the hour

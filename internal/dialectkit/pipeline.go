@@ -34,6 +34,11 @@ type PipelineQueries struct {
 	// which [Pipeliner.NotPending] reports true, unless it completed
 	// exactly one entry.
 	Complete string
+	// CompleteHour, when positive, is the offset in Complete at which the
+	// completion's own WHERE ends: where the ledger puts [HourOfBirth]'s
+	// range for a dialect whose [BirthQueries].PruneByHour is set, as it
+	// does for the completion run on its own.
+	CompleteHour int
 	// Record inserts a completed entry, as [RecordQueries.Insert] (its
 	// arguments without now), and fails with an error classified as
 	// [dialects.ClassUniqueViolation] when the identity exists, whether its entry

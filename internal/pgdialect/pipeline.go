@@ -25,7 +25,8 @@ const notPending = "opledger: entry not pending"
 // query counts the rows it completed and, unless there was exactly one,
 // casts a message to an integer: the statement fails with SQLSTATE 22P02
 // and a message that starts "opledger: entry not pending", and the COMMIT
-// sent after it does not run. Record is the plain INSERT of the completed
+// sent after it does not run; CompleteHour is where the completion's
+// WHERE ends, before RETURNING. Record is the plain INSERT of the completed
 // entry without ON CONFLICT: on any conflict it fails with 23505 (or, at
 // REPEATABLE READ and SERIALIZABLE, 40001), so the COMMIT after it does
 // not commit the work's writes. ok is false for a negative wait.
@@ -38,9 +39,11 @@ func (d Dialect) PipelineQueries(table string, wait time.Duration) (dialectkit.P
 		lw = strconv.FormatInt(units.Millis(wait), 10)
 	}
 	t := d.QuoteIdent(table)
+	head := `WITH done AS (` + d.BirthQueries(table).Complete
 	return dialectkit.PipelineQueries{
-		Complete: `WITH done AS (` + d.BirthQueries(table).Complete + ` RETURNING 1) ` +
+		Complete: head + ` RETURNING 1) ` +
 			`SELECT CASE WHEN count(*) = 1 THEN 1 ELSE ('` + notPending + ` (' || count(*) || ' rows)')::int END FROM done`,
+		CompleteHour:  len(head),
 		Record:        d.recordInsert(table, lw, false),
 		DeleteExpired: `DELETE FROM ` + t + ` WHERE id = $1 AND expires_at <= $2`,
 	}, true

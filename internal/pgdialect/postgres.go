@@ -62,6 +62,7 @@ func (d Dialect) BirthQueries(table string) dialectkit.BirthQueries {
 			`WHERE id = $5 AND born_at = $6 AND completed_at IS NULL`,
 		Lookup:      `SELECT ` + columns + ` FROM ` + t + ` WHERE id = $1 AND born_at = $2`,
 		PruneByHour: true,
+		ClaimHour:   ` WHERE id = $1 AND born_at = $7`,
 	}
 }
 
