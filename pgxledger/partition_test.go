@@ -201,7 +201,8 @@ func TestSweepPartitionedHandles(t *testing.T) {
 // alone: with another bucket locked exclusively (as a drop's detach or a
 // drop does), both finish well within a lock timeout. Without the hour of
 // the key's birth in the completion, its generic plan would lock every
-// partition and wait.
+// partition and wait. The pipelined completion of an hour is prepared by
+// pgx's statement cache, not under a name of the Store's.
 func TestCompletionsWaitOnNoOtherBucket(t *testing.T) {
 	testdb.Parallel(t, "postgres", 2)
 	cfg := testdb.PgxConfig(t, "", 1, nil)
@@ -256,5 +257,16 @@ func TestCompletionsWaitOnNoOtherBucket(t *testing.T) {
 		if err := tx.Commit(ctx); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// The pipelined completion of an hour is in pgx's statement cache
+	// (which bounds them), not under a name of the Store's, on the pool's
+	// one connection.
+	var named, cached int
+	if err := e.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE name LIKE 'opledger\_%'), count(*) FILTER (WHERE name LIKE 'stmtcache\_%')
+		FROM pg_prepared_statements WHERE statement LIKE 'WITH done AS (%born\_at >= %'`).Scan(&named, &cached); err != nil {
+		t.Fatal(err)
+	}
+	if named != 0 || cached == 0 {
+		t.Errorf("the pipelined completion of this hour: prepared under %d names of the Store's and %d of pgx's cache, want none and one (two across an hour)", named, cached)
 	}
 }

@@ -73,8 +73,8 @@ type Store struct {
 	// transaction is aborted (the entry's read-back, COMMIT and ROLLBACK),
 	// when nothing but a ROLLBACK can be prepared.
 	always []string
-	// hourly starts the pipelined completion up to the hour of the key's
-	// birth it ends its WHERE with (see dialectkit.BirthQueries.PruneByHour):
+	// hourly starts the pipelined completion, up to where the hour of the
+	// key's birth ends its WHERE (see dialectkit.BirthQueries.PruneByHour):
 	// a text per hour, which goes to pgx's own statement cache, bounded
 	// and deallocating what it evicts, instead of a name of the Store's.
 	hourly string
@@ -133,7 +133,7 @@ func New(opts ...ledger.Option) (*Store, error) {
 		always: []string{d.BirthQueries(core.Table()).Select, "commit", "rollback"},
 	}
 	if pq, ok := d.PipelineQueries(core.Table(), 0); ok && d.BirthQueries(core.Table()).PruneByHour && pq.CompleteHour > 0 {
-		s.hourly = pq.Complete[:pq.CompleteHour] + " AND born_at "
+		s.hourly = pq.Complete[:pq.CompleteHour]
 	}
 	return s, nil
 }
