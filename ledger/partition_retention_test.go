@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -128,8 +129,9 @@ func TestBucketWidth(t *testing.T) {
 // it out into a table of its own and dropping that, so no table of the
 // move is left; a table such a move left behind (a sweep that died
 // between its two statements) goes with the next drop, and tables whose
-// names only look alike are kept. The entries of the dropped bucket are
-// gone; the other buckets' are kept.
+// names only look alike are kept (on TiDB, which drops the partition and
+// moves nothing out, every such table is kept). The entries of the
+// dropped bucket are gone; the other buckets' are kept.
 func TestPartitionDropMovesOut(t *testing.T) {
 	t.Parallel()
 	forEachPartitioned(t, 4, func(t *testing.T, e *env) {
@@ -174,8 +176,13 @@ func TestPartitionDropMovesOut(t *testing.T) {
 			t.Fatal(err)
 		}
 		rows.Close()
+		if testdb.TiDB(e.Dialect) {
+			// TiDB's bucket goes by DROP PARTITION: nothing is moved out,
+			// so no table named like a move's is the sweep's to drop.
+			alike = append(alike, leftover)
+		}
 		for name := range tables {
-			if strings.HasSuffix(name, "_dropping") && name != e.Table+"_notes_dropping" && name != e.Table+"_p2020x_dropping" {
+			if strings.HasSuffix(name, "_dropping") && !slices.Contains(alike, name) {
 				t.Errorf("table %s left after the sweep", name)
 			}
 		}
