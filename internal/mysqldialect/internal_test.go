@@ -151,3 +151,67 @@ func TestMigrationLockRetries(t *testing.T) {
 		t.Fatalf("the error until the context ends: %v", err)
 	}
 }
+
+// ddlDB is a dialectkit.DB whose ExecContext answers each statement with
+// the next of errs (nil once they run out), recording the statements.
+type ddlDB struct {
+	errs  []error
+	stmts []string
+}
+
+func (f *ddlDB) ExecContext(_ context.Context, q string, _ ...any) (sql.Result, error) {
+	f.stmts = append(f.stmts, q)
+	if len(f.errs) == 0 {
+		return nil, nil
+	}
+	err := f.errs[0]
+	f.errs = f.errs[1:]
+	return nil, err
+}
+
+func (f *ddlDB) QueryContext(context.Context, string, ...any) (*sql.Rows, error) {
+	return nil, errors.New("ddlDB: no queries")
+}
+
+// TestDropPartitionSchemaChanged: TiDB refuses a DROP PARTITION during
+// which another DDL changed the schema (8028, 8027: try again); the TiDB
+// variant runs it again, up to ddlAttempts times, and takes a partition
+// its earlier run dropped (1507) as dropped. Seen against TiDB when
+// other tests created tables meanwhile.
+func TestDropPartitionSchemaChanged(t *testing.T) {
+	changed := &gomysql.MySQLError{Number: tidbInfoSchemaChanged, Message: "Information schema is changed during the execution of the statement"}
+	expired := &gomysql.MySQLError{Number: tidbInfoSchemaExpired, Message: "Information schema is out of date"}
+	gone := &gomysql.MySQLError{Number: erDropPartitionNotExist, Message: "Error in list of partitions to DROP"}
+	other := &gomysql.MySQLError{Number: 1146, Message: "Table doesn't exist"}
+	p := dialectkit.Partition{Name: "p20261206", Kind: dialectkit.Bucket}
+	cases := []struct {
+		name  string
+		errs  []error
+		runs  int
+		fails bool
+	}{
+		{"once", nil, 1, false},
+		{"after two changes", []error{changed, expired}, 3, false},
+		{"dropped by the run that was refused", []error{changed, gone}, 2, false},
+		{"changed every time", []error{changed, changed, changed, changed, changed, changed}, ddlAttempts, true},
+		{"another error", []error{other}, 1, true},
+	}
+	for _, c := range cases {
+		db := &ddlDB{errs: c.errs}
+		err := NewTiDB().DropPartition(context.Background(), db, "ledger", p)
+		if (err != nil) != c.fails || len(db.stmts) != c.runs {
+			t.Errorf("%s: %v after %d statements, want failure %v after %d", c.name, err, len(db.stmts), c.fails, c.runs)
+		}
+		for _, s := range db.stmts {
+			if s != "ALTER TABLE `ledger` DROP PARTITION `p20261206`" {
+				t.Errorf("%s: ran %q", c.name, s)
+			}
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	db := &ddlDB{errs: []error{changed, changed}}
+	if err := NewTiDB().DropPartition(ctx, db, "ledger", p); !errors.Is(err, changed) || len(db.stmts) != 1 {
+		t.Errorf("cancelled: %v after %d statements, want the refusal after 1", err, len(db.stmts))
+	}
+}

@@ -109,7 +109,9 @@ const (
 // CreatePartition adds the bucket below to after the last one, by
 // reorganising the MAXVALUE partition into the bucket and itself (rows of
 // the catch-all below to move into the bucket). A bucket another sweep
-// added meanwhile is no error (created false).
+// added meanwhile is no error (created false). A statement that TiDB
+// refused because another DDL changed the schema meanwhile runs again
+// (see ddl).
 func (d Dialect) CreatePartition(ctx context.Context, db dialectkit.DB, table, suffix string, from, to int64) (bool, error) {
 	parts, ok, err := d.Partitions(ctx, db, table)
 	if err != nil || !ok {
@@ -117,14 +119,40 @@ func (d Dialect) CreatePartition(ctx context.Context, db dialectkit.DB, table, s
 	}
 	last := parts[len(parts)-1]
 	if last.Kind != dialectkit.CatchAll {
-		_, err := db.ExecContext(ctx, `ALTER TABLE `+d.QuoteIdent(table)+` ADD PARTITION (PARTITION `+d.QuoteIdent(suffix)+
-			` VALUES LESS THAN (`+strconv.FormatInt(to, 10)+`))`)
-		return created(err)
+		return created(ddl(ctx, db, `ALTER TABLE `+d.QuoteIdent(table)+` ADD PARTITION (PARTITION `+d.QuoteIdent(suffix)+
+			` VALUES LESS THAN (`+strconv.FormatInt(to, 10)+`))`))
 	}
-	_, err = db.ExecContext(ctx, `ALTER TABLE `+d.QuoteIdent(table)+` REORGANIZE PARTITION `+d.QuoteIdent(last.Name)+
+	return created(ddl(ctx, db, `ALTER TABLE `+d.QuoteIdent(table)+` REORGANIZE PARTITION `+d.QuoteIdent(last.Name)+
 		` INTO (PARTITION `+d.QuoteIdent(suffix)+` VALUES LESS THAN (`+strconv.FormatInt(to, 10)+`), PARTITION `+
-		d.QuoteIdent(last.Name)+` VALUES LESS THAN MAXVALUE)`)
-	return created(err)
+		d.QuoteIdent(last.Name)+` VALUES LESS THAN MAXVALUE)`))
+}
+
+// ddlAttempts bounds how often ddl runs a statement of partition
+// maintenance that TiDB refused because the schema changed while it ran.
+const ddlAttempts = 5
+
+// ddl runs stmt, a statement of partition maintenance, on db. TiDB refuses
+// a statement during which another DDL, on any table of the cluster,
+// changed the schema (8028 "Information schema is changed", 8027), and
+// says to try again: ddl runs it again, up to ddlAttempts times in all.
+// Each such statement is safe to repeat: a bucket another run of it
+// added or dropped is answered as added or gone (1517, 1507), which the
+// callers take as done. MySQL and MariaDB never send those codes.
+func ddl(ctx context.Context, db dialectkit.DB, stmt string) error {
+	var err error
+	for range ddlAttempts {
+		if _, err = db.ExecContext(ctx, stmt); !schemaChanged(err) || ctx.Err() != nil {
+			return err
+		}
+	}
+	return err
+}
+
+// schemaChanged reports whether err is TiDB's refusal of a statement
+// during which the schema changed (8028, 8027).
+func schemaChanged(err error) bool {
+	var me *gomysql.MySQLError
+	return errors.As(err, &me) && (me.Number == tidbInfoSchemaChanged || me.Number == tidbInfoSchemaExpired)
 }
 
 // created is CreatePartition's answer for err.
@@ -148,14 +176,15 @@ func created(err error) (bool, error) {
 // too long, it drops the partition (ALTER TABLE … DROP PARTITION), as it
 // does on TiDB, whose DROP PARTITION changes metadata only and removes
 // the rows in the background. Either waits for the transactions that
-// hold the table.
+// hold the table. A DROP PARTITION that TiDB refused because another DDL
+// changed the schema meanwhile runs again (see ddl).
 func (d Dialect) DropPartition(ctx context.Context, db dialectkit.DB, table string, p dialectkit.Partition) error {
 	if gone := droppingName(table, p.Name); !d.tidb && len(gone) <= maxIdent {
 		if done, err := d.moveOutAndDrop(ctx, db, table, p.Name, gone); done || err != nil {
 			return err
 		}
 	}
-	_, err := db.ExecContext(ctx, `ALTER TABLE `+d.QuoteIdent(table)+` DROP PARTITION `+d.QuoteIdent(p.Name))
+	err := ddl(ctx, db, `ALTER TABLE `+d.QuoteIdent(table)+` DROP PARTITION `+d.QuoteIdent(p.Name))
 	var me *gomysql.MySQLError
 	if errors.As(err, &me) && me.Number == erDropPartitionNotExist {
 		return nil
