@@ -61,7 +61,8 @@ func TestParseTiDBDSN(t *testing.T) {
 }
 
 // TestDetectMySQL: behind a mysql:// URL openDB asks the server; MariaDB
-// keeps the InnoDB dialect and the DSN as given.
+// keeps the InnoDB dialect and the DSN as given, TiDB gets the TiDB
+// dialect and pessimistic transactions in the DSN.
 func TestDetectMySQL(t *testing.T) {
 	raw := os.Getenv(testdb.EnvMySQL)
 	if raw == "" {
@@ -77,6 +78,12 @@ func TestDetectMySQL(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
+	if testdb.TiDB(testdb.MySQLDialect(t)) {
+		if tg.dialect != mysql.NewTiDB() || tg.detect != nil || !strings.Contains(tg.dsn, "tidb_txn_mode=%27pessimistic%27") {
+			t.Fatalf("on TiDB: %+v", tg)
+		}
+		return
+	}
 	if tg.dialect != mysql.New() || tg.detect != nil || tg.dsn != cfg.FormatDSN() {
 		t.Fatalf("%+v", tg)
 	}
