@@ -74,7 +74,8 @@ func putHostile(t *testing.T, e *opEnv, outboxTable string, now time.Time) hosti
 	ctx := context.Background()
 	d := e.tg.dialect
 	long, longID, longText := consoleLong(100_000), consoleLong(100_000), consoleLong(100_000)
-	if d.Name() == "mysql" || d.Name() == "tidb" {
+	mysqlColumns := d.Name() == "mysql" || d.Name() == "tidb" // the MySQL dialect's column sizes
+	if mysqlColumns {
 		longID, longText = consoleLong(500), consoleLong(60_000)
 	}
 	values := append(append([]string{}, consoleHostile...), "long")
@@ -106,7 +107,7 @@ func putHostile(t *testing.T, e *opEnv, outboxTable string, now time.Time) hosti
 		hs.entryIDs = append(hs.entryIDs, hex.EncodeToString(id[:]))
 		mid := sha256.Sum256([]byte("hostile-message-" + v))
 		key := caller
-		if (d.Name() == "mysql" || d.Name() == "tidb") && len(key) > 255 {
+		if mysqlColumns && len(key) > 255 {
 			key = key[:255]
 		}
 		if _, err := e.db.ExecContext(ctx, oins, mid[:], key, key, caller, []byte(long), created, int64(3), text, created+2); err != nil {
