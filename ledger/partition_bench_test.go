@@ -85,6 +85,14 @@ func rebucket(b *testing.B, db *sql.DB, tg testdb.Target, table string, t0 time.
 //	drop s                   Store.Sweep with a clock past the older bucket's drop time: it
 //	                         drops that bucket (half the entries) and creates the coming ones
 //	claims/s during drop     claims completed while that Sweep ran, per second of it
+//	during reference ddl     the same ratio while an unrelated empty table is created and
+//	                         dropped (five times, in a 10 s run of its own before the drop's):
+//	                         what any change of the catalog costs the claims over its own
+//	                         short window
+//	second of drop           the drop's ratio over the second centred on it (its own window
+//	                         when it lasts longer)
+//	longest claim ms drop    the longest claim that overlapped the drop, beside the 99th
+//	                         percentile of the partitioned runs without it
 //
 // It runs once whatever b.N; the tables are dropped at the end.
 //
@@ -165,14 +173,35 @@ func BenchmarkPartitionDrop(b *testing.B) {
 			// (a drift over the four runs cancels out).
 			const period = 10 * time.Second
 			var rateP, rateU float64
+			var p99P time.Duration
 			for _, st := range []*ledger.Store{l, lu, lu, l} {
-				r, _ := claimFor(b, db, st, period/2, nil)
+				r := claimFor(b, db, st, period/2, nil)
 				if st == l {
-					rateP += r / 2
+					rateP += r.rate / 2
+					p99P = max(p99P, r.p99)
 				} else {
-					rateU += r / 2
+					rateU += r.rate / 2
 				}
 			}
+			// The reference: any change of the catalog, here an unrelated
+			// empty table created and dropped, five times a second apart
+			// from 3 s into 10 s of claims, so that the drop's dip can be
+			// read against what every DDL costs the claims on this machine
+			// over its own short window.
+			ref := tg.Dialect.QuoteIdent(part + "_ref")
+			refRun := claimFor(b, db, l, period, func(mark func(time.Duration)) error {
+				for range 5 {
+					time.Sleep(time.Second)
+					s := time.Now()
+					for _, q := range []string{"CREATE TABLE " + ref + " (id INT PRIMARY KEY)", "DROP TABLE " + ref} {
+						if _, err := db.ExecContext(ctx, q); err != nil {
+							return err
+						}
+					}
+					mark(time.Since(s))
+				}
+				return nil
+			})
 			// The drop: a clock past the oldest bucket's drop time (its end,
 			// t0 + the width, plus the retention and the skew), before the
 			// next one's.
@@ -183,24 +212,31 @@ func BenchmarkPartitionDrop(b *testing.B) {
 			}
 			var dropTook time.Duration
 			var dropped int64
-			rateAll, during := claimFor(b, db, l, period, func() (time.Duration, error) {
+			drop := claimFor(b, db, l, period, func(mark func(time.Duration)) error {
 				time.Sleep(3 * time.Second)
 				s := time.Now()
 				n, err := sweeper.Sweep(ctx, db, 1000)
 				dropTook, dropped = time.Since(s), n
+				mark(dropTook)
 				if errors.Is(err, ledger.ErrInProgress) {
 					err = nil // entries held by claims, left for the next sweep
 				}
-				return dropTook, err
+				return err
 			})
 			b.ReportMetric(rateP, "claims/s-partitioned")
 			b.ReportMetric(rateU, "claims/s-unpartitioned")
 			b.ReportMetric(rateP/rateU, "partitioned/unpartitioned")
 			b.ReportMetric(dropTook.Seconds(), "drop-s")
-			b.ReportMetric(during, "claims/s-during-drop")
-			b.ReportMetric(during/rateP, "during-drop/without")
-			b.Logf("%s, %d entries: claims %.0f/s partitioned, %.0f/s unpartitioned (%.3f×); drop of the oldest bucket (~%d entries) %v, claims during it %.0f/s (%.3f× without), over the whole 10 s with it %.0f/s",
-				tg.Name, rows, rateP, rateU, rateP/rateU, dropped, dropTook.Round(time.Millisecond), during, during/rateP, rateAll)
+			b.ReportMetric(drop.inside, "claims/s-during-drop")
+			b.ReportMetric(drop.inside/rateP, "during-drop/without")
+			b.ReportMetric(drop.second/rateP, "second-of-drop/without")
+			b.ReportMetric(refRun.inside/rateP, "during-reference-ddl/without")
+			b.ReportMetric(float64(drop.longest.Microseconds())/1000, "longest-claim-ms-drop")
+			b.ReportMetric(float64(p99P.Microseconds())/1000, "p99-claim-ms-without")
+			b.Logf("%s, %d entries: claims %.0f/s partitioned, %.0f/s unpartitioned (%.3f×); drop of the oldest bucket (~%d entries) %v, claims during it %.0f/s (%.3f× without), over the second that holds it %.0f/s (%.3f×), over the whole 10 s with it %.0f/s",
+				tg.Name, rows, rateP, rateU, rateP/rateU, dropped, dropTook.Round(time.Millisecond), drop.inside, drop.inside/rateP, drop.second, drop.second/rateP, drop.rate)
+			b.Logf("%s: the reference DDL (an unrelated table created and dropped, 5 times) %v in all, claims during it %.0f/s (%.3f× without); the longest claim that overlapped the drop %v, the reference %v; claims' 99th percentile without either %v",
+				tg.Name, refRun.window.Round(time.Millisecond), refRun.inside, refRun.inside/rateP, drop.longest.Round(time.Millisecond), refRun.longest.Round(time.Millisecond), p99P.Round(time.Millisecond))
 		})
 	}
 }
@@ -234,30 +270,51 @@ func loadPartition(b *testing.B, db *sql.DB, tg testdb.Target, family, table str
 	}
 }
 
+// claimRun is what claimFor measured.
+type claimRun struct {
+	// rate is the claims completed per second over the whole run.
+	rate float64
+	// inside is the rate of the claims that completed within the windows
+	// the function given to claimFor marked, per second of them.
+	inside float64
+	// p99 is the 99th percentile of a claim's time (Claim, Complete,
+	// COMMIT) over the whole run.
+	p99 time.Duration
+	// window is the length of the marked windows, summed.
+	window time.Duration
+	// second is the rate of the claims that completed in the seconds
+	// centred on the marked windows (a window itself when it is longer).
+	second float64
+	// longest is the longest time of a claim that overlapped a marked
+	// window (begun before it ended, ended after it began).
+	longest time.Duration
+}
+
 // claimFor runs 8 workers claiming new UUIDv7 keys (Claim, Complete,
-// COMMIT each) on l for period and returns their rate; with during set,
-// it also runs it once meanwhile and returns the rate of the claims that
-// completed while it ran.
-func claimFor(b *testing.B, db *sql.DB, l *ledger.Store, period time.Duration, during func() (time.Duration, error)) (all, inside float64) {
+// COMMIT each) on l for period and measures them; with during set, it
+// also runs it once meanwhile, and measures the claims that overlapped
+// the windows it marks (mark(took) as a step ends: the took before now).
+func claimFor(b *testing.B, db *sql.DB, l *ledger.Store, period time.Duration, during func(mark func(took time.Duration)) error) claimRun {
 	b.Helper()
 	ctx := context.Background()
+	type span struct{ begin, end time.Time }
 	var (
-		n    atomic.Int64
-		mu   sync.Mutex
-		ends []time.Time
-		wg   sync.WaitGroup
-		stop = make(chan struct{})
+		n     atomic.Int64
+		mu    sync.Mutex
+		spans []span
+		wg    sync.WaitGroup
+		stop  = make(chan struct{})
 	)
 	for range 8 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var mine []time.Time
+			var mine []span
 			for {
 				select {
 				case <-stop:
 					mu.Lock()
-					ends = append(ends, mine...)
+					spans = append(spans, mine...)
 					mu.Unlock()
 					return
 				default:
@@ -267,6 +324,7 @@ func claimFor(b *testing.B, db *sql.DB, l *ledger.Store, period time.Duration, d
 					b.Error(err)
 					return
 				}
+				begin := time.Now()
 				err = inTx(db, func(tx *sql.Tx) error {
 					c, err := l.Claim(ctx, tx, ledger.ClaimRequest{Identity: id, Fingerprint: fp("bench")})
 					if err != nil {
@@ -279,21 +337,24 @@ func claimFor(b *testing.B, db *sql.DB, l *ledger.Store, period time.Duration, d
 					return
 				}
 				n.Add(1)
-				mine = append(mine, time.Now())
+				mine = append(mine, span{begin, time.Now()})
 			}
 		}()
 	}
 	start := time.Now()
-	var from, to time.Time
-	var derr error
-	done := make(chan struct{})
+	type window struct{ from, to time.Time }
+	var (
+		windows []window
+		derr    error
+		done    = make(chan struct{})
+	)
 	if during != nil {
 		go func() {
 			defer close(done)
-			took, err := during()
-			to = time.Now()
-			from = to.Add(-took)
-			derr = err
+			derr = during(func(took time.Duration) {
+				to := time.Now()
+				windows = append(windows, window{to.Add(-took), to})
+			})
 		}()
 	} else {
 		close(done)
@@ -306,15 +367,40 @@ func claimFor(b *testing.B, db *sql.DB, l *ledger.Store, period time.Duration, d
 	if derr != nil {
 		b.Fatalf("during: %v", derr)
 	}
-	if during != nil {
-		sort.Slice(ends, func(i, j int) bool { return ends[i].Before(ends[j]) })
-		k := 0
-		for _, e := range ends {
-			if !e.Before(from) && !e.After(to) {
+	r := claimRun{rate: float64(n.Load()) / elapsed.Seconds()}
+	took := make([]time.Duration, 0, len(spans))
+	for _, s := range spans {
+		took = append(took, s.end.Sub(s.begin))
+	}
+	if len(took) > 0 {
+		sort.Slice(took, func(i, j int) bool { return took[i] < took[j] })
+		r.p99 = took[len(took)*99/100]
+	}
+	if len(windows) == 0 {
+		return r
+	}
+	var k, ks int
+	var seconds time.Duration
+	for _, w := range windows {
+		secFrom, secTo := w.from, w.to
+		if pad := (time.Second - w.to.Sub(w.from)) / 2; pad > 0 {
+			secFrom, secTo = w.from.Add(-pad), w.to.Add(pad)
+		}
+		r.window += w.to.Sub(w.from)
+		seconds += secTo.Sub(secFrom)
+		for _, s := range spans {
+			if !s.end.Before(w.from) && !s.end.After(w.to) {
 				k++
 			}
+			if !s.end.Before(secFrom) && !s.end.After(secTo) {
+				ks++
+			}
+			if s.begin.Before(w.to) && s.end.After(w.from) {
+				r.longest = max(r.longest, s.end.Sub(s.begin))
+			}
 		}
-		inside = float64(k) / to.Sub(from).Seconds()
 	}
-	return float64(n.Load()) / elapsed.Seconds(), inside
+	r.inside = float64(k) / r.window.Seconds()
+	r.second = float64(ks) / seconds.Seconds()
+	return r
 }
