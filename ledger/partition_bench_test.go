@@ -184,10 +184,10 @@ func BenchmarkPartitionDrop(b *testing.B) {
 				}
 			}
 			// The reference: any change of the catalog, here an unrelated
-			// empty table created and dropped, five times a second apart
-			// from 3 s into 10 s of claims, so that the drop's dip can be
-			// read against what every DDL costs the claims on this machine
-			// over its own short window.
+			// empty table created and dropped, once a second for the first
+			// 5 s of 10 s of claims, so that the drop's dip can be read
+			// against what every DDL costs the claims on this machine over
+			// its own short window.
 			ref := tg.Dialect.QuoteIdent(part + "_ref")
 			refRun := claimFor(b, db, l, period, func(mark func(time.Duration)) error {
 				for range 5 {
