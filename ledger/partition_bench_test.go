@@ -6,10 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sort"
+	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -299,7 +298,6 @@ func claimFor(b *testing.B, db *sql.DB, l *ledger.Store, period time.Duration, d
 	ctx := context.Background()
 	type span struct{ begin, end time.Time }
 	var (
-		n     atomic.Int64
 		mu    sync.Mutex
 		spans []span
 		wg    sync.WaitGroup
@@ -336,7 +334,6 @@ func claimFor(b *testing.B, db *sql.DB, l *ledger.Store, period time.Duration, d
 					b.Error(err)
 					return
 				}
-				n.Add(1)
 				mine = append(mine, span{begin, time.Now()})
 			}
 		}()
@@ -367,13 +364,13 @@ func claimFor(b *testing.B, db *sql.DB, l *ledger.Store, period time.Duration, d
 	if derr != nil {
 		b.Fatalf("during: %v", derr)
 	}
-	r := claimRun{rate: float64(n.Load()) / elapsed.Seconds()}
+	r := claimRun{rate: float64(len(spans)) / elapsed.Seconds()}
 	took := make([]time.Duration, 0, len(spans))
 	for _, s := range spans {
 		took = append(took, s.end.Sub(s.begin))
 	}
 	if len(took) > 0 {
-		sort.Slice(took, func(i, j int) bool { return took[i] < took[j] })
+		slices.Sort(took)
 		r.p99 = took[len(took)*99/100]
 	}
 	if len(windows) == 0 {
