@@ -10,6 +10,10 @@ import (
 // and the read-back, so tests can delete the row in that window.
 func SetAfterConflict(s *Store, f func()) { s.core.afterConflict = f }
 
+// DefaultBucketWidth is the sweep's bucket width for a retention, without
+// WithBucketWidth.
+var DefaultBucketWidth = defaultBucketWidth
+
 // OutcomeOf names what a Claim returned, as the ledger's metrics do.
 var OutcomeOf = claimOutcome
 

@@ -276,14 +276,18 @@ func defaultSkew(r time.Duration) time.Duration { return min(time.Minute, r/10) 
 // WithBucketWidth sets the width of the buckets Sweep creates on a table
 // partitioned by the keys' birth (PostgreSQL, MySQL/MariaDB/TiDB; see
 // docs/operations.md): each bucket holds the keys born in d, and is
-// dropped whole. Without it the sweep goes on with the width of the
-// table's newest bucket (a day, as the migrations create them). A
-// narrower bucket makes each drop shorter (it removes d's worth of
-// entries), at the cost of more partitions. New buckets take the width
-// after the ones that exist, so a table changes width gradually, without
-// a migration. d must divide a day, or be a whole number of days, and be
-// at least a minute. Sweep then creates buckets ahead for a day or two
-// buckets, whichever is longer, so it must run at least that often.
+// dropped whole. Without it the width follows the retention: a 24th of
+// it, rounded down to a width that divides a day or is whole days, and
+// at least an hour (an hour for the default retention, six hours for a
+// week, a day for 30 days), so that a table holds about 24 buckets of
+// kept keys whatever its retention. Give the same d to every sweeper of
+// a table, as its retention. A narrower bucket makes each drop shorter
+// (it removes d's worth of entries), at the cost of more partitions. New
+// buckets take the width after the ones that exist, so a table changes
+// width gradually, without a migration. d must divide a day, or be a
+// whole number of days, and be at least a minute. Sweep then creates
+// buckets ahead for a day or two buckets, whichever is longer, so it
+// must run at least that often.
 func WithBucketWidth(d time.Duration) Option {
 	return Option{options.New("WithBucketWidth", func(c *config) error {
 		day := 24 * time.Hour

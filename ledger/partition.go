@@ -41,7 +41,9 @@ func (s *Store) sweepPartitioned(ctx context.Context, pt dialectkit.Partitioner,
 // statements (the Partitioner's SweepQueries). handled is false when the
 // table is not partitioned (the caller then deletes as it always did).
 // The expired entries that other transactions held, as del reports them
-// (a *HeldError without Err), are summed in one *HeldError, as Sweep
+// (a *HeldError without Err), and those of a bucket that other sweeps,
+// dropping buckets at the same time, kept from being dropped
+// (dialectkit.ErrPartitionBusy), are summed in one *HeldError, as Sweep
 // reports them. The entries a dropped bucket held count in n as the
 // catalog estimates them, or exactly when it has no estimate.
 // [Store.Sweep] and [txStore.SweepWith] (package pgxledger's Sweep) are
@@ -57,31 +59,15 @@ func (s *txStore[TX]) sweepPartitioned(ctx context.Context, pt dialectkit.Partit
 	now := s.now()
 	width := s.width
 	if width == 0 {
-		width = bucketWidth(parts)
+		width = defaultBucketWidth(s.retention)
 	}
-	var kept []dialectkit.Partition
-	for _, p := range parts {
-		drop, err := s.dropNow(ctx, db, p, now)
-		if err != nil {
-			return n, true, s.fail(ctx, "sweep", err)
-		}
-		if !drop {
-			kept = append(kept, p)
-			continue
-		}
-		rows := p.Rows
-		if rows < 0 {
-			rows = countRows(ctx, db, s.d.QuoteIdent(p.Name))
-		}
-		if err := pt.DropPartition(ctx, db, s.table, p); err != nil {
-			return n, true, s.fail(ctx, "sweep", err)
-		}
-		n += max(rows, 0)
+	kept, n, held, err := s.dropDue(ctx, pt, db, parts, now)
+	if err != nil {
+		return n, true, s.fail(ctx, "sweep", err)
 	}
 	if err := s.createAhead(ctx, pt, db, kept, now, width); err != nil {
 		return n, true, err
 	}
-	var held int64
 	for _, p := range kept {
 		if p.Kind == dialectkit.Bucket {
 			continue
@@ -101,6 +87,38 @@ func (s *txStore[TX]) sweepPartitioned(ctx context.Context, pt dialectkit.Partit
 		return n, true, &HeldError{Held: held}
 	}
 	return n, true, nil
+}
+
+// dropDue drops the buckets of parts that are due at now (see dropNow)
+// and returns the partitions kept, how many entries the dropped buckets
+// held (as sweepPartitioned counts them), and how many the buckets held
+// that other sweeps, dropping buckets of the table at the same time, kept
+// from being dropped (dialectkit.ErrPartitionBusy; those are kept).
+func (s *txStore[TX]) dropDue(ctx context.Context, pt dialectkit.Partitioner, db dialectkit.DB, parts []dialectkit.Partition, now time.Time) (kept []dialectkit.Partition, n, held int64, err error) {
+	for _, p := range parts {
+		drop, err := s.dropNow(ctx, db, p, now)
+		if err != nil {
+			return nil, n, held, err
+		}
+		if !drop {
+			kept = append(kept, p)
+			continue
+		}
+		rows := p.Rows
+		if rows < 0 {
+			rows = countRows(ctx, db, s.d.QuoteIdent(p.Name))
+		}
+		switch err := pt.DropPartition(ctx, db, s.table, p); {
+		case errors.Is(err, dialectkit.ErrPartitionBusy):
+			held += max(rows, 0)
+			kept = append(kept, p)
+			continue
+		case err != nil:
+			return nil, n, held, err
+		}
+		n += max(rows, 0)
+	}
+	return kept, n, held, nil
 }
 
 // dropNow reports whether p is a bucket to drop at now: droppableAt has
@@ -205,18 +223,27 @@ func nextStart(parts []dialectkit.Partition, from, to int64) int64 {
 	return to
 }
 
-// bucketWidth is the width of parts' last bucket whose width divides a
-// day or is whole days, or a day when there is none: the table's creator
-// chose it (the migrations a day), or WithBucketWidth since.
-func bucketWidth(parts []dialectkit.Partition) time.Duration {
-	for i := len(parts) - 1; i >= 0; i-- {
-		p := parts[i]
-		w := time.Duration(p.To-p.From) * time.Microsecond
-		if p.Kind == dialectkit.Bucket && p.To > p.From && p.From > 1 && (24*time.Hour%w == 0 || w%(24*time.Hour) == 0) {
-			return w // a bucket made short by a change of width is not one
+// defaultBucketWidth is the bucket width for retention r unless
+// WithBucketWidth says otherwise: the widest that divides a day or is
+// whole days and is at most r/24, or an hour when that is wider. About
+// 24 buckets then hold the kept keys (and a day's worth more are created
+// ahead: see aheadAtLeast), so a drop removes about a 24th of them, and a
+// table holds at most about 50 partitions, whatever its retention.
+func defaultBucketWidth(r time.Duration) time.Duration {
+	const day = 24 * time.Hour
+	w := r / 24
+	switch {
+	case w >= day:
+		return w - w%day
+	case w <= time.Hour:
+		return time.Hour
+	}
+	for _, h := range []time.Duration{12, 8, 6, 4, 3, 2} {
+		if w >= h*time.Hour {
+			return h * time.Hour
 		}
 	}
-	return dialectkit.PartitionWidth
+	return time.Hour
 }
 
 // floorTo rounds us down to a multiple of w.

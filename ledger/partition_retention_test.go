@@ -28,8 +28,8 @@ func TestPartitionDropHonoursWrittenRetention(t *testing.T) {
 	forEachPartitioned(t, 4, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		const long = 72 * time.Hour
-		today := time.Now().UTC().Truncate(24 * time.Hour)
-		birth := today.Add(-12 * time.Hour) // yesterday: in the oldest bucket
+		// An hour and a half ago: in a bucket the migration made.
+		birth := time.Now().UTC().Truncate(time.Hour).Add(-90 * time.Minute)
 		writer := e.store(t, ledger.WithRetention(long))
 		id := testdb.ID(t, "tenant-a", method, keybirth.New(birth))
 		if c, err := claimOnce(t, e, writer, id, fp("kept three days"), "done"); err != nil || !c.Acquired() {
@@ -71,11 +71,13 @@ func TestPartitionDropHonoursWrittenRetention(t *testing.T) {
 	}, "postgres", "mysql")
 }
 
-// TestBucketWidth: with ledger.WithBucketWidth(time.Hour), Sweep on a
-// table the migrations made (daily buckets) goes on after its last daily
-// bucket with hourly ones, contiguous, for at least a day past the clock;
-// a key born in one is claimed into it. A width that neither divides a
-// day nor is whole days is refused.
+// TestBucketWidth: with ledger.WithBucketWidth(6h), Sweep on a table the
+// migrations made (hourly buckets) goes on after its last bucket with
+// buckets of six hours (the first up to the next boundary of six hours),
+// contiguous, for at least a day past the clock; a key born in one is
+// claimed into it. Without a width, the sweep's follows the retention (a
+// 24th of it: three hours for three days), and so does a table's. A
+// width that neither divides a day nor is whole days is refused.
 func TestBucketWidth(t *testing.T) {
 	t.Parallel()
 	for _, d := range []time.Duration{0, -time.Hour, 30 * time.Second, 7 * time.Minute, 36 * time.Hour} {
@@ -83,45 +85,82 @@ func TestBucketWidth(t *testing.T) {
 			t.Errorf("WithBucketWidth(%v): %v, want ErrInvalid", d, err)
 		}
 	}
+	for r, want := range map[time.Duration]time.Duration{
+		time.Second:          time.Hour,
+		time.Hour:            time.Hour,
+		24 * time.Hour:       time.Hour,
+		47 * time.Hour:       time.Hour,
+		48 * time.Hour:       2 * time.Hour,
+		72 * time.Hour:       3 * time.Hour,
+		5 * 24 * time.Hour:   4 * time.Hour,
+		7 * 24 * time.Hour:   6 * time.Hour,
+		9 * 24 * time.Hour:   8 * time.Hour,
+		12 * 24 * time.Hour:  12 * time.Hour,
+		23 * 24 * time.Hour:  12 * time.Hour,
+		30 * 24 * time.Hour:  24 * time.Hour,
+		90 * 24 * time.Hour:  3 * 24 * time.Hour,
+		365 * 24 * time.Hour: 15 * 24 * time.Hour,
+	} {
+		if got := ledger.DefaultBucketWidth(r); got != want {
+			t.Errorf("the bucket width for a retention of %v: %v, want %v", r, got, want)
+		}
+	}
 	forEachPartitioned(t, 4, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		parts := testdb.Partitions(t, e.DB, e.Dialect, e.Table)
+		// buckets checks the buckets from from on: contiguous, w wide
+		// but the first, which ends at the next boundary of w, reaching
+		// at least a day past now; it returns where they end.
+		buckets := func(from int64, w time.Duration, now time.Time) int64 {
+			t.Helper()
+			end := from
+			for _, p := range testdb.Partitions(t, e.DB, e.Dialect, e.Table) {
+				if p.Kind != dialectkit.Bucket || p.From < from {
+					continue
+				}
+				if next := end - end%w.Microseconds() + w.Microseconds(); p.From != end || p.To != next {
+					t.Fatalf("bucket %s [%d, %d) after %d: want [%d, %d)", p.Name, p.From, p.To, from, end, next)
+				}
+				end = p.To
+			}
+			if ahead := time.UnixMicro(end).Sub(now); ahead < 24*time.Hour {
+				t.Fatalf("buckets of %v reach %v past the clock, want at least a day", w, ahead)
+			}
+			return end
+		}
 		var last int64
-		for _, p := range parts {
+		for _, p := range testdb.Partitions(t, e.DB, e.Dialect, e.Table) {
 			if p.Kind == dialectkit.Bucket {
+				if p.To-p.From != time.Hour.Microseconds() && p.From > 1 {
+					t.Fatalf("the migrations made bucket %s [%d, %d), want an hour's", p.Name, p.From, p.To)
+				}
 				last = max(last, p.To)
 			}
 		}
 		now := time.UnixMicro(last).Add(-12 * time.Hour)
-		l := e.store(t, ledger.WithBucketWidth(time.Hour), ledger.WithClock(func() time.Time { return now }))
+		l := e.store(t, ledger.WithBucketWidth(6*time.Hour), ledger.WithClock(func() time.Time { return now }))
 		if _, err := l.Sweep(ctx, e.DB, 100); err != nil {
 			t.Fatal(err)
 		}
-		hourly, end := 0, last
-		for _, p := range testdb.Partitions(t, e.DB, e.Dialect, e.Table) {
-			if p.Kind != dialectkit.Bucket || p.From < last {
-				continue
-			}
-			if p.From != end || p.To-p.From != time.Hour.Microseconds() {
-				t.Fatalf("bucket %s [%d, %d) after the daily ones: want the hour from %d", p.Name, p.From, p.To, end)
-			}
-			hourly, end = hourly+1, p.To
+		end := buckets(last, 6*time.Hour, now)
+		birth := time.UnixMicro(last).Add(7 * time.Hour)
+		if p, ok := dialectkit.BucketOf(testdb.Partitions(t, e.DB, e.Dialect, e.Table), birth); !ok || p.To-p.From != 6*time.Hour.Microseconds() {
+			t.Fatalf("the bucket of a birth after the hourly ones: %+v (found: %v), want six hours'", p, ok)
 		}
-		if ahead := time.UnixMicro(end).Sub(now); ahead < 24*time.Hour {
-			t.Fatalf("%d hourly buckets reach %v past the clock, want at least a day", hourly, ahead)
-		}
-		birth := time.UnixMicro(last).Add(90 * time.Minute)
-		if p, ok := dialectkit.BucketOf(testdb.Partitions(t, e.DB, e.Dialect, e.Table), birth); !ok || p.To-p.From != time.Hour.Microseconds() {
-			t.Fatalf("the bucket of a birth after the daily ones: %+v (found: %v), want an hour's", p, ok)
-		}
-		born := e.store(t, ledger.WithBucketWidth(time.Hour), ledger.WithClock(func() time.Time { return birth }))
+		born := e.store(t, ledger.WithBucketWidth(6*time.Hour), ledger.WithClock(func() time.Time { return birth }))
 		id := testdb.ID(t, "tenant-a", method, keybirth.New(birth))
-		if c, err := claimOnce(t, e, born, id, fp("hourly"), "done"); err != nil || !c.Acquired() {
-			t.Fatalf("claim of a key born in an hourly bucket: %+v, %v", c, err)
+		if c, err := claimOnce(t, e, born, id, fp("six hours"), "done"); err != nil || !c.Acquired() {
+			t.Fatalf("claim of a key born in a bucket of six hours: %+v, %v", c, err)
 		}
 		if n := e.rowsOf(t, id); n != 1 {
 			t.Fatalf("%d entries of the key, want 1", n)
 		}
+
+		now = time.UnixMicro(end).Add(-12 * time.Hour)
+		l = e.store(t, ledger.WithRetention(72*time.Hour), ledger.WithClock(func() time.Time { return now }))
+		if _, err := l.Sweep(ctx, e.DB, 100); err != nil {
+			t.Fatal(err)
+		}
+		buckets(end, 3*time.Hour, now)
 	}, "postgres", "mysql")
 }
 

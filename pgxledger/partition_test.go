@@ -97,7 +97,7 @@ func TestSweepPartitioned(t *testing.T) {
 
 	// Three days on: the bucket is dropped, the coming ones created.
 	c.Add(72 * time.Hour)
-	ahead := c.Now().Add(48 * time.Hour)
+	ahead := c.Now().Add(23 * time.Hour)
 	if _, ok := dialectkit.BucketOf(testdb.Partitions(t, e.db, d, e.table), ahead); ok {
 		t.Fatalf("a bucket of the births of %v exists before the sweep", ahead)
 	}

@@ -186,7 +186,7 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	batch := fs.Int("batch", 1000, "entries deleted per statement (each statement commits on its own)")
 	maxDuration := fs.Duration("max-duration", 0, "stop after this long, leaving the rest for the next run (0: until no expired entry is left)")
 	lockWait := fs.Duration("lock-wait", defaultSweepLockWait, "longest wait for an entry another transaction holds, which is then skipped (0: the database's own bound)")
-	width := fs.Duration("bucket-width", 0, "on a table partitioned by birth, the width of the buckets to create, as ledger.WithBucketWidth (0: the table's newest bucket's)")
+	width := fs.Duration("bucket-width", 0, "on a table partitioned by birth, the width of the buckets to create, as ledger.WithBucketWidth (0: a 24th of --retention, at least an hour)")
 	retention := fs.Duration("retention", 24*time.Hour, "on a table partitioned by birth, the ledger's retention, as the servers' ledger.WithRetention: a bucket is dropped once this, and the retention its entries were written with, have passed since its end")
 	skew := fs.Duration("clock-skew", -1, "the ledger's clock skew, as the servers' ledger.WithClockSkew (default 1m, or a tenth of --retention when shorter)")
 	if code, stop := parseFlags(fs, args, stdout); stop {

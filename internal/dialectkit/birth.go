@@ -3,6 +3,7 @@ package dialectkit
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -90,7 +91,10 @@ type Partitioner interface {
 	CreatePartition(ctx context.Context, db DB, table, suffix string, from, to int64) (created bool, err error)
 	// DropPartition removes the bucket p and its rows from table, waiting
 	// (bounded) for the transactions that still use it; a partition that
-	// is gone already (another sweep dropped it) is no error.
+	// is gone already (another sweep dropped it) is no error. An error
+	// wrapping ErrPartitionBusy says that other sweeps, dropping buckets
+	// of table at the same time, kept this one from being dropped: it is
+	// left for a later sweep.
 	DropPartition(ctx context.Context, db DB, table string, p Partition) error
 	// SweepQueries returns the statements that sweep partition p (born_at
 	// 0, or the catch-all) by DELETE, as [dialects.Queries]' Sweep,
@@ -98,6 +102,11 @@ type Partitioner interface {
 	// same arguments; the other fields are empty.
 	SweepQueries(table string, p Partition) dialects.Queries
 }
+
+// ErrPartitionBusy is wrapped by a Partitioner's DropPartition that left
+// a bucket to a later sweep because other sweeps were dropping buckets of
+// the same table (PostgreSQL detaches one partition of a table at a time).
+var ErrPartitionBusy = errors.New("other sweeps are dropping buckets of the table; left for the next sweep")
 
 // PartitionKind says what a partition of a ledger table holds.
 type PartitionKind int
@@ -136,10 +145,6 @@ type DB interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
-
-// PartitionWidth is the bucket width of a ledger table whose buckets
-// cannot tell (no bucket yet): a day.
-const PartitionWidth = 24 * time.Hour
 
 // BucketOf returns the bucket of parts that holds births at t.
 func BucketOf(parts []Partition, t time.Time) (Partition, bool) {

@@ -124,8 +124,9 @@ const (
 // conflict with (CREATE TABLE … PARTITION OF would take ACCESS EXCLUSIVE
 // and wait for, then block, every claim). Rows of a DEFAULT partition in
 // its range (SQLSTATE 23514; a table of an earlier layout), a bucket
-// another sweep created meanwhile (42P07) or one that overlaps another
-// (42P17) leave it uncreated, without an error.
+// another sweep created meanwhile (42P07, or 23505 when the two CREATE
+// TABLEs crossed in the catalog) or one that overlaps another (42P17)
+// leave it uncreated, without an error.
 func (d Dialect) CreatePartition(ctx context.Context, db dialectkit.DB, table, suffix string, from, to int64) (bool, error) {
 	t, p := d.QuoteIdent(table), d.QuoteIdent(table+"_"+suffix)
 	var err error
@@ -140,7 +141,7 @@ func (d Dialect) CreatePartition(ctx context.Context, db dialectkit.DB, table, s
 	var s sqlStater
 	if errors.As(err, &s) {
 		switch s.SQLState() {
-		case "23514", "42P07", "42P17":
+		case "23514", "42P07", "23505", "42P17":
 			return false, nil
 		}
 	}
@@ -196,12 +197,19 @@ func (d Dialect) DropPartition(ctx context.Context, db dialectkit.DB, table stri
 		if errors.As(err, &s) && s.SQLState() == "55000" || deadlocked(err) {
 			continue // another sweep's detach is pending, or crossed this one: finish it first
 		}
-		if err != nil {
-			return gone(err)
+		if err != nil && gone(err) != nil {
+			return err
 		}
-		return d.dropDetached(ctx, db, p.Name)
+		// The table of p, detached now (by this sweep, or by another
+		// one, which had not dropped it yet: p is "not a partition" or
+		// gone), is dropped. Another sweep that found this detach pending
+		// may be finishing it (FINALIZE) and dropping the table too: the
+		// two can deadlock, and the one rolled back goes round again.
+		if err := d.dropDetached(ctx, db, p.Name); !deadlocked(err) {
+			return err
+		}
 	}
-	return fmt.Errorf("postgres: partition %s: other sweeps kept a detach pending; the next sweep drops it", p.Name)
+	return fmt.Errorf("postgres: partition %s: %w", p.Name, dialectkit.ErrPartitionBusy)
 }
 
 // ddlAttempts bounds how often a partition's creation or drop is tried
