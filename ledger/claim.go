@@ -71,7 +71,7 @@ func (s *txStore[TX]) claim(ctx context.Context, tx TX, req ClaimRequest) (*Clai
 			return []any{id, req.Identity.caller, req.Identity.method, fp, created, expires, born}
 		},
 		takeOver: func(created, expires int64) (string, []any) {
-			return q.TakeOver, []any{fp, created, expires, id, created}
+			return s.byHour(q.TakeOver, req.Identity.birth), []any{fp, created, expires, id, created}
 		},
 		won: func(tookOver bool) *Claim {
 			c := s.acquired(req.Identity, tx)

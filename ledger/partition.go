@@ -224,8 +224,8 @@ func nextStart(parts []dialectkit.Partition, from, to int64) int64 {
 }
 
 // defaultBucketWidth is the bucket width for retention r unless
-// WithBucketWidth says otherwise: the widest that divides a day or is
-// whole days and is at most r/24, or an hour when that is wider. About
+// WithBucketWidth says otherwise: the widest width at most r/24 that
+// divides a day or is whole days, and at least an hour. About
 // 24 buckets then hold the kept keys (and a day's worth more are created
 // ahead: see aheadAtLeast), so a drop removes about a 24th of them, and a
 // table holds at most about 50 partitions, whatever its retention.

@@ -42,9 +42,10 @@ FROM (SELECT i, ? + i * (172800000000 DIV ?) AS b FROM (SELECT ? + a.n * 10000 +
 }
 
 // envPartitionWidth sets BenchmarkPartitionDrop's bucket width (a Go
-// duration that divides a day; a day when unset): the migrated table's
-// empty buckets are replaced by buckets of that width, which the sweep
-// then keeps.
+// duration that divides a day; an hour when unset, as the migrations
+// make them and the sweep goes on with them for the default retention):
+// the migrated table's empty buckets are replaced by buckets of that
+// width over the four days the benchmark's births need.
 const envPartitionWidth = "OPLEDGER_PARTITION_WIDTH"
 
 // rebucket replaces the empty buckets of the freshly migrated table by
@@ -73,16 +74,17 @@ func rebucket(b *testing.B, db *sql.DB, tg testdb.Target, table string, t0 time.
 }
 
 // BenchmarkPartitionDrop measures retention by partition on a table of
-// OPLEDGER_PARTITION_ROWS entries born over two days (a day's bucket of
-// half of them droppable), against an unpartitioned table of the same
+// OPLEDGER_PARTITION_ROWS entries born over two days (the oldest bucket
+// droppable: an hour's, or OPLEDGER_PARTITION_WIDTH's; a day's holds half
+// of them), against an unpartitioned table of the same
 // entries, 8 workers claiming new UUIDv7 keys (Claim, Complete, COMMIT)
 // throughout, in one run:
 //
 //	claims/s partitioned     claims on the partitioned table, nothing else running (2 × 5 s)
 //	claims/s unpartitioned   the same on the unpartitioned table (migration 00005's Down),
 //	                         alternating with the partitioned runs
-//	drop s                   Store.Sweep with a clock past the older bucket's drop time: it
-//	                         drops that bucket (half the entries) and creates the coming ones
+//	drop s                   Store.Sweep with a clock past the oldest bucket's drop time: it
+//	                         drops that bucket and creates the coming ones
 //	claims/s during drop     claims completed while that Sweep ran, per second of it
 //	during reference ddl     the same ratio while an unrelated empty table is created and
 //	                         dropped (five times, in a 10 s run of its own before the drop's):
@@ -130,13 +132,13 @@ func BenchmarkPartitionDrop(b *testing.B) {
 			if _, err := l.Sweep(ctx, db, 1000); err != nil {
 				b.Fatal(err)
 			}
-			width := day
+			width := time.Hour
 			if v := os.Getenv(envPartitionWidth); v != "" {
 				if width, err = time.ParseDuration(v); err != nil || width <= 0 || day%width != 0 {
 					b.Fatalf("%s=%q: want a duration that divides a day", envPartitionWidth, v)
 				}
-				rebucket(b, db, tg, part, t0, width)
 			}
+			rebucket(b, db, tg, part, t0, width)
 			start := time.Now()
 			loadPartition(b, db, tg, family, part, rows, t0)
 			b.Logf("%s: loaded %d entries in %v", tg.Name, rows, time.Since(start).Round(time.Second))

@@ -80,7 +80,7 @@ func (s *txStore[TX]) record(ctx context.Context, tx TX, req ClaimRequest, r Res
 			return args
 		},
 		takeOver: func(created, expires int64) (string, []any) {
-			return rq.TakeOver, []any{fp, int64(r.Code), resp, r.TypeName, created, created, expires, id, created}
+			return s.byHour(rq.TakeOver, req.Identity.birth), []any{fp, int64(r.Code), resp, r.TypeName, created, created, expires, id, created}
 		},
 		won: func(tookOver bool) *Claim { return s.recorded(req.Identity, tx, tookOver) },
 	}

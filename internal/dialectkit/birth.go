@@ -38,9 +38,10 @@ type BirthQueries struct {
 	Complete string
 	Lookup   string
 	// PruneByHour, when set, has the ledger end Select, Complete and
-	// Lookup (each of which ends in its WHERE) with HourOfBirth's range
-	// of born_at as literals, and put it into the pipelined completion
-	// too (PipelineQueries.CompleteHour): the plan a driver's prepared
+	// Lookup, and the take-overs of an expired entry ([dialects.Queries]'
+	// and RecordQueries' TakeOver; each of which ends in its WHERE) with
+	// HourOfBirth's range of born_at as literals, and put it into the
+	// pipelined completion too (PipelineQueries.CompleteHour): the plan a driver's prepared
 	// statement caches then names the one or two partitions of that hour
 	// instead of every partition, which PostgreSQL would lock at each
 	// execution of a generic plan. The read-back after a pipelined

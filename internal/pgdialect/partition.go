@@ -124,9 +124,9 @@ const (
 // conflict with (CREATE TABLE … PARTITION OF would take ACCESS EXCLUSIVE
 // and wait for, then block, every claim). Rows of a DEFAULT partition in
 // its range (SQLSTATE 23514; a table of an earlier layout), a bucket
-// another sweep created meanwhile (42P07, or 23505 when the two CREATE
-// TABLEs crossed in the catalog) or one that overlaps another (42P17)
-// leave it uncreated, without an error.
+// another sweep created meanwhile (42P07, or 23505 or 42710 when the two
+// CREATE TABLEs crossed in the catalog: its row type's name is taken) or
+// one that overlaps another (42P17) leave it uncreated, without an error.
 func (d Dialect) CreatePartition(ctx context.Context, db dialectkit.DB, table, suffix string, from, to int64) (bool, error) {
 	t, p := d.QuoteIdent(table), d.QuoteIdent(table+"_"+suffix)
 	var err error
@@ -141,7 +141,7 @@ func (d Dialect) CreatePartition(ctx context.Context, db dialectkit.DB, table, s
 	var s sqlStater
 	if errors.As(err, &s) {
 		switch s.SQLState() {
-		case "23514", "42P07", "23505", "42P17":
+		case "23514", "42P07", "23505", "42710", "42P17":
 			return false, nil
 		}
 	}

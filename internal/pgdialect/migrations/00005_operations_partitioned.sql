@@ -1,18 +1,17 @@
 -- opledger operation ledger, PostgreSQL: partitioned by the key's birth.
 -- An empty table (a new one) is made again, partitioned by RANGE (born_at),
--- so that retention is a partition drop instead of a DELETE: a bucket of an
--- hour of births each (<table>_pYYYYMMDDtHH0000, in UTC: from 24 hours
--- before this hour to 48 hours after it; the sweep creates the coming ones,
--- as wide as the retention's 24th, at least an hour) and one partition for
--- keys without a known birth (<table>_born0, born_at 0, swept by DELETE).
--- There is no DEFAULT partition: PostgreSQL detaches a partition
--- concurrently (without blocking claims) only from a table that has none,
--- and attaches a new bucket without scanning one. A claim whose birth has
--- no bucket fails (SQLSTATE 23514) and names the sweep. born_at comes from
--- the key's identity, so every attempt of a key meets one partition and
--- the primary key (id, born_at) is unique exactly when id is. Only born0,
--- swept by DELETE, has the expires_at index: a bucket is dropped whole, so
--- a claim into it maintains one index, not two.
+-- so that retention is a partition drop instead of a DELETE: a bucket of a
+-- day of births each (<table>_pYYYYMMDD, in UTC: yesterday's to three days
+-- ahead; the sweep creates the coming ones) and one partition for keys
+-- without a known birth (<table>_born0, born_at 0, swept by DELETE). There
+-- is no DEFAULT partition: PostgreSQL detaches a partition concurrently
+-- (without blocking claims) only from a table that has none, and attaches
+-- a new bucket without scanning one. A claim whose birth has no bucket
+-- fails (SQLSTATE 23514) and names the sweep. born_at comes from the key's
+-- identity, so every attempt of a key meets one partition and the primary
+-- key (id, born_at) is unique exactly when id is. Only born0, swept by
+-- DELETE, has the expires_at index: a bucket is dropped whole, so a claim
+-- into it maintains one index, not two.
 -- A table that already holds entries is left as it is (docs/operations.md
 -- says how to move it); the sweep then deletes as before.
 
@@ -20,8 +19,8 @@
 -- +goose StatementBegin
 DO $opledger$
 DECLARE
-    hour  constant bigint := 3600000000;
-    now_h bigint := (extract(epoch FROM date_trunc('hour', now() AT TIME ZONE 'UTC')) * 1000000)::bigint;
+    day   constant bigint := 86400000000;
+    today bigint := (extract(epoch FROM date_trunc('day', now() AT TIME ZONE 'UTC')) * 1000000)::bigint;
     prefix text := trim(both '"' FROM '{{.Ident "p"}}');
 BEGIN
     LOCK TABLE {{.Table}} IN ACCESS EXCLUSIVE MODE;
@@ -35,10 +34,10 @@ BEGIN
     ALTER TABLE {{.Table}} ADD CONSTRAINT {{.Ident "pkey"}} PRIMARY KEY (id, born_at);
     CREATE TABLE {{.Ident "born0"}} PARTITION OF {{.Table}} FOR VALUES FROM (MINVALUE) TO (1);
     CREATE INDEX {{.Ident "born0_expires_idx"}} ON {{.Ident "born0"}} (expires_at);
-    FOR i IN -24..47 LOOP
+    FOR i IN -1..3 LOOP
         EXECUTE format('CREATE TABLE %I PARTITION OF {{.Table}} FOR VALUES FROM (%s) TO (%s)',
-            prefix || to_char(to_timestamp((now_h + i * hour) / 1000000) AT TIME ZONE 'UTC', 'YYYYMMDD"t"HH24MISS'),
-            now_h + i * hour, now_h + (i + 1) * hour);
+            prefix || to_char(to_timestamp((today + i * day) / 1000000) AT TIME ZONE 'UTC', 'YYYYMMDD'),
+            today + i * day, today + (i + 1) * day);
     END LOOP;
 END
 $opledger$;
