@@ -140,6 +140,9 @@ func (s *txStore[TX]) insertFirst(ctx context.Context, tx TX, req ClaimRequest, 
 				return nil, s.fail(ctx, p.op, err)
 			}
 			if inserted {
+				if err := s.stillInWindow(p.op, req.Identity); err != nil {
+					return nil, err
+				}
 				return p.won(false), nil
 			}
 			e, found = got, ok
@@ -149,6 +152,9 @@ func (s *txStore[TX]) insertFirst(ctx context.Context, tx TX, req ClaimRequest, 
 			case err != nil && s.d.Classify(err) != dialects.ClassUniqueViolation:
 				return nil, s.fail(ctx, p.op, err)
 			case err == nil && n == 1:
+				if err := s.stillInWindow(p.op, req.Identity); err != nil {
+					return nil, err
+				}
 				return p.won(false), nil
 			}
 		}

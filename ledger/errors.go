@@ -39,9 +39,10 @@ var (
 	// retention minus the allowed clock skew: see WithRetention and
 	// WithClockSkew): the ledger no longer remembers it, so whether an
 	// operation with it ran is not known here. Claim and Record refuse it
-	// before writing anything, and Lookup answers it instead of
-	// ErrNotFound, which would tell the caller that running the call again
-	// is safe. Do not run the call again with this key. Only a key whose
+	// before writing anything (or, when the window ended while their
+	// insert ran, right after it: roll the transaction back), and Lookup
+	// answers it instead of ErrNotFound, which would tell the caller that
+	// running the call again is safe. Do not run the call again with this key. Only a key whose
 	// birth is known (Identity.Birth) can be refused so; a key without one
 	// is remembered for the retention from its claim.
 	ErrKeyExpired = errors.New("ledger: idempotency key expired: born before the ledger's window")

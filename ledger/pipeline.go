@@ -85,6 +85,10 @@ func (s *txStore[TX]) beginClaim(ctx context.Context, p ledgerkit.Pipeline[TX], 
 		return zero, nil, s.fail(ctx, "claim", err)
 	}
 	if n == 1 {
+		if err := s.stillInWindow("claim", req.Identity); err != nil {
+			_ = p.Rollback(ctx, tx)
+			return zero, nil, err
+		}
 		return tx, s.acquired(req.Identity, tx), nil
 	}
 	// A conflict: read the entry and end the transaction.

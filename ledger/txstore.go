@@ -215,6 +215,24 @@ func (s *txStore[TX]) window(op string, id Identity, now int64) error {
 	return nil
 }
 
+// stillInWindow reads the clock again once an insert acquired id: a key
+// whose window ended meanwhile (a claim that stalled between its window
+// check and its insert) is refused with ErrKeyExpired, and the caller
+// rolls the insert back. Its entry may have been swept (SQLite, a table
+// that is not partitioned) or its bucket dropped (MySQL then routes the
+// insert to the next bucket) after the window ended and before the
+// insert, which would then acquire a key that already ran. It costs no
+// statement.
+func (s *txStore[TX]) stillInWindow(op string, id Identity) error {
+	if id.birth == 0 {
+		return nil
+	}
+	if err := s.window(op, id, micros(s.now())); errors.Is(err, ErrKeyExpired) {
+		return err
+	}
+	return nil
+}
+
 // times returns the created_at, expires_at and born_at of an entry of id
 // claimed at now: an entry lives for the retention from its key's birth,
 // when that is known, else from its claim. born_at is 0 for a key without

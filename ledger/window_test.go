@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -213,4 +214,59 @@ func TestWindowClockSkewOption(t *testing.T) {
 	if _, err := ledger.New(d, ledger.WithRetention(time.Second)); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestWindowStalledClaimRefused: a claim or a record of a key with a
+// birth that passes the window check and then stalls past the key's edge
+// before its insert (the clock read first inside the window, then past
+// its edge), while the key's committed entry went meanwhile (deleted here
+// as a sweep or a dropped bucket would: MySQL routes a birth whose bucket
+// was dropped to the next one), is refused with ErrKeyExpired and stores
+// nothing: the call that ran never runs a second time.
+func TestWindowStalledClaimRefused(t *testing.T) {
+	t.Parallel()
+	forEachTarget(t, 2, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		const retention = time.Hour
+		birth := time.Now().UTC().Truncate(time.Hour) // in a bucket the migration made
+		id := testdb.ID(t, "tenant-a", method, keybirth.New(birth))
+		first := e.store(t, ledger.WithRetention(retention), ledger.WithClock(func() time.Time { return birth }))
+		if c, err := claimOnce(t, e, first, id, fp("stalled"), "done"); err != nil || !c.Acquired() {
+			t.Fatalf("first claim: %+v, %v", c, err)
+		}
+		b := id.ID()
+		if _, err := e.DB.ExecContext(ctx, "DELETE FROM "+e.Dialect.QuoteIdent(e.Table)+" WHERE id = "+e.Ph(1), b[:]); err != nil {
+			t.Fatal(err)
+		}
+		for _, record := range []bool{false, true} {
+			var reads atomic.Int64
+			l := e.store(t, ledger.WithRetention(retention), ledger.WithClock(func() time.Time {
+				if reads.Add(1) == 1 {
+					return birth.Add(time.Minute) // the window check
+				}
+				return birth.Add(retention) // past the edge (birth + 59m)
+			}))
+			tx, err := e.DB.BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := ledger.ClaimRequest{Identity: id, Fingerprint: fp("stalled")}
+			var c *ledger.Claim
+			if record {
+				c, err = l.Record(ctx, tx, req, ledger.Result{Response: []byte("again"), TypeName: "t.Resp"})
+			} else {
+				c, err = l.Claim(ctx, tx, req)
+			}
+			_ = tx.Rollback()
+			if !errors.Is(err, ledger.ErrKeyExpired) {
+				t.Fatalf("a stalled claim (record %v) of a key whose entry went: %+v, %v; want ErrKeyExpired", record, c, err)
+			}
+			if reads.Load() < 2 {
+				t.Fatalf("the clock was read %d times, want the window check and the check after the insert", reads.Load())
+			}
+			if n := e.rowsOf(t, id); n != 0 {
+				t.Fatalf("%d entries of the key after the refusal, want 0", n)
+			}
+		}
+	})
 }
