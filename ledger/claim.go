@@ -140,10 +140,7 @@ func (s *txStore[TX]) insertFirst(ctx context.Context, tx TX, req ClaimRequest, 
 				return nil, s.fail(ctx, p.op, err)
 			}
 			if inserted {
-				if err := s.stillInWindow(p.op, req.Identity); err != nil {
-					return nil, err
-				}
-				return p.won(false), nil
+				return s.wonInWindow(p, req)
 			}
 			e, found = got, ok
 		} else {
@@ -152,10 +149,7 @@ func (s *txStore[TX]) insertFirst(ctx context.Context, tx TX, req ClaimRequest, 
 			case err != nil && s.d.Classify(err) != dialects.ClassUniqueViolation:
 				return nil, s.fail(ctx, p.op, err)
 			case err == nil && n == 1:
-				if err := s.stillInWindow(p.op, req.Identity); err != nil {
-					return nil, err
-				}
-				return p.won(false), nil
+				return s.wonInWindow(p, req)
 			}
 		}
 
@@ -183,6 +177,15 @@ func (s *txStore[TX]) insertFirst(ctx context.Context, tx TX, req ClaimRequest, 
 		return existing(req, e)
 	}
 	return nil, fmt.Errorf("ledger: %s: entry changed under the %s %d times: %w", p.op, p.op, maxClaimLoops, ErrRetryable)
+}
+
+// wonInWindow is p's acquisition by an insert, unless the key's window
+// ended while the insert ran (see stillInWindow).
+func (s *txStore[TX]) wonInWindow(p insertFirst[TX], req ClaimRequest) (*Claim, error) {
+	if err := s.stillInWindow(p.op, req.Identity); err != nil {
+		return nil, err
+	}
+	return p.won(false), nil
 }
 
 // takeOver takes over the expired entry of req's identity for p: the
