@@ -74,9 +74,10 @@ func TestPartitionDropHonoursWrittenRetention(t *testing.T) {
 // TestBucketWidth: with ledger.WithBucketWidth(6h), Sweep on a table the
 // migrations made (daily buckets) goes on after its last bucket with
 // buckets of six hours, contiguous, for at least a day past the clock; a
-// key born in one is claimed into it. Without a width, the sweep's follows the retention (a
-// 24th of it: three hours for three days), and so does a table's. A
-// width that neither divides a day nor is whole days is refused.
+// key born in one is claimed into it. Without a width, the sweep's
+// follows the retention (a 24th of it: three hours for three days), and
+// so does a table's. A width that neither divides a day nor is whole
+// days is refused.
 func TestBucketWidth(t *testing.T) {
 	t.Parallel()
 	for _, d := range []time.Duration{0, -time.Hour, 30 * time.Second, 7 * time.Minute, 36 * time.Hour} {
