@@ -322,23 +322,23 @@ func (f *fakeServer) handle(key string, req []byte, resolve bool) fakeAnswer {
 		return answered(e, false)
 	default: // fakeClaimOutside
 		f.mu.Lock()
-		e := f.entries[key]
-		if e == nil {
-			// The claim, committed on its own before the handler runs: an
-			// empty answer that the handler's failure leaves in place.
-			f.entries[key] = &fakeEntry{req: req, status: http.StatusOK}
-		}
-		f.mu.Unlock()
-		if e != nil {
+		defer f.mu.Unlock()
+		if e := f.entries[key]; e != nil {
 			return stored(e, req)
 		}
+		// The claim, committed on its own before the handler runs: an
+		// empty answer that the handler's failure leaves in place.
+		f.entries[key] = &fakeEntry{req: req, status: http.StatusOK}
 		if !f.failed.Swap(true) {
 			return fakeAnswer{status: 500, failed: true} // its transaction rolled back; the claim did not
 		}
-		e = f.execute(req)
-		f.mu.Lock()
+		// The handler runs under the lock, so that a concurrent duplicate
+		// meets its answer and never the empty claim: this fake breaks the
+		// failed call's promise alone, however the duplicates interleave
+		// (with the claim visible meanwhile, a loaded run saw
+		// concurrent-duplicates fail as well).
+		e := f.execute(req)
 		f.entries[key] = e
-		f.mu.Unlock()
 		return answered(e, false)
 	}
 }
