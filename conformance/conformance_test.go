@@ -179,6 +179,7 @@ func TestSuiteHasTeeth(t *testing.T) {
 						testdb.SkipOnTiDB(t, tg.Dialect, "which cases catch the naive ledger is pinned for InnoDB's locking (its 1062 waits and shared locks)")
 					}
 					rep := conformance.Check(context.Background(), badTarget(base, kind), opts...)
+					tornDown(t, rep)
 					caught := rep.Failures()
 					t.Logf("%s on %s, caught by %d of %d: %s", kind, tg.Name, len(caught), len(rep.Results), strings.Join(caught, " "))
 					want := mustCatch(tg, kind)
@@ -267,6 +268,20 @@ func describe(rep conformance.Report) string {
 		fmt.Fprintf(&b, "  %-40s %-4s %8v  %s | %s\n", r.Name, r.Verdict, r.Duration.Round(time.Millisecond), r.Figures, msg)
 	}
 	return b.String()
+}
+
+// tornDown fails t when a case of rep could not drop its scratch tables:
+// a broken ledger's case fails anyway, so a teardown that failed with it
+// would go unseen, its tables left on the shared server.
+func tornDown(t *testing.T, rep conformance.Report) {
+	t.Helper()
+	for _, r := range rep.Results {
+		for _, m := range r.Messages {
+			if strings.Contains(m, "teardown: ") {
+				t.Errorf("%s: %s", r.Name, m)
+			}
+		}
+	}
 }
 
 func openSQLite(t *testing.T, path string, busy time.Duration) *sql.DB {

@@ -50,6 +50,7 @@ func TestSuiteCatchesBirthBlind(t *testing.T) {
 				rep := conformance.Check(context.Background(), badTarget(base, "birth-blind"),
 					conformance.WithCases(append([]string{"herd", "expiry"}, windowCases...)...),
 					conformance.WithKeys(4), conformance.WithCaseTimeout(time.Minute))
+				tornDown(t, rep)
 				var want []string
 				for _, r := range rep.Results {
 					if strings.HasPrefix(r.Case, "window-") {

@@ -58,6 +58,7 @@ func TestMigratePostgres(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		runCmd(t, "migrate", "down", "--dsn", dsn, "--table", table)
+		dropVersionTable(t, dsn, table)
 	})
 	if code, out, _ := runCmd(t, "migrate", "status", "--dsn", dsn, "--table", table); code != 0 || strings.Contains(out, "pending") {
 		t.Fatalf("status: %q", out)

@@ -100,7 +100,7 @@ func TestMigrateUpConcurrentProcesses(t *testing.T) {
 }
 
 // dropVersionTable drops the kit's version table of table (Down leaves it).
-func dropVersionTable(t *testing.T, dsn, table string) {
+func dropVersionTable(t testing.TB, dsn, table string) {
 	t.Helper()
 	db, tg, err := openDB(context.Background(), dsn)
 	if err != nil {

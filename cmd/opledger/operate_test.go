@@ -48,7 +48,10 @@ func newOpEnv(t testing.TB, family, dsn string) *opEnv {
 	if code, _, errs := runCmd(t, "migrate", "up", "--dsn", dsn, "--table", table); code != 0 {
 		t.Fatalf("migrate up: %s", errs)
 	}
-	t.Cleanup(func() { runCmd(t, "migrate", "down", "--dsn", dsn, "--table", table) })
+	t.Cleanup(func() {
+		runCmd(t, "migrate", "down", "--dsn", dsn, "--table", table)
+		dropVersionTable(t, dsn, table)
+	})
 	db, tg, err := openDB(context.Background(), dsn)
 	if err != nil {
 		t.Fatal(err)
