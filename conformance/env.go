@@ -96,13 +96,23 @@ func newEnv(ctx context.Context, t testingT, tg *Target, o options, in instance)
 			time.Sleep(10 * time.Millisecond)
 		}
 	})
+	e.scratch(tg)
+	e.l = e.newLedger(e.clock.Now)
+	return e
+}
+
+// scratch creates the case's scratch tables, the ledger's (by the
+// target's Setup or the dialect's migrations) and the business table,
+// and registers their teardown.
+func (e *env) scratch(tg *Target) {
+	e.t.Helper()
 	e.table = uniqueTable()
-	teardown, err := tg.setup(ctx, e.table)
+	teardown, err := tg.setup(e.ctx, e.table)
 	if err != nil {
-		t.Fatalf("set-up: create scratch table %s: %v", e.table, err)
+		e.t.Fatalf("set-up: create scratch table %s: %v", e.table, err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownLimit)
+	e.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(e.ctx), teardownLimit)
 		defer cancel()
 		// Empty the table first: the Down of a partitioned table moves its
 		// entries into an unpartitioned one keyed by id alone, which a
@@ -111,22 +121,20 @@ func newEnv(ctx context.Context, t testingT, tg *Target, o options, in instance)
 		// here is the teardown's to report.
 		_, _ = e.db.ExecContext(ctx, "DELETE FROM "+e.d.QuoteIdent(e.table))
 		if err := teardown(ctx); err != nil {
-			t.Errorf("teardown: drop scratch table %s: %v", e.table, err)
+			e.t.Errorf("teardown: drop scratch table %s: %v", e.table, err)
 		}
 	})
 	e.biz = e.d.QuoteIdent(e.table + "_biz")
-	if _, err := e.db.ExecContext(ctx, "CREATE TABLE "+e.biz+" (k VARCHAR(255) NOT NULL, worker INTEGER NOT NULL)"); err != nil {
-		t.Fatalf("set-up: create business table: %v", err)
+	if _, err := e.db.ExecContext(e.ctx, "CREATE TABLE "+e.biz+" (k VARCHAR(255) NOT NULL, worker INTEGER NOT NULL)"); err != nil {
+		e.t.Fatalf("set-up: create business table: %v", err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownLimit)
+	e.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(e.ctx), teardownLimit)
 		defer cancel()
 		if _, err := e.db.ExecContext(ctx, "DROP TABLE "+e.biz); err != nil {
-			t.Errorf("teardown: drop business table: %v", err)
+			e.t.Errorf("teardown: drop business table: %v", err)
 		}
 	})
-	e.l = e.newLedger(e.clock.Now)
-	return e
 }
 
 // newLedger constructs the ledger under test on the case's table.
