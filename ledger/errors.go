@@ -42,9 +42,10 @@ var (
 	// before writing anything (or, when the window ended while their
 	// insert ran, right after it: roll the transaction back), and Lookup
 	// answers it instead of ErrNotFound, which would tell the caller that
-	// running the call again is safe. Do not run the call again with this key. Only a key whose
-	// birth is known (Identity.Birth) can be refused so; a key without one
-	// is remembered for the retention from its claim.
+	// running the call again is safe. Do not run the call again with this
+	// key. Only a key whose birth is known (Identity.Birth) can be refused
+	// so; a key without one is remembered for the retention from its
+	// claim.
 	ErrKeyExpired = errors.New("ledger: idempotency key expired: born before the ledger's window")
 
 	// ErrRetryable means the database aborted the transaction for a reason

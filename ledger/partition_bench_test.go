@@ -42,9 +42,9 @@ FROM (SELECT i, ? + i * (172800000000 DIV ?) AS b FROM (SELECT ? + a.n * 10000 +
 }
 
 // envPartitionWidth sets BenchmarkPartitionDrop's bucket width (a Go
-// duration that divides a day; an hour when unset, as the migrations
-// make them and the sweep goes on with them for the default retention):
-// the migrated table's empty buckets are replaced by buckets of that
+// duration that divides a day; an hour when unset, the sweep's width for
+// the default retention, so a table's layout in steady state): the
+// migrated table's empty daily buckets are replaced by buckets of that
 // width over the four days the benchmark's births need.
 const envPartitionWidth = "OPLEDGER_PARTITION_WIDTH"
 

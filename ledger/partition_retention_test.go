@@ -351,7 +351,7 @@ func TestConcurrentSweeps(t *testing.T) {
 			t.Errorf("the buckets reach %v past the clock, want at least a day", ahead)
 		}
 		left := "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME LIKE CONCAT(?, '%_dropping')"
-		if e.Name == "postgres" || strings.HasPrefix(e.Name, "postgres/") {
+		if e.Dialect.Name() == "postgres" {
 			left = "SELECT COUNT(*) FROM pg_class WHERE relname LIKE $1 || '%' AND relkind = 'r' AND NOT relispartition"
 		}
 		var n int

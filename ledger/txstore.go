@@ -299,9 +299,9 @@ func sameTx(a, b any) bool {
 	return a == b
 }
 
-// byHour returns q, a BirthQueries statement (or a TakeOver) run for a key born at born,
-// ended with the hour of born's range of born_at when the dialect asks
-// for it (dialectkit.BirthQueries.PruneByHour).
+// byHour returns q, a BirthQueries statement (or a TakeOver) run for a
+// key born at born, ended with the hour of born's range of born_at when
+// the dialect asks for it (dialectkit.BirthQueries.PruneByHour).
 func (s *txStore[TX]) byHour(q string, born int64) string {
 	if s.byBirth == nil || !s.byBirth.PruneByHour {
 		return q

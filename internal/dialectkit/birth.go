@@ -41,12 +41,12 @@ type BirthQueries struct {
 	// Lookup, and the take-overs of an expired entry ([dialects.Queries]'
 	// and RecordQueries' TakeOver; each of which ends in its WHERE) with
 	// HourOfBirth's range of born_at as literals, and put it into the
-	// pipelined completion too (PipelineQueries.CompleteHour): the plan a driver's prepared
-	// statement caches then names the one or two partitions of that hour
-	// instead of every partition, which PostgreSQL would lock at each
-	// execution of a generic plan. The read-back after a pipelined
-	// conflict keeps the plain Select: it is prepared ahead, before the
-	// transaction it reads after can abort.
+	// pipelined completion too (PipelineQueries.CompleteHour): the plan a
+	// driver's prepared statement caches then names the one or two
+	// partitions of that hour instead of every partition, which
+	// PostgreSQL would lock at each execution of a generic plan. The
+	// read-back after a pipelined conflict keeps the plain Select: it is
+	// prepared ahead, before the transaction it reads after can abort.
 	PruneByHour bool
 	// ClaimHour, when PruneByHour is set, is the text of the one-statement
 	// claim ([dialects.Queries].Claim) after which the ledger puts
