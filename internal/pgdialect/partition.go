@@ -23,8 +23,13 @@ const ddlLockWait = "2s"
 
 // partitionsSQL lists the partitions of a table ($1, its quoted name)
 // partitioned by RANGE (born_at): name, bound expression, the catalog's
-// row estimate. No row when the table is not partitioned that way.
-const partitionsSQL = `SELECT c.relname, pg_get_expr(c.relpartbound, c.oid), c.reltuples::bigint
+// row estimate. No row when the table is not partitioned that way. The
+// bound is printed without its relation (pg_get_expr's 0: a bound holds
+// constants only), so the list opens no partition: with the partition's
+// oid, pg_get_expr opened it, and a list beside another sweep's DETACH …
+// CONCURRENTLY, which waits for the list's snapshot while it holds the
+// partition, deadlocked.
+const partitionsSQL = `SELECT c.relname, pg_get_expr(c.relpartbound, 0), c.reltuples::bigint
 FROM pg_partitioned_table pt
 JOIN pg_attribute a ON a.attrelid = pt.partrelid AND a.attnum = pt.partattrs[0]
 JOIN pg_inherits i ON i.inhparent = pt.partrelid
